@@ -1,0 +1,70 @@
+"""Every preset against its HF config.json and the HF model on the meta device."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import txcalc
+from txcalc.presets import PRESETS
+
+from .hf_models import hf_model, numel
+
+DATA = Path(__file__).parent / "data" / "hf"
+WITH_HF = sorted(p.stem for p in DATA.glob("*.json"))
+
+
+def test_every_preset_with_a_hf_class_has_its_config_json():
+    assert set(WITH_HF) == set(PRESETS) - {"gpt3-175b"}
+
+
+@pytest.mark.parametrize("name", WITH_HF)
+def test_preset_equals_its_hf_import(name):
+    imported = txcalc.load(DATA / f"{name}.json")
+    preset = PRESETS[name]
+    assert txcalc.params(imported).total == txcalc.params(preset).total
+    for field in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                  "vocab_size", "n_experts", "top_k", "tie_embeddings", "family", "activation"):
+        assert getattr(imported, field) == getattr(preset, field), field
+
+
+@pytest.mark.parametrize("name", WITH_HF)
+def test_preset_params_equal_hf_model_on_meta(name):
+    raw = json.loads((DATA / f"{name}.json").read_text())
+    assert txcalc.params(name).total == numel(hf_model(raw))
+
+
+# Published totals, each with its source. Where the paper rounds, the tolerance says how much.
+PUBLISHED = [
+    # Brown et al. 2020, arXiv:2005.14165, Table 2.1: "175.0B" (our exact count: 174.6B, the
+    # paper's figure rounds up; 0.3% covers it)
+    ("gpt3-175b", 175.0e9, 0.003),
+    # DeepSeek-V3 technical report, arXiv:2412.19437, abstract: 671B total parameters
+    ("deepseek-v3", 671e9, 0.001),
+    # Llama 3 herd paper, arXiv:2407.21783, Table 3: 405B
+    ("llama-3.1-405b", 405e9, 0.005),
+    # Devlin et al. 2018, arXiv:1810.04805, section 3: BERT-base 110M, BERT-large 340M
+    ("bert-base-uncased", 110e6, 0.01),
+    # (BERT-large counts 335.1M: the paper rounds 335M to 340M, 1.4%)
+    ("bert-large-uncased", 340e6, 0.015),
+    # Mixtral paper, arXiv:2401.04088, section 2: 47B total, 13B active
+    ("mixtral-8x7b", 47e9, 0.01),
+]
+
+
+@pytest.mark.parametrize("name,figure,tol", PUBLISHED)
+def test_published_totals(name, figure, tol):
+    assert abs(txcalc.params(name).total - figure) / figure <= tol
+
+
+def test_published_active_params():
+    # DeepSeek-V3: 37B activated per token (arXiv:2412.19437); Mixtral: 13B (arXiv:2401.04088)
+    assert abs(txcalc.params("deepseek-v3").active - 37e9) / 37e9 < 0.02
+    assert abs(txcalc.params("mixtral-8x7b").active - 13e9) / 13e9 < 0.01
+
+
+def test_gpt3_175b_by_hand_against_the_12Ld2_rule():
+    # Kaplan et al. 2020 (arXiv:2001.08361) rule of thumb: non-embedding ~ 12 * L * d^2
+    p = txcalc.params("gpt3-175b")
+    rule = 12 * 96 * 12288 ** 2
+    assert 0 < (p.total - p.embedding) - rule < 0.001 * rule

@@ -1,0 +1,37 @@
+"""txcalc: exact compute-and-memory accounting for Transformer models.
+
+    >>> import txcalc
+    >>> cfg = txcalc.load("llama-3-8b")          # a preset name or a HF config.json path
+    >>> txcalc.params(cfg).total
+    8030261248
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .accounting import ParamCounts, count_params
+from .config import ModelConfig
+from .errors import ConfigError, TxcalcError, WorkloadError
+
+__version__ = "0.1.0"
+__all__ = ["ModelConfig", "ConfigError", "TxcalcError", "WorkloadError", "load", "params",
+           "ParamCounts", "__version__"]
+
+
+def load(model: str | Path | ModelConfig) -> ModelConfig:
+    """A ModelConfig from a preset name, a HF config.json path (or its folder), or a config."""
+    if isinstance(model, ModelConfig):
+        return model
+    text = str(model)
+    p = Path(text)
+    if text.endswith(".json") or p.is_dir() or p.is_file():
+        from .hf import load_hf_config
+        return load_hf_config(p)
+    from .presets import get_preset
+    return get_preset(text)
+
+
+def params(model: str | Path | ModelConfig) -> ParamCounts:
+    """Exact parameter accounting: ``.total``, ``.active``, ``.component_frame()``, ..."""
+    return count_params(load(model))

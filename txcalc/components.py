@@ -1,0 +1,167 @@
+"""The model as a list of named Ops, in forward order: embeddings, blocks, final norm, head.
+
+Each function below yields the Ops of one component; ``model_ops`` composes them. Paths follow
+the reference model's module names:
+
+    embed.tokens  embed.positions  embed.token_types  embed.norm  embed.proj_in
+    [encoder.|decoder.]rel_bias                      T5 relative-position bias (block 0)
+    [stack.]layers.{i}.attn_norm / attn.{q,k,v,o}_proj / attn.{q,k}_norm
+                      attn.{q_a_proj,q_a_norm,q_b_proj,kv_a_proj,kv_a_norm,kv_b_proj}  (MLA)
+                      cross_attn_norm / cross_attn.{q,k,v,o}_proj      (decoder of enc-dec)
+                      mlp_norm / mlp.{gate,up,down}_proj
+                      moe.router / moe.experts.{gate,up,down}_proj / moe.shared.* / moe.shared_gate
+                      attn_post_norm / mlp_post_norm                   (sandwich norms)
+    [stack.]final_norm   proj_out   lm_head   pooler
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .config import ModelConfig
+from .ops import Op, embedding, linear, norm
+
+Where = tuple[str, int]
+
+
+def _prefix(stack: str) -> str:
+    return f"{stack}." if stack else ""
+
+
+def _norm(cfg: ModelConfig, path: str, where: Where, component: str, width: int) -> Op:
+    return norm(path, where, component, width, cfg.norm_type, cfg.norm_bias, cfg.norm_affine)
+
+
+def embeddings(cfg: ModelConfig) -> Iterator[Op]:
+    """Token table (shared by both stacks of an encoder-decoder model), then per-stack extras."""
+    top: Where = ("", -1)
+    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim)
+    if cfg.embed_dim != cfg.d_model:  # OPT-350m: embeddings of width 512 projected to 1024
+        yield linear("embed.proj_in", top, "embed.proj_in", cfg.embed_dim, cfg.d_model, False)
+    if cfg.type_vocab_size:
+        yield embedding("embed.token_types", top, "embed.token_types", cfg.type_vocab_size,
+                        cfg.d_model)
+
+
+def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
+    """Per-stack position table, embedding norm and relative-position bias."""
+    p, where = _prefix(stack), (stack, -1)
+    if cfg.pos_type == "learned":
+        yield embedding(f"{p}embed.positions", where, "embed.positions",
+                        cfg.max_position + cfg.position_offset, cfg.d_model)
+    if cfg.embed_norm:
+        yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
+    if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
+        yield embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads)
+
+
+def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Iterator[Op]:
+    """Self- or cross-attention projections. Shapes: q D->H*h, k/v D->K*h, o H*h->D."""
+    D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    c = f"{name}."
+    if cfg.is_mla and name == "attn":
+        yield from mla(cfg, p + c, where)
+        return
+    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias)
+    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias)
+    yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias)
+    if cfg.qk_norm != "none" and name == "attn":
+        q_w, k_w = (h, h) if cfg.qk_norm == "head" else (H * h, K * h)
+        yield _norm(cfg, f"{p}{c}q_norm", where, c + "q_norm", q_w)
+        yield _norm(cfg, f"{p}{c}k_norm", where, c + "k_norm", k_w)
+    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias)
+
+
+def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1).
+
+    q: D -> q_lora (RMSNorm) -> H*(nope+rope), or D -> H*(nope+rope) without q compression;
+    kv: D -> kv_lora + rope (the cached latent plus the shared rotary key), RMSNorm on the
+    latent, kv_lora -> H*(nope + v); o: H*v -> D.
+    """
+    D, H = cfg.d_model, cfg.n_heads
+    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    comp = c.split(".")[-2] + "."
+    if cfg.q_lora_rank:
+        yield linear(f"{c}q_a_proj", where, comp + "q_a_proj", D, cfg.q_lora_rank, cfg.qkv_bias)
+        yield norm(f"{c}q_a_norm", where, comp + "q_a_norm", cfg.q_lora_rank, "rmsnorm",
+                   False, True)
+        yield linear(f"{c}q_b_proj", where, comp + "q_b_proj", cfg.q_lora_rank, H * qk, False)
+    else:
+        yield linear(f"{c}q_proj", where, comp + "q_proj", D, H * qk, False)
+    yield linear(f"{c}kv_a_proj", where, comp + "kv_a_proj", D,
+                 cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias)
+    yield norm(f"{c}kv_a_norm", where, comp + "kv_a_norm", cfg.kv_lora_rank, "rmsnorm",
+               False, True)
+    yield linear(f"{c}kv_b_proj", where, comp + "kv_b_proj", cfg.kv_lora_rank,
+                 H * (cfg.qk_nope_head_dim + cfg.v_head_dim), False)
+    yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
+
+
+def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool,
+        instances: int = 1, active: int = 1) -> Iterator[Op]:
+    """Dense MLP: gated (gate and up D->F, down F->D) or plain (up D->F, down F->D)."""
+    D = cfg.d_model
+    kw = {"instances": instances, "active": active}
+    if cfg.gated:
+        yield linear(f"{c}gate_proj", where, comp + "gate_proj", D, d_ff, bias, **kw)
+    yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias, **kw)
+    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
+
+
+def moe(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
+    """Router D->E, E routed experts (k active per token), optional shared MLP and its gate."""
+    yield linear(f"{c}router", where, "moe.router", cfg.d_model, cfg.n_experts, cfg.router_bias)
+    yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, False,
+                   cfg.n_experts, cfg.top_k)
+    if cfg.shared_d_ff:
+        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, False)
+    if cfg.shared_expert_gate:
+        yield linear(f"{c}shared_gate", where, "moe.shared_gate", cfg.d_model, 1, False)
+
+
+def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
+    """One Transformer block: norms, self-attention, cross-attention (decoder of enc-dec), MLP."""
+    p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
+    D = cfg.d_model
+    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    yield from attention(cfg, p, where)
+    if cfg.norm_position == "sandwich":
+        yield _norm(cfg, p + "attn_post_norm", where, "attn_post_norm", D)
+    if stack == "decoder":
+        yield _norm(cfg, p + "cross_attn_norm", where, "cross_attn_norm", D)
+        yield from attention(cfg, p, where, name="cross_attn")
+    if not (cfg.parallel_block and cfg.parallel_norms == 1):
+        yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+    if stack != "encoder" and cfg.is_moe_layer(i):
+        yield from moe(cfg, p + "moe.", where)
+    else:
+        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
+    if cfg.norm_position == "sandwich":
+        yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
+
+
+def head(cfg: ModelConfig) -> Iterator[Op]:
+    """Output side: projection back to the embedding width, LM head, BERT pooler."""
+    top: Where = ("", -1)
+    if cfg.head == "lm":
+        if cfg.embed_dim != cfg.d_model:
+            yield linear("proj_out", top, "proj_out", cfg.d_model, cfg.embed_dim, False)
+        yield linear("lm_head", top, "lm_head", cfg.embed_dim, cfg.vocab_size, cfg.lm_head_bias,
+                     tied=cfg.tie_embeddings)
+    if cfg.pooler:
+        yield linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True)
+
+
+def model_ops(cfg: ModelConfig) -> list[Op]:
+    """Every Op of the model, in forward order."""
+    ops = list(embeddings(cfg))
+    for stack, depth in cfg.stacks:
+        ops.extend(stack_inputs(cfg, stack))
+        for i in range(depth):
+            ops.extend(block(cfg, stack, i))
+        if cfg.final_norm:
+            ops.append(_norm(cfg, f"{_prefix(stack)}final_norm", (stack, -1), "final_norm",
+                             cfg.d_model))
+    ops.extend(head(cfg))
+    return ops

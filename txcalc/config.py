@@ -1,0 +1,270 @@
+"""ModelConfig: one frozen dataclass that describes any Transformer txcalc accounts for.
+
+Dimension legend used in docstrings across txcalc (after the scaling book):
+
+    B batch   S sequence   D d_model   F d_ff   H n_heads   K n_kv_heads   h head_dim
+    V vocab   L layers     E experts   k top-k
+
+Every field has a one-line docstring (the ``#:`` comment) that doubles as help text. Derived
+values (``n_kv_heads`` and ``head_dim`` when left at 0) are resolved once in ``__post_init__``,
+so every consumer reads plain integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+FAMILIES = ("decoder", "encoder", "encoder-decoder")
+#: Activations of the MLP. Gated ones (GLU variants, Shazeer 2020) have two input projections.
+GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "geglu_tanh")
+PLAIN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")
+ACTIVATIONS = PLAIN_ACTIVATIONS + GATED_ACTIVATIONS
+NORM_TYPES = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post", "sandwich")
+POSITION_TYPES = ("learned", "sinusoidal", "rotary", "relative_bias", "alibi", "none")
+QK_NORMS = ("none", "head", "full")
+HEADS = ("lm", "none")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Transformer, encoder-only, decoder-only or encoder-decoder.
+
+    For encoder-decoder models ``n_layers`` is the decoder depth and ``n_encoder_layers`` the
+    encoder depth; both stacks share d_model, heads and MLP widths (as in T5 and BART).
+    """
+
+    name: str  #: display name (preset name or the config.json it came from)
+    n_layers: int  #: L: Transformer blocks (decoder blocks for encoder-decoder models)
+    d_model: int  #: D: width of the residual stream
+    n_heads: int  #: H: query heads per attention layer
+    vocab_size: int  #: V: rows of the token embedding
+    d_ff: int = 0  #: F: hidden width of the dense MLP (0 = 4 * d_model)
+    family: str = "decoder"  #: decoder | encoder | encoder-decoder
+    n_encoder_layers: int = 0  #: encoder blocks (encoder-decoder only)
+    n_kv_heads: int = 0  #: K: key/value heads (0 = n_heads: MHA; 1 = MQA; else GQA)
+    head_dim: int = 0  #: h: width of one head (0 = d_model // n_heads)
+    # --- attention -----------------------------------------------------------------------
+    qkv_bias: bool = False  #: biases on the q/k/v projections
+    out_bias: bool = False  #: bias on the attention output projection
+    qk_norm: str = "none"  #: none | head (norm over h, Qwen3) | full (over H*h, OLMo2)
+    sliding_window: int = 0  #: window of local attention in tokens (0 = full attention)
+    global_every: int = 0  #: with a window: every n-th layer attends globally (0 = none)
+    parallel_block: bool = False  #: attention and MLP read the same input (GPT-J, NeoX, Falcon)
+    parallel_norms: int = 1  #: norms feeding a parallel block: 1 shared (GPT-J) or 2 (NeoX)
+    # --- multi-head latent attention (DeepSeek-V2/V3); active when kv_lora_rank > 0 ----------
+    q_lora_rank: int = 0  #: rank of the low-rank query path (0 = full-rank q_proj)
+    kv_lora_rank: int = 0  #: rank of the compressed KV latent (0 = no MLA)
+    qk_nope_head_dim: int = 0  #: per-head query/key width without rotary
+    qk_rope_head_dim: int = 0  #: per-head query/key width with rotary (key part shared by heads)
+    v_head_dim: int = 0  #: per-head value width
+    # --- MLP ---------------------------------------------------------------------------------
+    activation: str = "gelu"  #: relu | gelu | gelu_tanh | silu | relu2 | swiglu | geglu | ...
+    mlp_bias: bool = False  #: biases on the MLP projections
+    # --- mixture of experts ------------------------------------------------------------------
+    n_experts: int = 0  #: E: routed experts per MoE layer (0 = dense model)
+    top_k: int = 0  #: k: routed experts per token
+    moe_d_ff: int = 0  #: hidden width of one routed expert (0 = d_ff)
+    n_shared_experts: int = 0  #: always-on experts (DeepSeek), fused into one MLP
+    shared_d_ff: int = 0  #: hidden width of the fused shared MLP (0 = n_shared * moe_d_ff)
+    shared_expert_gate: bool = False  #: sigmoid gate Linear(D, 1) on the shared MLP (Qwen2-MoE)
+    first_k_dense: int = 0  #: the first k layers use the dense MLP (DeepSeek)
+    moe_every: int = 1  #: layer i is MoE when (i + 1) % moe_every == 0 (Qwen2-MoE step)
+    dense_layers: tuple[int, ...] = ()  #: layers forced dense (Qwen ``mlp_only_layers``)
+    router_bias: bool = False  #: bias on the router Linear
+    # --- norms -------------------------------------------------------------------------------
+    norm_type: str = "layernorm"  #: layernorm | rmsnorm
+    norm_bias: bool = True  #: LayerNorm has a bias (ignored for RMSNorm)
+    norm_affine: bool = True  #: norms carry a learned scale (False: OLMo's parameter-free LN)
+    norm_position: str = "pre"  #: pre | post (BERT, original) | sandwich (Gemma 2: pre and post)
+    final_norm: bool = True  #: a norm after the last block of each stack
+    embed_norm: bool = False  #: a norm right after the embeddings (BERT, BLOOM, BART)
+    # --- embeddings, positions and head ------------------------------------------------------
+    pos_type: str = "rotary"  #: learned | sinusoidal | rotary | relative_bias | alibi | none
+    max_position: int = 2048  #: longest sequence; rows of a learned position table
+    position_offset: int = 0  #: extra rows in a learned position table (OPT, BART: 2)
+    relative_buckets: int = 32  #: buckets of the T5 relative-position bias
+    type_vocab_size: int = 0  #: token-type (segment) embeddings, BERT: 2
+    embed_dim: int = 0  #: width of the embedding if factorised (OPT-350m: 512; 0 = d_model)
+    pooler: bool = False  #: BERT pooler: Linear(D, D) + tanh on the first token
+    head: str = "lm"  #: lm: output projection to the vocabulary | none: base model
+    tie_embeddings: bool = True  #: the output projection reuses the token embedding
+    lm_head_bias: bool = False  #: bias on the output projection (GPT-J)
+    source: str = field(default="", compare=False)  #: where the numbers came from
+
+    def __post_init__(self) -> None:
+        # Derived values are resolved once, before validation, so that errors name real numbers.
+        if self.n_kv_heads == 0 and _is_int(self.n_heads):
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if (
+            self.head_dim == 0
+            and _is_int(self.d_model)
+            and _is_int(self.n_heads)
+            and self.n_heads > 0
+        ):
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        if self.d_ff == 0 and _is_int(self.d_model):
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        if self.moe_d_ff == 0 and self.n_experts:
+            object.__setattr__(self, "moe_d_ff", self.d_ff)
+        if self.shared_d_ff == 0 and self.n_shared_experts and _is_int(self.n_shared_experts):
+            object.__setattr__(self, "shared_d_ff", self.n_shared_experts * self.moe_d_ff)
+        if self.embed_dim == 0 and _is_int(self.d_model):
+            object.__setattr__(self, "embed_dim", self.d_model)
+        validate(self)
+
+    # --- derived views -------------------------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together (H*h; MLA: H*(nope+rope))."""
+        if self.is_mla:
+            return self.n_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of all key (or value) heads together: K*h."""
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def stacks(self) -> tuple[tuple[str, int], ...]:
+        """(stack name, depth) in forward order; the stack name prefixes op paths."""
+        if self.family == "encoder-decoder":
+            return (("encoder", self.n_encoder_layers), ("decoder", self.n_layers))
+        return (("", self.n_layers),)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) of the decoder stack uses the MoE MLP."""
+        return (
+            self.is_moe
+            and layer >= self.first_k_dense
+            and layer not in self.dense_layers
+            and (layer + 1) % self.moe_every == 0
+        )
+
+    def window(self, layer: int) -> int:
+        """Attention window of block ``layer`` in tokens (0 = full attention)."""
+        if not self.sliding_window:
+            return 0
+        if self.global_every and (layer + 1) % self.global_every == 0:
+            return 0
+        return self.sliding_window
+
+    def replace(self, **changes) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_INT_FIELDS_POSITIVE = ("n_layers", "d_model", "n_heads", "vocab_size", "d_ff", "n_kv_heads",
+                        "head_dim", "embed_dim", "max_position", "moe_every")
+_INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_lora_rank",
+                      "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                      "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
+                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size")
+_BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
+                "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
+                "tie_embeddings", "lm_head_bias")
+_CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
+            "norm_position": NORM_POSITIONS, "pos_type": POSITION_TYPES, "qk_norm": QK_NORMS,
+            "head": HEADS}
+
+
+def validate(cfg: ModelConfig) -> None:
+    """Raise one ConfigError that names every offending value of ``cfg``."""
+    problems: list[str] = []
+    for name in _INT_FIELDS_POSITIVE:
+        v = getattr(cfg, name)
+        if not _is_int(v) or v <= 0:
+            problems.append(f"{name} ({v!r}) must be a positive integer")
+    for name in _INT_FIELDS_NONNEG:
+        v = getattr(cfg, name)
+        if not _is_int(v) or v < 0:
+            problems.append(f"{name} ({v!r}) must be a non-negative integer")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(cfg, name), bool):
+            problems.append(f"{name} ({getattr(cfg, name)!r}) must be true or false")
+    for name, choices in _CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            problems.append(f"{name} ({getattr(cfg, name)!r}) must be one of {', '.join(choices)}")
+    if not isinstance(cfg.dense_layers, tuple) or not all(_is_int(i) and i >= 0
+                                                           for i in cfg.dense_layers):
+        problems.append(f"dense_layers ({cfg.dense_layers!r}) must be a tuple of layer indices")
+    if problems:  # the structural checks below assume well-typed numbers
+        raise ConfigError(f"{cfg.name}: " + "; ".join(problems))
+
+    if cfg.n_kv_heads > cfg.n_heads:
+        problems.append(f"n_kv_heads ({cfg.n_kv_heads}) must not exceed n_heads ({cfg.n_heads})")
+    elif cfg.n_heads % cfg.n_kv_heads:
+        problems.append(f"n_heads ({cfg.n_heads}) must be divisible by n_kv_heads "
+                        f"({cfg.n_kv_heads})")
+    if cfg.family == "encoder-decoder" and cfg.n_encoder_layers <= 0:
+        problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) must be positive for an "
+                        "encoder-decoder model")
+    if cfg.family != "encoder-decoder" and cfg.n_encoder_layers:
+        problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) is only for encoder-decoder "
+                        f"models, not family {cfg.family!r}")
+    if cfg.parallel_norms not in (1, 2):
+        problems.append(f"parallel_norms ({cfg.parallel_norms!r}) must be 1 or 2")
+    if cfg.parallel_block and cfg.family != "decoder":
+        problems.append(f"parallel_block needs family 'decoder', not {cfg.family!r}")
+    if cfg.parallel_block and cfg.norm_position != "pre":
+        problems.append(f"parallel_block needs norm_position 'pre', not {cfg.norm_position!r}")
+    if cfg.is_mla:
+        for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(cfg, name) <= 0:
+                problems.append(f"{name} ({getattr(cfg, name)}) must be positive with MLA "
+                                f"(kv_lora_rank {cfg.kv_lora_rank})")
+        if cfg.family == "encoder-decoder":
+            problems.append("multi-head latent attention (kv_lora_rank) is for decoder stacks")
+    elif cfg.q_lora_rank:
+        problems.append(f"q_lora_rank ({cfg.q_lora_rank}) needs MLA: set kv_lora_rank too")
+    if cfg.is_moe:
+        if not 1 <= cfg.top_k <= cfg.n_experts:
+            problems.append(f"top_k ({cfg.top_k}) must be between 1 and n_experts "
+                            f"({cfg.n_experts})")
+        if cfg.first_k_dense > cfg.n_layers:
+            problems.append(f"first_k_dense ({cfg.first_k_dense}) exceeds n_layers "
+                            f"({cfg.n_layers})")
+        if cfg.family == "encoder-decoder":
+            problems.append("mixture-of-experts layers are modelled for decoder/encoder stacks "
+                            "only")
+    else:
+        for name in ("top_k", "n_shared_experts", "shared_d_ff", "first_k_dense"):
+            if getattr(cfg, name):
+                problems.append(f"{name} ({getattr(cfg, name)}) needs n_experts > 0")
+        if cfg.shared_expert_gate or cfg.router_bias:
+            problems.append("shared_expert_gate/router_bias need n_experts > 0")
+    if cfg.global_every and not cfg.sliding_window:
+        problems.append(f"global_every ({cfg.global_every}) needs a sliding_window")
+    if cfg.pos_type == "relative_bias" and cfg.relative_buckets <= 0:
+        problems.append(f"relative_buckets ({cfg.relative_buckets}) must be positive")
+    if cfg.pos_type == "rotary" and not cfg.is_mla and cfg.head_dim % 2:
+        problems.append(f"head_dim ({cfg.head_dim}) must be even for rotary positions")
+    if cfg.head == "none" and cfg.lm_head_bias:
+        problems.append("lm_head_bias needs head 'lm'")
+    if cfg.pooler and cfg.family == "decoder":
+        problems.append("pooler is for encoder models (BERT)")
+    bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
+    if bad_dense:
+        problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")
+    if problems:
+        raise ConfigError(f"{cfg.name}: " + "; ".join(problems))

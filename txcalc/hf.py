@@ -1,0 +1,343 @@
+"""Hugging Face ``config.json`` -> ModelConfig. The only module that knows HF field names.
+
+Each supported ``model_type`` maps to one function below. A field missing from the file takes
+the default of the matching ``transformers`` configuration class (as of transformers 5.x), so a
+trimmed config.json means what it means to HF. The test suite draws random configs per
+model_type and checks parameter counts against the HF model built on the meta device.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .config import ModelConfig
+from .errors import ConfigError, TxcalcError
+
+# HF activation names -> ours (gated variants are chosen by the model type, not the name).
+_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+        "gelu_fast": "gelu_tanh", "quick_gelu": "gelu", "relu": "relu", "silu": "silu",
+        "swish": "silu", "relu2": "relu2", "gelu_python": "gelu", "tanh": "gelu"}
+_GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh", "relu": "reglu"}
+
+
+class _Fields:
+    """Typed reads from a config.json dict, each error naming the field and its value."""
+
+    def __init__(self, raw: dict[str, Any], where: str):
+        self.raw, self.where = raw, where
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.raw.get(key)
+        return default if v is None else v
+
+    def int(self, key: str, default: int | None = None) -> int:
+        v = self.get(key, default)
+        if v is None:
+            raise ConfigError(f"{self.where}: missing required field {key!r}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                return int(v)
+            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be an integer")
+        return v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be true or false")
+        return v
+
+    def act(self, key: str, default: str) -> str:
+        v = self.get(key, default)
+        if v not in _ACT:
+            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) is not a known activation "
+                              f"({', '.join(sorted(_ACT))})")
+        return _ACT[v]
+
+    def heads(self, d_model: int, n_heads: int) -> int:
+        """head_dim when given, else d_model // n_heads (HF's rule); 0 heads is left to validate."""
+        return self.int("head_dim", d_model // n_heads if n_heads > 0 else 0)
+
+
+def _llama_like(f: _Fields, *, act_default: str = "silu", tie: bool = False,
+                max_pos: int = 2048, bias_key: str | None = "attention_bias") -> dict[str, Any]:
+    """Llama and its kin: RMSNorm, rotary, gated MLP, GQA. Shared by most decoder types."""
+    d, h = f.int("hidden_size"), f.int("num_attention_heads")
+    bias = f.bool(bias_key, False) if bias_key else False
+    out = dict(
+        n_layers=f.int("num_hidden_layers"), d_model=d, n_heads=h,
+        n_kv_heads=f.int("num_key_value_heads", h), head_dim=f.heads(d, h),
+        d_ff=f.int("intermediate_size"), vocab_size=f.int("vocab_size"),
+        max_position=f.int("max_position_embeddings", max_pos), qkv_bias=bias, out_bias=bias,
+        activation=_GATED[f.act("hidden_act", act_default)], mlp_bias=f.bool("mlp_bias", False),
+        norm_type="rmsnorm", pos_type="rotary", tie_embeddings=f.bool("tie_word_embeddings", tie),
+    )
+    out.update(_windows(f, out["n_layers"]))
+    return out
+
+
+def _windows(f: _Fields, n_layers: int) -> dict[str, Any]:
+    """Sliding-window layout from ``sliding_window`` / ``use_sliding_window`` / ``layer_types``."""
+    window = f.get("sliding_window", 0)
+    if not window or not f.bool("use_sliding_window", True):
+        return {}
+    types = f.get("layer_types")
+    if not types:
+        return {"sliding_window": int(window)}
+    sliding = [t == "sliding_attention" for t in types]
+    if not any(sliding):
+        return {}
+    if all(sliding):
+        return {"sliding_window": int(window)}
+    for k in range(2, n_layers + 1):  # a periodic pattern with a global layer every k-th
+        if all(s == ((i + 1) % k != 0) for i, s in enumerate(sliding)):
+            return {"sliding_window": int(window), "global_every": k}
+    raise ConfigError(f"{f.where}: layer_types pattern is not 'every k-th layer global'; "
+                      "txcalc cannot model it yet")
+
+
+def _moe_qwen(f: _Fields, n_layers: int, shared: bool) -> dict[str, Any]:
+    out = dict(n_experts=f.int("num_experts"), top_k=f.int("num_experts_per_tok"),
+               moe_d_ff=f.int("moe_intermediate_size"), moe_every=f.int("decoder_sparse_step", 1),
+               dense_layers=tuple(int(i) for i in f.get("mlp_only_layers", [])))
+    if shared:
+        out.update(shared_d_ff=f.int("shared_expert_intermediate_size"), shared_expert_gate=True)
+    return out
+
+
+def _llama(f): return _llama_like(f)
+
+
+def _mistral(f):  # Mistral's attention has no biases whatever the config says
+    return _llama_like(f, max_pos=131072, bias_key=None)
+
+
+def _qwen2(f):  # Qwen2: q/k/v always biased, o never
+    return _llama_like(f, max_pos=32768, bias_key=None) | {"qkv_bias": True}
+
+
+def _qwen3(f):
+    return _llama_like(f, max_pos=32768) | {"qk_norm": "head"}
+
+
+def _mixtral(f):
+    out = _llama_like(f, max_pos=131072, bias_key=None)
+    return out | {"n_experts": f.int("num_local_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
+                  "moe_d_ff": out["d_ff"]}
+
+
+def _qwen2_moe(f):
+    out = _llama_like(f, max_pos=32768, bias_key=None) | {"qkv_bias": f.bool("qkv_bias", True)}
+    return out | _moe_qwen(f, out["n_layers"], shared=True)
+
+
+def _qwen3_moe(f):
+    out = _llama_like(f, max_pos=32768) | {"qk_norm": "head"}
+    return out | _moe_qwen(f, out["n_layers"], shared=False)
+
+
+def _deepseek(f: _Fields, v3: bool) -> dict[str, Any]:
+    out = _llama_like(f, max_pos=4096 if v3 else 2048)
+    freq = f.int("moe_layer_freq", 1)
+    out.update(
+        n_kv_heads=out["n_heads"], head_dim=0, q_lora_rank=f.int("q_lora_rank", 0),
+        kv_lora_rank=f.int("kv_lora_rank", 512), qk_nope_head_dim=f.int("qk_nope_head_dim", 128),
+        qk_rope_head_dim=f.int("qk_rope_head_dim", 64), v_head_dim=f.int("v_head_dim", 128),
+        n_experts=f.int("n_routed_experts", 256 if v3 else 64),
+        top_k=f.int("num_experts_per_tok", 8 if v3 else 6),
+        moe_d_ff=f.int("moe_intermediate_size", 2048 if v3 else 1407),
+        n_shared_experts=f.int("n_shared_experts", 1 if v3 else 2),
+        first_k_dense=f.int("first_k_dense_replace", 3 if v3 else 0), moe_every=freq,
+        out_bias=out["qkv_bias"],
+    )
+    if out["head_dim"] == 0:
+        out.pop("head_dim")
+    return out
+
+
+def _gemma(f):
+    out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=8192)
+    act_key = "hidden_activation" if f.get("hidden_activation") else "hidden_act"
+    return out | {"activation": _GATED[f.act(act_key, "gelu_pytorch_tanh")]}
+
+
+def _gemma2(f):
+    return _gemma(f) | {"norm_position": "sandwich"}
+
+
+def _phi3(f):
+    return _llama_like(f, max_pos=4096, bias_key=None)
+
+
+def _olmo(f):
+    return _llama_like(f) | {"norm_type": "layernorm", "norm_affine": False}
+
+
+def _starcoder2(f):
+    out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=4096, bias_key="use_bias")
+    return out | {"activation": f.act("hidden_act", "gelu_pytorch_tanh"), "mlp_bias": out["qkv_bias"],
+                  "norm_type": "layernorm", "norm_bias": True}
+
+
+def _gpt2(f):
+    d, h = f.int("n_embd", 768), f.int("n_head", 12)
+    return dict(n_layers=f.int("n_layer", 12), d_model=d, n_heads=h, vocab_size=f.int("vocab_size", 50257),
+                d_ff=f.int("n_inner", 4 * d), max_position=f.int("n_positions", 1024), pos_type="learned",
+                activation=f.act("activation_function", "gelu_new"), qkv_bias=True, out_bias=True,
+                mlp_bias=True, tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+def _gptj(f):
+    d, h = f.int("n_embd", 4096), f.int("n_head", 16)
+    return dict(n_layers=f.int("n_layer", 28), d_model=d, n_heads=h, vocab_size=f.int("vocab_size", 50400),
+                d_ff=f.int("n_inner", 4 * d), max_position=f.int("n_positions", 2048), pos_type="rotary",
+                activation=f.act("activation_function", "gelu_new"), mlp_bias=True, parallel_block=True,
+                parallel_norms=1, tie_embeddings=f.bool("tie_word_embeddings", False), lm_head_bias=True)
+
+
+def _gpt_neox(f):
+    d, h = f.int("hidden_size", 6144), f.int("num_attention_heads", 64)
+    bias = f.bool("attention_bias", True)
+    return dict(n_layers=f.int("num_hidden_layers", 44), d_model=d, n_heads=h,
+                vocab_size=f.int("vocab_size", 50432), d_ff=f.int("intermediate_size", 24576),
+                max_position=f.int("max_position_embeddings", 2048), pos_type="rotary",
+                activation=f.act("hidden_act", "gelu"), qkv_bias=bias, out_bias=bias, mlp_bias=True,
+                parallel_block=f.bool("use_parallel_residual", True), parallel_norms=2,
+                tie_embeddings=f.bool("tie_word_embeddings", False))
+
+
+def _falcon(f):
+    d, h = f.int("hidden_size", 4544), f.int("num_attention_heads", 71)
+    new_arch = f.bool("new_decoder_architecture", False)
+    if new_arch:
+        kv = f.int("num_kv_heads", h)
+    else:
+        kv = 1 if f.bool("multi_query", True) else h
+    parallel = f.bool("parallel_attn", True)
+    n_ln = f.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+    bias = f.bool("bias", False)
+    return dict(n_layers=f.int("num_hidden_layers", 32), d_model=d, n_heads=h, n_kv_heads=kv,
+                vocab_size=f.int("vocab_size", 65024), d_ff=f.int("ffn_hidden_size", 4 * d),
+                max_position=f.int("max_position_embeddings", 2048),
+                pos_type="alibi" if f.bool("alibi", False) else "rotary", activation="gelu",
+                qkv_bias=bias, out_bias=bias, mlp_bias=bias, parallel_block=parallel,
+                parallel_norms=int(n_ln) if parallel else 1,
+                tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+def _opt(f):
+    d = f.int("hidden_size", 768)
+    pre = f.bool("do_layer_norm_before", True)
+    bias = f.bool("enable_bias", True)
+    return dict(n_layers=f.int("num_hidden_layers", 12), d_model=d, n_heads=f.int("num_attention_heads", 12),
+                vocab_size=f.int("vocab_size", 50272), d_ff=f.int("ffn_dim", 3072),
+                max_position=f.int("max_position_embeddings", 2048), position_offset=2, pos_type="learned",
+                activation=f.act("activation_function", "relu"), qkv_bias=bias, out_bias=bias, mlp_bias=bias,
+                norm_position="pre" if pre else "post", final_norm=pre and not f.bool("_remove_final_layer_norm", False),
+                norm_affine=f.bool("layer_norm_elementwise_affine", True), embed_dim=f.int("word_embed_proj_dim", d),
+                tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+def _bloom(f):
+    d = f.int("hidden_size", f.int("n_embed", 64))
+    return dict(n_layers=f.int("n_layer", 2), d_model=d, n_heads=f.int("n_head", 8),
+                vocab_size=f.int("vocab_size", 250880), d_ff=4 * d, pos_type="alibi", activation="gelu_tanh",
+                qkv_bias=True, out_bias=True, mlp_bias=True, embed_norm=True,
+                tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+def _bert(f):
+    d = f.int("hidden_size", 768)
+    return dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
+                n_heads=f.int("num_attention_heads", 12), vocab_size=f.int("vocab_size", 30522),
+                d_ff=f.int("intermediate_size", 3072), max_position=f.int("max_position_embeddings", 512),
+                type_vocab_size=f.int("type_vocab_size", 2), pos_type="learned",
+                activation=f.act("hidden_act", "gelu"), qkv_bias=True, out_bias=True, mlp_bias=True,
+                norm_position="post", final_norm=False, embed_norm=True, pooler=True, head="none")
+
+
+def _t5(f):
+    proj = str(f.get("feed_forward_proj", "relu"))
+    gated = proj.startswith("gated-")
+    act = f.act("feed_forward_proj", "relu") if not gated else _ACT.get(proj[6:])
+    if act is None:
+        raise ConfigError(f"{f.where}: field 'feed_forward_proj' ({proj!r}) is not a known activation")
+    n_layers = f.int("num_layers", 6)
+    return dict(family="encoder-decoder", n_encoder_layers=n_layers,
+                n_layers=f.int("num_decoder_layers", n_layers), d_model=f.int("d_model", 512),
+                n_heads=f.int("num_heads", 8), head_dim=f.int("d_kv", 64), d_ff=f.int("d_ff", 2048),
+                vocab_size=f.int("vocab_size", 32128), pos_type="relative_bias",
+                relative_buckets=f.int("relative_attention_num_buckets", 32),
+                max_position=f.int("n_positions", 512), activation=_GATED[act] if gated else act,
+                norm_type="rmsnorm", norm_bias=False, tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+def _bart(f):
+    enc, dec = f.int("encoder_layers", 12), f.int("decoder_layers", 12)
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if f.int(a, 16 if "heads" in a else 4096) != f.int(b, 16 if "heads" in b else 4096):
+            raise ConfigError(f"{f.where}: {a} ({f.raw.get(a)}) != {b} ({f.raw.get(b)}): txcalc "
+                              "models encoder and decoder stacks of equal width")
+    if f.bool("add_final_layer_norm", False) or f.bool("normalize_before", False):
+        raise ConfigError(f"{f.where}: pre-norm BART variants (mBART) are not supported yet")
+    return dict(family="encoder-decoder", n_encoder_layers=enc, n_layers=dec,
+                d_model=f.int("d_model", 1024), n_heads=f.int("encoder_attention_heads", 16),
+                d_ff=f.int("encoder_ffn_dim", 4096), vocab_size=f.int("vocab_size", 50265),
+                max_position=f.int("max_position_embeddings", 1024), position_offset=2,
+                pos_type="learned", activation=f.act("activation_function", "gelu"), qkv_bias=True,
+                out_bias=True, mlp_bias=True, norm_position="post", final_norm=False,
+                embed_norm=True, tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+#: model_type -> converter. Llama-shaped types share ``_llama``.
+CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    "llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "qwen3": _qwen3, "mixtral": _mixtral,
+    "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": lambda f: _deepseek(f, v3=False), "deepseek_v3": lambda f: _deepseek(f, v3=True),
+    "gemma": _gemma, "gemma2": _gemma2, "phi3": _phi3, "olmo": _olmo, "starcoder2": _starcoder2,
+    "gpt2": _gpt2, "gptj": _gptj, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt,
+    "bloom": _bloom, "bert": _bert, "roberta": _bert, "t5": _t5, "bart": _bart,
+}
+
+
+def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
+    """A ModelConfig from the parsed contents of a HF config.json."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{name}: expected a JSON object, got {type(raw).__name__}")
+    model_type = raw.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{name}: no 'model_type' field; supported: {', '.join(sorted(CONVERTERS))}")
+    if model_type not in CONVERTERS:
+        raise ConfigError(f"{name}: unsupported model_type {model_type!r}; supported: "
+                          f"{', '.join(sorted(CONVERTERS))}")
+    f = _Fields(raw, name)
+    try:
+        fields = CONVERTERS[model_type](f)
+    except TxcalcError:
+        raise
+    except (TypeError, ValueError, KeyError, ZeroDivisionError) as e:  # odd types in odd fields
+        raise ConfigError(f"{name}: cannot read {model_type} config: {e}") from None
+    return ModelConfig(name=name, source=f"HF config.json ({model_type})", **fields)
+
+
+def load_hf_config(path: str | Path) -> ModelConfig:
+    """Read a HF config.json (or a directory holding one) into a ModelConfig."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    name = raw.get("_name_or_path") if isinstance(raw, dict) else None
+    return from_hf_dict(raw, str(name or default))

@@ -1,0 +1,90 @@
+"""Named models, one line each, with the source of every number.
+
+HF ``config.json`` files are cited by repository; papers by arXiv id. ``tests/data/hf/`` holds
+the config.json of every preset that has a Hugging Face class, and the test suite checks that
+each preset equals its import and that parameter counts equal HF's model on the meta device.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import partial
+
+from .config import ModelConfig
+from .errors import ConfigError
+
+M = ModelConfig
+# Families of shared settings; each preset line below states only what differs.
+_gpt2 = partial(M, family="decoder", vocab_size=50257, max_position=1024, pos_type="learned",
+                activation="gelu_tanh", qkv_bias=True, out_bias=True, mlp_bias=True,
+                tie_embeddings=True)
+_bert = partial(M, family="encoder", vocab_size=30522, max_position=512, pos_type="learned",
+                activation="gelu", qkv_bias=True, out_bias=True, mlp_bias=True, type_vocab_size=2,
+                norm_position="post", final_norm=False, embed_norm=True, pooler=True, head="none")
+_t5 = partial(M, family="encoder-decoder", vocab_size=32128, max_position=512, head_dim=64,
+              pos_type="relative_bias", activation="relu", norm_type="rmsnorm", norm_bias=False)
+_llama = partial(M, activation="swiglu", norm_type="rmsnorm", pos_type="rotary",
+                 tie_embeddings=False)
+
+PRESETS: dict[str, ModelConfig] = {
+    # openai-community/gpt2{,-medium,-large,-xl} config.json (Radford et al. 2019)
+    "gpt2": _gpt2(name="gpt2", n_layers=12, d_model=768, n_heads=12),
+    "gpt2-medium": _gpt2(name="gpt2-medium", n_layers=24, d_model=1024, n_heads=16),
+    "gpt2-large": _gpt2(name="gpt2-large", n_layers=36, d_model=1280, n_heads=20),
+    "gpt2-xl": _gpt2(name="gpt2-xl", n_layers=48, d_model=1600, n_heads=25),
+    # google-bert/bert-{base,large}-uncased config.json (Devlin et al. 2018, arXiv:1810.04805)
+    "bert-base-uncased": _bert(name="bert-base-uncased", n_layers=12, d_model=768, n_heads=12),
+    "bert-large-uncased": _bert(name="bert-large-uncased", n_layers=24, d_model=1024, n_heads=16),
+    # google-t5/t5-{small,base,large} config.json (Raffel et al. 2019, arXiv:1910.10683)
+    "t5-small": _t5(name="t5-small", n_layers=6, n_encoder_layers=6, d_model=512, n_heads=8,
+                    d_ff=2048),
+    "t5-base": _t5(name="t5-base", n_layers=12, n_encoder_layers=12, d_model=768, n_heads=12,
+                   d_ff=3072),
+    "t5-large": _t5(name="t5-large", n_layers=24, n_encoder_layers=24, d_model=1024, n_heads=16,
+                    d_ff=4096),
+    # meta-llama/Llama-2-{7b,13b,70b}-hf config.json (Touvron et al. 2023, arXiv:2307.09288)
+    "llama-2-7b": _llama(name="llama-2-7b", n_layers=32, d_model=4096, n_heads=32,
+                         d_ff=11008, vocab_size=32000, max_position=4096),
+    "llama-2-13b": _llama(name="llama-2-13b", n_layers=40, d_model=5120, n_heads=40,
+                          d_ff=13824, vocab_size=32000, max_position=4096),
+    "llama-2-70b": _llama(name="llama-2-70b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
+                          d_ff=28672, vocab_size=32000, max_position=4096),
+    # meta-llama/Meta-Llama-3-8B, Llama-3.1-{70B,405B} config.json (arXiv:2407.21783, Table 3)
+    "llama-3-8b": _llama(name="llama-3-8b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                         d_ff=14336, vocab_size=128256, max_position=8192),
+    "llama-3.1-70b": _llama(name="llama-3.1-70b", n_layers=80, d_model=8192, n_heads=64,
+                            n_kv_heads=8, d_ff=28672, vocab_size=128256, max_position=131072),
+    "llama-3.1-405b": _llama(name="llama-3.1-405b", n_layers=126, d_model=16384, n_heads=128,
+                             n_kv_heads=8, d_ff=53248, vocab_size=128256, max_position=131072),
+    # mistralai/Mistral-7B-v0.1 config.json (Jiang et al. 2023, arXiv:2310.06825)
+    "mistral-7b": _llama(name="mistral-7b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                         d_ff=14336, vocab_size=32000, max_position=32768, sliding_window=4096),
+    # mistralai/Mixtral-8x7B-v0.1 config.json (Jiang et al. 2024, arXiv:2401.04088)
+    "mixtral-8x7b": _llama(name="mixtral-8x7b", n_layers=32, d_model=4096, n_heads=32,
+                           n_kv_heads=8, d_ff=14336, vocab_size=32000, max_position=32768,
+                           n_experts=8, top_k=2),
+    # Qwen/Qwen2-7B config.json (Yang et al. 2024, arXiv:2407.10671)
+    "qwen2-7b": _llama(name="qwen2-7b", n_layers=28, d_model=3584, n_heads=28, n_kv_heads=4,
+                       d_ff=18944, vocab_size=152064, max_position=131072, qkv_bias=True),
+    # deepseek-ai/DeepSeek-V3 config.json (arXiv:2412.19437: 671B total, 37B active; HF builds
+    # no multi-token-prediction module, whose 14B make the 685B of the checkpoint)
+    "deepseek-v3": _llama(name="deepseek-v3", n_layers=61, d_model=7168, n_heads=128,
+                          d_ff=18432, vocab_size=129280, max_position=163840, q_lora_rank=1536,
+                          kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                          v_head_dim=128, n_experts=256, top_k=8, moe_d_ff=2048,
+                          n_shared_experts=1, first_k_dense=3),
+    # Brown et al. 2020, "Language Models are Few-Shot Learners", arXiv:2005.14165, Table 2.1:
+    # n_layers 96, d_model 12288, n_heads 96, d_head 128, n_ctx 2048, GPT-2 tokenizer (50257)
+    "gpt3-175b": _gpt2(name="gpt3-175b", n_layers=96, d_model=12288, n_heads=96, max_position=2048,
+                       activation="gelu"),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """The preset called ``name`` (case-insensitive), or a ConfigError with close matches."""
+    key = name.strip().lower()
+    if key in PRESETS:
+        return PRESETS[key]
+    close = difflib.get_close_matches(key, PRESETS, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(PRESETS)}"
+    raise ConfigError(f"unknown model {name!r} (not a preset, not a config.json path){hint}")
