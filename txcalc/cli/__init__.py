@@ -1,0 +1,49 @@
+"""The txcalc command line: typer commands, rich tables, ``--json`` for scripts.
+
+Imports stay light on purpose: no pandas, torch or matplotlib on the CLI path (a query must
+answer in well under half a second). Every user error prints as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+try:  # typer >= 0.2x vendors its own click; older ones use the click package
+    from typer._click import exceptions as _click
+except ImportError:  # pragma: no cover
+    from click import exceptions as _click
+
+from ..errors import TxcalcError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Exact compute-and-memory accounting for Transformer models.")
+
+# Commands register themselves on import (one module per command).
+from . import params_cmd  # noqa: E402,F401
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning every user error into one line and exit code 2."""
+    try:
+        app(args=argv, prog_name="txcalc", standalone_mode=False)
+    except TxcalcError as e:
+        print(f"txcalc: error: {e}", file=sys.stderr)
+        return 2
+    except _click.NoArgsIsHelpError:
+        return 0
+    except _click.UsageError as e:  # bad option, non-numeric value, missing argument
+        where = f" ({e.ctx.command_path})" if e.ctx else ""
+        print(f"txcalc: error{where}: {e.format_message()}", file=sys.stderr)
+        return 2
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        print("txcalc: aborted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
