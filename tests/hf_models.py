@@ -46,3 +46,22 @@ def hf_model(raw: dict, attn: str = "eager"):
 
 def numel(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def train_step_flops(raw: dict, batch: int, seq: int, src_seq: int | None = None) -> int:
+    """torch's FlopCounterMode total for forward + loss + backward of the HF model on meta."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = hf_model(raw)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        if raw["model_type"] in SEQ2SEQ:
+            src = torch.zeros(batch, src_seq or seq, dtype=torch.long, device="meta")
+            loss = model(input_ids=src, labels=ids).loss
+        elif raw["model_type"] in ENCODERS:
+            out = model(input_ids=ids)
+            loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    return counter.get_total_flops()

@@ -120,3 +120,81 @@ class ParamCounts:
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
     return ParamCounts(cfg, tuple(model_ops(cfg)))
+
+
+@dataclass(frozen=True)
+class FlopCounts:
+    """Matmul FLOPs of one training step (forward, loss, backward) under a workload.
+
+    ``forward``/``backward`` are executed FLOPs (full S x S attention, what dense kernels run
+    and torch's FlopCounterMode counts). ``model`` is forward + backward with masked attention
+    pairs skipped (causal, sliding window): the numerator of MFU. ``recompute`` is the extra
+    forward work of activation recomputation; hardware FLOPs (HFU) = executed + recompute.
+    Elementwise work (norms, softmax, activations, the loss) is not matmul work and is not
+    counted, as in FlopCounterMode and in MFU conventions (PaLM, arXiv:2204.02311, App. B).
+    """
+
+    cfg: ModelConfig
+    work: object
+    ops: tuple[Op, ...]
+
+    @cached_property
+    def forward(self) -> int:
+        return sum(op.fwd_flops(self.work) for op in self.ops)
+
+    @cached_property
+    def backward(self) -> int:
+        return sum(op.bwd_flops(self.work) for op in self.ops)
+
+    @cached_property
+    def model(self) -> int:
+        return sum(op.fwd_flops(self.work, True) + op.bwd_flops(self.work, True)
+                   for op in self.ops)
+
+    @cached_property
+    def recompute(self) -> int:
+        mode = self.work.recompute
+        if mode == "none":
+            return 0
+        if mode == "selective":  # the attention core only (Korthikanti et al., arXiv:2205.05198)
+            return sum(op.fwd_flops(self.work) for op in self.ops
+                       if op.kind in ("attn_scores", "attn_context"))
+        return sum(op.fwd_flops(self.work) for op in self.ops if op.layer >= 0)
+
+    @property
+    def hardware(self) -> int:
+        return self.forward + self.backward + self.recompute
+
+    def rows(self) -> list[dict]:
+        w = self.work
+        return [{"path": op.path, "component": op.component, "stack": op.stack,
+                 "layer": op.layer, "kind": op.kind, "forward_flops": op.fwd_flops(w),
+                 "backward_flops": op.bwd_flops(w),
+                 "model_flops": op.fwd_flops(w, True) + op.bwd_flops(w, True)}
+                for op in self.ops if op.kind in ("linear", "attn_scores", "attn_context")]
+
+    def by_component(self) -> list[dict]:
+        out: dict[str, dict] = {}
+        for r in self.rows():
+            key = f"{r['stack']}.{r['component']}" if r["stack"] else r["component"]
+            row = out.setdefault(key, {"component": key, "forward_flops": 0,
+                                       "backward_flops": 0, "model_flops": 0})
+            for k in ("forward_flops", "backward_flops", "model_flops"):
+                row[k] += r[k]
+        return list(out.values())
+
+    def frame(self):
+        import pandas as pd
+        return pd.DataFrame(self.rows())
+
+    def to_json(self) -> dict:
+        w = self.work
+        return {"model": self.cfg.name, "batch": w.batch, "seq": w.seq, "src_seq": w.src_seq,
+                "attn_impl": w.attn_impl, "recompute": w.recompute,
+                "forward_flops": self.forward, "backward_flops": self.backward,
+                "model_flops": self.model, "recompute_flops": self.recompute,
+                "hardware_flops": self.hardware, "by_component": self.by_component()}
+
+
+def count_flops(cfg: ModelConfig, work) -> FlopCounts:
+    return FlopCounts(cfg, work, tuple(model_ops(cfg)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, embedding, linear, norm
+from .ops import Op, attention_core, embedding, linear, norm
 
 Where = tuple[str, int]
 
@@ -55,21 +55,44 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
         yield embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads)
 
 
+def _stream(stack: str) -> str:
+    """Encoder blocks of an encoder-decoder model see the source tokens."""
+    return "src" if stack == "encoder" else "seq"
+
+
+def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim: int,
+          cross: bool = False) -> list[Op]:
+    stack, layer = where
+    q_stream = _stream(stack)
+    causal = cfg.family != "encoder" and stack != "encoder" and not cross
+    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads, qk_dim=qk_dim,
+                          v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
+                          causal=causal, window=cfg.window(layer) if causal else 0)
+
+
 def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Iterator[Op]:
-    """Self- or cross-attention projections. Shapes: q D->H*h, k/v D->K*h, o H*h->D."""
+    """Self- or cross-attention. Shapes: q D->H*h, k/v D->K*h, core over S_q x S_k, o H*h->D.
+
+    Cross-attention (decoder of an encoder-decoder model) projects k and v from the encoder's
+    output, so their rows are the source tokens.
+    """
     D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     c = f"{name}."
     if cfg.is_mla and name == "attn":
         yield from mla(cfg, p + c, where)
         return
-    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias)
-    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias)
-    yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias)
-    if cfg.qk_norm != "none" and name == "attn":
+    cross = name == "cross_attn"
+    q_stream = _stream(where[0])
+    kv_stream = "src" if cross else q_stream
+    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream)
+    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream)
+    yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream)
+    if cfg.qk_norm != "none" and not cross:
         q_w, k_w = (h, h) if cfg.qk_norm == "head" else (H * h, K * h)
         yield _norm(cfg, f"{p}{c}q_norm", where, c + "q_norm", q_w)
         yield _norm(cfg, f"{p}{c}k_norm", where, c + "k_norm", k_w)
-    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias)
+    yield from _core(cfg, p + c, where, c, h, h, cross)
+    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream)
 
 
 def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
@@ -95,6 +118,7 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
                False, True)
     yield linear(f"{c}kv_b_proj", where, comp + "kv_b_proj", cfg.kv_lora_rank,
                  H * (cfg.qk_nope_head_dim + cfg.v_head_dim), False)
+    yield from _core(cfg, c, where, comp, qk, cfg.v_head_dim)
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
 
 
@@ -102,7 +126,7 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
         instances: int = 1, active: int = 1) -> Iterator[Op]:
     """Dense MLP: gated (gate and up D->F, down F->D) or plain (up D->F, down F->D)."""
     D = cfg.d_model
-    kw = {"instances": instances, "active": active}
+    kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
     if cfg.gated:
         yield linear(f"{c}gate_proj", where, comp + "gate_proj", D, d_ff, bias, **kw)
     yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias, **kw)
@@ -150,7 +174,7 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
         yield linear("lm_head", top, "lm_head", cfg.embed_dim, cfg.vocab_size, cfg.lm_head_bias,
                      tied=cfg.tie_embeddings)
     if cfg.pooler:
-        yield linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True)
+        yield linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
 
 
 def model_ops(cfg: ModelConfig) -> list[Op]:

@@ -1,0 +1,60 @@
+"""Workload: what the model is asked to do (batch, sequence lengths, kernels, recompute).
+
+Kept apart from ModelConfig: the same model is costed under many workloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import WorkloadError
+
+ATTN_IMPLS = ("eager", "sdpa", "flash")
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training micro-batch (or one inference pass).
+
+    ``seq`` is the decoder (or only) stack's length; ``src_seq`` the encoder's for
+    encoder-decoder models (0 = same as ``seq``).
+
+    ``attn_impl``: eager (scores materialised; what HF eager runs), sdpa (on the meta device
+    SDPA runs its math path: same FLOPs as eager), flash (fused kernel: no s x s stored; torch's
+    FlopCounterMode counts its backward as 2.5x forward because the scores are recomputed).
+    """
+
+    batch: int = 1
+    seq: int = 2048
+    src_seq: int = 0
+    attn_impl: str = "eager"
+    recompute: str = "none"
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("batch", "seq"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                problems.append(f"{name} ({v!r}) must be a positive integer")
+        if isinstance(self.src_seq, bool) or not isinstance(self.src_seq, int) or self.src_seq < 0:
+            problems.append(f"src_seq ({self.src_seq!r}) must be a non-negative integer")
+        if self.attn_impl not in ATTN_IMPLS:
+            problems.append(f"attn_impl ({self.attn_impl!r}) must be one of {', '.join(ATTN_IMPLS)}")
+        if self.recompute not in RECOMPUTE:
+            problems.append(f"recompute ({self.recompute!r}) must be one of {', '.join(RECOMPUTE)}")
+        if problems:
+            raise WorkloadError("; ".join(problems))
+        if self.src_seq == 0:
+            object.__setattr__(self, "src_seq", self.seq)
+
+    def rows(self, stream: str) -> int:
+        """Rows (tokens) an op processes: ``seq`` tokens, ``src`` tokens, or one per sequence."""
+        if stream == "src":
+            return self.batch * self.src_seq
+        if stream == "first":
+            return self.batch
+        return self.batch * self.seq
+
+    def length(self, stream: str) -> int:
+        return self.src_seq if stream == "src" else self.seq
