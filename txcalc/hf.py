@@ -21,6 +21,17 @@ _ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh
         "gelu_fast": "gelu_tanh", "quick_gelu": "gelu", "relu": "relu", "silu": "silu",
         "swish": "silu", "relu2": "relu2", "gelu_python": "gelu", "tanh": "gelu"}
 _GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh", "relu": "reglu"}
+#: HF fields that are sizes or counts: an explicit 0 or a negative value is an error (0 must not
+#: fall through to ModelConfig's "0 = derive it" defaults).
+_POSITIVE = frozenset({
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "max_position_embeddings", "num_local_experts",
+    "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "decoder_sparse_step", "moe_layer_freq", "n_embd", "n_embed", "n_head", "n_layer", "n_inner",
+    "n_positions", "num_kv_heads", "ffn_hidden_size", "ffn_dim", "word_embed_proj_dim", "d_model",
+    "num_heads", "num_layers", "num_decoder_layers", "d_kv", "d_ff", "encoder_layers",
+    "decoder_layers", "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim",
+    "decoder_ffn_dim"})
 
 
 class _Fields:
@@ -28,6 +39,7 @@ class _Fields:
 
     def __init__(self, raw: dict[str, Any], where: str):
         self.raw, self.where = raw, where
+        self.problems: list[str] = []  # non-positive sizes, all reported together
 
     def get(self, key: str, default: Any = None) -> Any:
         v = self.raw.get(key)
@@ -41,6 +53,8 @@ class _Fields:
             if isinstance(v, float) and v.is_integer():
                 return int(v)
             raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be an integer")
+        if v <= 0 and key in _POSITIVE and self.raw.get(key) is not None:
+            self.problems.append(f"field {key!r} ({v}) must be a positive integer")
         return v
 
     def bool(self, key: str, default: bool) -> bool:
@@ -80,12 +94,17 @@ def _llama_like(f: _Fields, *, act_default: str = "silu", tie: bool = False,
 
 def _windows(f: _Fields, n_layers: int) -> dict[str, Any]:
     """Sliding-window layout from ``sliding_window`` / ``use_sliding_window`` / ``layer_types``."""
-    window = f.get("sliding_window", 0)
+    window = f.int("sliding_window", 0)
     if not window or not f.bool("use_sliding_window", True):
         return {}
     types = f.get("layer_types")
     if not types:
         return {"sliding_window": int(window)}
+    if not isinstance(types, list) or len(types) != n_layers or not all(
+            t in ("sliding_attention", "full_attention") for t in types):
+        raise ConfigError(f"{f.where}: field 'layer_types' ({types!r}) must list "
+                          f"'sliding_attention' or 'full_attention' once for each of the "
+                          f"{n_layers} layers")
     sliding = [t == "sliding_attention" for t in types]
     if not any(sliding):
         return {}
@@ -94,8 +113,9 @@ def _windows(f: _Fields, n_layers: int) -> dict[str, Any]:
     for k in range(2, n_layers + 1):  # a periodic pattern with a global layer every k-th
         if all(s == ((i + 1) % k != 0) for i, s in enumerate(sliding)):
             return {"sliding_window": int(window), "global_every": k}
-    raise ConfigError(f"{f.where}: layer_types pattern is not 'every k-th layer global'; "
-                      "txcalc cannot model it yet")
+    pattern = "".join("S" if s else "F" for s in sliding)
+    raise ConfigError(f"{f.where}: layer_types pattern {pattern} (S sliding, F full) is not "
+                      "'every k-th layer global'; txcalc cannot model it yet")
 
 
 def _moe_qwen(f: _Fields, n_layers: int, shared: bool) -> dict[str, Any]:
@@ -278,8 +298,9 @@ def _bart(f):
     enc, dec = f.int("encoder_layers", 12), f.int("decoder_layers", 12)
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if f.int(a, 16 if "heads" in a else 4096) != f.int(b, 16 if "heads" in b else 4096):
-            raise ConfigError(f"{f.where}: {a} ({f.raw.get(a)}) != {b} ({f.raw.get(b)}): txcalc "
+        va, vb = f.int(a, 16 if "heads" in a else 4096), f.int(b, 16 if "heads" in b else 4096)
+        if va != vb:
+            raise ConfigError(f"{f.where}: {a} ({va}) != {b} ({vb}): txcalc "
                               "models encoder and decoder stacks of equal width")
     if f.bool("add_final_layer_norm", False) or f.bool("normalize_before", False):
         raise ConfigError(f"{f.where}: pre-norm BART variants (mBART) are not supported yet")
@@ -310,16 +331,22 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     model_type = raw.get("model_type")
     if model_type is None:
         raise ConfigError(f"{name}: no 'model_type' field; supported: {', '.join(sorted(CONVERTERS))}")
-    if model_type not in CONVERTERS:
+    if not isinstance(model_type, str) or model_type not in CONVERTERS:
         raise ConfigError(f"{name}: unsupported model_type {model_type!r}; supported: "
                           f"{', '.join(sorted(CONVERTERS))}")
     f = _Fields(raw, name)
     try:
         fields = CONVERTERS[model_type](f)
-    except TxcalcError:
+    except TxcalcError as e:
+        if f.problems:
+            raise ConfigError("; ".join([str(e)] + f.problems)) from None
         raise
     except (TypeError, ValueError, KeyError, ZeroDivisionError) as e:  # odd types in odd fields
+        if f.problems:
+            raise ConfigError(f"{name}: " + "; ".join(f.problems)) from None
         raise ConfigError(f"{name}: cannot read {model_type} config: {e}") from None
+    if f.problems:
+        raise ConfigError(f"{name}: " + "; ".join(f.problems))
     return ModelConfig(name=name, source=f"HF config.json ({model_type})", **fields)
 
 
@@ -331,13 +358,17 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
+        raise ConfigError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read: {e}") from None
+    if not text.strip():
+        raise ConfigError(f"{p}: empty file, expected a JSON object")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a JSON object, got {type(raw).__name__}")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = raw.get("_name_or_path") if isinstance(raw, dict) else None
     return from_hf_dict(raw, str(name or default))

@@ -24,18 +24,37 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 from . import params_cmd  # noqa: E402,F401
 
 
+def _one_line(msg: str) -> str:
+    """A message as one line: embedded newlines (a path, a library message) become spaces."""
+    return " ".join(msg.split()) or "invalid input"
+
+
+def _given(e: Exception) -> str:
+    """repr of the value a BadParameter rejected (typer's pydantic messages do not quote it)."""
+    errors = getattr(e.__cause__, "errors", None)
+    if not isinstance(e, _click.BadParameter) or not callable(errors):
+        return ""
+    try:
+        return repr(errors()[0]["input"])
+    except (LookupError, TypeError, ValueError):
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning every user error into one line and exit code 2."""
     try:
         app(args=argv, prog_name="txcalc", standalone_mode=False)
     except TxcalcError as e:
-        print(f"txcalc: error: {e}", file=sys.stderr)
+        print(f"txcalc: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except _click.NoArgsIsHelpError:
         return 0
     except _click.UsageError as e:  # bad option, non-numeric value, missing argument
         where = f" ({e.ctx.command_path})" if e.ctx else ""
-        print(f"txcalc: error{where}: {e.format_message()}", file=sys.stderr)
+        msg, got = e.format_message(), _given(e)
+        if got and got not in msg:
+            msg += f" (got {got})"
+        print(f"txcalc: error{where}: {_one_line(msg)}", file=sys.stderr)
         return 2
     except typer.Exit as e:
         return e.exit_code
