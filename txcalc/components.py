@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, attention_core, embedding, linear, norm
+from .ops import Op, attention_core, elementwise, embedding, linear, norm
 
 Where = tuple[str, int]
 
@@ -48,7 +48,7 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     p, where = _prefix(stack), (stack, -1)
     if cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
-                        cfg.max_position + cfg.position_offset, cfg.d_model)
+                        cfg.max_position + cfg.position_offset, cfg.d_model, stream="pos")
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
     if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
@@ -85,8 +85,12 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     q_stream = _stream(where[0])
     kv_stream = "src" if cross else q_stream
     yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream)
-    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream)
-    yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream)
+    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
+                 shares_input=not cross)
+    yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
+                 shares_input=True)
+    if cfg.pos_type == "rotary" and where[1] == 0 and not cross:
+        yield rotary(p + c, where, c, h)
     if cfg.qk_norm != "none" and not cross:
         q_w, k_w = (h, h) if cfg.qk_norm == "head" else (H * h, K * h)
         yield _norm(cfg, f"{p}{c}q_norm", where, c + "q_norm", q_w)
@@ -122,14 +126,30 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
 
 
+def rotary(c: str, where: Where, comp: str, width: int) -> Op:
+    """Rotary tables: cos and sin, one row per position, computed once and shared by all
+    layers (so counted in block 0)."""
+    return elementwise(f"{c}rotary", where, comp + "rotary", "rotary",
+                       ((width, "a"), (width, "a")), stream="pos")
+
+
 def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool,
-        instances: int = 1, active: int = 1) -> Iterator[Op]:
-    """Dense MLP: gated (gate and up D->F, down F->D) or plain (up D->F, down F->D)."""
+        instances: int = 1, active: int = 1, shares_input: bool = False) -> Iterator[Op]:
+    """Dense MLP: gated (gate and up D->F, act(gate) * up, down F->D) or plain (up, act, down).
+
+    Saved by the activation: its input (gelu_new, written out elementwise, keeps four F-wide
+    tensors); gated: act input, act output and up output (the product's two operands).
+    """
     D = cfg.d_model
     kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
     if cfg.gated:
-        yield linear(f"{c}gate_proj", where, comp + "gate_proj", D, d_ff, bias, **kw)
-    yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias, **kw)
+        yield linear(f"{c}gate_proj", where, comp + "gate_proj", D, d_ff, bias,
+                     shares_input=shares_input, **kw)
+    yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias,
+                 shares_input=shares_input or cfg.gated, **kw)
+    n_saved = 3 if cfg.gated else (4 if cfg.activation == "gelu_new" else 1)
+    yield elementwise(f"{c}act", where, comp + "act", "activation",
+                      ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
     yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
 
 
@@ -160,7 +180,8 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if stack != "encoder" and cfg.is_moe_layer(i):
         yield from moe(cfg, p + "moe.", where)
     else:
-        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
+        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
+                       shares_input=cfg.parallel_block and cfg.parallel_norms == 1)
     if cfg.norm_position == "sandwich":
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
 
@@ -173,6 +194,8 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
             yield linear("proj_out", top, "proj_out", cfg.d_model, cfg.embed_dim, False)
         yield linear("lm_head", top, "lm_head", cfg.embed_dim, cfg.vocab_size, cfg.lm_head_bias,
                      tied=cfg.tie_embeddings)
+        # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
+        yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
     if cfg.pooler:
         yield linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
 

@@ -20,7 +20,8 @@ from .errors import ConfigError
 FAMILIES = ("decoder", "encoder", "encoder-decoder")
 #: Activations of the MLP. Gated ones (GLU variants, Shazeer 2020) have two input projections.
 GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "geglu_tanh")
-PLAIN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")
+#: gelu_new is the tanh GELU written out elementwise (HF GPT-2): same math, more saved tensors.
+PLAIN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "silu", "relu2")
 ACTIVATIONS = PLAIN_ACTIVATIONS + GATED_ACTIVATIONS
 NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post", "sandwich")

@@ -17,10 +17,11 @@ from .config import ModelConfig
 from .errors import ConfigError, TxcalcError
 
 # HF activation names -> ours (gated variants are chosen by the model type, not the name).
-_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+_ACT = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
         "gelu_fast": "gelu_tanh", "quick_gelu": "gelu", "relu": "relu", "silu": "silu",
         "swish": "silu", "relu2": "relu2", "gelu_python": "gelu", "tanh": "gelu"}
-_GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh", "relu": "reglu"}
+_GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh", "gelu_new": "geglu_tanh",
+          "relu": "reglu"}
 #: HF fields that are sizes or counts: an explicit 0 or a negative value is an error (0 must not
 #: fall through to ModelConfig's "0 = derive it" defaults).
 _POSITIVE = frozenset({
@@ -76,16 +77,27 @@ class _Fields:
 
 
 def _llama_like(f: _Fields, *, act_default: str = "silu", tie: bool = False,
-                max_pos: int = 2048, bias_key: str | None = "attention_bias") -> dict[str, Any]:
-    """Llama and its kin: RMSNorm, rotary, gated MLP, GQA. Shared by most decoder types."""
+                max_pos: int = 2048, bias_key: str | None = "attention_bias",
+                bias_default: bool = False, kv_heads: int | None = None,
+                head_dim: int | None = None, mlp_bias: bool = False) -> dict[str, Any]:
+    """Llama and its kin: RMSNorm, rotary, gated MLP, GQA. Shared by most decoder types.
+
+    ``kv_heads`` and ``head_dim`` are the HF class defaults when the field is absent (None:
+    num_attention_heads and hidden_size // num_attention_heads); an explicit null KV count means
+    num_attention_heads, as in the classes' ``__post_init__``. ``mlp_bias``: the type reads the
+    ``mlp_bias`` field (Llama, DeepSeek-V2); the others build bias-free MLPs whatever it says.
+    """
     d, h = f.int("hidden_size"), f.int("num_attention_heads")
-    bias = f.bool(bias_key, False) if bias_key else False
+    bias = f.bool(bias_key, bias_default) if bias_key else False
+    kv_null = "num_key_value_heads" in f.raw and f.raw["num_key_value_heads"] is None
     out = dict(
         n_layers=f.int("num_hidden_layers"), d_model=d, n_heads=h,
-        n_kv_heads=f.int("num_key_value_heads", h), head_dim=f.heads(d, h),
+        n_kv_heads=h if kv_null else f.int("num_key_value_heads", kv_heads or h),
+        head_dim=f.int("head_dim", head_dim) if head_dim else f.heads(d, h),
         d_ff=f.int("intermediate_size"), vocab_size=f.int("vocab_size"),
         max_position=f.int("max_position_embeddings", max_pos), qkv_bias=bias, out_bias=bias,
-        activation=_GATED[f.act("hidden_act", act_default)], mlp_bias=f.bool("mlp_bias", False),
+        activation=_GATED[f.act("hidden_act", act_default)],
+        mlp_bias=f.bool("mlp_bias", False) if mlp_bias else False,
         norm_type="rmsnorm", pos_type="rotary", tie_embeddings=f.bool("tie_word_embeddings", tie),
     )
     out.update(_windows(f, out["n_layers"]))
@@ -119,57 +131,87 @@ def _windows(f: _Fields, n_layers: int) -> dict[str, Any]:
 
 
 def _moe_qwen(f: _Fields, n_layers: int, shared: bool) -> dict[str, Any]:
-    out = dict(n_experts=f.int("num_experts"), top_k=f.int("num_experts_per_tok"),
-               moe_d_ff=f.int("moe_intermediate_size"), moe_every=f.int("decoder_sparse_step", 1),
-               dense_layers=tuple(int(i) for i in f.get("mlp_only_layers", [])))
+    """Qwen2-MoE / Qwen3-MoE: layer i is MoE unless listed in ``mlp_only_layers`` or off the
+    ``decoder_sparse_step``; 0 experts makes every layer the dense MLP (as in HF)."""
+    if f.raw.get("num_experts") == 0:  # read before f.int, which rejects a 0 size
+        return {}
+    n_experts = f.int("num_experts", 60 if shared else 128)
+    only = f.get("mlp_only_layers", [])
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                             for i in only):
+        raise ConfigError(f"{f.where}: field 'mlp_only_layers' ({only!r}) must be a list of "
+                          "layer indices")
+    out = dict(n_experts=n_experts, top_k=f.int("num_experts_per_tok", 4 if shared else 8),
+               moe_d_ff=f.int("moe_intermediate_size", 1408 if shared else 768),
+               moe_every=f.int("decoder_sparse_step", 1),
+               # HF ignores indices past the last layer; negative ones never match a layer either
+               dense_layers=tuple(sorted({i for i in only if 0 <= i < n_layers})))
     if shared:
-        out.update(shared_d_ff=f.int("shared_expert_intermediate_size"), shared_expert_gate=True)
+        out.update(shared_d_ff=f.int("shared_expert_intermediate_size", 5632),
+                   shared_expert_gate=True)
     return out
 
 
-def _llama(f): return _llama_like(f)
+def _llama(f): return _llama_like(f, mlp_bias=True)
 
 
 def _mistral(f):  # Mistral's attention has no biases whatever the config says
-    return _llama_like(f, max_pos=131072, bias_key=None)
+    return _llama_like(f, max_pos=131072, bias_key=None, kv_heads=8)
 
 
 def _qwen2(f):  # Qwen2: q/k/v always biased, o never
-    return _llama_like(f, max_pos=32768, bias_key=None) | {"qkv_bias": True}
+    return _llama_like(f, max_pos=32768, bias_key=None, kv_heads=32) | {"qkv_bias": True}
 
 
 def _qwen3(f):
-    return _llama_like(f, max_pos=32768) | {"qk_norm": "head"}
+    return _llama_like(f, max_pos=32768, kv_heads=32, head_dim=128) | {"qk_norm": "head"}
 
 
 def _mixtral(f):
-    out = _llama_like(f, max_pos=131072, bias_key=None)
+    out = _llama_like(f, max_pos=131072, bias_key=None, kv_heads=8)
     return out | {"n_experts": f.int("num_local_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
                   "moe_d_ff": out["d_ff"]}
 
 
-def _qwen2_moe(f):
-    out = _llama_like(f, max_pos=32768, bias_key=None) | {"qkv_bias": f.bool("qkv_bias", True)}
+def _qwen2_moe(f):  # q/k/v biased by ``qkv_bias`` (default true), o never
+    out = _llama_like(f, max_pos=32768, bias_key=None, kv_heads=16)
+    out["qkv_bias"] = f.bool("qkv_bias", True)
     return out | _moe_qwen(f, out["n_layers"], shared=True)
 
 
 def _qwen3_moe(f):
-    out = _llama_like(f, max_pos=32768) | {"qk_norm": "head"}
+    out = _llama_like(f, max_pos=32768, kv_heads=4) | {"qk_norm": "head"}
     return out | _moe_qwen(f, out["n_layers"], shared=False)
 
 
 def _deepseek(f: _Fields, v3: bool) -> dict[str, Any]:
-    out = _llama_like(f, max_pos=4096 if v3 else 2048)
-    freq = f.int("moe_layer_freq", 1)
+    # MLA ignores num_key_value_heads and head_dim; ``moe_layer_freq`` (in DeepSeek's own
+    # config.json files) is not read by HF: every layer from first_k_dense_replace on is MoE.
+    out = _llama_like(f, max_pos=4096 if v3 else 2048, mlp_bias=not v3)
+    if "q_lora_rank" in f.raw and f.raw["q_lora_rank"] is None:
+        q_lora = 0  # null: the full-rank q_proj
+    else:
+        q_lora = f.int("q_lora_rank", 1536)
+        if q_lora == 0:
+            raise ConfigError(f"{f.where}: field 'q_lora_rank' (0) builds zero-width query "
+                              "projections in HF; use null for a full-rank q_proj")
+    if not v3 and f.get("num_experts_per_tok") is None:
+        raise ConfigError(f"{f.where}: field 'num_experts_per_tok' is missing (DeepSeek-V2's "
+                          "default is None, a model that cannot route)")
+    n_layers, n_shared = out["n_layers"], f.int("n_shared_experts", 1 if v3 else 2)
+    if n_shared == 0 and out["mlp_bias"]:
+        raise ConfigError(f"{f.where}: field 'n_shared_experts' (0) with mlp_bias: HF keeps a "
+                          "zero-width shared MLP whose down_proj bias txcalc does not model")
     out.update(
-        n_kv_heads=out["n_heads"], head_dim=0, q_lora_rank=f.int("q_lora_rank", 0),
+        n_kv_heads=out["n_heads"], head_dim=0, q_lora_rank=q_lora,
         kv_lora_rank=f.int("kv_lora_rank", 512), qk_nope_head_dim=f.int("qk_nope_head_dim", 128),
         qk_rope_head_dim=f.int("qk_rope_head_dim", 64), v_head_dim=f.int("v_head_dim", 128),
         n_experts=f.int("n_routed_experts", 256 if v3 else 64),
-        top_k=f.int("num_experts_per_tok", 8 if v3 else 6),
+        top_k=f.int("num_experts_per_tok", 8),
         moe_d_ff=f.int("moe_intermediate_size", 2048 if v3 else 1407),
-        n_shared_experts=f.int("n_shared_experts", 1 if v3 else 2),
-        first_k_dense=f.int("first_k_dense_replace", 3 if v3 else 0), moe_every=freq,
+        n_shared_experts=n_shared,
+        # more dense layers than layers: all dense, HF builds no MoE block
+        first_k_dense=min(f.int("first_k_dense_replace", 3 if v3 else 0), n_layers),
         out_bias=out["qkv_bias"],
     )
     if out["head_dim"] == 0:
@@ -177,14 +219,15 @@ def _deepseek(f: _Fields, v3: bool) -> dict[str, Any]:
     return out
 
 
-def _gemma(f):
-    out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=8192)
-    act_key = "hidden_activation" if f.get("hidden_activation") else "hidden_act"
+def _gemma(f, v2: bool = False):  # Gemma reads ``hidden_act``, Gemma 2 ``hidden_activation``
+    out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=8192,
+                      kv_heads=4 if v2 else 16, head_dim=256)
+    act_key = "hidden_activation" if v2 else "hidden_act"
     return out | {"activation": _GATED[f.act(act_key, "gelu_pytorch_tanh")]}
 
 
 def _gemma2(f):
-    return _gemma(f) | {"norm_position": "sandwich"}
+    return _gemma(f, v2=True) | {"norm_position": "sandwich"}
 
 
 def _phi3(f):
@@ -195,13 +238,22 @@ def _olmo(f):
     return _llama_like(f) | {"norm_type": "layernorm", "norm_affine": False}
 
 
-def _starcoder2(f):
-    out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=4096, bias_key="use_bias")
+def _starcoder2(f):  # ``use_bias`` (default true) on every projection, attention and MLP
+    out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=4096,
+                      bias_key="use_bias", bias_default=True, kv_heads=2)
     return out | {"activation": f.act("hidden_act", "gelu_pytorch_tanh"), "mlp_bias": out["qkv_bias"],
                   "norm_type": "layernorm", "norm_bias": True}
 
 
+def _no_cross_attention(f: _Fields) -> None:
+    if f.bool("add_cross_attention", False):
+        raise ConfigError(f"{f.where}: field 'add_cross_attention' (true): cross-attention "
+                          "blocks in a single-stack model are not modelled; txcalc has them "
+                          "only in encoder-decoder models")
+
+
 def _gpt2(f):
+    _no_cross_attention(f)
     d, h = f.int("n_embd", 768), f.int("n_head", 12)
     return dict(n_layers=f.int("n_layer", 12), d_model=d, n_heads=h, vocab_size=f.int("vocab_size", 50257),
                 d_ff=f.int("n_inner", 4 * d), max_position=f.int("n_positions", 1024), pos_type="learned",
@@ -236,7 +288,8 @@ def _falcon(f):
     else:
         kv = 1 if f.bool("multi_query", True) else h
     parallel = f.bool("parallel_attn", True)
-    n_ln = f.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+    # HF: null means 2 with the new architecture; a parallel block has two norms only for 2
+    n_ln = f.get("num_ln_in_parallel_attn", 2 if new_arch else 1)
     bias = f.bool("bias", False)
     return dict(n_layers=f.int("num_hidden_layers", 32), d_model=d, n_heads=h, n_kv_heads=kv,
                 vocab_size=f.int("vocab_size", 65024), d_ff=f.int("ffn_hidden_size", 4 * d),

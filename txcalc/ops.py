@@ -65,6 +65,7 @@ class Op:
     heads: int = 0  #: attention only: query heads
     causal: bool = False  #: attention only: causal mask
     window: int = 0  #: attention only: sliding window (0 = none)
+    saved: tuple[tuple[int, str], ...] = ()  #: per row: (width, dtype tag) saved for backward
 
     @property
     def params_total(self) -> int:
@@ -91,6 +92,54 @@ class Op:
             return 2 * w.batch * self.heads * self.pairs(w, model) * width
         return 0
 
+    def prefill_flops(self, w: Workload, model: bool = False) -> int:
+        """Forward of a prompt: like training's forward, but the output head projects only the
+        last position of each sequence (what serving engines compute)."""
+        if self.component in ("lm_head", "proj_out"):
+            return 2 * w.batch * self.d_in * self.d_out * self.active
+        return self.fwd_flops(w, model)
+
+    def decode_flops(self, batch: int, context: int, src_seq: int = 0,
+                     model: bool = True) -> int:
+        """One new token per sequence with ``context`` tokens cached (the new one included).
+
+        Encoder ops and the cross-attention k/v projections ran once at prefill (their rows
+        are source tokens), so they cost nothing per decoded token. Attention reads the cache:
+        min(context, window) keys for self-attention, all source tokens for cross-attention.
+        ``model=False`` ignores the window (a kernel that scans the whole cache).
+        """
+        if self.stream == "src" or self.component == "pooler":
+            return 0
+        if self.kind == "linear":
+            return 2 * batch * self.d_in * self.d_out * self.active
+        if self.kind in ("attn_scores", "attn_context"):
+            keys = src_seq if self.kv_stream == "src" else context
+            if model and self.window and self.kv_stream != "src":
+                keys = min(keys, self.window)
+            width = self.d_in if self.kind == "attn_scores" else self.d_out
+            return 2 * batch * self.heads * keys * width
+        return 0
+
+    # --- bytes saved for backward -------------------------------------------------------------
+    def saved_bytes(self, w: Workload, act_bytes: int) -> int:
+        """Bytes of the tensors this op keeps for backward, for the eager implementation.
+
+        ``saved`` lists per-row widths with a dtype tag: ``a`` (activation dtype, act_bytes),
+        ``f32`` (kept in fp32 whatever the policy: norm statistics, upcast norm inputs, fp32
+        logits), ``i64`` (token ids and labels). The attention core adds, per (query, key)
+        pair and head, the softmax output: fp32 plus its cast copy when the softmax upcasts
+        (4 + a bytes), else a bytes; a fused kernel stores no S x S at all.
+        """
+        size = {"a": act_bytes, "f32": 4, "i64": 8}
+        per_row = sum(width * size[tag] for width, tag in self.saved)
+        total = w.rows(self.stream) * per_row
+        if self.kind == "attn_scores" and w.attn_impl != "flash":
+            per_pair = (4 + act_bytes) if w.softmax_fp32 else act_bytes
+            total += w.batch * self.heads * self.pairs(w) * per_pair
+        if self.kind == "loss":
+            total += 4  # the scalar loss
+        return total
+
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
         """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x."""
         fwd = self.fwd_flops(w, model)
@@ -109,11 +158,23 @@ def causal_pairs(s: int, window: int = 0) -> int:
 
 def linear(path: str, where: tuple[str, int], component: str, d_in: int, d_out: int,
            bias: bool, *, tied: bool = False, instances: int = 1, active: int = 1,
-           stream: str = "seq") -> Op:
-    """y = x W^T + b. ``tied``: W belongs to another op (the tied output head); a bias is own."""
+           stream: str = "seq", shares_input: bool = False) -> Op:
+    """y = x W^T + b. ``tied``: W belongs to another op (the tied output head); a bias is own.
+
+    Saves its input for the weight gradient, unless an earlier op already saved the same
+    tensor (k and v read q's input; up reads gate's input): ``shares_input``.
+    """
     params = (0 if tied else d_in * d_out) + (d_out if bias else 0)
+    saved = () if shares_input else ((d_in * active, "a"),)
     return Op(path, "linear", where[0], where[1], component, params, instances, active,
-              d_in, d_out, stream)
+              d_in, d_out, stream, saved=saved)
+
+
+def elementwise(path: str, where: tuple[str, int], component: str, kind: str,
+                saved: tuple[tuple[int, str], ...], stream: str = "seq") -> Op:
+    """An op with no parameters and no matmul FLOPs that still saves tensors (activation
+    function, rotary embedding, loss)."""
+    return Op(path, kind, where[0], where[1], component, stream=stream, saved=saved)
 
 
 def attention_core(path: str, where: tuple[str, int], component: str, *, heads: int,
@@ -122,15 +183,23 @@ def attention_core(path: str, where: tuple[str, int], component: str, *, heads: 
     """softmax(Q K^T / sqrt(h)) V as two matmul ops: ``.scores`` and ``.context``."""
     common = dict(d_in=qk_dim, d_out=v_dim, stream=stream, kv_stream=kv_stream, heads=heads,
                   causal=causal, window=window)
+    # Saved: q and k for the scores (k repeated to all H heads under GQA), the S x S softmax
+    # output (see Op.saved_bytes), and v for the context. Keys and values are stored per key
+    # token, queries per query token.
     return [Op(f"{path}.scores", "attn_scores", where[0], where[1], f"{component}.scores",
-               **common),
+               saved=((heads * qk_dim, "a"),), **common),
+            Op(f"{path}.keys", "attn_keys", where[0], where[1], f"{component}.keys",
+               **(common | {"stream": kv_stream}),
+               saved=((heads * qk_dim, "a"), (heads * v_dim, "a"))),
             Op(f"{path}.context", "attn_context", where[0], where[1], f"{component}.context",
                **common)]
 
 
-def embedding(path: str, where: tuple[str, int], component: str, rows: int, width: int) -> Op:
-    """A lookup table: rows x width parameters, no matmul."""
-    return Op(path, "embedding", where[0], where[1], component, rows * width, 1, 1, rows, width)
+def embedding(path: str, where: tuple[str, int], component: str, rows: int, width: int,
+              stream: str = "seq") -> Op:
+    """A lookup table: rows x width parameters, no matmul; saves the int64 indices."""
+    return Op(path, "embedding", where[0], where[1], component, rows * width, 1, 1, rows, width,
+              stream, saved=((1, "i64"),))
 
 
 def norm(path: str, where: tuple[str, int], component: str, width: int, norm_type: str,
@@ -139,4 +208,9 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
     per_feature = 0
     if affine:
         per_feature = 2 if (norm_type == "layernorm" and bias) else 1
-    return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width)
+    if norm_type == "rmsnorm":  # HF RMSNorm: fp32 copy of the input, 1/rms, normalised input
+        saved = ((width, "f32"), (1, "f32"), (width, "a"))
+    else:  # native layer_norm: input, mean, 1/std
+        saved = ((width, "a"), (1, "f32"), (1, "f32"))
+    return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,
+              saved=saved)

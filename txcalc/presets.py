@@ -16,7 +16,7 @@ from .errors import ConfigError
 M = ModelConfig
 # Families of shared settings; each preset line below states only what differs.
 _gpt2 = partial(M, family="decoder", vocab_size=50257, max_position=1024, pos_type="learned",
-                activation="gelu_tanh", qkv_bias=True, out_bias=True, mlp_bias=True,
+                activation="gelu_new", qkv_bias=True, out_bias=True, mlp_bias=True,
                 tie_embeddings=True)
 _bert = partial(M, family="encoder", vocab_size=30522, max_position=512, pos_type="learned",
                 activation="gelu", qkv_bias=True, out_bias=True, mlp_bias=True, type_vocab_size=2,

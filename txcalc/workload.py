@@ -30,6 +30,7 @@ class Workload:
     src_seq: int = 0
     attn_impl: str = "eager"
     recompute: str = "none"
+    softmax_fp32: bool = True  #: eager softmax upcasts scores to fp32 (HF Llama; not GPT-2)
 
     def __post_init__(self) -> None:
         problems = []
@@ -54,6 +55,8 @@ class Workload:
             return self.batch * self.src_seq
         if stream == "first":
             return self.batch
+        if stream == "pos":  # position ids and rotary tables: one row per position, not per token
+            return self.seq
         return self.batch * self.seq
 
     def length(self, stream: str) -> int:
