@@ -158,8 +158,8 @@ def moe(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
     yield linear(f"{c}router", where, "moe.router", cfg.d_model, cfg.n_experts, cfg.router_bias)
     yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, False,
                    cfg.n_experts, cfg.top_k)
-    if cfg.shared_d_ff:
-        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, False)
+    if cfg.shared_d_ff:  # the shared MLP is biased like the dense MLP (DeepSeek-V2 mlp_bias)
+        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, cfg.mlp_bias)
     if cfg.shared_expert_gate:
         yield linear(f"{c}shared_gate", where, "moe.shared_gate", cfg.d_model, 1, False)
 

@@ -296,7 +296,7 @@ def _falcon(f):
                 max_position=f.int("max_position_embeddings", 2048),
                 pos_type="alibi" if f.bool("alibi", False) else "rotary", activation="gelu",
                 qkv_bias=bias, out_bias=bias, mlp_bias=bias, parallel_block=parallel,
-                parallel_norms=int(n_ln) if parallel else 1,
+                parallel_norms=2 if parallel and n_ln == 2 else 1,
                 tie_embeddings=f.bool("tie_word_embeddings", True))
 
 
@@ -313,18 +313,20 @@ def _opt(f):
                 tie_embeddings=f.bool("tie_word_embeddings", True))
 
 
-def _bloom(f):
-    d = f.int("hidden_size", f.int("n_embed", 64))
+def _bloom(f):  # ``n_embed`` (an alias that wins over hidden_size) is resolved by _ALIASES
+    d = f.int("hidden_size", 64)
     return dict(n_layers=f.int("n_layer", 2), d_model=d, n_heads=f.int("n_head", 8),
                 vocab_size=f.int("vocab_size", 250880), d_ff=4 * d, pos_type="alibi", activation="gelu_tanh",
                 qkv_bias=True, out_bias=True, mlp_bias=True, embed_norm=True,
                 tie_embeddings=f.bool("tie_word_embeddings", True))
 
 
-def _bert(f):
+def _bert(f, roberta: bool = False):
+    _no_cross_attention(f)
     d = f.int("hidden_size", 768)
     return dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
-                n_heads=f.int("num_attention_heads", 12), vocab_size=f.int("vocab_size", 30522),
+                n_heads=f.int("num_attention_heads", 12),
+                vocab_size=f.int("vocab_size", 50265 if roberta else 30522),
                 d_ff=f.int("intermediate_size", 3072), max_position=f.int("max_position_embeddings", 512),
                 type_vocab_size=f.int("type_vocab_size", 2), pos_type="learned",
                 activation=f.act("hidden_act", "gelu"), qkv_bias=True, out_bias=True, mlp_bias=True,
@@ -355,8 +357,8 @@ def _bart(f):
         if va != vb:
             raise ConfigError(f"{f.where}: {a} ({va}) != {b} ({vb}): txcalc "
                               "models encoder and decoder stacks of equal width")
-    if f.bool("add_final_layer_norm", False) or f.bool("normalize_before", False):
-        raise ConfigError(f"{f.where}: pre-norm BART variants (mBART) are not supported yet")
+    # add_final_layer_norm / normalize_before (mBART's pre-norm) are not read by HF's BART
+    # classes: a model_type "bart" file with them builds the post-norm BART counted here
     return dict(family="encoder-decoder", n_encoder_layers=enc, n_layers=dec,
                 d_model=f.int("d_model", 1024), n_heads=f.int("encoder_attention_heads", 16),
                 d_ff=f.int("encoder_ffn_dim", 4096), vocab_size=f.int("vocab_size", 50265),
@@ -373,8 +375,36 @@ CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v2": lambda f: _deepseek(f, v3=False), "deepseek_v3": lambda f: _deepseek(f, v3=True),
     "gemma": _gemma, "gemma2": _gemma2, "phi3": _phi3, "olmo": _olmo, "starcoder2": _starcoder2,
     "gpt2": _gpt2, "gptj": _gptj, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt,
-    "bloom": _bloom, "bert": _bert, "roberta": _bert, "t5": _t5, "bart": _bart,
+    "bloom": _bloom, "bert": _bert, "roberta": lambda f: _bert(f, roberta=True), "t5": _t5,
+    "bart": _bart,
 }
+
+#: ``attribute_map`` of the HF configuration classes (alias -> the field read above), plus the
+#: ``n_embed`` keyword of Falcon and BLOOM. As in HF, an alias that is present (not null) wins.
+_ALIASES: dict[str, dict[str, str]] = {
+    "mixtral": {"num_experts": "num_local_experts"},
+    "qwen3_moe": {"num_local_experts": "num_experts"},
+    "deepseek_v2": {"num_experts": "n_routed_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts"},
+    **{t: {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+           "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"} for t in ("gpt2", "gptj")},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head",
+              "n_embed": "hidden_size"},
+    "falcon": {"n_embed": "hidden_size"},
+    "t5": {"hidden_size": "d_model", "num_attention_heads": "num_heads",
+           "num_hidden_layers": "num_layers", "head_dim": "d_kv"},
+    "bart": {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
+             "num_hidden_layers": "encoder_layers"},
+}
+
+
+def _resolve_aliases(model_type: str, raw: dict[str, Any]) -> dict[str, Any]:
+    aliases = {a: c for a, c in _ALIASES.get(model_type, {}).items() if raw.get(a) is not None}
+    if not aliases:
+        return raw
+    out = {k: v for k, v in raw.items() if k not in aliases}
+    out.update({c: raw[a] for a, c in aliases.items()})
+    return out
 
 
 def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
@@ -387,7 +417,7 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     if not isinstance(model_type, str) or model_type not in CONVERTERS:
         raise ConfigError(f"{name}: unsupported model_type {model_type!r}; supported: "
                           f"{', '.join(sorted(CONVERTERS))}")
-    f = _Fields(raw, name)
+    f = _Fields(_resolve_aliases(model_type, raw), name)
     try:
         fields = CONVERTERS[model_type](f)
     except TxcalcError as e:

@@ -61,3 +61,30 @@ class Workload:
 
     def length(self, stream: str) -> int:
         return self.src_seq if stream == "src" else self.seq
+
+
+def check_fits(cfg, work: Workload) -> None:
+    """Raise WorkloadError when the model cannot take these lengths (learned positions)."""
+    if cfg.pos_type == "learned":
+        for name, length in (("seq", work.seq), ("src_seq", work.src_seq)):
+            if length > cfg.max_position:
+                raise WorkloadError(f"{name} ({length}) exceeds {cfg.name}'s learned position "
+                                    f"table (max_position {cfg.max_position})")
+
+
+def parse_count(text: str) -> int:
+    """'80e9', '70B', '1.5T', '7,000,000' -> an exact integer count."""
+    from decimal import Decimal, InvalidOperation
+
+    t = str(text).strip().replace(",", "").replace("_", "")
+    scale = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+    mult = 1
+    if t and t[-1].upper() in scale:
+        mult, t = scale[t[-1].upper()], t[:-1]
+    try:
+        value = Decimal(t) * mult
+    except InvalidOperation:
+        raise WorkloadError(f"cannot read {text!r} as a count (try 80e9, 70B or 1.5T)") from None
+    if value != value.to_integral_value() or value <= 0:
+        raise WorkloadError(f"count {text!r} must be a positive whole number")
+    return int(value)

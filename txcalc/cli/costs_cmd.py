@@ -1,0 +1,164 @@
+"""`txcalc flops` and `txcalc memory`: one training step or inference, per component."""
+
+from __future__ import annotations
+
+import typer
+
+from . import app
+from .output import console, emit_json, human, table
+from .params_cmd import MODEL_HELP
+
+GB = 10**9
+
+
+def _workload(batch, seq, src_seq, attn, recompute):
+    from ..workload import Workload
+    return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
+
+
+@app.command()
+def flops(model: str = typer.Argument(..., help=MODEL_HELP),
+          batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
+          seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length (decoder/target)."),
+          src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+          attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
+          recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
+          context: int = typer.Option(0, "--context", help="Also show decode FLOPs per token at this cached length."),
+          json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+    """Matmul FLOPs of one training step (executed and model), and inference costs."""
+    from .. import load
+    from ..accounting import count_flops
+    from ..workload import check_fits
+
+    cfg = load(model)
+    work = _workload(batch, seq, src_seq, attn, recompute)
+    check_fits(cfg, work)
+    f = count_flops(cfg, work)
+    out = f.to_json()
+    out["prefill_flops"] = sum(op.prefill_flops(work) for op in f.ops)
+    if context:
+        if cfg.family == "encoder":
+            from ..errors import WorkloadError
+            raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
+        out["decode_context"] = context
+        out["decode_flops_per_token"] = sum(op.decode_flops(batch, context, work.src_seq)
+                                            for op in f.ops) // batch
+    if json_out:
+        emit_json(out)
+        return
+    console.print(f"[bold]{cfg.name}[/bold], batch {batch} x seq {seq}, attention {attn}, "
+                  f"recompute {recompute}: one training step")
+    console.print(f"  executed: forward {out['forward_flops']:,} + backward "
+                  f"{out['backward_flops']:,} = {human(out['forward_flops'] + out['backward_flops'], 'FLOP')}")
+    console.print(f"  model (causal/window-masked pairs skipped): {out['model_flops']:,} "
+                  f"({human(out['model_flops'], 'FLOP')}); recompute {out['recompute_flops']:,}")
+    console.print(f"  prefill of the batch (forward, head on the last token): "
+                  f"{human(out['prefill_flops'], 'FLOP')}")
+    if context:
+        console.print(f"  decode at context {context:,}: "
+                      f"{human(out['decode_flops_per_token'], 'FLOP')} per token per sequence")
+    console.print(table("by component (executed)", ["component", "forward", "backward", "model"],
+                        [(r["component"], human(r["forward_flops"]), human(r["backward_flops"]),
+                          human(r["model_flops"])) for r in out["by_component"]]))
+
+
+@app.command()
+def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --params."),
+           params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B, 1.5T): model states only."),
+           batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
+           seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
+           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+           optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+           attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
+           recompute: str = typer.Option("none", help="none | selective | full."),
+           inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
+           context: int = typer.Option(0, "--context", help="Inference: tokens per sequence in the cache (0 = seq)."),
+           concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
+           kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
+           gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check."),
+           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+    """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
+    from ..errors import WorkloadError
+
+    if (model is None) == (params is None):
+        raise WorkloadError("give either MODEL or --params N, not both or neither")
+    if gpu_gb <= 0:
+        raise WorkloadError(f"--gpu-gb ({gpu_gb}) must be positive")
+    if params is not None:
+        out = _states_only(params, precision, optimizer)
+    elif inference:
+        out = _inference(model, context or seq, concurrency, kv_dtype, precision)
+    else:
+        out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer)
+    gpu = int(gpu_gb * GB)
+    out["gpu_bytes"] = gpu
+    out["fits_one_gpu"] = out["total_bytes"] <= gpu
+    if json_out:
+        emit_json(out)
+        return
+    rows = [(k.removesuffix("_bytes").replace("_", " "), f"{v:,}", f"{v / GB:,.2f} GB")
+            for k, v in out.items() if k.endswith("_bytes")
+            and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")]
+    if out.get("master_weights_bytes"):
+        rows.insert(3, ("  of which fp32 master", f"{out['master_weights_bytes']:,}",
+                        f"{out['master_weights_bytes'] / GB:,.2f} GB"))
+    console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
+                        f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GB (1e9)"],
+                        rows))
+    verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
+    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_gb:g} GB GPU"
+                  + ("" if out["fits_one_gpu"] else
+                     f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
+                     " so it must be distributed (see `txcalc plan`)."))
+
+
+def _states_only(params: str, precision: str, optimizer: str) -> dict:
+    from ..errors import WorkloadError
+    from ..memory import OPTIMIZERS, PRECISIONS, _check
+    from ..workload import parse_count
+
+    n = parse_count(params)
+    w, g, master, state, _ = PRECISIONS[_check("precision", precision, PRECISIONS)]
+    _check("optimizer", optimizer, OPTIMIZERS)
+    states = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
+    if optimizer not in states:
+        raise WorkloadError(f"optimizer {optimizer!r} needs the model's shapes: give MODEL, "
+                            "not --params")
+    opt = n * (states[optimizer] * state + (master if optimizer != "none" else 0))
+    out = {"model": f"{n:,} parameters", "params": n, "precision": precision,
+           "optimizer": optimizer, "weights_bytes": n * w, "gradients_bytes": n * g,
+           "optimizer_bytes": opt, "activations_bytes": 0, "kv_cache_bytes": 0}
+    out["total_bytes"] = out["weights_bytes"] + out["gradients_bytes"] + opt
+    return out
+
+
+def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer) -> dict:
+    from .. import load
+    from ..memory import TrainingMemory
+    from ..workload import check_fits
+
+    cfg = load(model)
+    work = _workload(batch, seq, src_seq, attn, recompute)
+    check_fits(cfg, work)
+    return TrainingMemory(cfg, work, precision, optimizer).to_json()
+
+
+def _inference(model, context, concurrency, kv_dtype, precision) -> dict:
+    from .. import load
+    from ..errors import WorkloadError
+    from ..memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
+    from ..accounting import count_params
+
+    cfg = load(model)
+    if concurrency <= 0 or context <= 0:
+        raise WorkloadError(f"--concurrency ({concurrency}) and --context ({context}) must be positive")
+    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)][0]
+    n = count_params(cfg).total
+    kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype)
+    return {"model": cfg.name, "precision": precision, "context": context,
+            "concurrency": concurrency, "kv_dtype": kv_dtype, "params": n,
+            "weights_bytes": n * wbytes, "gradients_bytes": 0, "optimizer_bytes": 0,
+            "activations_bytes": 0, "kv_cache_bytes": kv,
+            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(cfg, kv_dtype),
+            "total_bytes": n * wbytes + kv}
