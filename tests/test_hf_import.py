@@ -15,6 +15,8 @@ model as well: every parameter outside the stacked expert tensors once, plus top
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,8 +27,8 @@ from txcalc.hf import CONVERTERS, from_hf_dict
 
 from .hf_models import MOE, hf_config, hf_model, numel
 
-EXAMPLES = 50
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
+EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "50"))  # raise it for a deeper search
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 LAYERS = st.integers(1, 4)
@@ -51,8 +53,8 @@ def divisors(n: int) -> list[int]:
 def geometry(draw, *, even: bool = True, heads_multiple_of: int = 1, max_heads: int = 8):
     """(hidden, heads, head_dim) with hidden = heads * head_dim in 8..64.
 
-    ``even``: rotary models need an even head_dim (HF builds odd ones but cannot run them, and
-    txcalc rejects them). ``heads_multiple_of`` lets a strategy omit num_key_value_heads when the
+    ``even``: rotary models need an even head_dim (HF's rope validation and txcalc both reject
+    odd ones). ``heads_multiple_of`` lets a strategy omit num_key_value_heads when the
     HF class default (e.g. 32 for Qwen2) is a number of KV heads that must divide the heads.
     """
     step = 2 if even else 1
@@ -82,11 +84,15 @@ def llama_like(draw, model_type: str) -> dict:
     raw = {"model_type": model_type, "hidden_size": hidden, "num_attention_heads": heads,
            "num_hidden_layers": draw(LAYERS)}
     if not omit_kv:
-        raw["num_key_value_heads"] = draw(st.sampled_from(divisors(heads)))
-    if draw(st.integers(0, 4)):  # left to the class default (32000, 151936, ...) one time in 5
-        raw["vocab_size"] = draw(VOCAB)
-    maybe(draw, raw, "intermediate_size", WIDTH)
-    # head_dim different from hidden // heads where HF allows it (all these types read it)
+        # null means num_attention_heads for the classes whose __post_init__ says so
+        # (and whose field is typed ``int | None``: Mistral's and Mixtral's reject null)
+        null_ok = model_type in ("llama", "qwen2", "qwen3", "phi3", "olmo")
+        raw["num_key_value_heads"] = draw(st.sampled_from(divisors(heads) + [None] * null_ok))
+    # hidden_size, heads, layers, vocab_size and intermediate_size are required by txcalc for
+    # these types (it will not guess a model's size; tests/test_bad_input.py)
+    raw["vocab_size"], raw["intermediate_size"] = draw(VOCAB), draw(WIDTH)
+    # head_dim different from hidden // heads: all these types read it (DeepSeek then replaces
+    # it by qk_rope_head_dim)
     maybe(draw, raw, "head_dim", st.sampled_from([2, 4, 6, 8, 12, 16]))
     for key in ("attention_bias", "mlp_bias", "qkv_bias", "use_bias", "tie_word_embeddings"):
         maybe(draw, raw, key, st.booleans())
@@ -102,7 +108,6 @@ def dense_llama(draw, model_type: str) -> dict:
     raw = draw(llama_like(model_type))
     if model_type == "phi3":  # Phi3Config's pad_token_id (32000) must index the tiny vocabulary
         raw["pad_token_id"] = 0
-        raw.setdefault("vocab_size", draw(VOCAB))
     if model_type == "gemma2":
         maybe(draw, raw, "hidden_activation", st.sampled_from(ACTS))
     if model_type == "olmo":
@@ -170,7 +175,9 @@ def deepseek(draw, model_type: str) -> dict:
         groups = draw(st.sampled_from(divisors(n_experts)))
         raw["n_group"], raw["topk_group"] = groups, draw(st.integers(1, groups))
     maybe(draw, raw, "moe_intermediate_size", WIDTH)
-    maybe(draw, raw, "n_shared_experts", st.integers(0 if not v3 else 1, 2))
+    # 0 shared experts with DeepSeek-V2's mlp_bias leaves a stray bias in HF: a ConfigError
+    no_shared_ok = v3 or not raw.get("mlp_bias")
+    maybe(draw, raw, "n_shared_experts", st.integers(0 if no_shared_ok else 1, 2))
     maybe(draw, raw, "first_k_dense_replace", st.integers(0, raw["num_hidden_layers"] + 1))
     maybe(draw, raw, "moe_layer_freq", st.integers(1, 2))  # in real configs; HF ignores it
     return raw
@@ -207,7 +214,7 @@ def gptj(draw) -> dict:
     aliased(draw, raw, ("n_embd", "hidden_size"), hidden)
     aliased(draw, raw, ("n_head", "num_attention_heads"), heads)
     aliased(draw, raw, ("n_layer", "num_hidden_layers"), draw(LAYERS))
-    raw["rotary_dim"] = draw(st.sampled_from(list(range(2, hd + 1, 2))))
+    maybe(draw, raw, "rotary_dim", st.sampled_from(list(range(2, hd + 1, 2))))  # default 64
     maybe(draw, raw, "n_inner", st.one_of(st.none(), WIDTH))
     maybe(draw, raw, "tie_word_embeddings", st.booleans())
     return raw
@@ -229,7 +236,7 @@ def gpt_neox(draw) -> dict:
 @st.composite
 def falcon(draw) -> dict:
     alibi = draw(st.booleans())
-    hidden, heads, _ = draw(geometry(even=not alibi))  # rotary needs an even head_dim
+    hidden, heads, _ = draw(geometry())  # HF validates an even rotary head_dim even with ALiBi
     raw = {"model_type": "falcon", "num_attention_heads": heads, "num_hidden_layers": draw(LAYERS),
            "vocab_size": draw(VOCAB), "alibi": alibi}
     aliased(draw, raw, ("hidden_size", "n_embed"), hidden)
@@ -317,7 +324,8 @@ def bart(draw) -> dict:
     raw["decoder_layers"] = draw(LAYERS)
     maybe(draw, raw, "max_position_embeddings", st.integers(8, 300))
     maybe(draw, raw, "activation_function", st.sampled_from(["gelu", "relu", "gelu_new"]))
-    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    # untied BART (separate shared/encoder/decoder token tables): see test_unrepresentable
+    maybe(draw, raw, "tie_word_embeddings", st.just(True))
     maybe(draw, raw, "scale_embedding", st.booleans())
     # mBART fields, in some BART-typed config.json files; the BART model class ignores them
     maybe(draw, raw, "normalize_before", st.booleans())
@@ -374,6 +382,10 @@ def test_hf_import_counts_what_hf_builds(model_type, data):
         assert counts.active == expected_active(raw, model)
 
 
+DEEPSEEK = {"model_type": "deepseek_v2", "hidden_size": 16, "num_attention_heads": 2,
+            "num_hidden_layers": 1, "vocab_size": 50, "intermediate_size": 32,
+            "n_routed_experts": 4, "num_experts_per_tok": 2}
+
 # HF combinations txcalc cannot represent: each must be a ConfigError naming the field, never a
 # silently wrong count.
 UNREPRESENTABLE = [
@@ -385,15 +397,21 @@ UNREPRESENTABLE = [
       "vocab_size": 50, "is_decoder": True, "add_cross_attention": True}, "add_cross_attention"),
     # q_lora_rank 0 builds zero-width q_a/q_b projections in HF (no query at all); null is the
     # full-rank q_proj
-    ({"model_type": "deepseek_v3", "hidden_size": 16, "num_attention_heads": 2,
-      "num_hidden_layers": 1, "vocab_size": 50, "q_lora_rank": 0}, "q_lora_rank"),
+    ({**DEEPSEEK, "model_type": "deepseek_v3", "q_lora_rank": 0}, "q_lora_rank"),
     # DeepSeek-V2's default num_experts_per_tok is None: HF builds a model that cannot route
-    ({"model_type": "deepseek_v2", "hidden_size": 16, "num_attention_heads": 2,
-      "num_hidden_layers": 1, "vocab_size": 50}, "num_experts_per_tok"),
+    ({k: v for k, v in DEEPSEEK.items() if k != "num_experts_per_tok"}, "num_experts_per_tok"),
+    # DeepSeek-V2 with mlp_bias and no shared experts: HF keeps a zero-width shared MLP whose
+    # down_proj still has a bias of d_model
+    ({**DEEPSEEK, "mlp_bias": True, "n_shared_experts": 0}, "n_shared_experts"),
+    # untied BART: HF builds separate shared, encoder and decoder token tables plus an lm_head
+    ({"model_type": "bart", "d_model": 16, "encoder_attention_heads": 2,
+      "decoder_attention_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 50,
+      "tie_word_embeddings": False}, "tie_word_embeddings"),
 ]
 
 
 @pytest.mark.parametrize("raw,field", UNREPRESENTABLE, ids=[f for _, f in UNREPRESENTABLE])
 def test_unrepresentable_hf_combinations_are_config_errors(raw, field):
+    hf_model(raw)  # a configuration HF accepts and builds
     with pytest.raises(ConfigError, match=field):
         from_hf_dict(raw)

@@ -339,9 +339,15 @@ def _t5(f):
     act = f.act("feed_forward_proj", "relu") if not gated else _ACT.get(proj[6:])
     if act is None:
         raise ConfigError(f"{f.where}: field 'feed_forward_proj' ({proj!r}) is not a known activation")
-    n_layers = f.int("num_layers", 6)
+    # HF resolves the num_hidden_layers alias after T5Config.__post_init__, so with it (and no
+    # num_decoder_layers) the decoder gets the class default of 6 layers, not the encoder's depth
+    aliased = f.get("num_hidden_layers") is not None
+    n_layers = f.int("num_hidden_layers") if aliased else f.int("num_layers", 6)
+    # tie_word_embeddings false: transformers 5.x ties T5's lm_head anyway (T5Config forces
+    # it), but such checkpoints (T5 v1.1, MADLAD) store their own lm_head; it is counted here
     return dict(family="encoder-decoder", n_encoder_layers=n_layers,
-                n_layers=f.int("num_decoder_layers", n_layers), d_model=f.int("d_model", 512),
+                n_layers=f.int("num_decoder_layers", 6 if aliased else n_layers),
+                d_model=f.int("d_model", 512),
                 n_heads=f.int("num_heads", 8), head_dim=f.int("d_kv", 64), d_ff=f.int("d_ff", 2048),
                 vocab_size=f.int("vocab_size", 32128), pos_type="relative_bias",
                 relative_buckets=f.int("relative_attention_num_buckets", 32),
@@ -359,6 +365,10 @@ def _bart(f):
                               "models encoder and decoder stacks of equal width")
     # add_final_layer_norm / normalize_before (mBART's pre-norm) are not read by HF's BART
     # classes: a model_type "bart" file with them builds the post-norm BART counted here
+    if not f.bool("tie_word_embeddings", True):
+        raise ConfigError(f"{f.where}: field 'tie_word_embeddings' (false): untied BART has "
+                          "separate shared, encoder and decoder token tables and an lm_head; "
+                          "txcalc models one token table shared by both stacks")
     return dict(family="encoder-decoder", n_encoder_layers=enc, n_layers=dec,
                 d_model=f.int("d_model", 1024), n_heads=f.int("encoder_attention_heads", 16),
                 d_ff=f.int("encoder_ffn_dim", 4096), vocab_size=f.int("vocab_size", 50265),
@@ -391,8 +401,7 @@ _ALIASES: dict[str, dict[str, str]] = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head",
               "n_embed": "hidden_size"},
     "falcon": {"n_embed": "hidden_size"},
-    "t5": {"hidden_size": "d_model", "num_attention_heads": "num_heads",
-           "num_hidden_layers": "num_layers", "head_dim": "d_kv"},
+    "t5": {"hidden_size": "d_model", "num_attention_heads": "num_heads", "head_dim": "d_kv"},
     "bart": {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
              "num_hidden_layers": "encoder_layers"},
 }
