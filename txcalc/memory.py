@@ -20,6 +20,7 @@ for Adam).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -69,7 +70,7 @@ def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
 class TrainingMemory:
     """Memory of one training step on one device (no parallelism), in bytes.
 
-    ``peak`` = weights + gradients + optimizer (with master) + activations saved for backward
+    ``total`` (the peak) = weights + gradients + optimizer (with master) + activations saved for backward
     + the logits transient at the start of backward (the lm_head's fp32 logits gradient).
     """
 
@@ -141,7 +142,7 @@ class TrainingMemory:
                 continue
             b = op.saved_bytes(w, a)
             if w.recompute == "selective" and op.kind == "attn_scores":
-                b = op.saved_bytes(Workload(w.batch, w.seq, w.src_seq, "flash"), a)
+                b = op.saved_bytes(dataclasses.replace(w, attn_impl="flash"), a)
             out[key] = out.get(key, 0) + b
         return out
 
@@ -156,10 +157,6 @@ class TrainingMemory:
     def total(self) -> int:
         return (self.weights + self.gradients + self.optimizer_total + self.activations
                 + self.logits_transient)
-
-    @property
-    def peak(self) -> int:
-        return self.total
 
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,
