@@ -165,6 +165,16 @@ class FlopCounts:
     def hardware(self) -> int:
         return self.forward + self.backward + self.recompute
 
+    def prefill(self, model: bool = False) -> int:
+        """Forward of the prompt batch, the output head on the last position only."""
+        return sum(op.prefill_flops(self.work, model) for op in self.ops)
+
+    def decode(self, context: int, model: bool = True) -> int:
+        """One new token for each of the batch's sequences, ``context`` tokens cached (the new
+        one included); ``model=False`` scans the whole cache even where a window limits it."""
+        w = self.work
+        return sum(op.decode_flops(w.batch, context, w.src_seq, model) for op in self.ops)
+
     def rows(self) -> list[dict]:
         w = self.work
         return [{"path": op.path, "component": op.component, "stack": op.stack,

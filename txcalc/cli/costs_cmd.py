@@ -35,14 +35,13 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     check_fits(cfg, work)
     f = count_flops(cfg, work)
     out = f.to_json()
-    out["prefill_flops"] = sum(op.prefill_flops(work) for op in f.ops)
+    out["prefill_flops"] = f.prefill()
     if context:
         if cfg.family == "encoder":
             from ..errors import WorkloadError
             raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
         out["decode_context"] = context
-        out["decode_flops_per_token"] = sum(op.decode_flops(batch, context, work.src_seq)
-                                            for op in f.ops) // batch
+        out["decode_flops_per_token"] = f.decode(context) // batch
     if json_out:
         emit_json(out)
         return
