@@ -29,7 +29,8 @@ def _prefix(stack: str) -> str:
 
 
 def _norm(cfg: ModelConfig, path: str, where: Where, component: str, width: int) -> Op:
-    return norm(path, where, component, width, cfg.norm_type, cfg.norm_bias, cfg.norm_affine)
+    return norm(path, where, component, width, cfg.norm_type, cfg.norm_bias, cfg.norm_affine,
+                _stream(where[0]))
 
 
 def embeddings(cfg: ModelConfig) -> Iterator[Op]:

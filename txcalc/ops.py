@@ -239,7 +239,7 @@ def embedding(path: str, where: tuple[str, int], component: str, rows: int, widt
 
 
 def norm(path: str, where: tuple[str, int], component: str, width: int, norm_type: str,
-         bias: bool, affine: bool) -> Op:
+         bias: bool, affine: bool, stream: str = "seq") -> Op:
     """LayerNorm (scale and optional shift) or RMSNorm (scale only); none without affine."""
     per_feature = 0
     if affine:
@@ -249,4 +249,4 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
     else:  # native layer_norm: input, mean, 1/std
         saved = ((width, "a"), (1, "f32"), (1, "f32"))
     return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,
-              saved=saved)
+              stream, saved=saved)
