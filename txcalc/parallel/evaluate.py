@@ -460,7 +460,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict) -> dict:
     out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
                bubble_fraction=(g["pp"] - 1) / (g["v"] * m), mfu=mfu, hfu=hfu, gpus=n,
                exposed_dp_comm_s=exposed, micro_batch_time_s=t_mb,
-               tokens_per_s=s.global_batch * s.seq / step)
+               tokens_per_s=s.global_batch * s.seq / step,
+               model_flops_step=A["model_flops_seq"] * s.global_batch,
+               hardware_flops_step=np.array(A["hw_flops_seq"], dtype=object)[rc] * s.global_batch)
     return out
 
 
