@@ -35,7 +35,8 @@ from .config import ModelConfig
 from .errors import TxcalcError, WorkloadError
 from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
-from .parallel.evaluate import Overheads, TrainSetting, build_tables, evaluate, evaluate_layouts
+from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
+                                evaluate_layouts, shard_groups)
 from .parallel.layout import RECOMPUTE, Layout
 from .timing import DeviceProfile
 
@@ -290,7 +291,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
                         + f" GPUs with global batch {global_batch}"
                         + (f" and {only}" if only else ""))
-    tables = build_tables(setting, *axes)
+    shard, shard_e = shard_groups(g, gpu)
+    tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
     r = evaluate(setting, tables, g)
     fits = r["total_bytes"] <= gpu.memory_bytes
     if not fits.any():

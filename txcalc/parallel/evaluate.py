@@ -54,6 +54,8 @@ from .sharding import (act_share, assign_stages, block_index, local_tensors, sta
 
 GiB = 2**30
 ADAM = ("adamw", "adam", "adam8bit")
+#: optimizer states per parameter element, in the policy's state dtype (memory.py's table)
+PER_ELEMENT_STATES = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,39 @@ def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False
         out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes[3])
         out["tensors"] += sum(n for _, _, n in local_tensors(op, tp, ep, copy))
     return out
+
+
+def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False) -> tuple[dict, dict]:
+    """Parameter tensors on one GPU as {(dim 0, elements per row): count}: dense, expert."""
+    dense: dict = {}
+    exp: dict = {}
+    for op in ops:
+        copy = tied_copy and op.component == "lm_head"
+        bucket = exp if op.instances > 1 else dense
+        for d0, rest, n in local_tensors(op, tp, ep, copy):
+            bucket[(d0, rest)] = bucket.get((d0, rest), 0) + n
+    return dense, exp
+
+
+def padded_params(shapes: dict, shards) -> "list[int]":
+    """Parameters rank 0 holds when every tensor's dim 0 is split ``shard`` ways by ceiling
+    division (FSDP2's rule; rank 0 holds the largest shard, padded or not)."""
+    import numpy as np
+    if not shapes:
+        return np.zeros(len(shards), dtype=np.int64)
+    d0 = np.array([k[0] for k in shapes], dtype=np.int64)[:, None]
+    rest = np.array([k[1] * n for k, n in shapes.items()], dtype=np.int64)[:, None]
+    sh = np.asarray(shards, dtype=np.int64)[None, :]
+    return (-(-d0 // sh) * rest).sum(axis=0)
+
+
+def shard_groups(g: dict, gpu: Gpu):
+    """ZeRO shard group of dense and of expert parameters for each layout of a grid."""
+    import numpy as np
+    dpcp = g["dp"] * g["cp"]
+    shard = np.where(g["hybrid"], np.minimum(dpcp, np.maximum(1, gpu.gpus_per_node // g["tp"])),
+                     dpcp)
+    return shard, np.maximum(1, shard // g["ep"])
 
 
 def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
@@ -258,6 +293,7 @@ class Tables:
     cps: list
     mbs: list
     pps: list
+    shards: list
     arrays: dict
 
 
@@ -273,7 +309,7 @@ def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int
     return c
 
 
-def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tables:
+def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None) -> Tables:
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second,
@@ -331,6 +367,25 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tab
     for k, v in st_copy.items():  # tied copy only where pp > 1 and the head is on the stage
         need = has_head & (np.array(pps)[:, None] > 1)
         arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
+    shards = sorted(set(int(x) for x in shards) | {1})
+    pads = {k: np.zeros((len(pps), n_slots, n_tp, n_ep, len(shards)), dtype=np.int64)
+            for k in ("dense", "exp")}
+    shapes = [[[group_shapes(ops, tp, ep) for ep in eps] for tp in tps] for ops in all_groups]
+    copies = [[group_shapes(last, tp, ep, True) for ep in eps] for tp in tps]
+    for pi, pp in enumerate(pps):
+        for k in range(len(slots_of(pp))):
+            for ti in range(n_tp):
+                for ei in range(n_ep):
+                    for j, kind in enumerate(("dense", "exp")):
+                        agg: dict = {}
+                        for gi in range(G):
+                            src = shapes[gi][ti][ei][j]
+                            if gi == G - 1 and has_head[pi, k] and pp > 1 and tied:
+                                src = copies[ti][ei][j]
+                            for key, n in src.items():
+                                agg[key] = agg.get(key, 0) + n * int(C[pi, k, gi])
+                        pads[kind][pi, k, ti, ei] = padded_params(agg, shards)
+    arrays["pad_dense"], arrays["pad_exp"] = pads["dense"], pads["exp"]
     arrays["act"] = np.einsum("psg,gtxrb->pstxrb", C, act)
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
@@ -344,7 +399,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tab
     blocks = [block_group.count(gi) for gi in range(len(groups))] + [1, 1]
     arrays["model_flops_seq"] = sum(n * f[0] for n, f in zip(blocks, flops))
     arrays["hw_flops_seq"] = [sum(n * f[1][r] for n, f in zip(blocks, flops)) for r in range(3)]
-    return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), arrays)
+    return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), shards, arrays)
 
 
 def _cdiv(a, b):
@@ -365,9 +420,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict) -> dict:
     sp = g["sp"].astype(np.int64)
     zero = g["zero"]
     dpcp = g["dp"] * g["cp"]
-    shard = np.where(g["hybrid"], np.minimum(dpcp, np.maximum(1, gpu.gpus_per_node // g["tp"])),
-                     dpcp)
-    shard_e = np.maximum(1, shard // g["ep"])
+    shard, shard_e = shard_groups(g, gpu)
+    si_d, si_e = np.searchsorted(t.shards, shard), np.searchsorted(t.shards, shard_e)
+    one = t.shards.index(1)
     m = s.global_batch // (g["dp"] * g["mb"])
     n_slots = A["valid"].shape[1]
     best = None
@@ -377,18 +432,19 @@ def evaluate(s: TrainSetting, t: Tables, g: dict) -> dict:
     tok = g["mb"] * s.seq
     for k in range(n_slots):
         valid = A["valid"][pi, k]
-        pd, pe = A["p_dense"][pi, k, ti, ei], A["p_exp"][pi, k, ti, ei]
-        z3d, z3e = np.where(zero >= 3, shard, 1), np.where(zero >= 3, shard_e, 1)
-        z2d, z2e = np.where(zero >= 2, shard, 1), np.where(zero >= 2, shard_e, 1)
-        z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
+        def held(level):  # parameters on the GPU when ZeRO >= level shards them
+            return (A["pad_dense"][pi, k, ti, ei, np.where(zero >= level, si_d, one)]
+                    + A["pad_exp"][pi, k, ti, ei, np.where(zero >= level, si_e, one)])
+        pd, pe = A["pad_dense"][pi, k, ti, ei, one], A["pad_exp"][pi, k, ti, ei, one]
         master = mb_ if s.optimizer != "none" else 0
-        cat = {
-            "weights": wb * (_cdiv(pd, z3d) + _cdiv(pe, z3e)),
-            "gradients": gb_ * (_cdiv(pd, z2d) + _cdiv(pe, z2e)),
-            "optimizer": (_cdiv(A["o_dense"][pi, k, ti, ei] + master * pd, z1d)
-                          + _cdiv(A["o_exp"][pi, k, ti, ei] + master * pe, z1e)
-                          + (4 * A["tensors"][pi, k, ti, ei] if s.optimizer in ADAM else 0)),
-        }
+        if s.optimizer in PER_ELEMENT_STATES:  # states shaped like the parameter shard
+            opt = (master + PER_ELEMENT_STATES[s.optimizer] * sb) * held(1)
+        else:  # blockwise / factored states: the engine's bytes, split evenly
+            z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
+            opt = (_cdiv(A["o_dense"][pi, k, ti, ei] + master * pd, z1d)
+                   + _cdiv(A["o_exp"][pi, k, ti, ei] + master * pe, z1e))
+        steps = 4 * A["tensors"][pi, k, ti, ei] if s.optimizer in ADAM else 0
+        cat = {"weights": wb * held(3), "gradients": gb_ * held(2), "optimizer": opt + steps}
         a1 = A["act"][pi, k, ti, sp, rc, 0]
         a2 = A["act"][pi, k, ti, sp, rc, 1]
         per_mb = _cdiv(a1 + (a2 - a1) * (g["mb"] - 1), g["cp"])
@@ -494,21 +550,6 @@ def evaluate_layouts(s: TrainSetting, layouts: list[Layout], all_stages: bool = 
                                 f"micro_batch ({lay.dp} x {lay.micro_batch})")
     tps, eps, cps, mbs, pps, g = grid_for(layouts)
     slots = (lambda pp: list(range(pp))) if all_stages else None
-    t = build_tables(s, tps, eps, cps, mbs, pps, slots)
+    shard, shard_e = shard_groups(g, s.gpu)
+    t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots)
     return evaluate(s, t, g)
-
-
-def fsdp_shard_params(s: TrainSetting, lay: Layout, stage: int = 0) -> tuple[int, int]:
-    """(padded, unpadded) parameters rank 0 of a ZeRO-3/FSDP2 group holds on ``stage``:
-    FSDP2 splits dim 0 of every tensor by ceiling division and pads storage to that size;
-    rank 0 always holds the largest (unpadded) shard."""
-    shard = lay.dp * lay.cp
-    padded = unpadded = 0
-    tied = s.cfg.tie_embeddings and s.cfg.head == "lm" and lay.pp > 1
-    for op in assign_stages(s.cfg, s.ops, lay.pp)[stage]:
-        copy = tied and op.component == "lm_head"
-        for d0, rest, cnt in local_tensors(op, lay.tp, lay.ep, copy):
-            rows = -(-d0 // shard)
-            padded += rows * rest * cnt
-            unpadded += min(rows, d0) * rest * cnt
-    return padded, unpadded
