@@ -234,7 +234,8 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             gpu_hours=hours, cost=None if price is None else hours * price,
                             bubble_fraction=float(r["bubble_fraction"][i]),
                             model_flops_step=int(r["model_flops_step"]),
-                            hardware_flops_step=int(r["hardware_flops_step"][i])))
+                            hardware_flops_step=r["hardware_flops_seq"][
+                                RECOMPUTE.index(lay.recompute)] * setting.global_batch))
     return out
 
 
@@ -293,7 +294,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                         + (f" and {only}" if only else ""))
     shard, shard_e = shard_groups(g, gpu)
     tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
-    r = evaluate(setting, tables, g)
+    r = evaluate(setting, tables, g, detail=False)
     fits = r["total_bytes"] <= gpu.memory_bytes
     if not fits.any():
         smallest = int(r["total_bytes"].min())
