@@ -113,6 +113,8 @@ class TrainSetting:
     profile: DeviceProfile | None = None
     overheads: Overheads = field(default_factory=Overheads)
     achieved_flops_per_gpu: float | None = None
+    dropout: bool = False  #: train with the model's dropout (masks saved), Workload.dropout
+    softmax_fp32: bool = True  #: eager softmax upcast to fp32 (Megatron's kernels: False)
 
     @property
     def prof(self) -> DeviceProfile:
@@ -128,7 +130,8 @@ class TrainSetting:
 
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
-                        recompute=recompute)
+                        recompute=recompute, dropout=self.dropout,
+                        softmax_fp32=self.softmax_fp32)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -191,7 +194,7 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
     """Bytes the group saves for backward on one GPU, one micro-batch (before CP).
 
     Full recompute keeps only each block's input (D wide, on the residual stream); selective
-    recompute drops the S x S probabilities (stored as a fused kernel would)."""
+    recompute drops the S x S probabilities (as ``TrainingMemory`` does)."""
     w = s.work(micro_batch, recompute)
     a = s.bytes[4]
     from .sharding import local_saved_bytes
@@ -205,9 +208,7 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
                 b = rows * s.cfg.d_model * a
                 total += -(-b // tp) if sp else b
             continue
-        ww = dataclasses.replace(w, attn_impl="flash") if (
-            recompute == "selective" and op.kind == "attn_scores") else w
-        total += local_saved_bytes(op, ww, a, tp, sp)
+        total += local_saved_bytes(op, w, a, tp, sp, pairs=recompute != "selective")
     return total
 
 
@@ -581,8 +582,9 @@ def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict]
     return tps, eps, cps, mbs, pps, g
 
 
-def evaluate_layouts(s: TrainSetting, layouts: list[Layout], all_stages: bool = True) -> dict:
-    """``evaluate`` for explicit layouts (each checked), over every pipeline stage."""
+def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None) -> dict:
+    """``evaluate`` for explicit layouts (each checked), over every pipeline stage, or over
+    ``stages(pp)`` (a function listing the stage indices to evaluate)."""
     from ..errors import WorkloadError
     for lay in layouts:
         check_layout(s.cfg, lay, s.seq)
@@ -590,7 +592,7 @@ def evaluate_layouts(s: TrainSetting, layouts: list[Layout], all_stages: bool = 
             raise WorkloadError(f"global batch ({s.global_batch}) must be a multiple of dp x "
                                 f"micro_batch ({lay.dp} x {lay.micro_batch})")
     tps, eps, cps, mbs, pps, g = grid_for(layouts)
-    slots = (lambda pp: list(range(pp))) if all_stages else None
+    slots = stages or (lambda pp: list(range(pp)))
     shard, shard_e = shard_groups(g, s.gpu)
     t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots)
     return evaluate(s, t, g)
