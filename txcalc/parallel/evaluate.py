@@ -19,7 +19,9 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   x micro-batches in flight (1F1B: pp - stage;         |
                   |   interleaved stage 0: pp + (pp - 1) / v)              |
     logits        | fp32 logits gradient, last stage: mb * S * V * 4 / tp  |
-    zero3 buffers | unsharded weights of `prefetch` blocks + grads of one  | (ZeRO-3 only)
+    zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
+                  |   outside blocks (FSDP2's root unit stays unsharded     |
+                  |   from forward to backward) + `prefetch` largest blocks |
     framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
 
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
@@ -66,7 +68,7 @@ class Overheads:
     ``torch.cuda.mem_get_info`` shows used before the first tensor: 0.5-1 GiB on H100).
     comm_buffer_bytes: NCCL channel buffers and DDP/FSDP buckets when more than one GPU.
     fragmentation: caching-allocator slack as a fraction of the tensors' bytes.
-    zero3_prefetch_blocks: unsharded blocks alive under ZeRO-3 (the current one and the
+    zero3_prefetch_blocks: all-gathered blocks alive under ZeRO-3 (the current one and the
     prefetched next one).
     """
 
@@ -401,6 +403,11 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     arrays["stage"] = inflight_stage
     arrays["has_head"] = has_head
     arrays["valid"] = valid
+    # parameters outside the blocks on each stage (embeddings on the first, head on the last)
+    root = st["p_dense"][G - 2:] + st["p_exp"][G - 2:]  # [first|last, tp, ep]
+    arrays["root_params"] = (np.einsum("psg,gte->pste", C[:, :, G - 2:], root)
+                             + (has_head & (np.array(pps)[:, None] > 1))[:, :, None, None]
+                             * st_copy["p_dense"][None, None])
     arrays["layer_params"] = max(  # the largest block, for ZeRO-3 gather buffers
         (st["p_dense"][g] + st["p_exp"][g] for g in range(len(groups))),
         key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
@@ -439,7 +446,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     all_valid = bool(A["valid"].all())
     # flat views: one np.take per table instead of many-index fancy indexing
     flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
-                                          "t_attn", "o_dense", "o_exp", "tensors")}
+                                          "t_attn", "o_dense", "o_exp", "tensors",
+                                          "root_params")}
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
     # per-collective times (the counts differ per stage; latency is per collective)
@@ -454,8 +462,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
     logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
-    zero3 = np.where(zero == 3, (ov.zero3_prefetch_blocks * wb + gb_)
-                     * A["layer_params"][ti, ei], 0)
+    zero3_blocks = np.where(zero == 3, ov.zero3_prefetch_blocks * wb
+                            * A["layer_params"][ti, ei], 0)
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
@@ -499,7 +507,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         inflight = pp - stage + extra * (v > 1)
         cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
-        cat["zero3_buffers"] = zero3
+        cat["zero3_buffers"] = np.where(zero == 3, zero3_blocks + wb * flat["root_params"].take(
+            base), 0)
         tensors = sum(cat.values())
         cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
         total = tensors + cat["framework"]
