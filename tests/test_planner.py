@@ -135,6 +135,9 @@ BAD = [
     (["plan", "infer", "bert-base-uncased", "--gpu", "h100", "--context", "512"], ("encoder",)),
     (["plan", "train", "llama-3-8b", "--tokens", "1T", "--gpu", "a100",
       "--precision", "fp12"], ("fp12",)),
+    (["plan", "train", "llama-3-8b", "--tokens", "1T", "--fragmentation", "1.5"], ("1.5",)),
+    (["plan", "infer", "llama-3-8b", "--context", "8k", "--cuda-context-gib", "-1"],
+     ("cuda_context_bytes",)),
 ]
 
 
@@ -175,6 +178,21 @@ def test_bad_gpu_files(tmp_path, capsys):
     r = _cli_json(["plan", "train", "llama-3-8b", "--tokens", "1T", "--gpu", "my",
                    "--gpu-file", str(path)])
     assert r["gpu"] == "mygpu" and r["gpu_memory_bytes"] == 80 * 2**30
+
+
+def test_framework_terms_are_overridable():
+    """The framework category is context + comm buffers + fragmentation x the tensors."""
+    from txcalc.parallel.evaluate import Overheads
+    cfg = load("llama-3-8b")
+    plain = plan_train(cfg, "h100", 10**12, gpus=8, only={"tp": 8, "micro_batch": 1},
+                       overheads=Overheads(0, 0, 0.0))
+    ov = Overheads.from_gib(2, 1, 0.1)
+    more = plan_train(cfg, "h100", 10**12, gpus=8, only={"tp": 8, "micro_batch": 1},
+                      overheads=ov)
+    a, b = plain.best, more.best
+    assert a.layout == b.layout and a.memory["framework"] == 0
+    tensors = a.total_bytes
+    assert b.memory["framework"] == 3 * 2**30 + int(tensors * 0.1)
 
 
 def test_tp_not_dividing_heads():

@@ -83,6 +83,8 @@ class TrainRow:
     bubble_fraction: float
     model_flops_step: int = 0
     hardware_flops_step: int = 0
+    #: per parallel dimension: collective, link, bytes sent per GPU per step, seconds, exposed
+    communication: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
@@ -91,6 +93,7 @@ class TrainRow:
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
         d["memory_bytes"] = {k: int(v) for k, v in self.memory.items()}
+        d["communication"] = self.communication
         return d
 
 
@@ -235,7 +238,13 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             bubble_fraction=float(r["bubble_fraction"][i]),
                             model_flops_step=int(r["model_flops_step"]),
                             hardware_flops_step=r["hardware_flops_seq"][
-                                RECOMPUTE.index(lay.recompute)] * setting.global_batch))
+                                RECOMPUTE.index(lay.recompute)] * setting.global_batch,
+                            communication={
+                                dim: {"collective": str(c if isinstance(c, str) else c[i]),
+                                      "link": str(r["links"][dim][i]),
+                                      "bytes_per_step": float(b[i]), "time_s": float(t[i]),
+                                      "exposed_s": float(x[i])}
+                                for dim, (c, b, t, x) in r["comm"].items() if float(b[i]) > 0}))
     return out
 
 
@@ -425,6 +434,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ops = model_ops_cached(cfg)
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
+    decode_flops_1 = sum(op.decode_flops(1, context) for op in ops)
+    w = Workload(batch=1, seq=context, attn_impl="flash")
+    prefill_s: dict[int, float] = {}
     rows = []
     tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and (
         cfg.is_mla or cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)]
@@ -446,21 +458,19 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             maxc = budget // kv_seq
 
             def decode_s(batch: int) -> float:
-                flops = sum(op.decode_flops(batch, context) for op in ops) / (tp * pp)
+                flops = batch * decode_flops_1 / (tp * pp)  # decode FLOPs are linear in batch
                 moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
                 t = roofline_s(flops, moved, prof, "matmul", dtype)
                 ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
                                        2 * most_blocks)
                 return pp * (t + float(ar))
 
-            w = Workload(batch=1, seq=context, attn_impl="flash")
-            prefill = 0.0
-            for op in ops:
-                split = tp if op.kind in ("linear", "attn_scores", "attn_context") else 1
-                f, _ = op_times(op, w, prof, dtype, wbytes, wbytes, split)
-                prefill += f
-            prefill += float(comm.collective_s("all_reduce", context * cfg.d_model * wbytes, tp,
-                                               1, gpu, 2 * n_blocks))
+            if tp not in prefill_s:
+                prefill_s[tp] = sum(op_times(op, w, prof, dtype, wbytes, wbytes, tp if op.kind in (
+                    "linear", "attn_scores", "attn_context") else 1)[0] for op in ops) + float(
+                    comm.collective_s("all_reduce", context * cfg.d_model * wbytes, tp, 1, gpu,
+                                      2 * n_blocks))
+            prefill = prefill_s[tp]
             replicas = -(-concurrency // maxc)
             while True:
                 per = -(-concurrency // replicas)

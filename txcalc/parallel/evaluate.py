@@ -77,6 +77,27 @@ class Overheads:
     fragmentation: float = 0.05
     zero3_prefetch_blocks: int = 2
 
+    def __post_init__(self) -> None:
+        from .layout import LayoutError
+        bad = [f"{k} ({getattr(self, k)!r})" for k in ("cuda_context_bytes",
+                                                        "comm_buffer_bytes",
+                                                        "zero3_prefetch_blocks")
+               if not isinstance(getattr(self, k), int) or getattr(self, k) < 0]
+        if not isinstance(self.fragmentation, (int, float)) or not 0 <= self.fragmentation < 1:
+            bad.append(f"fragmentation ({self.fragmentation!r}, a fraction in [0, 1))")
+        if bad:
+            raise LayoutError("framework overheads must be non-negative: " + ", ".join(bad))
+
+    @classmethod
+    def from_gib(cls, cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
+                 fragmentation: float | None = None) -> Overheads:
+        """Defaults, with the given ones replaced (GiB = 2^30 bytes)."""
+        d = cls()
+        return cls(d.cuda_context_bytes if cuda_context_gib is None
+                   else int(cuda_context_gib * GiB),
+                   d.comm_buffer_bytes if comm_buffer_gib is None else int(comm_buffer_gib * GiB),
+                   d.fragmentation if fragmentation is None else fragmentation)
+
 
 def shard_op(op: Op, tp: int, ep: int, tied_copy: bool = False) -> Op:
     """The part of ``op`` one GPU holds: an Op with its local params/widths (engine formulas
@@ -539,6 +560,11 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         if not all_valid:
             t_stage, bwd, pd = (np.where(valid, x, 0) for x in (t_stage, bwd, pd + pe))
             pe = 0
+        if detail:  # the collectives of the slowest stage, for the breakdown
+            slower = t_stage >= t_mb
+            now = (cnt[:, 0].take(pi), cnt[:, 1].take(pi), cnt[:, 2].take(pi),
+                   flat["t_attn"].take(t_base))
+            slow = now if k == 0 else tuple(np.where(slower, a, b) for a, b in zip(now, slow))
         t_mb = np.maximum(t_mb, t_stage)
         t_bwd = np.maximum(t_bwd, bwd)
         p_max = np.maximum(p_max, pd + pe)
@@ -562,6 +588,42 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
     peak = s.gpu.peak(s.dtype)
     out = {f"{k}_bytes": x for k, x in best.items()} if detail else {}
+    if detail:
+        n_tp_c, n_moe, n_attn, t_attn = slow
+        per_mb = lambda kind, size, n, count: comm.bytes_sent(kind, size, n) * count
+        out["comm"] = {  # per GPU per step: (collective, bytes sent, seconds, exposed seconds)
+            "tp": (np.where(sp == 1, "reduce-scatter + all-gather (SP)", "all-reduce"),
+                   m * per_mb("all_reduce", act_size, tp, tp_colls * n_tp_c),
+                   m * tp_colls * n_tp_c * unit_tp, m * tp_colls * n_tp_c * unit_tp),
+            "ep": ("all-to-all", m * per_mb("all_to_all", act_size * max(cfg.top_k, 1),
+                                            g["ep"], 4 * n_moe),
+                   m * 4 * n_moe * unit_ep, m * 4 * n_moe * unit_ep),
+            "cp": ("point-to-point (ring of keys and values)",
+                   m * 3 * n_attn * tok / cp * kv_width * ab * (cp - 1) * (cp > 1),
+                   m * 3 * n_attn * unit_cp,
+                   m * np.maximum(0.0, 3 * n_attn * unit_cp - t_attn)),
+            "pp": ("point-to-point (activations and their gradients)",
+                   m * 2 * v * act_size / np.where(sp == 1, tp, 1) * (pp > 1), m * t_pp,
+                   m * t_pp),
+            "dp": (np.where(zero == 0, "all-reduce", np.where(
+                       zero < 3, "reduce-scatter + all-gather",
+                       "per micro-batch 2 all-gathers + reduce-scatter")),
+                   np.where(zero == 0, comm.bytes_sent("all_reduce", grad_bytes, shard),
+                            np.where(zero < 3, comm.bytes_sent("reduce_scatter", grad_bytes,
+                                                               shard)
+                                     + comm.bytes_sent("all_gather", w_bytes, shard),
+                                     m * (comm.bytes_sent("reduce_scatter", grad_bytes, shard)
+                                          + 2 * comm.bytes_sent("all_gather", w_bytes,
+                                                                shard)))),
+                   np.where(zero == 0, t_ar, np.where(zero < 3, t_rs + t_ag,
+                                                      m * (2 * t_ag + t_rs) + t_rep)),
+                   exposed),
+        }
+        out["links"] = {name: np.where(size * stride <= gpu.gpus_per_node, "intra-node",
+                                       "inter-node")
+                        for name, size, stride in (("tp", tp, 1), ("cp", cp, tp),
+                                                   ("ep", g["ep"], tp * cp),
+                                                   ("dp", shard, tp), ("pp", pp, tp * cp * dp))}
     out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
                bubble_fraction=(pp - 1) / (v * m),
                mfu=A["model_flops_seq"] * s.global_batch / (step * n * peak),
