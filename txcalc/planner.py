@@ -37,7 +37,7 @@ from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
-from .parallel.layout import RECOMPUTE, Layout
+from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout
 from .timing import DeviceProfile
 
 DAY_S = 86400.0
@@ -163,17 +163,26 @@ PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute")
 
 def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpus: int,
                 gpus: int | None = None, only: dict | None = None) -> tuple[dict, tuple]:
-    """Every valid layout as index arrays (see ``parallel.evaluate.evaluate``)."""
+    """Every valid layout as index arrays (see ``parallel.evaluate.evaluate``).
+
+    Candidate degrees: TP the divisors of n_heads up to 64, PP powers of two and divisors of
+    the block count up to 128, CP powers of two keeping >= 2048 tokens a rank, EP powers of two
+    up to 64, DP and micro-batch dividing the global batch; each degree is checked alone by
+    ``check_layout`` (the model's rules), and the rules that join degrees here."""
     import numpy as np
     n_blocks = sum(depth for _, depth in cfg.stacks)
-    tps = [t for t in _divisors(cfg.n_heads) if t <= 64
-           and (cfg.is_mla or cfg.n_kv_heads % t == 0)
-           and all(not getattr(cfg, f) or getattr(cfg, f) % t == 0
-                   for f in ("d_ff", "moe_d_ff", "shared_d_ff"))]
-    pps = sorted({p for p in _pow2_upto(min(n_blocks, 128))}
-                 | {p for p in _divisors(n_blocks) if p <= 128})
-    cps = [c for c in _pow2_upto(32) if seq % c == 0 and (c == 1 or seq // c >= 2048)]
-    eps = [e for e in _pow2_upto(64) if cfg.n_experts % e == 0] if cfg.is_moe else [1]
+
+    def valid(**degrees) -> bool:
+        try:
+            check_layout(cfg, Layout(**degrees), seq)
+            return True
+        except LayoutError:
+            return False
+    tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and valid(tp=t)]
+    pps = [p for p in sorted(set(_pow2_upto(128)) | set(_divisors(n_blocks)))
+           if p <= 128 and valid(pp=p)]
+    cps = [c for c in _pow2_upto(32) if (c == 1 or seq // c >= 2048) and valid(cp=c)]
+    eps = [e for e in _pow2_upto(64) if valid(ep=e, dp=e)]
     mbs = [b for b in _pow2_upto(16) if global_batch % b == 0]
     dps = _divisors(global_batch)
     zeros = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1)]
