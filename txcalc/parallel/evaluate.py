@@ -18,16 +18,18 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
                   |   x micro-batches in flight (1F1B: pp - stage;         |
                   |   interleaved stage 0: pp + (pp - 1) / v)              |
-    logits        | fp32 logits gradient, last stage: mb * S * V * 4 / tp  |
+    logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
     framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
 
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
-expert parameters over dp * cp / ep. The grid screen divides totals with ceiling division;
-``layout_memory`` (exact, every stage, FSDP's per-tensor ceiling division of dim 0) gives the
-numbers reported for chosen layouts.
+expert parameters over dp * cp / ep, splitting dim 0 of every tensor by ceiling division
+(FSDP2's rule, padding included: the numbers are rank 0's, which holds the largest shard;
+checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The search screens
+the first, second and last pipeline stages; ``evaluate_layouts`` (used for the layouts a plan
+reports) evaluates every stage.
 
 Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
 EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
@@ -86,7 +88,8 @@ class Overheads:
         if not isinstance(self.fragmentation, (int, float)) or not 0 <= self.fragmentation < 1:
             bad.append(f"fragmentation ({self.fragmentation!r}, a fraction in [0, 1))")
         if bad:
-            raise LayoutError("framework overheads must be non-negative: " + ", ".join(bad))
+            raise LayoutError("framework overheads must be non-negative integers (fragmentation "
+                              "a fraction): " + ", ".join(bad))
 
     @classmethod
     def from_gib(cls, cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
@@ -254,20 +257,11 @@ def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str
 
 
 def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
-    """Per sequence: model FLOPs (masked pairs skipped) and hardware FLOPs per recompute."""
-    w = s.work(1)
-    model = sum(op.fwd_flops(w, True) + op.bwd_flops(w, True) for op in ops)
-    executed = sum(op.fwd_flops(w) + op.bwd_flops(w) for op in ops)
-    hw = []
-    for rc in RECOMPUTE:
-        extra = 0
-        if rc == "full":
-            extra = sum(op.fwd_flops(w) for op in ops if op.layer >= 0)
-        elif rc == "selective":
-            extra = sum(op.fwd_flops(w) for op in ops
-                        if op.kind in ("attn_scores", "attn_context"))
-        hw.append(executed + extra)
-    return model, hw
+    """Per sequence: model FLOPs (masked pairs skipped) and hardware FLOPs (executed +
+    recompute) for each recompute policy: the engine's FlopCounts over the group's ops."""
+    from ..accounting import FlopCounts
+    counts = [FlopCounts(s.cfg, s.work(1, rc), tuple(ops)) for rc in RECOMPUTE]
+    return counts[0].model, [c.hardware for c in counts]
 
 
 def group_counts(ops) -> dict:
@@ -337,7 +331,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second,
-    last; ``layout_memory`` passes every stage)."""
+    last; ``evaluate_layouts`` passes every stage)."""
     import numpy as np
     groups, block_group, first, last = group_ops(s)
     all_groups = groups + [first, last]
