@@ -133,13 +133,16 @@ def test_tensor_parallel_shards_sum_to_model():
         assert t * (local - replicated) + replicated == total
 
 
-def test_screen_equals_every_stage_for_uniform_blocks():
-    """The search screens the first, second and last stage; for uniform blocks that is the
-    fullest stage, so its totals equal the every-stage evaluation."""
+@pytest.mark.parametrize("model", ["llama-2-70b", "deepseek-small"])
+def test_screen_equals_every_stage(model):
+    """The search screens the first, second, last and most-parameter stage: the fullest and
+    the slowest one for uniform blocks and for dense-first MoE stacks (DeepSeek's 3 dense
+    blocks, then MoE), so its totals equal the every-stage evaluation."""
     from txcalc.planner import layout_grid
     from txcalc.parallel.evaluate import build_tables, evaluate, shard_groups
     import numpy as np
-    cfg = txcalc.load("llama-2-70b")
+    cfg = (txcalc.load("deepseek-v3").replace(n_layers=13, n_experts=16, top_k=2)
+           if model == "deepseek-small" else txcalc.load(model))
     gpu = get_gpu("h100")
     s = TrainSetting(cfg, gpu, 4096, 256)
     g, axes = layout_grid(cfg, gpu, 4096, 256, 4096)

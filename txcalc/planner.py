@@ -349,9 +349,17 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         if lay not in seen:
             seen.add(lay)
             chosen.append(lay)
-        if len(chosen) >= n_rows:
+        if len(chosen) >= 3 * n_rows:
             break
-    rows = rows_for(setting, chosen, tokens, price_per_gpu_hour)
+    # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
+    # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
+    rows = [r for r in rows_for(setting, chosen, tokens, price_per_gpu_hour)
+            if r.total_bytes <= gpu.memory_bytes and (days is None or r.days <= days)][:n_rows]
+    if not rows:
+        raise PlanError(f"no layout of {cfg.name} fits on {gpu.name}"
+                        + (f" within {days:g} days" if days is not None else "")
+                        + " once every pipeline stage is evaluated; allow more GPUs "
+                        "(--max-gpus) or a smaller --global-batch")
     if setting.achieved_flops_per_gpu:
         notes.append(f"step time from the achieved {achieved_tflops:g} TFLOP/s per GPU")
     return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,

@@ -27,9 +27,9 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
 expert parameters over dp * cp / ep, splitting dim 0 of every tensor by ceiling division
 (FSDP2's rule, padding included: the numbers are rank 0's, which holds the largest shard;
-checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The search screens
-the first, second and last pipeline stages; ``evaluate_layouts`` (used for the layouts a plan
-reports) evaluates every stage.
+checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The search
+screens the first, second, last and most-parameter pipeline stages; ``evaluate_layouts``
+(used for the layouts a plan reports) evaluates every stage.
 
 Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
 EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
@@ -304,7 +304,7 @@ def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], lis
 # --- the grid evaluator -----------------------------------------------------------------------
 @dataclass
 class Tables:
-    """Stage-level tables: index [pp_i, slot, ...]; slot 0 first stage, 1 second, 2 last."""
+    """Stage-level tables: index [pp_i, slot, ...] (the slots: see ``build_tables``)."""
 
     tps: list
     eps: list
@@ -330,8 +330,9 @@ def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int
 def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None) -> Tables:
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
 
-    ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second,
-    last; ``evaluate_layouts`` passes every stage)."""
+    ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
+    (the most micro-batches in flight after the first), last, and the stage with the most
+    block parameters (dense-first MoE models); ``evaluate_layouts`` passes every stage)."""
     import numpy as np
     groups, block_group, first, last = group_ops(s)
     all_groups = groups + [first, last]
@@ -369,7 +370,13 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     counts = np.array([[group_counts(ops)[k] for k in ("tp_coll", "moe", "attn")]
                        for ops in all_groups], dtype=np.int64)
     flops = [group_flops(s, ops) for ops in all_groups]
-    slots_of = slots_of or (lambda pp: [0, min(1, pp - 1), pp - 1])
+    if slots_of is None:  # first, second, last, and the stage holding the most parameters
+        block_params = (st["p_dense"][:, 0, 0] + st["p_exp"][:, 0, 0])[:len(groups)]
+
+        def slots_of(pp):
+            heavy = max(range(pp), key=lambda k: (int(stage_counts(
+                s, len(groups), block_group, pp, k)[:len(groups)] @ block_params), -k))
+            return [0, min(1, pp - 1), pp - 1, heavy]
     n_slots = max(len(slots_of(pp)) for pp in pps)
     C = np.zeros((len(pps), n_slots, G), dtype=np.int64)
     inflight_stage = np.zeros((len(pps), n_slots), dtype=np.int64)
