@@ -105,6 +105,8 @@ def test_infer_kv_budget_matches_engine():
     assert b.kv_bytes_per_seq == -(-kv_cache_bytes(cfg, 131072, 1, "fp8") // b.tp // b.pp)
     assert b.weights_bytes + b.max_concurrency_per_replica * b.kv_bytes_per_seq \
         <= p.gpu.memory_bytes
+    frame = p.table()
+    assert list(frame["total_gpus"])[0] == b.total_gpus and len(frame) == len(p.rows)
     fast = plan_infer(cfg, "h200", 131072, 64, kv_dtype="fp8", tokens_per_s=20000)
     assert fast.best.decode_tokens_per_s >= 20000 and fast.best.total_gpus >= b.total_gpus
 
