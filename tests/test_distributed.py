@@ -9,7 +9,11 @@ every split is uneven) for one AdamW step, sharded two ways:
   the embedding vocab-parallel (RowwiseParallel on an Embedding), lm_head ColwiseParallel.
 
 Measured per rank: bytes of the unique storages behind the local parameter shards, the
-gradients, and the optimizer state (exp_avg, exp_avg_sq, step). One torch detail is checked
+gradients, and the optimizer state (exp_avg, exp_avg_sq, step); for FSDP2 also
+FSDPMemTracker's sharded-parameter, sharded-gradient and optimizer-state bytes at the rank's
+peak (a second micro-batch accumulating, then the step). That tiny model's peak falls in the
+optimizer step (foreach temporaries, reduce-scatter buffers), which the planner does not
+model: at full scale the activations set the peak (the fake-process-group test below). One torch detail is checked
 apart: under TP, torch gives the embedding's gradient a Replicate placement (the full V x D
 on every rank); that excess is asserted exactly and set aside. Predicted: the planner's
 ``evaluate_layouts`` for the same layout, fp32, AdamW. Rank 0 holds the largest shard and must
@@ -96,6 +100,18 @@ def _step(rank: int, world: int, mode: str, out_dir: str) -> None:
               "gradients_logical": sum(_local(p.grad).numel() * _local(p.grad).element_size()
                                        for p in params),
               "optimizer": sum(t.untyped_storage().nbytes() for t in state)}
+    if mode == "fsdp":  # FSDPMemTracker: a second micro-batch accumulating, then the step
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        tracker = FSDPMemTracker(model, opt)
+        tracker.track_inputs((ids,))
+        with tracker:
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad()
+        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+        result["tracker"] = {str(getattr(k, "value", k)): int(v) for k, v in peak.items()}
     with open(os.path.join(out_dir, f"{mode}-{rank}.json"), "w") as f:
         json.dump(result, f)
 
@@ -149,8 +165,13 @@ def test_rank_bytes_equal_prediction(mode, measured):
             own_rows = 501 if rank == 0 else 500
             assert r["gradients"] == r["gradients_logical"]
             r["gradients"] -= (V - own_rows) * D * 4
-    for r in ranks:
+    for rank, r in enumerate(ranks):
         r.pop("gradients_logical")
+        tracked = r.pop("tracker", None)
+        if tracked:  # FSDPMemTracker's categories at the per-rank peak say the same
+            at_peak = {"weights": tracked["Sharded Param"], "gradients": tracked["Sharded Grad"],
+                       "optimizer": tracked["OptState"]}
+            assert at_peak == r, (rank, at_peak, r)
     assert ranks[0] == predicted, (ranks, predicted)
     for key in predicted:
         assert ranks[1][key] <= predicted[key]
