@@ -210,8 +210,12 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     for key, value in (only or {}).items():
         if key not in PINNABLE:
             raise PlanError(f"cannot pin {key!r}; choose from {', '.join(PINNABLE)}")
+        if key in ("tp", "pp", "cp", "ep", "micro_batch", "zero", "recompute"):
+            # the model's own rules name the offending values (TP dividing the heads...)
+            check_layout(cfg, Layout(**{key: value, **({"dp": value} if key == "ep" else {})}),
+                         seq)
         if key == "recompute":
-            value = RECOMPUTE.index(_check("recompute", value, RECOMPUTE))
+            value = RECOMPUTE.index(value)
         ok &= pinned[key] == value
     idx = np.nonzero(ok)[0]
     g = dict(tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], zero=zero[idx],

@@ -47,6 +47,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
           comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
           fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
+          tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree."),
+          pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree."),
+          cp: int = typer.Option(None, "--cp", help="Pin the context-parallel degree."),
+          ep: int = typer.Option(None, "--ep", help="Pin the expert-parallel degree."),
+          zero: int = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
+          micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
+          recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -57,7 +64,10 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=max(rows, 1),
-                   overheads=_overheads(context_gib, comm_gib, fragmentation))
+                   overheads=_overheads(context_gib, comm_gib, fragmentation),
+                   only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
+                                           ("zero", zero), ("micro_batch", micro_batch),
+                                           ("recompute", recompute)) if v is not None})
     out = p.to_json()
     if json_out:
         emit_json(out)
