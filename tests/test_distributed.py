@@ -227,6 +227,7 @@ def _fake_rank(_: int, out_dir: str) -> None:
 FAKE_SEQ = 2048
 
 
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_fsdp_fake_pg_llama3_8b_peak_within_3_percent(tmp_path):
     """Per-rank peak of llama-3-8b, FSDP2 over 8 ranks, seq 2048, 2 micro-batches of 1: the
     planner's per-GPU tensors (its total less the framework terms, which the tracker cannot

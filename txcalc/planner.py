@@ -20,8 +20,14 @@ stage. Choices:
     best                 | with ``days``: the fastest layout on gpus_for_deadline GPUs; without:
                          |   among layouts within 2% of the lowest GPU-hours, the fastest
 
-Defaults: sequence = min(4096, the model's max_position); global batch = about 4M tokens
-(2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention = a fused (flash) kernel.
+Defaults: sequence 4096 (the learned position table's length if shorter); global batch
+about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention a fused
+(flash) kernel.
+
+Figures of merit: MFU = model FLOPs (the engine's: causally masked attention pairs skipped)
+/ (step time x GPUs x the dense peak of the compute dtype); HFU uses the FLOPs executed
+(full S x S attention, recompute included). days = tokens / (global batch x seq) x step time;
+GPU-hours = days x 24 x GPUs; cost = GPU-hours x price per GPU-hour.
 """
 
 from __future__ import annotations
