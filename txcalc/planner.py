@@ -440,6 +440,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ``context`` tokens, roofline per op, stages in sequence.
     """
     from . import load
+    from .accounting import FlopCounts
     from .parallel import comm
     from .parallel.sharding import assign_stages, local_params, tp_style
     from .timing import COMPUTE_DTYPE, op_times, roofline_s
@@ -460,8 +461,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ops = model_ops_cached(cfg)
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
-    decode_flops_1 = sum(op.decode_flops(1, context) for op in ops)
     w = Workload(batch=1, seq=context, attn_impl="flash")
+    decode_flops_1 = FlopCounts(cfg, w, ops).decode(context)  # one token of one sequence
     prefill_s: dict[int, float] = {}
     rows = []
     tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and (
