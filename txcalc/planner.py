@@ -372,6 +372,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                         "(--max-gpus) or a smaller --global-batch")
     if setting.achieved_flops_per_gpu:
         notes.append(f"step time from the achieved {achieved_tflops:g} TFLOP/s per GPU")
+    if days is None:
+        notes.append("no deadline given: best = the fastest of the layouts within 2% of the "
+                     "lowest GPU-hours; --days D gives the GPUs to finish in D days")
     return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,
                      int(len(g["tp"])), time.perf_counter() - t0, notes)
 
