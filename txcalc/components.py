@@ -16,6 +16,7 @@ the reference model's module names:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from .config import ModelConfig
@@ -46,18 +47,31 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     """Per-stack position table, embedding norm and relative-position bias."""
     p, where = _prefix(stack), (stack, -1)
+    if stack == "encoder":  # the shared token table also looks up the source ids
+        yield elementwise("embed.tokens", ("", -1), "embed.tokens", "token_ids",
+                          ((1, "i64"),), stream="src")
     if cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
-                        cfg.max_position + cfg.position_offset, cfg.d_model, stream="pos")
+                        cfg.max_position + cfg.position_offset, cfg.d_model,
+                        stream=_pos_stream(stack))
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
     if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
-        yield embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads)
+        # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
+        s = _stream(stack)
+        yield dataclasses.replace(
+            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads,
+                      stream=s), saved=(), kv_stream=s)
 
 
 def _stream(stack: str) -> str:
     """Encoder blocks of an encoder-decoder model see the source tokens."""
     return "src" if stack == "encoder" else "seq"
+
+
+def _pos_stream(stack: str) -> str:
+    """Per-position tensors (position ids, rotary tables) of a stack: one row per position."""
+    return "src_pos" if stack == "encoder" else "pos"
 
 
 def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim: int,
@@ -85,16 +99,19 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     q_stream = _stream(where[0])
     kv_stream = "src" if cross else q_stream
     yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream)
+    # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
     yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
-                 shares_input=not cross)
+                 shares_input=not cross or where[1] > 0)
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
                  shares_input=True)
     if cfg.pos_type == "rotary" and where[1] == 0 and not cross:
-        yield rotary(p + c, where, c, h)
+        yield rotary(p + c, where, c, h, _pos_stream(where[0]))
     if cfg.qk_norm != "none" and not cross:
-        q_w, k_w = (h, h) if cfg.qk_norm == "head" else (H * h, K * h)
-        yield _norm(cfg, f"{p}{c}q_norm", where, c + "q_norm", q_w)
-        yield _norm(cfg, f"{p}{c}k_norm", where, c + "k_norm", k_w)
+        # per-head norms (width h) see H (or K) rows per token
+        q_w, k_w, q_n, k_n = (h, h, H, K) if cfg.qk_norm == "head" else (H * h, K * h, 1, 1)
+        for name, width, n in (("q_norm", q_w, q_n), ("k_norm", k_w, k_n)):
+            op = _norm(cfg, f"{p}{c}{name}", where, c + name, width)
+            yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved))
     yield from _core(cfg, p + c, where, c, h, h, cross)
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream)
 
@@ -116,8 +133,11 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
         yield linear(f"{c}q_b_proj", where, comp + "q_b_proj", cfg.q_lora_rank, H * qk, False)
     else:
         yield linear(f"{c}q_proj", where, comp + "q_proj", D, H * qk, False)
+    # kv_a_proj reads the same input as the query path, already saved there
     yield linear(f"{c}kv_a_proj", where, comp + "kv_a_proj", D,
-                 cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias)
+                 cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias, shares_input=True)
+    if cfg.pos_type == "rotary" and where[1] == 0:
+        yield rotary(c, where, comp, cfg.qk_rope_head_dim, _pos_stream(where[0]))
     yield norm(f"{c}kv_a_norm", where, comp + "kv_a_norm", cfg.kv_lora_rank, "rmsnorm",
                False, True)
     yield linear(f"{c}kv_b_proj", where, comp + "kv_b_proj", cfg.kv_lora_rank,
@@ -126,11 +146,11 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
 
 
-def rotary(c: str, where: Where, comp: str, width: int) -> Op:
+def rotary(c: str, where: Where, comp: str, width: int, stream: str = "pos") -> Op:
     """Rotary tables: cos and sin, one row per position, computed once and shared by all
     layers (so counted in block 0)."""
     return elementwise(f"{c}rotary", where, comp + "rotary", "rotary",
-                       ((width, "a"), (width, "a")), stream="pos")
+                       ((width, "a"), (width, "a")), stream=stream)
 
 
 def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool,
@@ -138,7 +158,9 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     """Dense MLP: gated (gate and up D->F, act(gate) * up, down F->D) or plain (up, act, down).
 
     Saved by the activation: its input (gelu_new, written out elementwise, keeps four F-wide
-    tensors); gated: act input, act output and up output (the product's two operands).
+    tensors); gated: act input, act output and up output (the product's two operands). ReLU
+    saves its output instead, the very tensor down_proj saves (plain) or the product saves
+    (reglu): one F-wide tensor fewer.
     """
     D = cfg.d_model
     kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
@@ -147,21 +169,39 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
                      shares_input=shares_input, **kw)
     yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias,
                  shares_input=shares_input or cfg.gated, **kw)
-    n_saved = 3 if cfg.gated else (4 if cfg.activation == "gelu_new" else 1)
+    if cfg.gated:
+        n_saved = 2 if cfg.activation == "reglu" else 3
+    else:
+        n_saved = 4 if cfg.activation == "gelu_new" else 1
     yield elementwise(f"{c}act", where, comp + "act", "activation",
                       ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
-    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
+    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias,
+                 shares_input=cfg.activation == "relu", **kw)
 
 
 def moe(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
-    """Router D->E, E routed experts (k active per token), optional shared MLP and its gate."""
-    yield linear(f"{c}router", where, "moe.router", cfg.d_model, cfg.n_experts, cfg.router_bias)
+    """Router D->E, E routed experts (k active per token), optional shared MLP and its gate.
+
+    Saved besides the matmul inputs (per token, k = top_k): the router's top-k expert ids
+    (k int64) and the softmax over the k chosen fp32 logits (k fp32); dispatch/combine
+    (``moe.experts``): the token index of each routed row and the index that puts rows back in
+    (token, slot) order (2k int64), the experts' outputs and the routing weights that multiply
+    them (k*D + k); the shared gate: its sigmoid (1) and the shared MLP's output (D). Every
+    consumer of the block input (router, shared MLP, shared gate) shares one saved copy.
+    """
+    D, k = cfg.d_model, cfg.top_k
+    router = linear(f"{c}router", where, "moe.router", D, cfg.n_experts, cfg.router_bias)
+    yield dataclasses.replace(router, saved=router.saved + ((k, "i64"), (k, "f32")))
+    yield elementwise(f"{c}experts", where, "moe.experts", "moe_combine",
+                      ((2 * k, "i64"), (k * D + k, "a")))
     yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, False,
                    cfg.n_experts, cfg.top_k)
     if cfg.shared_d_ff:  # the shared MLP is biased like the dense MLP (DeepSeek-V2 mlp_bias)
-        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, cfg.mlp_bias)
+        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, cfg.mlp_bias,
+                       shares_input=True)
     if cfg.shared_expert_gate:
-        yield linear(f"{c}shared_gate", where, "moe.shared_gate", cfg.d_model, 1, False)
+        gate = linear(f"{c}shared_gate", where, "moe.shared_gate", D, 1, False, shares_input=True)
+        yield dataclasses.replace(gate, saved=((1, "a"), (D, "a")))
 
 
 def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
@@ -196,8 +236,9 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
                      tied=cfg.tie_embeddings)
         # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
         yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
-    if cfg.pooler:
-        yield linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
+    if cfg.pooler:  # saves its input and the tanh output
+        pool = linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
+        yield dataclasses.replace(pool, saved=((cfg.d_model, "a"), (cfg.d_model, "a")))
 
 
 def model_ops(cfg: ModelConfig) -> list[Op]:

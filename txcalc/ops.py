@@ -128,14 +128,23 @@ class Op:
         ``f32`` (kept in fp32 whatever the policy: norm statistics, upcast norm inputs, fp32
         logits), ``i64`` (token ids and labels). The attention core adds, per (query, key)
         pair and head, the softmax output: fp32 plus its cast copy when the softmax upcasts
-        (4 + a bytes), else a bytes; a fused kernel stores no S x S at all.
+        (4 + a bytes), else a bytes; a fused kernel stores no S x S at all, but its output and
+        logsumexp.
         """
         size = {"a": act_bytes, "f32": 4, "i64": 8}
         per_row = sum(width * size[tag] for width, tag in self.saved)
         total = w.rows(self.stream) * per_row
         if self.kind == "attn_scores" and w.attn_impl != "flash":
-            per_pair = (4 + act_bytes) if w.softmax_fp32 else act_bytes
-            total += w.batch * self.heads * self.pairs(w) * per_pair
+            # an fp32 softmax in an fp32 model is its own cast: one copy, 4 bytes
+            upcast = 4 if w.softmax_fp32 and act_bytes != 4 else 0
+            total += w.batch * self.heads * self.pairs(w) * (act_bytes + upcast)
+        if self.kind == "attn_scores" and w.attn_impl == "flash" and w.recompute != "selective":
+            # a fused kernel's backward reads its output and the fp32 logsumexp per row and
+            # head (FlashAttention-2, Dao 2023, arXiv:2307.08691, Alg. 2); a checkpointed core
+            # (selective recompute) keeps only q, k and v
+            total += w.rows(self.stream) * self.heads * (self.d_out * act_bytes + 4)
+        if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
+            total += self.pairs(w) * 8
         if self.kind == "loss":
             total += 4  # the scalar loss
         return total
@@ -209,7 +218,9 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
     if affine:
         per_feature = 2 if (norm_type == "layernorm" and bias) else 1
     if norm_type == "rmsnorm":  # HF RMSNorm: fp32 copy of the input, 1/rms, normalised input
-        saved = ((width, "f32"), (1, "f32"), (width, "a"))
+        # (the normalised input is saved by the scale's multiply; without a scale, the next
+        # op saves it as its own input)
+        saved = ((width, "f32"), (1, "f32")) + (((width, "a"),) if affine else ())
     else:  # native layer_norm: input, mean, 1/std
         saved = ((width, "a"), (1, "f32"), (1, "f32"))
     return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,
