@@ -630,7 +630,8 @@ class Pooler(nn.Module):
         nn.init.normal_(self.weight, std=d ** -0.5)
 
     def forward(self, x):
-        return torch.tanh(F.linear(x[:, 0].contiguous(), self.weight, self.bias))
+        # a copy of the first token (a view would keep the whole (B, S, D) output alive)
+        return torch.tanh(F.linear(x[:, 0].clone(), self.weight, self.bias))
 
 
 class ReferenceModel(nn.Module):
@@ -691,7 +692,13 @@ class ReferenceModel(nn.Module):
     def causal(self, stack: str) -> bool:
         return stack != "encoder" and self.cfg.family != "encoder"
 
-    def attn_bias(self, stack: str, q_pos, k_pos, window: int):
+    def position_bias(self, stack: str, q_pos, k_pos):
+        """T5's learned bias per head and (query, key) bucket: (H, s_q, s_k)."""
+        rel = k_pos[None, :] - q_pos[:, None]
+        buckets = relative_bucket(rel, not self.causal(stack), self.cfg.relative_buckets)
+        return self._owner(stack).rel_bias(buckets).permute(2, 0, 1)
+
+    def attn_bias(self, stack: str, q_pos, k_pos, window: int, pos_bias=None):
         """Additive bias (1|H, s_q, s_k) in the model dtype: causal/window mask, ALiBi or the
         T5 relative-position bias; None when every pair attends with no bias."""
         cfg = self.cfg
@@ -711,8 +718,7 @@ class ReferenceModel(nn.Module):
             dist = rel.float().clamp(max=0) if causal else -rel.abs().float()
             bias = slopes * dist[None] + (0 if bias is None else bias)
         if cfg.pos_type == "relative_bias":
-            buckets = relative_bucket(rel, not causal, cfg.relative_buckets)
-            pb = self._owner(stack).rel_bias(buckets).permute(2, 0, 1)  # (H, s_q, s_k)
+            pb = self.position_bias(stack, q_pos, k_pos) if pos_bias is None else pos_bias
             bias = pb if bias is None else pb + bias.to(pb.dtype)
         return None if bias is None else bias.to(self.dtype)
 
@@ -724,10 +730,9 @@ class ReferenceModel(nn.Module):
         windows = {0}
         if self.causal(stack):
             windows |= {cfg.window(i) for i in range(cfg.n_layers)}
-        if cfg.pos_type == "relative_bias":  # one bias for every block of the stack (T5)
-            shared = self.attn_bias(stack, q_pos, q_pos, 0)
-            ctx.bias = {w: (shared if not w else self.attn_bias(stack, q_pos, q_pos, w))
-                        for w in windows}
+        if cfg.pos_type == "relative_bias":  # one bias table lookup for the whole stack (T5)
+            pb = self.position_bias(stack, q_pos, q_pos)
+            ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w, pb) for w in windows}
         else:
             ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w) for w in windows}
         return ctx

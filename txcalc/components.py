@@ -30,7 +30,8 @@ def _prefix(stack: str) -> str:
 
 
 def _norm(cfg: ModelConfig, path: str, where: Where, component: str, width: int) -> Op:
-    return norm(path, where, component, width, cfg.norm_type, cfg.norm_bias, cfg.norm_affine)
+    return norm(path, where, component, width, cfg.norm_type, cfg.norm_bias, cfg.norm_affine,
+                _stream(where[0]))
 
 
 def embeddings(cfg: ModelConfig) -> Iterator[Op]:
@@ -47,9 +48,15 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     """Per-stack position table, embedding norm and relative-position bias."""
     p, where = _prefix(stack), (stack, -1)
-    if stack == "encoder":  # the shared token table also looks up the source ids
+    if stack == "encoder":  # the shared token table (and projection) also serve the source
         yield elementwise("embed.tokens", ("", -1), "embed.tokens", "token_ids",
                           ((1, "i64"),), stream="src")
+        if cfg.embed_dim != cfg.d_model:
+            yield linear("embed.proj_in", ("", -1), "embed.proj_in", cfg.embed_dim, cfg.d_model,
+                         False, tied=True, stream="src")
+        if cfg.type_vocab_size:
+            yield elementwise("embed.token_types", ("", -1), "embed.token_types", "token_ids",
+                              ((1, "i64"),), stream="src")
     if cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
                         cfg.max_position + cfg.position_offset, cfg.d_model,
@@ -179,21 +186,22 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
                  shares_input=cfg.activation == "relu", **kw)
 
 
-def moe(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
+def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> Iterator[Op]:
     """Router D->E, E routed experts (k active per token), optional shared MLP and its gate.
 
     Saved besides the matmul inputs (per token, k = top_k): the router's top-k expert ids
     (k int64) and the softmax over the k chosen fp32 logits (k fp32); dispatch/combine
     (``moe.experts``): the token index of each routed row and the index that puts rows back in
     (token, slot) order (2k int64), the experts' outputs and the routing weights that multiply
-    them (k*D + k); the shared gate: its sigmoid (1) and the shared MLP's output (D). Every
+    them (k*D, and k: the router's fp32 weights cast to the activation dtype); the shared gate: its sigmoid (1) and the shared MLP's output (D). Every
     consumer of the block input (router, shared MLP, shared gate) shares one saved copy.
     """
     D, k = cfg.d_model, cfg.top_k
-    router = linear(f"{c}router", where, "moe.router", D, cfg.n_experts, cfg.router_bias)
+    router = linear(f"{c}router", where, "moe.router", D, cfg.n_experts, cfg.router_bias,
+                    shares_input=shares_input)
     yield dataclasses.replace(router, saved=router.saved + ((k, "i64"), (k, "f32")))
     yield elementwise(f"{c}experts", where, "moe.experts", "moe_combine",
-                      ((2 * k, "i64"), (k * D + k, "a")))
+                      ((2 * k, "i64"), (k * D, "a"), (k, "cast")))
     yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, False,
                    cfg.n_experts, cfg.top_k)
     if cfg.shared_d_ff:  # the shared MLP is biased like the dense MLP (DeepSeek-V2 mlp_bias)
@@ -216,12 +224,20 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield _norm(cfg, p + "cross_attn_norm", where, "cross_attn_norm", D)
         yield from attention(cfg, p, where, name="cross_attn")
     if not (cfg.parallel_block and cfg.parallel_norms == 1):
-        yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+        op = _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+        if cfg.parallel_block:
+            # NeoX: both norms read the block input; attn_norm already saved it (LayerNorm), or
+            # its fp32 copy, which in an fp32 model is the input itself (RMSNorm)
+            first = () if cfg.norm_type == "layernorm" else ((D, "up32"),)
+            op = dataclasses.replace(op, saved=first + op.saved[1:])
+        yield op
+    # a parallel block with one norm feeds the MLP the input q_proj already saved
+    shared_in = cfg.parallel_block and cfg.parallel_norms == 1
     if stack != "encoder" and cfg.is_moe_layer(i):
-        yield from moe(cfg, p + "moe.", where)
+        yield from moe(cfg, p + "moe.", where, shares_input=shared_in)
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
-                       shares_input=cfg.parallel_block and cfg.parallel_norms == 1)
+                       shares_input=shared_in)
     if cfg.norm_position == "sandwich":
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
 

@@ -126,12 +126,17 @@ class Op:
 
         ``saved`` lists per-row widths with a dtype tag: ``a`` (activation dtype, act_bytes),
         ``f32`` (kept in fp32 whatever the policy: norm statistics, upcast norm inputs, fp32
-        logits), ``i64`` (token ids and labels). The attention core adds, per (query, key)
+        logits), ``i64`` (token ids and labels), ``cast``/``up32`` (a dtype-conversion copy,
+        absent in an fp32 model). The attention core adds, per (query, key)
         pair and head, the softmax output: fp32 plus its cast copy when the softmax upcasts
         (4 + a bytes), else a bytes; a fused kernel stores no S x S at all, but its output and
         logsumexp.
         """
-        size = {"a": act_bytes, "f32": 4, "i64": 8}
+        # "cast"/"up32": a copy made only to change dtype (to the activation dtype / to fp32);
+        # in an fp32 model the conversion is a no-op and the tensor is the one already counted
+        fp32 = act_bytes == 4
+        size = {"a": act_bytes, "f32": 4, "i64": 8, "cast": 0 if fp32 else act_bytes,
+                "up32": 0 if fp32 else 4}
         per_row = sum(width * size[tag] for width, tag in self.saved)
         total = w.rows(self.stream) * per_row
         if self.kind == "attn_scores" and w.attn_impl != "flash":
@@ -212,7 +217,7 @@ def embedding(path: str, where: tuple[str, int], component: str, rows: int, widt
 
 
 def norm(path: str, where: tuple[str, int], component: str, width: int, norm_type: str,
-         bias: bool, affine: bool) -> Op:
+         bias: bool, affine: bool, stream: str = "seq") -> Op:
     """LayerNorm (scale and optional shift) or RMSNorm (scale only); none without affine."""
     per_feature = 0
     if affine:
@@ -224,4 +229,4 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
     else:  # native layer_norm: input, mean, 1/std
         saved = ((width, "a"), (1, "f32"), (1, "f32"))
     return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,
-              saved=saved)
+              stream, saved=saved)
