@@ -129,15 +129,19 @@ def flops_by_module(model: ReferenceModel, inputs) -> tuple[dict[str, int], int,
         loss = run_forward(model, inputs)()
     with FlopCounterMode(display=False) as bwd:
         loss.backward()
-    counts = fwd.get_flop_counts()
-    root = type(model).__name__
+    return (exclusive_flops(fwd.get_flop_counts(), type(model).__name__),
+            fwd.get_total_flops(), bwd.get_total_flops())
+
+
+def exclusive_flops(counts: dict, root: str) -> dict[str, int]:
+    """FlopCounterMode's per-module counts (each includes its submodules) -> the FLOPs of each
+    module's own ops, keyed by path below the root module ("" = the root itself)."""
     inclusive = {}
     for key, per_op in counts.items():
         if key == "Global":
             continue
         path = key[len(root) + 1:] if key.startswith(root + ".") else ("" if key == root else key)
         inclusive[path] = sum(per_op.values())
-    # exclusive = inclusive minus the direct children's inclusive counts
     exclusive = dict(inclusive)
     for path, v in inclusive.items():
         if path:
@@ -146,8 +150,7 @@ def flops_by_module(model: ReferenceModel, inputs) -> tuple[dict[str, int], int,
                 parent = parent.rpartition(".")[0]
             if parent in exclusive:
                 exclusive[parent] -= v
-    return ({k: v for k, v in exclusive.items() if v}, fwd.get_total_flops(),
-            bwd.get_total_flops())
+    return {k: v for k, v in exclusive.items() if v}
 
 
 # --- bytes saved for backward -------------------------------------------------------------------
