@@ -200,15 +200,18 @@ class TrainingMemory:
             self.cfg.head == "lm" else 0
 
     @cached_property
+    def master_grad_copies(self) -> int:
+        """Mixed precision: the fp32 copy of the gradients handed to the master weights during
+        the step (4 bytes per parameter)."""
+        return self.n_params * 4 if self.master else 0
+
+    @cached_property
     def optimizer_temporaries(self) -> int:
-        """Bytes an optimizer step allocates and frees. Mixed precision: the fp32 copy of the
-        gradients handed to the master weights (4 bytes/param). foreach Adam/AdamW: sqrt of the
-        second moment for all parameters at once (one copy of the state, torch
+        """Bytes the optimizer allocates and frees inside its step. foreach Adam/AdamW: the
+        sqrt of the second moment for all parameters at once (one copy of the state, torch
         _multi_tensor_adam). SGD with momentum (no weight decay) and no optimizer: none.
         Adafactor and 8-bit Adam: not modelled (0)."""
-        master_grads = self.n_params * 4 if self.master else 0
-        temps = self.n_params * self._bytes[3] if self.optimizer in ("adamw", "adam") else 0
-        return master_grads + temps
+        return self.n_params * self._bytes[3] if self.optimizer in ("adamw", "adam") else 0
 
     def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
         """Bytes in use by category at each point of one training step (reference/train.py:
@@ -226,7 +229,7 @@ class TrainingMemory:
                            |   and two fp32 T x V buffers (loss and log-softmax gradients); at
                            |   the end all gradients and the embedding's input gradient
             after_step     | as after_backward (gradients live until zero_grad)
-            peak_step      | + optimizer_temporaries
+            peak_step      | + master_grad_copies (temp) + optimizer_temporaries (opt)
             peak           | the largest of the three peaks
 
         ``first_step``: optimizer state is created lazily inside the first step, so forward and
@@ -259,8 +262,9 @@ class TrainingMemory:
         steady = base | {"opt": self.optimizer_states + self.step_counters}
         out["after_step"] = dict(steady, grad=self.gradients, act=self.inputs)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
-        out["peak_step"] = dict(out["after_step"], temp=self.optimizer_temporaries)
-        out["peak_step"]["total"] += self.optimizer_temporaries
+        out["peak_step"] = dict(out["after_step"], temp=self.master_grad_copies,
+                                opt=out["after_step"]["opt"] + self.optimizer_temporaries)
+        out["peak_step"]["total"] += self.master_grad_copies + self.optimizer_temporaries
         out["peak"] = max((out[k] for k in ("peak_forward", "peak_backward", "peak_step")),
                           key=lambda c: c["total"])
         return out
