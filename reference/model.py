@@ -209,10 +209,11 @@ def relative_bucket(rel: torch.Tensor, bidirectional: bool, buckets: int, max_di
 class AttentionCore(nn.Module):
     """softmax(Q K^T * scale + bias) V over (B*H) batched matmuls.
 
-    Saves: q, k and v repeated to all H heads (contiguous), and the softmax output: fp32 and
-    its cast to the activation dtype when it upcasts (eager); SDPA's fused kernels store no
-    S x S (a plain causal mask is passed as ``is_causal`` so that the flash kernel can run).
-    Under selective recompute the core is checkpointed and keeps only q, k and v.
+    Eager saves q, k and v repeated to all H heads (contiguous), and the softmax output: fp32
+    and its cast to the activation dtype when it upcasts. SDPA's fused kernels store q, k and
+    v (K heads), the output and the fp32 logsumexp, no S x S (a plain causal mask is passed as
+    ``is_causal`` so that the flash kernel can run). Under selective recompute the core is
+    checkpointed and keeps only q, k and v.
     """
 
     def __init__(self, impl: str, softmax_fp32: bool, recompute: str = "none"):
@@ -246,9 +247,12 @@ class AttentionCore(nn.Module):
             else:
                 probs = torch.softmax(scores, dim=-1)
             return torch.bmm(probs, v3).view(B, H, S_q, w_v)
+        gqa = q.shape[1] != k.shape[1]
         if causal:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
+                                                  enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale,
+                                              enable_gqa=gqa)
 
 
 class Rotary(nn.Module):
@@ -319,8 +323,12 @@ class Attention(nn.Module):
 
 
 def attend(core: AttentionCore, q, k, v, bias, causal: bool = False):
-    """Repeat k and v to all query heads (HF repeat_kv) and make q, k, v contiguous: the
-    tensors the core saves."""
+    """Eager: repeat k and v to all query heads (HF repeat_kv) and make q, k, v contiguous,
+    the tensors the matmuls save. SDPA: q, k, v as they come (HF's layout: heads are a
+    transposed view, so the kernel's output transposed back is contiguous and is o_proj's
+    input), k and v with their K heads (``enable_gqa``)."""
+    if core.impl != "eager":
+        return core(q, k, v, bias, causal)
     n_rep = q.shape[1] // k.shape[1]
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)

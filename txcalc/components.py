@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, attention_core, elementwise, embedding, linear, norm
+from .ops import Op, attention_core, dropout, elementwise, embedding, linear, norm
 
 Where = tuple[str, int]
 
@@ -63,6 +63,8 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
                         stream=_pos_stream(stack))
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
+    if cfg.embed_dropout:
+        yield dropout(f"{p}embed.dropout", where, "embed.dropout", cfg.d_model, _stream(stack))
     if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
         # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
         s = _stream(stack)
@@ -86,9 +88,11 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     stack, layer = where
     q_stream = _stream(stack)
     causal = cfg.family != "encoder" and stack != "encoder" and not cross
-    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads, qk_dim=qk_dim,
+    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads,
+                          kv_heads=cfg.n_heads if cfg.is_mla else cfg.n_kv_heads, qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
-                          causal=causal, window=cfg.window(layer) if causal else 0)
+                          causal=causal, window=cfg.window(layer) if causal else 0,
+                          dropout=cfg.attn_dropout)
 
 
 def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Iterator[Op]:
@@ -121,6 +125,8 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
             yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved))
     yield from _core(cfg, p + c, where, c, h, h, cross)
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream)
+    if cfg.resid_dropout:
+        yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
 
 
 def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
@@ -151,6 +157,8 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
                  H * (cfg.qk_nope_head_dim + cfg.v_head_dim), False)
     yield from _core(cfg, c, where, comp, qk, cfg.v_head_dim)
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
+    if cfg.resid_dropout:
+        yield dropout(f"{c}dropout", where, comp + "dropout", D)
 
 
 def rotary(c: str, where: Where, comp: str, width: int, stream: str = "pos") -> Op:
@@ -165,9 +173,10 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     """Dense MLP: gated (gate and up D->F, act(gate) * up, down F->D) or plain (up, act, down).
 
     Saved by the activation: its input (gelu_new, written out elementwise, keeps four F-wide
-    tensors); gated: act input, act output and up output (the product's two operands). ReLU
-    saves its output instead, the very tensor down_proj saves (plain) or the product saves
-    (reglu): one F-wide tensor fewer.
+    tensors); ReLU: its output, which is also down's input (nothing of its own); gated: act
+    input, act output and up output (the product's two operands), ReGLU one fewer (the ReLU's
+    output is the product's operand). Dropout inside the MLP (T5, OPT, BART) adds its mask,
+    and a ReLU's output then is no longer down's input.
     """
     D = cfg.d_model
     kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
@@ -176,14 +185,17 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
                      shares_input=shares_input, **kw)
     yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias,
                  shares_input=shares_input or cfg.gated, **kw)
+    relu = cfg.activation == "relu"
     if cfg.gated:
         n_saved = 2 if cfg.activation == "reglu" else 3
     else:
-        n_saved = 4 if cfg.activation == "gelu_new" else 1
+        n_saved = {"gelu_new": 4, "relu": 0}.get(cfg.activation, 1)
     yield elementwise(f"{c}act", where, comp + "act", "activation",
                       ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
-    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias,
-                 shares_input=cfg.activation == "relu", **kw)
+    if cfg.mlp_dropout and instances == 1:
+        yield dropout(f"{c}act_dropout", where, comp + "act_dropout", d_ff, kw["stream"],
+                      extra=((d_ff, "a"),) if relu else ())
+    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
 
 
 def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> Iterator[Op]:
@@ -193,8 +205,9 @@ def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> I
     (k int64) and the softmax over the k chosen fp32 logits (k fp32); dispatch/combine
     (``moe.experts``): the token index of each routed row and the index that puts rows back in
     (token, slot) order (2k int64), the experts' outputs and the routing weights that multiply
-    them (k*D, and k: the router's fp32 weights cast to the activation dtype); the shared gate: its sigmoid (1) and the shared MLP's output (D). Every
-    consumer of the block input (router, shared MLP, shared gate) shares one saved copy.
+    them (k*D, and k: the router's fp32 weights cast to the activation dtype); the shared
+    gate: its sigmoid (1) and the shared MLP's output (D). Every consumer of the block input
+    (router, shared MLP, shared gate) shares one saved copy.
     """
     D, k = cfg.d_model, cfg.top_k
     router = linear(f"{c}router", where, "moe.router", D, cfg.n_experts, cfg.router_bias,
@@ -233,11 +246,14 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield op
     # a parallel block with one norm feeds the MLP the input q_proj already saved
     shared_in = cfg.parallel_block and cfg.parallel_norms == 1
-    if stack != "encoder" and cfg.is_moe_layer(i):
+    ffn = "moe." if stack != "encoder" and cfg.is_moe_layer(i) else "mlp."
+    if ffn == "moe.":
         yield from moe(cfg, p + "moe.", where, shares_input=shared_in)
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
                        shares_input=shared_in)
+    if cfg.resid_dropout:
+        yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
     if cfg.norm_position == "sandwich":
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
 
@@ -267,5 +283,8 @@ def model_ops(cfg: ModelConfig) -> list[Op]:
         if cfg.final_norm:
             ops.append(_norm(cfg, f"{_prefix(stack)}final_norm", (stack, -1), "final_norm",
                              cfg.d_model))
+        if cfg.final_dropout:
+            ops.append(dropout(f"{_prefix(stack)}final_dropout", (stack, -1), "final_dropout",
+                               cfg.d_model, _stream(stack)))
     ops.extend(head(cfg))
     return ops

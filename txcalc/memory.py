@@ -20,10 +20,10 @@ for Adam).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
+from .accounting import by_layer_type
 from .components import model_ops
 from .config import ModelConfig
 from .errors import WorkloadError
@@ -142,11 +142,14 @@ class TrainingMemory:
                     rows = w.rows("src" if op.stack == "encoder" else "seq")
                     out[key] = rows * self.cfg.d_model * a
                 continue
-            b = op.saved_bytes(w, a)
-            if w.recompute == "selective" and op.kind == "attn_scores":
-                b = op.saved_bytes(dataclasses.replace(w, attn_impl="flash"), a)
+            b = op.saved_bytes(w, a, pairs=w.recompute != "selective")
             out[key] = out.get(key, 0) + b
         return out
+
+    def activations_by_layer_type(self) -> list[dict]:
+        """Saved bytes summed over blocks of the same kind, and outside the blocks."""
+        return by_layer_type(self.cfg, {k: {"activations_bytes": v}
+                                        for k, v in self.activations_by_layer().items()})
 
     @cached_property
     def logits_transient(self) -> int:
@@ -276,7 +279,9 @@ class TrainingMemory:
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
-                "kv_cache_bytes": 0, "total_bytes": self.total}
+                "kv_cache_bytes": 0, "total_bytes": self.total,
+                "dropout": self.work.dropout,
+                "activations_by_layer_type": self.activations_by_layer_type()}
 
 
 def kv_cache_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:

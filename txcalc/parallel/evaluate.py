@@ -1,0 +1,670 @@
+"""Per-GPU memory and step time of parallel layouts, vectorised over a grid of layouts.
+
+Everything is a sum over the engine's Op rows, sharded by ``parallel.sharding``: the ops of
+identical blocks are grouped once, each group's sharded parameters, optimizer states, saved
+activations and roofline time (``txcalc.timing``) are computed once per TP/EP/CP/micro-batch
+value, contracted with the number of blocks of each group on a pipeline stage, and the
+layouts are then evaluated as numpy arrays (one entry per layout).
+
+Per-GPU memory of a pipeline stage, by category (w, g, m, s: weight, gradient, fp32 master and
+optimizer-state bytes of the precision policy; P: parameters on the GPU after TP/EP):
+
+    category      | bytes                                                  | sharded over
+    --------------|--------------------------------------------------------|-----------------
+    weights       | w * P                                                  | ZeRO-3
+    gradients     | g * P                                                  | ZeRO-2, 3
+    optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
+                  |   + 4 bytes a parameter tensor (torch's Adam step)     |   (steps: never)
+    activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
+                  |   x micro-batches in flight (1F1B: pp - stage;         |
+                  |   interleaved stage 0: pp + (pp - 1) / v)              |
+    logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
+    zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
+                  |   outside blocks (FSDP2's root unit stays unsharded     |
+                  |   from forward to backward) + `prefetch` largest blocks |
+    framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
+
+ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
+expert parameters over dp * cp / ep, splitting dim 0 of every tensor by ceiling division
+(FSDP2's rule, padding included: the numbers are rank 0's, which holds the largest shard;
+checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The search
+screens the first, second, last and most-parameter pipeline stages; ``evaluate_layouts``
+(used for the layouts a plan reports) evaluates every stage.
+
+Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
+EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
+fraction (pp - 1) / (v m) (Narayanan et al., arXiv:2104.04473, section 2.2). With an achieved
+throughput given (``achieved_flops_per_gpu``, FLOP/s of hardware work per GPU) the step time
+is hardware FLOPs / (GPUs x achieved) instead, as in that paper's end-to-end estimate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..components import model_ops
+from ..config import ModelConfig
+from ..hardware import Gpu
+from ..memory import PRECISIONS, optimizer_state_bytes
+from ..ops import Op
+from ..timing import COMPUTE_DTYPE, DeviceProfile, op_times
+from ..workload import Workload
+from . import comm
+from .layout import RECOMPUTE, Layout, check_layout
+from .sharding import (act_share, assign_stages, block_index, local_tensors, stage_blocks,
+                       tp_style)
+
+GiB = 2**30
+ADAM = ("adamw", "adam", "adam8bit")
+#: optimizer states per parameter element, in the policy's state dtype (memory.py's table)
+PER_ELEMENT_STATES = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Framework memory outside the engine's tensors; defaults are typical, override them.
+
+    cuda_context_bytes: CUDA context, cuBLAS/cuDNN workspaces and kernels loaded (what
+    ``torch.cuda.mem_get_info`` shows used before the first tensor: 0.5-1 GiB on H100).
+    comm_buffer_bytes: NCCL channel buffers and DDP/FSDP buckets when more than one GPU.
+    fragmentation: caching-allocator slack as a fraction of the tensors' bytes.
+    zero3_prefetch_blocks: all-gathered blocks alive under ZeRO-3 (the current one and the
+    prefetched next one).
+    """
+
+    cuda_context_bytes: int = 1 * GiB
+    comm_buffer_bytes: int = GiB // 2
+    fragmentation: float = 0.05
+    zero3_prefetch_blocks: int = 2
+
+    def __post_init__(self) -> None:
+        from .layout import LayoutError
+        bad = [f"{k} ({getattr(self, k)!r})" for k in ("cuda_context_bytes",
+                                                        "comm_buffer_bytes",
+                                                        "zero3_prefetch_blocks")
+               if not isinstance(getattr(self, k), int) or getattr(self, k) < 0]
+        if not isinstance(self.fragmentation, (int, float)) or not 0 <= self.fragmentation < 1:
+            bad.append(f"fragmentation ({self.fragmentation!r}, a fraction in [0, 1))")
+        if bad:
+            raise LayoutError("framework overheads must be non-negative integers (fragmentation "
+                              "a fraction): " + ", ".join(bad))
+
+    @classmethod
+    def from_gib(cls, cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
+                 fragmentation: float | None = None) -> Overheads:
+        """Defaults, with the given ones replaced (GiB = 2^30 bytes)."""
+        d = cls()
+        return cls(d.cuda_context_bytes if cuda_context_gib is None
+                   else int(cuda_context_gib * GiB),
+                   d.comm_buffer_bytes if comm_buffer_gib is None else int(comm_buffer_gib * GiB),
+                   d.fragmentation if fragmentation is None else fragmentation)
+
+
+def shard_op(op: Op, tp: int, ep: int, tied_copy: bool = False) -> Op:
+    """The part of ``op`` one GPU holds: an Op with its local params/widths (engine formulas
+    such as ``optimizer_state_bytes`` then apply unchanged)."""
+    tensors = local_tensors(op, tp, ep, tied_copy)
+    n = tensors[0][2] if tensors else (op.instances // ep if op.instances > 1 else 1)
+    per_instance = sum(d0 * rest for d0, rest, _ in tensors)
+    d_in, d_out = op.d_in, op.d_out
+    style = tp_style(op)
+    if style == "colwise":
+        d_out = -(-d_out // tp)
+    elif style == "rowwise":
+        d_in = -(-d_in // tp)
+    return dataclasses.replace(op, params=per_instance, instances=n, d_in=d_in, d_out=d_out)
+
+
+def _tp_split(op: Op, tp: int, sp: bool) -> int:
+    """How many ways TP splits the op's work."""
+    share = act_share(op)
+    if tp_style(op) != "replicate" or share == "tp" or (sp and share == "residual"):
+        return tp
+    return 1
+
+
+@dataclass(frozen=True)
+class TrainSetting:
+    """What is fixed while layouts vary: the model, data shape, precision, GPU."""
+
+    cfg: ModelConfig
+    gpu: Gpu
+    seq: int
+    global_batch: int
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    attn_impl: str = "flash"
+    profile: DeviceProfile | None = None
+    overheads: Overheads = field(default_factory=Overheads)
+    achieved_flops_per_gpu: float | None = None
+    dropout: bool = False  #: train with the model's dropout (masks saved), Workload.dropout
+    softmax_fp32: bool = True  #: eager softmax upcast to fp32 (Megatron's kernels: False)
+
+    @property
+    def prof(self) -> DeviceProfile:
+        return self.profile or DeviceProfile.from_gpu(self.gpu)
+
+    @property
+    def dtype(self) -> str:
+        return COMPUTE_DTYPE[self.precision]
+
+    @property
+    def bytes(self) -> tuple[int, int, int, int, int]:
+        return PRECISIONS[self.precision]
+
+    def work(self, micro_batch: int, recompute: str = "none") -> Workload:
+        return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
+                        recompute=recompute, dropout=self.dropout,
+                        softmax_fp32=self.softmax_fp32)
+
+    @cached_property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(model_ops(self.cfg))
+
+    @cached_property
+    def n_blocks(self) -> int:
+        return sum(depth for _, depth in self.cfg.stacks)
+
+
+# --- per group of ops: the costs, computed once ------------------------------------------------
+def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
+    """Local params (dense, expert), optimizer-state bytes and parameter tensors."""
+    out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0)
+    for op in ops:
+        copy = tied_copy and op.component == "lm_head"
+        local = shard_op(op, tp, ep, copy)
+        kind = "exp" if op.instances > 1 else "dense"
+        out[f"p_{kind}"] += local.params_total
+        out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes[3])
+        out["tensors"] += sum(n for _, _, n in local_tensors(op, tp, ep, copy))
+    return out
+
+
+def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False) -> tuple[dict, dict]:
+    """Parameter tensors on one GPU as {(dim 0, elements per row): count}: dense, expert."""
+    dense: dict = {}
+    exp: dict = {}
+    for op in ops:
+        copy = tied_copy and op.component == "lm_head"
+        bucket = exp if op.instances > 1 else dense
+        for d0, rest, n in local_tensors(op, tp, ep, copy):
+            bucket[(d0, rest)] = bucket.get((d0, rest), 0) + n
+    return dense, exp
+
+
+def padded_params(shapes: dict, shards) -> "list[int]":
+    """Parameters rank 0 holds when every tensor's dim 0 is split ``shard`` ways by ceiling
+    division (FSDP2's rule; rank 0 holds the largest shard, padded or not)."""
+    import numpy as np
+    if not shapes:
+        return np.zeros(len(shards), dtype=np.int64)
+    d0 = np.array([k[0] for k in shapes], dtype=np.int64)[:, None]
+    rest = np.array([k[1] * n for k, n in shapes.items()], dtype=np.int64)[:, None]
+    sh = np.asarray(shards, dtype=np.int64)[None, :]
+    return (-(-d0 // sh) * rest).sum(axis=0)
+
+
+def shard_groups(g: dict, gpu: Gpu):
+    """ZeRO shard group of dense and of expert parameters for each layout of a grid."""
+    import numpy as np
+    dpcp = g["dp"] * g["cp"]
+    shard = np.where(g["hybrid"], np.minimum(dpcp, np.maximum(1, gpu.gpus_per_node // g["tp"])),
+                     dpcp)
+    return shard, np.maximum(1, shard // g["ep"])
+
+
+def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
+                      micro_batch: int) -> int:
+    """Bytes the group saves for backward on one GPU, one micro-batch (before CP).
+
+    Full recompute keeps only each block's input (D wide, on the residual stream); selective
+    recompute drops the S x S probabilities (as ``TrainingMemory`` does)."""
+    w = s.work(micro_batch, recompute)
+    a = s.bytes[4]
+    from .sharding import local_saved_bytes
+    total, seen = 0, set()
+    for op in ops:
+        g = block_index(s.cfg, op)
+        if recompute == "full" and g >= 0:
+            if g not in seen:
+                seen.add(g)
+                rows = w.rows("src" if op.stack == "encoder" else "seq")
+                b = rows * s.cfg.d_model * a
+                total += -(-b // tp) if sp else b
+            continue
+        total += local_saved_bytes(op, w, a, tp, sp, pairs=recompute != "selective")
+    return total
+
+
+def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str,
+                micro_batch: int) -> tuple[float, float, float]:
+    """(compute incl. recompute, backward, attention-core) seconds per micro-batch."""
+    w = s.work(micro_batch, recompute)
+    prof, dtype = s.prof, s.dtype
+    total = bwd_total = attn = 0.0
+    for op in ops:
+        split = _tp_split(op, tp, sp) * cp
+        f, b = op_times(op, w, prof, dtype, s.bytes[4], s.bytes[0], split)
+        again = (recompute == "full" and op.layer >= 0) or (
+            recompute == "selective" and op.kind in ("attn_scores", "attn_context"))
+        total += f + b + (f if again else 0.0)
+        bwd_total += b
+        if op.kind in ("attn_scores", "attn_context"):
+            attn += f + b
+    return total, bwd_total, attn
+
+
+def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
+    """Per sequence: model FLOPs (masked pairs skipped) and hardware FLOPs (executed +
+    recompute) for each recompute policy: the engine's FlopCounts over the group's ops."""
+    from ..accounting import FlopCounts
+    counts = [FlopCounts(s.cfg, s.work(1, rc), tuple(ops)) for rc in RECOMPUTE]
+    return counts[0].model, [c.hardware for c in counts]
+
+
+def group_counts(ops) -> dict:
+    """Collectives per micro-batch forward: TP reductions (rowwise Linears and the
+    vocab-parallel embedding), MoE layers (all-to-all), attention layers (CP ring)."""
+    tp_coll = sum(1 for op in ops if tp_style(op) in ("rowwise", "vocab"))
+    moe = sum(1 for op in ops if op.kind == "linear" and op.instances > 1
+              and op.component.endswith("down_proj"))
+    attn = sum(1 for op in ops if op.kind == "attn_scores")
+    return dict(tp_coll=tp_coll, moe=moe, attn=attn)
+
+
+def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], list[Op]]:
+    """Blocks grouped by identical ops: (groups' ops of one block, group of each block,
+    ops before the blocks (stage 0), ops after them (last stage))."""
+    per_block: dict[int, list[Op]] = {}
+    first, last = [], []
+    stage_of = assign_stages(s.cfg, s.ops, 1)[0]
+    for op in stage_of:
+        g = block_index(s.cfg, op)
+        if g >= 0:
+            per_block.setdefault(g, []).append(op)
+        elif op.component.startswith("embed") or op.component == "rel_bias":
+            first.append(op)
+        else:
+            last.append(op)
+    keys: dict[tuple, int] = {}
+    groups: list[list[Op]] = []
+    block_group = []
+    for g in range(s.n_blocks):
+        ops = per_block.get(g, [])
+        key = tuple(dataclasses.replace(op, path="", layer=0) for op in ops)
+        if key not in keys:
+            keys[key] = len(groups)
+            groups.append(ops)
+        block_group.append(keys[key])
+    return groups, block_group, first, last
+
+
+# --- the grid evaluator -----------------------------------------------------------------------
+@dataclass
+class Tables:
+    """Stage-level tables: index [pp_i, slot, ...] (the slots: see ``build_tables``)."""
+
+    tps: list
+    eps: list
+    cps: list
+    mbs: list
+    pps: list
+    shards: list
+    arrays: dict
+
+
+def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int,
+                 stage: int):
+    """(blocks of each group on the stage, has embeddings, has head)."""
+    import numpy as np
+    c = np.zeros(n_groups + 2, dtype=np.int64)
+    for b in stage_blocks(s.n_blocks, pp)[stage]:
+        c[block_group[b]] += 1
+    c[n_groups] = 1 if stage == 0 else 0
+    c[n_groups + 1] = 1 if stage == pp - 1 else 0
+    return c
+
+
+def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None) -> Tables:
+    """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
+
+    ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
+    (the most micro-batches in flight after the first), last, and the stage with the most
+    block parameters (dense-first MoE models); ``evaluate_layouts`` passes every stage)."""
+    import numpy as np
+    groups, block_group, first, last = group_ops(s)
+    all_groups = groups + [first, last]
+    G = len(all_groups)
+    tied = s.cfg.tie_embeddings and s.cfg.head == "lm"
+    n_tp, n_ep, n_cp, n_mb = len(tps), len(eps), len(cps), len(mbs)
+    st = {k: np.zeros((G, n_tp, n_ep), dtype=np.int64)
+          for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors")}
+    st_copy = {k: np.zeros((n_tp, n_ep), dtype=np.int64) for k in st}
+    for gi, ops in enumerate(all_groups):
+        for ti, tp in enumerate(tps):
+            for ei, ep in enumerate(eps):
+                for k, v in group_states(s, ops, tp, ep).items():
+                    st[k][gi, ti, ei] = v
+                if gi == G - 1 and tied:  # a tied head's own copy of the embedding shard
+                    with_copy = group_states(s, ops, tp, ep, tied_copy=True)
+                    for k, v in with_copy.items():
+                        st_copy[k][ti, ei] = v - st[k][gi, ti, ei]
+    act = np.zeros((G, n_tp, 2, 3, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
+    times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, 3))  # compute, backward, attention
+    for gi, ops in enumerate(all_groups):
+        for ti, tp in enumerate(tps):
+            for si, sp in enumerate((False, True)):
+                if sp and tp == 1:
+                    act[gi, ti, 1] = act[gi, ti, 0]
+                    times[:, gi, ti, 1] = times[:, gi, ti, 0]
+                    continue
+                for ri, rc in enumerate(RECOMPUTE):
+                    for bi in (0, 1):
+                        act[gi, ti, si, ri, bi] = group_activations(s, ops, tp, sp, rc, bi + 1)
+                    for ci, cp in enumerate(cps):
+                        for mi, mb in enumerate(mbs):
+                            times[:, gi, ti, si, ci, mi, ri] = group_times(s, ops, tp, sp, cp,
+                                                                           rc, mb)
+    counts = np.array([[group_counts(ops)[k] for k in ("tp_coll", "moe", "attn")]
+                       for ops in all_groups], dtype=np.int64)
+    flops = [group_flops(s, ops) for ops in all_groups]
+    if slots_of is None:  # first, second, last, and the stage holding the most parameters
+        block_params = (st["p_dense"][:, 0, 0] + st["p_exp"][:, 0, 0])[:len(groups)]
+
+        def slots_of(pp):
+            heavy = max(range(pp), key=lambda k: (int(stage_counts(
+                s, len(groups), block_group, pp, k)[:len(groups)] @ block_params), -k))
+            return [0, min(1, pp - 1), pp - 1, heavy]
+    n_slots = max(len(slots_of(pp)) for pp in pps)
+    C = np.zeros((len(pps), n_slots, G), dtype=np.int64)
+    inflight_stage = np.zeros((len(pps), n_slots), dtype=np.int64)
+    has_head = np.zeros((len(pps), n_slots), dtype=bool)
+    valid = np.zeros((len(pps), n_slots), dtype=bool)
+    for pi, pp in enumerate(pps):
+        for k, stage in enumerate(slots_of(pp)):
+            C[pi, k] = stage_counts(s, len(groups), block_group, pp, stage)
+            inflight_stage[pi, k] = stage
+            has_head[pi, k] = stage == pp - 1
+            valid[pi, k] = True
+    arrays = {k: np.einsum("psg,gte->pste", C, v) for k, v in st.items()}
+    for k, v in st_copy.items():  # tied copy only where pp > 1 and the head is on the stage
+        need = has_head & (np.array(pps)[:, None] > 1)
+        arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
+    shards = sorted(set(int(x) for x in shards) | {1})
+    pads = {k: np.zeros((len(pps), n_slots, n_tp, n_ep, len(shards)), dtype=np.int64)
+            for k in ("dense", "exp")}
+    shapes = [[[group_shapes(ops, tp, ep) for ep in eps] for tp in tps] for ops in all_groups]
+    copies = [[group_shapes(last, tp, ep, True) for ep in eps] for tp in tps]
+    for pi, pp in enumerate(pps):
+        for k in range(len(slots_of(pp))):
+            for ti in range(n_tp):
+                for ei in range(n_ep):
+                    for j, kind in enumerate(("dense", "exp")):
+                        agg: dict = {}
+                        for gi in range(G):
+                            src = shapes[gi][ti][ei][j]
+                            if gi == G - 1 and has_head[pi, k] and pp > 1 and tied:
+                                src = copies[ti][ei][j]
+                            for key, n in src.items():
+                                agg[key] = agg.get(key, 0) + n * int(C[pi, k, gi])
+                        pads[kind][pi, k, ti, ei] = padded_params(agg, shards)
+    arrays["pad_dense"], arrays["pad_exp"] = pads["dense"], pads["exp"]
+    act_stage = np.einsum("psg,gtxrb->pstxrb", C, act)
+    # saved bytes are linear in the micro-batch (position tables aside: the intercept); CP
+    # splits them: [p, slot, tp, sp, rc, mb, cp]
+    a1, a2 = act_stage[..., 0], act_stage[..., 1]
+    mb_arr = np.array(mbs, dtype=np.int64)[:, None]
+    cp_arr = np.array(cps, dtype=np.int64)[None, :]
+    arrays["act"] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
+                      // cp_arr)
+    for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
+        arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
+    arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
+    arrays["stage"] = inflight_stage
+    arrays["has_head"] = has_head
+    arrays["valid"] = valid
+    # parameters outside the blocks on each stage (embeddings on the first, head on the last)
+    root = st["p_dense"][G - 2:] + st["p_exp"][G - 2:]  # [first|last, tp, ep]
+    arrays["root_params"] = (np.einsum("psg,gte->pste", C[:, :, G - 2:], root)
+                             + (has_head & (np.array(pps)[:, None] > 1))[:, :, None, None]
+                             * st_copy["p_dense"][None, None])
+    arrays["layer_params"] = max(  # the largest block, for ZeRO-3 gather buffers
+        (st["p_dense"][g] + st["p_exp"][g] for g in range(len(groups))),
+        key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
+    blocks = [block_group.count(gi) for gi in range(len(groups))] + [1, 1]
+    arrays["model_flops_seq"] = sum(n * f[0] for n, f in zip(blocks, flops))
+    arrays["hw_flops_seq"] = [sum(n * f[1][r] for n, f in zip(blocks, flops)) for r in range(3)]
+    return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), shards, arrays)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
+    """Evaluate layouts given as equal-length numpy arrays in ``g``: tp, pp, dp, cp, ep, zero,
+    hybrid, sp, v (virtual stages), mb, rc (index into RECOMPUTE), and their table indices
+    ti, pi, ci, ei, mi. Returns arrays: memory by category of the fullest stage, total, step
+    time, MFU, HFU, tokens/s (see ``planner``). ``detail=False`` (the search's screen) keeps
+    only the total per GPU, not its categories."""
+    import numpy as np
+    A = t.arrays
+    cfg, gpu, ov = s.cfg, s.gpu, s.overheads
+    wb, gb_, mb_, sb, ab = s.bytes
+    tp, pp, dp, cp, v, mbatch, zero = (g[k] for k in ("tp", "pp", "dp", "cp", "v", "mb", "zero"))
+    n = tp * pp * dp * cp
+    ti, pi, ci, ei, mi, rc = g["ti"], g["pi"], g["ci"], g["ei"], g["mi"], g["rc"]
+    sp = g["sp"].astype(np.int64)
+    shard, shard_e = shard_groups(g, gpu)
+    si_d, si_e = np.searchsorted(t.shards, shard), np.searchsorted(t.shards, shard_e)
+    one = t.shards.index(1)
+    n_sh = len(t.shards)
+    m = (s.global_batch / (dp * mbatch)).astype(np.int64)  # exact: dp * mb divides the batch
+    n_slots = A["valid"].shape[1]
+    n_tp, n_ep, n_cp, n_mb = len(t.tps), len(t.eps), len(t.cps), len(t.mbs)
+    moe = bool(A["pad_exp"].any())
+    all_valid = bool(A["valid"].all())
+    # flat views: one np.take per table instead of many-index fancy indexing
+    flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
+                                          "t_attn", "o_dense", "o_exp", "tensors",
+                                          "root_params")}
+    shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
+                 for lvl in (1, 2, 3)}
+    # per-collective times (the counts differ per stage; latency is per collective)
+    tok = mbatch * s.seq
+    act_size = tok * cfg.d_model * ab / cp
+    unit_tp = comm.collective_s("all_reduce", act_size, tp, 1, gpu)
+    unit_ep = comm.collective_s("all_to_all", act_size * max(cfg.top_k, 1), g["ep"], tp * cp,
+                                gpu) if moe else 0.0
+    kv_width = (cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim) if cfg.is_mla
+                else 2 * cfg.kv_dim)
+    unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
+    t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
+                             2 * v)
+    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
+    zero3_blocks = np.where(zero == 3, ov.zero3_prefetch_blocks * wb
+                            * A["layer_params"][ti, ei], 0)
+    comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
+                        ov.cuda_context_bytes)
+    master = mb_ if s.optimizer != "none" else 0
+    pow2 = bool(np.all((v & (v - 1)) == 0))  # then // v is a (much faster) shift
+    v_shift = np.log2(v).astype(np.int64) if pow2 else None
+    tp_colls = 2 + (rc == 2)  # forward + backward, and the forward again under full recompute
+    best = None
+    t_mb = np.zeros(len(n))
+    t_bwd = np.zeros(len(n))
+    p_max = np.zeros(len(n), dtype=np.int64)
+    # flat indices of slot 0; slot k adds k times the slot stride of each table
+    base0 = (pi * n_slots * n_tp + ti) * n_ep + ei  # [p, slot, tp, ep]
+    held0 = {lvl: (base0 * n_sh + d, base0 * n_sh + e) for lvl, (d, e) in shard_idx.items()}
+    one0 = base0 * n_sh + one
+    pst0 = (pi * n_slots * n_tp + ti) * 2 + sp  # [p, slot, tp, sp]
+    act0 = ((pst0 * 3 + rc) * n_mb + mi) * n_cp + ci  # [p, slot, tp, sp, rc, mb, cp]
+    time0 = ((pst0 * n_cp + ci) * n_mb + mi) * 3 + rc  # [p, slot, tp, sp, cp, mb, rc]
+    s_base, s_pad = n_tp * n_ep, n_tp * n_ep * n_sh
+    s_act, s_time = n_tp * 2 * 3 * n_mb * n_cp, n_tp * 2 * n_cp * n_mb * 3
+    for k in range(n_slots):
+        base = base0 + k * s_base
+
+        def held(level):  # parameters on the GPU when ZeRO >= level shards them
+            d, e = held0[level]
+            out = flat["pad_dense"].take(d + k * s_pad)
+            return out + flat["pad_exp"].take(e + k * s_pad) if moe else out
+        pd = flat["pad_dense"].take(one0 + k * s_pad)
+        pe = flat["pad_exp"].take(one0 + k * s_pad) if moe else 0
+        if s.optimizer in PER_ELEMENT_STATES:  # states shaped like the parameter shard
+            opt = (master + PER_ELEMENT_STATES[s.optimizer] * sb) * held(1)
+        else:  # blockwise / factored states: the engine's bytes, split evenly
+            z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
+            opt = (_cdiv(flat["o_dense"].take(base) + master * pd, z1d)
+                   + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
+        if s.optimizer in ADAM:
+            opt = opt + 4 * flat["tensors"].take(base)
+        cat = {"weights": wb * held(3), "gradients": gb_ * held(2), "optimizer": opt}
+        per_mb = flat["act"].take(act0 + k * s_act)
+        stage = A["stage"][:, k].take(pi)
+        extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
+        inflight = pp - stage + extra * (v > 1)
+        cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
+        cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
+        cat["zero3_buffers"] = np.where(zero == 3, zero3_blocks + wb * flat["root_params"].take(
+            base), 0)
+        tensors = sum(cat.values())
+        cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
+        total = tensors + cat["framework"]
+        valid = True if all_valid else A["valid"][pi, k]
+        if not all_valid:
+            cat = {key: np.where(valid, x, 0) for key, x in cat.items()}
+            total = np.where(valid, total, -1)
+        states = cat["weights"] + cat["gradients"] + cat["optimizer"]
+        if best is None:
+            best, best_total, best_states = cat, total, states
+        else:
+            if detail:
+                take = total > best_total
+                best = {key: np.where(take, x, best[key]) for key, x in cat.items()}
+            best_total = np.maximum(total, best_total)
+            best_states = np.maximum(states, best_states)
+        # one micro-batch on this stage: compute + exposed TP, EP, CP (beyond the attention
+        # it overlaps) and PP communication
+        t_base = time0 + k * s_time
+        cnt = A["counts"][:, k]
+        t_stage = (flat["t_compute"].take(t_base) + tp_colls * cnt[:, 0].take(pi) * unit_tp
+                   + np.maximum(0.0, 3 * cnt[:, 2].take(pi) * unit_cp
+                                - flat["t_attn"].take(t_base))
+                   + t_pp)
+        if moe:
+            t_stage = t_stage + 4 * cnt[:, 1].take(pi) * unit_ep
+        bwd = flat["t_bwd"].take(t_base)
+        if not all_valid:
+            t_stage, bwd, pd = (np.where(valid, x, 0) for x in (t_stage, bwd, pd + pe))
+            pe = 0
+        if detail:  # the collectives of the slowest stage, for the breakdown
+            slower = t_stage >= t_mb
+            now = (cnt[:, 0].take(pi), cnt[:, 1].take(pi), cnt[:, 2].take(pi),
+                   flat["t_attn"].take(t_base))
+            slow = now if k == 0 else tuple(np.where(slower, a, b) for a, b in zip(now, slow))
+        t_mb = np.maximum(t_mb, t_stage)
+        t_bwd = np.maximum(t_bwd, bwd)
+        p_max = np.maximum(p_max, pd + pe)
+    pipeline = (m + (pp - 1) / v) * t_mb
+    grad_bytes = gb_ * p_max
+    w_bytes = wb * p_max
+    t_ar = comm.collective_s("all_reduce", grad_bytes, shard, tp, gpu)
+    t_rs = comm.collective_s("reduce_scatter", grad_bytes, shard, tp, gpu)
+    t_ag = comm.collective_s("all_gather", w_bytes, shard, tp, gpu)
+    # hybrid shard: the shard group's result is then all-reduced across nodes
+    replicas = dp * cp // shard
+    t_rep = comm.collective_s("all_reduce", _cdiv(grad_bytes, shard), replicas, tp * shard, gpu)
+    exposed = np.where(
+        zero == 0, np.maximum(0.0, t_ar - t_bwd),
+        np.where(zero < 3, np.maximum(0.0, t_rs - t_bwd) + t_ag,
+                 m * np.maximum(0.0, 2 * t_ag + t_rs - t_mb) + t_rep))
+    # the optimizer step reads and writes every state once (the stage with the most states)
+    step = pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
+    hw_seq = np.array(A["hw_flops_seq"], dtype=float)[rc]
+    if s.achieved_flops_per_gpu:
+        step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
+    peak = s.gpu.peak(s.dtype)
+    out = {f"{k}_bytes": x for k, x in best.items()} if detail else {}
+    if detail:
+        n_tp_c, n_moe, n_attn, t_attn = slow
+        per_mb = lambda kind, size, n, count: comm.bytes_sent(kind, size, n) * count
+        out["comm"] = {  # per GPU per step: (collective, bytes sent, seconds, exposed seconds)
+            "tp": (np.where(sp == 1, "reduce-scatter + all-gather (SP)", "all-reduce"),
+                   m * per_mb("all_reduce", act_size, tp, tp_colls * n_tp_c),
+                   m * tp_colls * n_tp_c * unit_tp, m * tp_colls * n_tp_c * unit_tp),
+            "ep": ("all-to-all", m * per_mb("all_to_all", act_size * max(cfg.top_k, 1),
+                                            g["ep"], 4 * n_moe),
+                   m * 4 * n_moe * unit_ep, m * 4 * n_moe * unit_ep),
+            "cp": ("point-to-point (ring of keys and values)",
+                   m * 3 * n_attn * tok / cp * kv_width * ab * (cp - 1) * (cp > 1),
+                   m * 3 * n_attn * unit_cp,
+                   m * np.maximum(0.0, 3 * n_attn * unit_cp - t_attn)),
+            "pp": ("point-to-point (activations and their gradients)",
+                   m * 2 * v * act_size / np.where(sp == 1, tp, 1) * (pp > 1), m * t_pp,
+                   m * t_pp),
+            "dp": (np.where(zero == 0, "all-reduce", np.where(
+                       zero < 3, "reduce-scatter + all-gather",
+                       "per micro-batch 2 all-gathers + reduce-scatter")),
+                   np.where(zero == 0, comm.bytes_sent("all_reduce", grad_bytes, shard),
+                            np.where(zero < 3, comm.bytes_sent("reduce_scatter", grad_bytes,
+                                                               shard)
+                                     + comm.bytes_sent("all_gather", w_bytes, shard),
+                                     m * (comm.bytes_sent("reduce_scatter", grad_bytes, shard)
+                                          + 2 * comm.bytes_sent("all_gather", w_bytes,
+                                                                shard)))),
+                   np.where(zero == 0, t_ar, np.where(zero < 3, t_rs + t_ag,
+                                                      m * (2 * t_ag + t_rs) + t_rep)),
+                   exposed),
+        }
+        out["links"] = {name: np.where(size * stride <= gpu.gpus_per_node, "intra-node",
+                                       "inter-node")
+                        for name, size, stride in (("tp", tp, 1), ("cp", cp, tp),
+                                                   ("ep", g["ep"], tp * cp),
+                                                   ("dp", shard, tp), ("pp", pp, tp * cp * dp))}
+    out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
+               bubble_fraction=(pp - 1) / (v * m),
+               mfu=A["model_flops_seq"] * s.global_batch / (step * n * peak),
+               hfu=hw_seq * s.global_batch / (step * n * peak), gpus=n,
+               exposed_dp_comm_s=exposed, micro_batch_time_s=t_mb,
+               tokens_per_s=s.global_batch * s.seq / step,
+               model_flops_step=A["model_flops_seq"] * s.global_batch,
+               hardware_flops_seq=A["hw_flops_seq"])
+    return out
+
+
+def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict]:
+    """Table axes and index arrays for explicit layouts."""
+    import numpy as np
+    tps = sorted({l.tp for l in layouts}); eps = sorted({l.ep for l in layouts})
+    cps = sorted({l.cp for l in layouts}); mbs = sorted({l.micro_batch for l in layouts})
+    pps = sorted({l.pp for l in layouts})
+    arr = lambda f: np.array([f(l) for l in layouts])
+    g = dict(tp=arr(lambda l: l.tp), pp=arr(lambda l: l.pp), dp=arr(lambda l: l.dp),
+             cp=arr(lambda l: l.cp), ep=arr(lambda l: l.ep), zero=arr(lambda l: l.zero),
+             hybrid=arr(lambda l: l.hybrid_shard), sp=arr(lambda l: l.sp),
+             v=arr(lambda l: l.virtual), mb=arr(lambda l: l.micro_batch),
+             rc=arr(lambda l: RECOMPUTE.index(l.recompute)),
+             ti=arr(lambda l: tps.index(l.tp)), pi=arr(lambda l: pps.index(l.pp)),
+             ci=arr(lambda l: cps.index(l.cp)), ei=arr(lambda l: eps.index(l.ep)),
+             mi=arr(lambda l: mbs.index(l.micro_batch)))
+    return tps, eps, cps, mbs, pps, g
+
+
+def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None) -> dict:
+    """``evaluate`` for explicit layouts (each checked), over every pipeline stage, or over
+    ``stages(pp)`` (a function listing the stage indices to evaluate)."""
+    from ..errors import WorkloadError
+    for lay in layouts:
+        check_layout(s.cfg, lay, s.seq)
+        if s.global_batch % (lay.dp * lay.micro_batch):
+            raise WorkloadError(f"global batch ({s.global_batch}) must be a multiple of dp x "
+                                f"micro_batch ({lay.dp} x {lay.micro_batch})")
+    tps, eps, cps, mbs, pps, g = grid_for(layouts)
+    slots = stages or (lambda pp: list(range(pp)))
+    shard, shard_e = shard_groups(g, s.gpu)
+    t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots)
+    return evaluate(s, t, g)
