@@ -18,6 +18,7 @@ Writes DIR/gpu_validation.json (commit it under reports/gpu/).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -136,7 +137,8 @@ def run_case(case: Case, device: str, steps: int = 3) -> dict:
         else:
             times.append(time.perf_counter() - t0)
     kernels = _kernel_times(one_step, cuda)
-    out = {"model": cfg.name, "params": count_params(cfg).total, "batch": case.batch,
+    out = {"model": cfg.name, "config": dataclasses.asdict(cfg),
+           "params": count_params(cfg).total, "batch": case.batch,
            "seq": case.seq,
         "attn_impl": case.attn, "recompute": case.recompute, "precision": case.precision,
         "optimizer": case.optimizer, "step_time_s": statistics.median(times),
