@@ -141,6 +141,9 @@ def validate(cfg: ModelConfig, work: Workload, device: str = "meta",
     if kv_tokens and device != "meta" and cfg.family != "encoder" and cfg.head == "lm":
         step("kv cache")
         report["kv_cache"] = _kv_cache(model, cfg, work, kv_tokens, precision)
+    if device != "meta":  # per-op times of forward + backward (torch.profiler), top 20
+        from .measure import op_times
+        report["op_times"] = op_times(model, inputs)[:20]
     report["seconds"] = time.perf_counter() - t0
     return report
 
@@ -193,6 +196,12 @@ def to_markdown(report: dict) -> str:
         kv = r["kv_cache"]
         lines.append(f"| kv_cache_bytes (context {kv['context']}) | {kv['predicted']:,} | "
                      f"{kv['measured']:,} | {kv['error_pct']:.4f} |")
+    if r.get("op_times"):
+        lines += ["", "## Time per op (torch.profiler, forward + backward, self time)", "",
+                  "| op | calls | CPU µs | device µs | input shapes |", "|---|---:|---:|---:|---|"]
+        for t in r["op_times"]:
+            lines.append(f"| {t['op']} | {t['calls']} | {t['cpu_us']:.0f} | "
+                         f"{t['device_us']:.0f} | {t['shapes'][:60]} |")
     for title, rows, key in (("Per component (summed over layers)", r["components"],
                               "component"), ("Per layer", r["layers"], "layer")):
         lines += ["", f"## {title}", "",
