@@ -205,6 +205,29 @@ def relative_bucket(rel: torch.Tensor, bidirectional: bool, buckets: int, max_di
                                                          else buckets - 1)
 
 
+class Drop(nn.Module):
+    """Dropout with probability ``p`` when the model trains with dropout (``enabled``): keeps
+    its mask for backward (in the activation dtype on CPU and meta, 1-byte bool on CUDA)."""
+
+    def __init__(self, p: float, enabled: bool):
+        super().__init__()
+        self.p, self.enabled = p, enabled
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training) if self.enabled and self.p > 0 else x
+
+
+def maybe_drop(owner: nn.Module, p: float, enabled: bool, name: str = "dropout") -> None:
+    """Register a Drop at ``name`` when the config has that dropout (the engine's op exists)."""
+    if p > 0:
+        owner.add_module(name, Drop(p, enabled))
+
+
+def drop(owner: nn.Module, x, name: str = "dropout"):
+    mod = getattr(owner, name, None)
+    return mod(x) if mod is not None else x
+
+
 # --- attention ----------------------------------------------------------------------------
 class AttentionCore(nn.Module):
     """softmax(Q K^T * scale + bias) V over (B*H) batched matmuls.
@@ -216,11 +239,13 @@ class AttentionCore(nn.Module):
     checkpointed and keeps only q, k and v.
     """
 
-    def __init__(self, impl: str, softmax_fp32: bool, recompute: str = "none"):
+    def __init__(self, impl: str, softmax_fp32: bool, recompute: str = "none",
+                 dropout: float = 0.0):
         super().__init__()
         self.impl = impl
         self.softmax_fp32 = softmax_fp32
         self.recompute = recompute
+        self.dropout = dropout  # on the probabilities; 0 unless the model trains with dropout
 
     def forward(self, q, k, v, bias, causal: bool = False):
         if self.recompute == "selective" and torch.is_grad_enabled():
@@ -246,13 +271,16 @@ class AttentionCore(nn.Module):
                 probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
             else:
                 probs = torch.softmax(scores, dim=-1)
+            if self.dropout and self.training:
+                probs = F.dropout(probs, self.dropout)
             return torch.bmm(probs, v3).view(B, H, S_q, w_v)
         gqa = q.shape[1] != k.shape[1]
+        p = self.dropout if self.training else 0.0
         if causal:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
+                                                  enable_gqa=gqa, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale,
-                                              enable_gqa=gqa)
+                                              enable_gqa=gqa, dropout_p=p)
 
 
 class Rotary(nn.Module):
@@ -266,7 +294,7 @@ class Attention(nn.Module):
     """Self- or cross-attention with MHA/GQA/MQA, optional qk-norm and rotary."""
 
     def __init__(self, cfg: ModelConfig, impl: str, softmax_fp32: bool, recompute: str,
-                 cross: bool, rotary: bool, dtype):
+                 cross: bool, rotary: bool, dtype, dropout: bool = False):
         super().__init__()
         D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.H, self.K, self.h, self.cross = H, K, h, cross
@@ -280,8 +308,10 @@ class Attention(nn.Module):
             qw, kw = (h, h) if self.qk_norm == "head" else (H * h, K * h)
             self.q_norm = make_norm(cfg, qw, dtype)
             self.k_norm = make_norm(cfg, kw, dtype)
-        self.core = AttentionCore(impl, softmax_fp32, recompute)
+        self.core = AttentionCore(impl, softmax_fp32, recompute,
+                                  cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * h, D, cfg.out_bias)
+        maybe_drop(self, cfg.resid_dropout, dropout)
         self.recompute = recompute
 
     def project_kv(self, kv_in):
@@ -318,7 +348,7 @@ class Attention(nn.Module):
                     (k, v), k_pos = cache.update((k, v), ctx.q_pos)
                     bias, causal = ctx.bias_for(cache.window, k_pos), False
         out = attend(self.core, q, k, v, bias, causal)
-        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+        return drop(self, self.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
 
 
 
@@ -340,7 +370,7 @@ class MLA(nn.Module):
     """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1)."""
 
     def __init__(self, cfg: ModelConfig, impl: str, softmax_fp32: bool, recompute: str,
-                 rotary: bool, dtype):
+                 rotary: bool, dtype, dropout: bool = False):
         super().__init__()
         D, H = cfg.d_model, cfg.n_heads
         self.H, self.nope, self.rope, self.vd = H, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, \
@@ -359,8 +389,10 @@ class MLA(nn.Module):
         self.kv_a_norm = RMSNorm(self.r, True, dtype)
         self.kv_b_proj = lin(self.r, H * (self.nope + self.vd))
         self.rotary = Rotary() if rotary else None
-        self.core = AttentionCore(impl, softmax_fp32, recompute)
+        self.core = AttentionCore(impl, softmax_fp32, recompute,
+                                  cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * self.vd, D, cfg.out_bias)
+        maybe_drop(self, cfg.resid_dropout, dropout)
         self.recompute = recompute
 
     def forward(self, x, ctx: Ctx, kv_in=None, bias=None, cache=None, causal: bool = False):
@@ -383,7 +415,7 @@ class MLA(nn.Module):
         q = torch.cat((q_nope, q_pe), dim=-1)
         k = torch.cat((k_nope, k_pe.expand(B, H, S_k, self.rope)), dim=-1)
         out = attend(self.core, q, k, v, bias, causal)
-        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+        return drop(self, self.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
 
 
 # --- MLP and MoE --------------------------------------------------------------------------
@@ -415,7 +447,11 @@ class Act(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, d_ff: int, bias: bool, dtype):
+    """Dense MLP; ``act_dropout`` after the activation (T5, OPT), ``dropout`` on the output
+    when it is the block's FFN (``resid``)."""
+
+    def __init__(self, cfg: ModelConfig, d_ff: int, bias: bool, dtype, dropout: bool = False,
+                 resid: bool = False):
         super().__init__()
         D = cfg.d_model
         self.gated = cfg.gated
@@ -423,12 +459,17 @@ class MLP(nn.Module):
             self.gate_proj = nn.Linear(D, d_ff, bias=bias, dtype=dtype)
         self.up_proj = nn.Linear(D, d_ff, bias=bias, dtype=dtype)
         self.act = Act(cfg.activation)
+        maybe_drop(self, cfg.mlp_dropout, dropout, "act_dropout")
         self.down_proj = nn.Linear(d_ff, D, bias=bias, dtype=dtype)
+        if resid:
+            maybe_drop(self, cfg.resid_dropout, dropout)
 
     def forward(self, x):
         if self.gated:
-            return self.down_proj(self.act(self.gate_proj(x), self.up_proj(x)))
-        return self.down_proj(self.act(self.up_proj(x)))
+            h = self.act(self.gate_proj(x), self.up_proj(x))
+        else:
+            h = self.act(self.up_proj(x))
+        return drop(self, self.down_proj(drop(self, h, "act_dropout")))
 
 
 class GroupedLinear(nn.Module):
@@ -512,12 +553,14 @@ class SharedGate(nn.Module):
 class MoE(nn.Module):
     """Router, routed experts, and the optional shared MLP (DeepSeek, Qwen2-MoE)."""
 
-    def __init__(self, cfg: ModelConfig, dtype):
+    def __init__(self, cfg: ModelConfig, dtype, dropout: bool = False):
         super().__init__()
         self.router = Router(cfg.d_model, cfg.n_experts, cfg.top_k, cfg.router_bias, dtype)
         self.experts = Experts(cfg, dtype)
-        self.shared = MLP(cfg, cfg.shared_d_ff, cfg.mlp_bias, dtype) if cfg.shared_d_ff else None
+        self.shared = (MLP(cfg, cfg.shared_d_ff, cfg.mlp_bias, dtype, dropout)
+                       if cfg.shared_d_ff else None)
         self.shared_gate = SharedGate(cfg.d_model, dtype) if cfg.shared_expert_gate else None
+        maybe_drop(self, cfg.resid_dropout, dropout)
 
     def forward(self, x):
         B, S, D = x.shape
@@ -526,35 +569,36 @@ class MoE(nn.Module):
         if self.shared is not None:
             s = self.shared(flat)
             out = out + (self.shared_gate(flat, s) if self.shared_gate is not None else s)
-        return out.view(B, S, D)
+        return drop(self, out.view(B, S, D))
 
 
 # --- blocks and stacks --------------------------------------------------------------------
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, stack: str, i: int, impl: str, softmax_fp32: bool,
-                 recompute: str, dtype):
+                 recompute: str, dtype, dropout: bool = False):
         super().__init__()
         self.cfg, self.stack, self.i = cfg, stack, i
         D = cfg.d_model
         self.attn_norm = make_norm(cfg, D, dtype)
         rot = cfg.pos_type == "rotary"
         if cfg.is_mla:
-            self.attn = MLA(cfg, impl, softmax_fp32, recompute, rot, dtype)
+            self.attn = MLA(cfg, impl, softmax_fp32, recompute, rot, dtype, dropout)
         else:
-            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False, rot, dtype)
+            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False, rot, dtype, dropout)
         if cfg.norm_position == "sandwich":
             self.attn_post_norm = make_norm(cfg, D, dtype)
         self.has_cross = stack == "decoder"
         if self.has_cross:
             self.cross_attn_norm = make_norm(cfg, D, dtype)
-            self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype)
+            self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype,
+                                        dropout)
         self.shared_norm = cfg.parallel_block and cfg.parallel_norms == 1
         if not self.shared_norm:
             self.mlp_norm = make_norm(cfg, D, dtype)
         if stack != "encoder" and cfg.is_moe_layer(i):
-            self.moe = MoE(cfg, dtype)
+            self.moe = MoE(cfg, dtype, dropout)
         else:
-            self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype)
+            self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
         if cfg.norm_position == "sandwich":
             self.mlp_post_norm = make_norm(cfg, D, dtype)
         self.full_recompute = recompute == "full"
@@ -650,7 +694,7 @@ class ReferenceModel(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig, dtype=torch.float32, attn_impl: str = "eager",
-                 recompute: str = "none", softmax_fp32: bool = True):
+                 recompute: str = "none", softmax_fp32: bool = True, dropout: bool = False):
         super().__init__()
         self.cfg, self.dtype, self.recompute = cfg, dtype, recompute
         self.attn_impl = attn_impl
@@ -673,12 +717,14 @@ class ReferenceModel(nn.Module):
                                                      dtype=dtype)
             if cfg.embed_norm:
                 owner.embed.norm = make_norm(cfg, D, dtype)
+            maybe_drop(owner.embed, cfg.embed_dropout, dropout)
             if cfg.pos_type == "relative_bias":
                 owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.n_heads, dtype=dtype)
             owner.layers = nn.ModuleList(Block(cfg, stack, i, attn_impl, softmax_fp32, recompute,
-                                               dtype) for i in range(depth))
+                                               dtype, dropout) for i in range(depth))
             if cfg.final_norm:
                 owner.final_norm = make_norm(cfg, D, dtype)
+            maybe_drop(owner, cfg.final_dropout, dropout, "final_dropout")
         if cfg.head == "lm":
             if Ed != D:
                 self.proj_out = nn.Linear(D, Ed, bias=False, dtype=dtype)
@@ -761,7 +807,7 @@ class ReferenceModel(nn.Module):
             x = x + sinusoidal_table(pos, cfg.d_model, x.dtype)
         if cfg.embed_norm:
             x = owner.embed.norm(x)
-        return x
+        return drop(owner.embed, x)
 
     def run_stack(self, stack: str, x, ctx: Ctx, enc=None, caches=None):
         owner = self._owner(stack)
@@ -769,7 +815,7 @@ class ReferenceModel(nn.Module):
             x = blk(x, ctx, enc, caches[i] if caches else None)
         if self.cfg.final_norm:
             x = owner.final_norm(x)
-        return x
+        return drop(owner, x, "final_dropout")
 
     def positions(self, n: int, offset: int, device) -> torch.Tensor:
         return torch.arange(offset, offset + n, device=device)
@@ -831,12 +877,12 @@ def default_labels(ids: torch.Tensor) -> torch.Tensor:
 
 def build(cfg: ModelConfig, dtype=torch.float32, device="cpu", attn_impl: str = "eager",
           recompute: str = "none", softmax_fp32: bool = True, seed: int = 0,
-          init: bool = True) -> ReferenceModel:
+          init: bool = True, dropout: bool = False) -> ReferenceModel:
     """Build on ``device`` (``meta`` for shapes only: no memory, 405B in well under a second)."""
     if device != "meta" and init:
         torch.manual_seed(seed)
     with torch.device(device):
-        model = ReferenceModel(cfg, dtype, attn_impl, recompute, softmax_fp32)
+        model = ReferenceModel(cfg, dtype, attn_impl, recompute, softmax_fp32, dropout)
     if device != "meta" and init:
         _init(model)
     return model.train()

@@ -75,6 +75,29 @@ def test_saved_bytes_exact_in_fp32_and_with_a_model_dtype_softmax(cfg, data, fp3
     assert predicted == measured
 
 
+DROPOUTS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout", "final_dropout")
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(cfg=configs(), data=st.data(), fp32=st.booleans(),
+       probs=st.tuples(*[st.sampled_from([0.0, 0.1])] * len(DROPOUTS)),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_saved_bytes_exact_when_training_with_dropout(cfg, data, fp32, probs, recompute):
+    """Every dropout the config has keeps its mask (the activation dtype on meta/CPU:
+    dropout_mask="act"); attention dropout on the eager probabilities keeps the mask and the
+    dropped probabilities instead of the softmax's cast copy."""
+    assume(not engine_gap(cfg, recompute))
+    cfg = cfg.replace(**dict(zip(DROPOUTS, probs)))
+    batch, seq, src = lengths(data, cfg)
+    work = Workload(batch=batch, seq=seq, src_seq=src, recompute=recompute, dropout=True,
+                    dropout_mask="act")
+    dtype = torch.float32 if fp32 else torch.bfloat16
+    model = build(cfg, dtype, "meta", recompute=recompute, dropout=True)
+    measured, _ = saved_by_module(model, make_inputs(model, batch, seq, src))
+    predicted = TrainingMemory(cfg, work, "fp32" if fp32 else "bf16-mixed")
+    assert predicted.activations_by_layer() == by_layer(measured)
+
+
 def fused_ok(cfg, seq) -> bool:
     """SDPA takes the fused CPU kernel only without a mask tensor: plain causal or no mask."""
     if cfg.pos_type in ("alibi", "relative_bias"):

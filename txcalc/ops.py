@@ -141,8 +141,9 @@ class Op:
             eager / sdpa  | q; per pair and head the softmax | k and v repeated to H heads
             (math path)   |  output, fp32 + its cast copy    |  (GQA's repeat_kv)
                           |  (4 + a) if upcast (a = 4: one   |
-                          |  copy), else a; with dropout +   |
-                          |  mask + dropped probs            |
+                          |  copy), else a; with dropout the |
+                          |  mask and the dropped probs      |
+                          |  replace the cast copy           |
             flash (fused) | q, the output, the fp32 row      | k and v with K heads
                           |  logsumexp (H x 4 bytes); the    |
                           |  output is o_proj's input        |
@@ -167,10 +168,15 @@ class Op:
             per_row += 2 * self.kv_heads * self.d_in * act_bytes
         total = w.rows(self.stream) * per_row
         if self.kind == "attn_scores" and not fused and pairs:
-            # an fp32 softmax in an fp32 model is its own cast: one copy, 4 bytes
-            per_pair = act_bytes + (4 if w.softmax_fp32 and not fp32 else 0)
-            if self.dropout and w.dropout:  # the mask and the dropped probabilities (P V's input)
+            # the softmax keeps its output (fp32 when it upcasts; in an fp32 model that is
+            # its own cast); P V keeps its input: the cast copy, or with dropout the mask and
+            # the dropped probabilities (dropout keeps only its mask, not the cast copy)
+            upcast = w.softmax_fp32 and not fp32
+            per_pair = 4 if upcast else act_bytes
+            if self.dropout and w.dropout:
                 per_pair += mask + act_bytes
+            elif upcast:
+                per_pair += act_bytes
             total += w.batch * self.heads * self.pairs(w) * per_pair
         if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
             total += self.pairs(w) * 8
