@@ -141,11 +141,25 @@ def validate(cfg: ModelConfig, work: Workload, device: str = "meta",
     if kv_tokens and device != "meta" and cfg.family != "encoder" and cfg.head == "lm":
         step("kv cache")
         report["kv_cache"] = _kv_cache(model, cfg, work, kv_tokens, precision)
+    if device == "cpu":  # memory by phase of a real training step (MemTracker)
+        step("memory")
+        report["memory_phases"] = _memory_phases(cfg, work, precision)
     if device != "meta":  # per-op times of forward + backward (torch.profiler), top 20
         from .measure import op_times
         report["op_times"] = op_times(model, inputs)[:20]
     report["seconds"] = time.perf_counter() - t0
     return report
+
+
+def _memory_phases(cfg, work, precision: str) -> dict:
+    from .train import memory_by_phase
+
+    measured = memory_by_phase(cfg, work, precision, "adamw")
+    predicted = TrainingMemory(cfg, work, precision, "adamw").phases()
+    return {phase: {"predicted": predicted[phase]["total"], "measured": measured[phase]["total"],
+                    "error_pct": error_pct(predicted[phase]["total"], measured[phase]["total"])}
+            for phase in ("after_forward", "peak_forward", "after_backward", "peak_backward",
+                          "after_step", "peak")}
 
 
 def _layer_label(stack: str, layer: int) -> str:
@@ -196,6 +210,12 @@ def to_markdown(report: dict) -> str:
         kv = r["kv_cache"]
         lines.append(f"| kv_cache_bytes (context {kv['context']}) | {kv['predicted']:,} | "
                      f"{kv['measured']:,} | {kv['error_pct']:.4f} |")
+    if r.get("memory_phases"):
+        lines += ["", "## Memory of a training step (AdamW; MemTracker, real CPU run)", "",
+                  "| phase | predicted | measured | error % |", "|---|---:|---:|---:|"]
+        for phase, t in r["memory_phases"].items():
+            lines.append(f"| {phase} | {t['predicted']:,} | {t['measured']:,} | "
+                         f"{t['error_pct']:.4f} |")
     if r.get("op_times"):
         lines += ["", "## Time per op (torch.profiler, forward + backward, self time)", "",
                   "| op | calls | CPU µs | device µs | input shapes |", "|---|---:|---:|---:|---|"]

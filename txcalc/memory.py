@@ -231,6 +231,8 @@ class TrainingMemory:
                            |   shrink, both about linearly): at the start all activations
                            |   and two fp32 T x V buffers (loss and log-softmax gradients); at
                            |   the end all gradients and the embedding's input gradient
+                           |   (tied head: + the table's lookup gradient and its sum with
+                           |   the head's, two V x E gradients)
             after_step     | as after_backward (gradients live until zero_grad)
             peak_step      | + master_grad_copies (temp) + optimizer_temporaries (opt)
             peak           | the largest of the three peaks
@@ -254,6 +256,9 @@ class TrainingMemory:
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
+        if self.cfg.tie_embeddings and self.cfg.head == "lm":
+            # the table's gradient from the lookup, then its sum with the head's gradient
+            emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes[1]
         out = {
             "after_forward": phase(act=act),
             "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),

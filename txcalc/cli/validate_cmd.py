@@ -10,7 +10,7 @@ from . import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP
 
-STEPS = ("predict", "build", "params", "flops", "saved bytes", "kv cache")
+STEPS = ("predict", "build", "params", "flops", "saved bytes", "kv cache", "memory")
 
 
 def _import_reference():
@@ -99,6 +99,9 @@ def _print(r: dict) -> None:
         kv = r["kv_cache"]
         rows.append((f"kv_cache_bytes (context {kv['context']})", f"{kv['predicted']:,}",
                      f"{kv['measured']:,}", f"{kv['error_pct']:.4f}"))
+    for phase, t in r.get("memory_phases", {}).items():
+        rows.append((f"memory {phase}", f"{t['predicted']:,}", f"{t['measured']:,}",
+                     f"{t['error_pct']:.4f}"))
     console.print(table("totals: predicted (engine) vs measured (reference model)",
                         ["quantity", "predicted", "measured", "error %"], rows))
     cols = ["params", "err %", "fwd FLOPs", "err %", "saved B", "err %"]
