@@ -125,12 +125,28 @@ def flops_by_module(model: ReferenceModel, inputs) -> tuple[dict[str, int], int,
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as fwd:
+    with FlopCounterMode(display=False, custom_mapping=cpu_flash_flops()) as fwd:
         loss = run_forward(model, inputs)()
-    with FlopCounterMode(display=False) as bwd:
+    with FlopCounterMode(display=False, custom_mapping=cpu_flash_flops()) as bwd:
         loss.backward()
     return (exclusive_flops(fwd.get_flop_counts(), type(model).__name__),
             fwd.get_total_flops(), bwd.get_total_flops())
+
+
+def cpu_flash_flops() -> dict:
+    """FlopCounterMode counts the CUDA flash kernels but not the CPU one (MEASURING.md): map
+    the CPU kernel and its backward to torch's own SDPA formulas (backward 2.5x forward)."""
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+
+    def fwd(query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return fc.sdpa_flop_count(query, key, value)
+
+    def bwd(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return fc.sdpa_backward_flop_count(grad_out, query, key, value)
+    return {aten._scaled_dot_product_flash_attention_for_cpu: fwd,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd}
 
 
 def exclusive_flops(counts: dict, root: str) -> dict[str, int]:

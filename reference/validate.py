@@ -5,7 +5,7 @@ behind ``txcalc validate``.
     ----------------|------------------------------------|---------------------------------------
     parameters      | Op.params_total per op             | numel per owning module
     forward FLOPs   | Op.fwd_flops per op                | FlopCounterMode, innermost module
-    backward FLOPs  | Op.bwd_flops (total)               | FlopCounterMode over loss.backward()
+    backward FLOPs  | Op.bwd_flops + recompute (total)   | FlopCounterMode over loss.backward()
     saved bytes     | TrainingMemory.op_activations      | saved_tensors_hooks, unique storages
     KV cache (cpu)  | memory.kv_cache_bytes              | cache storages after generate()
     memory (cpu)    | TrainingMemory.phases              | MemTracker over a real training step
@@ -91,7 +91,7 @@ def validate(cfg: ModelConfig, work: Workload, device: str = "meta",
     for op in ops:
         predicted["params"][op.path] += op.params_total
         predicted["forward_flops"][op.path] += op.fwd_flops(work)
-        predicted["saved_bytes"][op.path] += mem.op_activations(op)
+    predicted["saved_bytes"].update(mem.activations_by_op())  # recompute-aware
 
     step("build")
     fused = work.attn_impl == "flash"
@@ -123,7 +123,8 @@ def validate(cfg: ModelConfig, work: Workload, device: str = "meta",
     def order(component: str) -> int:  # forward order of the model's modules
         return first.get(component, len(first))
     totals = {q: [sum(predicted[q].values()), sum(measured[q].values())] for q in QUANTITIES}
-    totals["backward_flops"] = [flops.backward, bwd]
+    # recomputed forward work (selective/full) runs inside backward: FlopCounterMode counts it
+    totals["backward_flops"] = [flops.backward + flops.recompute, bwd]
     totals["forward_flops"][1] = fwd
     report = {
         "model": cfg.name, "device": device, "precision": precision, "dtype": str(dtype),

@@ -56,3 +56,16 @@ def test_validate_without_torch_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("txcalc: error: txcalc validate needs PyTorch")
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("attn,recompute", [("flash", "selective"), ("flash", "full"),
+                                            ("eager", "full")])
+def test_validate_fused_and_recompute_totals_are_exact(tmp_path, attn, recompute):
+    """Fused attention runs the CPU flash kernel under FakeTensorMode (counted with torch's
+    SDPA formulas); recomputed forward work is counted inside backward."""
+    rc = main(["validate", "llama-3-8b", "--seq", "64", "--attn", attn, "--recompute",
+               recompute, "--out", str(tmp_path), "--json"])
+    assert rc == 0
+    report = json.loads((tmp_path / "llama-3-8b-meta.json").read_text())
+    for q, t in report["totals"].items():
+        assert t["predicted"] == t["measured"], q

@@ -126,24 +126,39 @@ class TrainingMemory:
         """Bytes saved for backward over the whole forward, under the recompute policy."""
         return sum(self.activations_by_layer().values())
 
-    def activations_by_layer(self) -> dict[tuple[str, int], int]:
-        """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss.
+    def _saved_rows(self):
+        """(row path, (stack, layer), bytes) saved for backward under the recompute policy.
 
-        recompute full: a block keeps only its input (D wide, checkpointed) and rebuilds the
-        rest during backward; selective: the S x S softmax is dropped and recomputed.
+        recompute full: a block keeps only its input (D wide, checkpointed), one row under the
+        block's path, and rebuilds the rest during backward; selective: the S x S softmax is
+        dropped and recomputed.
         """
         a = self._bytes[4]
         w = self.work
-        out: dict[tuple[str, int], int] = {}
+        blocks: set[tuple[str, int]] = set()
         for op in self.ops:
             key = (op.stack, op.layer)
             if w.recompute == "full" and op.layer >= 0:
-                if key not in out:
+                if key not in blocks:
+                    blocks.add(key)
                     rows = w.rows("src" if op.stack == "encoder" else "seq")
-                    out[key] = rows * self.cfg.d_model * a
+                    prefix = f"{op.stack}." if op.stack else ""
+                    yield f"{prefix}layers.{op.layer}", key, rows * self.cfg.d_model * a
                 continue
-            b = op.saved_bytes(w, a, pairs=w.recompute != "selective")
+            yield op.path, key, op.saved_bytes(w, a, pairs=w.recompute != "selective")
+
+    def activations_by_layer(self) -> dict[tuple[str, int], int]:
+        """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss."""
+        out: dict[tuple[str, int], int] = {}
+        for _, key, b in self._saved_rows():
             out[key] = out.get(key, 0) + b
+        return out
+
+    def activations_by_op(self) -> dict[str, int]:
+        """{op path (a block's path under full recompute): saved bytes}."""
+        out: dict[str, int] = {}
+        for path, _, b in self._saved_rows():
+            out[path] = out.get(path, 0) + b
         return out
 
     def activations_by_layer_type(self) -> list[dict]:
