@@ -175,16 +175,27 @@ def saved_by_module(model: ReferenceModel, inputs) -> tuple[dict[str, int], list
     return saved_bytes_by_module(model, run_forward(model, inputs))
 
 
-def saved_under_fake(cfg, work, dtype, softmax_fp32: bool = True):
-    """Saved bytes with real CPU kernels but no memory: the model is built and run under
-    FakeTensorMode (SDPA then takes the CPU flash kernel, which stores no S x S)."""
+def _under_fake(measure, cfg, work, dtype, softmax_fp32: bool = True):
+    """Run ``measure(model, inputs)`` with real CPU kernels but no memory: the model is built
+    and run under FakeTensorMode (SDPA then takes the CPU flash kernel: no S x S)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        model = build(cfg, dtype, "cpu", attn_impl=work.attn_impl, recompute=work.recompute,
-                      softmax_fp32=softmax_fp32, init=False)
+        model = build(cfg, dtype, "cpu", attn_impl="eager" if work.attn_impl == "eager"
+                      else "sdpa", recompute=work.recompute, softmax_fp32=softmax_fp32,
+                      init=False)
         inputs = make_inputs(model, work.batch, work.seq, work.src_seq, device="cpu")
-        return saved_by_module(model, inputs)
+        return measure(model, inputs)
+
+
+def saved_under_fake(cfg, work, dtype, softmax_fp32: bool = True):
+    """saved_by_module under FakeTensorMode."""
+    return _under_fake(saved_by_module, cfg, work, dtype, softmax_fp32)
+
+
+def flops_under_fake(cfg, work, dtype, softmax_fp32: bool = True):
+    """flops_by_module under FakeTensorMode (the fused kernels run and are counted)."""
+    return _under_fake(flops_by_module, cfg, work, dtype, softmax_fp32)
 
 
 # --- KV cache -----------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from txcalc.config import ModelConfig
 from txcalc.memory import PRECISIONS, TrainingMemory
 from txcalc.workload import Workload
 
-from .measure import (flops_by_module, join, layer_of, make_inputs, params_by_module,
-                      saved_by_module, saved_under_fake)
+from .measure import (flops_by_module, flops_under_fake, join, layer_of, make_inputs,
+                      params_by_module, saved_by_module, saved_under_fake)
 from .model import build
 
 DTYPES = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16,
@@ -105,7 +105,7 @@ def validate(cfg: ModelConfig, work: Workload, device: str = "meta",
     step("flops")
     inputs = make_inputs(model, work.batch, work.seq, work.src_seq, device=device)
     if fused and device != "cuda":  # CPU flash is counted only on fake tensors (MEASURING.md)
-        measured["forward_flops"], fwd, bwd = _fake_flops(cfg, work, dtype)
+        measured["forward_flops"], fwd, bwd = flops_under_fake(cfg, work, dtype)
     else:
         measured["forward_flops"], fwd, bwd = flops_by_module(model, inputs)
     step("saved bytes")
@@ -166,16 +166,6 @@ def _memory_phases(cfg, work, precision: str) -> dict:
 def _layer_label(stack: str, layer: int) -> str:
     name = str(layer) if layer >= 0 else "outside blocks"
     return f"{stack} {name}" if stack else name
-
-
-def _fake_flops(cfg, work, dtype):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode():
-        model = build(cfg, dtype, "cpu", attn_impl="sdpa", recompute=work.recompute,
-                      softmax_fp32=work.softmax_fp32, init=False)
-        inputs = make_inputs(model, work.batch, work.seq, work.src_seq, device="cpu")
-        return flops_by_module(model, inputs)
 
 
 def _kv_cache(model, cfg, work, new_tokens: int, precision: str) -> dict:

@@ -20,8 +20,9 @@ from txcalc.workload import Workload
 from .ref_configs import configs
 
 torch = pytest.importorskip("torch")
-from reference.measure import (by_layer, flops_by_module, kv_cache_after_generate,  # noqa: E402
-                               make_inputs, saved_by_module, saved_under_fake)
+from reference.measure import (by_layer, flops_by_module, flops_under_fake,  # noqa: E402
+                               kv_cache_after_generate, make_inputs, saved_by_module,
+                               saved_under_fake)
 from reference.model import build, generate, sample_next  # noqa: E402
 
 SETTINGS = dict(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
@@ -123,6 +124,10 @@ def test_fused_sdpa_saved_bytes_exact_under_fake_tensors(cfg, data, recompute):
     measured, _ = saved_under_fake(cfg, work, dtype)
     precision = "fp32" if dtype == torch.float32 else "bf16-mixed"
     assert TrainingMemory(cfg, work, precision).activations_by_layer() == by_layer(measured)
+    # executed FLOPs of the fused kernel: backward 2.5x forward, recompute inside backward
+    _, fwd, bwd = flops_under_fake(cfg, work, dtype)
+    f = count_flops(cfg, work)
+    assert (fwd, bwd) == (f.forward, f.backward + f.recompute)
 
 
 @settings(max_examples=30, **SETTINGS)
