@@ -49,6 +49,8 @@ def configs(draw, family=None, moe=None, mla=None):
     if family != "encoder" and draw(st.integers(0, 2)) == 0:
         kw["sliding_window"] = draw(st.integers(1, 6))
         kw["global_every"] = draw(st.sampled_from([0, 2]))
+        if not kw["global_every"] and draw(st.booleans()):  # HF layer_types: these slide
+            kw["sliding_layers"] = tuple(sorted(draw(st.sets(st.integers(0, n_layers - 1)))))
     if is_mla:
         rope = draw(st.sampled_from([2, 4]))
         kw.update(kv_lora_rank=draw(st.sampled_from([4, 8])),
