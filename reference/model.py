@@ -610,7 +610,7 @@ class Block(nn.Module):
 
     def forward(self, x, ctx: Ctx, enc=None, caches=None):
         if self.full_recompute and torch.is_grad_enabled() and not caches:
-            return _checkpoint_block(self.run, ctx, x, enc)
+            return _checkpoint_block(self, ctx, x, enc)
         return self.run(x, ctx, enc, caches)
 
     def run(self, x, ctx: Ctx, enc=None, caches=None):
@@ -856,16 +856,18 @@ class ReferenceModel(nn.Module):
         return loss
 
 
-def _checkpoint_block(blk, ctx: Ctx, x, enc):
-    """Full recompute of one block: it keeps its inputs only. Biases that need gradients (T5's
-    relative-position bias) must be checkpoint inputs; the rest stays in the shared context."""
-    keys = [w for w, b in ctx.bias.items() if b is not None and b.requires_grad]
+def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):
+    """Full recompute of one block: it keeps its inputs only. The block's bias, when it needs a
+    gradient (T5's relative-position bias), must be a checkpoint input; the rest stays in the
+    shared context."""
+    bias = ctx.bias.get(blk.window) if ctx.bias else None
+    if bias is None or not bias.requires_grad:
+        return checkpoint(lambda h, e: blk.run(h, ctx, e), x, enc, use_reentrant=True)
 
-    def run(h, e, *biases):
-        c = Ctx(ctx.model, ctx.stack, ctx.q_pos, ctx.cos, ctx.sin,
-                {**ctx.bias, **dict(zip(keys, biases))})
-        return blk(h, c, e)
-    return checkpoint(run, x, enc, *(ctx.bias[w] for w in keys), use_reentrant=True)
+    def run(h, e, b):
+        c = Ctx(ctx.model, ctx.stack, ctx.q_pos, ctx.cos, ctx.sin, {**ctx.bias, blk.window: b})
+        return blk.run(h, c, e)
+    return checkpoint(run, x, enc, bias, use_reentrant=True)
 
 
 def default_labels(ids: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ saved for backward (saved_tensors_hooks, unique storages) per layer for eager at
 each recompute mode on the meta device, and for fused SDPA under FakeTensorMode; KV-cache
 bytes after generate() on the CPU.
 
-Known engine gaps are not skipped silently: each has a strict xfail test below that names it.
+Two cases found here and now modelled by the engine have named tests at the end.
 """
 
 import dataclasses
@@ -35,12 +35,6 @@ def lengths(data, cfg):
     return batch, seq, src
 
 
-def engine_gap(cfg, recompute: str) -> bool:
-    """Cases the engine does not model yet (see the xfail tests at the end)."""
-    return recompute != "none" and (cfg.pos_type == "relative_bias"
-                                    or (recompute == "full" and cfg.family == "encoder-decoder"))
-
-
 def saved_per_layer(cfg, work, dtype=None):
     dtype = dtype or torch.bfloat16
     model = build(cfg, dtype, "meta", attn_impl=work.attn_impl, recompute=work.recompute,
@@ -61,8 +55,6 @@ def test_params_flops_and_saved_bytes_exact_for_drawn_configs(cfg, data):
     f = count_flops(cfg, work)
     assert (fwd, bwd) == (f.forward, f.backward)
     for recompute in ("none", "selective", "full"):
-        if engine_gap(cfg, recompute):
-            continue
         predicted, measured = saved_per_layer(cfg, dataclasses.replace(work, recompute=recompute))
         assert predicted == measured, recompute
 
@@ -87,7 +79,6 @@ def test_saved_bytes_exact_when_training_with_dropout(cfg, data, fp32, probs, re
     """Every dropout the config has keeps its mask (the activation dtype on meta/CPU:
     dropout_mask="act"); attention dropout on the eager probabilities keeps the mask and the
     dropped probabilities instead of the softmax's cast copy."""
-    assume(not engine_gap(cfg, recompute))
     cfg = cfg.replace(**dict(zip(DROPOUTS, probs)))
     batch, seq, src = lengths(data, cfg)
     work = Workload(batch=batch, seq=seq, src_seq=src, recompute=recompute, dropout=True,
@@ -117,8 +108,7 @@ def test_fused_sdpa_saved_bytes_exact_under_fake_tensors(cfg, data, recompute):
     input is the saved output itself (aliasing the engine does not model). MLA's q/k and v
     head widths differ, which the CPU flash kernel does not take (math path)."""
     batch, seq, src = lengths(data, cfg)
-    assume(fused_ok(cfg, seq) and not engine_gap(cfg, recompute) and cfg.n_heads > 1
-           and not cfg.is_mla)
+    assume(fused_ok(cfg, seq) and cfg.n_heads > 1 and not cfg.is_mla)
     work = Workload(batch=batch, seq=seq, src_seq=src, attn_impl="flash", recompute=recompute)
     dtype = torch.float32 if cfg.norm_type == "layernorm" else torch.bfloat16
     measured, _ = saved_under_fake(cfg, work, dtype)
@@ -170,26 +160,28 @@ def test_sampling_respects_temperature_top_k_and_top_p():
     assert len(set(hot.tolist())) == 5
 
 
-# --- named engine gaps: each fails today; when the engine learns it, the xfail turns red ----
-GAPS = {
+# --- two cases this suite found, named ------------------------------------------------------
+CASES = {
     "relative_bias_kept_by_checkpoint": (
-        dict(family="decoder", pos_type="relative_bias", n_layers=2, d_model=16, n_heads=2,
-             vocab_size=32, norm_type="rmsnorm", activation="swiglu"), "selective"),
+        dict(family="decoder", pos_type="relative_bias", n_layers=3, d_model=16, n_heads=2,
+             vocab_size=32, norm_type="rmsnorm", activation="swiglu", sliding_window=4,
+             global_every=3), ("selective", "full")),
     "encoder_output_kept_by_full_recompute": (
         dict(family="encoder-decoder", n_layers=2, n_encoder_layers=1, d_model=16, n_heads=2,
-             vocab_size=32, pos_type="none"), "full"),
+             vocab_size=32, pos_type="relative_bias"), ("full",)),
 }
 
 
-@pytest.mark.parametrize("name", GAPS)
-@pytest.mark.xfail(strict=True, reason="engine gap reported to the lead (see GAPS)")
-def test_engine_gap(name):
+@pytest.mark.parametrize("name", CASES)
+def test_checkpoint_inputs_that_stay_alive(name):
     """relative_bias_kept_by_checkpoint: under selective or full recompute the T5 position
     bias (H x S x S, activation dtype, needs a gradient) is a checkpoint input and stays alive
-    until backward: +H*S*S*a bytes per stack. encoder_output_kept_by_full_recompute: with
-    full recompute the decoder blocks keep the encoder output (B*S_src*D*a, once)."""
+    until backward, once per stack and window mask. encoder_output_kept_by_full_recompute:
+    with full recompute the decoder blocks keep the encoder output (B x S_src x D, once)."""
     from txcalc.config import ModelConfig
-    kw, recompute = GAPS[name]
+    kw, modes = CASES[name]
     cfg = ModelConfig(name=name, **kw)
-    predicted, measured = saved_per_layer(cfg, Workload(batch=2, seq=8, recompute=recompute))
-    assert predicted == measured
+    for recompute in modes:
+        work = Workload(batch=2, seq=8, src_seq=6, recompute=recompute)
+        predicted, measured = saved_per_layer(cfg, work)
+        assert predicted == measured, recompute

@@ -143,9 +143,33 @@ class TrainingMemory:
                     blocks.add(key)
                     rows = w.rows("src" if op.stack == "encoder" else "seq")
                     prefix = f"{op.stack}." if op.stack else ""
-                    yield f"{prefix}layers.{op.layer}", key, rows * self.cfg.d_model * a
+                    kept = rows * self.cfg.d_model * a
+                    if op.stack == "decoder" and op.layer == 0:  # + the encoder output, once
+                        kept += w.rows("src") * self.cfg.d_model * a
+                    yield f"{prefix}layers.{op.layer}", key, kept
                 continue
             yield op.path, key, op.saved_bytes(w, a, pairs=w.recompute != "selective")
+        if w.recompute != "none" and self.cfg.pos_type == "relative_bias":
+            yield from self._checkpointed_position_bias(a)
+
+    def _checkpointed_position_bias(self, a: int):
+        """T5's position bias (H x S_q x S_k, activation dtype) needs a gradient, so a
+        checkpoint keeps it as an input until backward: once per stack and per distinct
+        window mask added to it, at the first block that uses it (selective: in its core)."""
+        w, cfg = self.work, self.cfg
+        for stack, depth in cfg.stacks:
+            s = w.length("src" if stack == "encoder" else "seq")
+            causal = stack != "encoder" and cfg.family != "encoder"
+            prefix = f"{stack}." if stack else ""
+            seen: set[int] = set()
+            for i in range(depth):
+                window = cfg.window(i) if causal else 0
+                if window in seen:
+                    continue
+                seen.add(window)
+                path = f"{prefix}layers.{i}" + (".attn.core" if w.recompute == "selective"
+                                                else "")
+                yield path, (stack, i), cfg.n_heads * s * s * a
 
     def activations_by_layer(self) -> dict[tuple[str, int], int]:
         """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss."""
