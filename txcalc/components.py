@@ -16,6 +16,7 @@ the reference model's module names:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from .config import ModelConfig
@@ -47,20 +48,39 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     """Per-stack position table, embedding norm and relative-position bias."""
     p, where = _prefix(stack), (stack, -1)
+    if stack == "encoder":  # the shared token table (and projection) also serve the source
+        yield elementwise("embed.tokens", ("", -1), "embed.tokens", "token_ids",
+                          ((1, "i64"),), stream="src")
+        if cfg.embed_dim != cfg.d_model:
+            yield linear("embed.proj_in", ("", -1), "embed.proj_in", cfg.embed_dim, cfg.d_model,
+                         False, tied=True, stream="src")
+        if cfg.type_vocab_size:
+            yield elementwise("embed.token_types", ("", -1), "embed.token_types", "token_ids",
+                              ((1, "i64"),), stream="src")
     if cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
-                        cfg.max_position + cfg.position_offset, cfg.d_model, stream="pos")
+                        cfg.max_position + cfg.position_offset, cfg.d_model,
+                        stream=_pos_stream(stack))
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
     if cfg.embed_dropout:
         yield dropout(f"{p}embed.dropout", where, "embed.dropout", cfg.d_model, _stream(stack))
     if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
-        yield embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads)
+        # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
+        s = _stream(stack)
+        yield dataclasses.replace(
+            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads,
+                      stream=s), saved=(), kv_stream=s)
 
 
 def _stream(stack: str) -> str:
     """Encoder blocks of an encoder-decoder model see the source tokens."""
     return "src" if stack == "encoder" else "seq"
+
+
+def _pos_stream(stack: str) -> str:
+    """Per-position tensors (position ids, rotary tables) of a stack: one row per position."""
+    return "src_pos" if stack == "encoder" else "pos"
 
 
 def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim: int,
@@ -90,16 +110,19 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     q_stream = _stream(where[0])
     kv_stream = "src" if cross else q_stream
     yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream)
+    # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
     yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
-                 shares_input=not cross)
+                 shares_input=not cross or where[1] > 0)
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
                  shares_input=True)
     if cfg.pos_type == "rotary" and where[1] == 0 and not cross:
-        yield rotary(p + c, where, c, h)
+        yield rotary(p + c, where, c, h, _pos_stream(where[0]))
     if cfg.qk_norm != "none" and not cross:
-        q_w, k_w = (h, h) if cfg.qk_norm == "head" else (H * h, K * h)
-        yield _norm(cfg, f"{p}{c}q_norm", where, c + "q_norm", q_w)
-        yield _norm(cfg, f"{p}{c}k_norm", where, c + "k_norm", k_w)
+        # per-head norms (width h) see H (or K) rows per token
+        q_w, k_w, q_n, k_n = (h, h, H, K) if cfg.qk_norm == "head" else (H * h, K * h, 1, 1)
+        for name, width, n in (("q_norm", q_w, q_n), ("k_norm", k_w, k_n)):
+            op = _norm(cfg, f"{p}{c}{name}", where, c + name, width)
+            yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved))
     yield from _core(cfg, p + c, where, c, h, h, cross)
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream)
     if cfg.resid_dropout:
@@ -123,8 +146,11 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
         yield linear(f"{c}q_b_proj", where, comp + "q_b_proj", cfg.q_lora_rank, H * qk, False)
     else:
         yield linear(f"{c}q_proj", where, comp + "q_proj", D, H * qk, False)
+    # kv_a_proj reads the same input as the query path, already saved there
     yield linear(f"{c}kv_a_proj", where, comp + "kv_a_proj", D,
-                 cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias)
+                 cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias, shares_input=True)
+    if cfg.pos_type == "rotary" and where[1] == 0:
+        yield rotary(c, where, comp, cfg.qk_rope_head_dim, _pos_stream(where[0]))
     yield norm(f"{c}kv_a_norm", where, comp + "kv_a_norm", cfg.kv_lora_rank, "rmsnorm",
                False, True)
     yield linear(f"{c}kv_b_proj", where, comp + "kv_b_proj", cfg.kv_lora_rank,
@@ -135,11 +161,11 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
         yield dropout(f"{c}dropout", where, comp + "dropout", D)
 
 
-def rotary(c: str, where: Where, comp: str, width: int) -> Op:
+def rotary(c: str, where: Where, comp: str, width: int, stream: str = "pos") -> Op:
     """Rotary tables: cos and sin, one row per position, computed once and shared by all
     layers (so counted in block 0)."""
     return elementwise(f"{c}rotary", where, comp + "rotary", "rotary",
-                       ((width, "a"), (width, "a")), stream="pos")
+                       ((width, "a"), (width, "a")), stream=stream)
 
 
 def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool,
@@ -148,8 +174,9 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
 
     Saved by the activation: its input (gelu_new, written out elementwise, keeps four F-wide
     tensors); ReLU: its output, which is also down's input (nothing of its own); gated: act
-    input, act output and up output (the product's two operands). Dropout inside the MLP
-    (T5, OPT, BART) adds its mask, and a ReLU's output then is no longer down's input.
+    input, act output and up output (the product's two operands), ReGLU one fewer (the ReLU's
+    output is the product's operand). Dropout inside the MLP (T5, OPT, BART) adds its mask,
+    and a ReLU's output then is no longer down's input.
     """
     D = cfg.d_model
     kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
@@ -159,7 +186,10 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias,
                  shares_input=shares_input or cfg.gated, **kw)
     relu = cfg.activation == "relu"
-    n_saved = 3 if cfg.gated else {"gelu_new": 4, "relu": 0}.get(cfg.activation, 1)
+    if cfg.gated:
+        n_saved = 2 if cfg.activation == "reglu" else 3
+    else:
+        n_saved = {"gelu_new": 4, "relu": 0}.get(cfg.activation, 1)
     yield elementwise(f"{c}act", where, comp + "act", "activation",
                       ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
     if cfg.mlp_dropout and instances == 1:
@@ -168,15 +198,31 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
 
 
-def moe(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
-    """Router D->E, E routed experts (k active per token), optional shared MLP and its gate."""
-    yield linear(f"{c}router", where, "moe.router", cfg.d_model, cfg.n_experts, cfg.router_bias)
+def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> Iterator[Op]:
+    """Router D->E, E routed experts (k active per token), optional shared MLP and its gate.
+
+    Saved besides the matmul inputs (per token, k = top_k): the router's top-k expert ids
+    (k int64) and the softmax over the k chosen fp32 logits (k fp32); dispatch/combine
+    (``moe.experts``): the token index of each routed row and the index that puts rows back in
+    (token, slot) order (2k int64), the experts' outputs and the routing weights that multiply
+    them (k*D, and k: the router's fp32 weights cast to the activation dtype); the shared
+    gate: its sigmoid (1) and the shared MLP's output (D). Every consumer of the block input
+    (router, shared MLP, shared gate) shares one saved copy.
+    """
+    D, k = cfg.d_model, cfg.top_k
+    router = linear(f"{c}router", where, "moe.router", D, cfg.n_experts, cfg.router_bias,
+                    shares_input=shares_input)
+    yield dataclasses.replace(router, saved=router.saved + ((k, "i64"), (k, "f32")))
+    yield elementwise(f"{c}experts", where, "moe.experts", "moe_combine",
+                      ((2 * k, "i64"), (k * D, "a"), (k, "cast")))
     yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, False,
                    cfg.n_experts, cfg.top_k)
     if cfg.shared_d_ff:  # the shared MLP is biased like the dense MLP (DeepSeek-V2 mlp_bias)
-        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, cfg.mlp_bias)
+        yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, cfg.mlp_bias,
+                       shares_input=True)
     if cfg.shared_expert_gate:
-        yield linear(f"{c}shared_gate", where, "moe.shared_gate", cfg.d_model, 1, False)
+        gate = linear(f"{c}shared_gate", where, "moe.shared_gate", D, 1, False, shares_input=True)
+        yield dataclasses.replace(gate, saved=((1, "a"), (D, "a")))
 
 
 def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
@@ -191,13 +237,21 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield _norm(cfg, p + "cross_attn_norm", where, "cross_attn_norm", D)
         yield from attention(cfg, p, where, name="cross_attn")
     if not (cfg.parallel_block and cfg.parallel_norms == 1):
-        yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+        op = _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+        if cfg.parallel_block:
+            # NeoX: both norms read the block input; attn_norm already saved it (LayerNorm), or
+            # its fp32 copy, which in an fp32 model is the input itself (RMSNorm)
+            first = () if cfg.norm_type == "layernorm" else ((D, "up32"),)
+            op = dataclasses.replace(op, saved=first + op.saved[1:])
+        yield op
+    # a parallel block with one norm feeds the MLP the input q_proj already saved
+    shared_in = cfg.parallel_block and cfg.parallel_norms == 1
     ffn = "moe." if stack != "encoder" and cfg.is_moe_layer(i) else "mlp."
     if ffn == "moe.":
-        yield from moe(cfg, p + "moe.", where)
+        yield from moe(cfg, p + "moe.", where, shares_input=shared_in)
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
-                       shares_input=cfg.parallel_block and cfg.parallel_norms == 1)
+                       shares_input=shared_in)
     if cfg.resid_dropout:
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
     if cfg.norm_position == "sandwich":
@@ -214,8 +268,9 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
                      tied=cfg.tie_embeddings)
         # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
         yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
-    if cfg.pooler:
-        yield linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
+    if cfg.pooler:  # saves its input and the tanh output
+        pool = linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
+        yield dataclasses.replace(pool, saved=((cfg.d_model, "a"), (cfg.d_model, "a")))
 
 
 def model_ops(cfg: ModelConfig) -> list[Op]:

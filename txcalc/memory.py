@@ -59,10 +59,12 @@ def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
         per = n * state_bytes
     elif optimizer == "adam8bit":
         per = 2 * n + 2 * 4 * -(-n // ADAM8BIT_BLOCK)
-    else:  # adafactor: factored second moment for the weight matrix, full for the bias
-        bias = n - op.d_in * op.d_out if op.kind == "linear" else n
-        weight = n - bias
-        per = ((op.d_in + op.d_out) if weight else 0) * 4 + bias * 4
+    else:  # adafactor: factored second moment for every matrix (embedding tables too, as in
+        # torch.optim.Adafactor and the paper), full for vectors (biases, norm scales); a tied
+        # head owns only its bias
+        matrix = op.d_in * op.d_out if op.kind in ("linear", "embedding") else 0
+        weight = matrix if n >= matrix else 0
+        per = ((op.d_in + op.d_out) if weight else 0) * 4 + (n - weight) * 4
     return per * op.instances
 
 
@@ -124,24 +126,63 @@ class TrainingMemory:
         """Bytes saved for backward over the whole forward, under the recompute policy."""
         return sum(self.activations_by_layer().values())
 
-    def activations_by_layer(self) -> dict[tuple[str, int], int]:
-        """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss.
+    def _saved_rows(self):
+        """(row path, (stack, layer), bytes) saved for backward under the recompute policy.
 
-        recompute full: a block keeps only its input (D wide, checkpointed) and rebuilds the
-        rest during backward; selective: the S x S softmax is dropped and recomputed.
+        recompute full: a block keeps only its input (D wide, checkpointed), one row under the
+        block's path, and rebuilds the rest during backward; selective: the S x S softmax is
+        dropped and recomputed.
         """
         a = self._bytes[4]
         w = self.work
-        out: dict[tuple[str, int], int] = {}
+        blocks: set[tuple[str, int]] = set()
         for op in self.ops:
             key = (op.stack, op.layer)
             if w.recompute == "full" and op.layer >= 0:
-                if key not in out:
+                if key not in blocks:
+                    blocks.add(key)
                     rows = w.rows("src" if op.stack == "encoder" else "seq")
-                    out[key] = rows * self.cfg.d_model * a
+                    prefix = f"{op.stack}." if op.stack else ""
+                    kept = rows * self.cfg.d_model * a
+                    if op.stack == "decoder" and op.layer == 0:  # + the encoder output, once
+                        kept += w.rows("src") * self.cfg.d_model * a
+                    yield f"{prefix}layers.{op.layer}", key, kept
                 continue
-            b = op.saved_bytes(w, a, pairs=w.recompute != "selective")
+            yield op.path, key, op.saved_bytes(w, a, pairs=w.recompute != "selective")
+        if w.recompute != "none" and self.cfg.pos_type == "relative_bias":
+            yield from self._checkpointed_position_bias(a)
+
+    def _checkpointed_position_bias(self, a: int):
+        """T5's position bias (H x S_q x S_k, activation dtype) needs a gradient, so a
+        checkpoint keeps it as an input until backward: once per stack and per distinct
+        window mask added to it, at the first block that uses it (selective: in its core)."""
+        w, cfg = self.work, self.cfg
+        for stack, depth in cfg.stacks:
+            s = w.length("src" if stack == "encoder" else "seq")
+            causal = stack != "encoder" and cfg.family != "encoder"
+            prefix = f"{stack}." if stack else ""
+            seen: set[int] = set()
+            for i in range(depth):
+                window = cfg.window(i) if causal else 0
+                if window in seen:
+                    continue
+                seen.add(window)
+                path = f"{prefix}layers.{i}" + (".attn.core" if w.recompute == "selective"
+                                                else "")
+                yield path, (stack, i), cfg.n_heads * s * s * a
+
+    def activations_by_layer(self) -> dict[tuple[str, int], int]:
+        """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss."""
+        out: dict[tuple[str, int], int] = {}
+        for _, key, b in self._saved_rows():
             out[key] = out.get(key, 0) + b
+        return out
+
+    def activations_by_op(self) -> dict[str, int]:
+        """{op path (a block's path under full recompute): saved bytes}."""
+        out: dict[str, int] = {}
+        for path, _, b in self._saved_rows():
+            out[path] = out.get(path, 0) + b
         return out
 
     def activations_by_layer_type(self) -> list[dict]:
@@ -160,6 +201,120 @@ class TrainingMemory:
     def total(self) -> int:
         return (self.weights + self.gradients + self.optimizer_total + self.activations
                 + self.logits_transient)
+
+    # --- one training step by phase (additions for issue 4, checked by MemTracker) ---------------
+    @cached_property
+    def param_tensors(self) -> int:
+        """Parameter tensors: a weight and a bias are two; stacked experts are one per matrix."""
+        n = 0
+        for op in self.ops:
+            if op.params == 0:
+                continue
+            if op.kind in ("linear", "embedding"):
+                weight = op.d_in * op.d_out if op.params >= op.d_in * op.d_out else 0
+                n += (1 if weight else 0) + (1 if op.params > weight else 0)
+            else:  # norms: scale and shift
+                n += op.params // op.d_in
+        return n
+
+    @cached_property
+    def step_counters(self) -> int:
+        """torch's Adam, AdamW and Adafactor keep a 4-byte fp32 step per parameter tensor."""
+        return 4 * self.param_tensors if self.optimizer in ("adamw", "adam", "adafactor") else 0
+
+    @cached_property
+    def resident(self) -> int:
+        """Between steps: weights, optimizer states (and step counters), fp32 master weights."""
+        return self.weights + self.optimizer_total + self.step_counters
+
+    @cached_property
+    def inputs(self) -> int:
+        """The batch the step holds: int64 token ids, labels (with an LM head) and source ids
+        (encoder-decoder), and the fp32 loss scalar it returns."""
+        w, head = self.work, self.cfg.head == "lm"
+        ids = w.rows("seq") * (2 if head else 1)
+        if self.cfg.family == "encoder-decoder":
+            ids += w.rows("src")
+        return 8 * ids + 4
+
+    def _logits(self, per_element: int) -> int:
+        return self.work.rows("seq") * self.cfg.vocab_size * per_element if \
+            self.cfg.head == "lm" else 0
+
+    @cached_property
+    def master_grad_copies(self) -> int:
+        """Mixed precision: the fp32 copy of the gradients handed to the master weights during
+        the step (4 bytes per parameter)."""
+        return self.n_params * 4 if self.master else 0
+
+    @cached_property
+    def optimizer_temporaries(self) -> int:
+        """Bytes the optimizer allocates and frees inside its step. foreach Adam/AdamW: the
+        sqrt of the second moment for all parameters at once (one copy of the state, torch
+        _multi_tensor_adam). SGD with momentum (no weight decay) and no optimizer: none.
+        Adafactor and 8-bit Adam: not modelled (0)."""
+        return self.n_params * self._bytes[3] if self.optimizer in ("adamw", "adam") else 0
+
+    def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
+        """Bytes in use by category at each point of one training step (reference/train.py:
+        forward, backward, optimizer step, then zero_grad), no parallelism.
+
+            phase          | what is alive besides the resident model states
+            ---------------|---------------------------------------------------------------
+            after_forward  | activations saved for backward, the loss
+            peak_forward   | + the logits transients at the loss: lm_head output (a bytes)
+                           |   and its fp32 copy (4, absent in fp32) beside the saved fp32
+                           |   log-probabilities
+            after_backward | gradients, the batch and the loss (activations are freed)
+            peak_backward  | the larger end of backward (gradients grow while activations
+                           |   shrink, both about linearly): at the start all activations
+                           |   and two fp32 T x V buffers (loss and log-softmax gradients); at
+                           |   the end all gradients and the embedding's input gradient
+                           |   (tied head: + the table's lookup gradient and its sum with
+                           |   the head's, two V x E gradients)
+            after_step     | as after_backward (gradients live until zero_grad)
+            peak_step      | + master_grad_copies (temp) + optimizer_temporaries (opt)
+            peak           | the largest of the three peaks
+
+        ``first_step``: optimizer state is created lazily inside the first step, so forward and
+        backward run without it (the step's peak is the same).
+        Categories: param, grad, opt (states, step counters; temporaries at the step's peak),
+        master (fp32 master weights), act (saved activations, the batch, the loss), temp.
+        """
+        w = self.work
+        opt = 0 if first_step else self.optimizer_states + self.step_counters
+        base = {"param": self.weights, "grad": 0, "opt": opt, "master": self.master,
+                "act": 0, "temp": 0}
+
+        def phase(**cats):
+            out = base | cats
+            out["total"] = sum(out.values())
+            return out
+        a = self._bytes[4]
+        act = self.activations + 4  # the returned loss
+        emb_grad = w.rows("seq") * self.cfg.embed_dim * a
+        if self.cfg.family == "encoder-decoder":
+            emb_grad += w.rows("src") * self.cfg.embed_dim * a
+        if self.cfg.tie_embeddings and self.cfg.head == "lm":
+            # the table's gradient from the lookup, then its sum with the head's gradient
+            emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes[1]
+        out = {
+            "after_forward": phase(act=act),
+            "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),
+            "after_backward": phase(grad=self.gradients, act=self.inputs),
+        }
+        early = phase(act=act, temp=self._logits(8))
+        late = phase(grad=self.gradients, act=self.inputs, temp=emb_grad)
+        out["peak_backward"] = max(early, late, key=lambda c: c["total"])
+        steady = base | {"opt": self.optimizer_states + self.step_counters}
+        out["after_step"] = dict(steady, grad=self.gradients, act=self.inputs)
+        out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
+        out["peak_step"] = dict(out["after_step"], temp=self.master_grad_copies,
+                                opt=out["after_step"]["opt"] + self.optimizer_temporaries)
+        out["peak_step"]["total"] += self.master_grad_copies + self.optimizer_temporaries
+        out["peak"] = max((out[k] for k in ("peak_forward", "peak_backward", "peak_step")),
+                          key=lambda c: c["total"])
+        return out
 
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,

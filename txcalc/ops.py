@@ -130,7 +130,9 @@ class Op:
         ``saved`` lists per-row widths with a dtype tag: ``a`` (activation dtype, act_bytes),
         ``f32`` (kept in fp32 whatever the policy: norm statistics, upcast norm inputs, fp32
         logits), ``i64`` (token ids and labels), ``mask`` (a dropout mask: 1-byte bool on CUDA,
-        the activation dtype on CPU and meta; saved only when ``w.dropout``).
+        the activation dtype on CPU and meta; saved only when ``w.dropout``), ``cast``/``up32``
+        (a copy made only to change dtype, to the activation dtype / to fp32: in an fp32 model
+        the conversion is a no-op and the tensor is the one already counted).
 
         The attention core depends on the kernel:
 
@@ -138,31 +140,46 @@ class Op:
             --------------|----------------------------------|------------------------------
             eager / sdpa  | q; per pair and head the softmax | k and v repeated to H heads
             (math path)   |  output, fp32 + its cast copy    |  (GQA's repeat_kv)
-                          |  (4 + a) if upcast, else a; with |
-                          |  dropout + mask + dropped probs  |
+                          |  (4 + a) if upcast (a = 4: one   |
+                          |  copy), else a; with dropout the |
+                          |  mask and the dropped probs      |
+                          |  replace the cast copy           |
             flash (fused) | q, the output, the fp32 row      | k and v with K heads
                           |  logsumexp (H x 4 bytes); the    |
                           |  output is o_proj's input        |
+
+        ``pairs=False`` (selective recompute: the core is checkpointed) keeps only the core's
+        inputs: no S x S and no logsumexp.
         """
         if self.kind == "dropout" and not w.dropout:
             return 0
         fused = w.attn_impl == "flash"
         mask = 1 if w.dropout_mask == "bool" else act_bytes
-        size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask}
+        fp32 = act_bytes == 4
+        size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask,
+                "cast": 0 if fp32 else act_bytes, "up32": 0 if fp32 else 4}
         per_row = sum(width * size[tag] for width, tag in self.saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
-        if self.kind == "attn_scores" and fused:
+        if self.kind == "attn_scores" and fused and pairs:
             per_row += self.heads * 4  # logsumexp per query row and head
         if self.kind == "attn_scores" and fused and w.fused_qkv:
             # HF GPT-2: q is a view of the fused c_attn output, which it keeps alive whole
             per_row += 2 * self.kv_heads * self.d_in * act_bytes
         total = w.rows(self.stream) * per_row
         if self.kind == "attn_scores" and not fused and pairs:
-            per_pair = (4 + act_bytes) if w.softmax_fp32 else act_bytes
-            if self.dropout and w.dropout:  # the mask and the dropped probabilities (P V's input)
+            # the softmax keeps its output (fp32 when it upcasts; in an fp32 model that is
+            # its own cast); P V keeps its input: the cast copy, or with dropout the mask and
+            # the dropped probabilities (dropout keeps only its mask, not the cast copy)
+            upcast = w.softmax_fp32 and not fp32
+            per_pair = 4 if upcast else act_bytes
+            if self.dropout and w.dropout:
                 per_pair += mask + act_bytes
+            elif upcast:
+                per_pair += act_bytes
             total += w.batch * self.heads * self.pairs(w) * per_pair
+        if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
+            total += self.pairs(w) * 8
         if self.kind == "loss":
             total += 4  # the scalar loss
         return total
@@ -245,7 +262,9 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
     if affine:
         per_feature = 2 if (norm_type == "layernorm" and bias) else 1
     if norm_type == "rmsnorm":  # HF RMSNorm: fp32 copy of the input, 1/rms, normalised input
-        saved = ((width, "f32"), (1, "f32"), (width, "a"))
+        # (the normalised input is saved by the scale's multiply; without a scale, the next
+        # op saves it as its own input)
+        saved = ((width, "f32"), (1, "f32")) + (((width, "a"),) if affine else ())
     else:  # native layer_norm: input, mean, 1/std
         saved = ((width, "a"), (1, "f32"), (1, "f32"))
     return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,

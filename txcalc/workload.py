@@ -69,10 +69,12 @@ class Workload:
             return self.batch
         if stream == "pos":  # position ids and rotary tables: one row per position, not per token
             return self.seq
+        if stream == "src_pos":  # the same for the encoder of an encoder-decoder model
+            return self.src_seq
         return self.batch * self.seq
 
     def length(self, stream: str) -> int:
-        return self.src_seq if stream == "src" else self.seq
+        return self.src_seq if stream in ("src", "src_pos") else self.seq
 
 
 def check_fits(cfg, work: Workload) -> None:

@@ -1,0 +1,964 @@
+"""The reference Transformer: an ``nn.Module`` built only from a txcalc ModelConfig.
+
+Module names equal the engine's op paths (``layers.3.attn.q_proj``; see
+``txcalc.components``), so predicted and measured rows join by name. The code follows the
+conventions the engine models (HF Llama's): RMSNorm upcasts its input to fp32; the eager
+softmax runs in fp32 unless ``softmax_fp32=False``; grouped-query attention repeats k and v to
+all query heads before the matmuls; the loss is cross-entropy on fp32 logits.
+
+Layout of one forward (``D`` d_model, ``H``/``K`` query/kv heads, ``h`` head width):
+
+    embed.tokens (+ embed.proj_in, embed.token_types, [stack.]embed.positions, embed.norm)
+    for each stack (encoder, then decoder; or the only one):
+        [stack.]layers.i: attn_norm -> attn.{q,k,v}_proj -> rotary / q_norm,k_norm
+                          -> attn.core (eager bmm + fp32 softmax, or SDPA) -> attn.o_proj
+                          [cross_attn_norm -> cross_attn.*]  (decoder of encoder-decoder)
+                          mlp_norm -> mlp.{gate,up}_proj -> mlp.act -> mlp.down_proj
+                                   or moe.router -> moe.experts.* (+ moe.shared.*, shared_gate)
+        [stack.]final_norm
+    proj_out -> lm_head -> loss (cross-entropy on fp32 logits), pooler
+
+Recompute (``recompute``): ``selective`` checkpoints the attention core (scores, softmax,
+context); ``full`` checkpoints each block, which then keeps only its input. Both use
+``torch.utils.checkpoint`` with ``use_reentrant=True``, whose saved inputs pass through
+``saved_tensors_hooks`` (so reference/saved.py sees what a checkpoint keeps). Tensors shared by
+all blocks (rotary tables, masks) live in a per-forward context, not in checkpoint inputs.
+
+MoE routing needs data-dependent shapes (tokens per expert). On real tensors the experts run a
+loop over the routed tokens of each expert; on the ``meta`` device or under FakeTensorMode,
+where there are no values to route, one matmul over all T*k routed rows stands in for the loop:
+same shapes, same FLOPs, same saved bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from txcalc.config import ModelConfig
+
+NEG_INF = -1e4  # additive mask value that is finite in fp16 and bf16
+
+
+def _symbolic(t: torch.Tensor) -> bool:
+    """True when ``t`` carries no values: the meta device or a FakeTensor."""
+    if t.is_meta:
+        return True
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+# --- norms --------------------------------------------------------------------------------
+class LayerNorm(nn.Module):
+    """Native layer_norm: saves its input, the mean and 1/std (fp32)."""
+
+    def __init__(self, width: int, bias: bool, affine: bool, dtype=None):
+        super().__init__()
+        self.width = width
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(width, dtype=dtype)) if affine and bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, (self.width,), self.weight, self.bias, 1e-5)
+
+
+class RMSNorm(nn.Module):
+    """HF Llama's RMSNorm: fp32 input copy, 1/rms (fp32), and the normalised input cast back
+    to the activation dtype, which the scale multiplies."""
+
+    def __init__(self, width: int, affine: bool, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        dtype = x.dtype
+        xf = x.float()
+        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        xn = xn.to(dtype)
+        return self.weight * xn if self.weight is not None else xn
+
+
+def make_norm(cfg: ModelConfig, width: int, dtype, norm_type: str | None = None,
+              bias: bool | None = None, affine: bool | None = None) -> nn.Module:
+    norm_type = norm_type or cfg.norm_type
+    affine = cfg.norm_affine if affine is None else affine
+    if norm_type == "rmsnorm":
+        return RMSNorm(width, affine, dtype)
+    return LayerNorm(width, cfg.norm_bias if bias is None else bias, affine, dtype)
+
+
+# --- per-forward context: tensors every block reads --------------------------------------------
+@dataclass
+class Ctx:
+    """What all blocks of one stack share in one forward: positions, rotary tables, biases.
+
+    ``bias`` maps a window (0 = full) to the additive (1|H, s_q, s_k) bias of the layers with
+    that window, built once per forward; ``bias_for`` builds one for cached keys (decoding).
+    """
+
+    model: object
+    stack: str
+    q_pos: torch.Tensor
+    cos: torch.Tensor | None = None
+    sin: torch.Tensor | None = None
+    bias: dict | None = None
+
+    def plain_causal(self, window: int) -> bool:
+        """Whether the layer's bias is nothing but the causal mask over s x s (so a fused
+        kernel can take ``is_causal`` instead of a mask tensor)."""
+        cfg = self.model.cfg
+        s = self.q_pos.shape[0]
+        return (self.bias is not None and self.model.causal(self.stack)
+                and cfg.pos_type not in ("alibi", "relative_bias") and (not window or window >= s))
+
+    def bias_for(self, window: int, k_pos: torch.Tensor | None = None):
+        if k_pos is None:
+            return self.bias[window]
+        return self.model.attn_bias(self.stack, self.q_pos, k_pos, window)
+
+
+class KVCache:
+    """The keys and values of one attention layer, grown by concatenation along ``dims``.
+
+    A sliding-window layer keeps only its last ``window`` tokens. ``pos`` holds the absolute
+    position of every cached token (what masks and position biases need).
+    """
+
+    def __init__(self, window: int = 0, dims: tuple[int, int] = (2, 2)):
+        self.window, self.dims = window, dims
+        self.parts: list[torch.Tensor] | None = None
+        self.pos: torch.Tensor | None = None
+
+    def update(self, new: tuple[torch.Tensor, ...], pos: torch.Tensor):
+        """Append ``new`` (at positions ``pos``); return everything to attend over, and its
+        positions."""
+        if self.parts is None:
+            parts, positions = list(new), pos
+        else:
+            parts = [torch.cat((p, n), d) for p, n, d in zip(self.parts, new, self.dims)]
+            positions = torch.cat((self.pos, pos))
+        n, keep = positions.numel(), self.window or positions.numel()
+        self.parts = [p.narrow(d, n - min(n, keep), min(n, keep)).clone(
+            memory_format=torch.contiguous_format) for p, d in zip(parts, self.dims)]
+        self.pos = positions[n - min(n, keep):]
+        return parts, positions
+
+    def tensors(self) -> list[torch.Tensor]:
+        return list(self.parts or [])
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x, cos, sin):
+    """x: (B, heads, S, w); cos/sin (S, w) carry no gradient, so the products save only them."""
+    return x * cos + _rotate_half(x) * sin
+
+
+def rotary_tables(width: int, positions: torch.Tensor, dtype):
+    inv = 1.0 / (10000 ** (torch.arange(0, width, 2, device=positions.device,
+                                        dtype=torch.float32) / width))
+    freqs = positions.float()[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def sinusoidal_table(positions: torch.Tensor, width: int, dtype):
+    half = width // 2
+    inv = torch.exp(-math.log(10000.0) * torch.arange(half, device=positions.device,
+                                                        dtype=torch.float32) / max(half, 1))
+    ang = positions.float()[:, None] * inv[None, :]
+    table = torch.cat((ang.sin(), ang.cos()), dim=-1)
+    if width % 2:
+        table = F.pad(table, (0, 1))
+    return table.to(dtype)
+
+
+def alibi_slopes(n_heads: int, device) -> torch.Tensor:
+    # Press et al. 2021 (arXiv:2108.12409): geometric slopes 2^(-8i/H)
+    return torch.tensor([2 ** (-8 * (i + 1) / n_heads) for i in range(n_heads)], device=device)
+
+
+def relative_bucket(rel: torch.Tensor, bidirectional: bool, buckets: int, max_distance=128):
+    """T5's bucketing of relative positions (Raffel et al. 2019, section 2.1)."""
+    ret = torch.zeros_like(rel)
+    if bidirectional:
+        buckets //= 2
+        ret = ret + (rel > 0).long() * buckets
+        n = rel.abs()
+    else:
+        n = (-rel).clamp(min=0)
+    max_exact = max(buckets // 2, 1)
+    is_small = n < max_exact
+    large = max_exact + (torch.log(n.float().clamp(min=1) / max_exact)
+                         / math.log(max(max_distance / max_exact, 1.0 + 1e-6))
+                         * (buckets - max_exact)).long()
+    large = large.clamp(max=buckets - 1)
+    return (ret + torch.where(is_small, n, large)).clamp(max=2 * buckets - 1 if bidirectional
+                                                         else buckets - 1)
+
+
+class Drop(nn.Module):
+    """Dropout with probability ``p`` when the model trains with dropout (``enabled``): keeps
+    its mask for backward (in the activation dtype on CPU and meta, 1-byte bool on CUDA)."""
+
+    def __init__(self, p: float, enabled: bool):
+        super().__init__()
+        self.p, self.enabled = p, enabled
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training) if self.enabled and self.p > 0 else x
+
+
+def maybe_drop(owner: nn.Module, p: float, enabled: bool, name: str = "dropout") -> None:
+    """Register a Drop at ``name`` when the config has that dropout (the engine's op exists)."""
+    if p > 0:
+        owner.add_module(name, Drop(p, enabled))
+
+
+def drop(owner: nn.Module, x, name: str = "dropout"):
+    mod = getattr(owner, name, None)
+    return mod(x) if mod is not None else x
+
+
+# --- attention ----------------------------------------------------------------------------
+class AttentionCore(nn.Module):
+    """softmax(Q K^T * scale + bias) V over (B*H) batched matmuls.
+
+    Eager saves q, k and v repeated to all H heads (contiguous), and the softmax output: fp32
+    and its cast to the activation dtype when it upcasts. SDPA's fused kernels store q, k and
+    v (K heads), the output and the fp32 logsumexp, no S x S (a plain causal mask is passed as
+    ``is_causal`` so that the flash kernel can run). Under selective recompute the core is
+    checkpointed and keeps only q, k and v.
+    """
+
+    def __init__(self, impl: str, softmax_fp32: bool, recompute: str = "none",
+                 dropout: float = 0.0):
+        super().__init__()
+        self.impl = impl
+        self.softmax_fp32 = softmax_fp32
+        self.recompute = recompute
+        self.dropout = dropout  # on the probabilities; 0 unless the model trains with dropout
+
+    def forward(self, q, k, v, bias, causal: bool = False):
+        if self.recompute == "selective" and torch.is_grad_enabled():
+            if bias is not None and bias.requires_grad:  # T5's bias: a checkpoint input
+                return checkpoint(self.core, q, k, v, bias, causal, use_reentrant=True)
+            return checkpoint(lambda *qkv: self.core(*qkv, bias, causal), q, k, v,
+                              use_reentrant=True)
+        return self.core(q, k, v, bias, causal)
+
+    def core(self, q, k, v, bias, causal):
+        # q: (B, H, S_q, w), k: (B, H, S_k, w), v: (B, H, S_k, w_v)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        if self.impl == "eager":
+            B, H, S_q, w = q.shape
+            S_k, w_v = k.shape[2], v.shape[-1]
+            q3 = q.reshape(B * H, S_q, w)
+            k3 = k.reshape(B * H, S_k, w)
+            v3 = v.reshape(B * H, S_k, w_v)
+            scores = torch.bmm(q3, k3.transpose(1, 2)) * scale
+            if bias is not None:
+                scores = (scores.view(B, H, S_q, S_k) + bias).view(B * H, S_q, S_k)
+            if self.softmax_fp32:
+                probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            else:
+                probs = torch.softmax(scores, dim=-1)
+            if self.dropout and self.training:
+                probs = F.dropout(probs, self.dropout)
+            return torch.bmm(probs, v3).view(B, H, S_q, w_v)
+        gqa = q.shape[1] != k.shape[1]
+        p = self.dropout if self.training else 0.0
+        if causal:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
+                                                  enable_gqa=gqa, dropout_p=p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale,
+                                              enable_gqa=gqa, dropout_p=p)
+
+
+class Rotary(nn.Module):
+    """Applies the shared rotary tables to q and k; saves only the tables (once per model)."""
+
+    def forward(self, q, k, cos, sin):
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+
+
+class Attention(nn.Module):
+    """Self- or cross-attention with MHA/GQA/MQA, optional qk-norm and rotary."""
+
+    def __init__(self, cfg: ModelConfig, impl: str, softmax_fp32: bool, recompute: str,
+                 cross: bool, rotary: bool, dtype, dropout: bool = False):
+        super().__init__()
+        D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.H, self.K, self.h, self.cross = H, K, h, cross
+        lin = lambda i, o, b: nn.Linear(i, o, bias=b, dtype=dtype)  # noqa: E731
+        self.q_proj = lin(D, H * h, cfg.qkv_bias)
+        self.k_proj = lin(D, K * h, cfg.qkv_bias)
+        self.v_proj = lin(D, K * h, cfg.qkv_bias)
+        self.rotary = Rotary() if rotary else None
+        self.qk_norm = cfg.qk_norm if not cross else "none"
+        if self.qk_norm != "none":
+            qw, kw = (h, h) if self.qk_norm == "head" else (H * h, K * h)
+            self.q_norm = make_norm(cfg, qw, dtype)
+            self.k_norm = make_norm(cfg, kw, dtype)
+        self.core = AttentionCore(impl, softmax_fp32, recompute,
+                                  cfg.attn_dropout if dropout else 0.0)
+        self.o_proj = lin(H * h, D, cfg.out_bias)
+        maybe_drop(self, cfg.resid_dropout, dropout)
+        self.recompute = recompute
+
+    def project_kv(self, kv_in):
+        B, S = kv_in.shape[:2]
+        k = self.k_proj(kv_in)
+        v = self.v_proj(kv_in)
+        if self.qk_norm == "full":
+            k = self.k_norm(k)
+        k = k.view(B, S, self.K, self.h)
+        if self.qk_norm == "head":
+            k = self.k_norm(k)
+        return k.transpose(1, 2), v.view(B, S, self.K, self.h).transpose(1, 2)
+
+    def forward(self, x, ctx: Ctx, kv_in=None, bias=None, cache: KVCache | None = None,
+                causal: bool = False):
+        B, S = x.shape[:2]
+        q = self.q_proj(x)
+        if self.qk_norm == "full":
+            q = self.q_norm(q)
+        q = q.view(B, S, self.H, self.h)
+        if self.qk_norm == "head":
+            q = self.q_norm(q)
+        q = q.transpose(1, 2)
+        if self.cross and cache is not None and cache.parts is not None:
+            k, v = cache.parts  # the encoder's keys and values, projected once at prefill
+        else:
+            k, v = self.project_kv(x if kv_in is None else kv_in)
+            if self.rotary is not None:
+                q, k = self.rotary(q, k, ctx.cos, ctx.sin)
+            if cache is not None:
+                if self.cross:
+                    cache.update((k, v), torch.arange(k.shape[2], device=k.device))
+                else:
+                    (k, v), k_pos = cache.update((k, v), ctx.q_pos)
+                    bias, causal = ctx.bias_for(cache.window, k_pos), False
+        out = attend(self.core, q, k, v, bias, causal)
+        return drop(self, self.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
+
+
+
+def attend(core: AttentionCore, q, k, v, bias, causal: bool = False):
+    """Eager: repeat k and v to all query heads (HF repeat_kv) and make q, k, v contiguous,
+    the tensors the matmuls save. SDPA: q, k, v as they come (HF's layout: heads are a
+    transposed view, so the kernel's output transposed back is contiguous and is o_proj's
+    input), k and v with their K heads (``enable_gqa``)."""
+    if core.impl != "eager":
+        return core(q, k, v, bias, causal)
+    n_rep = q.shape[1] // k.shape[1]
+    if n_rep > 1:
+        k = k.repeat_interleave(n_rep, dim=1)
+        v = v.repeat_interleave(n_rep, dim=1)
+    return core(q.contiguous(), k.contiguous(), v.contiguous(), bias, causal)
+
+
+class MLA(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1)."""
+
+    def __init__(self, cfg: ModelConfig, impl: str, softmax_fp32: bool, recompute: str,
+                 rotary: bool, dtype, dropout: bool = False):
+        super().__init__()
+        D, H = cfg.d_model, cfg.n_heads
+        self.H, self.nope, self.rope, self.vd = H, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, \
+            cfg.v_head_dim
+        self.r = cfg.kv_lora_rank
+        qk = self.nope + self.rope
+        lin = lambda i, o, b=False: nn.Linear(i, o, bias=b, dtype=dtype)  # noqa: E731
+        self.q_lora = cfg.q_lora_rank
+        if cfg.q_lora_rank:
+            self.q_a_proj = lin(D, cfg.q_lora_rank, cfg.qkv_bias)
+            self.q_a_norm = RMSNorm(cfg.q_lora_rank, True, dtype)
+            self.q_b_proj = lin(cfg.q_lora_rank, H * qk)
+        else:
+            self.q_proj = lin(D, H * qk)
+        self.kv_a_proj = lin(D, self.r + self.rope, cfg.qkv_bias)
+        self.kv_a_norm = RMSNorm(self.r, True, dtype)
+        self.kv_b_proj = lin(self.r, H * (self.nope + self.vd))
+        self.rotary = Rotary() if rotary else None
+        self.core = AttentionCore(impl, softmax_fp32, recompute,
+                                  cfg.attn_dropout if dropout else 0.0)
+        self.o_proj = lin(H * self.vd, D, cfg.out_bias)
+        maybe_drop(self, cfg.resid_dropout, dropout)
+        self.recompute = recompute
+
+    def forward(self, x, ctx: Ctx, kv_in=None, bias=None, cache=None, causal: bool = False):
+        B, S = x.shape[:2]
+        H = self.H
+        q = self.q_b_proj(self.q_a_norm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
+        q = q.view(B, S, H, -1).transpose(1, 2)
+        q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
+        kv = self.kv_a_proj(x)
+        latent = kv[..., :self.r].contiguous()
+        k_pe = kv[..., self.r:].view(B, 1, S, self.rope)
+        if self.rotary is not None:
+            q_pe, k_pe = self.rotary(q_pe, k_pe, ctx.cos, ctx.sin)
+        if cache is not None:  # the compressed cache: latent and the shared rotary key
+            (latent, k_pe), k_pos = cache.update((latent, k_pe), ctx.q_pos)
+            bias, causal = ctx.bias_for(cache.window, k_pos), False
+        S_k = latent.shape[1]
+        kvb = self.kv_b_proj(self.kv_a_norm(latent)).view(B, S_k, H, self.nope + self.vd)
+        k_nope, v = kvb.transpose(1, 2).split([self.nope, self.vd], dim=-1)
+        q = torch.cat((q_nope, q_pe), dim=-1)
+        k = torch.cat((k_nope, k_pe.expand(B, H, S_k, self.rope)), dim=-1)
+        out = attend(self.core, q, k, v, bias, causal)
+        return drop(self, self.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
+
+
+# --- MLP and MoE --------------------------------------------------------------------------
+class Act(nn.Module):
+    """The MLP nonlinearity; gated ones take (gate, up) and return act(gate) * up."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def forward(self, a, up=None):
+        n = self.name
+        if n in ("relu", "reglu"):
+            y = F.relu(a)
+        elif n in ("gelu", "geglu"):
+            y = F.gelu(a)
+        elif n in ("gelu_tanh", "geglu_tanh"):
+            y = F.gelu(a, approximate="tanh")
+        elif n in ("silu", "swiglu"):
+            y = F.silu(a)
+        elif n == "relu2":
+            y = torch.square(F.relu(a))
+        elif n == "gelu_new":  # HF's NewGELUActivation, written out elementwise
+            y = 0.5 * a * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                            * (a + 0.044715 * torch.pow(a, 3.0))))
+        else:  # pragma: no cover - ModelConfig validates the name
+            raise ValueError(n)
+        return y * up if up is not None else y
+
+
+class MLP(nn.Module):
+    """Dense MLP; ``act_dropout`` after the activation (T5, OPT), ``dropout`` on the output
+    when it is the block's FFN (``resid``)."""
+
+    def __init__(self, cfg: ModelConfig, d_ff: int, bias: bool, dtype, dropout: bool = False,
+                 resid: bool = False):
+        super().__init__()
+        D = cfg.d_model
+        self.gated = cfg.gated
+        if self.gated:
+            self.gate_proj = nn.Linear(D, d_ff, bias=bias, dtype=dtype)
+        self.up_proj = nn.Linear(D, d_ff, bias=bias, dtype=dtype)
+        self.act = Act(cfg.activation)
+        maybe_drop(self, cfg.mlp_dropout, dropout, "act_dropout")
+        self.down_proj = nn.Linear(d_ff, D, bias=bias, dtype=dtype)
+        if resid:
+            maybe_drop(self, cfg.resid_dropout, dropout)
+
+    def forward(self, x):
+        if self.gated:
+            h = self.act(self.gate_proj(x), self.up_proj(x))
+        else:
+            h = self.act(self.up_proj(x))
+        return drop(self, self.down_proj(drop(self, h, "act_dropout")))
+
+
+class GroupedLinear(nn.Module):
+    """E expert weights (E, d_out, d_in); rows arrive sorted by expert, ``counts`` per expert."""
+
+    def __init__(self, n: int, d_in: int, d_out: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n, d_out, d_in, dtype=dtype))
+        nn.init.normal_(self.weight, std=d_in ** -0.5)
+
+    def forward(self, x, counts):
+        if counts is None:  # no values to route (meta/fake): same shapes and FLOPs in one matmul
+            return F.linear(x, self.weight[0])
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            if n:
+                outs.append(F.linear(x[start:start + n], self.weight[e]))
+            start += n
+        return torch.cat(outs) if outs else x.new_zeros(0, self.weight.shape[1])
+
+
+class Router(nn.Module):
+    """Linear(D, E), then top-k of the fp32 logits and a softmax over the k chosen
+    (Mixtral's routing, Jiang et al. 2024, arXiv:2401.04088, eq. 1)."""
+
+    def __init__(self, d: int, n_experts: int, k: int, bias: bool, dtype):
+        super().__init__()
+        self.k = k
+        self.weight = nn.Parameter(torch.empty(n_experts, d, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(n_experts, dtype=dtype)) if bias else None
+        nn.init.normal_(self.weight, std=d ** -0.5)
+
+    def forward(self, x):
+        top, experts = F.linear(x, self.weight, self.bias).float().topk(self.k, dim=-1)
+        return top.softmax(-1).to(x.dtype), experts
+
+
+class Experts(nn.Module):
+    """E expert MLPs. Tokens are gathered in expert order, run through their experts, put
+    back in (token, slot) order and summed with the routing weights."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        E, D, Fe = cfg.n_experts, cfg.d_model, cfg.moe_d_ff
+        self.E, self.k = E, cfg.top_k
+        self.gated = cfg.gated
+        if self.gated:
+            self.gate_proj = GroupedLinear(E, D, Fe, dtype)
+        self.up_proj = GroupedLinear(E, D, Fe, dtype)
+        self.act = Act(cfg.activation)
+        self.down_proj = GroupedLinear(E, Fe, D, dtype)
+
+    def forward(self, x, weights, experts):
+        T, D = x.shape
+        order = experts.reshape(-1).argsort(stable=True)
+        xs = x[order // self.k]  # saves the int64 token index of each routed row
+        counts = None
+        if not _symbolic(x):
+            counts = torch.bincount(experts.reshape(-1), minlength=self.E).tolist()
+        if self.gated:
+            h = self.act(self.gate_proj(xs, counts), self.up_proj(xs, counts))
+        else:
+            h = self.act(self.up_proj(xs, counts))
+        y = self.down_proj(h, counts)[order.argsort()]  # back to slot order: saves the index
+        # the weights' gradient needs the expert outputs: saves y (T*k x D) and the weights
+        return (y.view(T, self.k, D) * weights[..., None]).sum(1)
+
+
+class SharedGate(nn.Module):
+    """Qwen2-MoE's gate on the shared MLP: sigmoid(Linear(D, 1)(x)) * shared(x)."""
+
+    def __init__(self, d: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, d, dtype=dtype))
+        nn.init.normal_(self.weight, std=d ** -0.5)
+
+    def forward(self, x, shared_out):
+        return torch.sigmoid(F.linear(x, self.weight)) * shared_out
+
+
+class MoE(nn.Module):
+    """Router, routed experts, and the optional shared MLP (DeepSeek, Qwen2-MoE)."""
+
+    def __init__(self, cfg: ModelConfig, dtype, dropout: bool = False):
+        super().__init__()
+        self.router = Router(cfg.d_model, cfg.n_experts, cfg.top_k, cfg.router_bias, dtype)
+        self.experts = Experts(cfg, dtype)
+        self.shared = (MLP(cfg, cfg.shared_d_ff, cfg.mlp_bias, dtype, dropout)
+                       if cfg.shared_d_ff else None)
+        self.shared_gate = SharedGate(cfg.d_model, dtype) if cfg.shared_expert_gate else None
+        maybe_drop(self, cfg.resid_dropout, dropout)
+
+    def forward(self, x):
+        B, S, D = x.shape
+        flat = x.reshape(-1, D)
+        out = self.experts(flat, *self.router(flat))
+        if self.shared is not None:
+            s = self.shared(flat)
+            out = out + (self.shared_gate(flat, s) if self.shared_gate is not None else s)
+        return drop(self, out.view(B, S, D))
+
+
+# --- blocks and stacks --------------------------------------------------------------------
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, stack: str, i: int, impl: str, softmax_fp32: bool,
+                 recompute: str, dtype, dropout: bool = False):
+        super().__init__()
+        self.cfg, self.stack, self.i = cfg, stack, i
+        D = cfg.d_model
+        self.attn_norm = make_norm(cfg, D, dtype)
+        rot = cfg.pos_type == "rotary"
+        if cfg.is_mla:
+            self.attn = MLA(cfg, impl, softmax_fp32, recompute, rot, dtype, dropout)
+        else:
+            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False, rot, dtype, dropout)
+        if cfg.norm_position == "sandwich":
+            self.attn_post_norm = make_norm(cfg, D, dtype)
+        self.has_cross = stack == "decoder"
+        if self.has_cross:
+            self.cross_attn_norm = make_norm(cfg, D, dtype)
+            self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype,
+                                        dropout)
+        self.shared_norm = cfg.parallel_block and cfg.parallel_norms == 1
+        if not self.shared_norm:
+            self.mlp_norm = make_norm(cfg, D, dtype)
+        if stack != "encoder" and cfg.is_moe_layer(i):
+            self.moe = MoE(cfg, dtype, dropout)
+        else:
+            self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
+        if cfg.norm_position == "sandwich":
+            self.mlp_post_norm = make_norm(cfg, D, dtype)
+        self.full_recompute = recompute == "full"
+        causal = stack != "encoder" and cfg.family != "encoder"
+        self.window = cfg.window(i) if causal else 0
+
+    def ffn(self, x):
+        return self.moe(x) if hasattr(self, "moe") else self.mlp(x)
+
+    def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        if self.full_recompute and torch.is_grad_enabled() and not caches:
+            return _checkpoint_block(self, ctx, x, enc)
+        return self.run(x, ctx, enc, caches)
+
+    def run(self, x, ctx: Ctx, enc=None, caches=None):
+        cfg = self.cfg
+        bias = ctx.bias[self.window] if ctx.bias is not None else None
+        self_cache, cross_cache = caches if caches else (None, None)
+        kw = dict(bias=bias, cache=self_cache, causal=ctx.plain_causal(self.window))
+        if cfg.parallel_block:
+            h = self.attn_norm(x)
+            m_in = h if self.shared_norm else self.mlp_norm(x)
+            return x + self.attn(h, ctx, **kw) + self.ffn(m_in)
+        post = cfg.norm_position == "post"
+        sandwich = cfg.norm_position == "sandwich"
+        if post:
+            x = self.attn_norm(x + self.attn(x, ctx, **kw))
+        else:
+            a = self.attn(self.attn_norm(x), ctx, **kw)
+            x = x + (self.attn_post_norm(a) if sandwich else a)
+        if self.has_cross:
+            if post:
+                x = self.cross_attn_norm(x + self.cross_attn(x, ctx, enc, cache=cross_cache))
+            else:
+                x = x + self.cross_attn(self.cross_attn_norm(x), ctx, enc, cache=cross_cache)
+        if post:
+            return self.mlp_norm(x + self.ffn(x))
+        m = self.ffn(self.mlp_norm(x))
+        return x + (self.mlp_post_norm(m) if sandwich else m)
+
+    def new_caches(self) -> tuple[KVCache, KVCache | None]:
+        dims = (1, 2) if self.cfg.is_mla else (2, 2)
+        return KVCache(self.window, dims), (KVCache() if self.has_cross else None)
+
+
+class StackInputs(nn.Module):
+    """Per-stack position table and embedding norm (``[stack.]embed.*``)."""
+
+
+class Stack(nn.Module):
+    """One stack's members; for single-stack models they are attached to the model itself."""
+
+
+class Head(nn.Module):
+    """Tied output head: uses the token table's weight; owns only its bias."""
+
+    def __init__(self, table: nn.Embedding, bias: bool, dtype):
+        super().__init__()
+        self.table = [table]  # a list, so the tied weight is not registered twice
+        self.bias = nn.Parameter(torch.zeros(table.num_embeddings, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.table[0].weight, self.bias)
+
+
+class Loss(nn.Module):
+    """Cross-entropy on fp32 logits: saves the fp32 log-probabilities and the int64 labels."""
+
+    def forward(self, logits, labels):
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                               ignore_index=-100)
+
+
+class Pooler(nn.Module):
+    """BERT pooler: Linear(D, D) + tanh on the first token."""
+
+    def __init__(self, d: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d, d, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(d, dtype=dtype))
+        nn.init.normal_(self.weight, std=d ** -0.5)
+
+    def forward(self, x):
+        # a copy of the first token (a view would keep the whole (B, S, D) output alive)
+        return torch.tanh(F.linear(x[:, 0].clone(), self.weight, self.bias))
+
+
+class ReferenceModel(nn.Module):
+    """The Transformer ``cfg`` describes, built at ``dtype`` on the current device.
+
+    ``attn_impl``: eager | sdpa | flash (sdpa and flash both call scaled_dot_product_attention;
+    the kernel it picks depends on the device). ``recompute``: none | selective | full.
+    """
+
+    def __init__(self, cfg: ModelConfig, dtype=torch.float32, attn_impl: str = "eager",
+                 recompute: str = "none", softmax_fp32: bool = True, dropout: bool = False):
+        super().__init__()
+        self.cfg, self.dtype, self.recompute = cfg, dtype, recompute
+        self.attn_impl = attn_impl
+        D, V, Ed = cfg.d_model, cfg.vocab_size, cfg.embed_dim
+        self.embed = nn.Module()
+        self.embed.tokens = nn.Embedding(V, Ed, dtype=dtype)
+        if Ed != D:
+            self.embed.proj_in = nn.Linear(Ed, D, bias=False, dtype=dtype)
+        if cfg.type_vocab_size:
+            self.embed.token_types = nn.Embedding(cfg.type_vocab_size, D, dtype=dtype)
+        self.stack_names = [s for s, _ in cfg.stacks]
+        for stack, depth in cfg.stacks:
+            owner = self
+            if stack:
+                owner = Stack()
+                self.add_module(stack, owner)
+                owner.embed = StackInputs()
+            if cfg.pos_type == "learned":
+                owner.embed.positions = nn.Embedding(cfg.max_position + cfg.position_offset, D,
+                                                     dtype=dtype)
+            if cfg.embed_norm:
+                owner.embed.norm = make_norm(cfg, D, dtype)
+            maybe_drop(owner.embed, cfg.embed_dropout, dropout)
+            if cfg.pos_type == "relative_bias":
+                owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.n_heads, dtype=dtype)
+            owner.layers = nn.ModuleList(Block(cfg, stack, i, attn_impl, softmax_fp32, recompute,
+                                               dtype, dropout) for i in range(depth))
+            if cfg.final_norm:
+                owner.final_norm = make_norm(cfg, D, dtype)
+            maybe_drop(owner, cfg.final_dropout, dropout, "final_dropout")
+        if cfg.head == "lm":
+            if Ed != D:
+                self.proj_out = nn.Linear(D, Ed, bias=False, dtype=dtype)
+            if cfg.tie_embeddings:
+                self.lm_head = Head(self.embed.tokens, cfg.lm_head_bias, dtype)
+            else:
+                self.lm_head = nn.Linear(Ed, V, bias=cfg.lm_head_bias, dtype=dtype)
+            self.loss = Loss()
+        if cfg.pooler:
+            self.pooler = Pooler(D, dtype)
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _owner(self, stack: str) -> nn.Module:
+        return getattr(self, stack) if stack else self
+
+    def _rope_width(self) -> int:
+        return self.cfg.qk_rope_head_dim if self.cfg.is_mla else self.cfg.head_dim
+
+    def causal(self, stack: str) -> bool:
+        return stack != "encoder" and self.cfg.family != "encoder"
+
+    def position_bias(self, stack: str, q_pos, k_pos):
+        """T5's learned bias per head and (query, key) bucket: (H, s_q, s_k)."""
+        rel = k_pos[None, :] - q_pos[:, None]
+        buckets = relative_bucket(rel, not self.causal(stack), self.cfg.relative_buckets)
+        return self._owner(stack).rel_bias(buckets).permute(2, 0, 1)
+
+    def attn_bias(self, stack: str, q_pos, k_pos, window: int, pos_bias=None):
+        """Additive bias (1|H, s_q, s_k) in the model dtype: causal/window mask, ALiBi or the
+        T5 relative-position bias; None when every pair attends with no bias."""
+        cfg = self.cfg
+        causal = self.causal(stack)
+        rel = k_pos[None, :] - q_pos[:, None]  # key position minus query position
+        bias = None
+        if causal:
+            allowed = rel <= 0
+            if window:
+                allowed &= rel > -window
+            # decoding one token inside its window masks nothing (values known off meta)
+            if _symbolic(allowed) or not bool(allowed.all()):
+                bias = torch.zeros(rel.shape, device=rel.device).masked_fill(~allowed, NEG_INF)
+                bias = bias[None]
+        if cfg.pos_type == "alibi":
+            slopes = alibi_slopes(cfg.n_heads, rel.device)[:, None, None]
+            dist = rel.float().clamp(max=0) if causal else -rel.abs().float()
+            bias = slopes * dist[None] + (0 if bias is None else bias)
+        if cfg.pos_type == "relative_bias":
+            pb = self.position_bias(stack, q_pos, k_pos) if pos_bias is None else pos_bias
+            bias = pb if bias is None else pb + bias.to(pb.dtype)
+        return None if bias is None else bias.to(self.dtype)
+
+    def _context(self, stack: str, q_pos) -> Ctx:
+        cfg = self.cfg
+        ctx = Ctx(self, stack, q_pos)
+        if cfg.pos_type == "rotary":
+            ctx.cos, ctx.sin = rotary_tables(self._rope_width(), q_pos, self.dtype)
+        windows = {0}
+        if self.causal(stack):
+            windows |= {cfg.window(i) for i in range(cfg.n_layers)}
+        if cfg.pos_type == "relative_bias":  # one bias table lookup for the whole stack (T5)
+            pb = self.position_bias(stack, q_pos, q_pos)
+            ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w, pb) for w in windows}
+        else:
+            ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w) for w in windows}
+        return ctx
+
+    def _embed(self, ids, stack: str, offset: int = 0):
+        cfg = self.cfg
+        x = self.embed.tokens(ids)
+        if cfg.embed_dim != cfg.d_model:
+            x = self.embed.proj_in(x)
+        if cfg.type_vocab_size:
+            x = x + self.embed.token_types(torch.zeros_like(ids))
+        owner = self._owner(stack)
+        S = ids.shape[1]
+        pos = torch.arange(offset, offset + S, device=ids.device)
+        if cfg.pos_type == "learned":
+            x = x + owner.embed.positions(pos[None] + cfg.position_offset)
+        elif cfg.pos_type == "sinusoidal":
+            x = x + sinusoidal_table(pos, cfg.d_model, x.dtype)
+        if cfg.embed_norm:
+            x = owner.embed.norm(x)
+        return drop(owner.embed, x)
+
+    def run_stack(self, stack: str, x, ctx: Ctx, enc=None, caches=None):
+        owner = self._owner(stack)
+        for i, blk in enumerate(owner.layers):
+            x = blk(x, ctx, enc, caches[i] if caches else None)
+        if self.cfg.final_norm:
+            x = owner.final_norm(x)
+        return drop(owner, x, "final_dropout")
+
+    def positions(self, n: int, offset: int, device) -> torch.Tensor:
+        return torch.arange(offset, offset + n, device=device)
+
+    def encode(self, src_ids):
+        pos = self.positions(src_ids.shape[1], 0, src_ids.device)
+        return self.run_stack("encoder", self._embed(src_ids, "encoder"),
+                              self._context("encoder", pos))
+
+    def hidden(self, ids, src_ids=None, enc=None, caches=None, offset: int = 0):
+        """Final hidden states of the last stack (B, S, D); with ``caches``, the tokens
+        ``ids`` continue a cached sequence at position ``offset``."""
+        stack = self.stack_names[-1]
+        if self.cfg.family == "encoder-decoder" and enc is None:
+            enc = self.encode(ids if src_ids is None else src_ids)
+        pos = self.positions(ids.shape[1], offset, ids.device)
+        ctx = self._context(stack, pos) if caches is None else Ctx(self, stack, pos)
+        if caches is not None and self.cfg.pos_type == "rotary":
+            ctx.cos, ctx.sin = rotary_tables(self._rope_width(), pos, self.dtype)
+        return self.run_stack(stack, self._embed(ids, stack, offset), ctx, enc, caches)
+
+    def logits(self, h):
+        if self.cfg.embed_dim != self.cfg.d_model:
+            h = self.proj_out(h)
+        return self.lm_head(h)
+
+    def forward(self, ids, labels=None, src_ids=None):
+        """A scalar to differentiate: the LM loss, or (no head) the sum of the outputs."""
+        h = self.hidden(ids, src_ids)
+        if self.cfg.head == "lm":
+            if labels is None:
+                labels = default_labels(ids)
+            loss = self.loss(self.logits(h), labels)
+        else:
+            loss = h.float().sum()
+        if self.cfg.pooler:
+            loss = loss + self.pooler(h).float().sum()
+        return loss
+
+
+def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):
+    """Full recompute of one block: it keeps its inputs only. The block's bias, when it needs a
+    gradient (T5's relative-position bias), must be a checkpoint input; the rest stays in the
+    shared context."""
+    bias = ctx.bias.get(blk.window) if ctx.bias else None
+    if bias is None or not bias.requires_grad:
+        return checkpoint(lambda h, e: blk.run(h, ctx, e), x, enc, use_reentrant=True)
+
+    def run(h, e, b):
+        c = Ctx(ctx.model, ctx.stack, ctx.q_pos, ctx.cos, ctx.sin, {**ctx.bias, blk.window: b})
+        return blk.run(h, c, e)
+    return checkpoint(run, x, enc, bias, use_reentrant=True)
+
+
+def default_labels(ids: torch.Tensor) -> torch.Tensor:
+    """Next-token labels: ids shifted left, the last position ignored (-100); a fresh tensor."""
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = ids[:, 1:]
+    return labels
+
+
+def build(cfg: ModelConfig, dtype=torch.float32, device="cpu", attn_impl: str = "eager",
+          recompute: str = "none", softmax_fp32: bool = True, seed: int = 0,
+          init: bool = True, dropout: bool = False) -> ReferenceModel:
+    """Build on ``device`` (``meta`` for shapes only: no memory, 405B in well under a second)."""
+    if device != "meta" and init:
+        torch.manual_seed(seed)
+    with torch.device(device):
+        model = ReferenceModel(cfg, dtype, attn_impl, recompute, softmax_fp32, dropout)
+    if device != "meta" and init:
+        _init(model)
+    return model.train()
+
+
+def _init(model: nn.Module) -> None:
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            elif name.endswith("bias"):
+                p.zero_()
+
+
+# --- generation with a KV cache (section 8.7: logits, softmax, decoding) --------------------
+def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0,
+                top_p: float = 1.0, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Next token per row of ``logits`` (B, V): greedy when temperature is 0, else sample from
+    softmax(logits / temperature) restricted to the top-k tokens and to the smallest set whose
+    probability reaches top_p (nucleus sampling, Holtzman et al. 2019, arXiv:1904.09751)."""
+    logits = logits.float()
+    if temperature <= 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, idx = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # drop a token when the tokens ranked before it already reach top_p
+        drop = probs.cumsum(-1) - probs >= top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(model: ReferenceModel, ids: torch.Tensor, max_new_tokens: int,
+             src_ids: torch.Tensor | None = None, temperature: float = 0.0, top_k: int = 0,
+             top_p: float = 1.0, generator: torch.Generator | None = None):
+    """Autoregressive decoding with a KV cache: prefill the prompt, then one token per step.
+
+    Returns (tokens (B, prompt + new), caches). After it, each self-attention cache holds the
+    prompt and all generated tokens but the last (that one was never fed back), capped at the
+    layer's window; cross-attention caches hold the encoder's keys and values.
+    """
+    cfg = model.cfg
+    if cfg.family == "encoder" or cfg.head != "lm":
+        from txcalc.errors import WorkloadError
+        raise WorkloadError(f"{cfg.name} has no language-model head over a decoder: "
+                            "it does not generate")
+    stack = model.stack_names[-1]
+    caches = [blk.new_caches() for blk in model._owner(stack).layers]
+    enc = model.encode(src_ids if src_ids is not None else ids) \
+        if cfg.family == "encoder-decoder" else None
+    out, step_in, offset = ids, ids, 0
+    for _ in range(max_new_tokens):
+        h = model.hidden(step_in, enc=enc, caches=caches, offset=offset)
+        nxt = sample_next(model.logits(h[:, -1:])[:, -1], temperature, top_k, top_p, generator)
+        offset += step_in.shape[1]
+        step_in = nxt[:, None]
+        out = torch.cat((out, step_in), dim=1)
+    return out, caches
+
+
+def cache_bytes(caches) -> int:
+    """Bytes of the unique storages held by the caches."""
+    seen, total = set(), 0
+    for pair in caches:
+        for c in pair:
+            for t in (c.tensors() if c is not None else []):
+                key = t.untyped_storage()._cdata
+                if key not in seen:
+                    seen.add(key)
+                    total += t.untyped_storage().nbytes()
+    return total

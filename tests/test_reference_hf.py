@@ -1,0 +1,89 @@
+"""Every preset with a Hugging Face class: the reference model's parameters and executed FLOPs
+equal the HF model's on the meta device, in total, per layer (forward) and per component
+within a layer (forward: attention, cross-attention, MLP/MoE).
+
+FlopCounterMode attributes forward FLOPs to the module that runs them exactly; backward FLOPs
+land on modules loosely (HF's self_attn collects lower layers' backward), so backward is
+compared as a total. Rows that are exact: every per-layer and per-component forward row, and
+the forward and backward totals.
+"""
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import txcalc
+
+from .hf_models import SEQ2SEQ, hf_model, numel, torch
+
+from reference.measure import exclusive_flops, flops_by_module, make_inputs  # noqa: E402
+from reference.model import build  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "hf"
+PRESETS = sorted(p.stem for p in DATA.glob("*.json"))
+BATCH, SEQ, SRC = 1, 16, 24
+
+_LAYER = re.compile(r"(?:(encoder|decoder)\.)?(?:\w+\.)*?(?:layers|layer|h|block)\.(\d+)(?:\.|$)")
+_CROSS = ("EncDecAttention", "crossattention", "cross_attn", "encoder_attn")
+_ATTN = ("attn", "attention", "SelfAttention")
+
+
+def where(path: str, enc_dec: bool) -> tuple[str, int, str]:
+    """(stack, layer, component) of a module path in an HF or a reference model."""
+    m = _LAYER.search(path)
+    if not m:
+        return "", -1, "outside"
+    parts = path.split(".")
+    stack = ("decoder" if "decoder" in parts else "encoder") if enc_dec else ""
+    comp = ("cross_attn" if any(c in path for c in _CROSS)
+            else "attn" if any(c in path for c in _ATTN) and "output.dense" != path[-12:]
+            else "mlp")
+    if re.search(r"(?:layer|layers)\.\d+\.attention\.output", path):  # BERT attention output
+        comp = "attn"
+    return stack, int(m.group(2)), comp
+
+
+def grouped(exclusive: dict[str, int], enc_dec: bool) -> Counter:
+    out: Counter = Counter()
+    for path, v in exclusive.items():
+        out[where(path, enc_dec)] += v
+    return out
+
+
+def hf_flops(raw: dict):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = hf_model(raw)
+    ids = torch.zeros(BATCH, SEQ, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as fwd:
+        if raw["model_type"] in SEQ2SEQ:
+            src = torch.zeros(BATCH, SRC, dtype=torch.long, device="meta")
+            loss = model(input_ids=src, labels=ids).loss
+        elif raw["model_type"] in ("bert", "roberta"):
+            out = model(input_ids=ids)
+            loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+    with FlopCounterMode(display=False) as bwd:
+        loss.backward()
+    return (numel(model), exclusive_flops(fwd.get_flop_counts(), type(model).__name__),
+            fwd.get_total_flops(), bwd.get_total_flops())
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_reference_params_and_flops_equal_hf_on_meta(name):
+    raw = json.loads((DATA / f"{name}.json").read_text())
+    cfg = txcalc.load(name)
+    ref = build(cfg, torch.bfloat16, "meta")
+    src = SRC if cfg.family == "encoder-decoder" else 0
+    ref_per_module, ref_fwd, ref_bwd = flops_by_module(ref, make_inputs(ref, BATCH, SEQ, src))
+    hf_n, hf_per_module, hf_fwd, hf_bwd = hf_flops(raw)
+    assert sum(p.numel() for p in ref.parameters()) == hf_n
+    assert (ref_fwd, ref_bwd) == (hf_fwd, hf_bwd)
+    enc_dec = cfg.family == "encoder-decoder"
+    ref_rows, hf_rows = grouped(ref_per_module, enc_dec), grouped(hf_per_module, enc_dec)
+    assert ref_rows == hf_rows
+    assert len([k for k in ref_rows if k[1] >= 0]) >= cfg.n_layers  # rows really are per layer

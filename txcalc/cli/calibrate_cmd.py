@@ -1,0 +1,51 @@
+"""`txcalc calibrate REPORT`: fit the time model's efficiencies to a GPU validation report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from . import app
+from .output import console, emit_json, table
+
+
+@app.command()
+def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
+                                            "(reference/gpu_validate.sh writes gpu_validation.json)."),
+              gpu: str = typer.Option("", "--gpu", help="GPU of the catalog whose peaks to use "
+                                      "(default: the report's device name)."),
+              out: Path = typer.Option(None, "--out", help="Device profile to write "
+                                       "(default: profiles/<gpu>-calibrated.json)."),
+              json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+    """Fit matmul/attention FLOP efficiencies and the bandwidth efficiency to measured step
+    times; print each case's time error before and after; save a device profile."""
+    from ..calibrate import fit, read_report
+    from ..hardware import get_gpu
+    from ..timing import DeviceProfile
+
+    device, cases = read_report(report)
+    name = gpu or device.lower().replace("nvidia", "").strip().split()[0] if (gpu or device) \
+        else ""
+    g = get_gpu(name or "(none: give --gpu)")
+    fitted, rows = fit(cases, DeviceProfile.from_gpu(g))
+    out = out or Path("profiles") / f"{g.name}-calibrated.json"
+    result = {"gpu": g.name, "profile": str(out), "flop_efficiency": fitted.flop_efficiency,
+              "bw_efficiency": fitted.bw_efficiency,
+              "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
+                         "before_error_pct": (m - b) / m * 100, "after_error_pct": (m - a) / m * 100}
+                        for k, (m, b, a) in rows.items()]}
+    text = __import__("json").dumps(fitted.to_json(), indent=2)  # built before writing
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    if json_out:
+        emit_json(result)
+        return
+    console.print(table(f"step time on {g.name}: measured vs the roofline before and after "
+                        "calibration", ["case", "measured s", "before s", "err %", "after s",
+                                        "err %"],
+                        [(r["case"], f"{r['measured_s']:.4g}", f"{r['before_s']:.4g}",
+                          f"{r['before_error_pct']:+.1f}", f"{r['after_s']:.4g}",
+                          f"{r['after_error_pct']:+.1f}") for r in result["cases"]]))
+    eff = ", ".join(f"{k} {v:.3f}" for k, v in fitted.flop_efficiency.items())
+    console.print(f"fitted: {eff}, bandwidth {fitted.bw_efficiency:.3f}; wrote {out}")

@@ -1,0 +1,120 @@
+"""`txcalc validate MODEL`: run the reference PyTorch model and compare it with the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from . import app
+from .output import console, emit_json, table
+from .params_cmd import MODEL_HELP
+
+STEPS = ("predict", "build", "params", "flops", "saved bytes", "kv cache", "memory")
+
+
+def _import_reference():
+    """torch and reference/ are optional: a missing one is a user error, not a traceback."""
+    from ..errors import TxcalcError
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise TxcalcError("txcalc validate needs PyTorch (pip install 'txcalc[reference]'); "
+                          "the other commands do not") from None
+    try:
+        from reference import validate as ref_validate
+    except ImportError as e:
+        raise TxcalcError(f"txcalc validate needs the reference/ package of the txcalc "
+                          f"repository on the path ({e})") from None
+    return ref_validate
+
+
+@app.command()
+def validate(model: str = typer.Argument(..., help=MODEL_HELP),
+             device: str = typer.Option("meta", help="meta (any size: params, FLOPs, saved "
+                                        "bytes) | cpu (small models, real run) | cuda."),
+             batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
+             seq: int = typer.Option(512, "--seq", "-s", help="Sequence length."),
+             src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+             attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
+             recompute: str = typer.Option("none", help="none | selective | full."),
+             precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+             kv_tokens: int = typer.Option(4, "--kv-tokens", help="cpu/cuda: tokens to generate "
+                                           "for the KV-cache check (0 = skip)."),
+             out: Path = typer.Option(Path("reports/validation"), "--out",
+                                      help="Folder for <model>-<device>.json and .md."),
+             json_out: bool = typer.Option(False, "--json", help="Print the JSON report.")):
+    """Run the reference model; print predicted vs measured params, FLOPs and saved bytes per
+    component and per layer; write reports/validation/<model>-<device>.json and .md."""
+    import json
+
+    from rich.progress import Progress
+
+    from .. import load
+    from ..errors import WorkloadError
+    from ..memory import PRECISIONS, _check
+    from ..workload import Workload, check_fits
+
+    if device not in ("meta", "cpu", "cuda"):
+        raise WorkloadError(f"--device ({device!r}) must be one of meta, cpu, cuda")
+    cfg = load(model)
+    work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
+    check_fits(cfg, work)
+    _check("precision", precision, PRECISIONS)
+    ref_validate = _import_reference()
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise WorkloadError("--device cuda: no CUDA device is available here")
+    with Progress(console=console, transient=True, disable=json_out) as progress:
+        task = progress.add_task(f"validate {cfg.name}", total=len(STEPS))
+
+        def step(name: str) -> None:
+            progress.update(task, description=f"{cfg.name}: {name}", completed=STEPS.index(name))
+        report = ref_validate.validate(cfg, work, device, precision, step, kv_tokens)
+        progress.update(task, completed=len(STEPS))
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{Path(cfg.name).name}-{device}"
+    json_text = json.dumps(report, separators=(",", ":"))
+    md_text = ref_validate.to_markdown(report)
+    (out / f"{stem}.json").write_text(json_text)  # both texts are built before writing
+    (out / f"{stem}.md").write_text(md_text)
+    if json_out:
+        emit_json(report)
+        return
+    _print(report)
+    console.print(f"wrote {out / stem}.json and .md ({report['seconds']:.1f} s)")
+
+
+def _print(r: dict) -> None:
+    from .output import human
+
+    console.print(f"[bold]{r['model']}[/bold] on {r['device']}: batch {r['batch']} x seq "
+                  f"{r['seq']}, attention {r['attn_impl']}, recompute {r['recompute']}, "
+                  f"{r['precision']}")
+    rows = [(q, f"{t['predicted']:,}", f"{t['measured']:,}", f"{t['error_pct']:.4f}")
+            for q, t in r["totals"].items()]
+    if "kv_cache" in r:
+        kv = r["kv_cache"]
+        rows.append((f"kv_cache_bytes (context {kv['context']})", f"{kv['predicted']:,}",
+                     f"{kv['measured']:,}", f"{kv['error_pct']:.4f}"))
+    for phase, t in r.get("memory_phases", {}).items():
+        rows.append((f"memory {phase}", f"{t['predicted']:,}", f"{t['measured']:,}",
+                     f"{t['error_pct']:.4f}"))
+    console.print(table("totals: predicted (engine) vs measured (reference model)",
+                        ["quantity", "predicted", "measured", "error %"], rows))
+    cols = ["params", "err %", "fwd FLOPs", "err %", "saved B", "err %"]
+
+    def cells(row):  # predicted and error; the measured values are in the report files
+        out = []
+        for q in ("params", "forward_flops", "saved_bytes"):
+            out += [human(row[q + "_predicted"]), f"{row[q + '_error_pct']:.2f}"]
+        return out
+    console.print(table("per component (summed over layers)", ["component"] + cols,
+                        [(row["component"], *cells(row)) for row in r["components"]]))
+    layers = r["layers"]
+    if len(layers) > 12:  # the first and last blocks; all of them are in the report files
+        layers = layers[:6] + layers[-6:]
+    console.print(table("per layer", ["layer"] + cols,
+                        [(row["layer"], *cells(row)) for row in layers]))
