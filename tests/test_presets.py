@@ -70,3 +70,13 @@ def test_gpt3_175b_by_hand_against_the_12Ld2_rule():
     p = txcalc.params("gpt3-175b")
     rule = 12 * 96 * 12288 ** 2
     assert 0 < (p.total - p.embedding) - rule < 0.001 * rule
+
+
+def test_replace_derives_derived_fields_again():
+    """A field still at its derived value follows the fields it derives from; one set on
+    purpose (Llama's 8 KV heads, its 14336-wide MLP) stays."""
+    cfg = txcalc.load("llama-3-8b").replace(d_model=256, n_heads=8)
+    assert (cfg.embed_dim, cfg.head_dim) == (256, 32)
+    assert (cfg.n_kv_heads, cfg.d_ff) == (8, 14336)
+    assert txcalc.load("gpt2").replace(d_model=128).d_ff == 512
+    assert txcalc.load("gpt2").replace(d_model=128, d_ff=300).d_ff == 300

@@ -177,8 +177,22 @@ class ModelConfig:
         return self.sliding_window
 
     def replace(self, **changes) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed (validated again).
+
+        A derived field that still holds its derived value (head_dim = d_model // n_heads,
+        embed_dim = d_model, ...) is derived again from the changed fields unless it is
+        changed itself: ``replace(d_model=256)`` must not keep a 4096-wide embedding."""
+        rederive = {
+            "n_kv_heads": self.n_kv_heads == self.n_heads,
+            "head_dim": self.n_heads > 0 and self.head_dim == self.d_model // self.n_heads,
+            "d_ff": self.d_ff == 4 * self.d_model,
+            "moe_d_ff": bool(self.n_experts) and self.moe_d_ff == self.d_ff,
+            "shared_d_ff": bool(self.n_shared_experts)
+            and self.shared_d_ff == self.n_shared_experts * self.moe_d_ff,
+            "embed_dim": self.embed_dim == self.d_model,
+        }
+        resets = {k: 0 for k, derived in rederive.items() if derived and k not in changes}
+        return dataclasses.replace(self, **(resets | changes))
 
 
 def _is_int(v) -> bool:

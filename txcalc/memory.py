@@ -72,8 +72,10 @@ def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
 class TrainingMemory:
     """Memory of one training step on one device (no parallelism), in bytes.
 
-    ``total`` (the peak) = weights + gradients + optimizer (with master) + activations saved for backward
-    + the logits transient at the start of backward (the lm_head's fp32 logits gradient).
+    ``total`` is the peak over the step: the largest of the phases' totals (``phases()``: the
+    end of forward with the logits transients, either end of backward, the optimizer step with
+    its temporaries). The category sizes (weights, gradients, optimizer, activations) are not
+    all alive at once, so they need not add up to it.
     """
 
     cfg: ModelConfig
@@ -199,8 +201,14 @@ class TrainingMemory:
 
     @property
     def total(self) -> int:
-        return (self.weights + self.gradients + self.optimizer_total + self.activations
-                + self.logits_transient)
+        return self.phases()["peak"]["total"]
+
+    @property
+    def peak_phase(self) -> str:
+        """Which point of the step holds the peak: peak_forward, peak_backward or peak_step."""
+        ph = self.phases()
+        return next(k for k in ("peak_forward", "peak_backward", "peak_step")
+                    if ph[k] is ph["peak"])
 
     # --- one training step by phase (additions for issue 4, checked by MemTracker) ---------------
     @cached_property
@@ -323,8 +331,8 @@ class TrainingMemory:
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
-                "kv_cache_bytes": 0, "total_bytes": self.total,
-                "dropout": self.work.dropout,
+                "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
+                "peak_by_category": self.phases()["peak"], "dropout": self.work.dropout,
                 "activations_by_layer_type": self.activations_by_layer_type()}
 
 

@@ -17,6 +17,11 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
                     dropout=dropout)
 
 
+_LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
+_PEAK_PARTS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
+               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
+
+
 def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
     """Rows of ``by_layer_type``: one per kind of block, plus what lies outside the blocks."""
     return table(title, ["layer type", "layers", *columns.values()],
@@ -109,7 +114,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     if json_out:
         emit_json(out)
         return
-    rows = [(k.removesuffix("_bytes").replace("_", " "), f"{v:,}", f"{v / GB:,.2f} GB")
+    labels = _LABELS if out.get("peak_phase") else {}
+    rows = [(labels.get(k, k.removesuffix("_bytes").replace("_", " ")), f"{v:,}",
+             f"{v / GB:,.2f} GB")
             for k, v in out.items() if k.endswith("_bytes")
             and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")]
     if out.get("master_weights_bytes"):
@@ -118,6 +125,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
                         f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GB (1e9)"],
                         rows))
+    if out.get("peak_phase"):
+        parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GB:,.2f}" for k, v in out["peak_by_category"].items()
+                          if k != "total" and v)
+        console.print(f"The peak is at {out['peak_phase'].replace('_', ' ')} (GB): {parts}; "
+                      "the sizes above are not all alive at once.")
     if out.get("activations_by_layer_type"):
         console.print(_layer_type_table(
             f"activations saved for backward by layer type (attention {out['attn_impl']}, "
