@@ -1,0 +1,474 @@
+"""The report model: one JSON-ready dict built from the engine (and the planner when present).
+
+``build_report(request)`` returns ``{"data": exact numbers, "sections": display text}``. The
+renderers (``render.py`` for Markdown and HTML, ``plots.py`` for the PNGs) read only this dict,
+so the committed ``report.json`` holds everything a report shows and a test can compare it
+with a fresh run. Numbers stay exact Python ints; units appear only in the section text
+(GB = 10**9 bytes, FLOP counts with decimal prefixes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from .. import __version__
+from ..errors import WorkloadError
+from ..units import GB, gb, human
+from .request import ReportRequest
+
+SCHEMA = 1
+RECOMPUTE_MODES = ("none", "selective", "full")
+#: sequence lengths of the activation plot, and contexts of the KV plot (powers of two)
+SEQ_SWEEP = tuple(2**i for i in range(9, 18))  # 512 .. 131072
+CONTEXT_SWEEP = tuple(2**i for i in range(7, 18))  # 128 .. 131072
+CONCURRENCY_SWEEP = (1, 8, 32, 128)
+DEFAULT_GPU_GB = 80
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# --- sections: plain structures the renderers turn into Markdown or HTML ----------------------
+def section(sid: str, title: str, paragraphs=(), tables=(), plots=(), bullets=()) -> dict:
+    """A report section. Paragraph and cell strings are plain text (escaped by the renderers);
+    ``**bold**`` spans are the only markup."""
+    return {"id": sid, "title": title, "paragraphs": list(paragraphs), "bullets": list(bullets),
+            "tables": list(tables), "plots": list(plots)}
+
+
+def table(caption: str, columns: list[str], rows: list[list]) -> dict:
+    return {"caption": caption, "columns": columns, "rows": [[str(c) for c in r] for r in rows]}
+
+
+def plot(file: str, kind: str, title: str, alt: str) -> dict:
+    return {"file": file, "kind": kind, "title": title, "alt": alt}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- the GPU ----------------------------------------------------------------------------------
+def resolve_gpu(req: ReportRequest) -> dict:
+    """Name and memory of the GPU: ``--gpu-gb`` wins, then the catalog, then an 80 GB GPU."""
+    if req.gpu_gb is not None:
+        name = req.gpu or f"{req.gpu_gb:g} GB GPU"
+        return {"name": name, "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}
+    if req.gpu is None:
+        return {"name": f"{DEFAULT_GPU_GB} GB GPU", "memory_bytes": DEFAULT_GPU_GB * GB,
+                "source": "default (no --gpu given)"}
+    raise WorkloadError(f"GPU {req.gpu!r}: no GPU catalog in this build; give its memory with "
+                        "--gpu-gb")
+
+
+# --- component grouping for the plot (labels only; the numbers are sums over op rows) ----------
+def component_group(component: str) -> str:
+    """'decoder.attn.q_proj' -> 'attention projections'; coarse groups for one bar chart."""
+    parts = component.split(".")
+    if parts[0] in ("encoder", "decoder"):
+        parts = parts[1:]
+    head, last = parts[0], parts[-1]
+    if head in ("embed", "rel_bias"):
+        return "embeddings"
+    if head in ("lm_head", "proj_out", "pooler"):
+        return "output head"
+    if "norm" in last:
+        return "norms"
+    if "attn" in head:
+        return "attention core (QK^T, PV)" if "core" in parts else "attention projections"
+    if head == "moe":
+        return "router" if "router" in parts else "experts (MoE)"
+    return "MLP"
+
+
+def _merge_components(params_rows: list[dict], flops_rows: list[dict]) -> list[dict]:
+    """Rows keyed by component with params and executed FLOPs; all-zero rows dropped."""
+    out: dict[str, dict] = {}
+    for r in params_rows:
+        out[r["component"]] = {"component": r["component"], "group": component_group(r["component"]),
+                               "params": r["params"], "active_params": r["active_params"],
+                               "forward_flops": 0, "backward_flops": 0, "model_flops": 0}
+    for r in flops_rows:
+        row = out.setdefault(r["component"], {"component": r["component"],
+                                              "group": component_group(r["component"]),
+                                              "params": 0, "active_params": 0})
+        for k in ("forward_flops", "backward_flops", "model_flops"):
+            row[k] = r[k]
+    return [r for r in out.values() if r["params"] or r["forward_flops"]]
+
+
+# --- training ---------------------------------------------------------------------------------
+def _categories(mem) -> dict:
+    """Per-GPU bytes by category of a TrainingMemory (or a states-only dict)."""
+    if isinstance(mem, dict):
+        return {"weights": mem["weights_bytes"], "gradients": mem["gradients_bytes"],
+                "optimizer": mem["optimizer_bytes"], "activations": 0, "logits": 0}
+    return {"weights": mem.weights, "gradients": mem.gradients,
+            "optimizer": mem.optimizer_total, "activations": mem.activations,
+            "logits": mem.logits_transient}
+
+
+def _training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
+    from ..accounting import count_flops, count_params
+    from ..memory import TrainingMemory
+    from ..workload import Workload, check_fits, parse_count
+
+    work = Workload(batch=req.batch, seq=req.seq, src_seq=req.src_seq, attn_impl=req.attn,
+                    recompute=req.recompute)
+    check_fits(cfg, work)
+    progress("parameters and FLOPs by component")
+    p = count_params(cfg)
+    f = count_flops(cfg, work)
+    d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
+         "components": _merge_components(p.by_component(), f.by_component()),
+         "flops": {"tokens_per_step": work.rows("seq"), "forward": f.forward,
+                   "backward": f.backward, "model": f.model, "recompute": f.recompute}}
+    if req.tokens is not None:
+        tokens = parse_count(req.tokens)
+        d["flops"]["train_tokens"] = tokens
+        # whole steps of B x S tokens: a budget that is not a multiple is rounded up
+        d["flops"]["train_steps"] = _ceil_div(tokens, work.rows("seq"))
+        d["flops"]["train_model_flops"] = d["flops"]["train_steps"] * f.model
+        d["flops"]["train_executed_flops"] = d["flops"]["train_steps"] * (f.forward + f.backward)
+    progress("memory by category for each recompute mode")
+    d["memory"] = []
+    for mode in RECOMPUTE_MODES:
+        m = TrainingMemory(cfg, dataclasses.replace(work, recompute=mode), req.precision,
+                           req.optimizer)
+        cats = _categories(m)
+        d["memory"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
+                            "categories": cats, "total": sum(cats.values())})
+    progress("activation memory against sequence length")
+    limit = cfg.max_position if cfg.pos_type == "learned" else SEQ_SWEEP[-1]
+    seqs = sorted({s for s in SEQ_SWEEP if s <= limit} | {req.seq})
+    act: dict = {"seq": seqs, "batch": req.batch, "attn": req.attn}
+    for mode in RECOMPUTE_MODES:
+        act[mode] = [TrainingMemory(cfg, dataclasses.replace(work, seq=s, src_seq=0,
+                                                             recompute=mode),
+                                    req.precision, req.optimizer).activations for s in seqs]
+    d["activations_vs_seq"] = act
+    return d
+
+
+# --- serving ----------------------------------------------------------------------------------
+def _kv_data(req: ReportRequest, cfg) -> dict | None:
+    from ..memory import kv_cache_bytes, kv_cache_bytes_per_token
+
+    if cfg.family == "encoder":
+        return None
+    ctx = req.serve_context
+    limit = max(cfg.max_position, ctx)
+    contexts = sorted({c for c in CONTEXT_SWEEP if c <= limit} | {ctx})
+    conc = sorted(set(CONCURRENCY_SWEEP) | {req.concurrency})
+    return {"kv_dtype": req.kv_dtype, "context": ctx, "concurrency": req.concurrency,
+            "bytes_per_token": kv_cache_bytes_per_token(cfg, req.kv_dtype),
+            "bytes_at_request": kv_cache_bytes(cfg, ctx, req.concurrency, req.kv_dtype),
+            "bytes_per_sequence": kv_cache_bytes(cfg, ctx, 1, req.kv_dtype),
+            "contexts": contexts, "concurrencies": conc,
+            "bytes": {str(c): [kv_cache_bytes(cfg, x, c, req.kv_dtype) for x in contexts]
+                      for c in conc}}
+
+
+def _serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
+    from ..accounting import count_params
+    from ..components import model_ops
+    from ..memory import PRECISIONS, _check
+    from ..workload import Workload
+
+    if cfg.family == "encoder":
+        raise WorkloadError(f"{cfg.name} is an encoder-only model: it has no KV cache to serve")
+    progress("parameters and FLOPs by component")
+    ctx = req.serve_context
+    p = count_params(cfg)
+    ops = model_ops(cfg)
+    prompt = Workload(batch=1, seq=ctx, src_seq=req.src_seq, attn_impl=req.attn)
+    rows: dict[str, dict] = {}
+    for op in ops:
+        key = f"{op.stack}.{op.component}" if op.stack else op.component
+        r = rows.setdefault(key, {"component": key, "forward_flops": 0, "backward_flops": 0,
+                                  "model_flops": 0})
+        r["forward_flops"] += op.prefill_flops(prompt)
+        r["model_flops"] += op.decode_flops(1, ctx, prompt.src_seq)
+    wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)][0]
+    d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
+         # serving rows: forward_flops = prefill of one prompt, model_flops = one decoded token
+         "components": _merge_components(p.by_component(), list(rows.values())),
+         "flops": {"prefill_per_sequence": sum(r["forward_flops"] for r in rows.values()),
+                   "decode_per_token": sum(r["model_flops"] for r in rows.values())},
+         "weights_bytes": p.total * wbytes}
+    progress("KV cache against context and concurrency")
+    d["kv_cache"] = _kv_data(req, cfg)
+    return d
+
+
+# --- the answer -------------------------------------------------------------------------------
+def _fit(total: int, gpu: dict) -> dict:
+    return {"total_bytes": total, "gpu_bytes": gpu["memory_bytes"],
+            "fits_one_gpu": total <= gpu["memory_bytes"],
+            "min_gpus_by_memory": _ceil_div(total, gpu["memory_bytes"])}
+
+
+def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str) -> dict:
+    chosen = next(m for m in data["memory"] if m["recompute"] == req.recompute)
+    fit = _fit(chosen["total"], gpu)
+    data["answer"] = dict(fit, planner=False)
+    c = chosen["categories"]
+    verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
+    paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} ({gb(gpu['memory_bytes'])})**: one "
+             f"training step needs {gb(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
+             + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {req.recompute}"
+                if "activations_vs_seq" in data else "") + ")."]
+    if not fit["fits_one_gpu"]:
+        paras.append(f"By memory alone it needs at least **{fit['min_gpus_by_memory']:,} such "
+                     "GPUs** (every byte spread evenly, nothing replicated): training must be "
+                     "distributed. Real layouts replicate some state and need more.")
+    fl = data.get("flops", {})
+    if "train_model_flops" in fl:
+        paras.append(f"Training on {fl['train_tokens']:,} tokens ({fl['train_steps']:,} steps "
+                     f"of {fl['tokens_per_step']:,} tokens) needs "
+                     f"{human(fl['train_model_flops'], 'FLOP')} (model FLOPs; "
+                     f"{human(fl['train_executed_flops'], 'FLOP')} executed).")
+    paras.append("Planning (layouts, GPUs for a deadline, days and cost) needs the planner, "
+                  "which is not available in this build: this report gives no time or cost "
+                  "figure rather than an invented one.")
+    rows = [["weights", f"{c['weights']:,}", gb(c["weights"])],
+            ["gradients", f"{c['gradients']:,}", gb(c["gradients"])],
+            ["optimizer (with fp32 master)", f"{c['optimizer']:,}", gb(c["optimizer"])]]
+    if c["activations"] or c["logits"]:
+        rows += [["activations saved for backward", f"{c['activations']:,}",
+                  gb(c["activations"])],
+                 ["logits gradient (fp32 transient)", f"{c['logits']:,}", gb(c["logits"])]]
+    rows.append(["total", f"{fit['total_bytes']:,}", gb(fit["total_bytes"])])
+    return section("answer", "The answer", paras,
+                   [table("Memory of one training step on one GPU", ["category", "bytes",
+                                                                     "GB (1e9)"], rows)])
+
+
+def _answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str) -> dict:
+    kv = data["kv_cache"]
+    total = data["weights_bytes"] + kv["bytes_at_request"]
+    fit = _fit(total, gpu)
+    n = fit["min_gpus_by_memory"]
+    room = n * gpu["memory_bytes"] - data["weights_bytes"]
+    fit["max_concurrency_on_min_gpus"] = max(room, 0) // kv["bytes_per_sequence"]
+    data["answer"] = dict(fit, planner=False)
+    data["memory"] = [{"label": "1 GPU", "recompute": "none",
+                       "categories": {"weights": data["weights_bytes"],
+                                      "kv cache": kv["bytes_at_request"]}, "total": total}]
+    verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
+    paras = [f"**Serving {name} at {kv['context']:,} tokens of context for {kv['concurrency']:,} "
+             f"concurrent sequences {verdict} on one {gpu['name']} "
+             f"({gb(gpu['memory_bytes'])})**: weights {gb(data['weights_bytes'])} "
+             f"({req.precision}) + KV cache {gb(kv['bytes_at_request'])} ({req.kv_dtype}) = "
+             f"{gb(total)}.",
+             f"By memory alone: at least **{n:,} GPUs**, on which the KV cache leaves room for "
+             f"**{fit['max_concurrency_on_min_gpus']:,} sequences** of {kv['context']:,} "
+             f"tokens ({gb(kv['bytes_per_sequence'])} each).",
+             f"Compute: a prefill of one {kv['context']:,}-token prompt is "
+             f"{human(data['flops']['prefill_per_sequence'], 'FLOP')}; each decoded token at "
+             f"that context is {human(data['flops']['decode_per_token'], 'FLOP')} per sequence.",
+             "Replicas, latency and tokens/s need the planner, which is not available in this "
+             "build: this report gives no latency figure rather than an invented one."]
+    rows = [["weights", f"{data['weights_bytes']:,}", gb(data["weights_bytes"])],
+            ["KV cache", f"{kv['bytes_at_request']:,}", gb(kv["bytes_at_request"])],
+            ["total", f"{total:,}", gb(total)]]
+    return section("answer", "The answer", paras,
+                   [table("Memory of serving (no parallelism)", ["category", "bytes",
+                                                                 "GB (1e9)"], rows)])
+
+
+# --- the other sections -----------------------------------------------------------------------
+def _components_section(data: dict, inference: bool) -> dict:
+    if "components" not in data:
+        return section("components", "Parameters and FLOPs by component",
+                       [f"Only a parameter count was given ({data['params']['total']:,}): "
+                        "components and FLOPs need the model's shapes (give MODEL)."])
+    total = data["params"]["total"]
+    if inference:
+        cols = ["component", "params", "share", "prefill FLOPs (one prompt)",
+                "decode FLOPs (one token)"]
+        rows = [[r["component"], f"{r['params']:,}", f"{r['params'] / total:.2%}",
+                 human(r["forward_flops"]), human(r["model_flops"])]
+                for r in data["components"]]
+        text = (f"{total:,} parameters, {data['params']['active']:,} active per token. FLOPs "
+                "of the prefill of one prompt (output head on its last token) and of one "
+                "decoded token at the full context.")
+    else:
+        fl = data["flops"]
+        cols = ["component", "params", "share", "forward FLOPs", "backward FLOPs",
+                "model FLOPs"]
+        rows = [[r["component"], f"{r['params']:,}", f"{r['params'] / total:.2%}",
+                 human(r["forward_flops"]), human(r["backward_flops"]),
+                 human(r["model_flops"])] for r in data["components"]]
+        text = (f"{total:,} parameters, {data['params']['active']:,} active per token. One "
+                f"training step of {fl['tokens_per_step']:,} tokens: forward "
+                f"{fl['forward']:,} + backward {fl['backward']:,} executed FLOPs; "
+                f"{fl['model']:,} model FLOPs; recompute adds {fl['recompute']:,}.")
+    return section("components", "Parameters and FLOPs by component", [text],
+                   [table("Summed over layers", cols, rows)],
+                   [plot("components.png", "components", "Parameters and FLOPs by component",
+                         "Bar charts of parameters and FLOPs per component group")])
+
+
+def _memory_section(data: dict, gpu: dict) -> dict:
+    cats = [c for c in data["memory"][0]["categories"]]
+    rows = [[m["label"], *(gb(m["categories"][c]) for c in cats), gb(m["total"])]
+            for m in data["memory"]]
+    what = ("for each activation recompute mode" if len(rows) > 1
+            else "serving the asked load" if "kv cache" in cats else "model states only")
+    return section("memory", "Memory per GPU by category",
+                   [f"Without a planner the layout shown is one GPU with no parallelism, "
+                    f"{what}; the dashed line is one {gpu['name']} "
+                    f"({gb(gpu['memory_bytes'])})."],
+                   [table("Bytes per GPU (GB = 1e9)", ["layout", *cats, "total"], rows)],
+                   [plot("memory.png", "memory", "Memory per GPU by category",
+                         "Stacked bars of memory per GPU by category")])
+
+
+def _activations_section(data: dict) -> dict:
+    a = data["activations_vs_seq"]
+    rows = [[f"{s:,}", *(gb(a[m][i]) for m in RECOMPUTE_MODES)] for i, s in enumerate(a["seq"])]
+    text = [f"Bytes saved for backward over the whole model, micro-batch {a['batch']}, "
+            f"attention kernel {a['attn']}, for each recompute mode (none: everything; "
+            "selective: the attention softmax is recomputed; full: each block keeps only its "
+            "input)."]
+    if a["selective"] == a["none"]:
+        text.append(f"With the {a['attn']} kernel no S x S softmax is stored, so selective "
+                    "recompute saves nothing here: its line lies on top of none.")
+    return section("activations", "Activation memory against sequence length", text,
+                   [table("Activations (GB = 1e9)", ["sequence", *RECOMPUTE_MODES], rows)],
+                   [plot("activations.png", "activations",
+                         "Activation memory against sequence length",
+                         "Lines of activation memory against sequence length per recompute mode")])
+
+
+def _kv_section(data: dict, name: str) -> dict:
+    kv = data.get("kv_cache")
+    if kv is None:
+        return section("kv", "KV cache against context and concurrency",
+                       [f"{name} has no KV cache (encoder-only)."])
+    rows = [[f"{x:,}", *(gb(kv["bytes"][str(c)][i]) for c in kv["concurrencies"])]
+            for i, x in enumerate(kv["contexts"])]
+    return section("kv", "KV cache against context and concurrency",
+                   [f"{kv['bytes_per_token']:,} bytes per token ({kv['kv_dtype']}); at "
+                    f"{kv['context']:,} tokens x {kv['concurrency']:,} sequences: "
+                    f"{gb(kv['bytes_at_request'])}."],
+                   [table(f"KV cache ({kv['kv_dtype']}, GB = 1e9)",
+                          ["context", *(f"{c:,} seqs" for c in kv["concurrencies"])], rows)],
+                   [plot("kv_cache.png", "kv", "KV cache against context and concurrency",
+                         "Lines of KV-cache memory against context per concurrency")])
+
+
+def _frontier_section(data: dict) -> dict:
+    return section("frontier", "GPUs against days to train",
+                   ["Not available: the trade-off between GPUs and days needs the planner's "
+                    "time model, which is not in this build."])
+
+
+def _validation_section(name: str, validation_dir) -> dict:
+    where = str(validation_dir) if validation_dir else "reports/validation"
+    return section("validation", "Predicted against measured",
+                   [f"No validation report for {name} in {where}/ (run `txcalc validate "
+                    f"{name}` to make one)."])
+
+
+CONVENTIONS = [
+    "GB means 10^9 bytes everywhere in this report; GiB (2^30) is not used.",
+    "A multiply-add is 2 FLOPs. FLOPs are matmul FLOPs (what tensor cores run and what "
+    "torch's FlopCounterMode counts); elementwise work (norms, softmax, activations, loss) is "
+    "not counted.",
+    "Executed FLOPs run attention over the full S x S; model FLOPs skip causally masked pairs "
+    "and respect sliding windows (the numerator of MFU). Backward is 2x forward per matmul; a "
+    "fused attention kernel (flash) counts 2.5x for the attention core.",
+    "Mixed precision keeps bf16/fp16 weights and gradients and fp32 master weights, reported "
+    "with the optimizer (Adam: 2 + 2 + 12 bytes per parameter).",
+]
+SOURCES = [
+    "Model shapes: the preset table (txcalc/presets.py, one cited config.json or paper per "
+    "row) or the given config.json.",
+    "Activation memory: the tensors PyTorch keeps for backward in the eager implementation, "
+    "tested byte for byte against torch.autograd.graph.saved_tensors_hooks.",
+    "Parameters and FLOPs: tested exactly against Hugging Face models on the meta device and "
+    "torch.utils.flop_counter.FlopCounterMode.",
+    "Recompute: selective as in Korthikanti et al. 2022 (arXiv:2205.05198); mixed-precision "
+    "Adam states as in Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054).",
+]
+
+
+def _assumptions(req: ReportRequest, gpu: dict) -> list[str]:
+    out = [f"GPU: {gpu['name']}, {gb(gpu['memory_bytes'])} ({gpu['source']}).",
+           f"Precision {req.precision}, optimizer {req.optimizer}."]
+    if req.inference:
+        out.append(f"Serving: context {req.serve_context:,} tokens, {req.concurrency:,} "
+                   f"concurrent sequences, KV cache in {req.kv_dtype}; weights in the "
+                   "precision's weight dtype; no activation memory beyond the KV cache.")
+    elif req.model is not None:
+        out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
+                   f"kernel {req.attn}, recompute {req.recompute}; the peak is weights + "
+                   "gradients + optimizer + activations + the fp32 logits gradient.")
+    else:
+        out.append("Only the parameter count is known: model states (weights, gradients, "
+                   "optimizer) only, no activations.")
+    out.append("Not included: CUDA context, communication buffers, allocator fragmentation.")
+    return out
+
+
+# --- the whole report -------------------------------------------------------------------------
+def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
+                 progress: Progress = _quiet) -> dict:
+    """The report of ``req`` as plain data (see the module docstring)."""
+    from .. import load
+    from ..workload import parse_count
+
+    progress("model and GPU")
+    cfg = load(req.model) if req.model is not None else None
+    gpu = resolve_gpu(req)
+    if cfg is None:
+        from ..memory import model_states
+        if req.inference:
+            raise WorkloadError("a serving report needs MODEL (the KV cache needs its shapes)")
+        states = model_states(parse_count(req.params), req.precision, req.optimizer)
+        name = f"a model of {states['params']:,} parameters"
+        model = {"name": name, "params": states["params"]}
+        cats = _categories(states)
+        data = {"params": {"total": states["params"]},
+                "memory": [{"label": "1 GPU", "recompute": req.recompute, "categories": cats,
+                            "total": sum(cats.values())}]}
+    else:
+        name = cfg.name
+        model = {"name": cfg.name, "source": cfg.source, "family": cfg.family,
+                 "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
+                 "n_kv_heads": cfg.n_kv_heads, "vocab_size": cfg.vocab_size,
+                 "n_experts": cfg.n_experts, "top_k": cfg.top_k}
+        data = (_serving_data if req.inference else _training_data)(req, cfg, progress)
+        if not req.inference:
+            progress("KV cache against context and concurrency")
+            data["kv_cache"] = _kv_data(req, cfg)
+    data = {"model": model, "gpu": gpu, "request": dataclasses.asdict(req), **data}
+    progress("assembling sections")
+    if req.inference:
+        answer = _answer_serving(data, req, gpu, name)
+    else:
+        answer = _answer_training(data, req, gpu, name)
+    kind = "serving" if req.inference else "training"
+    sections = [answer, _components_section(data, req.inference), _memory_section(data, gpu)]
+    if "activations_vs_seq" in data:
+        sections.append(_activations_section(data))
+    if cfg is not None:
+        sections.append(_kv_section(data, name))
+    if not req.inference:
+        sections.append(_frontier_section(data))
+    if cfg is not None:
+        sections.append(_validation_section(name, validation_dir))
+    sections.append(section("assumptions", "Assumptions, conventions and sources",
+                            bullets=_assumptions(req, gpu) + CONVENTIONS + SOURCES))
+    command = req.command(out_dir)
+    sections.append(section("provenance", "How this report was made",
+                            [f"txcalc {__version__}, command: `{command}`"]))
+    return {"schema": SCHEMA, "title": f"Capacity report: {kind} {name}",
+            "txcalc_version": __version__, "command": command, "data": data,
+            "sections": sections}

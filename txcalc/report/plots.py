@@ -1,0 +1,159 @@
+"""The report's PNG plots, drawn from the report model alone (never from the engine).
+
+matplotlib is imported inside ``draw`` only, and through its object API (``Figure`` and the
+Agg canvas): no pyplot, no global backend switch, nothing left open. PNGs are deterministic:
+fixed size and DPI, no ``Software`` metadata, no timestamps, so regenerating a report gives the
+same bytes with the same matplotlib.
+"""
+
+from __future__ import annotations
+
+import io
+
+from ..units import GB, scale
+
+DPI = 100
+SIZE = (9.0, 5.0)
+#: one colour per memory category, reused by every plot that shows categories
+CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
+                    "activations": "#8172B2", "logits": "#CCB974", "kv cache": "#64B5CD"}
+
+
+COUNT_WORDS = {"T": "trillions", "G": "billions", "M": "millions", "k": "thousands"}
+
+
+def _figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
+    gpu = data["gpu"]
+    ax.axhline(gpu["memory_bytes"] / GB, color="black", linestyle="--", linewidth=1,
+               label=f"{label_prefix} {gpu['name']} ({gpu['memory_bytes'] / GB:,.0f} GB)")
+
+
+def _log2_ticks(ax, values: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(values)
+    ax.set_xticklabels([f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else f"{v:,}"
+                        for v in values])
+    ax.minorticks_off()
+
+
+def _finish_log_log(ax, data: dict, xs: list[int], xlabel: str, ylabel: str,
+                    title: str) -> None:
+    """The shared frame of the memory-against-length plots: GPU line, log axes, legend."""
+    _gpu_line(ax, data)
+    _log2_ticks(ax, xs)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _components(report: dict):
+    data = report["data"]
+    groups: dict[str, list[int]] = {}
+    for r in data["components"]:
+        g = groups.setdefault(r["group"], [0, 0])
+        g[0] += r["params"]
+        g[1] += r["forward_flops"] + r.get("backward_flops", 0)
+    names = sorted(groups, key=lambda k: tuple(groups[k]))
+    fig = _figure()
+    ax_p, ax_f = fig.subplots(1, 2, sharey=True)
+    serving = data["request"]["inference"]
+    for ax, idx, what in ((ax_p, 0, "parameters"),
+                          (ax_f, 1, "FLOPs, prefill of one prompt" if serving
+                           else "FLOPs, one step (fwd + bwd, executed)")):
+        vals = [groups[n][idx] for n in names]
+        div, prefix = scale(max(vals) or 1)
+        ax.barh(names, [v / div for v in vals], color="#4C72B0" if idx == 0 else "#DD8452")
+        unit = COUNT_WORDS.get(prefix, prefix) if idx == 0 else f"{prefix}FLOP"
+        ax.set_xlabel(f"{what} ({unit})" if unit else what)
+        ax.grid(axis="x", alpha=0.3)
+    ax_p.set_title("Parameters")
+    ax_f.set_title("Prefill FLOPs" if serving else "Training FLOPs per step")
+    fig.suptitle(f"{data['model']['name']}: where the parameters and FLOPs are")
+    return fig
+
+
+def _memory(report: dict):
+    data = report["data"]
+    fig = _figure()
+    ax = fig.subplots()
+    labels = [m["label"] for m in data["memory"]]
+    bottom = [0.0] * len(labels)
+    for cat, colour in CATEGORY_COLOURS.items():
+        vals = [m["categories"].get(cat, 0) / GB for m in data["memory"]]
+        if not any(vals):
+            continue
+        ax.bar(labels, vals, bottom=bottom, color=colour, label=cat, width=0.6)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    _gpu_line(ax, data)
+    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    ax.set_xlabel("layout")
+    ax.set_title(f"{data['model']['name']}: memory per GPU by category")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _activations(report: dict):
+    data = report["data"]
+    a = data["activations_vs_seq"]
+    fig = _figure()
+    ax = fig.subplots()
+    # selective equals none under a fused kernel (no S x S to drop): dashed, so both show
+    for mode, marker, style in (("none", "o", "-"), ("selective", "s", "--"),
+                                ("full", "^", "-")):
+        ax.plot(a["seq"], [v / GB for v in a[mode]], marker=marker, linestyle=style,
+                markersize=8 if mode == "none" else 5, label=f"recompute {mode}")
+    _finish_log_log(ax, data, a["seq"], "sequence length (tokens)",
+                    "activation memory (GB = 1e9 bytes)",
+                    f"{data['model']['name']}: activations saved for backward, micro-batch "
+                    f"{a['batch']}, attention {a['attn']}")
+    return fig
+
+
+def _kv(report: dict):
+    data = report["data"]
+    kv = data["kv_cache"]
+    fig = _figure()
+    ax = fig.subplots()
+    for c in kv["concurrencies"]:
+        ax.plot(kv["contexts"], [v / GB for v in kv["bytes"][str(c)]], marker="o",
+                markersize=3, label=f"{c:,} sequence{'s' if c > 1 else ''}")
+    ax.plot([kv["context"]], [kv["bytes_at_request"] / GB], marker="*", markersize=14,
+            color="black", linestyle="none",
+            label=f"asked: {kv['context']:,} tokens x {kv['concurrency']:,}")
+    _finish_log_log(ax, data, kv["contexts"], "context (tokens per sequence)",
+                    f"KV cache (GB = 1e9 bytes, {kv['kv_dtype']})",
+                    f"{data['model']['name']}: KV cache against context and concurrency")
+    return fig
+
+
+DRAW = {"components": _components, "memory": _memory, "activations": _activations,
+        "kv": _kv}
+
+
+def plot_specs(report: dict) -> list[dict]:
+    """Every plot the report's sections show, in order."""
+    return [p for s in report["sections"] for p in s["plots"]]
+
+
+def draw(report: dict, spec: dict) -> bytes:
+    """The PNG bytes of one plot of the report."""
+    return _png(DRAW[spec["kind"]](report))
