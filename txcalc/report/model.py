@@ -432,7 +432,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         if req.inference:
             raise WorkloadError("a serving report needs MODEL (the KV cache needs its shapes)")
         states = model_states(parse_count(req.params), req.precision, req.optimizer)
-        name = f"a model of {states['params']:,} parameters"
+        name = f"{states['params']:,}-parameter model"
         model = {"name": name, "params": states["params"]}
         cats = _categories(states)
         data = {"params": {"total": states["params"]},

@@ -22,6 +22,16 @@ CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "
 COUNT_WORDS = {"T": "trillions", "G": "billions", "M": "millions", "k": "thousands"}
 
 
+def require_matplotlib() -> None:
+    """Fail before any work is done (and any file written) when matplotlib is missing."""
+    import importlib.util
+
+    from ..errors import TxcalcError
+    if importlib.util.find_spec("matplotlib") is None:
+        raise TxcalcError("txcalc report draws its plots with matplotlib, which is not "
+                          "installed: pip install 'txcalc[plots]'")
+
+
 def _figure():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -80,7 +90,11 @@ def _components(report: dict):
                            else "FLOPs, one step (fwd + bwd, executed)")):
         vals = [groups[n][idx] for n in names]
         div, prefix = scale(max(vals) or 1)
-        ax.barh(names, [v / div for v in vals], color="#4C72B0" if idx == 0 else "#DD8452")
+        bars = ax.barh(names, [v / div for v in vals],
+                       color="#4C72B0" if idx == 0 else "#DD8452")
+        ax.bar_label(bars, labels=[f"{v / div:,.3g}" if v else "0" for v in vals], padding=3,
+                     fontsize=8)
+        ax.margins(x=0.15)
         unit = COUNT_WORDS.get(prefix, prefix) if idx == 0 else f"{prefix}FLOP"
         ax.set_xlabel(f"{what} ({unit})" if unit else what)
         ax.grid(axis="x", alpha=0.3)

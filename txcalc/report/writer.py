@@ -55,6 +55,7 @@ def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_d
 
     out = Path(out_dir)
     check_out_dir(out)
+    plots.require_matplotlib()
     done = 0
 
     def step(desc: str, total: int | None = None) -> None:
