@@ -385,3 +385,28 @@ def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, capsys, argv):
     assert len(lines) == 1 and lines[0].startswith("txcalc: error"), captured.err
     assert "Traceback" not in captured.err
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+# --- predicted against measured, when a validation report exists ------------------------------------
+def test_validation_report_rows_are_shown_largest_error_first(tmp_path):
+    val = tmp_path / "validation"
+    val.mkdir()
+    # the shape `txcalc validate` writes is read loosely: any predicted[_x]/measured[_x] pair
+    (val / "gpt2-meta.json").write_text(json.dumps({"model": "gpt2", "device": "meta", "rows": [
+        {"path": "layers.0.attn.q_proj", "quantity": "params", "predicted": 590592,
+         "measured": 590592},
+        {"path": "layers.0.mlp.up_proj", "quantity": "flops", "predicted": 990,
+         "measured": 1000},
+        {"phase": "forward", "predicted_bytes": 2100, "measured_bytes": 2000}]}))
+    (val / "llama-3-8b-cpu.json").write_text(json.dumps({"model": "llama-3-8b", "rows": [
+        {"predicted": 1, "measured": 2}]}))
+    out = tmp_path / "r"
+    rep = write_report(ReportRequest("gpt2", seq=256), out, validation_dir=val)
+    v = rep["data"]["validation"]
+    assert v["file"] == "gpt2-meta.json" and v["rows"] == 3 and v["exact"] == 1
+    assert [round(r["error_pct"], 6) for r in v["shown"]] == [5.0, -1.0, 0.0]
+    md = (out / "report.md").read_text()
+    assert "| forward bytes | 2,100 | 2,000 | +5.00% |" in md
+    assert (out / "validation.png").read_bytes()[:8] == PNG_MAGIC
+    other = build_report(ReportRequest("gpt2", seq=256), validation_dir=tmp_path / "none")
+    assert "validation" not in other["data"]

@@ -54,15 +54,27 @@ def _ceil_div(a: int, b: int) -> int:
 
 # --- the GPU ----------------------------------------------------------------------------------
 def resolve_gpu(req: ReportRequest) -> dict:
-    """Name and memory of the GPU: ``--gpu-gb`` wins, then the catalog, then an 80 GB GPU."""
+    """Name and memory of the GPU: the catalog row of ``--gpu`` (``--gpu-gb`` overrides its
+    memory), else ``--gpu-gb`` alone, else an 80 GB GPU."""
+    if req.gpu is not None:
+        try:
+            from ..hardware import get_gpu
+        except ImportError:  # a build without the GPU catalog
+            get_gpu = None
+        if get_gpu is not None:
+            g = get_gpu(req.gpu)
+            if req.gpu_gb is None:
+                return {"name": g.name, "memory_bytes": g.memory_bytes,
+                        "source": g.source or "GPU catalog"}
+            return {"name": g.name, "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}
+        if req.gpu_gb is None:
+            raise WorkloadError(f"GPU {req.gpu!r}: no GPU catalog in this build; give its "
+                                "memory with --gpu-gb")
     if req.gpu_gb is not None:
-        name = req.gpu or f"{req.gpu_gb:g} GB GPU"
-        return {"name": name, "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}
-    if req.gpu is None:
-        return {"name": f"{DEFAULT_GPU_GB} GB GPU", "memory_bytes": DEFAULT_GPU_GB * GB,
-                "source": "default (no --gpu given)"}
-    raise WorkloadError(f"GPU {req.gpu!r}: no GPU catalog in this build; give its memory with "
-                        "--gpu-gb")
+        return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU", "memory_bytes": int(req.gpu_gb * GB),
+                "source": "--gpu-gb"}
+    return {"name": f"{DEFAULT_GPU_GB} GB GPU", "memory_bytes": DEFAULT_GPU_GB * GB,
+            "source": "default (no --gpu given)"}
 
 
 # --- component grouping for the plot (labels only; the numbers are sums over op rows) ----------
@@ -369,11 +381,82 @@ def _frontier_section(data: dict) -> dict:
                     "time model, which is not in this build."])
 
 
-def _validation_section(name: str, validation_dir) -> dict:
+MAX_VALIDATION_ROWS = 40
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validation_rows(obj, where: str = "") -> list[dict]:
+    """Every predicted/measured pair in a validation report, wherever it sits: a dict with
+    ``predicted[_x]`` and ``measured[_x]`` numbers gives one row, labelled by the dict's string
+    values (op path, component, phase) and the suffix ``x``."""
+    rows: list[dict] = []
+    if isinstance(obj, dict):
+        label = " ".join(str(v) for k, v in obj.items() if isinstance(v, str)
+                         and k not in ("model", "device", "unit", "dtype")) or where
+        for k, v in obj.items():
+            if k.startswith("predicted") and _number(v):
+                suffix = k[len("predicted"):]
+                m = obj.get("measured" + suffix)
+                if _number(m):
+                    rows.append({"label": f"{label} {suffix.strip('_')}".strip(),
+                                 "predicted": v, "measured": m})
+        for k, v in obj.items():
+            if isinstance(v, (dict, list)):
+                rows += validation_rows(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            rows += validation_rows(v, f"{where}[{i}]")
+    return rows
+
+
+def find_validation(name: str, validation_dir) -> tuple[str, list[dict]] | None:
+    """The first validation report (``<dir>/*.json``, sorted) made for model ``name``."""
+    import json
+    from pathlib import Path
+
+    if validation_dir is None or not Path(validation_dir).is_dir():
+        return None
+    for p in sorted(Path(validation_dir).glob("*.json")):
+        try:
+            raw = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and (raw.get("model") == name
+                                      or p.stem.startswith(f"{name}-")):
+            rows = validation_rows(raw)
+            if rows:
+                return p.name, rows
+    return None
+
+
+def _validation_section(data: dict, name: str, validation_dir) -> dict:
     where = str(validation_dir) if validation_dir else "reports/validation"
+    found = find_validation(name, validation_dir)
+    if found is None:
+        return section("validation", "Predicted against measured",
+                       [f"No validation report for {name} in {where}/ (run `txcalc validate "
+                        f"{name}` to make one)."])
+    file, rows = found
+    for r in rows:
+        r["error_pct"] = (100.0 * (r["predicted"] - r["measured"]) / r["measured"]
+                          if r["measured"] else (0.0 if r["predicted"] == 0 else None))
+    shown = sorted(rows, key=lambda r: -abs(r["error_pct"] or 0))[:MAX_VALIDATION_ROWS]
+    data["validation"] = {"file": file, "rows": len(rows), "shown": shown,
+                          "exact": sum(1 for r in rows if r["predicted"] == r["measured"])}
+    v = data["validation"]
     return section("validation", "Predicted against measured",
-                   [f"No validation report for {name} in {where}/ (run `txcalc validate "
-                    f"{name}` to make one)."])
+                   [f"From {where}/{file}: {v['rows']:,} predicted/measured pairs, "
+                    f"{v['exact']:,} exactly equal; the {len(shown)} largest errors below "
+                    "(error = (predicted - measured) / measured)."],
+                   [table("Largest errors first", ["row", "predicted", "measured", "error"],
+                          [[r["label"], f"{r['predicted']:,}", f"{r['measured']:,}",
+                            "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.2f}%"]
+                           for r in shown])],
+                   [plot("validation.png", "validation", "Predicted against measured",
+                         "Bars of the prediction error per validated row")])
 
 
 CONVENTIONS = [
@@ -463,7 +546,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     if not req.inference:
         sections.append(_frontier_section(data))
     if cfg is not None:
-        sections.append(_validation_section(name, validation_dir))
+        sections.append(_validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",
                             bullets=_assumptions(req, gpu) + CONVENTIONS + SOURCES))
     command = req.command(out_dir)

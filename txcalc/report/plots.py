@@ -159,8 +159,29 @@ def _kv(report: dict):
     return fig
 
 
+def _validation(report: dict):
+    data = report["data"]
+    rows = [r for r in data["validation"]["shown"] if r["error_pct"] is not None][::-1]
+    fig = _figure()
+    ax = fig.subplots()
+    errs = [r["error_pct"] for r in rows]
+    ax.barh([r["label"][-45:] for r in rows], errs,
+            color=["#55A868" if abs(e) < 1 else "#C44E52" for e in errs])
+    ax.axvline(0, color="black", linewidth=0.8)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color="#55A868", label="|error| < 1%"),
+                       Patch(color="#C44E52", label="|error| >= 1%")], fontsize="small")
+    ax.set_xlabel("prediction error (%), (predicted - measured) / measured")
+    ax.set_ylabel("validated row")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(f"{data['model']['name']}: predicted against measured "
+                 f"({data['validation']['file']})")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
 DRAW = {"components": _components, "memory": _memory, "activations": _activations,
-        "kv": _kv}
+        "kv": _kv, "validation": _validation}
 
 
 def plot_specs(report: dict) -> list[dict]:
