@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Exact compute-and-memory accounting for Transformer models.")
 
 # Commands register themselves on import (one module per command).
-from . import costs_cmd, params_cmd, report_cmd  # noqa: E402,F401
+from . import costs_cmd, params_cmd, plan_cmd, report_cmd  # noqa: E402,F401
 
 
 def _one_line(msg: str) -> str:

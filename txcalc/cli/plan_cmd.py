@@ -1,0 +1,113 @@
+"""`txcalc plan train` and `txcalc plan infer`: how many GPUs, which layout, how long, cost."""
+
+from __future__ import annotations
+
+import typer
+
+from . import app
+from .output import console, emit_json, table
+from .params_cmd import MODEL_HELP
+
+plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
+app.add_typer(plan_app, name="plan")
+GB = 10**9
+
+
+def parse_context(text: str) -> int:
+    """'128k' -> 131072 (a context's k is 1024 tokens, as in "128K context"), else a count."""
+    from ..workload import parse_count
+    t = str(text).strip()
+    if t[-1:] in ("k", "K") and t[:-1].isdigit():
+        return int(t[:-1]) * 1024
+    return parse_count(t)
+
+
+@plan_app.command("train")
+def train(model: str = typer.Argument(..., help=MODEL_HELP),
+          tokens: str = typer.Option(..., "--tokens", help="Training tokens: 15T, 300B, 2e12."),
+          gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
+          days: float = typer.Option(None, "--days", help="Deadline in days."),
+          max_gpus: int = typer.Option(None, "--max-gpus", help="At most this many GPUs."),
+          gpus: int = typer.Option(None, "--gpus", help="Exactly this many GPUs."),
+          seq: int = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
+          global_batch: int = typer.Option(None, "--global-batch",
+                                           help="Sequences per step (default ~4M tokens)."),
+          precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+          optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+          price: float = typer.Option(None, "--price", help="Price per GPU-hour (your currency)."),
+          achieved_tflops: float = typer.Option(None, "--achieved-tflops",
+                                                help="Sustained hardware TFLOP/s per GPU (overrides the roofline)."),
+          gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
+          rows: int = typer.Option(8, "--rows", help="Layouts to show."),
+          json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+    """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
+    from ..planner import plan_train
+    from ..workload import parse_count
+
+    p = plan_train(model, gpu, parse_count(tokens), seq=seq, global_batch=global_batch,
+                   days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
+                   optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
+                   achieved_tflops=achieved_tflops, n_rows=max(rows, 1))
+    out = p.to_json()
+    if json_out:
+        emit_json(out)
+        return
+    s, b = p.setting, p.best
+    console.print(f"[bold]{s.cfg.name}[/bold] on {s.gpu.name} "
+                  f"({s.gpu.memory_bytes / GB:,.1f} GB each): {p.tokens:,} tokens, seq {s.seq}, "
+                  f"global batch {s.global_batch}, {s.precision}, {s.optimizer}")
+    console.print(f"  fewest GPUs on which training fits: [bold]{p.min_gpus_to_fit:,}[/bold]")
+    if p.gpus_for_deadline is not None:
+        console.print(f"  GPUs to finish within {p.days_limit:g} days: "
+                      f"[bold]{p.gpus_for_deadline:,}[/bold]")
+    cost = f", cost {b.cost:,.0f}" if b.cost is not None else ""
+    console.print(f"  best: {b.layout.short()} on [bold]{b.gpus:,}[/bold] GPUs: "
+                  f"{b.days:,.1f} days, {b.gpu_hours:,.0f} GPU-hours{cost}, MFU {b.mfu:.1%}, "
+                  f"{b.tokens_per_s:,.0f} tokens/s")
+    for note in p.notes:
+        console.print(f"  note: {note}")
+    cats = ("weights", "gradients", "optimizer", "activations", "framework")
+    console.print(table(
+        f"best layouts (memory per GPU in GB = 1e9, fullest stage; {p.layouts_evaluated:,} "
+        f"layouts searched in {p.search_s:.2f} s)",
+        ["layout", "GPUs", *cats, "total", "step s", "MFU", "days", "GPU-hours"]
+        + (["cost"] if b.cost is not None else []),
+        [(r.layout.short(), f"{r.gpus:,}", *(f"{r.memory[c] / GB:,.1f}" for c in cats),
+          f"{r.total_bytes / GB:,.1f}", f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}",
+          f"{r.days:,.1f}", f"{r.gpu_hours:,.0f}")
+         + ((f"{r.cost:,.0f}",) if r.cost is not None else ()) for r in p.rows]))
+
+
+@plan_app.command("infer")
+def infer(model: str = typer.Argument(..., help=MODEL_HELP),
+          gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
+          context: str = typer.Option(..., "--context", help="Tokens per sequence: 128k (=131072), 8192."),
+          concurrency: int = typer.Option(1, "--concurrency", help="Sequences served at once."),
+          kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
+          tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
+          precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
+          gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
+          json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+    """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
+    from ..planner import plan_infer
+
+    p = plan_infer(model, gpu, parse_context(context), concurrency, kv_dtype=kv_dtype,
+                   tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file)
+    out = p.to_json()
+    if json_out:
+        emit_json(out)
+        return
+    b = p.best
+    console.print(f"[bold]{p.cfg.name}[/bold] on {p.gpu.name}: {p.concurrency} sequences of "
+                  f"{p.context:,} tokens, KV cache {p.kv_dtype}")
+    console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
+                  f"pp {b.pp}; up to {b.max_concurrency:,} sequences fit in the KV cache; "
+                  f"prefill {b.prefill_latency_s:.2f} s; decode {b.decode_tokens_per_s:,.0f} "
+                  f"tokens/s ({b.decode_tokens_per_s_per_seq:,.1f} per sequence)")
+    console.print(table("replica layouts", ["tp x pp", "replicas", "GPUs", "weights GB/GPU",
+                                            "KV GB/seq/GPU", "max seqs/replica", "prefill s",
+                                            "decode tok/s"],
+                        [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
+                          f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
+                          f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
+                          f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]]))

@@ -1,0 +1,161 @@
+"""GPU catalog: memory, bandwidths and dense peak FLOP/s, one row per GPU with its datasheet.
+
+The catalog is ``txcalc/data/gpus.csv``; users add or override rows with their own file of the
+same columns (``--gpu-file my.csv``, ``load_catalog(extra=...)``).
+
+    column              | unit                     | meaning
+    --------------------|--------------------------|-------------------------------------------
+    name                |                          | lower-case key (``h100-sxm``)
+    aliases             | ``;``-separated          | other names for the same row (``h100``)
+    memory, memory_unit | GiB (2^30) or GB (1e9)   | device memory as the datasheet states it;
+                        |                          |   HBM/GDDR capacities ("80GB") are binary
+    hbm_gb_per_s        | GB/s (1e9 bytes/s)       | device memory bandwidth
+    fp32..int8          | TFLOP/s (TOPS), 1e12     | DENSE tensor peak per dtype (the sparsity
+                        |                          |   figures of the datasheets are halved);
+                        |                          |   0 = the dtype has no tensor-core path
+    intra_node_gb_per_s | GB/s per GPU, one way    | NVLink / xGMI / PCIe to the other GPUs of
+                        |                          |   the node (NVLink 900 GB/s "bidirectional"
+                        |                          |   on H100 = 450 one way)
+    inter_node_gb_per_s | GB/s per GPU, one way    | network to other nodes (400 Gb/s NDR = 50)
+    gpus_per_node       |                          | GPUs that share the intra-node link
+    source              | URL                      | the datasheet the numbers came from
+
+Notes on rows: A10G is AWS's variant of the A10 and has no NVIDIA sheet of its own: its row
+repeats the A10 datasheet. RTX 4090 bf16/fp16 figures are with fp32 accumulation (Ada
+whitepaper, Appendix A). B200 is the HGX B200 part (180 GB, 1000 W). Inter-node bandwidths are
+the usual one-NIC-per-GPU fabric of the vendor's reference system, not a property of the chip.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from importlib import resources
+from pathlib import Path
+
+from .errors import TxcalcError
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+COLUMNS = ("name", "aliases", "memory", "memory_unit", "hbm_gb_per_s", "fp32_tflops",
+           "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "int8_tops",
+           "intra_node_gb_per_s", "inter_node_gb_per_s", "gpus_per_node", "source")
+UNITS = {"GiB": 2**30, "GB": 10**9}
+
+
+class GpuError(TxcalcError):
+    """An unknown GPU name or a GPU file that cannot be read."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator. Bandwidths in bytes/s and peaks in FLOP/s (floats: rates, not counts);
+    memory in exact bytes."""
+
+    name: str
+    memory_bytes: int
+    hbm_bytes_per_s: float
+    peak_flops: dict[str, float] = field(hash=False)  #: dense peak per dtype, FLOP/s
+    intra_node_bytes_per_s: float = 0.0
+    inter_node_bytes_per_s: float = 0.0
+    gpus_per_node: int = 8
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; GpuError when the GPU has no such tensor path."""
+        p = self.peak_flops.get(dtype, 0.0)
+        if p <= 0:
+            raise GpuError(f"GPU {self.name} has no dense {dtype} peak in the catalog")
+        return p
+
+
+def _number(text: str, column: str, where: str) -> Decimal:
+    try:
+        v = Decimal(str(text).strip())
+    except InvalidOperation:
+        raise GpuError(f"{where}: column {column} ({text!r}) is not a number") from None
+    if not v.is_finite() or v < 0:
+        raise GpuError(f"{where}: column {column} ({text!r}) must be a non-negative number")
+    return v
+
+
+def _parse_row(row: dict, where: str) -> Gpu:
+    missing = [c for c in COLUMNS if c not in row or row[c] is None]
+    if missing:
+        raise GpuError(f"{where}: missing column(s) {', '.join(missing)}")
+    name = row["name"].strip().lower()
+    if not name:
+        raise GpuError(f"{where}: empty GPU name")
+    unit = row["memory_unit"].strip()
+    if unit not in UNITS:
+        raise GpuError(f"{where}: memory_unit ({unit!r}) must be GiB or GB")
+    memory = _number(row["memory"], "memory", where)
+    hbm = _number(row["hbm_gb_per_s"], "hbm_gb_per_s", where)
+    if memory <= 0 or hbm <= 0:
+        raise GpuError(f"{where}: memory ({row['memory']}) and hbm_gb_per_s "
+                       f"({row['hbm_gb_per_s']}) must be positive")
+    peaks = {d: float(_number(row[f"{d}_tops" if d == "int8" else f"{d}_tflops"], d, where))
+             * 1e12 for d in DTYPES}
+    per_node = _number(row["gpus_per_node"], "gpus_per_node", where)
+    if per_node != per_node.to_integral_value() or per_node < 1:
+        raise GpuError(f"{where}: gpus_per_node ({row['gpus_per_node']}) must be a positive "
+                       "integer")
+    return Gpu(name=name, memory_bytes=int(memory * UNITS[unit]), hbm_bytes_per_s=float(hbm) * 1e9,
+               peak_flops=peaks,
+               intra_node_bytes_per_s=float(_number(row["intra_node_gb_per_s"],
+                                                    "intra_node_gb_per_s", where)) * 1e9,
+               inter_node_bytes_per_s=float(_number(row["inter_node_gb_per_s"],
+                                                    "inter_node_gb_per_s", where)) * 1e9,
+               gpus_per_node=int(per_node), source=row["source"].strip(),
+               aliases=tuple(a.strip().lower() for a in row["aliases"].split(";") if a.strip()))
+
+
+def parse_catalog(text: str, origin: str) -> dict[str, Gpu]:
+    """GPU rows of a CSV text; ``origin`` names the file in errors."""
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None:
+        raise GpuError(f"{origin}: empty GPU file (expected columns {', '.join(COLUMNS)})")
+    missing = [c for c in COLUMNS if c not in reader.fieldnames]
+    if missing:
+        raise GpuError(f"{origin}: missing column(s) {', '.join(missing)}")
+    gpus: dict[str, Gpu] = {}
+    for i, row in enumerate(reader, start=2):
+        gpu = _parse_row(row, f"{origin} line {i}")
+        gpus[gpu.name] = gpu
+    if not gpus:
+        raise GpuError(f"{origin}: no GPU rows")
+    return gpus
+
+
+def load_catalog(extra: str | Path | None = None) -> dict[str, Gpu]:
+    """The built-in catalog, with the rows of ``extra`` (a CSV path) added or overriding."""
+    text = resources.files("txcalc").joinpath("data/gpus.csv").read_text(encoding="utf-8")
+    gpus = parse_catalog(text, "gpus.csv")
+    if extra is not None:
+        p = Path(extra)
+        try:
+            user = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise GpuError(f"cannot read GPU file {str(p)!r}: {e.__class__.__name__}") from None
+        gpus.update(parse_catalog(user, str(p)))
+    return gpus
+
+
+def get_gpu(name: str | Gpu, extra: str | Path | None = None) -> Gpu:
+    """The GPU called ``name`` (or one of its aliases), else GpuError with close matches."""
+    if isinstance(name, Gpu):
+        return name
+    gpus = load_catalog(extra)
+    key = str(name).strip().lower()
+    if key in gpus:
+        return gpus[key]
+    for gpu in gpus.values():
+        if key in gpu.aliases:
+            return gpu
+    names = list(gpus) + [a for g in gpus.values() for a in g.aliases]
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(gpus)}"
+    raise GpuError(f"unknown GPU {name!r}{hint}")

@@ -1,0 +1,54 @@
+"""Collectives: bytes each GPU sends and the time over the link the group spans.
+
+Ring algorithms (NCCL's defaults for large messages); ``size`` is the full buffer in bytes:
+
+    collective      | bytes sent per GPU     | used for
+    ----------------|------------------------|--------------------------------------------
+    all-reduce      | 2 (n-1)/n * size       | DP gradients (zero 0), TP activations (no SP)
+    reduce-scatter  | (n-1)/n * size         | ZeRO-2/3 gradients, TP with SP
+    all-gather      | (n-1)/n * size         | ZeRO-3 weights, ZeRO-1/2 updated weights, SP
+    all-to-all      | (n-1)/n * size         | EP token dispatch and combine
+    point-to-point  | size                   | PP activations, CP ring of keys/values
+
+time = latency + bytes / bandwidth, bandwidth = the intra-node link when the whole group sits
+in one node (group size x rank stride <= GPUs per node), else the inter-node one (each GPU has
+its own NIC, so a ring across nodes runs at one NIC's speed). Latency: 10 us a collective
+inside a node, 20 us across nodes (order of NCCL's measured small-message latency).
+
+Overlap assumptions (used by ``parallel.evaluate``): TP/SP and EP collectives sit on the
+critical path (not overlapped); the CP ring overlaps the attention compute of its layer;
+DP gradient reduction overlaps the backward of the last micro-batch; ZeRO-3 gathers overlap
+the compute of the micro-batch they serve; PP sends are exposed.
+
+All functions take numbers or numpy arrays.
+"""
+
+from __future__ import annotations
+
+LATENCY_INTRA_S = 10e-6
+LATENCY_INTER_S = 20e-6
+FACTOR = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0, "all_to_all": 1.0}
+
+
+def bytes_sent(kind: str, size, n):
+    """Bytes one GPU sends for a collective over ``n`` GPUs on a ``size``-byte buffer."""
+    if kind == "p2p":
+        return size
+    return FACTOR[kind] * (n - 1) / n * size
+
+
+def link(n, stride, gpu):
+    """(bandwidth bytes/s, latency s) of a group of ``n`` ranks ``stride`` apart."""
+    import numpy as np
+    inside = np.asarray(n) * np.asarray(stride) <= gpu.gpus_per_node
+    bw = np.where(inside, gpu.intra_node_bytes_per_s, gpu.inter_node_bytes_per_s)
+    lat = np.where(inside, LATENCY_INTRA_S, LATENCY_INTER_S)
+    return bw, lat
+
+
+def collective_s(kind: str, size, n, stride, gpu, count=1):
+    """Seconds for ``count`` collectives of ``size`` bytes over a group (0 when n == 1)."""
+    import numpy as np
+    bw, lat = link(n, stride, gpu)
+    t = count * (lat + bytes_sent(kind, size, n) / np.maximum(bw, 1.0))
+    return np.where(np.asarray(n) > 1, t, 0.0)

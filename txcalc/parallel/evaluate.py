@@ -1,0 +1,514 @@
+"""Per-GPU memory and step time of parallel layouts, vectorised over a grid of layouts.
+
+Everything is a sum over the engine's Op rows, sharded by ``parallel.sharding``: the ops of
+identical blocks are grouped once, each group's sharded parameters, optimizer states, saved
+activations and roofline time (``txcalc.timing``) are computed once per TP/EP/CP/micro-batch
+value, contracted with the number of blocks of each group on a pipeline stage, and the
+layouts are then evaluated as numpy arrays (one entry per layout).
+
+Per-GPU memory of a pipeline stage, by category (w, g, m, s: weight, gradient, fp32 master and
+optimizer-state bytes of the precision policy; P: parameters on the GPU after TP/EP):
+
+    category      | bytes                                                  | sharded over
+    --------------|--------------------------------------------------------|-----------------
+    weights       | w * P                                                  | ZeRO-3
+    gradients     | g * P                                                  | ZeRO-2, 3
+    optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
+                  |   + 4 bytes a parameter tensor (torch's Adam step)     |   (steps: never)
+    activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
+                  |   x micro-batches in flight (1F1B: pp - stage;         |
+                  |   interleaved stage 0: pp + (pp - 1) / v)              |
+    logits        | fp32 logits gradient, last stage: mb * S * V * 4 / tp  |
+    zero3 buffers | unsharded weights of `prefetch` blocks + grads of one  | (ZeRO-3 only)
+    framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
+
+ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
+expert parameters over dp * cp / ep. The grid screen divides totals with ceiling division;
+``layout_memory`` (exact, every stage, FSDP's per-tensor ceiling division of dim 0) gives the
+numbers reported for chosen layouts.
+
+Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
+EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
+fraction (pp - 1) / (v m) (Narayanan et al., arXiv:2104.04473, section 2.2). With an achieved
+throughput given (``achieved_flops_per_gpu``, FLOP/s of hardware work per GPU) the step time
+is hardware FLOPs / (GPUs x achieved) instead, as in that paper's end-to-end estimate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..components import model_ops
+from ..config import ModelConfig
+from ..hardware import Gpu
+from ..memory import PRECISIONS, optimizer_state_bytes
+from ..ops import Op
+from ..timing import COMPUTE_DTYPE, DeviceProfile, op_times
+from ..workload import Workload
+from . import comm
+from .layout import RECOMPUTE, Layout, check_layout
+from .sharding import (act_share, assign_stages, block_index, local_tensors, stage_blocks,
+                       tp_style)
+
+GiB = 2**30
+ADAM = ("adamw", "adam", "adam8bit")
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Framework memory outside the engine's tensors; defaults are typical, override them.
+
+    cuda_context_bytes: CUDA context, cuBLAS/cuDNN workspaces and kernels loaded (what
+    ``torch.cuda.mem_get_info`` shows used before the first tensor: 0.5-1 GiB on H100).
+    comm_buffer_bytes: NCCL channel buffers and DDP/FSDP buckets when more than one GPU.
+    fragmentation: caching-allocator slack as a fraction of the tensors' bytes.
+    zero3_prefetch_blocks: unsharded blocks alive under ZeRO-3 (the current one and the
+    prefetched next one).
+    """
+
+    cuda_context_bytes: int = 1 * GiB
+    comm_buffer_bytes: int = GiB // 2
+    fragmentation: float = 0.05
+    zero3_prefetch_blocks: int = 2
+
+
+def shard_op(op: Op, tp: int, ep: int, tied_copy: bool = False) -> Op:
+    """The part of ``op`` one GPU holds: an Op with its local params/widths (engine formulas
+    such as ``optimizer_state_bytes`` then apply unchanged)."""
+    tensors = local_tensors(op, tp, ep, tied_copy)
+    n = tensors[0][2] if tensors else (op.instances // ep if op.instances > 1 else 1)
+    per_instance = sum(d0 * rest for d0, rest, _ in tensors)
+    d_in, d_out = op.d_in, op.d_out
+    style = tp_style(op)
+    if style == "colwise":
+        d_out = -(-d_out // tp)
+    elif style == "rowwise":
+        d_in = -(-d_in // tp)
+    return dataclasses.replace(op, params=per_instance, instances=n, d_in=d_in, d_out=d_out)
+
+
+def _tp_split(op: Op, tp: int, sp: bool) -> int:
+    """How many ways TP splits the op's work."""
+    share = act_share(op)
+    if tp_style(op) != "replicate" or share == "tp" or (sp and share == "residual"):
+        return tp
+    return 1
+
+
+@dataclass(frozen=True)
+class TrainSetting:
+    """What is fixed while layouts vary: the model, data shape, precision, GPU."""
+
+    cfg: ModelConfig
+    gpu: Gpu
+    seq: int
+    global_batch: int
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    attn_impl: str = "flash"
+    profile: DeviceProfile | None = None
+    overheads: Overheads = field(default_factory=Overheads)
+    achieved_flops_per_gpu: float | None = None
+
+    @property
+    def prof(self) -> DeviceProfile:
+        return self.profile or DeviceProfile.from_gpu(self.gpu)
+
+    @property
+    def dtype(self) -> str:
+        return COMPUTE_DTYPE[self.precision]
+
+    @property
+    def bytes(self) -> tuple[int, int, int, int, int]:
+        return PRECISIONS[self.precision]
+
+    def work(self, micro_batch: int, recompute: str = "none") -> Workload:
+        return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
+                        recompute=recompute)
+
+    @cached_property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(model_ops(self.cfg))
+
+    @cached_property
+    def n_blocks(self) -> int:
+        return sum(depth for _, depth in self.cfg.stacks)
+
+
+# --- per group of ops: the costs, computed once ------------------------------------------------
+def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
+    """Local params (dense, expert), optimizer-state bytes and parameter tensors."""
+    out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0)
+    for op in ops:
+        copy = tied_copy and op.component == "lm_head"
+        local = shard_op(op, tp, ep, copy)
+        kind = "exp" if op.instances > 1 else "dense"
+        out[f"p_{kind}"] += local.params_total
+        out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes[3])
+        out["tensors"] += sum(n for _, _, n in local_tensors(op, tp, ep, copy))
+    return out
+
+
+def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
+                      micro_batch: int) -> int:
+    """Bytes the group saves for backward on one GPU, one micro-batch (before CP).
+
+    Full recompute keeps only each block's input (D wide, on the residual stream); selective
+    recompute drops the S x S probabilities (stored as a fused kernel would)."""
+    w = s.work(micro_batch, recompute)
+    a = s.bytes[4]
+    from .sharding import local_saved_bytes
+    total, seen = 0, set()
+    for op in ops:
+        g = block_index(s.cfg, op)
+        if recompute == "full" and g >= 0:
+            if g not in seen:
+                seen.add(g)
+                rows = w.rows("src" if op.stack == "encoder" else "seq")
+                b = rows * s.cfg.d_model * a
+                total += -(-b // tp) if sp else b
+            continue
+        ww = dataclasses.replace(w, attn_impl="flash") if (
+            recompute == "selective" and op.kind == "attn_scores") else w
+        total += local_saved_bytes(op, ww, a, tp, sp)
+    return total
+
+
+def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str,
+                micro_batch: int) -> tuple[float, float, float]:
+    """(compute incl. recompute, backward, attention-core) seconds per micro-batch."""
+    w = s.work(micro_batch, recompute)
+    prof, dtype = s.prof, s.dtype
+    total = bwd_total = attn = 0.0
+    for op in ops:
+        split = _tp_split(op, tp, sp) * cp
+        f, b = op_times(op, w, prof, dtype, s.bytes[4], s.bytes[0], split)
+        again = (recompute == "full" and op.layer >= 0) or (
+            recompute == "selective" and op.kind in ("attn_scores", "attn_context"))
+        total += f + b + (f if again else 0.0)
+        bwd_total += b
+        if op.kind in ("attn_scores", "attn_context"):
+            attn += f + b
+    return total, bwd_total, attn
+
+
+def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
+    """Per sequence: model FLOPs (masked pairs skipped) and hardware FLOPs per recompute."""
+    w = s.work(1)
+    model = sum(op.fwd_flops(w, True) + op.bwd_flops(w, True) for op in ops)
+    executed = sum(op.fwd_flops(w) + op.bwd_flops(w) for op in ops)
+    hw = []
+    for rc in RECOMPUTE:
+        extra = 0
+        if rc == "full":
+            extra = sum(op.fwd_flops(w) for op in ops if op.layer >= 0)
+        elif rc == "selective":
+            extra = sum(op.fwd_flops(w) for op in ops
+                        if op.kind in ("attn_scores", "attn_context"))
+        hw.append(executed + extra)
+    return model, hw
+
+
+def group_counts(ops) -> dict:
+    """Collectives per micro-batch forward: TP reductions (rowwise Linears and the
+    vocab-parallel embedding), MoE layers (all-to-all), attention layers (CP ring)."""
+    tp_coll = sum(1 for op in ops if tp_style(op) in ("rowwise", "vocab"))
+    moe = sum(1 for op in ops if op.kind == "linear" and op.instances > 1
+              and op.component.endswith("down_proj"))
+    attn = sum(1 for op in ops if op.kind == "attn_scores")
+    return dict(tp_coll=tp_coll, moe=moe, attn=attn)
+
+
+def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], list[Op]]:
+    """Blocks grouped by identical ops: (groups' ops of one block, group of each block,
+    ops before the blocks (stage 0), ops after them (last stage))."""
+    per_block: dict[int, list[Op]] = {}
+    first, last = [], []
+    stage_of = assign_stages(s.cfg, s.ops, 1)[0]
+    for op in stage_of:
+        g = block_index(s.cfg, op)
+        if g >= 0:
+            per_block.setdefault(g, []).append(op)
+        elif op.component.startswith("embed") or op.component == "rel_bias":
+            first.append(op)
+        else:
+            last.append(op)
+    keys: dict[tuple, int] = {}
+    groups: list[list[Op]] = []
+    block_group = []
+    for g in range(s.n_blocks):
+        ops = per_block.get(g, [])
+        key = tuple(dataclasses.replace(op, path="", layer=0) for op in ops)
+        if key not in keys:
+            keys[key] = len(groups)
+            groups.append(ops)
+        block_group.append(keys[key])
+    return groups, block_group, first, last
+
+
+# --- the grid evaluator -----------------------------------------------------------------------
+@dataclass
+class Tables:
+    """Stage-level tables: index [pp_i, slot, ...]; slot 0 first stage, 1 second, 2 last."""
+
+    tps: list
+    eps: list
+    cps: list
+    mbs: list
+    pps: list
+    arrays: dict
+
+
+def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int,
+                 stage: int):
+    """(blocks of each group on the stage, has embeddings, has head)."""
+    import numpy as np
+    c = np.zeros(n_groups + 2, dtype=np.int64)
+    for b in stage_blocks(s.n_blocks, pp)[stage]:
+        c[block_group[b]] += 1
+    c[n_groups] = 1 if stage == 0 else 0
+    c[n_groups + 1] = 1 if stage == pp - 1 else 0
+    return c
+
+
+def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tables:
+    """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
+
+    ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second,
+    last; ``layout_memory`` passes every stage)."""
+    import numpy as np
+    groups, block_group, first, last = group_ops(s)
+    all_groups = groups + [first, last]
+    G = len(all_groups)
+    tied = s.cfg.tie_embeddings and s.cfg.head == "lm"
+    n_tp, n_ep, n_cp, n_mb = len(tps), len(eps), len(cps), len(mbs)
+    st = {k: np.zeros((G, n_tp, n_ep), dtype=np.int64)
+          for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors")}
+    st_copy = {k: np.zeros((n_tp, n_ep), dtype=np.int64) for k in st}
+    for gi, ops in enumerate(all_groups):
+        for ti, tp in enumerate(tps):
+            for ei, ep in enumerate(eps):
+                for k, v in group_states(s, ops, tp, ep).items():
+                    st[k][gi, ti, ei] = v
+                if gi == G - 1 and tied:  # a tied head's own copy of the embedding shard
+                    with_copy = group_states(s, ops, tp, ep, tied_copy=True)
+                    for k, v in with_copy.items():
+                        st_copy[k][ti, ei] = v - st[k][gi, ti, ei]
+    act = np.zeros((G, n_tp, 2, 3, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
+    times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, 3))  # compute, backward, attention
+    for gi, ops in enumerate(all_groups):
+        for ti, tp in enumerate(tps):
+            for si, sp in enumerate((False, True)):
+                if sp and tp == 1:
+                    act[gi, ti, 1] = act[gi, ti, 0]
+                    times[:, gi, ti, 1] = times[:, gi, ti, 0]
+                    continue
+                for ri, rc in enumerate(RECOMPUTE):
+                    for bi in (0, 1):
+                        act[gi, ti, si, ri, bi] = group_activations(s, ops, tp, sp, rc, bi + 1)
+                    for ci, cp in enumerate(cps):
+                        for mi, mb in enumerate(mbs):
+                            times[:, gi, ti, si, ci, mi, ri] = group_times(s, ops, tp, sp, cp,
+                                                                           rc, mb)
+    counts = np.array([[group_counts(ops)[k] for k in ("tp_coll", "moe", "attn")]
+                       for ops in all_groups], dtype=np.int64)
+    flops = [group_flops(s, ops) for ops in all_groups]
+    slots_of = slots_of or (lambda pp: [0, min(1, pp - 1), pp - 1])
+    n_slots = max(len(slots_of(pp)) for pp in pps)
+    C = np.zeros((len(pps), n_slots, G), dtype=np.int64)
+    inflight_stage = np.zeros((len(pps), n_slots), dtype=np.int64)
+    has_head = np.zeros((len(pps), n_slots), dtype=bool)
+    valid = np.zeros((len(pps), n_slots), dtype=bool)
+    for pi, pp in enumerate(pps):
+        for k, stage in enumerate(slots_of(pp)):
+            C[pi, k] = stage_counts(s, len(groups), block_group, pp, stage)
+            inflight_stage[pi, k] = stage
+            has_head[pi, k] = stage == pp - 1
+            valid[pi, k] = True
+    arrays = {k: np.einsum("psg,gte->pste", C, v) for k, v in st.items()}
+    for k, v in st_copy.items():  # tied copy only where pp > 1 and the head is on the stage
+        need = has_head & (np.array(pps)[:, None] > 1)
+        arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
+    arrays["act"] = np.einsum("psg,gtxrb->pstxrb", C, act)
+    for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
+        arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
+    arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
+    arrays["stage"] = inflight_stage
+    arrays["has_head"] = has_head
+    arrays["valid"] = valid
+    arrays["layer_params"] = max(  # the largest block, for ZeRO-3 gather buffers
+        (st["p_dense"][g] + st["p_exp"][g] for g in range(len(groups))),
+        key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
+    blocks = [block_group.count(gi) for gi in range(len(groups))] + [1, 1]
+    arrays["model_flops_seq"] = sum(n * f[0] for n, f in zip(blocks, flops))
+    arrays["hw_flops_seq"] = [sum(n * f[1][r] for n, f in zip(blocks, flops)) for r in range(3)]
+    return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), arrays)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def evaluate(s: TrainSetting, t: Tables, g: dict) -> dict:
+    """Evaluate layouts given as equal-length numpy arrays in ``g``: tp, pp, dp, cp, ep, zero,
+    hybrid, sp, v (virtual stages), mb, rc (index into RECOMPUTE), and their table indices
+    ti, pi, ci, ei, mi. Returns arrays: memory by category of the fullest stage, total, step
+    time, MFU, HFU, days per token... (see ``planner``)."""
+    import numpy as np
+    A = t.arrays
+    cfg, gpu, ov = s.cfg, s.gpu, s.overheads
+    wb, gb_, mb_, sb, ab = s.bytes
+    n = g["tp"] * g["pp"] * g["dp"] * g["cp"]
+    ti, pi, ci, ei, mi, rc = g["ti"], g["pi"], g["ci"], g["ei"], g["mi"], g["rc"]
+    sp = g["sp"].astype(np.int64)
+    zero = g["zero"]
+    dpcp = g["dp"] * g["cp"]
+    shard = np.where(g["hybrid"], np.minimum(dpcp, np.maximum(1, gpu.gpus_per_node // g["tp"])),
+                     dpcp)
+    shard_e = np.maximum(1, shard // g["ep"])
+    m = s.global_batch // (g["dp"] * g["mb"])
+    n_slots = A["valid"].shape[1]
+    best = None
+    t_mb = np.zeros(len(n), dtype=float)
+    t_bwd = np.zeros(len(n), dtype=float)
+    p_max = np.zeros(len(n), dtype=np.int64)
+    tok = g["mb"] * s.seq
+    for k in range(n_slots):
+        valid = A["valid"][pi, k]
+        pd, pe = A["p_dense"][pi, k, ti, ei], A["p_exp"][pi, k, ti, ei]
+        z3d, z3e = np.where(zero >= 3, shard, 1), np.where(zero >= 3, shard_e, 1)
+        z2d, z2e = np.where(zero >= 2, shard, 1), np.where(zero >= 2, shard_e, 1)
+        z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
+        master = mb_ if s.optimizer != "none" else 0
+        cat = {
+            "weights": wb * (_cdiv(pd, z3d) + _cdiv(pe, z3e)),
+            "gradients": gb_ * (_cdiv(pd, z2d) + _cdiv(pe, z2e)),
+            "optimizer": (_cdiv(A["o_dense"][pi, k, ti, ei] + master * pd, z1d)
+                          + _cdiv(A["o_exp"][pi, k, ti, ei] + master * pe, z1e)
+                          + (4 * A["tensors"][pi, k, ti, ei] if s.optimizer in ADAM else 0)),
+        }
+        a1 = A["act"][pi, k, ti, sp, rc, 0]
+        a2 = A["act"][pi, k, ti, sp, rc, 1]
+        per_mb = _cdiv(a1 + (a2 - a1) * (g["mb"] - 1), g["cp"])
+        stage = A["stage"][pi, k]
+        inflight = np.where(g["v"] > 1, g["pp"] - stage + (g["pp"] - 1 - stage) // g["v"],
+                            g["pp"] - stage)
+        inflight = np.maximum(1, np.minimum(inflight, m))
+        cat["activations"] = per_mb * inflight
+        cat["logits"] = np.where(A["has_head"][pi, k] & (cfg.head == "lm"),
+                                 _cdiv(tok * cfg.vocab_size * 4, g["tp"] * g["cp"]), 0)
+        lp = A["layer_params"][ti, ei]
+        cat["zero3_buffers"] = np.where(zero == 3, (ov.zero3_prefetch_blocks * wb + gb_) * lp, 0)
+        tensors = sum(cat.values())
+        cat["framework"] = (ov.cuda_context_bytes + np.where(n > 1, ov.comm_buffer_bytes, 0)
+                            + (tensors * ov.fragmentation).astype(np.int64))
+        total = tensors + cat["framework"]
+        cat = {key: np.where(valid, v, 0) for key, v in cat.items()}
+        total = np.where(valid, total, -1)
+        if best is None:
+            best, best_total = cat, total
+        else:
+            take = total > best_total
+            best = {key: np.where(take, v, best[key]) for key, v in cat.items()}
+            best_total = np.maximum(total, best_total)
+        # time of one micro-batch on this stage
+        tc = A["t_compute"][pi, k, ti, sp, ci, mi, rc]
+        cnt = A["counts"][pi, k]
+        act_size = tok * cfg.d_model * ab / g["cp"]
+        n_tp = (2 + (rc == 2)) * cnt[..., 0]
+        t_tp = comm.collective_s("all_reduce", act_size, g["tp"], 1, gpu, n_tp)
+        moe_size = act_size * max(cfg.top_k, 1)
+        t_ep = comm.collective_s("all_to_all", moe_size, g["ep"], g["tp"] * g["cp"], gpu,
+                                 4 * cnt[..., 1])
+        kv_size = tok / g["cp"] * 2 * (cfg.kv_dim if not cfg.is_mla else
+                                       cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)) * ab
+        t_cp = comm.collective_s("p2p", kv_size * (g["cp"] - 1), g["cp"], g["tp"], gpu,
+                                 3 * cnt[..., 2])
+        t_cp = np.maximum(0.0, t_cp - A["t_attn"][pi, k, ti, sp, ci, mi, rc])
+        t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, g["tp"], 1),
+                                 g["pp"], g["tp"] * g["cp"] * g["dp"], gpu, 2 * g["v"])
+        t_stage = np.where(valid, tc + t_tp + t_ep + t_cp + t_pp, 0.0)
+        t_mb = np.maximum(t_mb, t_stage)
+        t_bwd = np.maximum(t_bwd, np.where(valid, A["t_bwd"][pi, k, ti, sp, ci, mi, rc], 0.0))
+        p_max = np.maximum(p_max, np.where(valid, pd + pe, 0))
+    pipeline = (m + (g["pp"] - 1) / g["v"]) * t_mb
+    grad_bytes = gb_ * p_max
+    w_bytes = wb * p_max
+    t_ar = comm.collective_s("all_reduce", grad_bytes, shard, g["tp"], gpu)
+    t_rs = comm.collective_s("reduce_scatter", grad_bytes, shard, g["tp"], gpu)
+    t_ag = comm.collective_s("all_gather", w_bytes, shard, g["tp"], gpu)
+    # hybrid shard: the shard group's result is then all-reduced across nodes
+    replicas = dpcp // shard
+    t_rep = comm.collective_s("all_reduce", _cdiv(grad_bytes, shard), replicas,
+                              g["tp"] * shard, gpu)
+    exposed = np.where(
+        zero == 0, np.maximum(0.0, t_ar - t_bwd),
+        np.where(zero < 3, np.maximum(0.0, t_rs - t_bwd) + t_ag,
+                 m * np.maximum(0.0, 2 * t_ag + t_rs - t_mb) + t_rep))
+    opt_bytes = 2 * (best["optimizer"] + best["weights"] + best["gradients"])
+    t_opt = opt_bytes / s.prof.bytes_per_s
+    step = pipeline + exposed + t_opt
+    hw_seq = np.array(A["hw_flops_seq"], dtype=float)[rc]
+    if s.achieved_flops_per_gpu:
+        step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
+    peak = s.gpu.peak(s.dtype)
+    mfu = A["model_flops_seq"] * s.global_batch / (step * n * peak)
+    hfu = hw_seq * s.global_batch / (step * n * peak)
+    out = {f"{k}_bytes": v for k, v in best.items()}
+    out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
+               bubble_fraction=(g["pp"] - 1) / (g["v"] * m), mfu=mfu, hfu=hfu, gpus=n,
+               exposed_dp_comm_s=exposed, micro_batch_time_s=t_mb,
+               tokens_per_s=s.global_batch * s.seq / step,
+               model_flops_step=A["model_flops_seq"] * s.global_batch,
+               hardware_flops_step=np.array(A["hw_flops_seq"], dtype=object)[rc] * s.global_batch)
+    return out
+
+
+def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict]:
+    """Table axes and index arrays for explicit layouts."""
+    import numpy as np
+    tps = sorted({l.tp for l in layouts}); eps = sorted({l.ep for l in layouts})
+    cps = sorted({l.cp for l in layouts}); mbs = sorted({l.micro_batch for l in layouts})
+    pps = sorted({l.pp for l in layouts})
+    arr = lambda f: np.array([f(l) for l in layouts])
+    g = dict(tp=arr(lambda l: l.tp), pp=arr(lambda l: l.pp), dp=arr(lambda l: l.dp),
+             cp=arr(lambda l: l.cp), ep=arr(lambda l: l.ep), zero=arr(lambda l: l.zero),
+             hybrid=arr(lambda l: l.hybrid_shard), sp=arr(lambda l: l.sp),
+             v=arr(lambda l: l.virtual), mb=arr(lambda l: l.micro_batch),
+             rc=arr(lambda l: RECOMPUTE.index(l.recompute)),
+             ti=arr(lambda l: tps.index(l.tp)), pi=arr(lambda l: pps.index(l.pp)),
+             ci=arr(lambda l: cps.index(l.cp)), ei=arr(lambda l: eps.index(l.ep)),
+             mi=arr(lambda l: mbs.index(l.micro_batch)))
+    return tps, eps, cps, mbs, pps, g
+
+
+def evaluate_layouts(s: TrainSetting, layouts: list[Layout], all_stages: bool = True) -> dict:
+    """``evaluate`` for explicit layouts (each checked), over every pipeline stage."""
+    from ..errors import WorkloadError
+    for lay in layouts:
+        check_layout(s.cfg, lay, s.seq)
+        if s.global_batch % (lay.dp * lay.micro_batch):
+            raise WorkloadError(f"global batch ({s.global_batch}) must be a multiple of dp x "
+                                f"micro_batch ({lay.dp} x {lay.micro_batch})")
+    tps, eps, cps, mbs, pps, g = grid_for(layouts)
+    slots = (lambda pp: list(range(pp))) if all_stages else None
+    t = build_tables(s, tps, eps, cps, mbs, pps, slots)
+    return evaluate(s, t, g)
+
+
+def fsdp_shard_params(s: TrainSetting, lay: Layout, stage: int = 0) -> tuple[int, int]:
+    """(padded, unpadded) parameters rank 0 of a ZeRO-3/FSDP2 group holds on ``stage``:
+    FSDP2 splits dim 0 of every tensor by ceiling division and pads storage to that size;
+    rank 0 always holds the largest (unpadded) shard."""
+    shard = lay.dp * lay.cp
+    padded = unpadded = 0
+    tied = s.cfg.tie_embeddings and s.cfg.head == "lm" and lay.pp > 1
+    for op in assign_stages(s.cfg, s.ops, lay.pp)[stage]:
+        copy = tied and op.component == "lm_head"
+        for d0, rest, cnt in local_tensors(op, lay.tp, lay.ep, copy):
+            rows = -(-d0 // shard)
+            padded += rows * rest * cnt
+            unpadded += min(rows, d0) * rest * cnt
+    return padded, unpadded

@@ -1,0 +1,122 @@
+"""Layout: how one training job is spread over GPUs, and the checks that make it valid.
+
+    field        | meaning                                                    | group rank order
+    -------------|------------------------------------------------------------|-----------------
+    tp           | tensor parallel: heads and MLP columns split (Megatron)     | innermost
+    cp           | context parallel: the sequence split, ring attention        | next
+    dp           | data parallel replicas (ZeRO / FSDP shards over dp * cp)    | next
+    pp           | pipeline stages                                             | outermost
+    ep           | expert parallel: routed experts split over ep ranks taken   | inside dp
+                 |   from the data-parallel group (Megatron-Core's convention) |
+    zero         | 0 none, 1 optimizer states, 2 + gradients, 3 + weights (FSDP full shard)
+    hybrid_shard | zero 3 shards inside a node and replicates across nodes (FSDP HYBRID_SHARD)
+    sp           | sequence parallel: norms/dropout regions split over tp (Korthikanti et al.)
+    schedule     | 1f1b or interleaved (with ``virtual`` model chunks per stage)
+    micro_batch  | sequences per micro-batch; recompute: none | selective | full
+
+GPUs = tp * cp * dp * pp. Ranks are numbered tp fastest, then cp, dp, pp (Megatron-LM's
+order), which decides whether a group's ring stays inside a node (see ``parallel.comm``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+from ..errors import TxcalcError
+
+SCHEDULES = ("1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+
+class LayoutError(TxcalcError):
+    """A parallel layout the model cannot take (a TP degree that does not divide the heads...)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    zero: int = 0
+    hybrid_shard: bool = False
+    sp: bool = False
+    schedule: str = "1f1b"
+    virtual: int = 1
+    micro_batch: int = 1
+    recompute: str = "none"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    def short(self) -> str:
+        """``tp8 pp16 dp64 cp1 ep1 zero1 sp mb1 sel``: one table cell."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        parts.append(f"zero{self.zero}" + ("h" if self.hybrid_shard else ""))
+        if self.sp:
+            parts.append("sp")
+        if self.schedule == "interleaved":
+            parts.append(f"v{self.virtual}")
+        parts.append(f"mb{self.micro_batch}")
+        parts.append({"none": "norc", "selective": "sel", "full": "full"}[self.recompute])
+        return " ".join(parts)
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def check_layout(cfg: ModelConfig, lay: Layout, seq: int) -> None:
+    """Raise LayoutError naming every value a layout breaks for this model."""
+    problems = []
+    for name in ("tp", "pp", "dp", "cp", "ep", "virtual", "micro_batch"):
+        v = getattr(lay, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            problems.append(f"{name} ({v!r}) must be a positive integer")
+    if problems:
+        raise LayoutError("; ".join(problems))
+    if lay.zero not in (0, 1, 2, 3):
+        problems.append(f"zero ({lay.zero!r}) must be 0, 1, 2 or 3")
+    if lay.hybrid_shard and lay.zero != 3:
+        problems.append(f"hybrid_shard needs zero 3, not zero {lay.zero}")
+    if lay.schedule not in SCHEDULES:
+        problems.append(f"schedule ({lay.schedule!r}) must be one of {', '.join(SCHEDULES)}")
+    if lay.recompute not in RECOMPUTE:
+        problems.append(f"recompute ({lay.recompute!r}) must be one of {', '.join(RECOMPUTE)}")
+    if lay.tp > 1:
+        if cfg.n_heads % lay.tp:
+            problems.append(f"TP degree ({lay.tp}) must divide n_heads ({cfg.n_heads})")
+        if not cfg.is_mla and cfg.n_kv_heads % lay.tp:
+            problems.append(f"TP degree ({lay.tp}) must divide n_kv_heads ({cfg.n_kv_heads})")
+        for name in ("d_ff", "moe_d_ff", "shared_d_ff"):
+            width = getattr(cfg, name)
+            if width and width % lay.tp:
+                problems.append(f"TP degree ({lay.tp}) must divide {name} ({width})")
+    if lay.sp and lay.tp == 1:
+        problems.append("sequence parallelism (sp) needs tp > 1")
+    blocks = sum(depth for _, depth in cfg.stacks)
+    if lay.pp * lay.virtual > blocks:
+        problems.append(f"pp ({lay.pp}) x virtual stages ({lay.virtual}) exceeds the "
+                        f"{blocks} blocks of {cfg.name}")
+    if lay.schedule == "interleaved" and (lay.pp < 2 or lay.virtual < 2):
+        problems.append(f"the interleaved schedule needs pp >= 2 and virtual >= 2 (pp {lay.pp}, "
+                        f"virtual {lay.virtual})")
+    if lay.schedule == "1f1b" and lay.virtual != 1:
+        problems.append(f"virtual stages ({lay.virtual}) need the interleaved schedule")
+    if seq % lay.cp:
+        problems.append(f"CP degree ({lay.cp}) must divide the sequence ({seq})")
+    if lay.ep > 1:
+        if not cfg.is_moe:
+            problems.append(f"expert parallelism (ep {lay.ep}) needs a mixture-of-experts model")
+        elif cfg.n_experts % lay.ep:
+            problems.append(f"EP degree ({lay.ep}) must divide n_experts ({cfg.n_experts})")
+        if (lay.dp * lay.cp) % lay.ep:
+            problems.append(f"EP degree ({lay.ep}) must divide dp x cp ({lay.dp} x {lay.cp})")
+    if problems:
+        raise LayoutError(f"{cfg.name}: " + "; ".join(problems))

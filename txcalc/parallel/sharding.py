@@ -1,0 +1,160 @@
+"""The sharding plan: how each Op's parameters and saved tensors split over TP, EP and PP.
+
+Keyed by the last part of the op's component name, the way torch's ``parallelize_module``
+plans are keyed by module names (Megatron-LM's layout, Shoeybi et al. arXiv:1909.08053):
+
+    module                                  | TP style  | weight [out, in] per GPU | bias
+    ----------------------------------------|-----------|--------------------------|---------
+    q/k/v_proj, gate/up_proj, q_b/kv_b_proj | colwise   | [ceil(out/t), in]        | split
+    o_proj, down_proj                       | rowwise   | [out, ceil(in/t)]        | replicated
+    embed.tokens                            | vocab     | [ceil(V/t), D]           | -
+    lm_head                                 | colwise   | [ceil(V/t), D] (vocab-parallel logits)
+    norms, router, q_a/kv_a_proj (MLA),     | replicate | whole                    | whole
+    position tables, pooler, proj_in/out    |           |                          |
+    moe.experts.*                           | EP, then TP as above: E/ep experts per GPU
+
+Saved activations (what backward keeps) divide the same way: tensors inside a TP region
+(attention heads, the MLP hidden, the input of a rowwise Linear, vocab-parallel logits) split
+over t; tensors on the residual stream (norm inputs, inputs of colwise Linears, residual
+dropout masks) split over t only with sequence parallelism (Korthikanti et al.,
+arXiv:2205.05198, section 4.2.2); position tables and token ids stay whole.
+
+Pipeline stages: blocks split as evenly as possible, extra blocks going to the middle
+stages first (stage 0 carries the embeddings, the last stage the final norm, head and loss:
+Megatron's uneven first/last stages). A tied head on a pipeline of more than one stage keeps
+its own copy of the embedding shard on the last stage (Megatron's word-embedding copy).
+"""
+
+from __future__ import annotations
+
+from ..config import ModelConfig
+from ..ops import Op
+from ..workload import Workload
+
+COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "q_b_proj", "kv_b_proj",
+           "lm_head")
+ROWWISE = ("o_proj", "down_proj")
+#: op kinds whose saved tensors live inside a TP region (split over t in any case)
+TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tp_style(op: Op) -> str:
+    """colwise | rowwise | vocab | replicate, from the op's module name."""
+    leaf = op.component.rsplit(".", 1)[-1]
+    if op.kind == "linear" and leaf in COLWISE:
+        return "colwise"
+    if op.kind == "linear" and leaf in ROWWISE:
+        return "rowwise"
+    if op.kind == "embedding" and op.component == "embed.tokens":
+        return "vocab"
+    return "replicate"
+
+
+def act_share(op: Op) -> str:
+    """How the op's saved tensors split over TP: tp | residual (tp only with SP) | whole."""
+    if op.kind in TP_REGION_KINDS or tp_style(op) == "rowwise":
+        return "tp"
+    if op.kind == "norm" and op.component.rsplit(".", 1)[-1] in ("q_norm", "k_norm"):
+        return "tp"
+    if op.kind == "dropout" and ".core" in op.component:  # attention-probability dropout
+        return "tp"
+    if op.kind in ("rotary", "embedding"):
+        return "whole"
+    return "residual"
+
+
+def _local_instances(op: Op, ep: int) -> int:
+    return op.instances // ep if op.instances > 1 else op.instances
+
+
+def local_tensors(op: Op, tp: int, ep: int = 1, tied_copy: bool = False
+                  ) -> list[tuple[int, int, int]]:
+    """Parameter tensors of the op on one GPU as (dim 0, elements per dim-0 row, count).
+
+    Linear weights are [out, in] (torch's layout); routed experts are ``E/ep`` separate
+    modules per GPU. ``tied_copy``: a tied head holding its own copy of the embedding shard.
+    """
+    n = _local_instances(op, ep)
+    style = tp_style(op)
+    if op.kind == "linear":
+        full_w = op.d_in * op.d_out
+        tied = op.params < full_w
+        has_bias = op.params - (0 if tied else full_w) > 0
+        out, inp = op.d_out, op.d_in
+        if style == "colwise":
+            out = _cdiv(out, tp)
+        elif style == "rowwise":
+            inp = _cdiv(inp, tp)
+        tensors = []
+        if not tied or tied_copy:
+            tensors.append((out, inp, n))
+        if has_bias:
+            tensors.append((out if style == "colwise" else op.d_out, 1, n))
+        return tensors
+    if op.kind == "embedding":
+        rows = _cdiv(op.d_in, tp) if style == "vocab" else op.d_in
+        return [(rows, op.d_out, n)]
+    if op.params:  # norms: scale (and shift) vectors
+        return [(op.d_in, 1, n)] * (op.params // op.d_in)
+    return []
+
+
+def local_params(op: Op, tp: int, ep: int = 1, tied_copy: bool = False) -> int:
+    """Parameters of the op held by one GPU (the largest shard: ceil-divided)."""
+    return sum(d0 * rest * n for d0, rest, n in local_tensors(op, tp, ep, tied_copy))
+
+
+def local_saved_bytes(op: Op, work: Workload, act_bytes: int, tp: int, sp: bool) -> int:
+    """Bytes the op saves for backward on one GPU of a TP group (full micro-batch)."""
+    b = op.saved_bytes(work, act_bytes)
+    share = act_share(op)
+    if share == "tp" or (share == "residual" and sp):
+        return _cdiv(b, tp)
+    return b
+
+
+def stage_blocks(n_blocks: int, pp: int) -> list[range]:
+    """Block indices of each stage: n // pp each, the remainder to stages 1, 2, ... (the first
+    stage also runs the embeddings, the last the head and the loss)."""
+    base, extra = divmod(n_blocks, pp)
+    sizes = [base] * pp
+    order = list(range(1, pp)) + [0]
+    for i in range(extra):
+        sizes[order[i]] += 1
+    out, start = [], 0
+    for s in sizes:
+        out.append(range(start, start + s))
+        start += s
+    return out
+
+
+def block_index(cfg: ModelConfig, op: Op) -> int:
+    """Global block number of an op (encoder blocks first), -1 outside blocks."""
+    if op.layer < 0:
+        return -1
+    if op.stack == "decoder":
+        return cfg.n_encoder_layers + op.layer
+    return op.layer
+
+
+def assign_stages(cfg: ModelConfig, ops, pp: int) -> list[list[Op]]:
+    """The ops of each pipeline stage, in forward order."""
+    n_blocks = sum(depth for _, depth in cfg.stacks)
+    stage_of_block = {}
+    for s, r in enumerate(stage_blocks(n_blocks, pp)):
+        for b in r:
+            stage_of_block[b] = s
+    stages: list[list[Op]] = [[] for _ in range(pp)]
+    for op in ops:
+        g = block_index(cfg, op)
+        if g >= 0:
+            stages[stage_of_block[g]].append(op)
+        elif op.component.startswith("embed") or op.component == "rel_bias":
+            stages[0].append(op)
+        else:
+            stages[-1].append(op)
+    return stages

@@ -1,0 +1,174 @@
+"""Time of one op on one GPU: a roofline with efficiency factors, and the DeviceProfile.
+
+    time(op) = max( flops / (peak[dtype] * flop_efficiency[class]),
+                    bytes_moved / (hbm_bytes_per_s * bw_efficiency) )
+
+Op classes and the default efficiencies (fractions of the datasheet's dense peak):
+
+    class      | op kinds                       | default | why
+    -----------|--------------------------------|---------|------------------------------------
+    matmul     | linear                         | 0.60    | large bf16 GEMMs reach 70-80% of
+               |                                |         |   peak in isolation (cuBLAS); 0.60
+               |                                |         |   leaves room for launch gaps and
+               |                                |         |   stragglers at scale (Llama 2 70B's
+               |                                |         |   published A100 GPU-hours imply
+               |                                |         |   ~44% MFU end to end)
+    attention  | attn_scores, attn_context      | 0.45    | FlashAttention-2 forward+backward
+               |                                |         |   reaches 50-70% on A100/H100
+               |                                |         |   (Dao 2023, arXiv:2307.08691)
+    memory     | everything else (norms,        | -       | no matmul FLOPs: bandwidth-bound
+               |   activations, loss, lookups)  |         |
+    bandwidth  | all ops (bw_efficiency)        | 0.80    | STREAM-like kernels reach ~80-90%
+               |                                |         |   of HBM bandwidth
+
+Bytes moved per op, forward (backward moves 2x: it reads the saved tensors and the output
+gradient and writes two gradients), unsharded, ``a`` = activation bytes:
+
+    op                 | bytes moved
+    -------------------|------------------------------------------------------------
+    linear             | weights of the active experts (all E for MoE) + rows * (in + out) * a
+    attention (flash)  | rows * H * (2 h_qk + 2 h_v) * a   (q, k, v read, o written)
+    attention (eager)  | + the S x S probabilities written and read (4 + a bytes per pair)
+    other ops          | 2 x the bytes they save per row (read the input, write the output)
+
+A DeviceProfile is a GPU's peaks plus the efficiencies; it saves to and loads from JSON so
+that a calibration (fitting the efficiencies to measured step times) can be stored and reused:
+
+    >>> prof = DeviceProfile.from_gpu(get_gpu("h100"))
+    >>> prof = prof.replace(flop_efficiency={"matmul": 0.62, "attention": 0.45})
+    >>> prof.save("h100-calibrated.json"); DeviceProfile.load("h100-calibrated.json")
+
+JSON keys: ``name``, ``peak_flops`` ({dtype: FLOP/s}), ``hbm_bytes_per_s``,
+``flop_efficiency`` ({class: fraction}), ``bw_efficiency`` (fraction), ``source`` (free text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import TxcalcError
+from .hardware import Gpu
+from .ops import Op
+from .workload import Workload
+
+DEFAULT_FLOP_EFFICIENCY = {"matmul": 0.60, "attention": 0.45}
+DEFAULT_BW_EFFICIENCY = 0.80
+#: compute dtype of the matmuls under each precision policy (fp32 runs on TF32 tensor cores,
+#: torch.backends.cuda.matmul.allow_tf32 = True, as Megatron and most trainers set it)
+COMPUTE_DTYPE = {"fp32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "bf16": "bf16"}
+
+
+class ProfileError(TxcalcError):
+    """A device profile file that cannot be read or holds impossible values."""
+
+
+def op_class(op: Op) -> str:
+    if op.kind == "linear":
+        return "matmul"
+    if op.kind in ("attn_scores", "attn_context"):
+        return "attention"
+    return "memory"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Peaks and efficiencies of one GPU type for the roofline."""
+
+    name: str
+    peak_flops: dict[str, float] = field(hash=False)
+    hbm_bytes_per_s: float = 0.0
+    flop_efficiency: dict[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_FLOP_EFFICIENCY), hash=False)
+    bw_efficiency: float = DEFAULT_BW_EFFICIENCY
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        bad = [f"{k} ({v!r})" for k, v in self.flop_efficiency.items()
+               if not isinstance(v, (int, float)) or not 0 < v <= 1]
+        if not isinstance(self.bw_efficiency, (int, float)) or not 0 < self.bw_efficiency <= 1:
+            bad.append(f"bw_efficiency ({self.bw_efficiency!r})")
+        if not isinstance(self.hbm_bytes_per_s, (int, float)) or self.hbm_bytes_per_s <= 0:
+            bad.append(f"hbm_bytes_per_s ({self.hbm_bytes_per_s!r})")
+        if bad:
+            raise ProfileError(f"device profile {self.name!r}: efficiencies must be in (0, 1] "
+                               f"and bandwidth positive: {', '.join(bad)}")
+
+    @classmethod
+    def from_gpu(cls, gpu: Gpu) -> DeviceProfile:
+        return cls(gpu.name, dict(gpu.peak_flops), gpu.hbm_bytes_per_s,
+                   source=f"datasheet {gpu.source}; default efficiencies")
+
+    def replace(self, **changes) -> DeviceProfile:
+        if "flop_efficiency" in changes:
+            changes["flop_efficiency"] = {**self.flop_efficiency, **changes["flop_efficiency"]}
+        return dataclasses.replace(self, **changes)
+
+    def flops_per_s(self, op_cls: str, dtype: str) -> float:
+        """Achievable FLOP/s of a class of op in ``dtype``."""
+        peak = self.peak_flops.get(dtype, 0.0)
+        if peak <= 0:
+            raise ProfileError(f"device {self.name} has no {dtype} peak")
+        return peak * self.flop_efficiency.get(op_cls, DEFAULT_FLOP_EFFICIENCY.get(op_cls, 1.0))
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.hbm_bytes_per_s * self.bw_efficiency
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> DeviceProfile:
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(name=str(d["name"]), peak_flops={str(k): float(v) for k, v in
+                                                        d["peak_flops"].items()},
+                       hbm_bytes_per_s=float(d["hbm_bytes_per_s"]),
+                       flop_efficiency={str(k): float(v) for k, v in
+                                        d.get("flop_efficiency", {}).items()}
+                       or dict(DEFAULT_FLOP_EFFICIENCY),
+                       bw_efficiency=float(d.get("bw_efficiency", DEFAULT_BW_EFFICIENCY)),
+                       source=str(d.get("source", "")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ProfileError(f"cannot read device profile {str(path)!r}: "
+                               f"{e.__class__.__name__} {e}") from None
+
+
+def bytes_moved(op: Op, w: Workload, act_bytes: int, weight_bytes: int) -> int:
+    """Forward bytes the op reads and writes in device memory (table in the module doc)."""
+    rows = w.rows(op.stream)
+    if op.kind == "linear":
+        return (op.params_total * weight_bytes
+                + rows * (op.d_in + op.d_out) * op.active * act_bytes)
+    if op.kind == "attn_scores":
+        moved = rows * op.heads * (2 * op.d_in + 2 * op.d_out) * act_bytes
+        if w.attn_impl != "flash":
+            moved += w.batch * op.heads * op.pairs(w) * (4 + act_bytes) * 2
+        return moved
+    if op.kind in ("attn_context", "attn_keys"):
+        return 0  # counted once, on the scores op
+    return 2 * op.saved_bytes(w, act_bytes)
+
+
+def roofline_s(flops: float, moved: float, prof: DeviceProfile, op_cls: str, dtype: str) -> float:
+    """max(compute time, memory time) of one op on one GPU."""
+    t_mem = moved / prof.bytes_per_s
+    if flops <= 0:
+        return t_mem
+    return max(flops / prof.flops_per_s(op_cls, dtype), t_mem)
+
+
+def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: int,
+             weight_bytes: int, split: int = 1) -> tuple[float, float]:
+    """(forward, backward) seconds of one op whose work is split ``split`` ways."""
+    cls = op_class(op)
+    moved = bytes_moved(op, w, act_bytes, weight_bytes) / split
+    fwd = roofline_s(op.fwd_flops(w) / split, moved, prof, cls, dtype)
+    bwd = roofline_s(op.bwd_flops(w) / split, 2 * moved, prof, cls, dtype)
+    return fwd, bwd
