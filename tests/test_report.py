@@ -75,8 +75,17 @@ def test_committed_markdown_shows_the_numbers(name):
     d = rep["data"]
     assert f"{d['params']['total']:,}" in md
     assert gb(d["answer"]["total_bytes"]) in md
-    if not d["answer"]["fits_one_gpu"]:
-        assert f"**{d['answer']['min_gpus_by_memory']:,}" in md
+    ans = d["answer"]
+    if ans["planner"]:  # the planner's answer, first thing in the report
+        first = md.split("## ")[1]
+        assert f"{ans['total_gpus']:,} {d['plan']['gpu']} GPUs" in first
+        if "days" in ans:
+            assert f"for {ans['days']:,.1f} days" in first
+            assert f"**{ans['min_gpus_to_fit']:,} GPUs**" in first
+        else:
+            assert f"**{ans['max_concurrency']:,} sequences**" in first
+    elif not ans["fits_one_gpu"]:
+        assert f"**{ans['min_gpus_by_memory']:,}" in md
     for m in d["memory"]:
         assert gb(m["total"]) in md
     if "activations_vs_seq" in d:
@@ -176,12 +185,43 @@ def test_report_numbers_equal_the_memory_and_flops_commands(capsys):
     assert main(["memory", "llama-3-8b", "--seq", "2048", "--batch", "2", "--recompute",
                  "selective", "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)
-    chosen = next(m for m in rep["data"]["memory"] if m["recompute"] == "selective")
+    chosen = next(m for m in rep["data"]["single_gpu"] if m["recompute"] == "selective")
     assert chosen["total"] == mem["total_bytes"] == rep["data"]["answer"]["total_bytes"]
     assert chosen["categories"]["activations"] == mem["activations_bytes"]
     assert main(["flops", "llama-3-8b", "--seq", "2048", "--batch", "2", "--json"]) == 0
     fl = json.loads(capsys.readouterr().out)
     assert rep["data"]["flops"]["model"] == fl["model_flops"]
+
+
+def test_report_copies_the_planner_answers_exactly(capsys):
+    """Training and serving answers equal `txcalc plan train/infer --json` for the same
+    question (the planner is tested against published figures in test_planner.py)."""
+    rep = json.loads((REPORTS / "mixtral-8x7b-train-h100" / "report.json").read_text())
+    assert main(["plan", "train", "mixtral-8x7b", "--gpu", "h100", "--tokens", "1T", "--seq",
+                 "4096", "--price", "2.5", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    ans = rep["data"]["answer"]
+    assert ans["total_gpus"] == plan["total_gpus"]
+    assert ans["min_gpus_to_fit"] == plan["min_gpus_to_fit"]
+    assert ans["days"] == pytest.approx(plan["days"], rel=1e-5)
+    assert ans["gpu_hours"] == pytest.approx(plan["gpu_hours"], rel=1e-5)
+    assert ans["cost"] == pytest.approx(2.5 * plan["gpu_hours"], rel=1e-5)
+    assert rep["data"]["plan"]["best"]["layout"] == plan["best"]["layout_name"]
+    assert rep["data"]["memory"][0]["categories"] == plan["best"]["memory_bytes"]
+
+    serve = json.loads((REPORTS / "llama-3.1-70b-serve-h200-128k" / "report.json").read_text())
+    assert main(["plan", "infer", "llama-3.1-70b", "--gpu", "h200", "--context", "128k",
+                 "--concurrency", "16", "--json"]) == 0
+    inf = json.loads(capsys.readouterr().out)
+    ans = serve["data"]["answer"]
+    assert (ans["total_gpus"], ans["replicas"], ans["max_concurrency"]) == (
+        inf["total_gpus"], inf["replicas"], inf["max_concurrency"])
+    assert ans["prefill_latency_s"] == pytest.approx(inf["prefill_latency_s"], rel=1e-5)
+    # the frontier: more GPUs never train slower, and the chosen layout is on it
+    front = rep["data"]["plan"]["frontier"]
+    assert [f["gpus"] for f in front] == sorted(f["gpus"] for f in front)
+    assert all(a["days"] >= b["days"] for a, b in zip(front, front[1:]))
+    assert rep["data"]["plan"]["best"]["gpus"] in [f["gpus"] for f in front]
 
 
 # --- untrusted strings are escaped --------------------------------------------------------------
@@ -196,16 +236,30 @@ def _evil_config(tmp_path: Path) -> Path:
     return p
 
 
-def test_model_name_from_a_config_file_is_escaped(tmp_path):
+def _evil_gpu_file(tmp_path: Path) -> Path:
+    from importlib import resources
+    text = resources.files("txcalc").joinpath("data/gpus.csv").read_text()
+    header, h100 = text.splitlines()[0], next(ln for ln in text.splitlines()
+                                              if ln.startswith("h100-sxm,"))
+    row = h100.split(",")
+    row[0], row[1] = EVIL.replace(",", ""), ""
+    p = tmp_path / "gpus.csv"
+    p.write_text(header + "\n" + ",".join(row) + "\n")
+    return p
+
+
+def test_model_and_gpu_names_from_files_are_escaped(tmp_path):
     out = tmp_path / "r"
     assert main(["report", str(_evil_config(tmp_path)), "--seq", "512", "--gpu", EVIL,
-                 "--gpu-gb", "24", "-o", str(out)]) == 0
+                 "--gpu-file", str(_evil_gpu_file(tmp_path)), "--tokens", "1B", "--max-gpus",
+                 "8", "-o", str(out)]) == 0
     page = (out / "report.html").read_text()
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") > 5  # title, answer, tables
     assert "<script" not in page.lower()
     md = (out / "report.md").read_text()
     assert EVIL not in md and "&lt;script&gt;" in md
-    assert json.loads((out / "report.json").read_text())["data"]["model"]["name"] == EVIL
+    data = json.loads((out / "report.json").read_text())["data"]
+    assert data["model"]["name"] == EVIL and data["plan"]["gpu"] == EVIL
 
 
 # --- HTML structure -------------------------------------------------------------------------------
@@ -361,6 +415,8 @@ BAD = [
     ["report", "gpt2", "--gpu-gb", "-80", "-o", "{out}"],
     ["report", "gpt2", "--days", "0", "-o", "{out}"],
     ["report", "gpt2", "--gpu", "nosuchgpu", "-o", "{out}"],
+    ["report", "llama-3.1-405b", "--gpu", "h100", "--tokens", "1T", "--max-gpus", "8", "-o",
+     "{out}"],  # fits on no layout of 8 GPUs
     ["report", "bert-base-uncased", "--inference", "-o", "{out}"],
     ["report", "llama-3-8b", "--inference", "--kv-dtype", "fp6", "-o", "{out}"],
     ["report", "llama-3-8b", "--inference", "--concurrency", "0", "-o", "{out}"],

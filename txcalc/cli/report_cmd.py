@@ -16,6 +16,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            inference: bool = typer.Option(False, "--inference", help="A serving report (weights + KV cache) instead of training."),
            gpu: str = typer.Option(None, "--gpu", help="GPU name (h100, h200, ...)."),
            gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
+           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
            precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
@@ -28,7 +29,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            max_gpus: int = typer.Option(None, "--max-gpus", help="Most GPUs allowed (planner)."),
            global_batch: int = typer.Option(None, "--global-batch", help="Global batch in sequences (planner)."),
            price: float = typer.Option(None, "--price", help="Price of one GPU-hour, for the cost."),
-           context: int = typer.Option(0, "--context", help="Serving: tokens per sequence (0 = seq)."),
+           context: str = typer.Option("0", "--context", help="Serving: tokens per sequence, 128k = 131072 (0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
@@ -38,12 +39,14 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
     from ..report.request import ReportRequest
     from ..report.writer import write_report
+    from .plan_cmd import parse_context
 
     req = ReportRequest(model=model, params=params, inference=inference, gpu=gpu,
-                        gpu_gb=gpu_gb, precision=precision, optimizer=optimizer, batch=batch,
+                        gpu_gb=gpu_gb, gpu_file=gpu_file, precision=precision, optimizer=optimizer, batch=batch,
                         seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                         tokens=tokens, days=days, max_gpus=max_gpus,
-                        global_batch=global_batch, price=price, context=context,
+                        global_batch=global_batch, price=price,
+                        context=0 if context.strip() == "0" else parse_context(context),
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
     with Progress(TextColumn("{task.description:<40}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),

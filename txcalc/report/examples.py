@@ -16,21 +16,22 @@ EXAMPLES: dict[str, list[str]] = {
     # Adam: 160 GB weights + 160 GB gradients + 960 GB optimizer state, on 80 GB GPUs.
     "80b-why-distributed": ["--params", "80e9", "--precision", "fp16-mixed", "--optimizer",
                             "adam", "--gpu-gb", "80"],
-    # Llama 3.1 405B pre-training (arXiv:2407.21783: 15.6T tokens at 8k sequence on H100s).
-    "llama-3.1-405b-train-h100": ["llama-3.1-405b", "--gpu", "h100", "--gpu-gb", "80",
-                                  "--tokens", "15.6T", "--seq", "8192"],
+    # Llama 3.1 405B pre-training (arXiv:2407.21783: 15.6T tokens at 8k sequence on H100s),
+    # asked to finish within 90 days.
+    "llama-3.1-405b-train-h100": ["llama-3.1-405b", "--gpu", "h100", "--tokens", "15.6T",
+                                  "--seq", "8192", "--days", "90"],
     # Llama 3.1 70B served at its full 128k context on H200s.
     "llama-3.1-70b-serve-h200-128k": ["llama-3.1-70b", "--inference", "--gpu", "h200",
-                                      "--gpu-gb", "141", "--context", "131072",
-                                      "--concurrency", "16"],
-    # Mixtral 8x7B (sparse MoE, 2 of 8 experts per token) trained on 1T tokens at 4k.
-    "mixtral-8x7b-train-h100": ["mixtral-8x7b", "--gpu", "h100", "--gpu-gb", "80", "--tokens",
-                                "1T", "--seq", "4096"],
+                                      "--context", "128k", "--concurrency", "16"],
+    # Mixtral 8x7B (sparse MoE, 2 of 8 experts per token) trained on 1T tokens at 4k, with a
+    # price of 2.5 per GPU-hour for the cost.
+    "mixtral-8x7b-train-h100": ["mixtral-8x7b", "--gpu", "h100", "--tokens", "1T", "--seq",
+                                "4096", "--price", "2.5"],
     # T5-base fine-tuning on one GPU: 512-token inputs and targets, batch 32, 1B tokens; eager
     # attention, as HF's T5 runs it (its relative position bias is added to the scores).
-    "t5-base-finetune-1gpu": ["t5-base", "--gpu", "a100-40gb", "--gpu-gb", "40", "--max-gpus",
-                              "1", "--seq", "512", "--batch", "32", "--attn", "eager",
-                              "--tokens", "1B"],
+    "t5-base-finetune-1gpu": ["t5-base", "--gpu", "a100-40gb", "--max-gpus", "1", "--seq",
+                              "512", "--batch", "32", "--global-batch", "32", "--attn",
+                              "eager", "--tokens", "1B"],
 }
 
 

@@ -53,28 +53,30 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 # --- the GPU ----------------------------------------------------------------------------------
-def resolve_gpu(req: ReportRequest) -> dict:
-    """Name and memory of the GPU: the catalog row of ``--gpu`` (``--gpu-gb`` overrides its
-    memory), else ``--gpu-gb`` alone, else an 80 GB GPU."""
+def resolve_gpu(req: ReportRequest):
+    """(name, memory and source as data; the catalog's Gpu or None). ``--gpu`` picks a
+    catalog row and ``--gpu-gb`` overrides its memory; ``--gpu-gb`` alone is a GPU known only
+    by its memory (no plan); neither is an 80 GB GPU."""
     if req.gpu is not None:
         try:
             from ..hardware import get_gpu
-        except ImportError:  # a build without the GPU catalog
+        except ImportError:  # pragma: no cover - a build without the GPU catalog
             get_gpu = None
         if get_gpu is not None:
-            g = get_gpu(req.gpu)
-            if req.gpu_gb is None:
-                return {"name": g.name, "memory_bytes": g.memory_bytes,
-                        "source": g.source or "GPU catalog"}
-            return {"name": g.name, "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}
+            g = get_gpu(req.gpu, req.gpu_file)
+            source = g.source or "GPU catalog"
+            if req.gpu_gb is not None:
+                g = dataclasses.replace(g, memory_bytes=int(req.gpu_gb * GB))
+                source = "--gpu-gb"
+            return {"name": g.name, "memory_bytes": g.memory_bytes, "source": source}, g
         if req.gpu_gb is None:
             raise WorkloadError(f"GPU {req.gpu!r}: no GPU catalog in this build; give its "
                                 "memory with --gpu-gb")
     if req.gpu_gb is not None:
-        return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU", "memory_bytes": int(req.gpu_gb * GB),
-                "source": "--gpu-gb"}
+        return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU",
+                "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}, None
     return {"name": f"{DEFAULT_GPU_GB} GB GPU", "memory_bytes": DEFAULT_GPU_GB * GB,
-            "source": "default (no --gpu given)"}
+            "source": "default (no --gpu given)"}, None
 
 
 # --- component grouping for the plot (labels only; the numbers are sums over op rows) ----------
@@ -147,12 +149,12 @@ def _training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
         d["flops"]["train_model_flops"] = d["flops"]["train_steps"] * f.model
         d["flops"]["train_executed_flops"] = d["flops"]["train_steps"] * (f.forward + f.backward)
     progress("memory by category for each recompute mode")
-    d["memory"] = []
+    d["single_gpu"] = []
     for mode in RECOMPUTE_MODES:
         m = TrainingMemory(cfg, dataclasses.replace(work, recompute=mode), req.precision,
                            req.optimizer)
         cats = _categories(m)
-        d["memory"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
+        d["single_gpu"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
                             "categories": cats, "total": sum(cats.values())})
     progress("activation memory against sequence length")
     limit = cfg.max_position if cfg.pos_type == "learned" else SEQ_SWEEP[-1]
@@ -224,14 +226,29 @@ def _fit(total: int, gpu: dict) -> dict:
             "min_gpus_by_memory": _ceil_div(total, gpu["memory_bytes"])}
 
 
-def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str) -> dict:
-    chosen = next(m for m in data["memory"] if m["recompute"] == req.recompute)
+def _key_figures(rows: list[list[str]]) -> dict:
+    return table("Key figures", ["quantity", "value"], rows)
+
+
+def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
+                     no_plan: str) -> dict:
+    chosen = next(m for m in data["single_gpu"] if m["recompute"] == req.recompute)
     fit = _fit(chosen["total"], gpu)
-    data["answer"] = dict(fit, planner=False)
+    plan = data.get("plan")
+    data["answer"] = dict(fit, planner=plan is not None)
+    if plan is not None:
+        from .planning import train_answer
+        b = plan["best"]
+        data["answer"].update(total_gpus=b["gpus"], days=b["days"], gpu_hours=b["gpu_hours"],
+                              cost=b["cost"], min_gpus_to_fit=plan["min_gpus_to_fit"],
+                              gpus_for_deadline=plan["gpus_for_deadline"])
+        paras, rows = train_answer(plan, name, chosen)
+        return section("answer", "The answer", paras, [_key_figures(rows)])
     c = chosen["categories"]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
-    paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} ({gb(gpu['memory_bytes'])})**: one "
-             f"training step needs {gb(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
+    paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} "
+             f"({gb(gpu['memory_bytes'])})**: one training step needs "
+             f"{gb(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
              + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {req.recompute}"
                 if "activations_vs_seq" in data else "") + ")."]
     if not fit["fits_one_gpu"]:
@@ -244,9 +261,7 @@ def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str) -> di
                      f"of {fl['tokens_per_step']:,} tokens) needs "
                      f"{human(fl['train_model_flops'], 'FLOP')} (model FLOPs; "
                      f"{human(fl['train_executed_flops'], 'FLOP')} executed).")
-    paras.append("Planning (layouts, GPUs for a deadline, days and cost) needs the planner, "
-                  "which is not available in this build: this report gives no time or cost "
-                  "figure rather than an invented one.")
+    paras.append(no_plan)
     rows = [["weights", f"{c['weights']:,}", gb(c["weights"])],
             ["gradients", f"{c['gradients']:,}", gb(c["gradients"])],
             ["optimizer (with fp32 master)", f"{c['optimizer']:,}", gb(c["optimizer"])]]
@@ -260,31 +275,43 @@ def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str) -> di
                                                                      "GB (1e9)"], rows)])
 
 
-def _answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str) -> dict:
+def _answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
+                    no_plan: str) -> dict:
     kv = data["kv_cache"]
     total = data["weights_bytes"] + kv["bytes_at_request"]
     fit = _fit(total, gpu)
     n = fit["min_gpus_by_memory"]
     room = n * gpu["memory_bytes"] - data["weights_bytes"]
     fit["max_concurrency_on_min_gpus"] = max(room, 0) // kv["bytes_per_sequence"]
-    data["answer"] = dict(fit, planner=False)
-    data["memory"] = [{"label": "1 GPU", "recompute": "none",
-                       "categories": {"weights": data["weights_bytes"],
-                                      "kv cache": kv["bytes_at_request"]}, "total": total}]
+    plan = data.get("plan")
+    data["answer"] = dict(fit, planner=plan is not None)
+    data["single_gpu"] = [{"label": "1 GPU", "recompute": "none",
+                           "categories": {"weights": data["weights_bytes"],
+                                          "kv cache": kv["bytes_at_request"]}, "total": total}]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
-    paras = [f"**Serving {name} at {kv['context']:,} tokens of context for {kv['concurrency']:,} "
-             f"concurrent sequences {verdict} on one {gpu['name']} "
-             f"({gb(gpu['memory_bytes'])})**: weights {gb(data['weights_bytes'])} "
-             f"({req.precision}) + KV cache {gb(kv['bytes_at_request'])} ({req.kv_dtype}) = "
-             f"{gb(total)}.",
+    memory = (f"On one {gpu['name']} ({gb(gpu['memory_bytes'])}) with no parallelism it "
+              f"{verdict}: weights {gb(data['weights_bytes'])} ({req.precision}) + KV cache "
+              f"{gb(kv['bytes_at_request'])} ({req.kv_dtype}, {gb(kv['bytes_per_sequence'])} "
+              f"per sequence) = {gb(total)}.")
+    compute = (f"Compute: a prefill of one {kv['context']:,}-token prompt is "
+               f"{human(data['flops']['prefill_per_sequence'], 'FLOP')}; each decoded token "
+               f"at that context is {human(data['flops']['decode_per_token'], 'FLOP')} per "
+               "sequence.")
+    if plan is not None:
+        from .planning import infer_answer
+        b = plan["best"]
+        data["answer"].update(total_gpus=b["total_gpus"], replicas=b["replicas"],
+                              max_concurrency=b["max_concurrency"],
+                              prefill_latency_s=b["prefill_latency_s"],
+                              decode_tokens_per_s=b["decode_tokens_per_s"])
+        paras, rows = infer_answer(plan, name, kv["context"], kv["concurrency"])
+        return section("answer", "The answer", paras + [memory, compute], [_key_figures(rows)])
+    paras = [f"**Serving {name} at {kv['context']:,} tokens of context for "
+             f"{kv['concurrency']:,} concurrent sequences {verdict} on one {gpu['name']}**. "
+             + memory,
              f"By memory alone: at least **{n:,} GPUs**, on which the KV cache leaves room for "
              f"**{fit['max_concurrency_on_min_gpus']:,} sequences** of {kv['context']:,} "
-             f"tokens ({gb(kv['bytes_per_sequence'])} each).",
-             f"Compute: a prefill of one {kv['context']:,}-token prompt is "
-             f"{human(data['flops']['prefill_per_sequence'], 'FLOP')}; each decoded token at "
-             f"that context is {human(data['flops']['decode_per_token'], 'FLOP')} per sequence.",
-             "Replicas, latency and tokens/s need the planner, which is not available in this "
-             "build: this report gives no latency figure rather than an invented one."]
+             "tokens.", compute, no_plan]
     rows = [["weights", f"{data['weights_bytes']:,}", gb(data["weights_bytes"])],
             ["KV cache", f"{kv['bytes_at_request']:,}", gb(kv["bytes_at_request"])],
             ["total", f"{total:,}", gb(total)]]
@@ -327,15 +354,22 @@ def _components_section(data: dict, inference: bool) -> dict:
 
 
 def _memory_section(data: dict, gpu: dict) -> dict:
-    cats = [c for c in data["memory"][0]["categories"]]
+    cats = list(data["memory"][0]["categories"])
     rows = [[m["label"], *(gb(m["categories"][c]) for c in cats), gb(m["total"])]
             for m in data["memory"]]
-    what = ("for each activation recompute mode" if len(rows) > 1
-            else "serving the asked load" if "kv cache" in cats else "model states only")
-    return section("memory", "Memory per GPU by category",
-                   [f"Without a planner the layout shown is one GPU with no parallelism, "
-                    f"{what}; the dashed line is one {gpu['name']} "
-                    f"({gb(gpu['memory_bytes'])})."],
+    if data.get("plan") is not None:
+        text = (f"Per GPU (the fullest pipeline stage) for the best layouts the planner found; "
+                f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])})."
+                if "kv cache" not in cats else
+                f"Per GPU for the serving layouts the planner found, at the asked load (the "
+                f"planner also reserves a prefill workspace and framework memory, not shown); "
+                f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
+    else:
+        what = ("for each activation recompute mode" if len(rows) > 1
+                else "serving the asked load" if "kv cache" in cats else "model states only")
+        text = (f"Without a plan the layout shown is one GPU with no parallelism, {what}; the "
+                f"dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
+    return section("memory", "Memory per GPU by category", [text],
                    [table("Bytes per GPU (GB = 1e9)", ["layout", *cats, "total"], rows)],
                    [plot("memory.png", "memory", "Memory per GPU by category",
                          "Stacked bars of memory per GPU by category")])
@@ -375,10 +409,21 @@ def _kv_section(data: dict, name: str) -> dict:
                          "Lines of KV-cache memory against context per concurrency")])
 
 
-def _frontier_section(data: dict) -> dict:
+def _frontier_section(data: dict, no_plan: str) -> dict:
+    plan = data.get("plan")
+    if plan is None or not plan["frontier"]:
+        return section("frontier", "GPUs against days to train",
+                       ["Not available: " + no_plan[:1].lower() + no_plan[1:]])
+    from .planning import frontier_rows
     return section("frontier", "GPUs against days to train",
-                   ["Not available: the trade-off between GPUs and days needs the planner's "
-                    "time model, which is not in this build."])
+                   [f"The fastest layout on each GPU count (the planner's search pinned to "
+                    f"that many GPUs), for {plan['tokens']:,} tokens."],
+                   [table("Fastest layout per GPU count", ["GPUs", "layout", "days",
+                                                           "GPU-hours", "MFU",
+                                                           "memory per GPU"],
+                          frontier_rows(plan))],
+                   [plot("frontier.png", "frontier", "GPUs against days to train",
+                         "Days to train against the number of GPUs")])
 
 
 MAX_VALIDATION_ROWS = 40
@@ -500,6 +545,29 @@ def _assumptions(req: ReportRequest, gpu: dict) -> list[str]:
     return out
 
 
+def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None, str]:
+    """The planner's answer, or None and the reason there is none (said in the report)."""
+    if cfg is None:
+        return None, ("Planning (layouts, days, cost) needs the model's shapes: give MODEL, "
+                      "not only --params.")
+    try:
+        from . import planning
+    except ImportError:  # pragma: no cover - a build without the planner
+        return None, ("Planning needs the planner, which is not available in this build: "
+                      "this report gives no time or cost figure rather than an invented one.")
+    if gpu is None:
+        return None, ("Planning needs a GPU from the catalog (bandwidths, peak FLOP/s): give "
+                      "--gpu NAME.")
+    if req.inference:
+        progress("planner: serving layouts")
+        return planning.infer_plan(req, cfg, gpu), ""
+    if req.tokens is None:
+        return None, ("Planning (GPUs, layout, days, cost) needs the training token budget: "
+                      "give --tokens N.")
+    from ..workload import parse_count
+    return planning.train_plan(req, cfg, parse_count(req.tokens), gpu, progress), ""
+
+
 # --- the whole report -------------------------------------------------------------------------
 def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
                  progress: Progress = _quiet) -> dict:
@@ -509,7 +577,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
 
     progress("model and GPU")
     cfg = load(req.model) if req.model is not None else None
-    gpu = resolve_gpu(req)
+    gpu, gpu_spec = resolve_gpu(req)
     if cfg is None:
         from ..memory import model_states
         if req.inference:
@@ -519,8 +587,8 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         model = {"name": name, "params": states["params"]}
         cats = _categories(states)
         data = {"params": {"total": states["params"]},
-                "memory": [{"label": "1 GPU", "recompute": req.recompute, "categories": cats,
-                            "total": sum(cats.values())}]}
+                "single_gpu": [{"label": "1 GPU", "recompute": req.recompute,
+                                "categories": cats, "total": sum(cats.values())}]}
     else:
         name = cfg.name
         model = {"name": cfg.name, "source": cfg.source, "family": cfg.family,
@@ -531,12 +599,20 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         if not req.inference:
             progress("KV cache against context and concurrency")
             data["kv_cache"] = _kv_data(req, cfg)
+    plan, no_plan = _plan(req, cfg, gpu_spec, progress)
     data = {"model": model, "gpu": gpu, "request": dataclasses.asdict(req), **data}
+    if plan is not None:
+        data["plan"] = plan
     progress("assembling sections")
     if req.inference:
-        answer = _answer_serving(data, req, gpu, name)
+        answer = _answer_serving(data, req, gpu, name, no_plan)
     else:
-        answer = _answer_training(data, req, gpu, name)
+        answer = _answer_training(data, req, gpu, name, no_plan)
+    if plan is None:
+        data["memory"] = data["single_gpu"]
+    else:
+        from .planning import layout_memory, serving_memory
+        data["memory"] = serving_memory(plan) if req.inference else layout_memory(plan)
     kind = "serving" if req.inference else "training"
     sections = [answer, _components_section(data, req.inference), _memory_section(data, gpu)]
     if "activations_vs_seq" in data:
@@ -544,7 +620,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     if cfg is not None:
         sections.append(_kv_section(data, name))
     if not req.inference:
-        sections.append(_frontier_section(data))
+        sections.append(_frontier_section(data, no_plan))
     if cfg is not None:
         sections.append(_validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",

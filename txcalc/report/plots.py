@@ -16,7 +16,8 @@ DPI = 100
 SIZE = (9.0, 5.0)
 #: one colour per memory category, reused by every plot that shows categories
 CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
-                    "activations": "#8172B2", "logits": "#CCB974", "kv cache": "#64B5CD"}
+                    "activations": "#8172B2", "logits": "#CCB974", "kv cache": "#64B5CD",
+                    "zero3_buffers": "#DD8452", "framework": "#8C8C8C"}
 
 
 COUNT_WORDS = {"T": "trillions", "G": "billions", "M": "millions", "k": "thousands"}
@@ -51,6 +52,14 @@ def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
     gpu = data["gpu"]
     ax.axhline(gpu["memory_bytes"] / GB, color="black", linestyle="--", linewidth=1,
                label=f"{label_prefix} {gpu['name']} ({gpu['memory_bytes'] / GB:,.0f} GB)")
+
+
+def _wrap(label: str, words: int = 3) -> str:
+    """A long layout name on several lines: three words a line, the GPU count on its own."""
+    head, _, tail = label.partition(" (")
+    parts = head.split()
+    lines = [" ".join(parts[i:i + words]) for i in range(0, len(parts), words)]
+    return "\n".join(lines + ([f"({tail}"] if tail else []))
 
 
 def _log2_ticks(ax, values: list[int]) -> None:
@@ -108,7 +117,7 @@ def _memory(report: dict):
     data = report["data"]
     fig = _figure()
     ax = fig.subplots()
-    labels = [m["label"] for m in data["memory"]]
+    labels = [_wrap(m["label"]) for m in data["memory"]]
     bottom = [0.0] * len(labels)
     for cat, colour in CATEGORY_COLOURS.items():
         vals = [m["categories"].get(cat, 0) / GB for m in data["memory"]]
@@ -119,6 +128,7 @@ def _memory(report: dict):
     _gpu_line(ax, data)
     ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
     ax.set_xlabel("layout")
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_title(f"{data['model']['name']}: memory per GPU by category")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
@@ -159,6 +169,35 @@ def _kv(report: dict):
     return fig
 
 
+def _frontier(report: dict):
+    data = report["data"]
+    plan = data["plan"]
+    pts = plan["frontier"]
+    fig = _figure()
+    ax = fig.subplots()
+    ax.plot([p["gpus"] for p in pts], [p["days"] for p in pts], marker="o",
+            label="fastest layout on that many GPUs")
+    b = plan["best"]
+    ax.plot([b["gpus"]], [b["days"]], marker="*", markersize=16, color="black",
+            linestyle="none", label=f"chosen: {b['gpus']:,} GPUs, {b['days']:,.1f} days")
+    ax.axvline(plan["min_gpus_to_fit"], color="#C44E52", linestyle=":",
+               label=f"fewest GPUs that fit ({plan['min_gpus_to_fit']:,})")
+    if plan["days_limit"]:
+        ax.axhline(plan["days_limit"], color="black", linestyle="--", linewidth=1,
+                   label=f"deadline ({plan['days_limit']:g} days)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([p["gpus"] for p in pts])
+    ax.set_xticklabels([f"{p['gpus']:,}" for p in pts], fontsize=8)
+    ax.minorticks_off()
+    ax.set_yscale("log")
+    ax.set_xlabel(f"GPUs ({plan['gpu']})")
+    ax.set_ylabel("days to train (wall clock)")
+    ax.set_title(f"{data['model']['name']}: GPUs against days for {plan['tokens']:,} tokens")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
 def _validation(report: dict):
     data = report["data"]
     rows = [r for r in data["validation"]["shown"] if r["error_pct"] is not None][::-1]
@@ -181,7 +220,7 @@ def _validation(report: dict):
 
 
 DRAW = {"components": _components, "memory": _memory, "activations": _activations,
-        "kv": _kv, "validation": _validation}
+        "kv": _kv, "frontier": _frontier, "validation": _validation}
 
 
 def plot_specs(report: dict) -> list[dict]:

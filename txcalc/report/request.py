@@ -22,6 +22,7 @@ class ReportRequest:
     inference: bool = False  #: a serving report (weights + KV cache) instead of training
     gpu: str | None = None  #: GPU name in the catalog (h100, h200, ...)
     gpu_gb: float | None = None  #: GPU memory in GB (1e9); overrides the catalog
+    gpu_file: str | None = None  #: CSV of extra GPUs (the catalog's columns)
     precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
     optimizer: str = "adamw"  #: adamw | adam | adam8bit | sgd | adafactor | none
     batch: int = 1  #: micro-batch (sequences) of the single-GPU figures
