@@ -78,10 +78,10 @@ def test_committed_markdown_shows_the_numbers(name):
     ans = d["answer"]
     if ans["planner"]:  # the planner's answer, first thing in the report
         first = md.split("## ")[1]
-        assert f"{ans['total_gpus']:,} {d['plan']['gpu']} GPUs" in first
+        assert f"{ans['total_gpus']:,} {d['plan']['gpu']} GPU" in first
         if "days" in ans:
             assert f"for {ans['days']:,.1f} days" in first
-            assert f"**{ans['min_gpus_to_fit']:,} GPUs**" in first
+            assert f"**{ans['min_gpus_to_fit']:,} GPU" in first
         else:
             assert f"**{ans['max_concurrency']:,} sequences**" in first
     elif not ans["fits_one_gpu"]:

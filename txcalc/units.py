@@ -30,3 +30,8 @@ def human(n: int | float, unit: str = "") -> str:
 def gb(n_bytes: int | float) -> str:
     """Bytes as decimal gigabytes: 160000000000 -> '160.00 GB'."""
     return f"{n_bytes / GB:,.2f} GB"
+
+
+def plural(n: int, word: str) -> str:
+    """plural(1, 'GPU') -> '1 GPU'; plural(16384, 'GPU') -> '16,384 GPUs'."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"

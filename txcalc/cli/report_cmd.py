@@ -35,7 +35,9 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
            validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports.")):
     """Write a capacity report: the answer, breakdowns, plots, assumptions (md, html, png)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    from rich.text import Text
 
     from ..report.request import ReportRequest
     from ..report.writer import write_report
@@ -49,7 +51,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         context=0 if context.strip() == "0" else parse_context(context),
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
     with Progress(TextColumn("{task.description:<40}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("report", total=None)
 
@@ -58,5 +60,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
         rep = write_report(req, out, validation_dir=validation_dir, progress=progress)
     files = [p["file"] for s in rep["sections"] for p in s["plots"]]
-    console.print(f"[bold]{rep['title']}[/bold] -> {out}/report.md, report.html, "
-                  f"report.json, {', '.join(files) or 'no plots'}")
+    # user strings (a model name, a path) are printed as plain text, never as rich markup
+    console.print(Text(rep["title"], style="bold"))
+    console.print(Text(f"  wrote {out}/: report.md, report.html, report.json and "
+                       f"{len(files)} plot{'' if len(files) == 1 else 's'}"))

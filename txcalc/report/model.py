@@ -415,15 +415,19 @@ def _frontier_section(data: dict, no_plan: str) -> dict:
         return section("frontier", "GPUs against days to train",
                        ["Not available: " + no_plan[:1].lower() + no_plan[1:]])
     from .planning import frontier_rows
-    return section("frontier", "GPUs against days to train",
-                   [f"The fastest layout on each GPU count (the planner's search pinned to "
-                    f"that many GPUs), for {plan['tokens']:,} tokens."],
+    text = [f"The fastest layout on each GPU count (the planner's search pinned to that many "
+            f"GPUs), for {plan['tokens']:,} tokens."]
+    plots = [plot("frontier.png", "frontier", "GPUs against days to train",
+                  "Days to train against the number of GPUs")]
+    if len(plan["frontier"]) < 2:
+        text.append("Only one GPU count is allowed here (--max-gpus), so there is no curve "
+                    "to plot.")
+        plots = []
+    return section("frontier", "GPUs against days to train", text,
                    [table("Fastest layout per GPU count", ["GPUs", "layout", "days",
                                                            "GPU-hours", "MFU",
                                                            "memory per GPU"],
-                          frontier_rows(plan))],
-                   [plot("frontier.png", "frontier", "GPUs against days to train",
-                         "Days to train against the number of GPUs")])
+                          frontier_rows(plan))], plots)
 
 
 MAX_VALIDATION_ROWS = 40

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..units import gb, human
+from ..units import gb, human, plural
 
 #: best layouts shown in the memory plot and table
 N_LAYOUTS = 5
@@ -92,11 +92,11 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
     deadline = ""
     if plan["gpus_for_deadline"] is not None:
         deadline = (f" To finish within {plan['days_limit']:g} days it needs "
-                    f"**{plan['gpus_for_deadline']:,} GPUs**.")
-    paras = [f"**Train {name} on {plan['tokens']:,} tokens: {b['gpus']:,} {plan['gpu']} GPUs "
-             f"for {b['days']:,.1f} days** ({b['gpu_hours']:,.0f} GPU-hours{cost}), layout "
-             f"`{b['layout']}`.",
-             f"Training fits on as few as **{plan['min_gpus_to_fit']:,} GPUs** "
+                    f"**{plural(plan['gpus_for_deadline'], 'GPU')}**.")
+    paras = [f"**Train {name} on {plan['tokens']:,} tokens: "
+             f"{plural(b['gpus'], plan['gpu'] + ' GPU')} for {b['days']:,.1f} days** "
+             f"({b['gpu_hours']:,.0f} GPU-hours{cost}), layout `{b['layout']}`.",
+             f"Training fits on as few as **{plural(plan['min_gpus_to_fit'], 'GPU')}** "
              f"({gb(plan['gpu_memory_bytes'])} each).{deadline} On one GPU with no "
              f"parallelism one step would need {gb(single['total'])}.",
              f"Best layout: {gb(b['total_bytes'])} per GPU, step {b['step_time_s']:,.2f} s for "
@@ -120,8 +120,8 @@ def infer_answer(plan: dict, name: str, context: int, concurrency: int
                  ) -> tuple[list[str], list[list[str]]]:
     b = plan["best"]
     paras = [f"**Serve {name} at {context:,} tokens of context for {concurrency:,} concurrent "
-             f"sequences: {b['total_gpus']:,} {plan['gpu']} GPUs**, {b['replicas']:,} "
-             f"replica{'s' if b['replicas'] > 1 else ''} of {b['gpus_per_replica']} GPUs "
+             f"sequences: {plural(b['total_gpus'], plan['gpu'] + ' GPU')}**, "
+             f"{plural(b['replicas'], 'replica')} of {plural(b['gpus_per_replica'], 'GPU')} "
              f"(TP {b['tp']} x PP {b['pp']}), room for **{b['max_concurrency']:,} sequences** "
              "in the KV cache.",
              f"Prefill of one {context:,}-token prompt: {b['prefill_latency_s']:,.2f} s; decode: "
@@ -138,7 +138,7 @@ def infer_answer(plan: dict, name: str, context: int, concurrency: int
 
 def layout_memory(plan: dict) -> list[dict]:
     """The best layouts as memory bars (per GPU, by category)."""
-    return [{"label": f"{r['layout']} ({r['gpus']:,} GPUs)", "recompute": None,
+    return [{"label": f"{r['layout']} ({plural(r['gpus'], 'GPU')})", "recompute": None,
              "categories": dict(r["memory"]), "total": r["total_bytes"]}
             for r in plan["layouts"]]
 
@@ -148,8 +148,8 @@ def serving_memory(plan: dict, n: int = N_LAYOUTS) -> list[dict]:
     out = []
     for r in plan["options"][:n]:
         kv = r["kv_bytes_per_seq"] * r["seqs_per_replica"]
-        out.append({"label": f"TP {r['tp']} x PP {r['pp']}, {r['replicas']} replica"
-                             f"{'s' if r['replicas'] > 1 else ''} ({r['total_gpus']} GPUs)",
+        out.append({"label": f"TP {r['tp']} x PP {r['pp']}, {plural(r['replicas'], 'replica')} "
+                             f"({plural(r['total_gpus'], 'GPU')})",
                     "recompute": None,
                     "categories": {"weights": r["weights_bytes"], "kv cache": kv},
                     "total": r["weights_bytes"] + kv})

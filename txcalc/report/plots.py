@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 
-from ..units import GB, scale
+from ..units import GB, plural, scale
 
 DPI = 100
 SIZE = (9.0, 5.0)
@@ -55,10 +55,14 @@ def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
 
 
 def _wrap(label: str, words: int = 3) -> str:
-    """A long layout name on several lines: three words a line, the GPU count on its own."""
+    """A long bar label on several lines: at its commas, else three words a line; a trailing
+    "(N GPUs)" on its own line."""
     head, _, tail = label.partition(" (")
-    parts = head.split()
-    lines = [" ".join(parts[i:i + words]) for i in range(0, len(parts), words)]
+    if ", " in head:
+        lines = head.split(", ")
+    else:
+        parts = head.split()
+        lines = [" ".join(parts[i:i + words]) for i in range(0, len(parts), words)]
     return "\n".join(lines + ([f"({tail}"] if tail else []))
 
 
@@ -159,7 +163,7 @@ def _kv(report: dict):
     ax = fig.subplots()
     for c in kv["concurrencies"]:
         ax.plot(kv["contexts"], [v / GB for v in kv["bytes"][str(c)]], marker="o",
-                markersize=3, label=f"{c:,} sequence{'s' if c > 1 else ''}")
+                markersize=3, label=plural(c, "sequence"))
     ax.plot([kv["context"]], [kv["bytes_at_request"] / GB], marker="*", markersize=14,
             color="black", linestyle="none",
             label=f"asked: {kv['context']:,} tokens x {kv['concurrency']:,}")
@@ -179,7 +183,7 @@ def _frontier(report: dict):
             label="fastest layout on that many GPUs")
     b = plan["best"]
     ax.plot([b["gpus"]], [b["days"]], marker="*", markersize=16, color="black",
-            linestyle="none", label=f"chosen: {b['gpus']:,} GPUs, {b['days']:,.1f} days")
+            linestyle="none", label=f"chosen: {plural(b['gpus'], 'GPU')}, {b['days']:,.1f} days")
     ax.axvline(plan["min_gpus_to_fit"], color="#C44E52", linestyle=":",
                label=f"fewest GPUs that fit ({plan['min_gpus_to_fit']:,})")
     if plan["days_limit"]:
