@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .. import __version__
 from ..errors import WorkloadError
-from ..units import GB, gb, human
+from ..units import GB, gb, human, plural
 from .request import ReportRequest
 
 SCHEMA = 1
@@ -100,19 +100,19 @@ def component_group(component: str) -> str:
 
 
 def _merge_components(params_rows: list[dict], flops_rows: list[dict]) -> list[dict]:
-    """Rows keyed by component with params and executed FLOPs; all-zero rows dropped."""
+    """Rows keyed by component: params, active params and every FLOPs column of
+    ``flops_rows`` (training: forward/backward/model; serving: prefill/decode); rows with no
+    parameters and no FLOPs (activations, the loss) are dropped."""
+    keys = [k for k in (flops_rows[0] if flops_rows else {}) if k != "component"]
     out: dict[str, dict] = {}
-    for r in params_rows:
-        out[r["component"]] = {"component": r["component"], "group": component_group(r["component"]),
-                               "params": r["params"], "active_params": r["active_params"],
-                               "forward_flops": 0, "backward_flops": 0, "model_flops": 0}
-    for r in flops_rows:
+    for r in params_rows + flops_rows:
         row = out.setdefault(r["component"], {"component": r["component"],
                                               "group": component_group(r["component"]),
-                                              "params": 0, "active_params": 0})
-        for k in ("forward_flops", "backward_flops", "model_flops"):
-            row[k] = r[k]
-    return [r for r in out.values() if r["params"] or r["forward_flops"]]
+                                              "params": 0, "active_params": 0,
+                                              **dict.fromkeys(keys, 0)})
+        for k in ("params", "active_params", *keys):
+            row[k] += r.get(k, 0)
+    return [r for r in out.values() if r["params"] or any(r[k] for k in keys)]
 
 
 # --- training ---------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def _training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
                            req.optimizer)
         cats = _categories(m)
         d["single_gpu"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
-                            "categories": cats, "total": sum(cats.values())})
+                                "categories": cats, "total": sum(cats.values())})
     progress("activation memory against sequence length")
     limit = cfg.max_position if cfg.pos_type == "learned" else SEQ_SWEEP[-1]
     seqs = sorted({s for s in SEQ_SWEEP if s <= limit} | {req.seq})
@@ -203,16 +203,14 @@ def _serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     rows: dict[str, dict] = {}
     for op in ops:
         key = f"{op.stack}.{op.component}" if op.stack else op.component
-        r = rows.setdefault(key, {"component": key, "forward_flops": 0, "backward_flops": 0,
-                                  "model_flops": 0})
-        r["forward_flops"] += op.prefill_flops(prompt)
-        r["model_flops"] += op.decode_flops(1, ctx, prompt.src_seq)
+        r = rows.setdefault(key, {"component": key, "prefill_flops": 0, "decode_flops": 0})
+        r["prefill_flops"] += op.prefill_flops(prompt)
+        r["decode_flops"] += op.decode_flops(1, ctx, prompt.src_seq)
     wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)][0]
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
-         # serving rows: forward_flops = prefill of one prompt, model_flops = one decoded token
          "components": _merge_components(p.by_component(), list(rows.values())),
-         "flops": {"prefill_per_sequence": sum(r["forward_flops"] for r in rows.values()),
-                   "decode_per_token": sum(r["model_flops"] for r in rows.values())},
+         "flops": {"prefill_per_sequence": sum(r["prefill_flops"] for r in rows.values()),
+                   "decode_per_token": sum(r["decode_flops"] for r in rows.values())},
          "weights_bytes": p.total * wbytes}
     progress("KV cache against context and concurrency")
     d["kv_cache"] = _kv_data(req, cfg)
@@ -331,7 +329,7 @@ def _components_section(data: dict, inference: bool) -> dict:
         cols = ["component", "params", "share", "prefill FLOPs (one prompt)",
                 "decode FLOPs (one token)"]
         rows = [[r["component"], f"{r['params']:,}", f"{r['params'] / total:.2%}",
-                 human(r["forward_flops"]), human(r["model_flops"])]
+                 human(r["prefill_flops"]), human(r["decode_flops"])]
                 for r in data["components"]]
         text = (f"{total:,} parameters, {data['params']['active']:,} active per token. FLOPs "
                 "of the prefill of one prompt (output head on its last token) and of one "
@@ -404,7 +402,7 @@ def _kv_section(data: dict, name: str) -> dict:
                     f"{kv['context']:,} tokens x {kv['concurrency']:,} sequences: "
                     f"{gb(kv['bytes_at_request'])}."],
                    [table(f"KV cache ({kv['kv_dtype']}, GB = 1e9)",
-                          ["context", *(f"{c:,} seqs" for c in kv["concurrencies"])], rows)],
+                          ["context", *(plural(c, "seq") for c in kv["concurrencies"])], rows)],
                    [plot("kv_cache.png", "kv", "KV cache against context and concurrency",
                          "Lines of KV-cache memory against context per concurrency")])
 

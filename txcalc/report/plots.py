@@ -93,7 +93,8 @@ def _components(report: dict):
     for r in data["components"]:
         g = groups.setdefault(r["group"], [0, 0])
         g[0] += r["params"]
-        g[1] += r["forward_flops"] + r.get("backward_flops", 0)
+        g[1] += (r["prefill_flops"] if "prefill_flops" in r
+                 else r["forward_flops"] + r["backward_flops"])
     names = sorted(groups, key=lambda k: tuple(groups[k]))
     fig = _figure()
     ax_p, ax_f = fig.subplots(1, 2, sharey=True)
@@ -105,8 +106,8 @@ def _components(report: dict):
         div, prefix = scale(max(vals) or 1)
         bars = ax.barh(names, [v / div for v in vals],
                        color="#4C72B0" if idx == 0 else "#DD8452")
-        ax.bar_label(bars, labels=[f"{v / div:,.3g}" if v else "0" for v in vals], padding=3,
-                     fontsize=8)
+        ax.bar_label(bars, labels=["0" if not v else "<0.01" if v / div < 0.01
+                                   else f"{v / div:,.3g}" for v in vals], padding=3, fontsize=8)
         ax.margins(x=0.15)
         unit = COUNT_WORDS.get(prefix, prefix) if idx == 0 else f"{prefix}FLOP"
         ax.set_xlabel(f"{what} ({unit})" if unit else what)
