@@ -60,7 +60,8 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
     return {"gpu": s.gpu.name, "gpu_memory_bytes": int(s.gpu.memory_bytes),
             "tokens": tokens, "seq": s.seq, "global_batch": s.global_batch,
             "min_gpus_to_fit": p.min_gpus_to_fit, "gpus_for_deadline": p.gpus_for_deadline,
-            "days_limit": req.days, "layouts_evaluated": p.layouts_evaluated,
+            "days_limit": req.days, "price_per_gpu_hour": req.price,
+            "layouts_evaluated": p.layouts_evaluated,
             "model_flops": r6(p.model_flops), "hardware_flops": r6(p.hardware_flops),
             "best": _row(p.best), "layouts": [_row(r) for r in p.rows],
             "frontier": frontier, "notes": list(p.notes)}
@@ -88,7 +89,9 @@ def infer_plan(req, cfg, gpu) -> dict:
 def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[list[str]]]:
     """Paragraphs and key-figure rows of a planned training answer."""
     b = plan["best"]
-    cost = f", cost {b['cost']:,.0f} at the given price per GPU-hour" if b["cost"] else ""
+    cost = ""
+    if b["cost"] is not None:
+        cost = f", cost {b['cost']:,.0f} at {plan['price_per_gpu_hour']:g} per GPU-hour"
     deadline = ""
     if plan["gpus_for_deadline"] is not None:
         deadline = (f" To finish within {plan['days_limit']:g} days it needs "
