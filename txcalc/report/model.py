@@ -529,7 +529,7 @@ SOURCES = [
 ]
 
 
-def _assumptions(req: ReportRequest, gpu: dict) -> list[str]:
+def _assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
     out = [f"GPU: {gpu['name']}, {gb(gpu['memory_bytes'])} ({gpu['source']}).",
            f"Precision {req.precision}, optimizer {req.optimizer}."]
     if req.inference:
@@ -543,8 +543,11 @@ def _assumptions(req: ReportRequest, gpu: dict) -> list[str]:
     else:
         out.append("Only the parameter count is known: model states (weights, gradients, "
                    "optimizer) only, no activations.")
-    out.append("Not included: CUDA context, communication buffers, allocator fragmentation.")
-    return out
+    if plan is None:
+        out.append("Not included (no plan): CUDA context, communication buffers, allocator "
+                   "fragmentation.")
+        return out
+    return out + plan["assumptions"]
 
 
 def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None, str]:
@@ -626,7 +629,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     if cfg is not None:
         sections.append(_validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",
-                            bullets=_assumptions(req, gpu) + CONVENTIONS + SOURCES))
+                            bullets=_assumptions(req, gpu, plan) + CONVENTIONS + SOURCES))
     command = req.command(out_dir)
     sections.append(section("provenance", "How this report was made",
                             [f"txcalc {__version__}, command: `{command}`"]))

@@ -64,7 +64,10 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
             "layouts_evaluated": p.layouts_evaluated,
             "model_flops": r6(p.model_flops), "hardware_flops": r6(p.hardware_flops),
             "best": _row(p.best), "layouts": [_row(r) for r in p.rows],
-            "frontier": frontier, "notes": list(p.notes)}
+            "frontier": frontier, "notes": list(p.notes),
+            "assumptions": plan_assumptions(s.gpu, {"layouts_evaluated": p.layouts_evaluated,
+                                                    "global_batch": s.global_batch,
+                                                    "seq": s.seq}, serving=False)}
 
 
 def infer_plan(req, cfg, gpu) -> dict:
@@ -82,7 +85,36 @@ def infer_plan(req, cfg, gpu) -> dict:
         d["seqs_per_replica"] = -(-req.concurrency // r.replicas)
         rows.append(d)
     return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
-            "best": rows[0], "options": rows}
+            "best": rows[0], "options": rows,
+            "assumptions": plan_assumptions(p.gpu, {}, serving=True)}
+
+
+def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
+    """What the planner assumed, read from its own defaults (never retyped here)."""
+    from ..parallel.evaluate import Overheads
+    from ..timing import DeviceProfile
+
+    ov, prof = Overheads(), DeviceProfile.from_gpu(gpu)
+    eff = prof.flop_efficiency
+    out = [f"Time model (txcalc/timing.py): a roofline per op on {gpu.name}'s datasheet peaks "
+           f"(source above), at {eff.get('matmul', 1):.0%} of the dense peak "
+           f"for matmuls, {eff.get('attention', 1):.0%} for attention and "
+           f"{prof.bw_efficiency:.0%} of HBM bandwidth; communication per collective over "
+           "the intra- and inter-node links (txcalc/parallel/comm.py).",
+           f"Framework memory per GPU (txcalc/parallel/evaluate.py, Overheads): CUDA context "
+           f"{gb(ov.cuda_context_bytes)}, communication buffers {gb(ov.comm_buffer_bytes)} "
+           f"when more than one GPU, allocator fragmentation {ov.fragmentation:.0%} of the "
+           "tensors."]
+    if serving:
+        out.append("Serving layouts: TP x PP per replica, KV heads split over min(TP, K), a "
+                   "chunked-prefill workspace per GPU; decode is a roofline over reading the "
+                   "weights and the caches (txcalc/planner.py, plan_infer).")
+    else:
+        out.append(f"Training search: {plan['layouts_evaluated']:,} layouts (TP x PP x DP x CP "
+                   "x EP x ZeRO stage x micro-batch x recompute); global batch "
+                   f"{plan['global_batch']:,} sequences of {plan['seq']:,} tokens "
+                   "(txcalc/planner.py, plan_train).")
+    return out
 
 
 # --- sections --------------------------------------------------------------------------------
