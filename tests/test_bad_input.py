@@ -175,13 +175,19 @@ def test_non_boolean_tie_word_embeddings(capsys, tmp_path):
     check_cli_error(capsys, ["params", path], "tie_word_embeddings", "'yes'", "true or false")
 
 
+@pytest.mark.parametrize("key,value", [("attention_dropout", 1.5), ("attention_dropout", "x")])
+def test_bad_dropout_probability(capsys, tmp_path, key, value):
+    path = write(tmp_path, llama(**{key: value}))
+    check_cli_error(capsys, ["params", path], key, repr(value), "[0, 1)")
+
+
 def test_unknown_activation(capsys, tmp_path):
     path = write(tmp_path, llama(hidden_act="tanhh"))
     check_cli_error(capsys, ["params", path], "hidden_act", "'tanhh'", "silu")
 
 
 def test_non_integer_sliding_window(capsys, tmp_path):
-    path = write(tmp_path, llama(sliding_window="abc"))
+    path = write(tmp_path, llama(model_type="mistral", sliding_window="abc"))
     check_cli_error(capsys, ["params", path], "sliding_window", "'abc'")
 
 
@@ -249,15 +255,10 @@ def test_bart_default_width_is_named_not_none(capsys, tmp_path):
     assert "None" not in line
 
 
-def test_layer_types_pattern_not_modelled(capsys, tmp_path):
-    types = ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]
-    path = write(tmp_path, llama(num_hidden_layers=4, sliding_window=16, layer_types=types))
-    check_cli_error(capsys, ["params", path], "layer_types", "SFFS", "cannot model")
-
-
 @pytest.mark.parametrize("types", [5, ["sliding_attention"], ["sliding_attention", "local"]])
 def test_layer_types_malformed(capsys, tmp_path, types):
-    path = write(tmp_path, llama(sliding_window=16, layer_types=types))
+    path = write(tmp_path, llama(model_type="qwen2", use_sliding_window=True, sliding_window=16,
+                                 layer_types=types))
     check_cli_error(capsys, ["params", path], "layer_types", repr(types), "2 layers")
 
 

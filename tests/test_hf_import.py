@@ -15,6 +15,10 @@ model as well: every parameter outside the stacked expert tensors once, plus top
 
 from __future__ import annotations
 
+import inspect
+import re
+import sys
+
 import os
 
 import pytest
@@ -100,6 +104,11 @@ def llama_like(draw, model_type: str) -> dict:
     maybe(draw, raw, "max_position_embeddings", st.integers(16, 4096))
     maybe(draw, raw, "sliding_window", st.one_of(st.none(), st.integers(4, 64)))
     maybe(draw, raw, "use_sliding_window", st.booleans())
+    if model_type in ("qwen2", "qwen3", "qwen2_moe", "gemma2"):  # the types that read these
+        maybe(draw, raw, "max_window_layers", st.integers(0, 5))
+        maybe(draw, raw, "layer_types", st.lists(
+            st.sampled_from(["sliding_attention", "full_attention"]),
+            min_size=raw["num_hidden_layers"], max_size=raw["num_hidden_layers"]))
     return raw
 
 
@@ -370,16 +379,44 @@ def expected_active(raw: dict, model) -> int:
     return active
 
 
+def hf_windows(model) -> list[int]:
+    """The sliding window each decoder layer of the built HF model uses (0 = full attention).
+
+    Read from HF itself: a modeling file that never mentions ``sliding_window`` has none; else
+    the attention module's own ``sliding_window`` when it sets one, else the layer's entry of
+    ``config.layer_types`` when the modeling code reads them, else ``config.sliding_window``.
+    """
+    cfg = model.config
+    src = inspect.getsource(sys.modules[type(model).__module__])
+    blocks = [m for name, m in model.named_modules() if re.search(r"\.(layers|h)\.\d+$", name)]
+    if "sliding_window" not in src:
+        return [0] * len(blocks)
+    out = []
+    for i, block in enumerate(blocks):
+        attn = getattr(block, "self_attn", None) or getattr(block, "attn")
+        if "sliding_window" in vars(attn):
+            w = vars(attn)["sliding_window"]
+        elif "layer_types" in src and getattr(cfg, "layer_types", None):
+            w = cfg.sliding_window if cfg.layer_types[i] == "sliding_attention" else None
+        else:
+            w = cfg.sliding_window
+        out.append(w or 0)
+    return out
+
+
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
 def test_hf_import_counts_what_hf_builds(model_type, data):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     model = hf_model(raw)
-    counts = txcalc.params(from_hf_dict(raw))
+    cfg = from_hf_dict(raw)
+    counts = txcalc.params(cfg)
     assert counts.total == expected_total(raw, model)
     if model_type in MOE:
         assert counts.active == expected_active(raw, model)
+    if cfg.family == "decoder":
+        assert [cfg.window(i) for i in range(cfg.n_layers)] == hf_windows(model)
 
 
 DEEPSEEK = {"model_type": "deepseek_v2", "hidden_size": 16, "num_attention_heads": 2,

@@ -24,7 +24,9 @@ def test_preset_equals_its_hf_import(name):
     preset = PRESETS[name]
     assert txcalc.params(imported).total == txcalc.params(preset).total
     for field in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
-                  "vocab_size", "n_experts", "top_k", "tie_embeddings", "family", "activation"):
+                  "vocab_size", "n_experts", "top_k", "tie_embeddings", "family", "activation",
+                  "sliding_window", "global_every", "sliding_layers", "embed_dropout",
+                  "attn_dropout", "resid_dropout", "mlp_dropout", "final_dropout"):
         assert getattr(imported, field) == getattr(preset, field), field
 
 

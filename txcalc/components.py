@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, attention_core, elementwise, embedding, linear, norm
+from .ops import Op, attention_core, dropout, elementwise, embedding, linear, norm
 
 Where = tuple[str, int]
 
@@ -51,6 +51,8 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
                         cfg.max_position + cfg.position_offset, cfg.d_model, stream="pos")
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
+    if cfg.embed_dropout:
+        yield dropout(f"{p}embed.dropout", where, "embed.dropout", cfg.d_model, _stream(stack))
     if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
         yield embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads)
 
@@ -65,9 +67,11 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     stack, layer = where
     q_stream = _stream(stack)
     causal = cfg.family != "encoder" and stack != "encoder" and not cross
-    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads, qk_dim=qk_dim,
+    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads,
+                          kv_heads=cfg.n_heads if cfg.is_mla else cfg.n_kv_heads, qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
-                          causal=causal, window=cfg.window(layer) if causal else 0)
+                          causal=causal, window=cfg.window(layer) if causal else 0,
+                          dropout=cfg.attn_dropout)
 
 
 def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Iterator[Op]:
@@ -97,6 +101,8 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
         yield _norm(cfg, f"{p}{c}k_norm", where, c + "k_norm", k_w)
     yield from _core(cfg, p + c, where, c, h, h, cross)
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream)
+    if cfg.resid_dropout:
+        yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
 
 
 def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
@@ -124,6 +130,8 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
                  H * (cfg.qk_nope_head_dim + cfg.v_head_dim), False)
     yield from _core(cfg, c, where, comp, qk, cfg.v_head_dim)
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
+    if cfg.resid_dropout:
+        yield dropout(f"{c}dropout", where, comp + "dropout", D)
 
 
 def rotary(c: str, where: Where, comp: str, width: int) -> Op:
@@ -138,7 +146,9 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     """Dense MLP: gated (gate and up D->F, act(gate) * up, down F->D) or plain (up, act, down).
 
     Saved by the activation: its input (gelu_new, written out elementwise, keeps four F-wide
-    tensors); gated: act input, act output and up output (the product's two operands).
+    tensors); ReLU: its output, which is also down's input (nothing of its own); gated: act
+    input, act output and up output (the product's two operands). Dropout inside the MLP
+    (T5, OPT, BART) adds its mask, and a ReLU's output then is no longer down's input.
     """
     D = cfg.d_model
     kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
@@ -147,9 +157,13 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
                      shares_input=shares_input, **kw)
     yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias,
                  shares_input=shares_input or cfg.gated, **kw)
-    n_saved = 3 if cfg.gated else (4 if cfg.activation == "gelu_new" else 1)
+    relu = cfg.activation == "relu"
+    n_saved = 3 if cfg.gated else {"gelu_new": 4, "relu": 0}.get(cfg.activation, 1)
     yield elementwise(f"{c}act", where, comp + "act", "activation",
                       ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
+    if cfg.mlp_dropout and instances == 1:
+        yield dropout(f"{c}act_dropout", where, comp + "act_dropout", d_ff, kw["stream"],
+                      extra=((d_ff, "a"),) if relu else ())
     yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
 
 
@@ -177,11 +191,14 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield from attention(cfg, p, where, name="cross_attn")
     if not (cfg.parallel_block and cfg.parallel_norms == 1):
         yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
-    if stack != "encoder" and cfg.is_moe_layer(i):
+    ffn = "moe." if stack != "encoder" and cfg.is_moe_layer(i) else "mlp."
+    if ffn == "moe.":
         yield from moe(cfg, p + "moe.", where)
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
                        shares_input=cfg.parallel_block and cfg.parallel_norms == 1)
+    if cfg.resid_dropout:
+        yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
     if cfg.norm_position == "sandwich":
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
 
@@ -210,5 +227,8 @@ def model_ops(cfg: ModelConfig) -> list[Op]:
         if cfg.final_norm:
             ops.append(_norm(cfg, f"{_prefix(stack)}final_norm", (stack, -1), "final_norm",
                              cfg.d_model))
+        if cfg.final_dropout:
+            ops.append(dropout(f"{_prefix(stack)}final_dropout", (stack, -1), "final_dropout",
+                               cfg.d_model, _stream(stack)))
     ops.extend(head(cfg))
     return ops

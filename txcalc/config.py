@@ -54,6 +54,8 @@ class ModelConfig:
     qk_norm: str = "none"  #: none | head (norm over h, Qwen3) | full (over H*h, OLMo2)
     sliding_window: int = 0  #: window of local attention in tokens (0 = full attention)
     global_every: int = 0  #: with a window: every n-th layer attends globally (0 = none)
+    #: with a window: only these layers slide (HF ``layer_types``; empty = per global_every)
+    sliding_layers: tuple[int, ...] = ()
     parallel_block: bool = False  #: attention and MLP read the same input (GPT-J, NeoX, Falcon)
     parallel_norms: int = 1  #: norms feeding a parallel block: 1 shared (GPT-J) or 2 (NeoX)
     # --- multi-head latent attention (DeepSeek-V2/V3); active when kv_lora_rank > 0 ----------
@@ -94,6 +96,12 @@ class ModelConfig:
     head: str = "lm"  #: lm: output projection to the vocabulary | none: base model
     tie_embeddings: bool = True  #: the output projection reuses the token embedding
     lm_head_bias: bool = False  #: bias on the output projection (GPT-J)
+    # --- dropout (probabilities; masks are saved only when a Workload trains with dropout) ----
+    embed_dropout: float = 0.0  #: on the embeddings' sum (GPT-2 embd_pdrop, BERT, T5)
+    attn_dropout: float = 0.0  #: on the attention probabilities (S x S per head)
+    resid_dropout: float = 0.0  #: on each sub-block's output before the residual add
+    mlp_dropout: float = 0.0  #: inside the MLP, on the activation's output (T5, OPT, BART)
+    final_dropout: float = 0.0  #: on each stack's final norm output (T5)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -162,6 +170,8 @@ class ModelConfig:
         """Attention window of block ``layer`` in tokens (0 = full attention)."""
         if not self.sliding_window:
             return 0
+        if self.sliding_layers:
+            return self.sliding_window if layer in self.sliding_layers else 0
         if self.global_every and (layer + 1) % self.global_every == 0:
             return 0
         return self.sliding_window
@@ -184,6 +194,8 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
                 "tie_embeddings", "lm_head_bias")
+_DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
+                   "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
             "norm_position": NORM_POSITIONS, "pos_type": POSITION_TYPES, "qk_norm": QK_NORMS,
             "head": HEADS}
@@ -209,6 +221,13 @@ def validate(cfg: ModelConfig) -> None:
     if not isinstance(cfg.dense_layers, tuple) or not all(_is_int(i) and i >= 0
                                                            for i in cfg.dense_layers):
         problems.append(f"dense_layers ({cfg.dense_layers!r}) must be a tuple of layer indices")
+    if not isinstance(cfg.sliding_layers, tuple) or not all(_is_int(i) and i >= 0
+                                                             for i in cfg.sliding_layers):
+        problems.append(f"sliding_layers ({cfg.sliding_layers!r}) must be a tuple of layer indices")
+    for name in _DROPOUT_FIELDS:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
     if problems:  # the structural checks below assume well-typed numbers
         raise ConfigError(f"{cfg.name}: " + "; ".join(problems))
 
@@ -256,6 +275,13 @@ def validate(cfg: ModelConfig) -> None:
             problems.append("shared_expert_gate/router_bias need n_experts > 0")
     if cfg.global_every and not cfg.sliding_window:
         problems.append(f"global_every ({cfg.global_every}) needs a sliding_window")
+    if cfg.sliding_layers and not cfg.sliding_window:
+        problems.append(f"sliding_layers {list(cfg.sliding_layers)} need a sliding_window")
+    if cfg.sliding_layers and cfg.global_every:
+        problems.append("give sliding_layers or global_every, not both")
+    bad_sliding = [i for i in cfg.sliding_layers if i >= cfg.n_layers]
+    if bad_sliding:
+        problems.append(f"sliding_layers {bad_sliding} exceed n_layers ({cfg.n_layers})")
     if cfg.pos_type == "relative_bias" and cfg.relative_buckets <= 0:
         problems.append(f"relative_buckets ({cfg.relative_buckets}) must be positive")
     if cfg.pos_type == "rotary" and not cfg.is_mla and cfg.head_dim % 2:

@@ -100,34 +100,93 @@ def _llama_like(f: _Fields, *, act_default: str = "silu", tie: bool = False,
         mlp_bias=f.bool("mlp_bias", False) if mlp_bias else False,
         norm_type="rmsnorm", pos_type="rotary", tie_embeddings=f.bool("tie_word_embeddings", tie),
     )
-    out.update(_windows(f, out["n_layers"]))
     return out
 
 
-def _windows(f: _Fields, n_layers: int) -> dict[str, Any]:
-    """Sliding-window layout from ``sliding_window`` / ``use_sliding_window`` / ``layer_types``."""
-    window = f.int("sliding_window", 0)
-    if not window or not f.bool("use_sliding_window", True):
+#: How each type places its sliding window (HF 5.x config classes and modeling code):
+#:   all      every layer slides when ``sliding_window`` is set (Mistral: default 4096;
+#:            Mixtral, Phi-3, Starcoder2: default null); ``layer_types`` is not read
+#:   qwen2    only with ``use_sliding_window``; layer_types, else layers i >= max_window_layers
+#:   qwen2moe only with ``use_sliding_window``; layer_types, else even i < max_window_layers
+#:   qwen3moe every layer, only with ``use_sliding_window``
+#:   gemma2   layer_types, else layers 0, 2, 4, ... slide (every second one is global)
+_WINDOW_RULES = {"mistral": ("all", 4096), "mixtral": ("all", None), "phi3": ("all", None),
+                 "starcoder2": ("all", None), "qwen2": ("qwen2", 4096), "qwen3": ("qwen2", 4096),
+                 "qwen2_moe": ("qwen2moe", 4096), "qwen3_moe": ("qwen3moe", 4096),
+                 "gemma2": ("gemma2", 4096)}
+
+
+def _windows(f: _Fields, n_layers: int, model_type: str) -> dict[str, Any]:
+    """Sliding-window layout as HF builds it for ``model_type`` (see _WINDOW_RULES); types
+    without a rule (Llama, Gemma, ...) ignore a ``sliding_window`` field, as HF does."""
+    rule, default = _WINDOW_RULES.get(model_type, ("none", None))
+    if rule == "none":
         return {}
+    if "sliding_window" in f.raw and f.raw["sliding_window"] is None:
+        return {}  # an explicit null turns the type's default window off
+    window = f.int("sliding_window", default) if f.get("sliding_window", default) else 0
+    if rule in ("qwen2", "qwen2moe", "qwen3moe") and not f.bool("use_sliding_window", False):
+        return {}
+    if not window:
+        return {}
+    if rule in ("all", "qwen3moe"):
+        return {"sliding_window": window}
     types = f.get("layer_types")
-    if not types:
-        return {"sliding_window": int(window)}
-    if not isinstance(types, list) or len(types) != n_layers or not all(
+    if types is None:
+        mwl = f.int("max_window_layers", 28) if rule != "gemma2" else 0
+        sliding = [i >= mwl if rule == "qwen2" else
+                   (i % 2 == 0 and (rule == "gemma2" or i < mwl)) for i in range(n_layers)]
+    elif not isinstance(types, list) or len(types) != n_layers or not all(
             t in ("sliding_attention", "full_attention") for t in types):
         raise ConfigError(f"{f.where}: field 'layer_types' ({types!r}) must list "
                           f"'sliding_attention' or 'full_attention' once for each of the "
                           f"{n_layers} layers")
-    sliding = [t == "sliding_attention" for t in types]
-    if not any(sliding):
+    else:
+        sliding = [t == "sliding_attention" for t in types]
+    layers = tuple(i for i, s in enumerate(sliding) if s)
+    if not layers:
         return {}
-    if all(sliding):
-        return {"sliding_window": int(window)}
-    for k in range(2, n_layers + 1):  # a periodic pattern with a global layer every k-th
+    if len(layers) == n_layers:
+        return {"sliding_window": window}
+    for k in range(2, n_layers + 1):  # a global layer every k-th: the presets' short form
         if all(s == ((i + 1) % k != 0) for i, s in enumerate(sliding)):
-            return {"sliding_window": int(window), "global_every": k}
-    pattern = "".join("S" if s else "F" for s in sliding)
-    raise ConfigError(f"{f.where}: layer_types pattern {pattern} (S sliding, F full) is not "
-                      "'every k-th layer global'; txcalc cannot model it yet")
+            return {"sliding_window": window, "global_every": k}
+    return {"sliding_window": window, "sliding_layers": layers}
+
+
+#: Dropout probabilities as each type's modeling code applies them: model_type -> {our field:
+#: (HF field, HF default)}. Llama-shaped types only drop attention probabilities. Not read
+#: (treated as 0, so a dropout-on training step under-counts their masks): OPT, BART, Falcon,
+#: BLOOM, and Phi-3's and Starcoder2's residual/embedding dropout.
+_DROPOUT: dict[str, dict[str, tuple[str, float]]] = {
+    "gpt2": {"embed_dropout": ("embd_pdrop", 0.1), "attn_dropout": ("attn_pdrop", 0.1),
+             "resid_dropout": ("resid_pdrop", 0.1)},
+    "gptj": {"embed_dropout": ("embd_pdrop", 0.0), "attn_dropout": ("attn_pdrop", 0.0),
+             "resid_dropout": ("resid_pdrop", 0.0)},
+    "gpt_neox": {"embed_dropout": ("hidden_dropout", 0.0),
+                 "attn_dropout": ("attention_dropout", 0.0),
+                 "resid_dropout": ("hidden_dropout", 0.0)},
+    **{t: {"embed_dropout": ("hidden_dropout_prob", 0.1),
+           "attn_dropout": ("attention_probs_dropout_prob", 0.1),
+           "resid_dropout": ("hidden_dropout_prob", 0.1)} for t in ("bert", "roberta")},
+    "t5": {k: ("dropout_rate", 0.1) for k in ("embed_dropout", "attn_dropout", "resid_dropout",
+                                               "mlp_dropout", "final_dropout")},
+    **{t: {"attn_dropout": ("attention_dropout", 0.0)} for t in (
+        "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma",
+        "gemma2", "phi3", "olmo", "starcoder2", "deepseek_v2", "deepseek_v3")},
+}
+
+
+def _dropouts(f: _Fields, model_type: str) -> dict[str, float]:
+    out = {}
+    for ours, (key, default) in _DROPOUT.get(model_type, {}).items():
+        v = f.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ConfigError(f"{f.where}: field {key!r} ({v!r}) must be a dropout "
+                              "probability in [0, 1)")
+        if v:
+            out[ours] = float(v)
+    return out
 
 
 def _moe_qwen(f: _Fields, n_layers: int, shared: bool) -> dict[str, Any]:
@@ -429,6 +488,8 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     f = _Fields(_resolve_aliases(model_type, raw), name)
     try:
         fields = CONVERTERS[model_type](f)
+        fields.update(_windows(f, fields["n_layers"], model_type))
+        fields.update(_dropouts(f, model_type))
     except TxcalcError as e:
         if f.problems:
             raise ConfigError("; ".join([str(e)] + f.problems)) from None

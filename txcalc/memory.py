@@ -20,7 +20,6 @@ for Adam).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -140,9 +139,7 @@ class TrainingMemory:
                     rows = w.rows("src" if op.stack == "encoder" else "seq")
                     out[key] = rows * self.cfg.d_model * a
                 continue
-            b = op.saved_bytes(w, a)
-            if w.recompute == "selective" and op.kind == "attn_scores":
-                b = op.saved_bytes(dataclasses.replace(w, attn_impl="flash"), a)
+            b = op.saved_bytes(w, a, pairs=w.recompute != "selective")
             out[key] = out.get(key, 0) + b
         return out
 

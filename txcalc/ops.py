@@ -65,6 +65,8 @@ class Op:
     heads: int = 0  #: attention only: query heads
     causal: bool = False  #: attention only: causal mask
     window: int = 0  #: attention only: sliding window (0 = none)
+    kv_heads: int = 0  #: attention only: key/value heads (what a fused GQA kernel stores)
+    dropout: float = 0.0  #: attention scores: dropout probability on the probabilities
     saved: tuple[tuple[int, str], ...] = ()  #: per row: (width, dtype tag) saved for backward
 
     @property
@@ -121,20 +123,45 @@ class Op:
         return 0
 
     # --- bytes saved for backward -------------------------------------------------------------
-    def saved_bytes(self, w: Workload, act_bytes: int) -> int:
-        """Bytes of the tensors this op keeps for backward, for the eager implementation.
+    def saved_bytes(self, w: Workload, act_bytes: int, pairs: bool = True) -> int:
+        """Bytes of the tensors this op keeps for backward under workload ``w``.
+        ``pairs=False`` leaves out the S x S part (selective recompute rebuilds it).
 
         ``saved`` lists per-row widths with a dtype tag: ``a`` (activation dtype, act_bytes),
         ``f32`` (kept in fp32 whatever the policy: norm statistics, upcast norm inputs, fp32
-        logits), ``i64`` (token ids and labels). The attention core adds, per (query, key)
-        pair and head, the softmax output: fp32 plus its cast copy when the softmax upcasts
-        (4 + a bytes), else a bytes; a fused kernel stores no S x S at all.
+        logits), ``i64`` (token ids and labels), ``mask`` (a dropout mask: 1-byte bool on CUDA,
+        the activation dtype on CPU and meta; saved only when ``w.dropout``).
+
+        The attention core depends on the kernel:
+
+            kernel        | scores op saves                  | keys op saves (per key token)
+            --------------|----------------------------------|------------------------------
+            eager / sdpa  | q; per pair and head the softmax | k and v repeated to H heads
+            (math path)   |  output, fp32 + its cast copy    |  (GQA's repeat_kv)
+                          |  (4 + a) if upcast, else a; with |
+                          |  dropout + mask + dropped probs  |
+            flash (fused) | q, the output, the fp32 row      | k and v with K heads
+                          |  logsumexp (H x 4 bytes); the    |
+                          |  output is o_proj's input        |
         """
-        size = {"a": act_bytes, "f32": 4, "i64": 8}
+        if self.kind == "dropout" and not w.dropout:
+            return 0
+        fused = w.attn_impl == "flash"
+        mask = 1 if w.dropout_mask == "bool" else act_bytes
+        size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask}
         per_row = sum(width * size[tag] for width, tag in self.saved)
+        if self.kind == "attn_keys" and fused and self.kv_heads:
+            per_row = per_row * self.kv_heads // self.heads
+        if self.kind == "attn_scores" and fused:
+            per_row += self.heads * 4  # logsumexp per query row and head
+        if self.kind == "attn_scores" and fused and w.fused_qkv:
+            # HF GPT-2: q is a view of the fused c_attn output, which it keeps alive whole
+            per_row += 2 * self.kv_heads * self.d_in * act_bytes
         total = w.rows(self.stream) * per_row
-        if self.kind == "attn_scores" and w.attn_impl != "flash":
+        if self.kind == "attn_scores" and not fused and pairs:
             per_pair = (4 + act_bytes) if w.softmax_fp32 else act_bytes
+            if self.dropout and w.dropout:  # the mask and the dropped probabilities (P V's input)
+                per_pair += mask + act_bytes
             total += w.batch * self.heads * self.pairs(w) * per_pair
         if self.kind == "loss":
             total += 4  # the scalar loss
@@ -178,21 +205,30 @@ def elementwise(path: str, where: tuple[str, int], component: str, kind: str,
 
 
 def attention_core(path: str, where: tuple[str, int], component: str, *, heads: int,
-                   qk_dim: int, v_dim: int, stream: str, kv_stream: str, causal: bool,
-                   window: int) -> list[Op]:
+                   kv_heads: int, qk_dim: int, v_dim: int, stream: str, kv_stream: str,
+                   causal: bool, window: int, dropout: float = 0.0) -> list[Op]:
     """softmax(Q K^T / sqrt(h)) V as two matmul ops: ``.scores`` and ``.context``."""
     common = dict(d_in=qk_dim, d_out=v_dim, stream=stream, kv_stream=kv_stream, heads=heads,
-                  causal=causal, window=window)
+                  kv_heads=kv_heads, causal=causal, window=window)
     # Saved: q and k for the scores (k repeated to all H heads under GQA), the S x S softmax
     # output (see Op.saved_bytes), and v for the context. Keys and values are stored per key
     # token, queries per query token.
     return [Op(f"{path}.scores", "attn_scores", where[0], where[1], f"{component}.scores",
-               saved=((heads * qk_dim, "a"),), **common),
+               saved=((heads * qk_dim, "a"),), dropout=dropout, **common),
             Op(f"{path}.keys", "attn_keys", where[0], where[1], f"{component}.keys",
                **(common | {"stream": kv_stream}),
                saved=((heads * qk_dim, "a"), (heads * v_dim, "a"))),
             Op(f"{path}.context", "attn_context", where[0], where[1], f"{component}.context",
                **common)]
+
+
+def dropout(path: str, where: tuple[str, int], component: str, width: int,
+            stream: str = "seq", extra: tuple[tuple[int, str], ...] = ()) -> Op:
+    """Dropout on a ``width``-wide tensor: saves its mask (``Op.saved_bytes``: only when the
+    workload trains with dropout). ``extra``: tensors that stay alive only because the
+    dropout separates them from their consumer (a ReLU's output, no longer the next input)."""
+    return Op(path, "dropout", where[0], where[1], component, stream=stream,
+              saved=((width, "mask"),) + extra)
 
 
 def embedding(path: str, where: tuple[str, int], component: str, rows: int, width: int,

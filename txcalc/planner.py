@@ -35,7 +35,8 @@ from .config import ModelConfig
 from .errors import TxcalcError, WorkloadError
 from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
-from .parallel.evaluate import Overheads, TrainSetting, build_tables, evaluate, evaluate_layouts
+from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
+                                evaluate_layouts, shard_groups)
 from .parallel.layout import RECOMPUTE, Layout
 from .timing import DeviceProfile
 
@@ -233,7 +234,8 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             gpu_hours=hours, cost=None if price is None else hours * price,
                             bubble_fraction=float(r["bubble_fraction"][i]),
                             model_flops_step=int(r["model_flops_step"]),
-                            hardware_flops_step=int(r["hardware_flops_step"][i])))
+                            hardware_flops_step=r["hardware_flops_seq"][
+                                RECOMPUTE.index(lay.recompute)] * setting.global_batch))
     return out
 
 
@@ -290,8 +292,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
                         + f" GPUs with global batch {global_batch}"
                         + (f" and {only}" if only else ""))
-    tables = build_tables(setting, *axes)
-    r = evaluate(setting, tables, g)
+    shard, shard_e = shard_groups(g, gpu)
+    tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
+    r = evaluate(setting, tables, g, detail=False)
     fits = r["total_bytes"] <= gpu.memory_bytes
     if not fits.any():
         smallest = int(r["total_bytes"].min())

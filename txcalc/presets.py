@@ -17,12 +17,15 @@ M = ModelConfig
 # Families of shared settings; each preset line below states only what differs.
 _gpt2 = partial(M, family="decoder", vocab_size=50257, max_position=1024, pos_type="learned",
                 activation="gelu_new", qkv_bias=True, out_bias=True, mlp_bias=True,
-                tie_embeddings=True)
+                tie_embeddings=True, embed_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1)
 _bert = partial(M, family="encoder", vocab_size=30522, max_position=512, pos_type="learned",
                 activation="gelu", qkv_bias=True, out_bias=True, mlp_bias=True, type_vocab_size=2,
-                norm_position="post", final_norm=False, embed_norm=True, pooler=True, head="none")
+                norm_position="post", final_norm=False, embed_norm=True, pooler=True, head="none",
+                embed_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1)
 _t5 = partial(M, family="encoder-decoder", vocab_size=32128, max_position=512, head_dim=64,
-              pos_type="relative_bias", activation="relu", norm_type="rmsnorm", norm_bias=False)
+              pos_type="relative_bias", activation="relu", norm_type="rmsnorm", norm_bias=False,
+              embed_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1, mlp_dropout=0.1,
+              final_dropout=0.1)
 _llama = partial(M, activation="swiglu", norm_type="rmsnorm", pos_type="rotary",
                  tie_embeddings=False)
 

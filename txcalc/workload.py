@@ -11,6 +11,7 @@ from .errors import WorkloadError
 
 ATTN_IMPLS = ("eager", "sdpa", "flash")
 RECOMPUTE = ("none", "selective", "full")
+DROPOUT_MASKS = ("bool", "act")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,14 @@ class Workload:
     attn_impl: str = "eager"
     recompute: str = "none"
     softmax_fp32: bool = True  #: eager softmax upcasts scores to fp32 (HF Llama; not GPT-2)
+    #: train with the model's dropout on (its probabilities are in ModelConfig): masks are saved
+    dropout: bool = False
+    #: a dropout mask's element: "bool" (1 byte, CUDA kernels) or "act" (the activation dtype,
+    #: as torch's CPU and meta kernels store it)
+    dropout_mask: str = "bool"
+    #: q, k and v come out of one fused projection (HF GPT-2's c_attn): under a fused
+    #: attention kernel the saved q is a view that keeps the whole (H + 2K) * h output alive
+    fused_qkv: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -42,6 +51,9 @@ class Workload:
             problems.append(f"src_seq ({self.src_seq!r}) must be a non-negative integer")
         if self.attn_impl not in ATTN_IMPLS:
             problems.append(f"attn_impl ({self.attn_impl!r}) must be one of {', '.join(ATTN_IMPLS)}")
+        if self.dropout_mask not in DROPOUT_MASKS:
+            problems.append(f"dropout_mask ({self.dropout_mask!r}) must be one of "
+                            f"{', '.join(DROPOUT_MASKS)}")
         if self.recompute not in RECOMPUTE:
             problems.append(f"recompute ({self.recompute!r}) must be one of {', '.join(RECOMPUTE)}")
         if problems:

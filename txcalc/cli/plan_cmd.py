@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.table import Table
 
 from . import app
 from .output import console, emit_json, table
@@ -66,16 +67,22 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                   f"{b.tokens_per_s:,.0f} tokens/s")
     for note in p.notes:
         console.print(f"  note: {note}")
-    cats = ("weights", "gradients", "optimizer", "activations", "framework")
-    console.print(table(
-        f"best layouts (memory per GPU in GB = 1e9, fullest stage; {p.layouts_evaluated:,} "
-        f"layouts searched in {p.search_s:.2f} s)",
-        ["layout", "GPUs", *cats, "total", "step s", "MFU", "days", "GPU-hours"]
-        + (["cost"] if b.cost is not None else []),
-        [(r.layout.short(), f"{r.gpus:,}", *(f"{r.memory[c] / GB:,.1f}" for c in cats),
-          f"{r.total_bytes / GB:,.1f}", f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}",
-          f"{r.days:,.1f}", f"{r.gpu_hours:,.0f}")
-         + ((f"{r.cost:,.0f}",) if r.cost is not None else ()) for r in p.rows]))
+    console.print("  memory per GPU of the best layout (fullest stage): " + ", ".join(
+        f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v)
+        + f"; total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB")
+    t = Table(title=f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
+                    "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)",
+              title_justify="left")
+    cols = ["GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
+        ["cost"] if b.cost is not None else [])
+    t.add_column("layout", ratio=1)
+    for c in cols:
+        t.add_column(c, justify="right", no_wrap=True)
+    for r in p.rows:
+        t.add_row(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GB:,.1f}",
+                  f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}", f"{r.days:,.1f}",
+                  f"{r.gpu_hours:,.0f}", *((f"{r.cost:,.0f}",) if r.cost is not None else ()))
+    console.print(t)
 
 
 @plan_app.command("infer")

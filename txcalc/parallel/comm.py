@@ -50,5 +50,5 @@ def collective_s(kind: str, size, n, stride, gpu, count=1):
     """Seconds for ``count`` collectives of ``size`` bytes over a group (0 when n == 1)."""
     import numpy as np
     bw, lat = link(n, stride, gpu)
-    t = count * (lat + bytes_sent(kind, size, n) / np.maximum(bw, 1.0))
-    return np.where(np.asarray(n) > 1, t, 0.0)
+    t = lat + bytes_sent(kind, size, n) / np.maximum(bw, 1.0)  # 0 bytes when n == 1
+    return count * np.where(np.asarray(n) > 1, t, 0.0)

@@ -54,6 +54,8 @@ from .sharding import (act_share, assign_stages, block_index, local_tensors, sta
 
 GiB = 2**30
 ADAM = ("adamw", "adam", "adam8bit")
+#: optimizer states per parameter element, in the policy's state dtype (memory.py's table)
+PER_ELEMENT_STATES = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ class TrainSetting:
     profile: DeviceProfile | None = None
     overheads: Overheads = field(default_factory=Overheads)
     achieved_flops_per_gpu: float | None = None
+    dropout: bool = False  #: train with the model's dropout (masks saved), Workload.dropout
+    softmax_fp32: bool = True  #: eager softmax upcast to fp32 (Megatron's kernels: False)
 
     @property
     def prof(self) -> DeviceProfile:
@@ -126,7 +130,8 @@ class TrainSetting:
 
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
-                        recompute=recompute)
+                        recompute=recompute, dropout=self.dropout,
+                        softmax_fp32=self.softmax_fp32)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -151,12 +156,45 @@ def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False
     return out
 
 
+def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False) -> tuple[dict, dict]:
+    """Parameter tensors on one GPU as {(dim 0, elements per row): count}: dense, expert."""
+    dense: dict = {}
+    exp: dict = {}
+    for op in ops:
+        copy = tied_copy and op.component == "lm_head"
+        bucket = exp if op.instances > 1 else dense
+        for d0, rest, n in local_tensors(op, tp, ep, copy):
+            bucket[(d0, rest)] = bucket.get((d0, rest), 0) + n
+    return dense, exp
+
+
+def padded_params(shapes: dict, shards) -> "list[int]":
+    """Parameters rank 0 holds when every tensor's dim 0 is split ``shard`` ways by ceiling
+    division (FSDP2's rule; rank 0 holds the largest shard, padded or not)."""
+    import numpy as np
+    if not shapes:
+        return np.zeros(len(shards), dtype=np.int64)
+    d0 = np.array([k[0] for k in shapes], dtype=np.int64)[:, None]
+    rest = np.array([k[1] * n for k, n in shapes.items()], dtype=np.int64)[:, None]
+    sh = np.asarray(shards, dtype=np.int64)[None, :]
+    return (-(-d0 // sh) * rest).sum(axis=0)
+
+
+def shard_groups(g: dict, gpu: Gpu):
+    """ZeRO shard group of dense and of expert parameters for each layout of a grid."""
+    import numpy as np
+    dpcp = g["dp"] * g["cp"]
+    shard = np.where(g["hybrid"], np.minimum(dpcp, np.maximum(1, gpu.gpus_per_node // g["tp"])),
+                     dpcp)
+    return shard, np.maximum(1, shard // g["ep"])
+
+
 def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
                       micro_batch: int) -> int:
     """Bytes the group saves for backward on one GPU, one micro-batch (before CP).
 
     Full recompute keeps only each block's input (D wide, on the residual stream); selective
-    recompute drops the S x S probabilities (stored as a fused kernel would)."""
+    recompute drops the S x S probabilities (as ``TrainingMemory`` does)."""
     w = s.work(micro_batch, recompute)
     a = s.bytes[4]
     from .sharding import local_saved_bytes
@@ -170,9 +208,7 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
                 b = rows * s.cfg.d_model * a
                 total += -(-b // tp) if sp else b
             continue
-        ww = dataclasses.replace(w, attn_impl="flash") if (
-            recompute == "selective" and op.kind == "attn_scores") else w
-        total += local_saved_bytes(op, ww, a, tp, sp)
+        total += local_saved_bytes(op, w, a, tp, sp, pairs=recompute != "selective")
     return total
 
 
@@ -258,6 +294,7 @@ class Tables:
     cps: list
     mbs: list
     pps: list
+    shards: list
     arrays: dict
 
 
@@ -273,7 +310,7 @@ def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int
     return c
 
 
-def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tables:
+def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None) -> Tables:
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second,
@@ -331,7 +368,33 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tab
     for k, v in st_copy.items():  # tied copy only where pp > 1 and the head is on the stage
         need = has_head & (np.array(pps)[:, None] > 1)
         arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
-    arrays["act"] = np.einsum("psg,gtxrb->pstxrb", C, act)
+    shards = sorted(set(int(x) for x in shards) | {1})
+    pads = {k: np.zeros((len(pps), n_slots, n_tp, n_ep, len(shards)), dtype=np.int64)
+            for k in ("dense", "exp")}
+    shapes = [[[group_shapes(ops, tp, ep) for ep in eps] for tp in tps] for ops in all_groups]
+    copies = [[group_shapes(last, tp, ep, True) for ep in eps] for tp in tps]
+    for pi, pp in enumerate(pps):
+        for k in range(len(slots_of(pp))):
+            for ti in range(n_tp):
+                for ei in range(n_ep):
+                    for j, kind in enumerate(("dense", "exp")):
+                        agg: dict = {}
+                        for gi in range(G):
+                            src = shapes[gi][ti][ei][j]
+                            if gi == G - 1 and has_head[pi, k] and pp > 1 and tied:
+                                src = copies[ti][ei][j]
+                            for key, n in src.items():
+                                agg[key] = agg.get(key, 0) + n * int(C[pi, k, gi])
+                        pads[kind][pi, k, ti, ei] = padded_params(agg, shards)
+    arrays["pad_dense"], arrays["pad_exp"] = pads["dense"], pads["exp"]
+    act_stage = np.einsum("psg,gtxrb->pstxrb", C, act)
+    # saved bytes are linear in the micro-batch (position tables aside: the intercept); CP
+    # splits them: [p, slot, tp, sp, rc, mb, cp]
+    a1, a2 = act_stage[..., 0], act_stage[..., 1]
+    mb_arr = np.array(mbs, dtype=np.int64)[:, None]
+    cp_arr = np.array(cps, dtype=np.int64)[None, :]
+    arrays["act"] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
+                      // cp_arr)
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
@@ -344,125 +407,160 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, slots_of=None) -> Tab
     blocks = [block_group.count(gi) for gi in range(len(groups))] + [1, 1]
     arrays["model_flops_seq"] = sum(n * f[0] for n, f in zip(blocks, flops))
     arrays["hw_flops_seq"] = [sum(n * f[1][r] for n, f in zip(blocks, flops)) for r in range(3)]
-    return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), arrays)
+    return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), shards, arrays)
 
 
 def _cdiv(a, b):
     return -(-a // b)
 
 
-def evaluate(s: TrainSetting, t: Tables, g: dict) -> dict:
+def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     """Evaluate layouts given as equal-length numpy arrays in ``g``: tp, pp, dp, cp, ep, zero,
     hybrid, sp, v (virtual stages), mb, rc (index into RECOMPUTE), and their table indices
     ti, pi, ci, ei, mi. Returns arrays: memory by category of the fullest stage, total, step
-    time, MFU, HFU, days per token... (see ``planner``)."""
+    time, MFU, HFU, tokens/s (see ``planner``). ``detail=False`` (the search's screen) keeps
+    only the total per GPU, not its categories."""
     import numpy as np
     A = t.arrays
     cfg, gpu, ov = s.cfg, s.gpu, s.overheads
     wb, gb_, mb_, sb, ab = s.bytes
-    n = g["tp"] * g["pp"] * g["dp"] * g["cp"]
+    tp, pp, dp, cp, v, mbatch, zero = (g[k] for k in ("tp", "pp", "dp", "cp", "v", "mb", "zero"))
+    n = tp * pp * dp * cp
     ti, pi, ci, ei, mi, rc = g["ti"], g["pi"], g["ci"], g["ei"], g["mi"], g["rc"]
     sp = g["sp"].astype(np.int64)
-    zero = g["zero"]
-    dpcp = g["dp"] * g["cp"]
-    shard = np.where(g["hybrid"], np.minimum(dpcp, np.maximum(1, gpu.gpus_per_node // g["tp"])),
-                     dpcp)
-    shard_e = np.maximum(1, shard // g["ep"])
-    m = s.global_batch // (g["dp"] * g["mb"])
+    shard, shard_e = shard_groups(g, gpu)
+    si_d, si_e = np.searchsorted(t.shards, shard), np.searchsorted(t.shards, shard_e)
+    one = t.shards.index(1)
+    n_sh = len(t.shards)
+    m = (s.global_batch / (dp * mbatch)).astype(np.int64)  # exact: dp * mb divides the batch
     n_slots = A["valid"].shape[1]
+    n_tp, n_ep, n_cp, n_mb = len(t.tps), len(t.eps), len(t.cps), len(t.mbs)
+    moe = bool(A["pad_exp"].any())
+    all_valid = bool(A["valid"].all())
+    # flat views: one np.take per table instead of many-index fancy indexing
+    flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
+                                          "t_attn", "o_dense", "o_exp", "tensors")}
+    shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
+                 for lvl in (1, 2, 3)}
+    # per-collective times (the counts differ per stage; latency is per collective)
+    tok = mbatch * s.seq
+    act_size = tok * cfg.d_model * ab / cp
+    unit_tp = comm.collective_s("all_reduce", act_size, tp, 1, gpu)
+    unit_ep = comm.collective_s("all_to_all", act_size * max(cfg.top_k, 1), g["ep"], tp * cp,
+                                gpu) if moe else 0.0
+    kv_width = (cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim) if cfg.is_mla
+                else 2 * cfg.kv_dim)
+    unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
+    t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
+                             2 * v)
+    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
+    zero3 = np.where(zero == 3, (ov.zero3_prefetch_blocks * wb + gb_)
+                     * A["layer_params"][ti, ei], 0)
+    comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
+                        ov.cuda_context_bytes)
+    master = mb_ if s.optimizer != "none" else 0
+    pow2 = bool(np.all((v & (v - 1)) == 0))  # then // v is a (much faster) shift
+    v_shift = np.log2(v).astype(np.int64) if pow2 else None
+    tp_colls = 2 + (rc == 2)  # forward + backward, and the forward again under full recompute
     best = None
-    t_mb = np.zeros(len(n), dtype=float)
-    t_bwd = np.zeros(len(n), dtype=float)
+    t_mb = np.zeros(len(n))
+    t_bwd = np.zeros(len(n))
     p_max = np.zeros(len(n), dtype=np.int64)
-    tok = g["mb"] * s.seq
+    # flat indices of slot 0; slot k adds k times the slot stride of each table
+    base0 = (pi * n_slots * n_tp + ti) * n_ep + ei  # [p, slot, tp, ep]
+    held0 = {lvl: (base0 * n_sh + d, base0 * n_sh + e) for lvl, (d, e) in shard_idx.items()}
+    one0 = base0 * n_sh + one
+    pst0 = (pi * n_slots * n_tp + ti) * 2 + sp  # [p, slot, tp, sp]
+    act0 = ((pst0 * 3 + rc) * n_mb + mi) * n_cp + ci  # [p, slot, tp, sp, rc, mb, cp]
+    time0 = ((pst0 * n_cp + ci) * n_mb + mi) * 3 + rc  # [p, slot, tp, sp, cp, mb, rc]
+    s_base, s_pad = n_tp * n_ep, n_tp * n_ep * n_sh
+    s_act, s_time = n_tp * 2 * 3 * n_mb * n_cp, n_tp * 2 * n_cp * n_mb * 3
     for k in range(n_slots):
-        valid = A["valid"][pi, k]
-        pd, pe = A["p_dense"][pi, k, ti, ei], A["p_exp"][pi, k, ti, ei]
-        z3d, z3e = np.where(zero >= 3, shard, 1), np.where(zero >= 3, shard_e, 1)
-        z2d, z2e = np.where(zero >= 2, shard, 1), np.where(zero >= 2, shard_e, 1)
-        z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
-        master = mb_ if s.optimizer != "none" else 0
-        cat = {
-            "weights": wb * (_cdiv(pd, z3d) + _cdiv(pe, z3e)),
-            "gradients": gb_ * (_cdiv(pd, z2d) + _cdiv(pe, z2e)),
-            "optimizer": (_cdiv(A["o_dense"][pi, k, ti, ei] + master * pd, z1d)
-                          + _cdiv(A["o_exp"][pi, k, ti, ei] + master * pe, z1e)
-                          + (4 * A["tensors"][pi, k, ti, ei] if s.optimizer in ADAM else 0)),
-        }
-        a1 = A["act"][pi, k, ti, sp, rc, 0]
-        a2 = A["act"][pi, k, ti, sp, rc, 1]
-        per_mb = _cdiv(a1 + (a2 - a1) * (g["mb"] - 1), g["cp"])
-        stage = A["stage"][pi, k]
-        inflight = np.where(g["v"] > 1, g["pp"] - stage + (g["pp"] - 1 - stage) // g["v"],
-                            g["pp"] - stage)
-        inflight = np.maximum(1, np.minimum(inflight, m))
-        cat["activations"] = per_mb * inflight
-        cat["logits"] = np.where(A["has_head"][pi, k] & (cfg.head == "lm"),
-                                 _cdiv(tok * cfg.vocab_size * 4, g["tp"] * g["cp"]), 0)
-        lp = A["layer_params"][ti, ei]
-        cat["zero3_buffers"] = np.where(zero == 3, (ov.zero3_prefetch_blocks * wb + gb_) * lp, 0)
+        base = base0 + k * s_base
+
+        def held(level):  # parameters on the GPU when ZeRO >= level shards them
+            d, e = held0[level]
+            out = flat["pad_dense"].take(d + k * s_pad)
+            return out + flat["pad_exp"].take(e + k * s_pad) if moe else out
+        pd = flat["pad_dense"].take(one0 + k * s_pad)
+        pe = flat["pad_exp"].take(one0 + k * s_pad) if moe else 0
+        if s.optimizer in PER_ELEMENT_STATES:  # states shaped like the parameter shard
+            opt = (master + PER_ELEMENT_STATES[s.optimizer] * sb) * held(1)
+        else:  # blockwise / factored states: the engine's bytes, split evenly
+            z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
+            opt = (_cdiv(flat["o_dense"].take(base) + master * pd, z1d)
+                   + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
+        if s.optimizer in ADAM:
+            opt = opt + 4 * flat["tensors"].take(base)
+        cat = {"weights": wb * held(3), "gradients": gb_ * held(2), "optimizer": opt}
+        per_mb = flat["act"].take(act0 + k * s_act)
+        stage = A["stage"][:, k].take(pi)
+        extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
+        inflight = pp - stage + extra * (v > 1)
+        cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
+        cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
+        cat["zero3_buffers"] = zero3
         tensors = sum(cat.values())
-        cat["framework"] = (ov.cuda_context_bytes + np.where(n > 1, ov.comm_buffer_bytes, 0)
-                            + (tensors * ov.fragmentation).astype(np.int64))
+        cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
         total = tensors + cat["framework"]
-        cat = {key: np.where(valid, v, 0) for key, v in cat.items()}
-        total = np.where(valid, total, -1)
+        valid = True if all_valid else A["valid"][pi, k]
+        if not all_valid:
+            cat = {key: np.where(valid, x, 0) for key, x in cat.items()}
+            total = np.where(valid, total, -1)
+        states = cat["weights"] + cat["gradients"] + cat["optimizer"]
         if best is None:
-            best, best_total = cat, total
+            best, best_total, best_states = cat, total, states
         else:
-            take = total > best_total
-            best = {key: np.where(take, v, best[key]) for key, v in cat.items()}
+            if detail:
+                take = total > best_total
+                best = {key: np.where(take, x, best[key]) for key, x in cat.items()}
             best_total = np.maximum(total, best_total)
-        # time of one micro-batch on this stage
-        tc = A["t_compute"][pi, k, ti, sp, ci, mi, rc]
-        cnt = A["counts"][pi, k]
-        act_size = tok * cfg.d_model * ab / g["cp"]
-        n_tp = (2 + (rc == 2)) * cnt[..., 0]
-        t_tp = comm.collective_s("all_reduce", act_size, g["tp"], 1, gpu, n_tp)
-        moe_size = act_size * max(cfg.top_k, 1)
-        t_ep = comm.collective_s("all_to_all", moe_size, g["ep"], g["tp"] * g["cp"], gpu,
-                                 4 * cnt[..., 1])
-        kv_size = tok / g["cp"] * 2 * (cfg.kv_dim if not cfg.is_mla else
-                                       cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)) * ab
-        t_cp = comm.collective_s("p2p", kv_size * (g["cp"] - 1), g["cp"], g["tp"], gpu,
-                                 3 * cnt[..., 2])
-        t_cp = np.maximum(0.0, t_cp - A["t_attn"][pi, k, ti, sp, ci, mi, rc])
-        t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, g["tp"], 1),
-                                 g["pp"], g["tp"] * g["cp"] * g["dp"], gpu, 2 * g["v"])
-        t_stage = np.where(valid, tc + t_tp + t_ep + t_cp + t_pp, 0.0)
+            best_states = np.maximum(states, best_states)
+        # one micro-batch on this stage: compute + exposed TP, EP, CP (beyond the attention
+        # it overlaps) and PP communication
+        t_base = time0 + k * s_time
+        cnt = A["counts"][:, k]
+        t_stage = (flat["t_compute"].take(t_base) + tp_colls * cnt[:, 0].take(pi) * unit_tp
+                   + np.maximum(0.0, 3 * cnt[:, 2].take(pi) * unit_cp
+                                - flat["t_attn"].take(t_base))
+                   + t_pp)
+        if moe:
+            t_stage = t_stage + 4 * cnt[:, 1].take(pi) * unit_ep
+        bwd = flat["t_bwd"].take(t_base)
+        if not all_valid:
+            t_stage, bwd, pd = (np.where(valid, x, 0) for x in (t_stage, bwd, pd + pe))
+            pe = 0
         t_mb = np.maximum(t_mb, t_stage)
-        t_bwd = np.maximum(t_bwd, np.where(valid, A["t_bwd"][pi, k, ti, sp, ci, mi, rc], 0.0))
-        p_max = np.maximum(p_max, np.where(valid, pd + pe, 0))
-    pipeline = (m + (g["pp"] - 1) / g["v"]) * t_mb
+        t_bwd = np.maximum(t_bwd, bwd)
+        p_max = np.maximum(p_max, pd + pe)
+    pipeline = (m + (pp - 1) / v) * t_mb
     grad_bytes = gb_ * p_max
     w_bytes = wb * p_max
-    t_ar = comm.collective_s("all_reduce", grad_bytes, shard, g["tp"], gpu)
-    t_rs = comm.collective_s("reduce_scatter", grad_bytes, shard, g["tp"], gpu)
-    t_ag = comm.collective_s("all_gather", w_bytes, shard, g["tp"], gpu)
+    t_ar = comm.collective_s("all_reduce", grad_bytes, shard, tp, gpu)
+    t_rs = comm.collective_s("reduce_scatter", grad_bytes, shard, tp, gpu)
+    t_ag = comm.collective_s("all_gather", w_bytes, shard, tp, gpu)
     # hybrid shard: the shard group's result is then all-reduced across nodes
-    replicas = dpcp // shard
-    t_rep = comm.collective_s("all_reduce", _cdiv(grad_bytes, shard), replicas,
-                              g["tp"] * shard, gpu)
+    replicas = dp * cp // shard
+    t_rep = comm.collective_s("all_reduce", _cdiv(grad_bytes, shard), replicas, tp * shard, gpu)
     exposed = np.where(
         zero == 0, np.maximum(0.0, t_ar - t_bwd),
         np.where(zero < 3, np.maximum(0.0, t_rs - t_bwd) + t_ag,
                  m * np.maximum(0.0, 2 * t_ag + t_rs - t_mb) + t_rep))
-    opt_bytes = 2 * (best["optimizer"] + best["weights"] + best["gradients"])
-    t_opt = opt_bytes / s.prof.bytes_per_s
-    step = pipeline + exposed + t_opt
+    # the optimizer step reads and writes every state once (the stage with the most states)
+    step = pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
     hw_seq = np.array(A["hw_flops_seq"], dtype=float)[rc]
     if s.achieved_flops_per_gpu:
         step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
     peak = s.gpu.peak(s.dtype)
-    mfu = A["model_flops_seq"] * s.global_batch / (step * n * peak)
-    hfu = hw_seq * s.global_batch / (step * n * peak)
-    out = {f"{k}_bytes": v for k, v in best.items()}
+    out = {f"{k}_bytes": x for k, x in best.items()} if detail else {}
     out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
-               bubble_fraction=(g["pp"] - 1) / (g["v"] * m), mfu=mfu, hfu=hfu, gpus=n,
+               bubble_fraction=(pp - 1) / (v * m),
+               mfu=A["model_flops_seq"] * s.global_batch / (step * n * peak),
+               hfu=hw_seq * s.global_batch / (step * n * peak), gpus=n,
                exposed_dp_comm_s=exposed, micro_batch_time_s=t_mb,
                tokens_per_s=s.global_batch * s.seq / step,
                model_flops_step=A["model_flops_seq"] * s.global_batch,
-               hardware_flops_step=np.array(A["hw_flops_seq"], dtype=object)[rc] * s.global_batch)
+               hardware_flops_seq=A["hw_flops_seq"])
     return out
 
 
@@ -484,8 +582,9 @@ def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict]
     return tps, eps, cps, mbs, pps, g
 
 
-def evaluate_layouts(s: TrainSetting, layouts: list[Layout], all_stages: bool = True) -> dict:
-    """``evaluate`` for explicit layouts (each checked), over every pipeline stage."""
+def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None) -> dict:
+    """``evaluate`` for explicit layouts (each checked), over every pipeline stage, or over
+    ``stages(pp)`` (a function listing the stage indices to evaluate)."""
     from ..errors import WorkloadError
     for lay in layouts:
         check_layout(s.cfg, lay, s.seq)
@@ -493,22 +592,7 @@ def evaluate_layouts(s: TrainSetting, layouts: list[Layout], all_stages: bool = 
             raise WorkloadError(f"global batch ({s.global_batch}) must be a multiple of dp x "
                                 f"micro_batch ({lay.dp} x {lay.micro_batch})")
     tps, eps, cps, mbs, pps, g = grid_for(layouts)
-    slots = (lambda pp: list(range(pp))) if all_stages else None
-    t = build_tables(s, tps, eps, cps, mbs, pps, slots)
+    slots = stages or (lambda pp: list(range(pp)))
+    shard, shard_e = shard_groups(g, s.gpu)
+    t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots)
     return evaluate(s, t, g)
-
-
-def fsdp_shard_params(s: TrainSetting, lay: Layout, stage: int = 0) -> tuple[int, int]:
-    """(padded, unpadded) parameters rank 0 of a ZeRO-3/FSDP2 group holds on ``stage``:
-    FSDP2 splits dim 0 of every tensor by ceiling division and pads storage to that size;
-    rank 0 always holds the largest (unpadded) shard."""
-    shard = lay.dp * lay.cp
-    padded = unpadded = 0
-    tied = s.cfg.tie_embeddings and s.cfg.head == "lm" and lay.pp > 1
-    for op in assign_stages(s.cfg, s.ops, lay.pp)[stage]:
-        copy = tied and op.component == "lm_head"
-        for d0, rest, cnt in local_tensors(op, lay.tp, lay.ep, copy):
-            rows = -(-d0 // shard)
-            padded += rows * rest * cnt
-            unpadded += min(rows, d0) * rest * cnt
-    return padded, unpadded

@@ -53,19 +53,21 @@ class Layout:
         return self.tp * self.cp * self.dp * self.pp
 
     def short(self) -> str:
-        """``tp8 pp16 dp64 cp1 ep1 zero1 sp mb1 sel``: one table cell."""
+        """``tp8 pp16 dp64 z1 sp v2 mb1 sel``: one table cell (degrees of 1 for cp/ep, the
+        1F1B schedule and no recompute left out; ``z3h``: ZeRO-3 hybrid shard)."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
-        parts.append(f"zero{self.zero}" + ("h" if self.hybrid_shard else ""))
+        parts.append(f"z{self.zero}" + ("h" if self.hybrid_shard else ""))
         if self.sp:
             parts.append("sp")
         if self.schedule == "interleaved":
             parts.append(f"v{self.virtual}")
         parts.append(f"mb{self.micro_batch}")
-        parts.append({"none": "norc", "selective": "sel", "full": "full"}[self.recompute])
+        if self.recompute != "none":
+            parts.append({"selective": "sel", "full": "full"}[self.recompute])
         return " ".join(parts)
 
     def to_json(self) -> dict:

@@ -14,9 +14,10 @@ plans are keyed by module names (Megatron-LM's layout, Shoeybi et al. arXiv:1909
     moe.experts.*                           | EP, then TP as above: E/ep experts per GPU
 
 Saved activations (what backward keeps) divide the same way: tensors inside a TP region
-(attention heads, the MLP hidden, the input of a rowwise Linear, vocab-parallel logits) split
-over t; tensors on the residual stream (norm inputs, inputs of colwise Linears, residual
-dropout masks) split over t only with sequence parallelism (Korthikanti et al.,
+(attention heads and their probability-dropout masks, the MLP hidden and its dropout, the
+input of a rowwise Linear, vocab-parallel logits) split over t; tensors on the residual stream
+(norm inputs, inputs of colwise Linears, residual dropout masks) split over t only with
+sequence parallelism (Korthikanti et al.,
 arXiv:2205.05198, section 4.2.2); position tables and token ids stay whole.
 
 Pipeline stages: blocks split as evenly as possible, extra blocks going to the middle
@@ -60,7 +61,7 @@ def act_share(op: Op) -> str:
         return "tp"
     if op.kind == "norm" and op.component.rsplit(".", 1)[-1] in ("q_norm", "k_norm"):
         return "tp"
-    if op.kind == "dropout" and ".core" in op.component:  # attention-probability dropout
+    if op.kind == "dropout" and op.component.endswith("act_dropout"):  # inside the MLP
         return "tp"
     if op.kind in ("rotary", "embedding"):
         return "whole"
@@ -108,9 +109,11 @@ def local_params(op: Op, tp: int, ep: int = 1, tied_copy: bool = False) -> int:
     return sum(d0 * rest * n for d0, rest, n in local_tensors(op, tp, ep, tied_copy))
 
 
-def local_saved_bytes(op: Op, work: Workload, act_bytes: int, tp: int, sp: bool) -> int:
-    """Bytes the op saves for backward on one GPU of a TP group (full micro-batch)."""
-    b = op.saved_bytes(work, act_bytes)
+def local_saved_bytes(op: Op, work: Workload, act_bytes: int, tp: int, sp: bool,
+                      pairs: bool = True) -> int:
+    """Bytes the op saves for backward on one GPU of a TP group (full micro-batch);
+    ``pairs=False`` leaves out the S x S part (selective recompute)."""
+    b = op.saved_bytes(work, act_bytes, pairs=pairs)
     share = act_share(op)
     if share == "tp" or (share == "residual" and sp):
         return _cdiv(b, tp)

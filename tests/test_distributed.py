@@ -1,0 +1,156 @@
+"""A real distributed engine on CPU: per-rank bytes equal the planner's per-GPU prediction.
+
+Two gloo ranks (spawned here) train a tiny Llama (HF LlamaForCausalLM, vocab 1001 so that
+every split is uneven) for one AdamW step, sharded two ways:
+
+- FSDP2 ``fully_shard`` (each block, then the root): ZeRO-3 over dp = 2. FSDP2 splits dim 0
+  of every tensor by ceiling division (501/500 rows) and pads storage to rank 0's size.
+- DTensor ``parallelize_module``: q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel,
+  the embedding vocab-parallel (RowwiseParallel on an Embedding), lm_head ColwiseParallel.
+
+Measured per rank: bytes of the unique storages behind the local parameter shards, the
+gradients, and the optimizer state (exp_avg, exp_avg_sq, step). One torch detail is checked
+apart: under TP, torch gives the embedding's gradient a Replicate placement (the full V x D
+on every rank); that excess is asserted exactly and set aside. Predicted: the planner's
+``evaluate_layouts`` for the same layout, fp32, AdamW. Rank 0 holds the largest shard and must
+equal the prediction exactly; the other rank holds no more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+pytest.importorskip("transformers")
+
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=1001, tie_word_embeddings=False,
+            max_position_embeddings=64)
+
+
+def _storages_bytes(tensors) -> int:
+    seen = {}
+    for t in tensors:
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        for mode in ("fsdp", "tp"):
+            _step(rank, world, mode, out_dir)
+    finally:
+        dist.destroy_process_group()
+
+
+def _step(rank: int, world: int, mode: str, out_dir: str) -> None:
+    """One AdamW step of the tiny model sharded by ``mode``; write this rank's bytes."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**TINY))
+    if mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate
+        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                       parallelize_module)
+        mesh = init_device_mesh("cpu", (world,))
+        plan = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
+                "lm_head": ColwiseParallel(output_layouts=Replicate())}
+        for i in range(TINY["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            plan.update({p + "self_attn.q_proj": ColwiseParallel(),
+                         p + "self_attn.k_proj": ColwiseParallel(),
+                         p + "self_attn.v_proj": ColwiseParallel(),
+                         p + "self_attn.o_proj": RowwiseParallel(),
+                         p + "mlp.gate_proj": ColwiseParallel(),
+                         p + "mlp.up_proj": ColwiseParallel(),
+                         p + "mlp.down_proj": RowwiseParallel()})
+        parallelize_module(model, mesh, plan)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, TINY["vocab_size"], (2, 16),
+                        generator=torch.Generator().manual_seed(1))
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    params = list(model.parameters())
+    state = [_local(v) for s in opt.state.values() for v in s.values()]
+    result = {"weights": _storages_bytes(_local(p) for p in params),
+              "gradients": _storages_bytes(_local(p.grad) for p in params),
+              "gradients_logical": sum(_local(p.grad).numel() * _local(p.grad).element_size()
+                                       for p in params),
+              "optimizer": sum(t.untyped_storage().nbytes() for t in state)}
+    with open(os.path.join(out_dir, f"{mode}-{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict:
+    """Both shardings, one spawn of two gloo ranks: {mode: [rank 0, rank 1]}."""
+    import torch.multiprocessing as mp
+    out = tmp_path_factory.mktemp("ranks")
+    mp.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    return {mode: [json.loads((out / f"{mode}-{r}.json").read_text()) for r in range(2)]
+            for mode in ("fsdp", "tp")}
+
+
+def _predicted(layout) -> dict:
+    from transformers import LlamaConfig
+    from txcalc.hf import from_hf_dict
+    from txcalc.hardware import get_gpu
+    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    cfg = from_hf_dict(LlamaConfig(**TINY).to_dict(), "tiny-llama")
+    s = TrainSetting(cfg, get_gpu("h100"), seq=16, global_batch=2 * layout.dp,
+                     precision="fp32", optimizer="adamw")
+    r = evaluate_layouts(s, [layout])
+    return {k: int(r[f"{k}_bytes"][0]) for k in ("weights", "gradients", "optimizer")}
+
+
+needs_gloo = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with gloo is not available")
+
+
+@needs_gloo
+@pytest.mark.parametrize("mode", ["fsdp", "tp"])
+def test_rank_bytes_equal_prediction(mode, measured):
+    from txcalc.parallel.layout import Layout
+    layout = Layout(dp=2, zero=3, micro_batch=2) if mode == "fsdp" else Layout(tp=2,
+                                                                                 micro_batch=2)
+    ranks = [dict(r) for r in measured[mode]]
+    predicted = _predicted(layout)
+    if mode == "tp":
+        # torch (2.13) gives the vocab-parallel embedding's gradient a Replicate placement: each
+        # rank holds the full V x D gradient, not its Shard(0) rows (Megatron keeps it
+        # sharded). Checked exactly, then set aside: the planner models the sharded gradient.
+        V, D = TINY["vocab_size"], TINY["hidden_size"]
+        for rank, r in enumerate(ranks):
+            own_rows = 501 if rank == 0 else 500
+            assert r["gradients"] == r["gradients_logical"]
+            r["gradients"] -= (V - own_rows) * D * 4
+    for r in ranks:
+        r.pop("gradients_logical")
+    assert ranks[0] == predicted, (ranks, predicted)
+    for key in predicted:
+        assert ranks[1][key] <= predicted[key]

@@ -1,0 +1,204 @@
+"""Parallel layouts: activation memory vs Korthikanti et al., pipeline schedule figures, the
+per-GPU model against the single-GPU engine, the catalog and the device profile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import txcalc
+from txcalc.hardware import get_gpu, load_catalog
+from txcalc.memory import TrainingMemory
+from txcalc.parallel.evaluate import (TrainSetting, evaluate_layouts, group_activations,
+                                      group_ops)
+from txcalc.parallel.layout import Layout
+from txcalc.parallel.sharding import assign_stages, local_params, stage_blocks
+from txcalc.workload import Workload
+
+
+# --- Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+# Models", arXiv:2205.05198: activation bytes per layer, 16-bit activations, 1-byte dropout
+# masks, softmax in 16-bit, GELU: the engine set to Megatron's kernels. Exact, plus the two
+# LayerNorms' fp32 statistics (16 bytes per token; split over t only with SP).
+def _megatron_setting():
+    cfg = txcalc.load("gpt2").replace(activation="gelu_tanh")  # dropout 0.1 everywhere
+    return TrainSetting(cfg, get_gpu("a100"), seq=1024, global_batch=8, precision="fp16-mixed",
+                        attn_impl="eager", dropout=True, softmax_fp32=False)
+
+
+def _layer_bytes(t: int, sp: bool, recompute: str = "none") -> int:
+    s = _megatron_setting()
+    groups, block_group, _, _ = group_ops(s)
+    return group_activations(s, groups[block_group[5]], t, sp, recompute, 2)
+
+
+S, B, H, A = 1024, 2, 768, 12
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 12])
+def test_korthikanti_tensor_parallel(t):
+    """Eq. 3 (section 4.2.1): sbh(10 + 24/t + 5as/(ht))."""
+    expected = S * B * H * (10 + 24 / t + 5 * A * S / (H * t)) + 16 * S * B
+    assert _layer_bytes(t, False) == expected
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_korthikanti_tensor_and_sequence_parallel(t):
+    """Eq. 4 (section 4.2.2): sbh(34/t + 5as/(ht))."""
+    expected = S * B * H * (34 / t + 5 * A * S / (H * t)) + 16 * S * B / t
+    assert _layer_bytes(t, True) == expected
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_korthikanti_selective_recompute(t):
+    """Eq. 6 (section 5): with selective recompute, sbh(34/t)."""
+    expected = S * B * H * 34 / t + 16 * S * B / t
+    assert _layer_bytes(t, t > 1, "selective") == expected
+
+
+def test_korthikanti_first_stage_holds_p_microbatches():
+    """Section 4.2.3: under 1F1B the first stage stores p micro-batches of its L/p layers, so
+    its activations are L layers' worth whatever p (plus the embedding's own tensors)."""
+    s = _megatron_setting()
+    groups, block_group, first, _ = group_ops(s)
+    embed = group_activations(s, first, 4, True, "selective", 2)
+    per_layer = _layer_bytes(4, True, "selective")
+    for pp in (2, 3, 4):
+        r = evaluate_layouts(s, [Layout(tp=4, sp=True, pp=pp, micro_batch=2, dp=1,
+                                        recompute="selective")], stages=lambda pp: [0])
+        assert r["activations_bytes"][0] == pp * (12 // pp * per_layer + embed)
+
+
+# --- pipeline schedules: Narayanan et al. 2021 (arXiv:2104.04473), section 2.2 ---------------
+@pytest.mark.parametrize("pp,v,m", [(4, 1, 8), (4, 2, 8), (8, 1, 64), (2, 4, 4)])
+def test_bubble_fraction(pp, v, m):
+    """1F1B: (p - 1)/m; interleaved with v chunks per stage: (p - 1)/(v m)."""
+    s = TrainSetting(txcalc.load("llama-3-8b"), get_gpu("h100"), 4096, m)
+    lay = Layout(pp=pp, virtual=v, schedule="interleaved" if v > 1 else "1f1b", micro_batch=1)
+    r = evaluate_layouts(s, [lay])
+    assert r["bubble_fraction"][0] == pytest.approx((pp - 1) / (v * m))
+    assert r["micro_batches"][0] == m
+
+
+# --- the per-GPU model against the single-GPU engine ---------------------------------------------
+@pytest.mark.parametrize("model,recompute", [("llama-3-8b", "none"), ("gpt2", "selective"),
+                                             ("mixtral-8x7b", "full"), ("t5-small", "none")])
+def test_one_gpu_layout_equals_engine(model, recompute):
+    """tp = pp = dp = 1: every category equals TrainingMemory's (AdamW adds torch's 4-byte
+    step counter per parameter tensor)."""
+    cfg = txcalc.load(model)
+    s = TrainSetting(cfg, get_gpu("h100"), 512, 2, attn_impl="eager")
+    r = evaluate_layouts(s, [Layout(micro_batch=2, recompute=recompute)])
+    mem = TrainingMemory(cfg, Workload(batch=2, seq=512, recompute=recompute), "bf16-mixed",
+                         "adamw")
+    tensors = 0
+    for op in mem.ops:  # parameter tensors: each weight and bias, each norm vector
+        if op.kind == "linear":
+            tensors += op.instances * ((op.params >= op.d_in * op.d_out)
+                                       + (op.params % (op.d_in * op.d_out) == op.d_out))
+        elif op.params:
+            tensors += op.params // op.d_in if op.kind == "norm" else 1
+    assert r["weights_bytes"][0] == mem.weights
+    assert r["gradients_bytes"][0] == mem.gradients
+    assert r["optimizer_bytes"][0] == mem.optimizer_total + 4 * tensors
+    assert r["activations_bytes"][0] == mem.activations
+    assert r["logits_bytes"][0] == mem.logits_transient
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-405b", "gpt2", "mixtral-8x7b", "t5-base"])
+def test_stages_partition_the_model(model):
+    """Pipeline stages hold every block once; tp=1 parameters over the stages sum to the
+    model's (a tied head adds one embedding copy on the last stage when pp > 1)."""
+    cfg = txcalc.load(model)
+    total = txcalc.params(cfg).total
+    ops = txcalc.params(cfg).ops
+    n_blocks = sum(d for _, d in cfg.stacks)
+    for pp in (1, 2, 3, 5, min(16, n_blocks)):
+        ranges = stage_blocks(n_blocks, pp)
+        assert [b for r in ranges for b in r] == list(range(n_blocks))
+        assert max(map(len, ranges)) - min(map(len, ranges)) <= 1
+        stages = assign_stages(cfg, ops, pp)
+        assert sum(local_params(op, 1) for st in stages for op in st) == total
+
+
+def test_tensor_parallel_shards_sum_to_model():
+    """Over t ranks the column/row/vocab shards add up to the whole (dims divide here)."""
+    cfg = txcalc.load("llama-3-8b")
+    ops = txcalc.params(cfg).ops
+    total = txcalc.params(cfg).total
+    for t in (2, 4, 8):
+        local = sum(local_params(op, t) for op in ops)
+        replicated = sum(op.params_total for op in ops if op.kind == "norm")
+        assert t * (local - replicated) + replicated == total
+
+
+def test_screen_equals_every_stage_for_uniform_blocks():
+    """The search screens the first, second and last stage; for uniform blocks that is the
+    fullest stage, so its totals equal the every-stage evaluation."""
+    from txcalc.planner import layout_grid
+    from txcalc.parallel.evaluate import build_tables, evaluate, shard_groups
+    import numpy as np
+    cfg = txcalc.load("llama-2-70b")
+    gpu = get_gpu("h100")
+    s = TrainSetting(cfg, gpu, 4096, 256)
+    g, axes = layout_grid(cfg, gpu, 4096, 256, 4096)
+    pick = np.random.default_rng(0).choice(len(g["tp"]), 25, replace=False)
+    sub = {k: v[pick] for k, v in g.items()}
+    shard, shard_e = shard_groups(sub, gpu)
+    screen = evaluate(s, build_tables(s, *axes, np.concatenate([shard, shard_e])), sub,
+                      detail=False)
+    from txcalc.planner import _layout_at
+    exact = evaluate_layouts(s, [_layout_at(sub, i) for i in range(len(pick))])
+    assert list(screen["total_bytes"]) == list(exact["total_bytes"])
+    assert np.allclose(screen["step_time_s"], exact["step_time_s"])
+
+
+# --- catalog and device profile --------------------------------------------------------------------
+def test_catalog_rows():
+    gpus = load_catalog()
+    for name in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "h800", "b200",
+                 "mi300x", "l40s", "l4", "a10g", "rtx-4090"):
+        g = gpus[name]
+        assert g.source.startswith("https://")
+        assert g.peak_flops["bf16"] >= g.peak_flops["tf32"] >= g.peak_flops["fp32"] > 0
+        assert g.memory_bytes % 2**30 == 0
+    # NVIDIA H100 SXM datasheet: 989 dense bf16 TFLOP/s (1,979 with sparsity), 3.35 TB/s
+    h100 = get_gpu("H100")
+    assert (h100.name, h100.peak("bf16"), h100.hbm_bytes_per_s) == ("h100-sxm", 989.5e12,
+                                                                      3.35e12)
+    assert h100.memory_bytes == 80 * 2**30
+
+
+def test_unknown_gpu_suggests():
+    from txcalc.hardware import GpuError
+    with pytest.raises(GpuError, match=r"unknown GPU 'h10'.*did you mean"):
+        get_gpu("h10")
+
+
+def test_device_profile_round_trip(tmp_path):
+    from txcalc.timing import DeviceProfile, ProfileError
+    prof = DeviceProfile.from_gpu(get_gpu("h100")).replace(flop_efficiency={"matmul": 0.5})
+    prof.save(tmp_path / "p.json")
+    back = DeviceProfile.load(tmp_path / "p.json")
+    assert back == prof and back.flop_efficiency["matmul"] == 0.5
+    assert back.flop_efficiency["attention"] == prof.flop_efficiency["attention"]
+    (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))
+    with pytest.raises(ProfileError, match="bad.json"):
+        DeviceProfile.load(tmp_path / "bad.json")
+    with pytest.raises(ProfileError, match="matmul"):
+        prof.replace(flop_efficiency={"matmul": 1.5})
+
+
+def test_slower_profile_slows_the_plan():
+    """A calibrated profile (efficiencies halved) doubles compute-bound step time."""
+    from txcalc.planner import plan_train
+    from txcalc.timing import DeviceProfile
+    cfg = txcalc.load("llama-3-8b")
+    only = {"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full"}
+    base = plan_train(cfg, "h100", 10**12, gpus=64, only=only)
+    prof = DeviceProfile.from_gpu(get_gpu("h100"))
+    slow = prof.replace(flop_efficiency={k: v / 2 for k, v in prof.flop_efficiency.items()})
+    half = plan_train(cfg, "h100", 10**12, gpus=64, profile=slow, only=only)
+    assert half.best.layout == base.best.layout
+    assert half.best.step_time_s == pytest.approx(2 * base.best.step_time_s, rel=0.1)
