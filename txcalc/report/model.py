@@ -538,8 +538,9 @@ def _assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
                    "precision's weight dtype; no activation memory beyond the KV cache.")
     elif req.model is not None:
         out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
-                   f"kernel {req.attn}, recompute {req.recompute}; the peak is weights + "
-                   "gradients + optimizer + activations + the fp32 logits gradient.")
+                   f"kernel {req.attn}, recompute {req.recompute}, dropout off (no masks "
+                   "saved); the peak is weights + gradients + optimizer + activations + the "
+                   "fp32 logits gradient.")
     else:
         out.append("Only the parameter count is known: model states (weights, gradients, "
                    "optimizer) only, no activations.")
