@@ -24,6 +24,8 @@ SEQ_SWEEP = tuple(2**i for i in range(9, 18))  # 512 .. 131072
 CONTEXT_SWEEP = tuple(2**i for i in range(7, 18))  # 128 .. 131072
 CONCURRENCY_SWEEP = (1, 8, 32, 128)
 DEFAULT_GPU_GB = 80
+#: display names of memory categories (the data keeps the engine's and planner's keys)
+CATEGORY_LABELS = {"zero3_buffers": "ZeRO-3 gather buffers", "logits": "logits gradient"}
 
 Progress = Callable[[str], None]
 
@@ -368,7 +370,8 @@ def _memory_section(data: dict, gpu: dict) -> dict:
         text = (f"Without a plan the layout shown is one GPU with no parallelism, {what}; the "
                 f"dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
     return section("memory", "Memory per GPU by category", [text],
-                   [table("Bytes per GPU (GB = 1e9)", ["layout", *cats, "total"], rows)],
+                   [table("Bytes per GPU (GB = 1e9)",
+                          ["layout", *(CATEGORY_LABELS.get(c, c) for c in cats), "total"], rows)],
                    [plot("memory.png", "memory", "Memory per GPU by category",
                          "Stacked bars of memory per GPU by category")])
 

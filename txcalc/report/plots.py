@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 
 from ..units import GB, plural, scale
+from .model import CATEGORY_LABELS
 
 DPI = 100
 SIZE = (9.0, 5.0)
@@ -128,7 +129,8 @@ def _memory(report: dict):
         vals = [m["categories"].get(cat, 0) / GB for m in data["memory"]]
         if not any(vals):
             continue
-        ax.bar(labels, vals, bottom=bottom, color=colour, label=cat, width=0.6)
+        ax.bar(labels, vals, bottom=bottom, color=colour, label=CATEGORY_LABELS.get(cat, cat),
+               width=0.6)
         bottom = [b + v for b, v in zip(bottom, vals)]
     _gpu_line(ax, data)
     ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
