@@ -365,7 +365,7 @@ def chromium_images(report_html: Path, tmp_path: Path) -> dict:
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it "
                                               "with apt-get install -y chromium)")
 def test_html_renders_in_headless_chromium_with_every_plot_visible(tmp_path):
-    for name in ("llama-3.1-405b-train-h100", "llama-3.1-70b-serve-h200-128k"):
+    for name in sorted(EXAMPLES):
         rep = json.loads((REPORTS / name / "report.json").read_text())
         got = chromium_images(REPORTS / name / "report.html", tmp_path)
         assert got["title"] == rep["title"]

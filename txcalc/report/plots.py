@@ -106,10 +106,11 @@ def _components(report: dict):
         vals = [groups[n][idx] for n in names]
         div, prefix = scale(max(vals) or 1)
         bars = ax.barh(names, [v / div for v in vals],
-                       color="#4C72B0" if idx == 0 else "#DD8452")
+                       color="#4C72B0" if idx == 0 else "#DD8452", label=what)
         ax.bar_label(bars, labels=["0" if not v else "<0.01" if v / div < 0.01
                                    else f"{v / div:,.3g}" for v in vals], padding=3, fontsize=8)
         ax.margins(x=0.15)
+        ax.legend(loc="lower right", fontsize="small")
         unit = COUNT_WORDS.get(prefix, prefix) if idx == 0 else f"{prefix}FLOP"
         ax.set_xlabel(f"{what} ({unit})" if unit else what)
         ax.grid(axis="x", alpha=0.3)
