@@ -447,22 +447,32 @@ def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, capsys, argv):
 def test_validation_report_rows_are_shown_largest_error_first(tmp_path):
     val = tmp_path / "validation"
     val.mkdir()
-    # the shape `txcalc validate` writes is read loosely: any predicted[_x]/measured[_x] pair
-    (val / "gpt2-meta.json").write_text(json.dumps({"model": "gpt2", "device": "meta", "rows": [
-        {"path": "layers.0.attn.q_proj", "quantity": "params", "predicted": 590592,
-         "measured": 590592},
-        {"path": "layers.0.mlp.up_proj", "quantity": "flops", "predicted": 990,
-         "measured": 1000},
-        {"phase": "forward", "predicted_bytes": 2100, "measured_bytes": 2000}]}))
-    (val / "llama-3-8b-cpu.json").write_text(json.dumps({"model": "llama-3-8b", "rows": [
-        {"predicted": 1, "measured": 2}]}))
+    # the shape `txcalc validate` writes: totals {quantity: {predicted, measured}}, rows with
+    # <quantity>_predicted/_measured, module lists per quantity; read loosely
+    (val / "gpt2-cpu.json").write_text(json.dumps({
+        "model": "gpt2", "device": "cpu", "batch": 1, "seq": 64,
+        "totals": {"params": {"predicted": 124439808, "measured": 124439808,
+                              "error_pct": 0.0}},
+        "components": [{"component": "mlp.up_proj", "forward_flops_predicted": 990,
+                        "forward_flops_measured": 1000, "forward_flops_error_pct": -1.0}],
+        "layers": [{"layer": "0", "saved_bytes_predicted": 2100,
+                    "saved_bytes_measured": 2000}],
+        "modules": {"params": [{"module": "layers.0.attn.q_proj", "predicted": 590592,
+                                "measured": 590592, "ops": ["layers.0.attn.q_proj"]}]}}))
+    (val / "llama-3-8b-cpu.json").write_text(json.dumps({"model": "llama-3-8b", "totals": {
+        "params": {"predicted": 1, "measured": 2}}}))
     out = tmp_path / "r"
     rep = write_report(ReportRequest("gpt2", seq=256), out, validation_dir=val)
     v = rep["data"]["validation"]
-    assert v["file"] == "gpt2-meta.json" and v["rows"] == 3 and v["exact"] == 1
-    assert [round(r["error_pct"], 6) for r in v["shown"]] == [5.0, -1.0, 0.0]
+    assert v["file"] == "gpt2-cpu.json" and v["rows"] == 4 and v["exact"] == 2
+    assert [(r["label"], round(r["error_pct"], 6)) for r in v["shown"]] == [
+        ("layer 0 saved_bytes", 5.0), ("mlp.up_proj forward_flops", -1.0),
+        ("totals.params", 0.0), ("layers.0.attn.q_proj params", 0.0)]
+    assert {q["quantity"]: (q["pairs"], q["exact"]) for q in v["by_quantity"]} == {
+        "params": (2, 2), "forward_flops": (1, 0), "saved_bytes": (1, 0)}
     md = (out / "report.md").read_text()
-    assert "| forward bytes | 2,100 | 2,000 | +5.00% |" in md
+    assert "| layer 0 saved_bytes | 2,100 | 2,000 | +5.00% |" in md
+    assert "device cpu, batch 1, seq 64" in md
     assert (out / "validation.png").read_bytes()[:8] == PNG_MAGIC
     other = build_report(ReportRequest("gpt2", seq=256), validation_dir=tmp_path / "none")
     assert "validation" not in other["data"]

@@ -438,21 +438,39 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _pairs(obj: dict) -> list[tuple[str, object, object]]:
+    """(quantity suffix, predicted, measured) of a dict: ``predicted``/``measured``,
+    ``predicted_x``/``measured_x`` or ``x_predicted``/``x_measured``."""
+    out = []
+    for k, v in obj.items():
+        if k.startswith("predicted"):
+            q, m = k[len("predicted"):].strip("_"), obj.get("measured" + k[len("predicted"):])
+        elif k.endswith("_predicted"):
+            q, m = k[:-len("_predicted")], obj.get(k[:-len("predicted")] + "measured")
+        else:
+            continue
+        if _number(v) and _number(m):
+            out.append((q, v, m))
+    return out
+
+
 def validation_rows(obj, where: str = "") -> list[dict]:
-    """Every predicted/measured pair in a validation report, wherever it sits: a dict with
-    ``predicted[_x]`` and ``measured[_x]`` numbers gives one row, labelled by the dict's string
-    values (op path, component, phase) and the suffix ``x``."""
+    """Every predicted/measured pair in a validation report, wherever it sits (``txcalc
+    validate`` writes totals, components, layers and modules). A row is labelled by its dict's
+    names (component, module, layer) and the quantity: the key suffix, else the nearest key
+    of the path (``modules.params[3]`` -> params)."""
     rows: list[dict] = []
     if isinstance(obj, dict):
-        label = " ".join(str(v) for k, v in obj.items() if isinstance(v, str)
-                         and k not in ("model", "device", "unit", "dtype")) or where
-        for k, v in obj.items():
-            if k.startswith("predicted") and _number(v):
-                suffix = k[len("predicted"):]
-                m = obj.get("measured" + suffix)
-                if _number(m):
-                    rows.append({"label": f"{label} {suffix.strip('_')}".strip(),
-                                 "predicted": v, "measured": m})
+        names = [f"layer {v}" if k == "layer" and str(v).isdigit() else str(v)
+                 for k, v in obj.items() if isinstance(v, str)
+                 and k not in ("model", "device", "unit", "dtype", "precision", "torch",
+                               "python", "attn_impl", "recompute")]
+        context = where.split("[")[0].split(".")
+        for q, pred, meas in _pairs(obj):
+            quantity = q or context[-1] or "value"
+            label = " ".join(names) if names else ".".join(c for c in context if c)
+            rows.append({"label": f"{label} {quantity}" if names or q else label,
+                         "quantity": quantity, "predicted": pred, "measured": meas})
         for k, v in obj.items():
             if isinstance(v, (dict, list)):
                 rows += validation_rows(v, f"{where}.{k}" if where else str(k))
@@ -462,7 +480,7 @@ def validation_rows(obj, where: str = "") -> list[dict]:
     return rows
 
 
-def find_validation(name: str, validation_dir) -> tuple[str, list[dict]] | None:
+def find_validation(name: str, validation_dir) -> tuple[str, dict, list[dict]] | None:
     """The first validation report (``<dir>/*.json``, sorted) made for model ``name``."""
     import json
     from pathlib import Path
@@ -478,7 +496,7 @@ def find_validation(name: str, validation_dir) -> tuple[str, list[dict]] | None:
                                       or p.stem.startswith(f"{name}-")):
             rows = validation_rows(raw)
             if rows:
-                return p.name, rows
+                return p.name, raw, rows
     return None
 
 
@@ -489,24 +507,42 @@ def _validation_section(data: dict, name: str, validation_dir) -> dict:
         return section("validation", "Predicted against measured",
                        [f"No validation report for {name} in {where}/ (run `txcalc validate "
                         f"{name}` to make one)."])
-    file, rows = found
+    file, raw, rows = found
+    setup = ", ".join(f"{k} {raw[k]}" for k in ("device", "batch", "seq", "attn_impl",
+                                                "recompute", "precision")
+                      if isinstance(raw.get(k), (str, int)) and not isinstance(raw[k], bool))
     for r in rows:
         r["error_pct"] = (100.0 * (r["predicted"] - r["measured"]) / r["measured"]
                           if r["measured"] else (0.0 if r["predicted"] == 0 else None))
+    by_q: dict[str, dict] = {}
+    for r in rows:
+        q = by_q.setdefault(r["quantity"], {"quantity": r["quantity"], "pairs": 0, "exact": 0,
+                                            "max_abs_error_pct": 0.0})
+        q["pairs"] += 1
+        q["exact"] += r["predicted"] == r["measured"]
+        if r["error_pct"] is not None:
+            q["max_abs_error_pct"] = max(q["max_abs_error_pct"], abs(r["error_pct"]))
+    # stable sort: ties (all exact) keep the report's order, totals and components first
     shown = sorted(rows, key=lambda r: -abs(r["error_pct"] or 0))[:MAX_VALIDATION_ROWS]
-    data["validation"] = {"file": file, "rows": len(rows), "shown": shown,
-                          "exact": sum(1 for r in rows if r["predicted"] == r["measured"])}
+    data["validation"] = {"file": file, "setup": setup, "rows": len(rows),
+                          "exact": sum(q["exact"] for q in by_q.values()),
+                          "by_quantity": list(by_q.values()), "shown": shown}
     v = data["validation"]
     return section("validation", "Predicted against measured",
-                   [f"From {where}/{file}: {v['rows']:,} predicted/measured pairs, "
-                    f"{v['exact']:,} exactly equal; the {len(shown)} largest errors below "
+                   [f"From {where}/{file}" + (f" ({setup})" if setup else "") + ": "
+                    f"{v['rows']:,} predicted/measured pairs, {v['exact']:,} exactly equal "
                     "(error = (predicted - measured) / measured)."],
-                   [table("Largest errors first", ["row", "predicted", "measured", "error"],
+                   [table("By quantity", ["quantity", "pairs", "exact", "largest |error|"],
+                          [[q["quantity"], f"{q['pairs']:,}", f"{q['exact']:,}",
+                            f"{q['max_abs_error_pct']:.2f}%"] for q in v["by_quantity"]]),
+                    table(f"The {len(shown)} largest errors" if v["exact"] < v["rows"]
+                          else f"Every pair is exact; the first {len(shown)} rows",
+                          ["row", "predicted", "measured", "error"],
                           [[r["label"], f"{r['predicted']:,}", f"{r['measured']:,}",
                             "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.2f}%"]
                            for r in shown])],
                    [plot("validation.png", "validation", "Predicted against measured",
-                         "Bars of the prediction error per validated row")])
+                         "Predicted against measured values, one point per row")])
 
 
 CONVENTIONS = [

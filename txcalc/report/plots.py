@@ -208,22 +208,29 @@ def _frontier(report: dict):
 
 def _validation(report: dict):
     data = report["data"]
-    rows = [r for r in data["validation"]["shown"] if r["error_pct"] is not None][::-1]
+    v = data["validation"]
     fig = _figure()
     ax = fig.subplots()
-    errs = [r["error_pct"] for r in rows]
-    ax.barh([r["label"][-45:] for r in rows], errs,
-            color=["#55A868" if abs(e) < 1 else "#C44E52" for e in errs])
-    ax.axvline(0, color="black", linewidth=0.8)
-    from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color="#55A868", label="|error| < 1%"),
-                       Patch(color="#C44E52", label="|error| >= 1%")], fontsize="small")
-    ax.set_xlabel("prediction error (%), (predicted - measured) / measured")
-    ax.set_ylabel("validated row")
-    ax.tick_params(axis="y", labelsize=7)
-    ax.set_title(f"{data['model']['name']}: predicted against measured "
-                 f"({data['validation']['file']})")
-    ax.grid(axis="x", alpha=0.3)
+    lo, hi = float("inf"), 0.0
+    for q in v["by_quantity"]:
+        pts = [(r["measured"], r["predicted"]) for r in v["shown"]
+               if r["quantity"] == q["quantity"] and r["measured"] > 0 and r["predicted"] > 0]
+        if not pts:
+            continue
+        ax.scatter(*zip(*pts), s=30, alpha=0.8,
+                   label=f"{q['quantity']} ({q['exact']:,}/{q['pairs']:,} exact)")
+        lo, hi = min(lo, *(min(p) for p in pts)), max(hi, *(max(p) for p in pts))
+    if hi > 0:
+        ax.plot([lo / 2, hi * 2], [lo / 2, hi * 2], color="black", linewidth=0.8,
+                linestyle="--", label="predicted = measured")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (parameters, FLOPs or bytes)")
+    ax.set_ylabel("predicted (same unit)")
+    ax.set_title(f"{data['model']['name']}: predicted against measured\n{v['exact']:,} of "
+                 f"{v['rows']:,} pairs exact ({v['file']})")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
     return fig
 
 
