@@ -28,7 +28,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            days: float = typer.Option(None, "--days", help="Deadline in days (planner)."),
            max_gpus: int = typer.Option(None, "--max-gpus", help="Most GPUs allowed (planner)."),
            global_batch: int = typer.Option(None, "--global-batch", help="Global batch in sequences (planner)."),
-           price: float = typer.Option(None, "--price", help="Price of one GPU-hour, for the cost."),
+           price: float = typer.Option(None, "--price", help="Price of one GPU-hour, for the cost (training run or serving per hour)."),
            context: str = typer.Option("0", "--context", help="Serving: tokens per sequence, 128k = 131072 (0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),

@@ -304,7 +304,7 @@ def _answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
                               max_concurrency=b["max_concurrency"],
                               prefill_latency_s=b["prefill_latency_s"],
                               decode_tokens_per_s=b["decode_tokens_per_s"])
-        paras, rows = infer_answer(plan, name, kv["context"], kv["concurrency"])
+        paras, rows = infer_answer(plan, name, kv["context"], kv["concurrency"], req.price)
         return section("answer", "The answer", paras + [memory, compute], [_key_figures(rows)])
     paras = [f"**Serving {name} at {kv['context']:,} tokens of context for "
              f"{kv['concurrency']:,} concurrent sequences {verdict} on one {gpu['name']}**. "

@@ -151,9 +151,10 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
     return paras, rows
 
 
-def infer_answer(plan: dict, name: str, context: int, concurrency: int
+def infer_answer(plan: dict, name: str, context: int, concurrency: int, price: float | None
                  ) -> tuple[list[str], list[list[str]]]:
     b = plan["best"]
+    cost = None if price is None else b["total_gpus"] * price
     paras = [f"**Serve {name} at {context:,} tokens of context for {concurrency:,} concurrent "
              f"sequences: {plural(b['total_gpus'], plan['gpu'] + ' GPU')}**, "
              f"{plural(b['replicas'], 'replica')} of {plural(b['gpus_per_replica'], 'GPU')} "
@@ -161,13 +162,16 @@ def infer_answer(plan: dict, name: str, context: int, concurrency: int
              "in the KV cache.",
              f"Prefill of one {context:,}-token prompt: {b['prefill_latency_s']:,.2f} s; decode: "
              f"{b['decode_tokens_per_s']:,.0f} tokens/s in all, "
-             f"{b['decode_tokens_per_s_per_seq']:,.1f} tokens/s per sequence."]
+             f"{b['decode_tokens_per_s_per_seq']:,.1f} tokens/s per sequence."
+             + ("" if cost is None else f" Cost: {cost:,.2f} per hour at {price:g} per "
+                "GPU-hour.")]
     rows = [["GPUs", f"{b['total_gpus']:,}"], ["replicas", f"{b['replicas']:,}"],
             ["GPUs per replica", f"{b['gpus_per_replica']} (TP {b['tp']} x PP {b['pp']})"],
             ["max concurrent sequences", f"{b['max_concurrency']:,}"],
             ["prefill latency (one prompt)", f"{b['prefill_latency_s']:,.2f} s"],
             ["decode tokens/s (all)", f"{b['decode_tokens_per_s']:,.0f}"],
-            ["decode tokens/s per sequence", f"{b['decode_tokens_per_s_per_seq']:,.1f}"]]
+            ["decode tokens/s per sequence", f"{b['decode_tokens_per_s_per_seq']:,.1f}"],
+            ["cost per hour", "no price given" if cost is None else f"{cost:,.2f}"]]
     return paras, rows
 
 
