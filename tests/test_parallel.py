@@ -133,13 +133,16 @@ def test_tensor_parallel_shards_sum_to_model():
         assert t * (local - replicated) + replicated == total
 
 
-def test_screen_equals_every_stage_for_uniform_blocks():
-    """The search screens the first, second and last stage; for uniform blocks that is the
-    fullest stage, so its totals equal the every-stage evaluation."""
+@pytest.mark.parametrize("model", ["llama-2-70b", "deepseek-small"])
+def test_screen_equals_every_stage(model):
+    """The search screens the first, second, last and most-parameter stage: the fullest and
+    the slowest one for uniform blocks and for dense-first MoE stacks (DeepSeek's 3 dense
+    blocks, then MoE), so its totals equal the every-stage evaluation."""
     from txcalc.planner import layout_grid
     from txcalc.parallel.evaluate import build_tables, evaluate, shard_groups
     import numpy as np
-    cfg = txcalc.load("llama-2-70b")
+    cfg = (txcalc.load("deepseek-v3").replace(n_layers=13, n_experts=16, top_k=2)
+           if model == "deepseek-small" else txcalc.load(model))
     gpu = get_gpu("h100")
     s = TrainSetting(cfg, gpu, 4096, 256)
     g, axes = layout_grid(cfg, gpu, 4096, 256, 4096)
@@ -202,3 +205,34 @@ def test_slower_profile_slows_the_plan():
     half = plan_train(cfg, "h100", 10**12, gpus=64, profile=slow, only=only)
     assert half.best.layout == base.best.layout
     assert half.best.step_time_s == pytest.approx(2 * base.best.step_time_s, rel=0.1)
+
+
+# --- communication volumes ------------------------------------------------------------------------
+def test_tensor_parallel_all_reduces_per_layer():
+    """Shoeybi et al. 2019 (Megatron-LM, arXiv:1909.08053), section 3: a Transformer layer
+    under TP needs 2 all-reduces of the b x s x h activations in the forward pass and 2 in the
+    backward (plus the vocab-parallel embedding's one each way here). Ring all-reduce sends
+    2(t - 1)/t of the buffer per GPU (nccl-tests' bus-bandwidth factor)."""
+    cfg = txcalc.load("gpt2-medium")
+    s = TrainSetting(cfg, get_gpu("h100"), 1024, 8)
+    t, b = 4, 2
+    r = evaluate_layouts(s, [Layout(tp=t, micro_batch=b)])
+    tp = r["comm"]["tp"]
+    m, per_buffer = 8 // b, b * 1024 * cfg.d_model * 2
+    assert tp[1][0] == m * 2 * (2 * cfg.n_layers + 1) * 2 * (t - 1) / t * per_buffer
+    assert r["links"]["tp"][0] == "intra-node"
+
+
+@pytest.mark.parametrize("zero,factor", [(0, 2), (1, 1), (2, 1)])
+def test_data_parallel_gradient_volume(zero, factor):
+    """ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054, section 7): plain DP all-reduces the
+    gradients (2 Psi per GPU, Psi = gradient bytes), ZeRO-1/2 reduce-scatter the gradients and
+    all-gather the updated weights (Psi + Psi): the same volume, in two halves."""
+    cfg = txcalc.load("llama-3-8b")
+    s = TrainSetting(cfg, get_gpu("h100"), 2048, 64)
+    n = 16
+    r = evaluate_layouts(s, [Layout(dp=n, zero=zero, micro_batch=2)])
+    psi = 2 * txcalc.params(cfg).total  # bf16 gradients (and bf16 weights)
+    sent = r["comm"]["dp"][1][0]
+    assert sent == pytest.approx(2 * (n - 1) / n * psi)
+    assert r["links"]["dp"][0] == "inter-node"  # 16 ranks do not fit in an 8-GPU node

@@ -20,7 +20,8 @@ same columns (``--gpu-file my.csv``, ``load_catalog(extra=...)``).
     gpus_per_node       |                          | GPUs that share the intra-node link
     source              | URL                      | the datasheet the numbers came from
 
-Notes on rows: A10G is AWS's variant of the A10 and has no NVIDIA sheet of its own: its row
+Memory is the datasheet's capacity; what CUDA reports as total is 1-2% less (an H200 shows
+about 139.7 GiB of its 141), which the planner's framework terms cover. Notes on rows: A10G is AWS's variant of the A10 and has no NVIDIA sheet of its own: its row
 repeats the A10 datasheet. RTX 4090 bf16/fp16 figures are with fp32 accumulation (Ada
 whitepaper, Appendix A). B200 is the HGX B200 part (180 GB, 1000 W). Inter-node bandwidths are
 the usual one-NIC-per-GPU fabric of the vendor's reference system, not a property of the chip.

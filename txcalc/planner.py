@@ -20,8 +20,14 @@ stage. Choices:
     best                 | with ``days``: the fastest layout on gpus_for_deadline GPUs; without:
                          |   among layouts within 2% of the lowest GPU-hours, the fastest
 
-Defaults: sequence = min(4096, the model's max_position); global batch = about 4M tokens
-(2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention = a fused (flash) kernel.
+Defaults: sequence 4096 (the learned position table's length if shorter); global batch
+about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention a fused
+(flash) kernel.
+
+Figures of merit: MFU = model FLOPs (the engine's: causally masked attention pairs skipped)
+/ (step time x GPUs x the dense peak of the compute dtype); HFU uses the FLOPs executed
+(full S x S attention, recompute included). days = tokens / (global batch x seq) x step time;
+GPU-hours = days x 24 x GPUs; cost = GPU-hours x price per GPU-hour.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
-from .parallel.layout import RECOMPUTE, Layout
+from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout
 from .timing import DeviceProfile
 
 DAY_S = 86400.0
@@ -83,6 +89,8 @@ class TrainRow:
     bubble_fraction: float
     model_flops_step: int = 0
     hardware_flops_step: int = 0
+    #: per parallel dimension: collective, link, bytes sent per GPU per step, seconds, exposed
+    communication: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
@@ -91,6 +99,7 @@ class TrainRow:
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
         d["memory_bytes"] = {k: int(v) for k, v in self.memory.items()}
+        d["communication"] = self.communication
         return d
 
 
@@ -160,17 +169,26 @@ PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute")
 
 def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpus: int,
                 gpus: int | None = None, only: dict | None = None) -> tuple[dict, tuple]:
-    """Every valid layout as index arrays (see ``parallel.evaluate.evaluate``)."""
+    """Every valid layout as index arrays (see ``parallel.evaluate.evaluate``).
+
+    Candidate degrees: TP the divisors of n_heads up to 64, PP powers of two and divisors of
+    the block count up to 128, CP powers of two keeping >= 2048 tokens a rank, EP powers of two
+    up to 64, DP and micro-batch dividing the global batch; each degree is checked alone by
+    ``check_layout`` (the model's rules), and the rules that join degrees here."""
     import numpy as np
     n_blocks = sum(depth for _, depth in cfg.stacks)
-    tps = [t for t in _divisors(cfg.n_heads) if t <= 64
-           and (cfg.is_mla or cfg.n_kv_heads % t == 0)
-           and all(not getattr(cfg, f) or getattr(cfg, f) % t == 0
-                   for f in ("d_ff", "moe_d_ff", "shared_d_ff"))]
-    pps = sorted({p for p in _pow2_upto(min(n_blocks, 128))}
-                 | {p for p in _divisors(n_blocks) if p <= 128})
-    cps = [c for c in _pow2_upto(32) if seq % c == 0 and (c == 1 or seq // c >= 2048)]
-    eps = [e for e in _pow2_upto(64) if cfg.n_experts % e == 0] if cfg.is_moe else [1]
+
+    def valid(**degrees) -> bool:
+        try:
+            check_layout(cfg, Layout(**degrees), seq)
+            return True
+        except LayoutError:
+            return False
+    tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and valid(tp=t)]
+    pps = [p for p in sorted(set(_pow2_upto(128)) | set(_divisors(n_blocks)))
+           if p <= 128 and valid(pp=p)]
+    cps = [c for c in _pow2_upto(32) if (c == 1 or seq // c >= 2048) and valid(cp=c)]
+    eps = [e for e in _pow2_upto(64) if valid(ep=e, dp=e)]
     mbs = [b for b in _pow2_upto(16) if global_batch % b == 0]
     dps = _divisors(global_batch)
     zeros = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1)]
@@ -198,8 +216,12 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     for key, value in (only or {}).items():
         if key not in PINNABLE:
             raise PlanError(f"cannot pin {key!r}; choose from {', '.join(PINNABLE)}")
+        if key in ("tp", "pp", "cp", "ep", "micro_batch", "zero", "recompute"):
+            # the model's own rules name the offending values (TP dividing the heads...)
+            check_layout(cfg, Layout(**{key: value, **({"dp": value} if key == "ep" else {})}),
+                         seq)
         if key == "recompute":
-            value = RECOMPUTE.index(_check("recompute", value, RECOMPUTE))
+            value = RECOMPUTE.index(value)
         ok &= pinned[key] == value
     idx = np.nonzero(ok)[0]
     g = dict(tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], zero=zero[idx],
@@ -235,7 +257,13 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             bubble_fraction=float(r["bubble_fraction"][i]),
                             model_flops_step=int(r["model_flops_step"]),
                             hardware_flops_step=r["hardware_flops_seq"][
-                                RECOMPUTE.index(lay.recompute)] * setting.global_batch))
+                                RECOMPUTE.index(lay.recompute)] * setting.global_batch,
+                            communication={
+                                dim: {"collective": str(c if isinstance(c, str) else c[i]),
+                                      "link": str(r["links"][dim][i]),
+                                      "bytes_per_step": float(b[i]), "time_s": float(t[i]),
+                                      "exposed_s": float(x[i])}
+                                for dim, (c, b, t, x) in r["comm"].items() if float(b[i]) > 0}))
     return out
 
 
@@ -331,9 +359,17 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         if lay not in seen:
             seen.add(lay)
             chosen.append(lay)
-        if len(chosen) >= n_rows:
+        if len(chosen) >= 3 * n_rows:
             break
-    rows = rows_for(setting, chosen, tokens, price_per_gpu_hour)
+    # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
+    # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
+    rows = [r for r in rows_for(setting, chosen, tokens, price_per_gpu_hour)
+            if r.total_bytes <= gpu.memory_bytes and (days is None or r.days <= days)][:n_rows]
+    if not rows:
+        raise PlanError(f"no layout of {cfg.name} fits on {gpu.name}"
+                        + (f" within {days:g} days" if days is not None else "")
+                        + " once every pipeline stage is evaluated; allow more GPUs "
+                        "(--max-gpus) or a smaller --global-batch")
     if setting.achieved_flops_per_gpu:
         notes.append(f"step time from the achieved {achieved_tflops:g} TFLOP/s per GPU")
     return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,
@@ -425,6 +461,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ops = model_ops_cached(cfg)
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
+    decode_flops_1 = sum(op.decode_flops(1, context) for op in ops)
+    w = Workload(batch=1, seq=context, attn_impl="flash")
+    prefill_s: dict[int, float] = {}
     rows = []
     tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and (
         cfg.is_mla or cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)]
@@ -446,21 +485,19 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             maxc = budget // kv_seq
 
             def decode_s(batch: int) -> float:
-                flops = sum(op.decode_flops(batch, context) for op in ops) / (tp * pp)
+                flops = batch * decode_flops_1 / (tp * pp)  # decode FLOPs are linear in batch
                 moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
                 t = roofline_s(flops, moved, prof, "matmul", dtype)
                 ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
                                        2 * most_blocks)
                 return pp * (t + float(ar))
 
-            w = Workload(batch=1, seq=context, attn_impl="flash")
-            prefill = 0.0
-            for op in ops:
-                split = tp if op.kind in ("linear", "attn_scores", "attn_context") else 1
-                f, _ = op_times(op, w, prof, dtype, wbytes, wbytes, split)
-                prefill += f
-            prefill += float(comm.collective_s("all_reduce", context * cfg.d_model * wbytes, tp,
-                                               1, gpu, 2 * n_blocks))
+            if tp not in prefill_s:
+                prefill_s[tp] = sum(op_times(op, w, prof, dtype, wbytes, wbytes, tp if op.kind in (
+                    "linear", "attn_scores", "attn_context") else 1)[0] for op in ops) + float(
+                    comm.collective_s("all_reduce", context * cfg.d_model * wbytes, tp, 1, gpu,
+                                      2 * n_blocks))
+            prefill = prefill_s[tp]
             replicas = -(-concurrency // maxc)
             while True:
                 per = -(-concurrency // replicas)

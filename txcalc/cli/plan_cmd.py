@@ -23,6 +23,11 @@ def parse_context(text: str) -> int:
     return parse_count(t)
 
 
+def _overheads(context_gib, comm_gib, fragmentation):
+    from ..parallel.evaluate import Overheads
+    return Overheads.from_gib(context_gib, comm_gib, fragmentation)
+
+
 @plan_app.command("train")
 def train(model: str = typer.Argument(..., help=MODEL_HELP),
           tokens: str = typer.Option(..., "--tokens", help="Training tokens: 15T, 300B, 2e12."),
@@ -39,6 +44,16 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           achieved_tflops: float = typer.Option(None, "--achieved-tflops",
                                                 help="Sustained hardware TFLOP/s per GPU (overrides the roofline)."),
           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
+          context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
+          comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
+          fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
+          tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree."),
+          pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree."),
+          cp: int = typer.Option(None, "--cp", help="Pin the context-parallel degree."),
+          ep: int = typer.Option(None, "--ep", help="Pin the expert-parallel degree."),
+          zero: int = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
+          micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
+          recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -48,7 +63,11 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
     p = plan_train(model, gpu, parse_count(tokens), seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
-                   achieved_tflops=achieved_tflops, n_rows=max(rows, 1))
+                   achieved_tflops=achieved_tflops, n_rows=max(rows, 1),
+                   overheads=_overheads(context_gib, comm_gib, fragmentation),
+                   only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
+                                           ("zero", zero), ("micro_batch", micro_batch),
+                                           ("recompute", recompute)) if v is not None})
     out = p.to_json()
     if json_out:
         emit_json(out)
@@ -70,6 +89,12 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
     console.print("  memory per GPU of the best layout (fullest stage): " + ", ".join(
         f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v)
         + f"; total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB")
+    if b.communication:
+        console.print(table("communication of the best layout, per GPU per step",
+                            ["dim", "collective", "link", "GB sent", "time s", "exposed s"],
+                            [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
+                              f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
+                             for dim, c in b.communication.items()]))
     t = Table(title=f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
                     "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)",
               title_justify="left")
@@ -94,12 +119,16 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
           precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
+          context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
+          comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
+          fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
     from ..planner import plan_infer
 
     p = plan_infer(model, gpu, parse_context(context), concurrency, kv_dtype=kv_dtype,
-                   tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file)
+                   tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
+                   overheads=_overheads(context_gib, comm_gib, fragmentation))
     out = p.to_json()
     if json_out:
         emit_json(out)

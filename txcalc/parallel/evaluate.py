@@ -18,14 +18,18 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
                   |   x micro-batches in flight (1F1B: pp - stage;         |
                   |   interleaved stage 0: pp + (pp - 1) / v)              |
-    logits        | fp32 logits gradient, last stage: mb * S * V * 4 / tp  |
-    zero3 buffers | unsharded weights of `prefetch` blocks + grads of one  | (ZeRO-3 only)
+    logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
+    zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
+                  |   outside blocks (FSDP2's root unit stays unsharded     |
+                  |   from forward to backward) + `prefetch` largest blocks |
     framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
 
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
-expert parameters over dp * cp / ep. The grid screen divides totals with ceiling division;
-``layout_memory`` (exact, every stage, FSDP's per-tensor ceiling division of dim 0) gives the
-numbers reported for chosen layouts.
+expert parameters over dp * cp / ep, splitting dim 0 of every tensor by ceiling division
+(FSDP2's rule, padding included: the numbers are rank 0's, which holds the largest shard;
+checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The search
+screens the first, second, last and most-parameter pipeline stages; ``evaluate_layouts``
+(used for the layouts a plan reports) evaluates every stage.
 
 Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
 EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
@@ -66,7 +70,7 @@ class Overheads:
     ``torch.cuda.mem_get_info`` shows used before the first tensor: 0.5-1 GiB on H100).
     comm_buffer_bytes: NCCL channel buffers and DDP/FSDP buckets when more than one GPU.
     fragmentation: caching-allocator slack as a fraction of the tensors' bytes.
-    zero3_prefetch_blocks: unsharded blocks alive under ZeRO-3 (the current one and the
+    zero3_prefetch_blocks: all-gathered blocks alive under ZeRO-3 (the current one and the
     prefetched next one).
     """
 
@@ -74,6 +78,28 @@ class Overheads:
     comm_buffer_bytes: int = GiB // 2
     fragmentation: float = 0.05
     zero3_prefetch_blocks: int = 2
+
+    def __post_init__(self) -> None:
+        from .layout import LayoutError
+        bad = [f"{k} ({getattr(self, k)!r})" for k in ("cuda_context_bytes",
+                                                        "comm_buffer_bytes",
+                                                        "zero3_prefetch_blocks")
+               if not isinstance(getattr(self, k), int) or getattr(self, k) < 0]
+        if not isinstance(self.fragmentation, (int, float)) or not 0 <= self.fragmentation < 1:
+            bad.append(f"fragmentation ({self.fragmentation!r}, a fraction in [0, 1))")
+        if bad:
+            raise LayoutError("framework overheads must be non-negative integers (fragmentation "
+                              "a fraction): " + ", ".join(bad))
+
+    @classmethod
+    def from_gib(cls, cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
+                 fragmentation: float | None = None) -> Overheads:
+        """Defaults, with the given ones replaced (GiB = 2^30 bytes)."""
+        d = cls()
+        return cls(d.cuda_context_bytes if cuda_context_gib is None
+                   else int(cuda_context_gib * GiB),
+                   d.comm_buffer_bytes if comm_buffer_gib is None else int(comm_buffer_gib * GiB),
+                   d.fragmentation if fragmentation is None else fragmentation)
 
 
 def shard_op(op: Op, tp: int, ep: int, tied_copy: bool = False) -> Op:
@@ -231,20 +257,11 @@ def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str
 
 
 def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
-    """Per sequence: model FLOPs (masked pairs skipped) and hardware FLOPs per recompute."""
-    w = s.work(1)
-    model = sum(op.fwd_flops(w, True) + op.bwd_flops(w, True) for op in ops)
-    executed = sum(op.fwd_flops(w) + op.bwd_flops(w) for op in ops)
-    hw = []
-    for rc in RECOMPUTE:
-        extra = 0
-        if rc == "full":
-            extra = sum(op.fwd_flops(w) for op in ops if op.layer >= 0)
-        elif rc == "selective":
-            extra = sum(op.fwd_flops(w) for op in ops
-                        if op.kind in ("attn_scores", "attn_context"))
-        hw.append(executed + extra)
-    return model, hw
+    """Per sequence: model FLOPs (masked pairs skipped) and hardware FLOPs (executed +
+    recompute) for each recompute policy: the engine's FlopCounts over the group's ops."""
+    from ..accounting import FlopCounts
+    counts = [FlopCounts(s.cfg, s.work(1, rc), tuple(ops)) for rc in RECOMPUTE]
+    return counts[0].model, [c.hardware for c in counts]
 
 
 def group_counts(ops) -> dict:
@@ -287,7 +304,7 @@ def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], lis
 # --- the grid evaluator -----------------------------------------------------------------------
 @dataclass
 class Tables:
-    """Stage-level tables: index [pp_i, slot, ...]; slot 0 first stage, 1 second, 2 last."""
+    """Stage-level tables: index [pp_i, slot, ...] (the slots: see ``build_tables``)."""
 
     tps: list
     eps: list
@@ -313,8 +330,9 @@ def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int
 def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None) -> Tables:
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
 
-    ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second,
-    last; ``layout_memory`` passes every stage)."""
+    ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
+    (the most micro-batches in flight after the first), last, and the stage with the most
+    block parameters (dense-first MoE models); ``evaluate_layouts`` passes every stage)."""
     import numpy as np
     groups, block_group, first, last = group_ops(s)
     all_groups = groups + [first, last]
@@ -352,7 +370,13 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     counts = np.array([[group_counts(ops)[k] for k in ("tp_coll", "moe", "attn")]
                        for ops in all_groups], dtype=np.int64)
     flops = [group_flops(s, ops) for ops in all_groups]
-    slots_of = slots_of or (lambda pp: [0, min(1, pp - 1), pp - 1])
+    if slots_of is None:  # first, second, last, and the stage holding the most parameters
+        block_params = (st["p_dense"][:, 0, 0] + st["p_exp"][:, 0, 0])[:len(groups)]
+
+        def slots_of(pp):
+            heavy = max(range(pp), key=lambda k: (int(stage_counts(
+                s, len(groups), block_group, pp, k)[:len(groups)] @ block_params), -k))
+            return [0, min(1, pp - 1), pp - 1, heavy]
     n_slots = max(len(slots_of(pp)) for pp in pps)
     C = np.zeros((len(pps), n_slots, G), dtype=np.int64)
     inflight_stage = np.zeros((len(pps), n_slots), dtype=np.int64)
@@ -401,6 +425,11 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     arrays["stage"] = inflight_stage
     arrays["has_head"] = has_head
     arrays["valid"] = valid
+    # parameters outside the blocks on each stage (embeddings on the first, head on the last)
+    root = st["p_dense"][G - 2:] + st["p_exp"][G - 2:]  # [first|last, tp, ep]
+    arrays["root_params"] = (np.einsum("psg,gte->pste", C[:, :, G - 2:], root)
+                             + (has_head & (np.array(pps)[:, None] > 1))[:, :, None, None]
+                             * st_copy["p_dense"][None, None])
     arrays["layer_params"] = max(  # the largest block, for ZeRO-3 gather buffers
         (st["p_dense"][g] + st["p_exp"][g] for g in range(len(groups))),
         key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
@@ -439,7 +468,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     all_valid = bool(A["valid"].all())
     # flat views: one np.take per table instead of many-index fancy indexing
     flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
-                                          "t_attn", "o_dense", "o_exp", "tensors")}
+                                          "t_attn", "o_dense", "o_exp", "tensors",
+                                          "root_params")}
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
     # per-collective times (the counts differ per stage; latency is per collective)
@@ -454,8 +484,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
     logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
-    zero3 = np.where(zero == 3, (ov.zero3_prefetch_blocks * wb + gb_)
-                     * A["layer_params"][ti, ei], 0)
+    zero3_blocks = np.where(zero == 3, ov.zero3_prefetch_blocks * wb
+                            * A["layer_params"][ti, ei], 0)
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
@@ -499,7 +529,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         inflight = pp - stage + extra * (v > 1)
         cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
-        cat["zero3_buffers"] = zero3
+        cat["zero3_buffers"] = np.where(zero == 3, zero3_blocks + wb * flat["root_params"].take(
+            base), 0)
         tensors = sum(cat.values())
         cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
         total = tensors + cat["framework"]
@@ -530,6 +561,11 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         if not all_valid:
             t_stage, bwd, pd = (np.where(valid, x, 0) for x in (t_stage, bwd, pd + pe))
             pe = 0
+        if detail:  # the collectives of the slowest stage, for the breakdown
+            slower = t_stage >= t_mb
+            now = (cnt[:, 0].take(pi), cnt[:, 1].take(pi), cnt[:, 2].take(pi),
+                   flat["t_attn"].take(t_base))
+            slow = now if k == 0 else tuple(np.where(slower, a, b) for a, b in zip(now, slow))
         t_mb = np.maximum(t_mb, t_stage)
         t_bwd = np.maximum(t_bwd, bwd)
         p_max = np.maximum(p_max, pd + pe)
@@ -553,6 +589,42 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
     peak = s.gpu.peak(s.dtype)
     out = {f"{k}_bytes": x for k, x in best.items()} if detail else {}
+    if detail:
+        n_tp_c, n_moe, n_attn, t_attn = slow
+        per_mb = lambda kind, size, n, count: comm.bytes_sent(kind, size, n) * count
+        out["comm"] = {  # per GPU per step: (collective, bytes sent, seconds, exposed seconds)
+            "tp": (np.where(sp == 1, "reduce-scatter + all-gather (SP)", "all-reduce"),
+                   m * per_mb("all_reduce", act_size, tp, tp_colls * n_tp_c),
+                   m * tp_colls * n_tp_c * unit_tp, m * tp_colls * n_tp_c * unit_tp),
+            "ep": ("all-to-all", m * per_mb("all_to_all", act_size * max(cfg.top_k, 1),
+                                            g["ep"], 4 * n_moe),
+                   m * 4 * n_moe * unit_ep, m * 4 * n_moe * unit_ep),
+            "cp": ("point-to-point (ring of keys and values)",
+                   m * 3 * n_attn * tok / cp * kv_width * ab * (cp - 1) * (cp > 1),
+                   m * 3 * n_attn * unit_cp,
+                   m * np.maximum(0.0, 3 * n_attn * unit_cp - t_attn)),
+            "pp": ("point-to-point (activations and their gradients)",
+                   m * 2 * v * act_size / np.where(sp == 1, tp, 1) * (pp > 1), m * t_pp,
+                   m * t_pp),
+            "dp": (np.where(zero == 0, "all-reduce", np.where(
+                       zero < 3, "reduce-scatter + all-gather",
+                       "per micro-batch 2 all-gathers + reduce-scatter")),
+                   np.where(zero == 0, comm.bytes_sent("all_reduce", grad_bytes, shard),
+                            np.where(zero < 3, comm.bytes_sent("reduce_scatter", grad_bytes,
+                                                               shard)
+                                     + comm.bytes_sent("all_gather", w_bytes, shard),
+                                     m * (comm.bytes_sent("reduce_scatter", grad_bytes, shard)
+                                          + 2 * comm.bytes_sent("all_gather", w_bytes,
+                                                                shard)))),
+                   np.where(zero == 0, t_ar, np.where(zero < 3, t_rs + t_ag,
+                                                      m * (2 * t_ag + t_rs) + t_rep)),
+                   exposed),
+        }
+        out["links"] = {name: np.where(size * stride <= gpu.gpus_per_node, "intra-node",
+                                       "inter-node")
+                        for name, size, stride in (("tp", tp, 1), ("cp", cp, tp),
+                                                   ("ep", g["ep"], tp * cp),
+                                                   ("dp", shard, tp), ("pp", pp, tp * cp * dp))}
     out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
                bubble_fraction=(pp - 1) / (v * m),
                mfu=A["model_flops_seq"] * s.global_batch / (step * n * peak),
