@@ -202,6 +202,11 @@ def test_report_copies_the_planner_answers_exactly(capsys):
     assert ans["cost"] == pytest.approx(2.5 * plan["gpu_hours"], rel=1e-5)
     assert rep["data"]["plan"]["best"]["layout"] == plan["best"]["layout_name"]
     assert rep["data"]["memory"][0]["categories"] == plan["best"]["memory_bytes"]
+    comm = {c["group"]: c for c in rep["data"]["plan"]["communication"]}
+    assert set(comm) == set(plan["best"]["communication"])
+    for group, c in plan["best"]["communication"].items():
+        assert comm[group]["bytes_per_step"] == int(c["bytes_per_step"])
+        assert comm[group]["exposed_s"] == pytest.approx(c["exposed_s"], rel=1e-5)
 
     serve = json.loads((REPORTS / "llama-3.1-70b-serve-h200-128k" / "report.json").read_text())
     assert main(["plan", "infer", "llama-3.1-70b", "--gpu", "h200", "--context", "128k",

@@ -237,13 +237,15 @@ def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
     plan = data.get("plan")
     data["answer"] = dict(fit, planner=plan is not None)
     if plan is not None:
-        from .planning import train_answer
+        from .planning import communication_table, train_answer
         b = plan["best"]
         data["answer"].update(total_gpus=b["gpus"], days=b["days"], gpu_hours=b["gpu_hours"],
                               cost=b["cost"], min_gpus_to_fit=plan["min_gpus_to_fit"],
                               gpus_for_deadline=plan["gpus_for_deadline"])
         paras, rows = train_answer(plan, name, chosen)
-        return section("answer", "The answer", paras, [_key_figures(rows)])
+        comm = communication_table(plan)
+        return section("answer", "The answer", paras,
+                       [_key_figures(rows)] + ([comm] if comm else []))
     c = chosen["categories"]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
     paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} "

@@ -64,6 +64,10 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
             "layouts_evaluated": p.layouts_evaluated,
             "model_flops": r6(p.model_flops), "hardware_flops": r6(p.hardware_flops),
             "best": _row(p.best), "layouts": [_row(r) for r in p.rows],
+            "communication": [{"group": g, "collective": c["collective"], "link": c["link"],
+                               "bytes_per_step": int(c["bytes_per_step"]),
+                               "time_s": r6(c["time_s"]), "exposed_s": r6(c["exposed_s"])}
+                              for g, c in p.best.communication.items()],
             "frontier": frontier, "notes": list(p.notes),
             "assumptions": plan_assumptions(s.gpu, {"layouts_evaluated": p.layouts_evaluated,
                                                     "global_batch": s.global_batch,
@@ -149,6 +153,18 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
             ["cost", "no price given" if b["cost"] is None else f"{b['cost']:,.0f}"],
             ["MFU", f"{b['mfu']:.1%}"], ["memory per GPU", gb(b["total_bytes"])]]
     return paras, rows
+
+
+def communication_table(plan: dict) -> dict | None:
+    """Collectives of one step of the best layout (the planner's communication model)."""
+    from .model import table
+    if not plan["communication"]:
+        return None
+    return table("Communication per step of the best layout (per GPU)",
+                 ["group", "collective", "link", "bytes", "time", "exposed"],
+                 [[c["group"].upper(), c["collective"], c["link"], gb(c["bytes_per_step"]),
+                   f"{c['time_s']:,.3f} s", f"{c['exposed_s']:,.3f} s"]
+                  for c in plan["communication"]])
 
 
 def infer_answer(plan: dict, name: str, context: int, concurrency: int, price: float | None
