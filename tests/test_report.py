@@ -423,6 +423,7 @@ BAD = [
     ["report", "--params", "80e9", "--optimizer", "adafactor", "-o", "{out}"],
     ["report", "gpt2", "-o", "{file}"],
     ["report", "gpt2", "-o", "{foreign}"],
+    ["report", "gpt2", "--seq", "128", "-o", "{unwritable}"],
 ]
 
 
@@ -433,7 +434,10 @@ def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, capsys, argv):
     (tmp_path / "foreign" / "notes.txt").write_text("keep me")
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     subs = {"{out}": str(tmp_path / "out"), "{file}": str(tmp_path / "a-file"),
-            "{foreign}": str(tmp_path / "foreign")}
+            "{foreign}": str(tmp_path / "foreign"),
+            # new parent folders are made, then the folder's name is too long for the file
+            # system: the parents made on the way must go too
+            "{unwritable}": str(tmp_path / "made" / "x" / ("n" * 250))}
     assert main([subs.get(a, a) for a in argv]) == 2
     captured = capsys.readouterr()
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]

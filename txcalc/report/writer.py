@@ -71,21 +71,39 @@ def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_d
         step(f"plot {spec['file']}", total)
         pngs[spec["file"]] = plots.draw(report, spec)
     step("writing files", total)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; a report folder is for reading
-        for name, png in pngs.items():
-            (tmp / name).write_bytes(png)
-        (tmp / "report.json").write_text(report_json(report), encoding="utf-8")
-        (tmp / "report.md").write_text(render.to_markdown(report), encoding="utf-8")
-        (tmp / "report.html").write_text(render.to_html(report, pngs), encoding="utf-8")
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    files = {name: png for name, png in pngs.items()}
+    files["report.json"] = report_json(report).encode("utf-8")
+    files["report.md"] = render.to_markdown(report).encode("utf-8")
+    files["report.html"] = render.to_html(report, pngs).encode("utf-8")
+    _write_folder(out, files)
     progress("done", total, total)
     return report
+
+
+def _write_folder(out: Path, files: dict[str, bytes]) -> None:
+    """Write ``files`` into a temporary sibling of ``out``, then move it into place. On any
+    failure nothing is left: not the temporary folder, not the parents it had to create."""
+    created = None  # the topmost parent folder this call creates
+    for parent in [out.parent, *out.parent.parents]:
+        if parent.exists():
+            break
+        created = parent
+    tmp = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp.chmod(0o755)  # mkdtemp makes it private; a report folder is for reading
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        _swap_into_place(tmp, out)
+    except BaseException as e:
+        for leftover in (tmp, created):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise ReportError(f"cannot write the report to {str(out)!r}: "
+                              f"{e.strerror or e}") from None
+        raise
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
