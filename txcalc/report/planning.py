@@ -2,7 +2,7 @@
 frontier, memory of the best layouts) and serving (replicas, concurrency, latency).
 
 Every number here is the planner's (``txcalc.planner``), copied into plain data; nothing is
-re-derived. Rates (days, seconds, MFU) are floats rounded to 6 significant digits so that the
+re-derived (the one product formed here is a serving cost per hour: GPUs x the given price). Rates (days, seconds, MFU) are floats rounded to 6 significant digits so that the
 committed reports compare equal across numpy builds; byte and GPU counts stay exact ints.
 """
 
