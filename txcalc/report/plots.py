@@ -134,6 +134,7 @@ def _memory(report: dict):
                width=0.6)
         bottom = [b + v for b, v in zip(bottom, vals)]
     _gpu_line(ax, data)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
     ax.set_xlabel("layout")
     ax.tick_params(axis="x", labelsize=8)
