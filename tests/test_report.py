@@ -393,6 +393,17 @@ def test_progress_reports_every_step_and_ends_complete(tmp_path):
     assert sum(1 for s in seen if s[0].startswith("plot ")) == 4
 
 
+def test_json_output_names_the_answer_and_the_files(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["report", "llama-3-8b", "--inference", "--gpu", "l4", "--context", "8k",
+                 "--concurrency", "4", "-o", str(out), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["files"] == sorted(p.name for p in out.iterdir())
+    rep = json.loads((out / "report.json").read_text())
+    assert got["answer"] == rep["data"]["answer"] and isinstance(got["answer"]["total_gpus"],
+                                                                 int)
+
+
 def test_rewriting_replaces_a_previous_report_and_leaves_no_temporaries(tmp_path):
     out = tmp_path / "r"
     assert main(["report", "gpt2", "--seq", "512", "-o", str(out)]) == 0

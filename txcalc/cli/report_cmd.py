@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import app
-from .output import console
+from .output import console, emit_json
 from .params_cmd import MODEL_HELP
 
 
@@ -33,7 +33,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
-           validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports.")):
+           validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports."),
+           json_out: bool = typer.Option(False, "--json", help="Print the answer and the files written as JSON (no progress bar).")):
     """Write a capacity report: the answer, breakdowns, plots, assumptions (md, html, png)."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
@@ -50,6 +51,13 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         global_batch=global_batch, price=price,
                         context=0 if context.strip() == "0" else parse_context(context),
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
+    if json_out:
+        rep = write_report(req, out, validation_dir=validation_dir)
+        emit_json({"title": rep["title"], "out": str(out),
+                   "files": sorted(["report.md", "report.html", "report.json"]
+                                   + [p["file"] for s in rep["sections"] for p in s["plots"]]),
+                   "answer": rep["data"]["answer"]})
+        return
     with Progress(TextColumn("{task.description:<40}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
