@@ -88,3 +88,75 @@ def test_sliding_window_reduces_model_flops_not_executed():
     full = count_flops(cfg.replace(sliding_window=0), Workload(batch=1, seq=8192))
     assert long.forward == full.forward
     assert long.model < full.model
+
+
+def _hf_inference_flops(raw: dict, batch: int, prompt: int):
+    """FlopCounterMode of HF's prefill (head on the last position, as generate() runs it) and
+    of the next decode step over the cache the prefill filled, on meta."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .hf_models import hf_model
+
+    model = hf_model(raw).eval()
+    ids = torch.zeros(batch, prompt, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        nxt = torch.zeros(batch, 1, dtype=torch.long, device="meta")
+        with FlopCounterMode(display=False) as decode:
+            model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+    return prefill.get_total_flops(), decode.get_total_flops()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-3-8b", "mixtral-8x7b"])
+@pytest.mark.parametrize("batch,prompt", [(1, 100), (3, 257)])
+def test_prefill_and_decode_flops_equal_flopcountermode(name, batch, prompt):
+    raw = json.loads((DATA / f"{name}.json").read_text())
+    f = count_flops(txcalc.load(name), Workload(batch=batch, seq=prompt))
+    prefill, decode = _hf_inference_flops(raw, batch, prompt)
+    assert f.prefill() == prefill
+    assert f.decode(prompt + 1, model=False) == decode
+
+
+def test_decode_flops_grow_with_context_by_the_attention_over_the_cache():
+    cfg = txcalc.load("llama-3.1-70b")
+    f = count_flops(cfg, Workload(batch=1, seq=1))
+    short, long = f.decode(1024), f.decode(128_000)
+    # per cached token: q.k and p.v, 2 FLOPs per multiply-add, H heads of h, every layer
+    assert long - short == (128_000 - 1024) * 2 * 2 * cfg.n_heads * cfg.head_dim * cfg.n_layers
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-3-8b"])
+def test_full_recompute_flops_equal_flopcountermode_with_hf_gradient_checkpointing(
+        name, monkeypatch):
+    """HF's gradient checkpointing re-runs each block's forward during backward: executed
+    FLOPs = forward + backward + the blocks' forward again (FlopCounts.recompute, the whole
+    block as Megatron's full recompute runs it).
+
+    Named difference: torch's non-reentrant checkpoint stops recomputing once every tensor
+    backward needs is back ("early stop"). Llama's block ends with down_proj feeding the
+    residual add, which saves nothing, so its down_proj is not re-run: the engine's
+    recompute is higher by exactly down_proj's forward in every block. GPT-2's block ends
+    with a dropout whose mask must be regenerated, so everything is re-run: exact."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import masking_utils
+
+    # without a cache HF looks for packed sequences with .item(), which meta cannot answer
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", lambda *a, **k: None)
+
+    from .hf_models import hf_model
+
+    raw = json.loads((DATA / f"{name}.json").read_text())
+    model = hf_model(raw).train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    batch, seq = 2, 128
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    f = count_flops(txcalc.load(name), Workload(batch=batch, seq=seq, recompute="full"))
+    assert f.recompute > 0
+    early_stop = 0
+    if name == "llama-3-8b":
+        early_stop = sum(r["forward_flops"] for r in f.rows()
+                         if r["component"] == "mlp.down_proj")
+    assert f.hardware - early_stop == counter.get_total_flops()

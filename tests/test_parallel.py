@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import txcalc
 from txcalc.hardware import get_gpu, load_catalog
@@ -236,3 +237,38 @@ def test_data_parallel_gradient_volume(zero, factor):
     sent = r["comm"]["dp"][1][0]
     assert sent == pytest.approx(2 * (n - 1) / n * psi)
     assert r["links"]["dp"][0] == "inter-node"  # 16 ranks do not fit in an 8-GPU node
+
+
+def test_hybrid_shard_shards_inside_a_node():
+    """FSDP HYBRID_SHARD: ZeRO-3 over the 8 GPUs of a node, replicas across nodes; the
+    replicas then all-reduce the shard's gradients over the inter-node link."""
+    cfg = txcalc.load("llama-3-8b")
+    s = TrainSetting(cfg, get_gpu("h100"), 2048, 64)
+    full, hybrid = (evaluate_layouts(s, [Layout(dp=64, zero=3, hybrid_shard=h)])
+                    for h in (False, True))
+    assert hybrid["weights_bytes"][0] > full["weights_bytes"][0]
+    p8 = evaluate_layouts(s, [Layout(dp=8, zero=3)])
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+        assert hybrid[key][0] == p8[key][0]
+    assert hybrid["links"]["dp"][0] == "intra-node" and full["links"]["dp"][0] == "inter-node"
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 3]),
+       dp=st.sampled_from([1, 2, 4]), mb=st.sampled_from([1, 2]),
+       rc=st.sampled_from(["none", "selective", "full"]), sp=st.booleans())
+def test_more_sharding_never_costs_memory(tp, pp, dp, mb, rc, sp):
+    """Invariants: each ZeRO stage holds no more model states than the one before; recompute
+    full holds no more activations than selective, selective no more than none."""
+    cfg = txcalc.load("gpt2-medium")
+    s = TrainSetting(cfg, get_gpu("a100"), 1024, 8)
+    sp = sp and tp > 1
+    lays = [Layout(tp=tp, pp=pp, dp=dp, zero=z, micro_batch=mb, recompute=rc, sp=sp)
+            for z in range(4)]
+    r = evaluate_layouts(s, lays)
+    states = [r["weights_bytes"][i] + r["gradients_bytes"][i] + r["optimizer_bytes"][i]
+              for i in range(4)]
+    assert all(a >= b for a, b in zip(states, states[1:]))
+    acts = evaluate_layouts(s, [Layout(tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=x, sp=sp)
+                                for x in ("none", "selective", "full")])["activations_bytes"]
+    assert acts[0] >= acts[1] >= acts[2]

@@ -24,6 +24,19 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
     return " ".join(parts)
 
 
+def by_layer_type(cfg: ModelConfig, per_layer: dict[tuple[str, int], dict[str, int]]) -> list[dict]:
+    """Sum {(stack, layer): {quantity: value}} over blocks of the same kind (``layer_type``);
+    layer -1 (embeddings, final norm, head, loss) is its own row, "outside blocks"."""
+    rows: dict[str, dict] = {}
+    for (stack, layer), values in per_layer.items():
+        label = "outside blocks" if layer < 0 else layer_type(cfg, stack, layer)
+        row = rows.setdefault(label, {"layer_type": label, "layers": 0, **dict.fromkeys(values, 0)})
+        row["layers"] += layer >= 0
+        for k, v in values.items():
+            row[k] += v
+    return sorted(rows.values(), key=lambda r: r["layer_type"] == "outside blocks")
+
+
 def _group(ops: Iterable[Op], key) -> dict[str, list[Op]]:
     groups: dict[str, list[Op]] = {}
     for op in ops:
@@ -165,6 +178,16 @@ class FlopCounts:
     def hardware(self) -> int:
         return self.forward + self.backward + self.recompute
 
+    def prefill(self, model: bool = False) -> int:
+        """Forward of the prompt batch, the output head on the last position only."""
+        return sum(op.prefill_flops(self.work, model) for op in self.ops)
+
+    def decode(self, context: int, model: bool = True) -> int:
+        """One new token for each of the batch's sequences, ``context`` tokens cached (the new
+        one included); ``model=False`` scans the whole cache even where a window limits it."""
+        w = self.work
+        return sum(op.decode_flops(w.batch, context, w.src_seq, model) for op in self.ops)
+
     def rows(self) -> list[dict]:
         w = self.work
         return [{"path": op.path, "component": op.component, "stack": op.stack,
@@ -183,6 +206,15 @@ class FlopCounts:
                 row[k] += r[k]
         return list(out.values())
 
+    def by_layer_type(self) -> list[dict]:
+        per_layer: dict[tuple[str, int], dict[str, int]] = {}
+        for r in self.rows():
+            d = per_layer.setdefault((r["stack"], r["layer"]), dict.fromkeys(
+                ("forward_flops", "backward_flops", "model_flops"), 0))
+            for k in d:
+                d[k] += r[k]
+        return by_layer_type(self.cfg, per_layer)
+
     def frame(self):
         import pandas as pd
         return pd.DataFrame(self.rows())
@@ -193,7 +225,8 @@ class FlopCounts:
                 "attn_impl": w.attn_impl, "recompute": w.recompute,
                 "forward_flops": self.forward, "backward_flops": self.backward,
                 "model_flops": self.model, "recompute_flops": self.recompute,
-                "hardware_flops": self.hardware, "by_component": self.by_component()}
+                "hardware_flops": self.hardware, "by_component": self.by_component(),
+                "by_layer_type": self.by_layer_type()}
 
 
 def count_flops(cfg: ModelConfig, work) -> FlopCounts:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from .accounting import by_layer_type
 from .components import model_ops
 from .config import ModelConfig
 from .errors import WorkloadError
@@ -143,6 +144,11 @@ class TrainingMemory:
             out[key] = out.get(key, 0) + b
         return out
 
+    def activations_by_layer_type(self) -> list[dict]:
+        """Saved bytes summed over blocks of the same kind, and outside the blocks."""
+        return by_layer_type(self.cfg, {k: {"activations_bytes": v}
+                                        for k, v in self.activations_by_layer().items()})
+
     @cached_property
     def logits_transient(self) -> int:
         """fp32 gradient of the logits, alive while backward starts (T x V x 4)."""
@@ -162,7 +168,9 @@ class TrainingMemory:
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
-                "kv_cache_bytes": 0, "total_bytes": self.total}
+                "kv_cache_bytes": 0, "total_bytes": self.total,
+                "dropout": self.work.dropout,
+                "activations_by_layer_type": self.activations_by_layer_type()}
 
 
 def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = "adamw") -> dict:

@@ -372,6 +372,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                         "(--max-gpus) or a smaller --global-batch")
     if setting.achieved_flops_per_gpu:
         notes.append(f"step time from the achieved {achieved_tflops:g} TFLOP/s per GPU")
+    if days is None:
+        notes.append("no deadline given: best = the fastest of the layouts within 2% of the "
+                     "lowest GPU-hours; --days D gives the GPUs to finish in D days")
     return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,
                      int(len(g["tp"])), time.perf_counter() - t0, notes)
 
@@ -440,9 +443,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ``context`` tokens, roofline per op, stages in sequence.
     """
     from . import load
-    from .ops import Op
+    from .accounting import FlopCounts
     from .parallel import comm
-    from .parallel.sharding import assign_stages, local_params
+    from .parallel.sharding import assign_stages, local_params, tp_style
     from .timing import COMPUTE_DTYPE, op_times, roofline_s
     from .workload import Workload
 
@@ -461,8 +464,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ops = model_ops_cached(cfg)
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
-    decode_flops_1 = sum(op.decode_flops(1, context) for op in ops)
     w = Workload(batch=1, seq=context, attn_impl="flash")
+    decode_flops_1 = FlopCounts(cfg, w, ops).decode(context)  # one token of one sequence
     prefill_s: dict[int, float] = {}
     rows = []
     tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and (
@@ -492,11 +495,13 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                                        2 * most_blocks)
                 return pp * (t + float(ar))
 
-            if tp not in prefill_s:
-                prefill_s[tp] = sum(op_times(op, w, prof, dtype, wbytes, wbytes, tp if op.kind in (
-                    "linear", "attn_scores", "attn_context") else 1)[0] for op in ops) + float(
-                    comm.collective_s("all_reduce", context * cfg.d_model * wbytes, tp, 1, gpu,
-                                      2 * n_blocks))
+            if tp not in prefill_s:  # forward of one prompt, TP-split matmuls, stages in turn
+                split = {op: tp if tp_style(op) != "replicate" or op.kind.startswith("attn")
+                         else 1 for op in ops}
+                prefill_s[tp] = sum(op_times(op, w, prof, dtype, wbytes, wbytes, split[op])[0]
+                                    for op in ops) + float(comm.collective_s(
+                                        "all_reduce", context * cfg.d_model * wbytes, tp, 1,
+                                        gpu, 2 * n_blocks))
             prefill = prefill_s[tp]
             replicas = -(-concurrency // maxc)
             while True:
@@ -513,8 +518,11 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         raise PlanError(f"{cfg.name} with {context:,} tokens of {kv_dtype} KV cache does not fit "
                         f"on {gpu.name} in any TP x PP layout up to "
                         f"{max(tps)} x {max(_pow2_upto(min(n_blocks, 64)))}")
-    if tokens_per_s is not None and all(r.decode_tokens_per_s < tokens_per_s for r in rows):
-        raise PlanError(f"no layout reaches {tokens_per_s:g} decode tokens/s")
+    if tokens_per_s is not None:
+        rows = [r for r in rows if r.decode_tokens_per_s >= tokens_per_s]
+        if not rows:
+            raise PlanError(f"no layout of {cfg.name} on {gpu.name} reaches {tokens_per_s:g} "
+                            f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
     return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows)
 

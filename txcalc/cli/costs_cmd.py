@@ -10,9 +10,17 @@ from .output import console, emit_json, human, table
 from .params_cmd import MODEL_HELP
 
 
-def _workload(batch, seq, src_seq, attn, recompute):
+def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
     from ..workload import Workload
-    return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
+    return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
+                    dropout=dropout)
+
+
+def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
+    """Rows of ``by_layer_type``: one per kind of block, plus what lies outside the blocks."""
+    return table(title, ["layer type", "layers", *columns.values()],
+                 [(r["layer_type"], r["layers"] or "", *(human(r[k], unit) for k in columns))
+                  for r in rows])
 
 
 @app.command()
@@ -34,14 +42,13 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     check_fits(cfg, work)
     f = count_flops(cfg, work)
     out = f.to_json()
-    out["prefill_flops"] = sum(op.prefill_flops(work) for op in f.ops)
+    out["prefill_flops"] = f.prefill()
     if context:
         if cfg.family == "encoder":
             from ..errors import WorkloadError
             raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
         out["decode_context"] = context
-        out["decode_flops_per_token"] = sum(op.decode_flops(batch, context, work.src_seq)
-                                            for op in f.ops) // batch
+        out["decode_flops_per_token"] = f.decode(context) // batch
     if json_out:
         emit_json(out)
         return
@@ -59,6 +66,9 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     console.print(table("by component (executed)", ["component", "forward", "backward", "model"],
                         [(r["component"], human(r["forward_flops"]), human(r["backward_flops"]),
                           human(r["model_flops"])) for r in out["by_component"]]))
+    console.print(_layer_type_table("by layer type (all layers of the type)", out["by_layer_type"],
+                                    {"forward_flops": "forward", "backward_flops": "backward",
+                                     "model_flops": "model"}, "FLOP"))
 
 
 @app.command()
@@ -71,6 +81,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
            recompute: str = typer.Option("none", help="none | selective | full."),
+           dropout: bool = typer.Option(False, "--dropout", help="Train with the model's dropout on: its masks are saved (1 byte per element, CUDA)."),
            inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
            context: int = typer.Option(0, "--context", help="Inference: tokens per sequence in the cache (0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
@@ -89,7 +100,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     elif inference:
         out = _inference(model, context or seq, concurrency, kv_dtype, precision)
     else:
-        out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer)
+        out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
+                        dropout)
     gpu = int(gpu_gb * GB)
     out["gpu_bytes"] = gpu
     out["fits_one_gpu"] = out["total_bytes"] <= gpu
@@ -105,6 +117,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
                         f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GB (1e9)"],
                         rows))
+    if out.get("activations_by_layer_type"):
+        console.print(_layer_type_table(
+            f"activations saved for backward by layer type (attention {out['attn_impl']}, "
+            f"recompute {out['recompute']})", out["activations_by_layer_type"],
+            {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
     console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_gb:g} GB GPU"
                   + ("" if out["fits_one_gpu"] else
@@ -119,13 +136,14 @@ def _states_only(params: str, precision: str, optimizer: str) -> dict:
     return model_states(parse_count(params), precision, optimizer)
 
 
-def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer) -> dict:
+def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
+              dropout=False) -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
     cfg = load(model)
-    work = _workload(batch, seq, src_seq, attn, recompute)
+    work = _workload(batch, seq, src_seq, attn, recompute, dropout)
     check_fits(cfg, work)
     return TrainingMemory(cfg, work, precision, optimizer).to_json()
 
