@@ -165,6 +165,9 @@ def test_llama_70b_serving_kv_matches_the_published_table():
     assert round(kv["bytes_per_token"] * 128000 / 2**30, 2) == 39.06
     assert kv["bytes_per_sequence"] == kv["bytes_per_token"] * 131072
     assert kv["bytes_at_request"] == 16 * kv["bytes_per_sequence"]
+    fl, comps = rep["data"]["flops"], rep["data"]["components"]
+    assert sum(c["prefill_flops"] for c in comps) == fl["prefill_per_sequence"]
+    assert sum(c["decode_flops"] for c in comps) == fl["decode_per_token"]
     ans = rep["data"]["answer"]
     weights = rep["data"]["weights_bytes"]
     n = ans["min_gpus_by_memory"]

@@ -190,8 +190,7 @@ def _kv_data(req: ReportRequest, cfg) -> dict | None:
 
 
 def _serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
-    from ..accounting import count_params
-    from ..components import model_ops
+    from ..accounting import count_flops, count_params
     from ..memory import PRECISIONS, _check
     from ..workload import Workload
 
@@ -200,10 +199,10 @@ def _serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     progress("parameters and FLOPs by component")
     ctx = req.serve_context
     p = count_params(cfg)
-    ops = model_ops(cfg)
     prompt = Workload(batch=1, seq=ctx, src_seq=req.src_seq, attn_impl=req.attn)
-    rows: dict[str, dict] = {}
-    for op in ops:
+    f = count_flops(cfg, prompt)
+    rows: dict[str, dict] = {}  # the same op sums, grouped by component
+    for op in f.ops:
         key = f"{op.stack}.{op.component}" if op.stack else op.component
         r = rows.setdefault(key, {"component": key, "prefill_flops": 0, "decode_flops": 0})
         r["prefill_flops"] += op.prefill_flops(prompt)
@@ -211,8 +210,7 @@ def _serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)][0]
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
          "components": _merge_components(p.by_component(), list(rows.values())),
-         "flops": {"prefill_per_sequence": sum(r["prefill_flops"] for r in rows.values()),
-                   "decode_per_token": sum(r["decode_flops"] for r in rows.values())},
+         "flops": {"prefill_per_sequence": f.prefill(), "decode_per_token": f.decode(ctx)},
          "weights_bytes": p.total * wbytes}
     progress("KV cache against context and concurrency")
     d["kv_cache"] = _kv_data(req, cfg)
