@@ -62,6 +62,25 @@ def test_committed_example_equals_a_fresh_run(examples, name):
     assert plots == sorted(p["file"] for s in new["sections"] for p in s["plots"])
 
 
+@pytest.mark.parametrize("name", ["llama-3.1-70b-serve-h200-128k", "t5-base-finetune-1gpu",
+                                  "80b-why-distributed"])
+def test_the_recorded_command_reproduces_the_report(name, tmp_path, monkeypatch):
+    """The command printed at the end of a report (canonical options: --context 128k is
+    recorded as 131072) makes the same report again."""
+    import shlex
+
+    old = json.loads((REPORTS / name / "report.json").read_text())
+    argv = shlex.split(old["command"])
+    assert argv[:2] == ["txcalc", "report"] and argv[-2:] == ["-o", f"reports/{name}"]
+    (tmp_path / "reports").mkdir()
+    if (REPORTS / "validation").is_dir():
+        (tmp_path / "reports" / "validation").symlink_to(REPORTS / "validation")
+    monkeypatch.chdir(tmp_path)
+    assert main(argv[1:]) == 0
+    new = json.loads((tmp_path / "reports" / name / "report.json").read_text())
+    assert new["data"] == old["data"] and new["command"] == old["command"]
+
+
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_committed_markdown_shows_the_numbers(name):
     rep = json.loads((REPORTS / name / "report.json").read_text())
