@@ -251,7 +251,7 @@ EVIL = "<script>alert(1)</script>"
 
 def _evil_config(tmp_path: Path) -> Path:
     raw = json.loads((DATA / "gpt2.json").read_text())
-    raw["_name_or_path"] = EVIL
+    raw["_name_or_path"] = EVIL + "\n# not a heading | nor a cell"
     p = tmp_path / "config.json"
     p.write_text(json.dumps(raw))
     return p
@@ -279,8 +279,11 @@ def test_model_and_gpu_names_from_files_are_escaped(tmp_path):
     assert "<script" not in page.lower()
     md = (out / "report.md").read_text()
     assert EVIL not in md and "&lt;script&gt;" in md
+    assert "\n# not a heading" not in md and "&lt;/script&gt; # not a heading | nor" in md
+    from txcalc.report.render import _md_cell
+    assert _md_cell("a | b\nc") == "a \\| b c"  # a cell cannot split a table row
     data = json.loads((out / "report.json").read_text())["data"]
-    assert data["model"]["name"] == EVIL and data["plan"]["gpu"] == EVIL
+    assert data["model"]["name"].startswith(EVIL) and data["plan"]["gpu"] == EVIL
 
 
 # --- HTML structure -------------------------------------------------------------------------------

@@ -44,7 +44,10 @@ def _inline(text: str, bold: tuple[str, str], code: tuple[str, str], quote: bool
 
 
 def _md(text: str) -> str:
-    return _inline(text, ("**", "**"), ("`", "`"), quote=False)
+    """Markdown text on one line: a newline in a user string cannot start a heading or end
+    a table row."""
+    one_line = text.replace("\r", " ").replace("\n", " ")
+    return _inline(one_line, ("**", "**"), ("`", "`"), quote=False)
 
 
 def _md_cell(text: str) -> str:
