@@ -20,7 +20,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
-           seq: int = typer.Option(4096, "--seq", "-s", help="Training sequence length."),
+           seq: int = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash."),
            recompute: str = typer.Option("none", help="none | selective | full (single-GPU figures)."),

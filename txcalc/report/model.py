@@ -622,6 +622,11 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
 
     progress("model and GPU")
     cfg = load(req.model) if req.model is not None else None
+    if cfg is not None and req.seq is None and not (req.inference and req.context):
+        # the planner's default sequence, recorded in the command (serving needs it only as
+        # the context when none is given)
+        from ..planner import default_seq
+        req = dataclasses.replace(req, seq=default_seq(cfg))
     gpu, gpu_spec = resolve_gpu(req)
     if cfg is None:
         from ..memory import model_states

@@ -26,7 +26,7 @@ class ReportRequest:
     precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
     optimizer: str = "adamw"  #: adamw | adam | adam8bit | sgd | adafactor | none
     batch: int = 1  #: micro-batch (sequences) of the single-GPU figures
-    seq: int = 4096  #: training sequence length
+    seq: int | None = None  #: training sequence length (None: the planner's default_seq)
     src_seq: int = 0  #: encoder length of encoder-decoder models (0 = seq)
     attn: str = "flash"  #: attention kernel: eager | sdpa | flash
     recompute: str = "none"  #: activation recompute of the single-GPU figures
@@ -46,6 +46,8 @@ class ReportRequest:
         problems = []
         for name in ("batch", "seq", "concurrency"):
             v = getattr(self, name)
+            if name == "seq" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 problems.append(f"--{name} ({v!r}) must be a positive integer")
         for name in ("src_seq", "context"):
