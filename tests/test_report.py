@@ -515,3 +515,17 @@ def test_validation_report_rows_are_shown_largest_error_first(tmp_path):
     assert (out / "validation.png").read_bytes()[:8] == PNG_MAGIC
     other = build_report(ReportRequest("gpt2", seq=256), validation_dir=tmp_path / "none")
     assert "validation" not in other["data"]
+
+
+def test_validation_reads_parallel_predicted_and_measured_trees(tmp_path):
+    # the memory-by-phase shape of `txcalc validate --device cpu` (MemTracker)
+    from txcalc.report.model import validation_rows
+    raw = {"model": "llama-3-8b", "measured": {"after_forward": {"act": 100, "param": 7},
+                                                "start": {"param": 7}},
+           "predicted": {"after_forward": {"act": 98, "param": 7}, "peak_step": {"opt": 1}},
+           "totals": {"after_forward": {"measured": 107, "predicted": 105}}}
+    rows = {r["label"]: (r["quantity"], r["predicted"], r["measured"])
+            for r in validation_rows(raw)}
+    assert rows == {"after_forward act": ("bytes by phase", 98, 100),
+                    "after_forward param": ("bytes by phase", 7, 7),
+                    "totals.after_forward": ("after_forward", 105, 107)}

@@ -454,6 +454,20 @@ def _pairs(obj: dict) -> list[tuple[str, object, object]]:
     return out
 
 
+def _zip_trees(pred: dict, meas: dict, path: list[str]) -> list[dict]:
+    """Rows from parallel ``predicted``/``measured`` trees (memory by phase and category:
+    ``predicted.after_forward.act`` against ``measured.after_forward.act``)."""
+    rows = []
+    for k, p in pred.items():
+        m = meas.get(k)
+        if isinstance(p, dict) and isinstance(m, dict):
+            rows += _zip_trees(p, m, path + [str(k)])
+        elif _number(p) and _number(m):
+            rows.append({"label": " ".join(path + [str(k)]), "quantity": "bytes by phase",
+                         "predicted": p, "measured": m})
+    return rows
+
+
 def validation_rows(obj, where: str = "") -> list[dict]:
     """Every predicted/measured pair in a validation report, wherever it sits (``txcalc
     validate`` writes totals, components, layers and modules). A row is labelled by its dict's
@@ -471,8 +485,11 @@ def validation_rows(obj, where: str = "") -> list[dict]:
             label = " ".join(names) if names else ".".join(c for c in context if c)
             rows.append({"label": f"{label} {quantity}" if names or q else label,
                          "quantity": quantity, "predicted": pred, "measured": meas})
+        if isinstance(obj.get("predicted"), dict) and isinstance(obj.get("measured"), dict):
+            rows += _zip_trees(obj["predicted"], obj["measured"], [])
         for k, v in obj.items():
-            if isinstance(v, (dict, list)):
+            if isinstance(v, (dict, list)) and not (
+                    k in ("predicted", "measured") and isinstance(obj.get("predicted"), dict)):
                 rows += validation_rows(v, f"{where}.{k}" if where else str(k))
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
