@@ -17,9 +17,9 @@ EXAMPLES: dict[str, list[str]] = {
     "80b-why-distributed": ["--params", "80e9", "--precision", "fp16-mixed", "--optimizer",
                             "adam", "--gpu-gb", "80"],
     # Llama 3.1 405B pre-training (arXiv:2407.21783: 15.6T tokens at 8k sequence on H100s),
-    # asked to finish within 90 days.
+    # asked to finish within 100 days.
     "llama-3.1-405b-train-h100": ["llama-3.1-405b", "--gpu", "h100", "--tokens", "15.6T",
-                                  "--seq", "8192", "--days", "90"],
+                                  "--seq", "8192", "--days", "100"],
     # Llama 3.1 70B served at its full 128k context on H200s.
     "llama-3.1-70b-serve-h200-128k": ["llama-3.1-70b", "--inference", "--gpu", "h200",
                                       "--context", "128k", "--concurrency", "16"],
