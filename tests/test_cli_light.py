@@ -21,7 +21,8 @@ def run(*argv):
 
 def test_params_flops_memory_import_no_heavy_modules():
     for argv in (("params", "llama-3.1-405b"), ("flops", "llama-3-8b", "--seq", "4096"),
-                 ("memory", "llama-3-8b", "--seq", "4096"), ("presets",)):
+                 ("memory", "llama-3-8b", "--seq", "4096"), ("presets",),
+                 ("report", "--help")):
         r = run(*argv)
         assert r.returncode == 0, r.stderr
         assert "HEAVY []" in r.stderr, (argv, r.stderr)

@@ -336,6 +336,26 @@ class TrainingMemory:
                 "activations_by_layer_type": self.activations_by_layer_type()}
 
 
+def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = "adamw") -> dict:
+    """Weights, gradients and optimizer bytes (master included) of ``n_params`` parameters
+    when only the count is known (no shapes): the chapter's 80B example, 2 + 2 + 12 bytes per
+    parameter for Adam in fp16 mixed precision. Optimizers whose state depends on the shapes
+    (adam8bit blocks, adafactor's factored moments) need a ModelConfig."""
+    w, g, master, state, _ = PRECISIONS[_check("precision", precision, PRECISIONS)]
+    _check("optimizer", optimizer, OPTIMIZERS)
+    states = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
+    if optimizer not in states:
+        raise WorkloadError(f"optimizer {optimizer!r} needs the model's shapes: give MODEL, "
+                            "not --params")
+    opt = n_params * (states[optimizer] * state + (master if optimizer != "none" else 0))
+    out = {"model": f"{n_params:,} parameters", "params": n_params, "precision": precision,
+           "optimizer": optimizer, "weights_bytes": n_params * w,
+           "gradients_bytes": n_params * g, "optimizer_bytes": opt, "activations_bytes": 0,
+           "kv_cache_bytes": 0}
+    out["total_bytes"] = out["weights_bytes"] + out["gradients_bytes"] + opt
+    return out
+
+
 def kv_cache_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
     """Bytes one token adds to the cache over all layers (no window cap).
 

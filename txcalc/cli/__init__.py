@@ -22,7 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 # Commands register themselves on import (one module per command).
 from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: E402,F401
-               validate_cmd)
+               report_cmd, validate_cmd)
 
 
 def _one_line(msg: str) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from ..units import GB
 from . import app
 from .output import console, emit_json, human, table
 from .params_cmd import MODEL_HELP
-
-GB = 10**9
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
@@ -143,23 +142,10 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
 
 def _states_only(params: str, precision: str, optimizer: str) -> dict:
-    from ..errors import WorkloadError
-    from ..memory import OPTIMIZERS, PRECISIONS, _check
+    from ..memory import model_states
     from ..workload import parse_count
 
-    n = parse_count(params)
-    w, g, master, state, _ = PRECISIONS[_check("precision", precision, PRECISIONS)]
-    _check("optimizer", optimizer, OPTIMIZERS)
-    states = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
-    if optimizer not in states:
-        raise WorkloadError(f"optimizer {optimizer!r} needs the model's shapes: give MODEL, "
-                            "not --params")
-    opt = n * (states[optimizer] * state + (master if optimizer != "none" else 0))
-    out = {"model": f"{n:,} parameters", "params": n, "precision": precision,
-           "optimizer": optimizer, "weights_bytes": n * w, "gradients_bytes": n * g,
-           "optimizer_bytes": opt, "activations_bytes": 0, "kv_cache_bytes": 0}
-    out["total_bytes"] = out["weights_bytes"] + out["gradients_bytes"] + opt
-    return out
+    return model_states(parse_count(params), precision, optimizer)
 
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,

@@ -1,0 +1,74 @@
+"""`txcalc report`: a capacity report (Markdown, self-contained HTML, PNG plots, JSON)."""
+
+from __future__ import annotations
+
+import typer
+
+from . import app
+from .output import console, emit_json
+from .params_cmd import MODEL_HELP
+
+
+@app.command()
+def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --params."),
+           out: str = typer.Option(..., "--out", "-o", help="Folder to write the report to."),
+           params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B): model states only."),
+           inference: bool = typer.Option(False, "--inference", help="A serving report (weights + KV cache) instead of training."),
+           gpu: str = typer.Option(None, "--gpu", help="GPU name (h100, h200, ...)."),
+           gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
+           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
+           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+           optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+           batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
+           seq: int = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
+           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash."),
+           recompute: str = typer.Option("none", help="none | selective | full (single-GPU figures)."),
+           tokens: str = typer.Option(None, "--tokens", help="Training token budget (15T, 1e12)."),
+           days: float = typer.Option(None, "--days", help="Deadline in days (planner)."),
+           max_gpus: int = typer.Option(None, "--max-gpus", help="Most GPUs allowed (planner)."),
+           global_batch: int = typer.Option(None, "--global-batch", help="Global batch in sequences (planner)."),
+           price: float = typer.Option(None, "--price", help="Price of one GPU-hour, for the cost (training run or serving per hour)."),
+           context: str = typer.Option("0", "--context", help="Serving: tokens per sequence, 128k = 131072 (0 = seq)."),
+           concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
+           kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
+           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
+           validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports."),
+           json_out: bool = typer.Option(False, "--json", help="Print the answer and the files written as JSON (no progress bar).")):
+    """Write a capacity report: the answer, breakdowns, plots, assumptions (md, html, png)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    from rich.text import Text
+
+    from ..report.request import ReportRequest
+    from ..report.writer import write_report
+    from .plan_cmd import parse_context
+
+    req = ReportRequest(model=model, params=params, inference=inference, gpu=gpu,
+                        gpu_gb=gpu_gb, gpu_file=gpu_file, precision=precision, optimizer=optimizer, batch=batch,
+                        seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
+                        tokens=tokens, days=days, max_gpus=max_gpus,
+                        global_batch=global_batch, price=price,
+                        context=0 if context.strip() == "0" else parse_context(context),
+                        concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
+    if json_out:
+        rep = write_report(req, out, validation_dir=validation_dir)
+        emit_json({"title": rep["title"], "out": str(out),
+                   "files": sorted(["report.md", "report.html", "report.json"]
+                                   + [p["file"] for s in rep["sections"] for p in s["plots"]]),
+                   "answer": rep["data"]["answer"]})
+        return
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("report", total=None)
+
+        def progress(desc: str, done: int, total: int | None) -> None:
+            bar.update(task, description=desc, completed=done, total=total)
+
+        rep = write_report(req, out, validation_dir=validation_dir, progress=progress)
+    files = [p["file"] for s in rep["sections"] for p in s["plots"]]
+    # user strings (a model name, a path) are printed as plain text, never as rich markup
+    console.print(Text(rep["title"], style="bold"))
+    console.print(Text(f"  wrote {out}/: report.md, report.html, report.json and "
+                       f"{len(files)} plot{'' if len(files) == 1 else 's'}"))

@@ -1,0 +1,216 @@
+"""The planner's answers as report data: training (GPUs, layout, days, cost, the GPUs-days
+frontier, memory of the best layouts) and serving (replicas, concurrency, latency).
+
+Every number here is the planner's (``txcalc.planner``), copied into plain data; nothing is
+re-derived (the one product formed here is a serving cost per hour: GPUs x the given price). Rates (days, seconds, MFU) are floats rounded to 6 significant digits so that the
+committed reports compare equal across numpy builds; byte and GPU counts stay exact ints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..units import gb, human, plural
+
+#: best layouts shown in the memory plot and table
+N_LAYOUTS = 5
+#: GPU counts of the frontier: powers of two above the fewest that fit, up to this
+FRONTIER_CAP = 16384
+
+
+def r6(x: float | None) -> float | None:
+    """A float rounded to 6 significant digits (None stays None)."""
+    return None if x is None else float(f"{x:.6g}")
+
+
+def _row(r) -> dict:
+    """One planner TrainRow as report data."""
+    return {"layout": r.layout.short(), "gpus": int(r.gpus), "memory": dict(r.memory),
+            "total_bytes": int(r.total_bytes), "step_time_s": r6(r.step_time_s),
+            "mfu": r6(r.mfu), "days": r6(r.days), "gpu_hours": r6(r.gpu_hours),
+            "cost": r6(r.cost), "tokens_per_s": r6(r.tokens_per_s)}
+
+
+def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> dict:
+    """The planner's answer for a training request, plus the GPUs-days frontier."""
+    from ..planner import PlanError, plan_train
+
+    kw = dict(seq=req.seq, global_batch=req.global_batch, precision=req.precision,
+              optimizer=req.optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn)
+    progress("planner: searching layouts")
+    p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus,
+                   n_rows=N_LAYOUTS, **kw)
+    cap = req.max_gpus or max(FRONTIER_CAP, p.best.gpus)
+    counts = {p.min_gpus_to_fit, p.best.gpus}
+    n = 1
+    while n <= cap:
+        if n > p.min_gpus_to_fit:
+            counts.add(n)
+        n *= 2
+    frontier = []
+    for n in sorted(counts):
+        progress(f"planner: fastest layout on {n:,} GPUs")
+        try:
+            best = plan_train(cfg, gpu, tokens, gpus=n, max_gpus=max(n, req.max_gpus or n),
+                              n_rows=1, **kw).best
+        except PlanError:  # no valid layout on exactly n GPUs (batch not divisible, ...)
+            continue
+        frontier.append(_row(best))
+    s = p.setting
+    return {"gpu": s.gpu.name, "gpu_memory_bytes": int(s.gpu.memory_bytes),
+            "tokens": tokens, "seq": s.seq, "global_batch": s.global_batch,
+            "min_gpus_to_fit": p.min_gpus_to_fit, "gpus_for_deadline": p.gpus_for_deadline,
+            "days_limit": req.days, "price_per_gpu_hour": req.price,
+            "layouts_evaluated": p.layouts_evaluated,
+            "model_flops": r6(p.model_flops), "hardware_flops": r6(p.hardware_flops),
+            "best": _row(p.best), "layouts": [_row(r) for r in p.rows],
+            "communication": [{"group": g, "collective": c["collective"], "link": c["link"],
+                               "bytes_per_step": int(c["bytes_per_step"]),
+                               "time_s": r6(c["time_s"]), "exposed_s": r6(c["exposed_s"])}
+                              for g, c in p.best.communication.items()],
+            "frontier": frontier, "notes": list(p.notes),
+            "assumptions": plan_assumptions(s.gpu, {"layouts_evaluated": p.layouts_evaluated,
+                                                    "global_batch": s.global_batch,
+                                                    "seq": s.seq}, serving=False)}
+
+
+def infer_plan(req, cfg, gpu) -> dict:
+    from ..planner import plan_infer
+
+    p = plan_infer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
+                   tokens_per_s=req.tokens_per_s, precision=req.precision)
+    rows = []
+    for r in p.rows:
+        d = r.to_json()
+        for k in ("prefill_latency_s", "decode_tokens_per_s", "decode_tokens_per_s_per_seq"):
+            d[k] = r6(d[k])
+        d["gpus_per_replica"] = r.tp * r.pp
+        # sequences one replica holds at the asked load; the KV bytes per GPU are per sequence
+        d["seqs_per_replica"] = -(-req.concurrency // r.replicas)
+        rows.append(d)
+    return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
+            "best": rows[0], "options": rows,
+            "assumptions": plan_assumptions(p.gpu, {}, serving=True)}
+
+
+def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
+    """What the planner assumed, read from its own defaults (never retyped here)."""
+    from ..parallel.evaluate import Overheads
+    from ..timing import DeviceProfile
+
+    ov, prof = Overheads(), DeviceProfile.from_gpu(gpu)
+    eff = prof.flop_efficiency
+    out = [f"Time model (txcalc/timing.py): a roofline per op on {gpu.name}'s datasheet peaks "
+           f"(source above), at {eff.get('matmul', 1):.0%} of the dense peak "
+           f"for matmuls, {eff.get('attention', 1):.0%} for attention and "
+           f"{prof.bw_efficiency:.0%} of HBM bandwidth; communication per collective over "
+           "the intra- and inter-node links (txcalc/parallel/comm.py).",
+           f"Framework memory per GPU (txcalc/parallel/evaluate.py, Overheads): CUDA context "
+           f"{gb(ov.cuda_context_bytes)}, communication buffers {gb(ov.comm_buffer_bytes)} "
+           f"when more than one GPU, allocator fragmentation {ov.fragmentation:.0%} of the "
+           "tensors."]
+    if serving:
+        out.append("Serving layouts: TP x PP per replica, KV heads split over min(TP, K), a "
+                   "chunked-prefill workspace per GPU; decode is a roofline over reading the "
+                   "weights and the caches (txcalc/planner.py, plan_infer).")
+    else:
+        out.append(f"Training search: {plan['layouts_evaluated']:,} layouts (TP x PP x DP x CP "
+                   "x EP x ZeRO stage x micro-batch x recompute); global batch "
+                   f"{plan['global_batch']:,} sequences of {plan['seq']:,} tokens "
+                   "(txcalc/planner.py, plan_train).")
+    return out
+
+
+# --- sections --------------------------------------------------------------------------------
+def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[list[str]]]:
+    """Paragraphs and key-figure rows of a planned training answer."""
+    b = plan["best"]
+    cost = ""
+    if b["cost"] is not None:
+        cost = f", cost {b['cost']:,.0f} at {plan['price_per_gpu_hour']:g} per GPU-hour"
+    deadline = ""
+    if plan["gpus_for_deadline"] is not None:
+        deadline = (f" To finish within {plan['days_limit']:g} days it needs "
+                    f"**{plural(plan['gpus_for_deadline'], 'GPU')}**.")
+    paras = [f"**Train {name} on {plan['tokens']:,} tokens: "
+             f"{plural(b['gpus'], plan['gpu'] + ' GPU')} for {b['days']:,.1f} days** "
+             f"({b['gpu_hours']:,.0f} GPU-hours{cost}), layout `{b['layout']}`.",
+             f"Training fits on as few as **{plural(plan['min_gpus_to_fit'], 'GPU')}** "
+             f"({gb(plan['gpu_memory_bytes'])} each).{deadline} On one GPU with no "
+             f"parallelism one step would need {gb(single['total'])}.",
+             f"Best layout: {gb(b['total_bytes'])} per GPU, step {b['step_time_s']:,.2f} s for "
+             f"{plan['global_batch']:,} x {plan['seq']:,} tokens, MFU {b['mfu']:.1%}, "
+             f"{b['tokens_per_s']:,.0f} tokens/s; the whole run is "
+             f"{human(plan['model_flops'], 'FLOP')} (model FLOPs; "
+             f"{plan['layouts_evaluated']:,} layouts searched)."]
+    paras += plan["notes"]
+    rows = [["GPUs (best layout)", f"{b['gpus']:,}"],
+            ["fewest GPUs that fit", f"{plan['min_gpus_to_fit']:,}"],
+            ["GPUs for the deadline", "no deadline given" if plan["gpus_for_deadline"] is None
+             else f"{plan['gpus_for_deadline']:,}"],
+            ["layout", b["layout"]], ["days", f"{b['days']:,.1f}"],
+            ["GPU-hours", f"{b['gpu_hours']:,.0f}"],
+            ["cost", "no price given" if b["cost"] is None else f"{b['cost']:,.0f}"],
+            ["MFU", f"{b['mfu']:.1%}"], ["memory per GPU", gb(b["total_bytes"])]]
+    return paras, rows
+
+
+def communication_table(plan: dict) -> dict | None:
+    """Collectives of one step of the best layout (the planner's communication model)."""
+    from .model import table
+    if not plan["communication"]:
+        return None
+    return table("Communication per step of the best layout (per GPU)",
+                 ["group", "collective", "link", "bytes", "time", "exposed"],
+                 [[c["group"].upper(), c["collective"], c["link"], gb(c["bytes_per_step"]),
+                   f"{c['time_s']:,.3f} s", f"{c['exposed_s']:,.3f} s"]
+                  for c in plan["communication"]])
+
+
+def infer_answer(plan: dict, name: str, context: int, concurrency: int, price: float | None
+                 ) -> tuple[list[str], list[list[str]]]:
+    b = plan["best"]
+    cost = None if price is None else b["total_gpus"] * price
+    paras = [f"**Serve {name} at {context:,} tokens of context for {concurrency:,} concurrent "
+             f"sequences: {plural(b['total_gpus'], plan['gpu'] + ' GPU')}**, "
+             f"{plural(b['replicas'], 'replica')} of {plural(b['gpus_per_replica'], 'GPU')} "
+             f"(TP {b['tp']} x PP {b['pp']}), room for **{b['max_concurrency']:,} sequences** "
+             "in the KV cache.",
+             f"Prefill of one {context:,}-token prompt: {b['prefill_latency_s']:,.2f} s; decode: "
+             f"{b['decode_tokens_per_s']:,.0f} tokens/s in all, "
+             f"{b['decode_tokens_per_s_per_seq']:,.1f} tokens/s per sequence."
+             + ("" if cost is None else f" Cost: {cost:,.2f} per hour at {price:g} per "
+                "GPU-hour.")]
+    rows = [["GPUs", f"{b['total_gpus']:,}"], ["replicas", f"{b['replicas']:,}"],
+            ["GPUs per replica", f"{b['gpus_per_replica']} (TP {b['tp']} x PP {b['pp']})"],
+            ["max concurrent sequences", f"{b['max_concurrency']:,}"],
+            ["prefill latency (one prompt)", f"{b['prefill_latency_s']:,.2f} s"],
+            ["decode tokens/s (all)", f"{b['decode_tokens_per_s']:,.0f}"],
+            ["decode tokens/s per sequence", f"{b['decode_tokens_per_s_per_seq']:,.1f}"],
+            ["cost per hour", "no price given" if cost is None else f"{cost:,.2f}"]]
+    return paras, rows
+
+
+def layout_memory(plan: dict) -> list[dict]:
+    """The best layouts as memory bars (per GPU, by category)."""
+    return [{"label": f"{r['layout']} ({plural(r['gpus'], 'GPU')})", "recompute": None,
+             "categories": dict(r["memory"]), "total": r["total_bytes"]}
+            for r in plan["layouts"]]
+
+
+def serving_memory(plan: dict, n: int = N_LAYOUTS) -> list[dict]:
+    """Per-GPU weights and KV cache (at the asked load) of the first serving options."""
+    out = []
+    for r in plan["options"][:n]:
+        kv = r["kv_bytes_per_seq"] * r["seqs_per_replica"]
+        out.append({"label": f"TP {r['tp']} x PP {r['pp']}, {plural(r['replicas'], 'replica')} "
+                             f"({plural(r['total_gpus'], 'GPU')})",
+                    "recompute": None,
+                    "categories": {"weights": r["weights_bytes"], "kv cache": kv},
+                    "total": r["weights_bytes"] + kv})
+    return out
+
+
+def frontier_rows(plan: dict) -> list[list[str]]:
+    return [[f"{r['gpus']:,}", r["layout"], f"{r['days']:,.1f}", f"{r['gpu_hours']:,.0f}",
+             f"{r['mfu']:.1%}", gb(r["total_bytes"])] for r in plan["frontier"]]

@@ -1,0 +1,249 @@
+"""The report's PNG plots, drawn from the report model alone (never from the engine).
+
+matplotlib is imported inside ``draw`` only, and through its object API (``Figure`` and the
+Agg canvas): no pyplot, no global backend switch, nothing left open. PNGs are deterministic:
+fixed size and DPI, no ``Software`` metadata, no timestamps, so regenerating a report gives the
+same bytes with the same matplotlib.
+"""
+
+from __future__ import annotations
+
+import io
+
+from ..units import GB, plural, scale
+from .model import CATEGORY_LABELS
+
+DPI = 100
+SIZE = (9.0, 5.0)
+#: one colour per memory category, reused by every plot that shows categories
+CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
+                    "activations": "#8172B2", "logits": "#CCB974", "kv cache": "#64B5CD",
+                    "zero3_buffers": "#DD8452", "framework": "#8C8C8C"}
+
+
+COUNT_WORDS = {"T": "trillions", "G": "billions", "M": "millions", "k": "thousands"}
+
+
+def require_matplotlib() -> None:
+    """Fail before any work is done (and any file written) when matplotlib is missing."""
+    import importlib.util
+
+    from ..errors import TxcalcError
+    if importlib.util.find_spec("matplotlib") is None:
+        raise TxcalcError("txcalc report draws its plots with matplotlib, which is not "
+                          "installed: pip install 'txcalc[plots]'")
+
+
+def _figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
+    gpu = data["gpu"]
+    ax.axhline(gpu["memory_bytes"] / GB, color="black", linestyle="--", linewidth=1,
+               label=f"{label_prefix} {gpu['name']} ({gpu['memory_bytes'] / GB:,.0f} GB)")
+
+
+def _wrap(label: str, words: int = 3) -> str:
+    """A long bar label on several lines: at its commas, else three words a line; a trailing
+    "(N GPUs)" on its own line."""
+    head, _, tail = label.partition(" (")
+    if ", " in head:
+        lines = head.split(", ")
+    else:
+        parts = head.split()
+        lines = [" ".join(parts[i:i + words]) for i in range(0, len(parts), words)]
+    return "\n".join(lines + ([f"({tail}"] if tail else []))
+
+
+def _log2_ticks(ax, values: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(values)
+    ax.set_xticklabels([f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else f"{v:,}"
+                        for v in values])
+    ax.minorticks_off()
+
+
+def _finish_log_log(ax, data: dict, xs: list[int], xlabel: str, ylabel: str,
+                    title: str) -> None:
+    """The shared frame of the memory-against-length plots: GPU line, log axes, legend."""
+    _gpu_line(ax, data)
+    _log2_ticks(ax, xs)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _components(report: dict):
+    data = report["data"]
+    groups: dict[str, list[int]] = {}
+    for r in data["components"]:
+        g = groups.setdefault(r["group"], [0, 0])
+        g[0] += r["params"]
+        g[1] += (r["prefill_flops"] if "prefill_flops" in r
+                 else r["forward_flops"] + r["backward_flops"])
+    names = sorted(groups, key=lambda k: tuple(groups[k]))
+    fig = _figure()
+    ax_p, ax_f = fig.subplots(1, 2, sharey=True)
+    serving = data["request"]["inference"]
+    for ax, idx, what in ((ax_p, 0, "parameters"),
+                          (ax_f, 1, "FLOPs, prefill of one prompt" if serving
+                           else "FLOPs, one step (fwd + bwd, executed)")):
+        vals = [groups[n][idx] for n in names]
+        div, prefix = scale(max(vals) or 1)
+        bars = ax.barh(names, [v / div for v in vals],
+                       color="#4C72B0" if idx == 0 else "#DD8452", label=what)
+        ax.bar_label(bars, labels=["0" if not v else "<0.01" if v / div < 0.01
+                                   else f"{v / div:,.3g}" for v in vals], padding=3, fontsize=8)
+        ax.margins(x=0.15)
+        ax.legend(loc="lower right", fontsize="small")
+        unit = COUNT_WORDS.get(prefix, prefix) if idx == 0 else f"{prefix}FLOP"
+        ax.set_xlabel(f"{what} ({unit})" if unit else what)
+        ax.grid(axis="x", alpha=0.3)
+    ax_p.set_title("Parameters")
+    ax_f.set_title("Prefill FLOPs" if serving else "Training FLOPs per step")
+    fig.suptitle(f"{data['model']['name']}: where the parameters and FLOPs are")
+    return fig
+
+
+def _memory(report: dict):
+    data = report["data"]
+    fig = _figure()
+    ax = fig.subplots()
+    labels = [_wrap(m["label"]) for m in data["memory"]]
+    bottom = [0.0] * len(labels)
+    for cat, colour in CATEGORY_COLOURS.items():
+        vals = [m["categories"].get(cat, 0) / GB for m in data["memory"]]
+        if not any(vals):
+            continue
+        ax.bar(labels, vals, bottom=bottom, color=colour, label=CATEGORY_LABELS.get(cat, cat),
+               width=0.6)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    _gpu_line(ax, data)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    ax.set_xlabel("layout")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_title(f"{data['model']['name']}: memory per GPU by category")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _activations(report: dict):
+    data = report["data"]
+    a = data["activations_vs_seq"]
+    fig = _figure()
+    ax = fig.subplots()
+    # selective equals none under a fused kernel (no S x S to drop): dashed, so both show
+    for mode, marker, style in (("none", "o", "-"), ("selective", "s", "--"),
+                                ("full", "^", "-")):
+        ax.plot(a["seq"], [v / GB for v in a[mode]], marker=marker, linestyle=style,
+                markersize=8 if mode == "none" else 5, label=f"recompute {mode}")
+    _finish_log_log(ax, data, a["seq"], "sequence length (tokens)",
+                    "activation memory (GB = 1e9 bytes)",
+                    f"{data['model']['name']}: activations saved for backward, micro-batch "
+                    f"{a['batch']}, attention {a['attn']}")
+    return fig
+
+
+def _kv(report: dict):
+    data = report["data"]
+    kv = data["kv_cache"]
+    fig = _figure()
+    ax = fig.subplots()
+    for c in kv["concurrencies"]:
+        ax.plot(kv["contexts"], [v / GB for v in kv["bytes"][str(c)]], marker="o",
+                markersize=3, label=plural(c, "sequence"))
+    ax.plot([kv["context"]], [kv["bytes_at_request"] / GB], marker="*", markersize=14,
+            color="black", linestyle="none",
+            label=f"asked: {kv['context']:,} tokens x {kv['concurrency']:,}")
+    _finish_log_log(ax, data, kv["contexts"], "context (tokens per sequence)",
+                    f"KV cache (GB = 1e9 bytes, {kv['kv_dtype']})",
+                    f"{data['model']['name']}: KV cache against context and concurrency")
+    return fig
+
+
+def _frontier(report: dict):
+    data = report["data"]
+    plan = data["plan"]
+    pts = plan["frontier"]
+    fig = _figure()
+    ax = fig.subplots()
+    ax.plot([p["gpus"] for p in pts], [p["days"] for p in pts], marker="o",
+            label="fastest layout on that many GPUs")
+    b = plan["best"]
+    ax.plot([b["gpus"]], [b["days"]], marker="*", markersize=16, color="black",
+            linestyle="none", label=f"chosen: {plural(b['gpus'], 'GPU')}, {b['days']:,.1f} days")
+    ax.axvline(plan["min_gpus_to_fit"], color="#C44E52", linestyle=":",
+               label=f"fewest GPUs that fit ({plan['min_gpus_to_fit']:,})")
+    if plan["days_limit"]:
+        ax.axhline(plan["days_limit"], color="black", linestyle="--", linewidth=1,
+                   label=f"deadline ({plan['days_limit']:g} days)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([p["gpus"] for p in pts])
+    ax.set_xticklabels([f"{p['gpus']:,}" for p in pts], fontsize=8)
+    ax.minorticks_off()
+    ax.set_yscale("log")
+    ax.set_xlabel(f"GPUs ({plan['gpu']})")
+    ax.set_ylabel("days to train (wall clock)")
+    ax.set_title(f"{data['model']['name']}: GPUs against days for {plan['tokens']:,} tokens")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+def _validation(report: dict):
+    data = report["data"]
+    v = data["validation"]
+    fig = _figure()
+    ax = fig.subplots()
+    lo, hi = float("inf"), 0.0
+    for q in v["by_quantity"]:
+        pts = [(r["measured"], r["predicted"]) for r in v["shown"]
+               if r["quantity"] == q["quantity"] and r["measured"] > 0 and r["predicted"] > 0]
+        if not pts:
+            continue
+        ax.scatter(*zip(*pts), s=30, alpha=0.8,
+                   label=f"{q['quantity']} ({q['exact']:,}/{q['pairs']:,} exact)")
+        lo, hi = min(lo, *(min(p) for p in pts)), max(hi, *(max(p) for p in pts))
+    if hi > 0:
+        ax.plot([lo / 2, hi * 2], [lo / 2, hi * 2], color="black", linewidth=0.8,
+                linestyle="--", label="predicted = measured")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (parameters, FLOPs or bytes)")
+    ax.set_ylabel("predicted (same unit)")
+    ax.set_title(f"{data['model']['name']}: predicted against measured\n{v['exact']:,} of "
+                 f"{v['rows']:,} pairs exact ({v['file']})")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+DRAW = {"components": _components, "memory": _memory, "activations": _activations,
+        "kv": _kv, "frontier": _frontier, "validation": _validation}
+
+
+def plot_specs(report: dict) -> list[dict]:
+    """Every plot the report's sections show, in order."""
+    return [p for s in report["sections"] for p in s["plots"]]
+
+
+def draw(report: dict, spec: dict) -> bytes:
+    """The PNG bytes of one plot of the report."""
+    return _png(DRAW[spec["kind"]](report))

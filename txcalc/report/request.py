@@ -1,0 +1,82 @@
+"""ReportRequest: the question a capacity report answers, and the command that asks it.
+
+Every field maps to one option of ``txcalc report`` (``batch`` -> ``--batch``); ``argv()`` gives
+the shortest command that reproduces the request, which the report prints as its provenance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass
+
+from ..errors import WorkloadError
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """Training question (default) or serving question (``inference=True``)."""
+
+    model: str | None = None  #: preset name or HF config.json path (None with ``params``)
+    params: str | None = None  #: only a parameter count (80e9, 70B): model states only
+    inference: bool = False  #: a serving report (weights + KV cache) instead of training
+    gpu: str | None = None  #: GPU name in the catalog (h100, h200, ...)
+    gpu_gb: float | None = None  #: GPU memory in GB (1e9); overrides the catalog
+    gpu_file: str | None = None  #: CSV of extra GPUs (the catalog's columns)
+    precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
+    optimizer: str = "adamw"  #: adamw | adam | adam8bit | sgd | adafactor | none
+    batch: int = 1  #: micro-batch (sequences) of the single-GPU figures
+    seq: int | None = None  #: training sequence length (None: the planner's default_seq)
+    src_seq: int = 0  #: encoder length of encoder-decoder models (0 = seq)
+    attn: str = "flash"  #: attention kernel: eager | sdpa | flash
+    recompute: str = "none"  #: activation recompute of the single-GPU figures
+    tokens: str | None = None  #: training token budget (15T, 1e12)
+    days: float | None = None  #: deadline in days (planner)
+    max_gpus: int | None = None  #: most GPUs allowed (planner)
+    global_batch: int | None = None  #: global batch in sequences (planner)
+    price: float | None = None  #: price of one GPU-hour, for the cost
+    context: int = 0  #: serving: tokens per sequence in the KV cache (0 = seq)
+    concurrency: int = 1  #: serving: sequences served at once
+    kv_dtype: str = "bf16"  #: serving: KV cache dtype
+    tokens_per_s: float | None = None  #: serving: required decode throughput (planner)
+
+    def __post_init__(self) -> None:
+        if (self.model is None) == (self.params is None):
+            raise WorkloadError("give either MODEL or --params N, not both or neither")
+        problems = []
+        for name in ("batch", "seq", "concurrency"):
+            v = getattr(self, name)
+            if name == "seq" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                problems.append(f"--{name} ({v!r}) must be a positive integer")
+        for name in ("src_seq", "context"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                problems.append(f"--{name.replace('_', '-')} ({v!r}) must be a non-negative integer")
+        for name in ("gpu_gb", "days", "max_gpus", "global_batch", "tokens_per_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                problems.append(f"--{name.replace('_', '-')} ({v!r}) must be positive")
+        if self.price is not None and not self.price >= 0:
+            problems.append(f"--price ({self.price!r}) must be non-negative")
+        if problems:
+            raise WorkloadError("; ".join(problems))
+
+    @property
+    def serve_context(self) -> int:
+        return self.context or self.seq
+
+    def argv(self) -> list[str]:
+        """The options of ``txcalc report`` that reproduce this request (defaults omitted)."""
+        out = [self.model] if self.model is not None else []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "model" or v == f.default:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            out += [flag] if v is True else [flag, f"{v:g}" if isinstance(v, float) else str(v)]
+        return out
+
+    def command(self, out_dir: str) -> str:
+        return shlex.join(["txcalc", "report", *self.argv(), "-o", str(out_dir)])
