@@ -25,7 +25,8 @@ CONTEXT_SWEEP = tuple(2**i for i in range(7, 18))  # 128 .. 131072
 CONCURRENCY_SWEEP = (1, 8, 32, 128)
 DEFAULT_GPU_GB = 80
 #: display names of memory categories (the data keeps the engine's and planner's keys)
-CATEGORY_LABELS = {"zero3_buffers": "ZeRO-3 gather buffers", "logits": "logits gradient"}
+CATEGORY_LABELS = {"zero3_buffers": "ZeRO-3 gather buffers",
+                   "temporaries": "temporaries at the peak"}
 
 Progress = Callable[[str], None]
 
@@ -119,13 +120,15 @@ def _merge_components(params_rows: list[dict], flops_rows: list[dict]) -> list[d
 
 # --- training ---------------------------------------------------------------------------------
 def _categories(mem) -> dict:
-    """Per-GPU bytes by category of a TrainingMemory (or a states-only dict)."""
+    """Per-GPU bytes by category at the peak of the step: a TrainingMemory's peak phase
+    (``TrainingMemory.phases``), or a states-only dict."""
     if isinstance(mem, dict):
         return {"weights": mem["weights_bytes"], "gradients": mem["gradients_bytes"],
-                "optimizer": mem["optimizer_bytes"], "activations": 0, "logits": 0}
-    return {"weights": mem.weights, "gradients": mem.gradients,
-            "optimizer": mem.optimizer_total, "activations": mem.activations,
-            "logits": mem.logits_transient}
+                "optimizer": mem["optimizer_bytes"], "activations": 0, "temporaries": 0}
+    peak = mem.phases()["peak"]
+    return {"weights": peak["param"], "gradients": peak["grad"],
+            "optimizer": peak["opt"] + peak["master"], "activations": peak["act"],
+            "temporaries": peak["temp"]}
 
 
 def _training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
@@ -265,10 +268,11 @@ def _answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
     rows = [["weights", f"{c['weights']:,}", gb(c["weights"])],
             ["gradients", f"{c['gradients']:,}", gb(c["gradients"])],
             ["optimizer (with fp32 master)", f"{c['optimizer']:,}", gb(c["optimizer"])]]
-    if c["activations"] or c["logits"]:
+    if c["activations"] or c["temporaries"]:
         rows += [["activations saved for backward", f"{c['activations']:,}",
                   gb(c["activations"])],
-                 ["logits gradient (fp32 transient)", f"{c['logits']:,}", gb(c["logits"])]]
+                 ["temporaries (logits buffers, optimizer step)", f"{c['temporaries']:,}",
+                  gb(c["temporaries"])]]
     rows.append(["total", f"{fit['total_bytes']:,}", gb(fit["total_bytes"])])
     return section("answer", "The answer", paras,
                    [table("Memory of one training step on one GPU", ["category", "bytes",
@@ -595,8 +599,9 @@ def _assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
     elif req.model is not None:
         out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
                    f"kernel {req.attn}, recompute {req.recompute}, dropout off (no masks "
-                   "saved); the peak is weights + gradients + optimizer + activations + the "
-                   "fp32 logits gradient.")
+                   "saved); memory is shown at the peak of the step, the largest of: the end of "
+                   "forward (with the logits buffers), either end of backward, and the optimizer "
+                   "step (with its temporaries); categories not alive there show 0.")
     else:
         out.append("Only the parameter count is known: model states (weights, gradients, "
                    "optimizer) only, no activations.")
