@@ -134,3 +134,19 @@ def test_bad_workloads_one_line_exit_2(capsys, argv):
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("txcalc: error")
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_context_reads_128k_as_131072_tokens(capsys):
+    """"128K context" means 128 x 1024 tokens, in `memory` and `flops` as in `plan infer`."""
+    from txcalc.cli import main
+
+    assert main(["memory", "llama-3.1-70b", "--inference", "--context", "128k", "--json"]) == 0
+    k = json.loads(capsys.readouterr().out)
+    assert main(["memory", "llama-3.1-70b", "--inference", "--context", "131072", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_cache_bytes"] == k["kv_cache_bytes"]
+    assert k["context"] == 131072
+    assert main(["flops", "llama-3-8b", "--context", "128k", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decode_context"] == 131072
+    assert main(["memory", "llama-3-8b", "--inference", "--context", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "context" in err and "'abc'" in err and len(err.strip().splitlines()) == 1

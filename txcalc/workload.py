@@ -102,3 +102,17 @@ def parse_count(text: str) -> int:
     if value != value.to_integral_value() or value <= 0:
         raise WorkloadError(f"count {text!r} must be a positive whole number")
     return int(value)
+
+
+def parse_context(text: str) -> int:
+    """'128k' -> 131072 (a context's k is 1024 tokens, as in "128K context"), '0' -> 0 (not
+    given), else a count as ``parse_count`` reads it ('8192', '1.5M')."""
+    t = str(text).strip()
+    if t == "0":
+        return 0
+    if t[-1:] in ("k", "K") and t[:-1].isdigit():
+        return int(t[:-1]) * 1024
+    try:
+        return parse_count(t)
+    except WorkloadError as e:
+        raise WorkloadError(f"context: {e}") from None

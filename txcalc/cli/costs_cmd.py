@@ -35,13 +35,14 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
           attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
           recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
-          context: int = typer.Option(0, "--context", help="Also show decode FLOPs per token at this cached length."),
+          context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
     from ..accounting import count_flops
-    from ..workload import check_fits
+    from ..workload import check_fits, parse_context
 
+    context = parse_context(context)
     cfg = load(model)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
@@ -88,14 +89,16 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            recompute: str = typer.Option("none", help="none | selective | full."),
            dropout: bool = typer.Option(False, "--dropout", help="Train with the model's dropout on: its masks are saved (1 byte per element, CUDA)."),
            inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
-           context: int = typer.Option(0, "--context", help="Inference: tokens per sequence in the cache (0 = seq)."),
+           context: str = typer.Option("0", "--context", help="Inference: tokens per sequence in the cache (8192, 128k = 131072; 0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check."),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
+    from ..workload import parse_context
 
+    context = parse_context(context)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if gpu_gb <= 0:

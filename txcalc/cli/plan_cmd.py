@@ -15,12 +15,8 @@ GB = 10**9
 
 
 def parse_context(text: str) -> int:
-    """'128k' -> 131072 (a context's k is 1024 tokens, as in "128K context"), else a count."""
-    from ..workload import parse_count
-    t = str(text).strip()
-    if t[-1:] in ("k", "K") and t[:-1].isdigit():
-        return int(t[:-1]) * 1024
-    return parse_count(t)
+    from ..workload import parse_context as parse
+    return parse(text)
 
 
 def _overheads(context_gib, comm_gib, fragmentation):
