@@ -195,18 +195,21 @@ class TrainingMemory:
     @cached_property
     def logits_transient(self) -> int:
         """fp32 gradient of the logits, alive while backward starts (T x V x 4)."""
-        if self.cfg.head != "lm":
-            return 0
-        return self.work.rows("seq") * self.cfg.vocab_size * 4
+        return self._logits(4)
+
+    @cached_property
+    def steady_phases(self) -> dict[str, dict[str, int]]:
+        """``phases()`` of a step after the first (optimizer state already allocated)."""
+        return self.phases()
 
     @property
     def total(self) -> int:
-        return self.phases()["peak"]["total"]
+        return self.steady_phases["peak"]["total"]
 
     @property
     def peak_phase(self) -> str:
         """Which point of the step holds the peak: peak_forward, peak_backward or peak_step."""
-        ph = self.phases()
+        ph = self.steady_phases
         return next(k for k in ("peak_forward", "peak_backward", "peak_step")
                     if ph[k] is ph["peak"])
 
@@ -332,7 +335,7 @@ class TrainingMemory:
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
-                "peak_by_category": self.phases()["peak"], "dropout": self.work.dropout,
+                "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
                 "activations_by_layer_type": self.activations_by_layer_type()}
 
 

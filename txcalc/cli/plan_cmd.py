@@ -5,18 +5,13 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from ..units import GB
 from . import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
-GB = 10**9
-
-
-def parse_context(text: str) -> int:
-    from ..workload import parse_context as parse
-    return parse(text)
 
 
 def _overheads(context_gib, comm_gib, fragmentation):
@@ -121,6 +116,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
     from ..planner import plan_infer
+    from ..workload import parse_context
 
     p = plan_infer(model, gpu, parse_context(context), concurrency, kv_dtype=kv_dtype,
                    tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,

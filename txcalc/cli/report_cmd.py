@@ -42,14 +42,14 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
     from ..report.request import ReportRequest
     from ..report.writer import write_report
-    from .plan_cmd import parse_context
+    from ..workload import parse_context
 
     req = ReportRequest(model=model, params=params, inference=inference, gpu=gpu,
                         gpu_gb=gpu_gb, gpu_file=gpu_file, precision=precision, optimizer=optimizer, batch=batch,
                         seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                         tokens=tokens, days=days, max_gpus=max_gpus,
                         global_batch=global_batch, price=price,
-                        context=0 if context.strip() == "0" else parse_context(context),
+                        context=parse_context(context),
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
     if json_out:
         rep = write_report(req, out, validation_dir=validation_dir)

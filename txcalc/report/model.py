@@ -125,7 +125,7 @@ def _categories(mem) -> dict:
     if isinstance(mem, dict):
         return {"weights": mem["weights_bytes"], "gradients": mem["gradients_bytes"],
                 "optimizer": mem["optimizer_bytes"], "activations": 0, "temporaries": 0}
-    peak = mem.phases()["peak"]
+    peak = mem.steady_phases["peak"]
     return {"weights": peak["param"], "gradients": peak["grad"],
             "optimizer": peak["opt"] + peak["master"], "activations": peak["act"],
             "temporaries": peak["temp"]}
