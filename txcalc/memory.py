@@ -48,15 +48,17 @@ def _check(name: str, value: str, choices) -> str:
     return value
 
 
+#: full-size states per parameter of the optimizers whose state does not depend on shapes
+STATES_PER_PARAM = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
+
+
 def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
     """Optimizer state of one op's parameters (all instances)."""
     n = op.params
     if n == 0 or optimizer == "none":
         return 0
-    if optimizer in ("adamw", "adam"):
-        per = 2 * n * state_bytes
-    elif optimizer == "sgd":
-        per = n * state_bytes
+    if optimizer in STATES_PER_PARAM:
+        per = STATES_PER_PARAM[optimizer] * n * state_bytes
     elif optimizer == "adam8bit":
         per = 2 * n + 2 * 4 * -(-n // ADAM8BIT_BLOCK)
     else:  # adafactor: factored second moment for every matrix (embedding tables too, as in
@@ -346,11 +348,11 @@ def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = 
     (adam8bit blocks, adafactor's factored moments) need a ModelConfig."""
     w, g, master, state, _ = PRECISIONS[_check("precision", precision, PRECISIONS)]
     _check("optimizer", optimizer, OPTIMIZERS)
-    states = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
-    if optimizer not in states:
+    if optimizer not in STATES_PER_PARAM:
         raise WorkloadError(f"optimizer {optimizer!r} needs the model's shapes: give MODEL, "
                             "not --params")
-    opt = n_params * (states[optimizer] * state + (master if optimizer != "none" else 0))
+    opt = n_params * (STATES_PER_PARAM[optimizer] * state
+                      + (master if optimizer != "none" else 0))
     out = {"model": f"{n_params:,} parameters", "params": n_params, "precision": precision,
            "optimizer": optimizer, "weights_bytes": n_params * w,
            "gradients_bytes": n_params * g, "optimizer_bytes": opt, "activations_bytes": 0,
