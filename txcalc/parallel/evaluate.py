@@ -47,7 +47,7 @@ from functools import cached_property
 from ..components import model_ops
 from ..config import ModelConfig
 from ..hardware import Gpu
-from ..memory import PRECISIONS, optimizer_state_bytes
+from ..memory import PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, op_times
 from ..workload import Workload
@@ -58,8 +58,6 @@ from .sharding import (act_share, assign_stages, block_index, local_tensors, sta
 
 GiB = 2**30
 ADAM = ("adamw", "adam", "adam8bit")
-#: optimizer states per parameter element, in the policy's state dtype (memory.py's table)
-PER_ELEMENT_STATES = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
 
 
 @dataclass(frozen=True)
@@ -514,8 +512,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
             return out + flat["pad_exp"].take(e + k * s_pad) if moe else out
         pd = flat["pad_dense"].take(one0 + k * s_pad)
         pe = flat["pad_exp"].take(one0 + k * s_pad) if moe else 0
-        if s.optimizer in PER_ELEMENT_STATES:  # states shaped like the parameter shard
-            opt = (master + PER_ELEMENT_STATES[s.optimizer] * sb) * held(1)
+        if s.optimizer in STATES_PER_PARAM:  # states shaped like the parameter shard
+            opt = (master + STATES_PER_PARAM[s.optimizer] * sb) * held(1)
         else:  # blockwise / factored states: the engine's bytes, split evenly
             z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
             opt = (_cdiv(flat["o_dense"].take(base) + master * pd, z1d)
