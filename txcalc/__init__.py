@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .accounting import ParamCounts, count_params
@@ -23,7 +24,11 @@ def load(model: str | Path | ModelConfig) -> ModelConfig:
     """A ModelConfig from a preset name, a HF config.json path (or its folder), or a config."""
     if isinstance(model, ModelConfig):
         return model
-    text = str(model)
+    from .inputs import InputError, path_text, show
+    if not isinstance(model, (str, os.PathLike)):
+        raise InputError(f"model ({show(model)}) must be a preset name, a path to a config.json "
+                         f"or a ModelConfig, not {type(model).__name__}")
+    text = path_text("model", model)
     p = Path(text)
     if text.endswith(".json") or p.is_dir() or p.is_file():
         from .hf import load_hf_config

@@ -132,7 +132,8 @@ class ParamCounts:
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
-    return ParamCounts(cfg, tuple(model_ops(cfg)))
+    from .inputs import model_config
+    return ParamCounts(model_config("cfg", cfg), tuple(model_ops(cfg)))
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,9 @@ class FlopCounts:
     def decode(self, context: int, model: bool = True) -> int:
         """One new token for each of the batch's sequences, ``context`` tokens cached (the new
         one included); ``model=False`` scans the whole cache even where a window limits it."""
+        from .inputs import MAX_SEQ, integer
         w = self.work
+        context = integer("context", context, 1, MAX_SEQ)
         return sum(op.decode_flops(w.batch, context, w.src_seq, model) for op in self.ops)
 
     def rows(self) -> list[dict]:
@@ -230,4 +233,5 @@ class FlopCounts:
 
 
 def count_flops(cfg: ModelConfig, work) -> FlopCounts:
-    return FlopCounts(cfg, work, tuple(model_ops(cfg)))
+    from .inputs import model_config, workload
+    return FlopCounts(model_config("cfg", cfg), workload("work", work), tuple(model_ops(cfg)))

@@ -182,6 +182,11 @@ class ModelConfig:
         A derived field that still holds its derived value (head_dim = d_model // n_heads,
         embed_dim = d_model, ...) is derived again from the changed fields unless it is
         changed itself: ``replace(d_model=256)`` must not keep a 4096-wide embedding."""
+        unknown = sorted(k for k in changes if k not in self.__dataclass_fields__)
+        if unknown:
+            from .inputs import show
+            raise ConfigError(f"replace(): unknown ModelConfig field(s) "
+                              f"{', '.join(show(k) for k in unknown)}")
         rederive = {
             "n_kv_heads": self.n_kv_heads == self.n_heads,
             "head_dim": self.n_heads > 0 and self.head_dim == self.d_model // self.n_heads,

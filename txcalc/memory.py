@@ -43,8 +43,9 @@ ADAM8BIT_BLOCK = 2048
 
 
 def _check(name: str, value: str, choices) -> str:
-    if value not in choices:
-        raise WorkloadError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    if not isinstance(value, str) or value not in choices:
+        from .inputs import show
+        raise WorkloadError(f"unknown {name} {show(value)}; choose one of {', '.join(choices)}")
     return value
 
 
@@ -86,6 +87,8 @@ class TrainingMemory:
     optimizer: str = "adamw"
 
     def __post_init__(self) -> None:
+        from .inputs import model_config, workload
+        model_config("cfg", self.cfg), workload("work", self.work)
         _check("precision", self.precision, PRECISIONS)
         _check("optimizer", self.optimizer, OPTIMIZERS)
 
@@ -346,6 +349,8 @@ def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = 
     when only the count is known (no shapes): the chapter's 80B example, 2 + 2 + 12 bytes per
     parameter for Adam in fp16 mixed precision. Optimizers whose state depends on the shapes
     (adam8bit blocks, adafactor's factored moments) need a ModelConfig."""
+    from .inputs import MAX_PARAMS, integer
+    n_params = integer("n_params", n_params, 1, MAX_PARAMS)
     w, g, master, state, _ = PRECISIONS[_check("precision", precision, PRECISIONS)]
     _check("optimizer", optimizer, OPTIMIZERS)
     if optimizer not in STATES_PER_PARAM:
@@ -376,6 +381,11 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
     """KV cache of ``batch`` sequences at ``context`` tokens (self-attention) and, for
     encoder-decoder models, the cross-attention cache over ``src_seq`` source tokens.
     Sliding-window layers keep only the last ``window`` tokens."""
+    from .inputs import MAX_BATCH, MAX_SEQ, integer, model_config
+    model_config("cfg", cfg)
+    context = integer("context", context, 1, MAX_SEQ)
+    batch = integer("batch", batch, 1, MAX_BATCH)
+    src_seq = integer("src_seq", src_seq, 0, MAX_SEQ)
     bits = KV_DTYPES[_check("kv dtype", kv_dtype, KV_DTYPES)]
     if cfg.family == "encoder":
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it has no KV cache")

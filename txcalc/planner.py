@@ -137,8 +137,9 @@ class TrainPlan:
     def table(self, n: int = 10):
         """The best layouts as a pandas DataFrame (memory in bytes, one column a category)."""
         import pandas as pd
+        from .inputs import MAX_ROWS, integer
         recs = []
-        for r in self.rows[:n]:
+        for r in self.rows[:integer("n", n, 1, MAX_ROWS)]:
             rec = {"layout": r.layout.short(), "gpus": r.gpus}
             rec.update({f"{k}_bytes": int(v) for k, v in r.memory.items()})
             rec.update(total_bytes=r.total_bytes, step_time_s=r.step_time_s, mfu=r.mfu,
@@ -276,6 +277,18 @@ def _positive(name: str, v, integer: bool = False):
     return v
 
 
+def _check_common(gpu, gpu_file, profile, overheads) -> None:
+    """Arguments plan_train and plan_infer share, checked at their entry (txcalc.inputs)."""
+    from . import inputs as I
+    if not isinstance(gpu, Gpu):
+        I.text("gpu", gpu, max_len=200)
+    I.path_text("gpu_file", gpu_file, none=True)
+    if profile is not None and not isinstance(profile, DeviceProfile):
+        raise I.InputError(f"profile ({I.show(profile)}) must be a DeviceProfile or None")
+    if overheads is not None and not isinstance(overheads, Overheads):
+        raise I.InputError(f"overheads ({I.show(overheads)}) must be an Overheads or None")
+
+
 def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | None = None,
                global_batch: int | None = None, days: float | None = None,
                max_gpus: int | None = None, gpus: int | None = None,
@@ -292,17 +305,34 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     """
     t0 = time.perf_counter()
     import numpy as np
-    from . import load
+    from . import inputs as I, load
+    tokens = I.integer("tokens", tokens, 1, I.MAX_TOKENS)
+    seq = I.integer("seq", seq, 1, I.MAX_SEQ, none=True)
+    global_batch = I.integer("global_batch", global_batch, 1, I.MAX_BATCH, none=True)
+    days = I.number("days", days, 0, I.MAX_DAYS, none=True)
+    max_gpus = I.integer("max_gpus", max_gpus, 1, I.MAX_GPUS, none=True)
+    gpus = I.integer("gpus", gpus, 1, I.MAX_GPUS, none=True)
+    price_per_gpu_hour = I.number("price_per_gpu_hour", price_per_gpu_hour, 0, I.MAX_PRICE,
+                                  lo_open=False, none=True)
+    achieved_tflops = I.number("achieved_tflops", achieved_tflops, *I.TFLOPS_RANGE,
+                               lo_open=False, none=True)
+    n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
+    I.choice("attn_impl", attn_impl, ("eager", "sdpa", "flash"))
+    _check_common(gpu, gpu_file, profile, overheads)
+    if only is not None and not isinstance(only, dict):
+        raise I.InputError(f"only ({I.show(only)}) must be a dict of pinned layout fields")
+    for key, value in (only or {}).items():
+        I.choice("only key", key, PINNABLE)
+        if key == "recompute":
+            I.choice("only['recompute']", value, RECOMPUTE)
+        else:
+            I.integer(f"only[{key!r}]", value, 0 if key == "zero" else 1,
+                      3 if key == "zero" else I.MAX_GPUS if key != "micro_batch"
+                      else I.MAX_BATCH)
     cfg = load(model)
     gpu = get_gpu(gpu, gpu_file)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
-    for name, v, integer in (("tokens", tokens, True), ("seq", seq, True),
-                             ("global_batch", global_batch, True), ("days", days, False),
-                             ("max_gpus", max_gpus, True), ("gpus", gpus, True),
-                             ("price_per_gpu_hour", price_per_gpu_hour, False),
-                             ("achieved_tflops", achieved_tflops, False)):
-        _positive(name, v, integer)
     seq = seq or default_seq(cfg)
     if cfg.pos_type == "learned" and seq > cfg.max_position:
         raise WorkloadError(f"seq ({seq}) exceeds {cfg.name}'s learned position table "
@@ -449,13 +479,15 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     from .timing import COMPUTE_DTYPE, op_times, roofline_s
     from .workload import Workload
 
+    from . import inputs as I
+    context = I.integer("context", context, 1, I.MAX_SEQ)
+    concurrency = I.integer("concurrency", concurrency, 1, I.MAX_BATCH)
+    tokens_per_s = I.number("tokens_per_s", tokens_per_s, 0, I.TOKENS_PER_S_MAX, none=True)
+    _check_common(gpu, gpu_file, profile, overheads)
+    _check("kv dtype", kv_dtype, KV_DTYPES)
     cfg = load(model)
     gpu = get_gpu(gpu, gpu_file)
-    _check("kv dtype", kv_dtype, KV_DTYPES)
     wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)][0]
-    for name, v in (("context", context), ("concurrency", concurrency)):
-        _positive(name, v, True)
-    _positive("tokens_per_s", tokens_per_s)
     if cfg.family == "encoder":
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
     ov = overheads or Overheads()

@@ -128,7 +128,12 @@ class DeviceProfile:
         return dataclasses.asdict(self)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2), encoding="utf-8")
+        try:
+            text = json.dumps(self.to_json(), indent=2, allow_nan=False)
+        except ValueError as e:
+            raise ProfileError(f"device profile {self.name!r} holds a non-finite number ({e})"
+                               ) from None
+        Path(path).write_text(text, encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> DeviceProfile:

@@ -42,20 +42,22 @@ class Workload:
     fused_qkv: bool = False
 
     def __post_init__(self) -> None:
+        from .inputs import MAX_BATCH, MAX_SEQ, show
         problems = []
-        for name in ("batch", "seq"):
+        for name, lo, hi in (("batch", 1, MAX_BATCH), ("seq", 1, MAX_SEQ), ("src_seq", 0, MAX_SEQ)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                problems.append(f"{name} ({v!r}) must be a positive integer")
-        if isinstance(self.src_seq, bool) or not isinstance(self.src_seq, int) or self.src_seq < 0:
-            problems.append(f"src_seq ({self.src_seq!r}) must be a non-negative integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                problems.append(f"{name} ({show(v)}) must be an integer between {lo} and {hi:,}")
+        for name in ("softmax_fp32", "dropout", "fused_qkv"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} ({show(getattr(self, name))}) must be True or False")
         if self.attn_impl not in ATTN_IMPLS:
-            problems.append(f"attn_impl ({self.attn_impl!r}) must be one of {', '.join(ATTN_IMPLS)}")
+            problems.append(f"attn_impl ({show(self.attn_impl)}) must be one of {', '.join(ATTN_IMPLS)}")
         if self.dropout_mask not in DROPOUT_MASKS:
-            problems.append(f"dropout_mask ({self.dropout_mask!r}) must be one of "
+            problems.append(f"dropout_mask ({show(self.dropout_mask)}) must be one of "
                             f"{', '.join(DROPOUT_MASKS)}")
         if self.recompute not in RECOMPUTE:
-            problems.append(f"recompute ({self.recompute!r}) must be one of {', '.join(RECOMPUTE)}")
+            problems.append(f"recompute ({show(self.recompute)}) must be one of {', '.join(RECOMPUTE)}")
         if problems:
             raise WorkloadError("; ".join(problems))
         if self.src_seq == 0:
@@ -86,33 +88,5 @@ def check_fits(cfg, work: Workload) -> None:
                                     f"table (max_position {cfg.max_position})")
 
 
-def parse_count(text: str) -> int:
-    """'80e9', '70B', '1.5T', '7,000,000' -> an exact integer count."""
-    from decimal import Decimal, InvalidOperation
-
-    t = str(text).strip().replace(",", "").replace("_", "")
-    scale = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-    mult = 1
-    if t and t[-1].upper() in scale:
-        mult, t = scale[t[-1].upper()], t[:-1]
-    try:
-        value = Decimal(t) * mult
-    except InvalidOperation:
-        raise WorkloadError(f"cannot read {text!r} as a count (try 80e9, 70B or 1.5T)") from None
-    if value != value.to_integral_value() or value <= 0:
-        raise WorkloadError(f"count {text!r} must be a positive whole number")
-    return int(value)
-
-
-def parse_context(text: str) -> int:
-    """'128k' -> 131072 (a context's k is 1024 tokens, as in "128K context"), '0' -> 0 (not
-    given), else a count as ``parse_count`` reads it ('8192', '1.5M')."""
-    t = str(text).strip()
-    if t == "0":
-        return 0
-    if t[-1:] in ("k", "K") and t[:-1].isdigit():
-        return int(t[:-1]) * 1024
-    try:
-        return parse_count(t)
-    except WorkloadError as e:
-        raise WorkloadError(f"context: {e}") from None
+# The parsers live in the input layer; these names stay importable from here.
+from .inputs import parse_context, parse_count  # noqa: E402,F401

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from . import app
-from .output import console, emit_json, table
+from .output import console, emit_json, strict_json, table
 
 
 @app.command()
@@ -35,7 +35,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
               "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
                          "before_error_pct": (m - b) / m * 100, "after_error_pct": (m - a) / m * 100}
                         for k, (m, b, a) in rows.items()]}
-    text = __import__("json").dumps(fitted.to_json(), indent=2)  # built before writing
+    text = strict_json(fitted.to_json(), indent=2)  # built before writing
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     if json_out:

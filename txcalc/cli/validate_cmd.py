@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from . import app
-from .output import console, emit_json, table
+from .output import console, emit_json, strict_json, table
 from .params_cmd import MODEL_HELP
 
 STEPS = ("predict", "build", "params", "flops", "saved bytes", "kv cache", "memory")
@@ -47,8 +47,6 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
              json_out: bool = typer.Option(False, "--json", help="Print the JSON report.")):
     """Run the reference model; print predicted vs measured params, FLOPs and saved bytes per
     component and per layer; write reports/validation/<model>-<device>.json and .md."""
-    import json
-
     from rich.progress import Progress
 
     from .. import load
@@ -76,7 +74,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
         progress.update(task, completed=len(STEPS))
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{Path(cfg.name).name}-{device}"
-    json_text = json.dumps(report, separators=(",", ":"))
+    json_text = strict_json(report, separators=(",", ":"))
     md_text = ref_validate.to_markdown(report)
     (out / f"{stem}.json").write_text(json_text)  # both texts are built before writing
     (out / f"{stem}.md").write_text(md_text)

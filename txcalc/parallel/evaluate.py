@@ -93,6 +93,13 @@ class Overheads:
     def from_gib(cls, cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
                  fragmentation: float | None = None) -> Overheads:
         """Defaults, with the given ones replaced (GiB = 2^30 bytes)."""
+        from ..inputs import OVERHEAD_GIB_MAX, number
+        cuda_context_gib = number("cuda_context_gib", cuda_context_gib, 0, OVERHEAD_GIB_MAX,
+                                  lo_open=False, none=True)
+        comm_buffer_gib = number("comm_buffer_gib", comm_buffer_gib, 0, OVERHEAD_GIB_MAX,
+                                 lo_open=False, none=True)
+        fragmentation = number("fragmentation", fragmentation, 0, 1, lo_open=False,
+                               hi_open=True, none=True)
         d = cls()
         return cls(d.cuda_context_bytes if cuda_context_gib is None
                    else int(cuda_context_gib * GiB),

@@ -45,7 +45,11 @@ def check_out_dir(out: Path) -> None:
 
 
 def report_json(report: dict) -> str:
-    return json.dumps(report, indent=1, ensure_ascii=False) + "\n"
+    """Strict JSON (no NaN or infinity); a non-finite figure is a ReportError, not bad JSON."""
+    try:
+        return json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as e:
+        raise ReportError(f"a figure of the report is not a finite number ({e})") from None
 
 
 def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_dir=None,
