@@ -187,7 +187,7 @@ def workload(name: str, value):
     return value
 
 
-def _decimal(name: str, raw, what: str, example: str) -> tuple[Decimal, str]:
+def _decimal(name: str, raw, what: str, example: str, hi) -> tuple[Decimal, str]:
     """Split ``raw`` into (number, suffix letter) with Decimal, refusing everything odd."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         raise InputError(f"{name} ({show(raw)}) must be text such as {example}, not "
@@ -204,8 +204,10 @@ def _decimal(name: str, raw, what: str, example: str) -> tuple[Decimal, str]:
         raise InputError(f"{name}: cannot read {show(raw)} as {what} (try {example})") from None
     if not value.is_finite():
         raise InputError(f"{name} ({show(raw)}) must be a finite number")
-    if value.adjusted() > 30 or value.adjusted() < -30:  # before any exact arithmetic
-        raise InputError(f"{name} ({show(raw)}) is out of range")
+    if value.adjusted() > 30:  # before any exact arithmetic (int(1e1000000) takes 23 s)
+        raise InputError(f"{name} ({show(raw)}) exceeds the largest accepted, {_fmt(hi)}")
+    if value.adjusted() < -30:
+        raise InputError(f"{name} ({show(raw)}) must be a positive whole number")
     return value, suffix
 
 
@@ -213,7 +215,7 @@ def parse_count(text, name: str = "count", hi: int = MAX_TOKENS) -> int:
     """'80e9', '70B', '1.5T', '7,000,000' -> an exact positive integer at most ``hi``.
 
     K/M/B (or G)/T/P multiply by 10^3/10^6/10^9/10^12/10^15."""
-    value, suffix = _decimal(name, text, "a count", "80e9, 70B or 1.5T")
+    value, suffix = _decimal(name, text, "a count", "80e9, 70B or 1.5T", hi)
     if suffix:
         if suffix not in COUNT_SUFFIXES:
             raise InputError(f"{name}: cannot read {show(text)} as a count (suffixes: "
@@ -223,7 +225,7 @@ def parse_count(text, name: str = "count", hi: int = MAX_TOKENS) -> int:
         raise InputError(f"{name} ({show(text)}) must be a positive whole number")
     n = int(value)
     if n > hi:
-        raise InputError(f"{name} ({show(text)}) exceeds the largest accepted, {hi:.0e}")
+        raise InputError(f"{name} ({show(text)}) exceeds the largest accepted, {_fmt(hi)}")
     return n
 
 
@@ -233,7 +235,7 @@ def parse_context(text, name: str = "context", *, zero: bool = True) -> int:
     means: not given, and returns 0. At most MAX_SEQ tokens."""
     if zero and str(text).strip() == "0":
         return 0
-    value, suffix = _decimal(name, text, "a number of tokens", "8192 or 128k")
+    value, suffix = _decimal(name, text, "a number of tokens", "8192 or 128k", MAX_SEQ)
     if suffix:
         if suffix not in CONTEXT_SUFFIXES:
             raise InputError(f"{name}: cannot read {show(text)} as a number of tokens "
@@ -250,3 +252,64 @@ def parse_context(text, name: str = "context", *, zero: bool = True) -> int:
         raise InputError(f"{name} ({show(text)}) exceeds the longest accepted sequence, "
                          f"{MAX_SEQ:,} tokens")
     return n
+
+
+# --- the CLI's options: one table, one name per option ------------------------------------------
+def _option_specs() -> dict:
+    """{option: (kind, lo, hi, extra)}: how each CLI option is read and its bounds."""
+    from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    from .workload import ATTN_IMPLS, RECOMPUTE
+
+    gpus = ("int", 1, MAX_GPUS)
+    return {
+        "batch": ("int", 1, MAX_BATCH), "seq": ("int", 1, MAX_SEQ),
+        "src_seq": ("int", 0, MAX_SEQ), "concurrency": ("int", 1, MAX_BATCH),
+        "global_batch": ("int", 1, MAX_BATCH), "micro_batch": ("int", 1, MAX_BATCH),
+        "max_gpus": gpus, "gpus": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,
+        "zero": ("int", 0, 3), "rows": ("int", 1, MAX_ROWS),
+        "kv_tokens": ("int", 0, MAX_KV_TOKENS),
+        "days": ("float", 0, MAX_DAYS, "(]"), "price": ("float", 0, MAX_PRICE, "[]"),
+        "achieved_tflops": ("float", *TFLOPS_RANGE, "[]"),
+        "tokens_per_s": ("float", 0, TOKENS_PER_S_MAX, "(]"),
+        "gpu_gb": ("float", *GPU_GB_RANGE, "[]"),
+        "cuda_context_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]"),
+        "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]"),
+        "fragmentation": ("float", 0, 1, "[)"),
+        "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
+        "precision": ("choice", tuple(PRECISIONS)), "optimizer": ("choice", OPTIMIZERS),
+        "kv_dtype": ("choice", tuple(KV_DTYPES)), "device": ("choice", ("meta", "cpu", "cuda")),
+        "tokens": ("count", MAX_TOKENS), "params": ("count", MAX_PARAMS),
+        "context": ("context", True), "required_context": ("context", False),
+        "gpu": ("text", 200), "gpu_file": ("path",), "out": ("path",),
+        "validation_dir": ("path",),
+    }
+
+
+def options(**given) -> dict:
+    """Check CLI options by their names (``batch=...`` is ``--batch``); None means not given.
+    Returns the values read: counts and contexts as ints, floats as floats."""
+    specs = _option_specs()
+    out = {}
+    for key, value in given.items():
+        spec = specs[key]
+        flag = "--" + ("context" if key == "required_context" else key).replace("_", "-")
+        kind = spec[0]
+        if value is None:
+            out[key] = None
+        elif kind == "int":
+            out[key] = integer(flag, value, spec[1], spec[2])
+        elif kind == "float":
+            ends = spec[3]
+            out[key] = number(flag, value, spec[1], spec[2], lo_open=ends[0] == "(",
+                              hi_open=ends[1] == ")")
+        elif kind == "choice":
+            out[key] = choice(flag, value, spec[1])
+        elif kind == "count":
+            out[key] = parse_count(value, flag, spec[1])
+        elif kind == "context":
+            out[key] = parse_context(value, flag, zero=spec[1])
+        elif kind == "text":
+            out[key] = text(flag, value, max_len=spec[1])
+        else:
+            out[key] = path_text(flag, value)
+    return out

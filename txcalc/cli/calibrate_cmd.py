@@ -24,6 +24,9 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
 
+    from ..inputs import options
+
+    options(gpu=gpu or None, out=out)
     device, cases = read_report(report)
     name = gpu or device.lower().replace("nvidia", "").strip().split()[0] if (gpu or device) \
         else ""

@@ -40,9 +40,11 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
     from ..accounting import count_flops
-    from ..workload import check_fits, parse_context
+    from ..inputs import options
+    from ..workload import check_fits
 
-    context = parse_context(context)
+    context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
+                      context=context)["context"]
     cfg = load(model)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
@@ -96,15 +98,21 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
-    from ..workload import parse_context
+    from ..inputs import options
 
-    context = parse_context(context)
+    opts = options(params=params, batch=batch, seq=seq, src_seq=src_seq, precision=precision,
+                   optimizer=optimizer, attn=attn, recompute=recompute, context=context,
+                   concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb)
+    context = opts["context"]
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
-    if gpu_gb <= 0:
-        raise WorkloadError(f"--gpu-gb ({gpu_gb}) must be positive")
+    if params is not None and inference:
+        # the KV cache depends on the layers, KV heads and head width: a count cannot say
+        raise WorkloadError(f"--inference needs MODEL (a preset or config.json): the KV cache "
+                            f"depends on the model's layers and KV heads, which --params "
+                            f"({params}) does not give")
     if params is not None:
-        out = _states_only(params, precision, optimizer)
+        out = _states_only(opts["params"], precision, optimizer)
     elif inference:
         out = _inference(model, context or seq, concurrency, kv_dtype, precision)
     else:
@@ -144,11 +152,10 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                      " so it must be distributed (see `txcalc plan`)."))
 
 
-def _states_only(params: str, precision: str, optimizer: str) -> dict:
+def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
     from ..memory import model_states
-    from ..workload import parse_count
 
-    return model_states(parse_count(params), precision, optimizer)
+    return model_states(n_params, precision, optimizer)
 
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,

@@ -48,13 +48,19 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
+    from ..inputs import options
     from ..planner import plan_train
-    from ..workload import parse_count
 
-    p = plan_train(model, gpu, parse_count(tokens), seq=seq, global_batch=global_batch,
+    opts = options(tokens=tokens, gpu=gpu, days=days, max_gpus=max_gpus, gpus=gpus, seq=seq,
+                   global_batch=global_batch, precision=precision, optimizer=optimizer,
+                   price=price, achieved_tflops=achieved_tflops, gpu_file=gpu_file,
+                   cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
+                   fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
+                   micro_batch=micro_batch, recompute=recompute, rows=rows)
+    p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
-                   achieved_tflops=achieved_tflops, n_rows=max(rows, 1),
+                   achieved_tflops=achieved_tflops, n_rows=rows,
                    overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
@@ -115,10 +121,14 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
+    from ..inputs import options
     from ..planner import plan_infer
-    from ..workload import parse_context
 
-    p = plan_infer(model, gpu, parse_context(context), concurrency, kv_dtype=kv_dtype,
+    opts = options(gpu=gpu, required_context=context, concurrency=concurrency,
+                   kv_dtype=kv_dtype, tokens_per_s=tokens_per_s, precision=precision,
+                   gpu_file=gpu_file, cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
+                   fragmentation=fragmentation)
+    p = plan_infer(model, gpu, opts["required_context"], concurrency, kv_dtype=kv_dtype,
                    tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
                    overheads=_overheads(context_gib, comm_gib, fragmentation))
     out = p.to_json()

@@ -42,14 +42,25 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
     from ..report.request import ReportRequest
     from ..report.writer import write_report
-    from ..workload import parse_context
+    from ..errors import WorkloadError
+    from ..inputs import options
 
+    opts = options(out=out, params=params, gpu=gpu, gpu_gb=gpu_gb, gpu_file=gpu_file,
+                   precision=precision, optimizer=optimizer, batch=batch, seq=seq,
+                   src_seq=src_seq, attn=attn, recompute=recompute, tokens=tokens, days=days,
+                   max_gpus=max_gpus, global_batch=global_batch, price=price, context=context,
+                   concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s,
+                   validation_dir=validation_dir)
+    if params is not None and inference:
+        raise WorkloadError(f"--inference needs MODEL (a preset or config.json): the KV cache "
+                            f"depends on the model's layers and KV heads, which --params "
+                            f"({params}) does not give")
     req = ReportRequest(model=model, params=params, inference=inference, gpu=gpu,
                         gpu_gb=gpu_gb, gpu_file=gpu_file, precision=precision, optimizer=optimizer, batch=batch,
                         seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                         tokens=tokens, days=days, max_gpus=max_gpus,
                         global_batch=global_batch, price=price,
-                        context=parse_context(context),
+                        context=opts["context"],
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
     if json_out:
         rep = write_report(req, out, validation_dir=validation_dir)

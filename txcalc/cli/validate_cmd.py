@@ -51,11 +51,12 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
 
     from .. import load
     from ..errors import WorkloadError
+    from ..inputs import options
     from ..memory import PRECISIONS, _check
     from ..workload import Workload, check_fits
 
-    if device not in ("meta", "cpu", "cuda"):
-        raise WorkloadError(f"--device ({device!r}) must be one of meta, cpu, cuda")
+    options(device=device, batch=batch, seq=seq, src_seq=src_seq, attn=attn,
+            recompute=recompute, precision=precision, kv_tokens=kv_tokens, out=out)
     cfg = load(model)
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
