@@ -12,7 +12,7 @@ prints finite:
     bound               | value        | applies to
     --------------------|--------------|--------------------------------------------------------
     MAX_PARAMS          | 10^15        | --params, model_states(n_params)
-    MAX_SEQ             | 2^24 tokens  | --seq, --src-seq, --context, Workload.seq, kv contexts
+    MAX_SEQ             | 2^27 tokens  | --seq, --src-seq, --context, Workload.seq, kv contexts
     MAX_BATCH           | 2^24 seqs    | --batch, --concurrency, --global-batch, --micro-batch
     MAX_GPUS            | 2^20         | --gpus, --max-gpus, --tp/--pp/--cp/--ep
     MAX_TOKENS          | 10^18        | --tokens (training budget)
@@ -26,10 +26,10 @@ prints finite:
     MAX_TEXT            | 4096 chars   | names, paths (each path component at most 255 bytes)
 
 Suffixes: a count reads ``80e9``, ``70B``, ``1.5T``, ``7,000,000``; K/M/B (or G)/T/P are
-10^3/10^6/10^9/10^12/10^15. A context (a number of tokens in a sequence) reads k = 1024 and
-M = 1024^2 as in "128K context" (``128k`` = 131072, ``1.5k`` = 1536); a fraction that does not
-land on a whole token (``1.3k``) is refused. Plain numbers and exponents are exact (``8192``,
-``1e4``).
+10^3/10^6/10^9/10^12/10^15. A context (a number of tokens in a sequence) reads k = 1024 as in
+"128K context" (``128k`` = 131072, ``1.5k`` = 1536) and M = 10^6 as a count does (``1M`` =
+1,000,000); a value that does not land on a whole token (``1.3k``) is refused. Plain numbers
+and exponents are exact (``8192``, ``1e4``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from decimal import Decimal, InvalidOperation
 from .errors import WorkloadError
 
 MAX_PARAMS = 10**15
-MAX_SEQ = 2**24
+MAX_SEQ = 2**27
 MAX_BATCH = 2**24
 MAX_GPUS = 2**20
 MAX_TOKENS = 10**18
@@ -59,7 +59,7 @@ MAX_PATH_COMPONENT = 255
 SHOW_CHARS = 60
 
 COUNT_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
-CONTEXT_SUFFIXES = {"K": 2**10, "M": 2**20}
+CONTEXT_SUFFIXES = {"K": 2**10, "M": 10**6}
 
 
 class InputError(WorkloadError):
@@ -99,9 +99,10 @@ def integer(name: str, value, lo: int = 1, hi: int | None = None, *, none: bool 
 
 
 def number(name: str, value, lo: float = 0.0, hi: float = math.inf, *, lo_open: bool = True,
-           hi_open: bool = False, none: bool = False):
+           hi_open: bool = False, none: bool = False, note: str = ""):
     """``value`` as a finite float in the range (lo, hi] (``lo_open``/``hi_open`` choose the
-    ends). Bools, strings, NaN and infinities are refused. None passes when ``none``."""
+    ends). Bools, strings, NaN and infinities are refused. None passes when ``none``; ``note``
+    ends the message (a unit, what the value sets)."""
     if value is None and none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -111,12 +112,13 @@ def number(name: str, value, lo: float = 0.0, hi: float = math.inf, *, lo_open: 
     except (OverflowError, ValueError):
         raise InputError(f"{name} ({show(value)}) must be a finite number") from None
     if not math.isfinite(v):
-        raise InputError(f"{name} ({show(value)}) must be a finite number")
+        raise InputError(f"{name} ({show(value)}) must be a finite number{note}")
     low_bad = v <= lo if lo_open else v < lo
     high_bad = v >= hi if hi_open else v > hi
     if low_bad or high_bad:
         left, right = "(" if lo_open else "[", ")" if hi_open else "]"
-        raise InputError(f"{name} ({show(value)}) must be in {left}{_fmt(lo)}, {_fmt(hi)}{right}")
+        raise InputError(f"{name} ({show(value)}) must be in {left}{_fmt(lo)}, {_fmt(hi)}{right}"
+                         f"{note}")
     return v
 
 
@@ -230,8 +232,8 @@ def parse_count(text, name: str = "count", hi: int = MAX_TOKENS) -> int:
 
 
 def parse_context(text, name: str = "context", *, zero: bool = True) -> int:
-    """A sequence length in tokens: '128k' -> 131072, '1.5k' -> 1536, '1M' -> 1048576 (k = 1024
-    and M = 1024^2, as in "128K context"), '8192' or '1e4' as written. '0' (when ``zero``)
+    """A sequence length in tokens: '128k' -> 131072, '1.5k' -> 1536 (k = 1024, as in "128K
+    context"), '1M' -> 1000000, '8192' or '1e4' as written. '0' (when ``zero``)
     means: not given, and returns 0. At most MAX_SEQ tokens."""
     if zero and str(text).strip() == "0":
         return 0
@@ -239,7 +241,7 @@ def parse_context(text, name: str = "context", *, zero: bool = True) -> int:
     if suffix:
         if suffix not in CONTEXT_SUFFIXES:
             raise InputError(f"{name}: cannot read {show(text)} as a number of tokens "
-                             "(suffixes: k = 1024, M = 1024^2)")
+                             "(suffixes: k = 1024, M = 10^6)")
         value *= CONTEXT_SUFFIXES[suffix]
     if value <= 0:
         hint = " ('0' alone means: not given)" if zero else ""
@@ -272,9 +274,11 @@ def _option_specs() -> dict:
         "achieved_tflops": ("float", *TFLOPS_RANGE, "[]"),
         "tokens_per_s": ("float", 0, TOKENS_PER_S_MAX, "(]"),
         "gpu_gb": ("float", *GPU_GB_RANGE, "[]"),
-        "cuda_context_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]"),
-        "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]"),
-        "fragmentation": ("float", 0, 1, "[)"),
+        "cuda_context_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
+                             " GiB (it sets Overheads.cuda_context_bytes)"),
+        "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
+                            " GiB (it sets Overheads.comm_buffer_bytes)"),
+        "fragmentation": ("float", 0, 1, "[)", " (a fraction of the tensors' bytes)"),
         "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
         "precision": ("choice", tuple(PRECISIONS)), "optimizer": ("choice", OPTIMIZERS),
         "kv_dtype": ("choice", tuple(KV_DTYPES)), "device": ("choice", ("meta", "cpu", "cuda")),
@@ -301,7 +305,7 @@ def options(**given) -> dict:
         elif kind == "float":
             ends = spec[3]
             out[key] = number(flag, value, spec[1], spec[2], lo_open=ends[0] == "(",
-                              hi_open=ends[1] == ")")
+                              hi_open=ends[1] == ")", note=spec[4] if len(spec) > 4 else "")
         elif kind == "choice":
             out[key] = choice(flag, value, spec[1])
         elif kind == "count":
