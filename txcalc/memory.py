@@ -386,6 +386,8 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
     context = integer("context", context, 1, MAX_SEQ)
     batch = integer("batch", batch, 1, MAX_BATCH)
     src_seq = integer("src_seq", src_seq, 0, MAX_SEQ)
+    if not isinstance(window, bool):
+        raise WorkloadError(f"window ({window!r:.60}) must be True or False")
     bits = KV_DTYPES[_check("kv dtype", kv_dtype, KV_DTYPES)]
     if cfg.family == "encoder":
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it has no KV cache")
