@@ -268,15 +268,6 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
     return out
 
 
-def _positive(name: str, v, integer: bool = False):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (
-            integer and int(v) != v) or not math.isfinite(v):
-        raise PlanError(f"{name} ({v!r}) must be a positive {'integer' if integer else 'number'}")
-    return v
-
-
 def _check_common(gpu, gpu_file, profile, overheads) -> None:
     """Arguments plan_train and plan_infer share, checked at their entry (txcalc.inputs)."""
     from . import inputs as I
@@ -306,6 +297,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     t0 = time.perf_counter()
     import numpy as np
     from . import inputs as I, load
+    from .workload import ATTN_IMPLS
     tokens = I.integer("tokens", tokens, 1, I.MAX_TOKENS)
     seq = I.integer("seq", seq, 1, I.MAX_SEQ, none=True)
     global_batch = I.integer("global_batch", global_batch, 1, I.MAX_BATCH, none=True)
@@ -317,7 +309,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     achieved_tflops = I.number("achieved_tflops", achieved_tflops, *I.TFLOPS_RANGE,
                                lo_open=False, none=True)
     n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
-    I.choice("attn_impl", attn_impl, ("eager", "sdpa", "flash"))
+    I.choice("attn_impl", attn_impl, ATTN_IMPLS)
     _check_common(gpu, gpu_file, profile, overheads)
     if only is not None and not isinstance(only, dict):
         raise I.InputError(f"only ({I.show(only)}) must be a dict of pinned layout fields")
@@ -478,8 +470,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     from .parallel.sharding import assign_stages, local_params, tp_style
     from .timing import COMPUTE_DTYPE, op_times, roofline_s
     from .workload import Workload
-
     from . import inputs as I
+
     context = I.integer("context", context, 1, I.MAX_SEQ)
     concurrency = I.integer("concurrency", concurrency, 1, I.MAX_BATCH)
     tokens_per_s = I.number("tokens_per_s", tokens_per_s, 0, I.TOKENS_PER_S_MAX, none=True)

@@ -44,7 +44,8 @@ class Workload:
     def __post_init__(self) -> None:
         from .inputs import MAX_BATCH, MAX_SEQ, show
         problems = []
-        for name, lo, hi in (("batch", 1, MAX_BATCH), ("seq", 1, MAX_SEQ), ("src_seq", 0, MAX_SEQ)):
+        for name, lo, hi in (("batch", 1, MAX_BATCH), ("seq", 1, MAX_SEQ),
+                             ("src_seq", 0, MAX_SEQ)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 problems.append(f"{name} ({show(v)}) must be an integer between {lo} and {hi:,}")
@@ -52,12 +53,14 @@ class Workload:
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} ({show(getattr(self, name))}) must be True or False")
         if self.attn_impl not in ATTN_IMPLS:
-            problems.append(f"attn_impl ({show(self.attn_impl)}) must be one of {', '.join(ATTN_IMPLS)}")
+            problems.append(f"attn_impl ({show(self.attn_impl)}) must be one of "
+                            f"{', '.join(ATTN_IMPLS)}")
         if self.dropout_mask not in DROPOUT_MASKS:
             problems.append(f"dropout_mask ({show(self.dropout_mask)}) must be one of "
                             f"{', '.join(DROPOUT_MASKS)}")
         if self.recompute not in RECOMPUTE:
-            problems.append(f"recompute ({show(self.recompute)}) must be one of {', '.join(RECOMPUTE)}")
+            problems.append(f"recompute ({show(self.recompute)}) must be one of "
+                            f"{', '.join(RECOMPUTE)}")
         if problems:
             raise WorkloadError("; ".join(problems))
         if self.src_seq == 0:
