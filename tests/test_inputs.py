@@ -214,6 +214,13 @@ def test_parse_count_refuses(text):
         inputs.parse_count(text)
 
 
+@pytest.mark.parametrize("sign", [1, -1])
+def test_parse_count_refuses_an_int_too_long_to_print(sign):
+    # str() of an int over 4,300 digits raises ValueError in Python 3.11+
+    with pytest.raises(txcalc.TxcalcError, match=r"^count .* exceeds"):
+        inputs.parse_count(sign * 10**5000)
+
+
 def test_error_messages_cut_long_values():
     with pytest.raises(txcalc.TxcalcError) as e:
         inputs.parse_count("9" * 5000)

@@ -194,6 +194,8 @@ def _decimal(name: str, raw, what: str, example: str, hi) -> tuple[Decimal, str]
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         raise InputError(f"{name} ({show(raw)}) must be text such as {example}, not "
                          f"{type(raw).__name__}")
+    if isinstance(raw, int) and not -10**64 < raw < 10**64:  # str() of 4,300+ digits raises
+        raise InputError(f"{name} ({show(raw)}) exceeds the largest accepted, {_fmt(hi)}")
     t = str(raw).strip().replace(",", "").replace("_", "")
     if len(t) > 64:
         raise InputError(f"{name} ({show(raw)}) is too long to be {what}")
