@@ -24,10 +24,13 @@ def load(model: str | Path | ModelConfig) -> ModelConfig:
     if isinstance(model, ModelConfig):
         return model
     text = str(model)
-    p = Path(text)
-    if text.endswith(".json") or p.is_dir() or p.is_file():
+    try:  # a NUL or a 300-character component makes the OS refuse: load_hf_config names it
+        is_path = text.endswith(".json") or Path(text).exists()
+    except (OSError, ValueError):
+        is_path = "/" in text
+    if is_path:
         from .hf import load_hf_config
-        return load_hf_config(p)
+        return load_hf_config(text)
     from .presets import get_preset
     return get_preset(text)
 

@@ -8,13 +8,13 @@ model_type and checks parameter counts against the HF model built on the meta de
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .config import ModelConfig
 from .errors import ConfigError, TxcalcError
+from .safeio import check_path, parse_json, read_text, shown
 
 # HF activation names -> ours (gated variants are chosen by the model type, not the name).
 _ACT = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
@@ -504,24 +504,19 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
 
 
 def load_hf_config(path: str | Path) -> ModelConfig:
-    """Read a HF config.json (or a directory holding one) into a ModelConfig."""
-    p = Path(path)
+    """Read a HF config.json (or a directory holding one) into a ModelConfig.
+
+    The file is read by ``safeio`` (a regular file under its size cap, strict JSON with depth
+    and integer-size limits): a FIFO, a device or a huge file is refused, never read."""
+    p = Path(check_path(path, ConfigError))
     if p.is_dir():
         p = p / "config.json"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
+    text = read_text(p, ConfigError)
     if not text.strip():
-        raise ConfigError(f"{p}: empty file, expected a JSON object")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise ConfigError(f"{shown(p)}: empty file, expected a JSON object")
+    raw = parse_json(text, shown(p), ConfigError)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: expected a JSON object, got {type(raw).__name__}")
+        raise ConfigError(f"{shown(p)}: expected a JSON object, got {type(raw).__name__}")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = raw.get("_name_or_path") if isinstance(raw, dict) else None
     return from_hf_dict(raw, str(name or default))

@@ -503,13 +503,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                                         "all_reduce", context * cfg.d_model * wbytes, tp, 1,
                                         gpu, 2 * n_blocks))
             prefill = prefill_s[tp]
-            replicas = -(-concurrency // maxc)
-            while True:
-                per = -(-concurrency // replicas)
-                tps_total = replicas * per / decode_s(per)
-                if tokens_per_s is None or tps_total >= tokens_per_s or replicas > 10**5:
-                    break
-                replicas += 1
+            replicas = _replicas_for(concurrency, -(-concurrency // maxc), tokens_per_s,
+                                     decode_s)
             per = -(-concurrency // replicas)
             step = decode_s(per)
             rows.append(InferRow(tp, pp, replicas, replicas * tp * pp, weights, kv_seq, maxc,
@@ -525,6 +520,34 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                             f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
     return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows)
+
+
+#: most replicas plan_infer adds to reach ``tokens_per_s`` (a layout needing more is dropped)
+MAX_REPLICAS = 10**5
+
+
+def _replicas_for(concurrency: int, start: int, tokens_per_s: float | None, decode_s) -> int:
+    """The fewest replicas >= ``start`` whose decode throughput ``r * per / decode_s(per)``
+    (``per`` = ceil(concurrency / r) sequences each) reaches ``tokens_per_s``; MAX_REPLICAS + 1
+    when none up to MAX_REPLICAS does. The same answer as trying r = start, start + 1, ... but
+    one ``decode_s`` per distinct ``per``: within a run of r sharing ``per`` the throughput
+    grows linearly in r, so the first r of the run that reaches the target is a ceiling."""
+    r, cap = start, MAX_REPLICAS + 1
+    if tokens_per_s is None or r >= cap:
+        return r
+    while True:
+        per = -(-concurrency // r)
+        last = min(cap, -(-concurrency // (per - 1)) - 1) if per > 1 else cap  # same per up to
+        step = decode_s(per)
+        ideal = tokens_per_s * step / per  # r * per / step >= tokens_per_s <=> r >= ideal
+        need = max(r, math.ceil(ideal)) if ideal < cap else cap
+        while need > r and (need - 1) * per / step >= tokens_per_s:  # float rounding of ceil
+            need -= 1
+        while need <= last and need * per / step < tokens_per_s:
+            need += 1
+        if need <= last or last >= cap:
+            return min(need, cap)
+        r = last + 1
 
 
 _OPS_CACHE: dict = {}
