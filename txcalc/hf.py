@@ -349,6 +349,9 @@ def _falcon(f):
     parallel = f.bool("parallel_attn", True)
     # HF: null means 2 with the new architecture; a parallel block has two norms only for 2
     n_ln = f.get("num_ln_in_parallel_attn", 2 if new_arch else 1)
+    if isinstance(n_ln, bool) or n_ln not in (1, 2):  # HF compares with 2: "two" is not 2
+        raise ConfigError(f"{f.where}: field 'num_ln_in_parallel_attn' ({n_ln!r:.80}) must be "
+                          "1 or 2 (or null)")
     bias = f.bool("bias", False)
     return dict(n_layers=f.int("num_hidden_layers", 32), d_model=d, n_heads=h, n_kv_heads=kv,
                 vocab_size=f.int("vocab_size", 65024), d_ff=f.int("ffn_hidden_size", 4 * d),
@@ -518,5 +521,5 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown(p)}: expected a JSON object, got {type(raw).__name__}")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
-    name = raw.get("_name_or_path") if isinstance(raw, dict) else None
-    return from_hf_dict(raw, str(name or default))
+    name = raw.get("_name_or_path")
+    return from_hf_dict(raw, name if isinstance(name, str) and name else default)

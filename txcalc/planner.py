@@ -315,6 +315,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            profile, overheads or Overheads(),
                            achieved_tflops * 1e12 if achieved_tflops else None)
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
+    _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
     if len(g["tp"]) == 0:
         raise PlanError(f"no valid layout of {cfg.name} on "
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
@@ -520,6 +521,25 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                             f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
     return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows)
+
+
+#: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays
+#: could overflow: a layout's bytes are at most ~2x the whole model's at its micro-batch (the
+#: first stage of interleaved 1F1B), so 2^59 keeps an 8x margin below 2^62
+INT64_SAFE_BYTES = 2**59
+
+
+def _check_int64(cfg: ModelConfig, seq: int, micro_batch: int, precision: str,
+                 optimizer: str, attn_impl: str) -> None:
+    """Refuse a model and sequence so large that a layout's bytes could wrap in int64."""
+    from .memory import TrainingMemory
+    from .workload import Workload
+    total = TrainingMemory(cfg, Workload(batch=micro_batch, seq=seq, attn_impl=attn_impl),
+                           precision, optimizer).total
+    if total > INT64_SAFE_BYTES:
+        raise PlanError(f"{cfg.name} at seq {seq:,} and micro-batch {micro_batch} needs "
+                        f"{total / 1e18:.3g} EB on one GPU, over the planner's bound of "
+                        f"{INT64_SAFE_BYTES / 1e18:.3g} EB (its tables are 64-bit integers)")
 
 
 #: most replicas plan_infer adds to reach ``tokens_per_s`` (a layout needing more is dropped)
