@@ -163,7 +163,7 @@ def parse_catalog(text: str, origin: str) -> dict[str, Gpu]:
         except StopIteration:
             break
         except csv.Error as e:  # a cell over the csv module's 128 KB field limit, a NUL
-            raise GpuError(f"{origin} row {i}: {e}") from None
+            raise GpuError(f"{origin} line {i + 1}: {e}") from None
         gpu = _parse_row(row, f"{origin} line {i}")
         for key in (gpu.name, *gpu.aliases):
             if key in claimed:
