@@ -311,8 +311,6 @@ def validate(cfg: ModelConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, tuple) and len(v) > MAX_LAYERS:
             problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")
-    if not _is_int(cfg.parallel_norms) or cfg.parallel_norms not in (1, 2):
-        problems.append(f"parallel_norms ({cfg.parallel_norms!r}) must be 1 or 2")
     if problems:  # the structural checks below assume well-typed numbers
         raise ConfigError(f"{cfg.name}: " + "; ".join(problems))
 
@@ -327,6 +325,8 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.family != "encoder-decoder" and cfg.n_encoder_layers:
         problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) is only for encoder-decoder "
                         f"models, not family {cfg.family!r}")
+    if not _is_int(cfg.parallel_norms) or cfg.parallel_norms not in (1, 2):
+        problems.append(f"parallel_norms ({_show(cfg.parallel_norms)}) must be 1 or 2")
     problems += _size_problems(cfg)
     if cfg.parallel_block and cfg.family != "decoder":
         problems.append(f"parallel_block needs family 'decoder', not {cfg.family!r}")
