@@ -229,7 +229,7 @@ _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYP
 #: ones: Llama 3.1 405B has 126 layers, d_model 16384, d_ff 53248; DeepSeek-V3 256 experts;
 #: Gemma 3 a 262,144-token vocabulary; Llama 4 Scout a 10M context), and tight enough that
 #: every answer comes in seconds and every product the planner forms in int64 stays exact.
-MAX_LAYERS = 2**11  #: per stack (DeepNet trained 1,000 layers); 2,048 layers answer in ~2 s
+MAX_LAYERS = 2**11  #: per stack (DeepNet trained 1,000 layers); 2,048 layers answer in seconds
 MAX_WIDTH = 2**20  #: d_model, d_ff, head_dim, embed_dim, expert widths, MLA ranks
 MAX_HEADS = 2**16  #: query and key/value heads
 MAX_VOCAB = 2**24  #: vocab_size (16.8M tokens)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import ModelConfig
+from .config import ModelConfig, _show
 from .errors import ConfigError, TxcalcError
 from .safeio import check_path, parse_json, read_text, shown
 
@@ -53,7 +53,7 @@ class _Fields:
         if isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer():
                 return int(v)
-            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be an integer")
+            raise ConfigError(f"{self.where}: field {key!r} ({_show(v)}) must be an integer")
         if v <= 0 and key in _POSITIVE and self.raw.get(key) is not None:
             self.problems.append(f"field {key!r} ({v}) must be a positive integer")
         return v
@@ -61,13 +61,13 @@ class _Fields:
     def bool(self, key: str, default: bool) -> bool:
         v = self.get(key, default)
         if not isinstance(v, bool):
-            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be true or false")
+            raise ConfigError(f"{self.where}: field {key!r} ({_show(v)}) must be true or false")
         return v
 
     def act(self, key: str, default: str) -> str:
         v = self.get(key, default)
         if v not in _ACT:
-            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) is not a known activation "
+            raise ConfigError(f"{self.where}: field {key!r} ({_show(v)}) is not a known activation "
                               f"({', '.join(sorted(_ACT))})")
         return _ACT[v]
 
@@ -182,7 +182,7 @@ def _dropouts(f: _Fields, model_type: str) -> dict[str, float]:
     for ours, (key, default) in _DROPOUT.get(model_type, {}).items():
         v = f.get(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise ConfigError(f"{f.where}: field {key!r} ({v!r}) must be a dropout "
+            raise ConfigError(f"{f.where}: field {key!r} ({_show(v)}) must be a dropout "
                               "probability in [0, 1)")
         if v:
             out[ours] = float(v)

@@ -468,13 +468,16 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     w = Workload(batch=1, seq=context, attn_impl="flash")
     decode_flops_1 = FlopCounts(cfg, w, ops).decode(context)  # one token of one sequence
     prefill_s: dict[int, float] = {}
+    local: dict[int, dict[int, int]] = {}  # tp -> {id(op): parameters one rank holds}
     rows = []
     tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and (
         cfg.is_mla or cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)]
     for tp in tps:
         for pp in [p for p in _pow2_upto(min(n_blocks, 64))]:
             stages = assign_stages(cfg, ops, pp)
-            weights = max(sum(local_params(op, tp) for op in st) for st in stages) * wbytes
+            if tp not in local:  # once per TP degree, not per pipeline depth
+                local[tp] = {id(op): local_params(op, tp) for op in ops}
+            weights = max(sum(local[tp][id(op)] for op in st) for st in stages) * wbytes
             kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
             most_blocks = max(len({(o.stack, o.layer) for o in st if o.layer >= 0})
                               for st in stages)
