@@ -29,10 +29,13 @@ def load(model: str | Path | ModelConfig) -> ModelConfig:
         raise InputError(f"model ({show(model)}) must be a preset name, a path to a config.json "
                          f"or a ModelConfig, not {type(model).__name__}")
     text = path_text("model", model)
-    p = Path(text)
-    if text.endswith(".json") or p.is_dir() or p.is_file():
+    try:  # a name the OS refuses (too long a component) is a path: load_hf_config names it
+        is_path = text.endswith(".json") or Path(text).exists()
+    except (OSError, ValueError):
+        is_path = "/" in text
+    if is_path:
         from .hf import load_hf_config
-        return load_hf_config(p)
+        return load_hf_config(text)
     from .presets import get_preset
     return get_preset(text)
 

@@ -16,7 +16,6 @@ Input: a GPU validation report (reference/gpu_validate.py): ``cases``, each with
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from .components import model_ops
 from .config import ModelConfig
 from .errors import TxcalcError
 from .memory import PRECISIONS, TrainingMemory
+from .safeio import parse_json, read_text, shown
 from .timing import COMPUTE_DTYPE, DeviceProfile, op_times
 from .workload import Workload
 
@@ -45,28 +45,57 @@ class Case:
     measured_s: float
 
 
+#: longest measured step time accepted, seconds (a day: far above any training step)
+MAX_STEP_TIME_S = 86400.0
+
+
+def _int_field(c: dict, key: str, where: str) -> int:
+    v = c[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ReportError(f"{where}: {key} ({v!r:.80}) must be a positive integer")
+    return v
+
+
+def _step_time(c: dict, where: str) -> float:
+    v = c["step_time_s"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+            0 < v <= MAX_STEP_TIME_S):  # NaN fails the comparison too
+        raise ReportError(f"{where}: step_time_s ({v!r:.80}) must be a number of seconds in "
+                          f"(0, {MAX_STEP_TIME_S:g}]")
+    return float(v)
+
+
 def read_report(path: str | Path) -> tuple[str, list[Case]]:
-    """(device name, cases with a measured step time) of a GPU validation report."""
+    """(device name, cases with a measured step time) of a GPU validation report.
+
+    Read by ``safeio`` (regular file, size cap, strict JSON: NaN and Infinity are refused);
+    batch and seq must be positive integers (512.9 and true are refused, not truncated or
+    read as 1), step_time_s a positive finite number of seconds, device a string."""
+    where = f"validation report {shown(path)}"
+    report = parse_json(read_text(path, ReportError), f"cannot read {where}", ReportError)
     try:
-        report = json.loads(Path(path).read_text(encoding="utf-8"))
-        device = str(report.get("device", ""))
+        device = report.get("device", "")
+        if not isinstance(device, str):
+            raise ReportError(f"{where}: device ({device!r:.80}) must be a string")
         cases = []
-        for c in report["cases"]:
+        for i, c in enumerate(report["cases"]):
             if "step_time_s" not in c:
                 continue  # skipped or failed (out of memory): nothing to fit
+            at = f"{where} case {i}"
+            measured = _step_time(c, at)
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in c["config"].items()}
             cfg = ModelConfig(**fields)
-            work = Workload(batch=int(c["batch"]), seq=int(c["seq"]),
+            work = Workload(batch=_int_field(c, "batch", at), seq=_int_field(c, "seq", at),
                             attn_impl=str(c["attn_impl"]), recompute=str(c["recompute"]))
             cases.append(Case(f"{cfg.name} b{work.batch} s{work.seq} {work.attn_impl} "
                               f"{work.recompute}", cfg, work, str(c["precision"]),
-                              str(c["optimizer"]), float(c["step_time_s"])))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ReportError(f"cannot read validation report {str(path)!r}: "
-                          f"{e.__class__.__name__} {e}") from None
-    if not cases or any(c.measured_s <= 0 for c in cases):
-        raise ReportError(f"validation report {str(path)!r} has no cases with a positive "
-                          "measured step_time_s")
+                              str(c["optimizer"]), measured))
+    except TxcalcError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ReportError(f"cannot read {where}: {e.__class__.__name__} {e}") from None
+    if not cases:
+        raise ReportError(f"{where} has no cases with a positive measured step_time_s")
     return device, cases
 
 

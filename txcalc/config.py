@@ -204,6 +204,16 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _show(v) -> str:
+    """A value for an error message: huge integers as a power of ten, long reprs truncated."""
+    if _is_int(v) and abs(v) >= 10**15:
+        bits = abs(v).bit_length()  # str() of more than 4,300 digits raises: estimate those
+        digits = len(str(abs(v))) if bits < 14000 else int(bits * 0.30103) + 1
+        return f"{'-' if v < 0 else ''}about 10^{digits - 1}"
+    text = repr(v)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
 _INT_FIELDS_POSITIVE = ("n_layers", "d_model", "n_heads", "vocab_size", "d_ff", "n_kv_heads",
                         "head_dim", "embed_dim", "max_position", "moe_every")
 _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_lora_rank",
@@ -220,17 +230,72 @@ _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYP
             "head": HEADS}
 
 
+#: Upper bounds on config fields. Generous for real models (10-100x the largest published
+#: ones: Llama 3.1 405B has 126 layers, d_model 16384, d_ff 53248; DeepSeek-V3 256 experts;
+#: Gemma 3 a 262,144-token vocabulary; Llama 4 Scout a 10M context), and tight enough that
+#: every answer comes in seconds and every product the planner forms in int64 stays exact.
+MAX_LAYERS = 2**11  #: per stack (DeepNet trained 1,000 layers); 2,048 layers answer in seconds
+MAX_WIDTH = 2**20  #: d_model, d_ff, head_dim, embed_dim, expert widths, MLA ranks
+MAX_HEADS = 2**16  #: query and key/value heads
+MAX_VOCAB = 2**24  #: vocab_size (16.8M tokens)
+MAX_POSITION = 2**26  #: max_position, sliding_window, position tables (67M tokens)
+MAX_EXPERTS = 2**16  #: routed and shared experts, top_k
+MAX_SMALL = 2**16  #: relative_buckets, type_vocab_size, position_offset, moe/global steps
+#: layers x d_model x the widest layer (MLP: max(d_ff, experts x expert width + shared width);
+#: attention: q/kv widths) bounds the parameter count from above; 2^50 (1.1e15) is ~2,000x
+#: DeepSeek-V3's 2.4e11, and keeps bytes x parallel degrees far inside int64 (9.2e18)
+MAX_SIZE = 2**50
+NAME_MAX = 256  #: characters of a config's display name
+_BOUNDS = {
+    **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
+    **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
+                              "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                              "qk_rope_head_dim", "v_head_dim")},
+    **{k: MAX_HEADS for k in ("n_heads", "n_kv_heads")},
+    "vocab_size": MAX_VOCAB, "max_position": MAX_POSITION, "sliding_window": MAX_POSITION,
+    **{k: MAX_EXPERTS for k in ("n_experts", "top_k", "n_shared_experts")},
+    **{k: MAX_SMALL for k in ("relative_buckets", "type_vocab_size", "position_offset",
+                              "moe_every", "global_every")},
+}
+
+
+def _size_problems(cfg: ModelConfig) -> list[str]:
+    """Fields each in range can still multiply into an absurd model: bound the products."""
+    layers = cfg.n_layers + cfg.n_encoder_layers
+    mlp = max(cfg.d_ff, cfg.n_experts * cfg.moe_d_ff + cfg.shared_d_ff)
+    attn = max(cfg.n_heads * max(cfg.head_dim, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim,
+                                 cfg.v_head_dim), cfg.kv_lora_rank, cfg.q_lora_rank)
+    out = []
+    size = layers * max(cfg.d_model, cfg.embed_dim) * max(mlp, attn)
+    if size > MAX_SIZE:
+        out.append(f"layers ({layers}) x d_model ({cfg.d_model}) x widest layer "
+                   f"({max(mlp, attn)}) = {size:.3g} exceeds txcalc's bound of {MAX_SIZE:.3g} "
+                   "(~2,000x the largest published model)")
+    table = cfg.vocab_size * max(cfg.d_model, cfg.embed_dim)
+    if table > MAX_SIZE:
+        out.append(f"vocab_size ({cfg.vocab_size}) x d_model ({cfg.d_model}) = {table:.3g} "
+                   f"exceeds txcalc's bound of {MAX_SIZE:.3g}")
+    return out
+
+
 def validate(cfg: ModelConfig) -> None:
     """Raise one ConfigError that names every offending value of ``cfg``."""
+    if not isinstance(cfg.name, str) or len(cfg.name) > NAME_MAX:
+        raise ConfigError(f"name ({_show(cfg.name)}) must be a string of at most {NAME_MAX} "
+                          "characters")
     problems: list[str] = []
     for name in _INT_FIELDS_POSITIVE:
         v = getattr(cfg, name)
         if not _is_int(v) or v <= 0:
-            problems.append(f"{name} ({v!r}) must be a positive integer")
+            problems.append(f"{name} ({_show(v)}) must be a positive integer")
     for name in _INT_FIELDS_NONNEG:
         v = getattr(cfg, name)
         if not _is_int(v) or v < 0:
-            problems.append(f"{name} ({v!r}) must be a non-negative integer")
+            problems.append(f"{name} ({_show(v)}) must be a non-negative integer")
+    for name, bound in _BOUNDS.items():
+        v = getattr(cfg, name)
+        if _is_int(v) and v > bound:
+            problems.append(f"{name} ({_show(v)}) exceeds txcalc's bound of {bound:,}")
     for name in _BOOL_FIELDS:
         if not isinstance(getattr(cfg, name), bool):
             problems.append(f"{name} ({getattr(cfg, name)!r}) must be true or false")
@@ -247,6 +312,10 @@ def validate(cfg: ModelConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
+    for name in ("dense_layers", "sliding_layers"):
+        v = getattr(cfg, name)
+        if isinstance(v, tuple) and len(v) > MAX_LAYERS:
+            problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")
     if problems:  # the structural checks below assume well-typed numbers
         raise ConfigError(f"{cfg.name}: " + "; ".join(problems))
 
@@ -261,8 +330,9 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.family != "encoder-decoder" and cfg.n_encoder_layers:
         problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) is only for encoder-decoder "
                         f"models, not family {cfg.family!r}")
-    if cfg.parallel_norms not in (1, 2):
-        problems.append(f"parallel_norms ({cfg.parallel_norms!r}) must be 1 or 2")
+    if not _is_int(cfg.parallel_norms) or cfg.parallel_norms not in (1, 2):
+        problems.append(f"parallel_norms ({_show(cfg.parallel_norms)}) must be 1 or 2")
+    problems += _size_problems(cfg)
     if cfg.parallel_block and cfg.family != "decoder":
         problems.append(f"parallel_block needs family 'decoder', not {cfg.family!r}")
     if cfg.parallel_block and cfg.norm_position != "pre":

@@ -1,7 +1,11 @@
 """GPU catalog: memory, bandwidths and dense peak FLOP/s, one row per GPU with its datasheet.
 
 The catalog is ``txcalc/data/gpus.csv``; users add or override rows with their own file of the
-same columns (``--gpu-file my.csv``, ``load_catalog(extra=...)``).
+same columns (``--gpu-file my.csv``, ``load_catalog(extra=...)``). The user's rows win: a name
+or alias in their file (``h100``) names their row, and no longer the catalog row whose alias
+it was; a name or alias given twice within one file is an error. The file is read by
+``safeio`` (regular file, size cap); names and aliases are at most 64 printable characters,
+numbers finite and at most 10^6 in the column's unit (``MAX_CELL``).
 
     column              | unit                     | meaning
     --------------------|--------------------------|-------------------------------------------
@@ -30,6 +34,7 @@ the usual one-NIC-per-GPU fabric of the vendor's reference system, not a propert
 from __future__ import annotations
 
 import csv
+import dataclasses
 import difflib
 import io
 from dataclasses import dataclass, field
@@ -73,23 +78,51 @@ class Gpu:
         return p
 
 
+#: Bounds on GPU-file cells: 100x today's parts (B200: 180 GB, 8 TB/s, 4.5 PFLOP/s fp8 dense)
+MAX_CELL = {"memory": 10**6,  # GB or GiB: a petabyte per GPU
+            "hbm_gb_per_s": 10**6, "tflops": 10**6, "link_gb_per_s": 10**6,
+            "gpus_per_node": 2**16}
+MAX_NAME = 64  #: characters of a GPU name or alias
+MAX_TEXT = 1000  #: characters of any other cell (the source URL)
+
+
 def _number(text: str, column: str, where: str) -> Decimal:
+    text = str(text).strip()
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    if len(text) > 40:  # Decimal would parse 1e999999 exactly; no datasheet needs 40 digits
+        raise GpuError(f"{where}: column {column} ({shown!r}) is too long for a number")
     try:
-        v = Decimal(str(text).strip())
+        v = Decimal(text)
     except InvalidOperation:
-        raise GpuError(f"{where}: column {column} ({text!r}) is not a number") from None
-    if not v.is_finite() or v < 0:
-        raise GpuError(f"{where}: column {column} ({text!r}) must be a non-negative number")
+        raise GpuError(f"{where}: column {column} ({shown!r}) is not a number") from None
+    kind = ("memory" if column == "memory" else "tflops" if column.endswith(("_tflops", "_tops"))
+            else "link_gb_per_s" if column.endswith("node_gb_per_s") else column)
+    bound = MAX_CELL.get(kind, 10**6)
+    if not v.is_finite() or v < 0 or v > bound:
+        raise GpuError(f"{where}: column {column} ({shown!r}) must be a number in "
+                       f"[0, {bound:,}]")
     return v
+
+
+def _name(text: str, column: str, where: str) -> str:
+    if len(text) > MAX_NAME or not text.isprintable():
+        raise GpuError(f"{where}: {column} ({text[:40]!r}{'...' if len(text) > 40 else ''}) "
+                       f"must be at most {MAX_NAME} printable characters")
+    return text
 
 
 def _parse_row(row: dict, where: str) -> Gpu:
     missing = [c for c in COLUMNS if c not in row or row[c] is None]
     if missing:
         raise GpuError(f"{where}: missing column(s) {', '.join(missing)}")
-    name = row["name"].strip().lower()
+    name = _name(row["name"].strip().lower(), "name", where)
     if not name:
         raise GpuError(f"{where}: empty GPU name")
+    aliases = tuple(_name(a.strip().lower(), "alias", where)
+                    for a in row["aliases"].split(";") if a.strip())
+    if len(row["source"]) > MAX_TEXT:
+        raise GpuError(f"{where}: source ({len(row['source'])} characters) must be at most "
+                       f"{MAX_TEXT}")
     unit = row["memory_unit"].strip()
     if unit not in UNITS:
         raise GpuError(f"{where}: memory_unit ({unit!r}) must be GiB or GB")
@@ -98,8 +131,8 @@ def _parse_row(row: dict, where: str) -> Gpu:
     if memory <= 0 or hbm <= 0:
         raise GpuError(f"{where}: memory ({row['memory']}) and hbm_gb_per_s "
                        f"({row['hbm_gb_per_s']}) must be positive")
-    peaks = {d: float(_number(row[f"{d}_tops" if d == "int8" else f"{d}_tflops"], d, where))
-             * 1e12 for d in DTYPES}
+    peaks = {d: float(_number(row[col], col, where)) * 1e12
+             for d, col in ((d, f"{d}_tops" if d == "int8" else f"{d}_tflops") for d in DTYPES)}
     per_node = _number(row["gpus_per_node"], "gpus_per_node", where)
     if per_node != per_node.to_integral_value() or per_node < 1:
         raise GpuError(f"{where}: gpus_per_node ({row['gpus_per_node']}) must be a positive "
@@ -110,8 +143,7 @@ def _parse_row(row: dict, where: str) -> Gpu:
                                                     "intra_node_gb_per_s", where)) * 1e9,
                inter_node_bytes_per_s=float(_number(row["inter_node_gb_per_s"],
                                                     "inter_node_gb_per_s", where)) * 1e9,
-               gpus_per_node=int(per_node), source=row["source"].strip(),
-               aliases=tuple(a.strip().lower() for a in row["aliases"].split(";") if a.strip()))
+               gpus_per_node=int(per_node), source=row["source"].strip(), aliases=aliases)
 
 
 def parse_catalog(text: str, origin: str) -> dict[str, Gpu]:
@@ -123,8 +155,21 @@ def parse_catalog(text: str, origin: str) -> dict[str, Gpu]:
     if missing:
         raise GpuError(f"{origin}: missing column(s) {', '.join(missing)}")
     gpus: dict[str, Gpu] = {}
-    for i, row in enumerate(reader, start=2):
+    claimed: dict[str, int] = {}  # name or alias -> line that gave it
+    rows, i = enumerate(reader, start=2), 1
+    while True:
+        try:
+            i, row = next(rows)
+        except StopIteration:
+            break
+        except csv.Error as e:  # a cell over the csv module's 128 KB field limit, a NUL
+            raise GpuError(f"{origin} line {i + 1}: {e}") from None
         gpu = _parse_row(row, f"{origin} line {i}")
+        for key in (gpu.name, *gpu.aliases):
+            if key in claimed:
+                raise GpuError(f"{origin} line {i}: GPU name {key!r} is already given on line "
+                               f"{claimed[key]}")
+            claimed[key] = i
         gpus[gpu.name] = gpu
     if not gpus:
         raise GpuError(f"{origin}: no GPU rows")
@@ -136,12 +181,14 @@ def load_catalog(extra: str | Path | None = None) -> dict[str, Gpu]:
     text = resources.files("txcalc").joinpath("data/gpus.csv").read_text(encoding="utf-8")
     gpus = parse_catalog(text, "gpus.csv")
     if extra is not None:
-        p = Path(extra)
-        try:
-            user = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise GpuError(f"cannot read GPU file {str(p)!r}: {e.__class__.__name__}") from None
-        gpus.update(parse_catalog(user, str(p)))
+        from .safeio import read_text, shown
+        mine = parse_catalog(read_text(extra, GpuError), f"GPU file {shown(extra)}")
+        # the user's rows win: a name or alias they give stops naming a catalog row
+        claimed = {key for g in mine.values() for key in (g.name, *g.aliases)}
+        gpus = {name: dataclasses.replace(g, aliases=tuple(a for a in g.aliases
+                                                           if a not in claimed))
+                for name, g in gpus.items() if name not in claimed}
+        gpus.update(mine)
     return gpus
 
 

@@ -8,13 +8,13 @@ model_type and checks parameter counts against the HF model built on the meta de
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import ModelConfig
+from .config import ModelConfig, _show
 from .errors import ConfigError, TxcalcError
+from .safeio import check_path, parse_json, read_text, shown
 
 # HF activation names -> ours (gated variants are chosen by the model type, not the name).
 _ACT = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
@@ -53,7 +53,7 @@ class _Fields:
         if isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer():
                 return int(v)
-            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be an integer")
+            raise ConfigError(f"{self.where}: field {key!r} ({_show(v)}) must be an integer")
         if v <= 0 and key in _POSITIVE and self.raw.get(key) is not None:
             self.problems.append(f"field {key!r} ({v}) must be a positive integer")
         return v
@@ -61,13 +61,13 @@ class _Fields:
     def bool(self, key: str, default: bool) -> bool:
         v = self.get(key, default)
         if not isinstance(v, bool):
-            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) must be true or false")
+            raise ConfigError(f"{self.where}: field {key!r} ({_show(v)}) must be true or false")
         return v
 
     def act(self, key: str, default: str) -> str:
         v = self.get(key, default)
         if v not in _ACT:
-            raise ConfigError(f"{self.where}: field {key!r} ({v!r}) is not a known activation "
+            raise ConfigError(f"{self.where}: field {key!r} ({_show(v)}) is not a known activation "
                               f"({', '.join(sorted(_ACT))})")
         return _ACT[v]
 
@@ -182,7 +182,7 @@ def _dropouts(f: _Fields, model_type: str) -> dict[str, float]:
     for ours, (key, default) in _DROPOUT.get(model_type, {}).items():
         v = f.get(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise ConfigError(f"{f.where}: field {key!r} ({v!r}) must be a dropout "
+            raise ConfigError(f"{f.where}: field {key!r} ({_show(v)}) must be a dropout "
                               "probability in [0, 1)")
         if v:
             out[ours] = float(v)
@@ -349,6 +349,9 @@ def _falcon(f):
     parallel = f.bool("parallel_attn", True)
     # HF: null means 2 with the new architecture; a parallel block has two norms only for 2
     n_ln = f.get("num_ln_in_parallel_attn", 2 if new_arch else 1)
+    if isinstance(n_ln, bool) or n_ln not in (1, 2):  # HF compares with 2: "two" is not 2
+        raise ConfigError(f"{f.where}: field 'num_ln_in_parallel_attn' ({n_ln!r:.80}) must be "
+                          "1 or 2 (or null)")
     bias = f.bool("bias", False)
     return dict(n_layers=f.int("num_hidden_layers", 32), d_model=d, n_heads=h, n_kv_heads=kv,
                 vocab_size=f.int("vocab_size", 65024), d_ff=f.int("ffn_hidden_size", 4 * d),
@@ -504,24 +507,19 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
 
 
 def load_hf_config(path: str | Path) -> ModelConfig:
-    """Read a HF config.json (or a directory holding one) into a ModelConfig."""
-    p = Path(path)
+    """Read a HF config.json (or a directory holding one) into a ModelConfig.
+
+    The file is read by ``safeio`` (a regular file under its size cap, strict JSON with depth
+    and integer-size limits): a FIFO, a device or a huge file is refused, never read."""
+    p = Path(check_path(path, ConfigError))
     if p.is_dir():
         p = p / "config.json"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
+    text = read_text(p, ConfigError)
     if not text.strip():
-        raise ConfigError(f"{p}: empty file, expected a JSON object")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise ConfigError(f"{shown(p)}: empty file, expected a JSON object")
+    raw = parse_json(text, shown(p), ConfigError)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: expected a JSON object, got {type(raw).__name__}")
+        raise ConfigError(f"{shown(p)}: expected a JSON object, got {type(raw).__name__}")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
-    name = raw.get("_name_or_path") if isinstance(raw, dict) else None
-    return from_hf_dict(raw, str(name or default))
+    name = raw.get("_name_or_path")
+    return from_hf_dict(raw, name if isinstance(name, str) and name else default)

@@ -337,6 +337,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            profile, overheads or Overheads(),
                            achieved_tflops * 1e12 if achieved_tflops else None)
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
+    _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
     if len(g["tp"]) == 0:
         raise PlanError(f"no valid layout of {cfg.name} on "
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
@@ -491,13 +492,16 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     w = Workload(batch=1, seq=context, attn_impl="flash")
     decode_flops_1 = FlopCounts(cfg, w, ops).decode(context)  # one token of one sequence
     prefill_s: dict[int, float] = {}
+    local: dict[int, dict[int, int]] = {}  # tp -> {id(op): parameters one rank holds}
     rows = []
     tps = [t for t in _divisors(cfg.n_heads) if t <= 64 and (
         cfg.is_mla or cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)]
     for tp in tps:
         for pp in [p for p in _pow2_upto(min(n_blocks, 64))]:
             stages = assign_stages(cfg, ops, pp)
-            weights = max(sum(local_params(op, tp) for op in st) for st in stages) * wbytes
+            if tp not in local:  # once per TP degree, not per pipeline depth
+                local[tp] = {id(op): local_params(op, tp) for op in ops}
+            weights = max(sum(local[tp][id(op)] for op in st) for st in stages) * wbytes
             kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
             most_blocks = max(len({(o.stack, o.layer) for o in st if o.layer >= 0})
                               for st in stages)
@@ -527,13 +531,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                                         "all_reduce", context * cfg.d_model * wbytes, tp, 1,
                                         gpu, 2 * n_blocks))
             prefill = prefill_s[tp]
-            replicas = -(-concurrency // maxc)
-            while True:
-                per = -(-concurrency // replicas)
-                tps_total = replicas * per / decode_s(per)
-                if tokens_per_s is None or tps_total >= tokens_per_s or replicas > 10**5:
-                    break
-                replicas += 1
+            replicas = _replicas_for(concurrency, -(-concurrency // maxc), tokens_per_s,
+                                     decode_s)
             per = -(-concurrency // replicas)
             step = decode_s(per)
             rows.append(InferRow(tp, pp, replicas, replicas * tp * pp, weights, kv_seq, maxc,
@@ -549,6 +548,53 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                             f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
     return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows)
+
+
+#: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays
+#: could overflow: a layout's bytes are at most ~2x the whole model's at its micro-batch (the
+#: first stage of interleaved 1F1B), so 2^59 keeps an 8x margin below 2^62
+INT64_SAFE_BYTES = 2**59
+
+
+def _check_int64(cfg: ModelConfig, seq: int, micro_batch: int, precision: str,
+                 optimizer: str, attn_impl: str) -> None:
+    """Refuse a model and sequence so large that a layout's bytes could wrap in int64."""
+    from .memory import TrainingMemory
+    from .workload import Workload
+    total = TrainingMemory(cfg, Workload(batch=micro_batch, seq=seq, attn_impl=attn_impl),
+                           precision, optimizer).total
+    if total > INT64_SAFE_BYTES:
+        raise PlanError(f"{cfg.name} at seq {seq:,} and micro-batch {micro_batch} needs "
+                        f"{total / 1e18:.3g} EB on one GPU, over the planner's bound of "
+                        f"{INT64_SAFE_BYTES / 1e18:.3g} EB (its tables are 64-bit integers)")
+
+
+#: most replicas plan_infer adds to reach ``tokens_per_s`` (a layout needing more is dropped)
+MAX_REPLICAS = 10**5
+
+
+def _replicas_for(concurrency: int, start: int, tokens_per_s: float | None, decode_s) -> int:
+    """The fewest replicas >= ``start`` whose decode throughput ``r * per / decode_s(per)``
+    (``per`` = ceil(concurrency / r) sequences each) reaches ``tokens_per_s``; MAX_REPLICAS + 1
+    when none up to MAX_REPLICAS does. The same answer as trying r = start, start + 1, ... but
+    one ``decode_s`` per distinct ``per``: within a run of r sharing ``per`` the throughput
+    grows linearly in r, so the first r of the run that reaches the target is a ceiling."""
+    r, cap = start, MAX_REPLICAS + 1
+    if tokens_per_s is None or r >= cap:
+        return r
+    while True:
+        per = -(-concurrency // r)
+        last = min(cap, -(-concurrency // (per - 1)) - 1) if per > 1 else cap  # same per up to
+        step = decode_s(per)
+        ideal = tokens_per_s * step / per  # r * per / step >= tokens_per_s <=> r >= ideal
+        need = max(r, math.ceil(ideal)) if ideal < cap else cap
+        while need > r and (need - 1) * per / step >= tokens_per_s:  # float rounding of ceil
+            need -= 1
+        while need <= last and need * per / step < tokens_per_s:
+            need += 1
+        if need <= last or last >= cap:
+            return min(need, cap)
+        r = last + 1
 
 
 _OPS_CACHE: dict = {}

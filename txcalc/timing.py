@@ -137,8 +137,9 @@ class DeviceProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> DeviceProfile:
+        from .safeio import read_json
+        d = read_json(path, ProfileError)  # regular file, size cap, strict JSON
         try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls(name=str(d["name"]), peak_flops={str(k): float(v) for k, v in
                                                         d["peak_flops"].items()},
                        hbm_bytes_per_s=float(d["hbm_bytes_per_s"]),
@@ -147,7 +148,7 @@ class DeviceProfile:
                        or dict(DEFAULT_FLOP_EFFICIENCY),
                        bw_efficiency=float(d.get("bw_efficiency", DEFAULT_BW_EFFICIENCY)),
                        source=str(d.get("source", "")))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"cannot read device profile {str(path)!r}: "
                                f"{e.__class__.__name__} {e}") from None
 

@@ -20,7 +20,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
               json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fit matmul/attention FLOP efficiencies and the bandwidth efficiency to measured step
     times; print each case's time error before and after; save a device profile."""
-    from ..calibrate import fit, read_report
+    from ..calibrate import ReportError, fit, read_report
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
 
@@ -28,9 +28,11 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
 
     options(gpu=gpu or None, out=out)
     device, cases = read_report(report)
-    name = gpu or device.lower().replace("nvidia", "").strip().split()[0] if (gpu or device) \
-        else ""
-    g = get_gpu(name or "(none: give --gpu)")
+    words = device.lower().replace("nvidia", "").split()  # "NVIDIA H200" -> h200
+    if not gpu and not words:
+        raise ReportError(f"{report}: the report's device ({device!r:.80}) names no GPU; "
+                          "give --gpu")
+    g = get_gpu(gpu or words[0])
     fitted, rows = fit(cases, DeviceProfile.from_gpu(g))
     out = out or Path("profiles") / f"{g.name}-calibrated.json"
     result = {"gpu": g.name, "profile": str(out), "flop_efficiency": fitted.flop_efficiency,

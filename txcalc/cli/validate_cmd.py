@@ -61,6 +61,8 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
+    if device == "cpu":
+        _check_cpu_memory(cfg, work, precision)
     ref_validate = _import_reference()
     if device == "cuda":
         import torch
@@ -84,6 +86,53 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
         return
     _print(report)
     console.print(f"wrote {out / stem}.json and .md ({report['seconds']:.1f} s)")
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still allocate: /proc/meminfo's MemAvailable, capped by a
+    cgroup v2 limit (containers); os.sysconf's free pages elsewhere; None when unknown."""
+    found = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    if not found:
+        try:
+            import os
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, OSError, ValueError):
+            return None
+    return min(found)
+
+
+def _check_cpu_memory(cfg, work, precision: str) -> None:
+    """Refuse a CPU run the engine predicts will not fit: its training peak (AdamW, as
+    reference/validate.py runs it) plus the second copy of the weights the reference keeps
+    for the parameter, FLOP and KV-cache checks. Without this torch allocates for minutes."""
+    from ..errors import WorkloadError
+    from ..memory import TrainingMemory
+
+    mem = TrainingMemory(cfg, work, precision, "adamw")
+    need, have = mem.total + mem.weights, available_memory_bytes()
+    if have is not None and need > have:
+        raise WorkloadError(f"validate --device cpu: {cfg.name} at batch {work.batch} x seq "
+                            f"{work.seq} needs about {need / 1e9:,.1f} GB (the engine's "
+                            f"training peak {mem.total / 1e9:,.1f} GB plus a copy of the "
+                            f"weights), more than the {have / 1e9:,.1f} GB available here; use "
+                            "--device meta or a smaller --batch/--seq")
 
 
 def _print(r: dict) -> None:

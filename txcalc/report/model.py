@@ -503,15 +503,17 @@ def validation_rows(obj, where: str = "") -> list[dict]:
 
 def find_validation(name: str, validation_dir) -> tuple[str, dict, list[dict]] | None:
     """The first validation report (``<dir>/*.json``, sorted) made for model ``name``."""
-    import json
     from pathlib import Path
+
+    from ..errors import TxcalcError
+    from ..safeio import read_json
 
     if validation_dir is None or not Path(validation_dir).is_dir():
         return None
     for p in sorted(Path(validation_dir).glob("*.json")):
-        try:
-            raw = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        try:  # safeio: regular files under the size cap, strict JSON (a NaN file is skipped)
+            raw = read_json(p)
+        except TxcalcError:
             continue
         if isinstance(raw, dict) and (raw.get("model") == name
                                       or p.stem.startswith(f"{name}-")):
