@@ -28,7 +28,10 @@ def load(model: str | Path | ModelConfig) -> ModelConfig:
     if not isinstance(model, (str, os.PathLike)):
         raise InputError(f"model ({show(model)}) must be a preset name, a path to a config.json "
                          f"or a ModelConfig, not {type(model).__name__}")
-    text = path_text("model", model)
+    try:
+        text = path_text("model", model)
+    except InputError as e:  # a name no file system takes: a config path that cannot be read
+        raise ConfigError(str(e)) from None
     try:  # a name the OS refuses (too long a component) is a path: load_hf_config names it
         is_path = text.endswith(".json") or Path(text).exists()
     except (OSError, ValueError):

@@ -163,9 +163,10 @@ def path_text(name: str, value, *, none: bool = False):
         raise InputError(f"{name} ({show(value)}) is {len(value):,} characters long; at most "
                          f"{MAX_TEXT:,}")
     for part in value.replace("\\", "/").split("/"):
-        if len(part.encode("utf-8", "surrogateescape")) > MAX_PATH_COMPONENT:
-            raise InputError(f"{name} ({show(value)}): a path component is longer than "
-                             f"{MAX_PATH_COMPONENT} bytes")
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > MAX_PATH_COMPONENT:
+            raise InputError(f"{name} ({show(value)}): a path component is {size:,} bytes long, "
+                             f"longer than {MAX_PATH_COMPONENT} bytes")
     return value
 
 
