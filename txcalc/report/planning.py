@@ -141,7 +141,7 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
 
 def communication_table(plan: dict) -> dict | None:
     """Collectives of one step of the best layout (the planner's communication model)."""
-    from .model import table
+    from .sections import table
     if not plan["communication"]:
         return None
     return table("Communication per step of the best layout (per GPU)",
