@@ -127,7 +127,7 @@ class TrainPlan:
     #: the ``max_gpus`` asked for (None: the search's own cap); bounds the frontier
     max_gpus: int | None = None
     #: the search's screen of every layout (``Screen``): the frontier is read from it
-    screen: "Screen | None" = field(default=None, repr=False, compare=False)
+    screen: Screen | None = field(default=None, repr=False, compare=False)
 
     @property
     def best(self) -> TrainRow:
