@@ -43,6 +43,10 @@ from torch.utils.checkpoint import checkpoint
 from txcalc.config import ModelConfig
 
 NEG_INF = -1e4  # additive mask value that is finite in fp16 and bf16
+#: the model's weight dtype under each of the engine's precision policies (mixed precision:
+#: the low-precision copy; the fp32 masters are the trainer's)
+DTYPES = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16,
+          "bf16": torch.bfloat16}
 
 
 def _symbolic(t: torch.Tensor) -> bool:

@@ -21,7 +21,7 @@ import torch
 from txcalc.errors import WorkloadError
 
 from .measure import make_inputs
-from .model import ReferenceModel, build
+from .model import DTYPES, ReferenceModel, build
 
 FP16_LOSS_SCALE = 1024.0
 
@@ -101,8 +101,6 @@ def memory_by_phase(cfg, work, precision: str = "bf16-mixed", optimizer: str = "
     import contextlib
 
     from torch.distributed._tools.mem_tracker import MemTracker, _ModState
-
-    from .validate import DTYPES
 
     dtype = DTYPES[precision] if precision != "fp16-mixed" else torch.float16
     ctx = contextlib.nullcontext()

@@ -30,10 +30,7 @@ from txcalc.workload import Workload
 
 from .measure import (flops_by_module, flops_under_fake, join, layer_of, make_inputs,
                       params_by_module, saved_by_module, saved_under_fake)
-from .model import build
-
-DTYPES = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16,
-          "bf16": torch.bfloat16}
+from .model import DTYPES, build
 QUANTITIES = ("params", "forward_flops", "saved_bytes")
 
 

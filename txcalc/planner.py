@@ -3,6 +3,7 @@
     >>> from txcalc.planner import plan_train, plan_infer
     >>> p = plan_train(load("llama-3.1-405b"), "h100", 15 * 10**12, days=90)
     >>> p.min_gpus_to_fit, p.gpus_for_deadline, p.best.layout.short(), p.table(5)
+    >>> p.frontier_table()  # GPUs, days, GPU-hours, cost, layout: one row per GPU count
     >>> plan_infer(load("llama-3.1-70b"), "h200", 131072, 64, kv_dtype="fp8").to_json()
 
 Training search: every valid layout of TP x PP x DP x CP x EP x ZeRO stage (0-3, and ZeRO-3
@@ -19,6 +20,11 @@ stage. Choices:
                          |   token budget within the deadline
     best                 | with ``days``: the fastest layout on gpus_for_deadline GPUs; without:
                          |   among layouts within 2% of the lowest GPU-hours, the fastest
+    frontier             | GPUs against days: the fastest fitting layout on each GPU count
+                         |   (fewest that fit, powers of two above, best's count); any count:
+                         |   ``fastest_on([n, ...])``
+
+All of these come from one evaluation of the grid (``Screen``), kept on the plan.
 
 Defaults: sequence 4096 (the learned position table's length if shorter); global batch
 about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention a fused
@@ -36,6 +42,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .config import ModelConfig
 from .errors import TxcalcError, WorkloadError
@@ -47,6 +54,8 @@ from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout
 from .timing import DeviceProfile
 
 DAY_S = 86400.0
+#: the frontier's GPU counts stop at this power of two unless max_gpus is given
+FRONTIER_CAP = 16384
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "logits", "zero3_buffers",
               "framework")
 
@@ -115,10 +124,47 @@ class TrainPlan:
     layouts_evaluated: int
     search_s: float
     notes: list[str] = field(default_factory=list)
+    #: the ``max_gpus`` asked for (None: the search's own cap); bounds the frontier
+    max_gpus: int | None = None
+    #: the search's screen of every layout (``Screen``): the frontier is read from it
+    screen: Screen | None = field(default=None, repr=False, compare=False)
 
     @property
     def best(self) -> TrainRow:
         return self.rows[0]
+
+    def frontier_counts(self) -> list[int]:
+        """GPU counts of ``frontier``: the fewest that fit, every power of two above it up to
+        ``max_gpus`` (when given; else up to FRONTIER_CAP, or the best layout's count if more),
+        and the best layout's count."""
+        cap = self.max_gpus or max(FRONTIER_CAP, self.best.gpus)
+        counts = {self.min_gpus_to_fit, self.best.gpus}
+        counts |= {n for n in _pow2_upto(cap) if n > self.min_gpus_to_fit}
+        return sorted(counts)
+
+    @cached_property
+    def frontier(self) -> list[TrainRow]:
+        """GPUs against days: the fastest fitting layout on each of ``frontier_counts()``
+        (counts with no valid fitting layout are left out), read from the same screen as
+        ``best`` (no second search); see ``fastest_on``."""
+        found = self.fastest_on(self.frontier_counts())
+        return [found[n] for n in sorted(found)]
+
+    def fastest_on(self, counts) -> dict[int, TrainRow]:
+        """The fastest layout on exactly n GPUs, for each n of ``counts`` that has one that
+        fits (every stage evaluated), ignoring the deadline: what ``plan_train(..., gpus=n,
+        n_rows=1).best`` answers, from this plan's screen."""
+        if self.screen is None:
+            raise PlanError("this plan holds no screen of the layout grid")
+        return self.screen.fastest_on(counts, self.tokens, self.price_per_gpu_hour)
+
+    def frontier_table(self):
+        """``frontier`` as a pandas DataFrame: gpus, days, gpu_hours, cost, layout, ..."""
+        import pandas as pd
+        return pd.DataFrame([{"gpus": r.gpus, "days": r.days, "gpu_hours": r.gpu_hours,
+                              "cost": r.cost, "layout": r.layout.short(),
+                              "step_time_s": r.step_time_s, "mfu": r.mfu,
+                              "total_bytes": r.total_bytes} for r in self.frontier])
 
     @property
     def steps(self) -> float:
@@ -240,6 +286,73 @@ def _layout_at(g: dict, i: int) -> Layout:
                   micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])])
 
 
+def _ranked(cand, day_arr, hours, n, deadline: bool):
+    """Screen indices ``cand`` in the order a plan reports them: with a deadline, fewest GPUs
+    then fastest; without, the layouts within 2% of the lowest GPU-hours fastest first, then
+    the rest by GPU-hours."""
+    import numpy as np
+    if deadline:
+        return cand[np.lexsort((day_arr[cand], n[cand]))]
+    good = cand[hours[cand] <= hours[cand].min() * 1.02]
+    rest = np.setdiff1d(cand, good)
+    return np.concatenate([good[np.argsort(day_arr[good])], rest[np.argsort(hours[rest])]])
+
+
+def _distinct_layouts(g: dict, order, limit: int) -> list[Layout]:
+    """The first ``limit`` distinct layouts of the screen indices ``order``."""
+    chosen, seen = [], set()
+    for i in order:
+        lay = _layout_at(g, int(i))
+        if lay not in seen:
+            seen.add(lay)
+            chosen.append(lay)
+        if len(chosen) >= limit:
+            break
+    return chosen
+
+
+#: layouts of the screen's ranking evaluated over every stage per reported row: a layout
+#: whose fullest stage (screened on first, second, last, heaviest) turns out not to fit is
+#: replaced by the next
+CANDIDATES_PER_ROW = 3
+
+
+@dataclass
+class Screen:
+    """One evaluation of the layout grid (``parallel.evaluate.evaluate``, the screened
+    stages), kept so that every question of a plan (fewest GPUs, the deadline, the frontier)
+    is answered from it without searching again."""
+
+    setting: TrainSetting
+    g: dict  #: the layouts, as index arrays (``layout_grid``)
+    n: object  #: GPUs of each layout
+    fits: object  #: the screened fullest stage fits in the GPU's memory
+    day_arr: object  #: days to train the token budget
+    hours: object  #: GPU-hours
+
+    def fastest_on(self, counts, tokens: int, price: float | None) -> dict[int, TrainRow]:
+        """For each n of ``counts``: the first layout on exactly n GPUs, in the no-deadline
+        ranking of ``_ranked``, that fits once every stage is evaluated (all candidates of all
+        counts are evaluated in one ``rows_for``)."""
+        import numpy as np
+        picks: dict[int, list[Layout]] = {}
+        for c in sorted(set(int(c) for c in counts)):
+            cand = np.nonzero(self.fits & (self.n == c))[0]
+            if len(cand):
+                picks[c] = _distinct_layouts(self.g, _ranked(cand, self.day_arr, self.hours,
+                                                             self.n, False),
+                                             CANDIDATES_PER_ROW)
+        flat = [lay for lays in picks.values() for lay in lays]
+        rows = iter(rows_for(self.setting, flat, tokens, price) if flat else [])
+        out = {}
+        for c, lays in picks.items():
+            fitting = [r for r in (next(rows) for _ in lays)
+                       if r.total_bytes <= self.setting.gpu.memory_bytes]
+            if fitting:
+                out[c] = fitting[0]
+        return out
+
+
 def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
              price: float | None) -> list[TrainRow]:
     """Exact evaluation (every stage) of chosen layouts."""
@@ -330,7 +443,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         raise WorkloadError(f"seq ({seq}) exceeds {cfg.name}'s learned position table "
                             f"(max_position {cfg.max_position})")
     global_batch = global_batch or max(1, round(2**22 / seq))
-    max_gpus = max_gpus or 2**17
+    max_gpus_asked, max_gpus = max_gpus, max_gpus or 2**17
     if gpus is not None and gpus > max_gpus:
         raise PlanError(f"gpus ({gpus}) exceeds max_gpus ({max_gpus})")
     setting = TrainSetting(cfg, gpu, seq, global_batch, precision, optimizer, attn_impl,
@@ -368,22 +481,10 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                             f"tokens within {days:g} days (fastest: "
                             f"{day_arr[fits].min():,.1f} days)")
         deadline_n = int(n[meet].min())
-        cand = np.nonzero(meet)[0]
-        order = cand[np.lexsort((day_arr[cand], n[cand]))]
+        order = _ranked(np.nonzero(meet)[0], day_arr, hours, n, True)
     else:
-        cand = np.nonzero(fits)[0]
-        good = cand[hours[cand] <= hours[cand].min() * 1.02]
-        order = np.concatenate([good[np.argsort(day_arr[good])],
-                                np.setdiff1d(cand, good)[np.argsort(
-                                    hours[np.setdiff1d(cand, good)])]])
-    chosen, seen = [], set()
-    for i in order:
-        lay = _layout_at(g, int(i))
-        if lay not in seen:
-            seen.add(lay)
-            chosen.append(lay)
-        if len(chosen) >= 3 * n_rows:
-            break
+        order = _ranked(np.nonzero(fits)[0], day_arr, hours, n, False)
+    chosen = _distinct_layouts(g, order, CANDIDATES_PER_ROW * n_rows)
     # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
     # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
     rows = [r for r in rows_for(setting, chosen, tokens, price_per_gpu_hour)
@@ -399,7 +500,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         notes.append("no deadline given: best = the fastest of the layouts within 2% of the "
                      "lowest GPU-hours; --days D gives the GPUs to finish in D days")
     return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,
-                     int(len(g["tp"])), time.perf_counter() - t0, notes)
+                     int(len(g["tp"])), time.perf_counter() - t0, notes, max_gpus_asked,
+                     Screen(setting, g, n, fits, day_arr, hours))
 
 
 # --- serving -------------------------------------------------------------------------------------

@@ -16,12 +16,10 @@ except ImportError:  # pragma: no cover
     from click import exceptions as _click
 
 from ..errors import TxcalcError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Exact compute-and-memory accounting for Transformer models.")
+from .typer_app import app
 
 # Commands register themselves on import (one module per command).
-from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: E402,F401
+from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: F401
                report_cmd, validate_cmd)
 
 

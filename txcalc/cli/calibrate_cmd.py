@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from . import app
+from .typer_app import app
 from .output import console, emit_json, strict_json, table
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..units import GB
-from . import app
+from .typer_app import app
 from .output import console, emit_json, human, table
 from .params_cmd import MODEL_HELP
 

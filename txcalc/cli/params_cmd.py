@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import app
+from .typer_app import app
 from .output import console, emit_json, human, table
 
 MODEL_HELP = "A preset name (see `txcalc presets`) or a path to a Hugging Face config.json."

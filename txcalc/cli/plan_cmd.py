@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from ..units import GB
-from . import app
+from .typer_app import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import app
+from .typer_app import app
 from .output import console, emit_json
 from .params_cmd import MODEL_HELP
 

@@ -14,8 +14,6 @@ from ..units import gb, human, plural
 
 #: best layouts shown in the memory plot and table
 N_LAYOUTS = 5
-#: GPU counts of the frontier: powers of two above the fewest that fit, up to this
-FRONTIER_CAP = 16384
 
 
 def r6(x: float | None) -> float | None:
@@ -32,30 +30,16 @@ def _row(r) -> dict:
 
 
 def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> dict:
-    """The planner's answer for a training request, plus the GPUs-days frontier."""
-    from ..planner import PlanError, plan_train
+    """The planner's answer for a training request, its GPUs-days frontier included (one
+    search: ``TrainPlan.frontier`` reads the same screen as ``best``)."""
+    from ..planner import plan_train
 
-    kw = dict(seq=req.seq, global_batch=req.global_batch, precision=req.precision,
-              optimizer=req.optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn)
     progress("planner: searching layouts")
-    p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus,
-                   n_rows=N_LAYOUTS, **kw)
-    cap = req.max_gpus or max(FRONTIER_CAP, p.best.gpus)
-    counts = {p.min_gpus_to_fit, p.best.gpus}
-    n = 1
-    while n <= cap:
-        if n > p.min_gpus_to_fit:
-            counts.add(n)
-        n *= 2
-    frontier = []
-    for n in sorted(counts):
-        progress(f"planner: fastest layout on {n:,} GPUs")
-        try:
-            best = plan_train(cfg, gpu, tokens, gpus=n, max_gpus=max(n, req.max_gpus or n),
-                              n_rows=1, **kw).best
-        except PlanError:  # no valid layout on exactly n GPUs (batch not divisible, ...)
-            continue
-        frontier.append(_row(best))
+    p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus, n_rows=N_LAYOUTS,
+                   seq=req.seq, global_batch=req.global_batch, precision=req.precision,
+                   optimizer=req.optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn)
+    progress("planner: fastest layout per GPU count")
+    frontier = [_row(r) for r in p.frontier]
     s = p.setting
     return {"gpu": s.gpu.name, "gpu_memory_bytes": int(s.gpu.memory_bytes),
             "tokens": tokens, "seq": s.seq, "global_batch": s.global_batch,
@@ -157,7 +141,7 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
 
 def communication_table(plan: dict) -> dict | None:
     """Collectives of one step of the best layout (the planner's communication model)."""
-    from .model import table
+    from .sections import table
     if not plan["communication"]:
         return None
     return table("Communication per step of the best layout (per GPU)",

@@ -1,0 +1,224 @@
+"""The text of a report: the answer (what it takes, in words and key figures) and the sections
+that show the gathered numbers (components, memory, activations, KV cache, frontier)."""
+
+from __future__ import annotations
+
+from ..units import gb, human, plural
+from .gather import RECOMPUTE_MODES, ceil_div
+from .request import ReportRequest
+from .sections import CATEGORY_LABELS, plot, section, table
+
+
+# --- the answer -------------------------------------------------------------------------------
+def _fit(total: int, gpu: dict) -> dict:
+    return {"total_bytes": total, "gpu_bytes": gpu["memory_bytes"],
+            "fits_one_gpu": total <= gpu["memory_bytes"],
+            "min_gpus_by_memory": ceil_div(total, gpu["memory_bytes"])}
+
+
+def _key_figures(rows: list[list[str]]) -> dict:
+    return table("Key figures", ["quantity", "value"], rows)
+
+
+def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
+                     no_plan: str) -> dict:
+    chosen = next(m for m in data["single_gpu"] if m["recompute"] == req.recompute)
+    fit = _fit(chosen["total"], gpu)
+    plan = data.get("plan")
+    data["answer"] = dict(fit, planner=plan is not None)
+    if plan is not None:
+        from .planning import communication_table, train_answer
+        b = plan["best"]
+        data["answer"].update(total_gpus=b["gpus"], days=b["days"], gpu_hours=b["gpu_hours"],
+                              cost=b["cost"], min_gpus_to_fit=plan["min_gpus_to_fit"],
+                              gpus_for_deadline=plan["gpus_for_deadline"])
+        paras, rows = train_answer(plan, name, chosen)
+        comm = communication_table(plan)
+        return section("answer", "The answer", paras,
+                       [_key_figures(rows)] + ([comm] if comm else []))
+    c = chosen["categories"]
+    verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
+    paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} "
+             f"({gb(gpu['memory_bytes'])})**: one training step needs "
+             f"{gb(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
+             + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {req.recompute}"
+                if "activations_vs_seq" in data else "") + ")."]
+    if not fit["fits_one_gpu"]:
+        paras.append(f"By memory alone it needs at least **{fit['min_gpus_by_memory']:,} such "
+                     "GPUs** (every byte spread evenly, nothing replicated): training must be "
+                     "distributed. Real layouts replicate some state and need more.")
+    fl = data.get("flops", {})
+    if "train_model_flops" in fl:
+        paras.append(f"Training on {fl['train_tokens']:,} tokens ({fl['train_steps']:,} steps "
+                     f"of {fl['tokens_per_step']:,} tokens) needs "
+                     f"{human(fl['train_model_flops'], 'FLOP')} (model FLOPs; "
+                     f"{human(fl['train_executed_flops'], 'FLOP')} executed).")
+    paras.append(no_plan)
+    rows = [["weights", f"{c['weights']:,}", gb(c["weights"])],
+            ["gradients", f"{c['gradients']:,}", gb(c["gradients"])],
+            ["optimizer (with fp32 master)", f"{c['optimizer']:,}", gb(c["optimizer"])]]
+    if c["activations"] or c["temporaries"]:
+        rows += [["activations saved for backward", f"{c['activations']:,}",
+                  gb(c["activations"])],
+                 ["temporaries (logits buffers, optimizer step)", f"{c['temporaries']:,}",
+                  gb(c["temporaries"])]]
+    rows.append(["total", f"{fit['total_bytes']:,}", gb(fit["total_bytes"])])
+    return section("answer", "The answer", paras,
+                   [table("Memory of one training step on one GPU", ["category", "bytes",
+                                                                     "GB (1e9)"], rows)])
+
+
+def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
+                    no_plan: str) -> dict:
+    kv = data["kv_cache"]
+    total = data["weights_bytes"] + kv["bytes_at_request"]
+    fit = _fit(total, gpu)
+    n = fit["min_gpus_by_memory"]
+    room = n * gpu["memory_bytes"] - data["weights_bytes"]
+    fit["max_concurrency_on_min_gpus"] = max(room, 0) // kv["bytes_per_sequence"]
+    plan = data.get("plan")
+    data["answer"] = dict(fit, planner=plan is not None)
+    data["single_gpu"] = [{"label": "1 GPU", "recompute": "none",
+                           "categories": {"weights": data["weights_bytes"],
+                                          "kv cache": kv["bytes_at_request"]}, "total": total}]
+    verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
+    memory = (f"On one {gpu['name']} ({gb(gpu['memory_bytes'])}) with no parallelism it "
+              f"{verdict}: weights {gb(data['weights_bytes'])} ({req.precision}) + KV cache "
+              f"{gb(kv['bytes_at_request'])} ({req.kv_dtype}, {gb(kv['bytes_per_sequence'])} "
+              f"per sequence) = {gb(total)}.")
+    compute = (f"Compute: a prefill of one {kv['context']:,}-token prompt is "
+               f"{human(data['flops']['prefill_per_sequence'], 'FLOP')}; each decoded token "
+               f"at that context is {human(data['flops']['decode_per_token'], 'FLOP')} per "
+               "sequence.")
+    if plan is not None:
+        from .planning import infer_answer
+        b = plan["best"]
+        data["answer"].update(total_gpus=b["total_gpus"], replicas=b["replicas"],
+                              max_concurrency=b["max_concurrency"],
+                              prefill_latency_s=b["prefill_latency_s"],
+                              decode_tokens_per_s=b["decode_tokens_per_s"])
+        paras, rows = infer_answer(plan, name, kv["context"], kv["concurrency"], req.price)
+        return section("answer", "The answer", paras + [memory, compute], [_key_figures(rows)])
+    paras = [f"**Serving {name} at {kv['context']:,} tokens of context for "
+             f"{kv['concurrency']:,} concurrent sequences {verdict} on one {gpu['name']}**. "
+             + memory,
+             f"By memory alone: at least **{n:,} GPUs**, on which the KV cache leaves room for "
+             f"**{fit['max_concurrency_on_min_gpus']:,} sequences** of {kv['context']:,} "
+             "tokens.", compute, no_plan]
+    rows = [["weights", f"{data['weights_bytes']:,}", gb(data["weights_bytes"])],
+            ["KV cache", f"{kv['bytes_at_request']:,}", gb(kv["bytes_at_request"])],
+            ["total", f"{total:,}", gb(total)]]
+    return section("answer", "The answer", paras,
+                   [table("Memory of serving (no parallelism)", ["category", "bytes",
+                                                                 "GB (1e9)"], rows)])
+
+
+# --- the other sections -----------------------------------------------------------------------
+def components_section(data: dict, inference: bool) -> dict:
+    if "components" not in data:
+        return section("components", "Parameters and FLOPs by component",
+                       [f"Only a parameter count was given ({data['params']['total']:,}): "
+                        "components and FLOPs need the model's shapes (give MODEL)."])
+    total = data["params"]["total"]
+    if inference:
+        cols = ["component", "params", "share", "prefill FLOPs (one prompt)",
+                "decode FLOPs (one token)"]
+        rows = [[r["component"], f"{r['params']:,}", f"{r['params'] / total:.2%}",
+                 human(r["prefill_flops"]), human(r["decode_flops"])]
+                for r in data["components"]]
+        text = (f"{total:,} parameters, {data['params']['active']:,} active per token. FLOPs "
+                "of the prefill of one prompt (output head on its last token) and of one "
+                "decoded token at the full context.")
+    else:
+        fl = data["flops"]
+        cols = ["component", "params", "share", "forward FLOPs", "backward FLOPs",
+                "model FLOPs"]
+        rows = [[r["component"], f"{r['params']:,}", f"{r['params'] / total:.2%}",
+                 human(r["forward_flops"]), human(r["backward_flops"]),
+                 human(r["model_flops"])] for r in data["components"]]
+        text = (f"{total:,} parameters, {data['params']['active']:,} active per token. One "
+                f"training step of {fl['tokens_per_step']:,} tokens: forward "
+                f"{fl['forward']:,} + backward {fl['backward']:,} executed FLOPs; "
+                f"{fl['model']:,} model FLOPs; recompute adds {fl['recompute']:,}.")
+    return section("components", "Parameters and FLOPs by component", [text],
+                   [table("Summed over layers", cols, rows)],
+                   [plot("components.png", "components", "Parameters and FLOPs by component",
+                         "Bar charts of parameters and FLOPs per component group")])
+
+
+def memory_section(data: dict, gpu: dict) -> dict:
+    cats = list(data["memory"][0]["categories"])
+    rows = [[m["label"], *(gb(m["categories"][c]) for c in cats), gb(m["total"])]
+            for m in data["memory"]]
+    if data.get("plan") is not None:
+        text = (f"Per GPU (the fullest pipeline stage) for the best layouts the planner found; "
+                f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])})."
+                if "kv cache" not in cats else
+                f"Per GPU for the serving layouts the planner found, at the asked load (the "
+                f"planner also reserves a prefill workspace and framework memory, not shown); "
+                f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
+    else:
+        what = ("for each activation recompute mode" if len(rows) > 1
+                else "serving the asked load" if "kv cache" in cats else "model states only")
+        text = (f"Without a plan the layout shown is one GPU with no parallelism, {what}; the "
+                f"dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
+    return section("memory", "Memory per GPU by category", [text],
+                   [table("Bytes per GPU (GB = 1e9)",
+                          ["layout", *(CATEGORY_LABELS.get(c, c) for c in cats), "total"], rows)],
+                   [plot("memory.png", "memory", "Memory per GPU by category",
+                         "Stacked bars of memory per GPU by category")])
+
+
+def activations_section(data: dict) -> dict:
+    a = data["activations_vs_seq"]
+    rows = [[f"{s:,}", *(gb(a[m][i]) for m in RECOMPUTE_MODES)] for i, s in enumerate(a["seq"])]
+    text = [f"Bytes saved for backward over the whole model, micro-batch {a['batch']}, "
+            f"attention kernel {a['attn']}, for each recompute mode (none: everything; "
+            "selective: the attention softmax is recomputed; full: each block keeps only its "
+            "input)."]
+    if a["selective"] == a["none"]:
+        text.append(f"With the {a['attn']} kernel no S x S softmax is stored, so selective "
+                    "recompute saves nothing here: its line lies on top of none.")
+    return section("activations", "Activation memory against sequence length", text,
+                   [table("Activations (GB = 1e9)", ["sequence", *RECOMPUTE_MODES], rows)],
+                   [plot("activations.png", "activations",
+                         "Activation memory against sequence length",
+                         "Lines of activation memory against sequence length per recompute mode")])
+
+
+def kv_section(data: dict, name: str) -> dict:
+    kv = data.get("kv_cache")
+    if kv is None:
+        return section("kv", "KV cache against context and concurrency",
+                       [f"{name} has no KV cache (encoder-only)."])
+    rows = [[f"{x:,}", *(gb(kv["bytes"][str(c)][i]) for c in kv["concurrencies"])]
+            for i, x in enumerate(kv["contexts"])]
+    return section("kv", "KV cache against context and concurrency",
+                   [f"{kv['bytes_per_token']:,} bytes per token ({kv['kv_dtype']}); at "
+                    f"{kv['context']:,} tokens x {kv['concurrency']:,} sequences: "
+                    f"{gb(kv['bytes_at_request'])}."],
+                   [table(f"KV cache ({kv['kv_dtype']}, GB = 1e9)",
+                          ["context", *(plural(c, "seq") for c in kv["concurrencies"])], rows)],
+                   [plot("kv_cache.png", "kv", "KV cache against context and concurrency",
+                         "Lines of KV-cache memory against context per concurrency")])
+
+
+def frontier_section(data: dict, no_plan: str) -> dict:
+    plan = data.get("plan")
+    if plan is None or not plan["frontier"]:
+        return section("frontier", "GPUs against days to train",
+                       ["Not available: " + no_plan[:1].lower() + no_plan[1:]])
+    from .planning import frontier_rows
+    text = [f"The fastest layout on each GPU count (the planner's search pinned to that many "
+            f"GPUs), for {plan['tokens']:,} tokens."]
+    plots = [plot("frontier.png", "frontier", "GPUs against days to train",
+                  "Days to train against the number of GPUs")]
+    if len(plan["frontier"]) < 2:
+        text.append("Only one GPU count is allowed here (--max-gpus), so there is no curve "
+                    "to plot.")
+        plots = []
+    return section("frontier", "GPUs against days to train", text,
+                   [table("Fastest layout per GPU count", ["GPUs", "layout", "days",
+                                                           "GPU-hours", "MFU",
+                                                           "memory per GPU"],
+                          frontier_rows(plan))], plots)

@@ -1,0 +1,52 @@
+"""What a report assumed: the request's settings, the planner's defaults (read from the
+planner), the conventions (GB, FLOPs) and the sources of the numbers."""
+
+from __future__ import annotations
+
+from ..units import gb
+from .request import ReportRequest
+
+CONVENTIONS = [
+    "GB means 10^9 bytes everywhere in this report; GiB (2^30) is not used.",
+    "A multiply-add is 2 FLOPs. FLOPs are matmul FLOPs (what tensor cores run and what "
+    "torch's FlopCounterMode counts); elementwise work (norms, softmax, activations, loss) is "
+    "not counted.",
+    "Executed FLOPs run attention over the full S x S; model FLOPs skip causally masked pairs "
+    "and respect sliding windows (the numerator of MFU). Backward is 2x forward per matmul; a "
+    "fused attention kernel (flash) counts 2.5x for the attention core.",
+    "Mixed precision keeps bf16/fp16 weights and gradients and fp32 master weights, reported "
+    "with the optimizer (Adam: 2 + 2 + 12 bytes per parameter).",
+]
+SOURCES = [
+    "Model shapes: the preset table (txcalc/presets.py, one cited config.json or paper per "
+    "row) or the given config.json.",
+    "Activation memory: the tensors PyTorch keeps for backward in the eager implementation, "
+    "tested byte for byte against torch.autograd.graph.saved_tensors_hooks.",
+    "Parameters and FLOPs: tested exactly against Hugging Face models on the meta device and "
+    "torch.utils.flop_counter.FlopCounterMode.",
+    "Recompute: selective as in Korthikanti et al. 2022 (arXiv:2205.05198); mixed-precision "
+    "Adam states as in Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054).",
+]
+
+
+def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
+    out = [f"GPU: {gpu['name']}, {gb(gpu['memory_bytes'])} ({gpu['source']}).",
+           f"Precision {req.precision}, optimizer {req.optimizer}."]
+    if req.inference:
+        out.append(f"Serving: context {req.serve_context:,} tokens, {req.concurrency:,} "
+                   f"concurrent sequences, KV cache in {req.kv_dtype}; weights in the "
+                   "precision's weight dtype; no activation memory beyond the KV cache.")
+    elif req.model is not None:
+        out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
+                   f"kernel {req.attn}, recompute {req.recompute}, dropout off (no masks "
+                   "saved); memory is shown at the peak of the step, the largest of: the end of "
+                   "forward (with the logits buffers), either end of backward, and the optimizer "
+                   "step (with its temporaries); categories not alive there show 0.")
+    else:
+        out.append("Only the parameter count is known: model states (weights, gradients, "
+                   "optimizer) only, no activations.")
+    if plan is None:
+        out.append("Not included (no plan): CUDA context, communication buffers, allocator "
+                   "fragmentation.")
+        return out
+    return out + plan["assumptions"]

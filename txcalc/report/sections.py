@@ -1,0 +1,23 @@
+"""The building blocks of a report's display text: sections, tables and plots as plain data
+that the renderers (``render.py``, ``plots.py``) turn into Markdown, HTML and PNGs."""
+
+from __future__ import annotations
+
+#: display names of memory categories (the data keeps the engine's and planner's keys)
+CATEGORY_LABELS = {"zero3_buffers": "ZeRO-3 gather buffers",
+                   "temporaries": "temporaries at the peak"}
+
+
+def section(sid: str, title: str, paragraphs=(), tables=(), plots=(), bullets=()) -> dict:
+    """A report section. Paragraph and cell strings are plain text (escaped by the renderers);
+    ``**bold**`` spans are the only markup."""
+    return {"id": sid, "title": title, "paragraphs": list(paragraphs), "bullets": list(bullets),
+            "tables": list(tables), "plots": list(plots)}
+
+
+def table(caption: str, columns: list[str], rows: list[list]) -> dict:
+    return {"caption": caption, "columns": columns, "rows": [[str(c) for c in r] for r in rows]}
+
+
+def plot(file: str, kind: str, title: str, alt: str) -> dict:
+    return {"file": file, "kind": kind, "title": title, "alt": alt}
