@@ -132,8 +132,8 @@ class ParamCounts:
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
-    from .inputs import model_config
-    return ParamCounts(model_config("cfg", cfg), tuple(model_ops(cfg)))
+    from .inputs import CONFIG_HINT, instance
+    return ParamCounts(instance("cfg", cfg, ModelConfig, CONFIG_HINT), tuple(model_ops(cfg)))
 
 
 @dataclass(frozen=True)
@@ -233,5 +233,7 @@ class FlopCounts:
 
 
 def count_flops(cfg: ModelConfig, work) -> FlopCounts:
-    from .inputs import model_config, workload
-    return FlopCounts(model_config("cfg", cfg), workload("work", work), tuple(model_ops(cfg)))
+    from .inputs import CONFIG_HINT, instance
+    from .workload import Workload
+    return FlopCounts(instance("cfg", cfg, ModelConfig, CONFIG_HINT),
+                      instance("work", work, Workload), tuple(model_ops(cfg)))

@@ -56,6 +56,8 @@ MAX_KV_TOKENS = 2**16  #: validate --kv-tokens: tokens generated for the KV-cach
 MAX_ROWS = 10**4  #: layouts shown by plan train --rows
 MAX_TEXT = 4096
 MAX_PATH_COMPONENT = 255
+#: what a library error on a non-ModelConfig argument suggests
+CONFIG_HINT = " (txcalc.load(NAME_OR_PATH) gives one)"
 SHOW_CHARS = 60
 
 COUNT_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
@@ -170,23 +172,12 @@ def path_text(name: str, value, *, none: bool = False):
     return value
 
 
-def model_config(name: str, value):
-    """``value`` when it is a ModelConfig (``txcalc.load`` makes one from a name or a path)."""
-    from .config import ModelConfig
-
-    if not isinstance(value, ModelConfig):
-        raise InputError(f"{name} ({show(value)}) must be a ModelConfig, not "
-                         f"{type(value).__name__} (txcalc.load(NAME_OR_PATH) gives one)")
-    return value
-
-
-def workload(name: str, value):
-    """``value`` when it is a Workload."""
-    from .workload import Workload
-
-    if not isinstance(value, Workload):
-        raise InputError(f"{name} ({show(value)}) must be a txcalc.workload.Workload, not "
-                         f"{type(value).__name__}")
+def instance(name: str, value, cls: type, hint: str = ""):
+    """``value`` when it is a ``cls`` (the caller passes its own class: this module sits at the
+    bottom of the import chain and imports nothing of txcalc's but its errors)."""
+    if not isinstance(value, cls):
+        raise InputError(f"{name} ({show(value)}) must be a {cls.__name__}, not "
+                         f"{type(value).__name__}{hint}")
     return value
 
 
@@ -257,66 +248,3 @@ def parse_context(text, name: str = "context", *, zero: bool = True) -> int:
         raise InputError(f"{name} ({show(text)}) exceeds the longest accepted sequence, "
                          f"{MAX_SEQ:,} tokens")
     return n
-
-
-# --- the CLI's options: one table, one name per option ------------------------------------------
-def _option_specs() -> dict:
-    """{option: (kind, lo, hi, extra)}: how each CLI option is read and its bounds."""
-    from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
-    from .workload import ATTN_IMPLS, RECOMPUTE
-
-    gpus = ("int", 1, MAX_GPUS)
-    return {
-        "batch": ("int", 1, MAX_BATCH), "seq": ("int", 1, MAX_SEQ),
-        "src_seq": ("int", 0, MAX_SEQ), "concurrency": ("int", 1, MAX_BATCH),
-        "global_batch": ("int", 1, MAX_BATCH), "micro_batch": ("int", 1, MAX_BATCH),
-        "max_gpus": gpus, "gpus": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,
-        "zero": ("int", 0, 3), "rows": ("int", 1, MAX_ROWS),
-        "kv_tokens": ("int", 0, MAX_KV_TOKENS),
-        "days": ("float", 0, MAX_DAYS, "(]"), "price": ("float", 0, MAX_PRICE, "[]"),
-        "achieved_tflops": ("float", *TFLOPS_RANGE, "[]"),
-        "tokens_per_s": ("float", 0, TOKENS_PER_S_MAX, "(]"),
-        "gpu_gb": ("float", *GPU_GB_RANGE, "[]"),
-        "cuda_context_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
-                             " GiB (it sets Overheads.cuda_context_bytes)"),
-        "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
-                            " GiB (it sets Overheads.comm_buffer_bytes)"),
-        "fragmentation": ("float", 0, 1, "[)", " (a fraction of the tensors' bytes)"),
-        "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
-        "precision": ("choice", tuple(PRECISIONS)), "optimizer": ("choice", OPTIMIZERS),
-        "kv_dtype": ("choice", tuple(KV_DTYPES)), "device": ("choice", ("meta", "cpu", "cuda")),
-        "tokens": ("count", MAX_TOKENS), "params": ("count", MAX_PARAMS),
-        "context": ("context", True), "required_context": ("context", False),
-        "gpu": ("text", 200), "gpu_file": ("path",), "out": ("path",),
-        "validation_dir": ("path",),
-    }
-
-
-def options(**given) -> dict:
-    """Check CLI options by their names (``batch=...`` is ``--batch``); None means not given.
-    Returns the values read: counts and contexts as ints, floats as floats."""
-    specs = _option_specs()
-    out = {}
-    for key, value in given.items():
-        spec = specs[key]
-        flag = "--" + ("context" if key == "required_context" else key).replace("_", "-")
-        kind = spec[0]
-        if value is None:
-            out[key] = None
-        elif kind == "int":
-            out[key] = integer(flag, value, spec[1], spec[2])
-        elif kind == "float":
-            ends = spec[3]
-            out[key] = number(flag, value, spec[1], spec[2], lo_open=ends[0] == "(",
-                              hi_open=ends[1] == ")", note=spec[4] if len(spec) > 4 else "")
-        elif kind == "choice":
-            out[key] = choice(flag, value, spec[1])
-        elif kind == "count":
-            out[key] = parse_count(value, flag, spec[1])
-        elif kind == "context":
-            out[key] = parse_context(value, flag, zero=spec[1])
-        elif kind == "text":
-            out[key] = text(flag, value, max_len=spec[1])
-        else:
-            out[key] = path_text(flag, value)
-    return out

@@ -87,8 +87,8 @@ class TrainingMemory:
     optimizer: str = "adamw"
 
     def __post_init__(self) -> None:
-        from .inputs import model_config, workload
-        model_config("cfg", self.cfg), workload("work", self.work)
+        from .inputs import CONFIG_HINT, instance
+        instance("cfg", self.cfg, ModelConfig, CONFIG_HINT), instance("work", self.work, Workload)
         _check("precision", self.precision, PRECISIONS)
         _check("optimizer", self.optimizer, OPTIMIZERS)
 
@@ -381,8 +381,8 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
     """KV cache of ``batch`` sequences at ``context`` tokens (self-attention) and, for
     encoder-decoder models, the cross-attention cache over ``src_seq`` source tokens.
     Sliding-window layers keep only the last ``window`` tokens."""
-    from .inputs import MAX_BATCH, MAX_SEQ, integer, model_config
-    model_config("cfg", cfg)
+    from .inputs import CONFIG_HINT, MAX_BATCH, MAX_SEQ, instance, integer
+    instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     context = integer("context", context, 1, MAX_SEQ)
     batch = integer("batch", batch, 1, MAX_BATCH)
     src_seq = integer("src_seq", src_seq, 0, MAX_SEQ)

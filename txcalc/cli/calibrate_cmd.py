@@ -24,7 +24,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
 
-    from ..inputs import options
+    from .options import options
 
     options(gpu=gpu or None, out=out)
     device, cases = read_report(report)

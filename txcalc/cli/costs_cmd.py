@@ -40,7 +40,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
     from ..accounting import count_flops
-    from ..inputs import options
+    from .options import options
     from ..workload import check_fits
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
@@ -98,7 +98,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
-    from ..inputs import options
+    from .options import options
 
     opts = options(params=params, batch=batch, seq=seq, src_seq=src_seq, precision=precision,
                    optimizer=optimizer, attn=attn, recompute=recompute, context=context,

@@ -48,7 +48,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
-    from ..inputs import options
+    from .options import options
     from ..planner import plan_train
 
     opts = options(tokens=tokens, gpu=gpu, days=days, max_gpus=max_gpus, gpus=gpus, seq=seq,
@@ -121,7 +121,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
-    from ..inputs import options
+    from .options import options
     from ..planner import plan_infer
 
     opts = options(gpu=gpu, required_context=context, concurrency=concurrency,

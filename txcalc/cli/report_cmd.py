@@ -43,7 +43,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from ..report.request import ReportRequest
     from ..report.writer import write_report
     from ..errors import WorkloadError
-    from ..inputs import options
+    from .options import options
 
     opts = options(out=out, params=params, gpu=gpu, gpu_gb=gpu_gb, gpu_file=gpu_file,
                    precision=precision, optimizer=optimizer, batch=batch, seq=seq,

@@ -51,7 +51,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
 
     from .. import load
     from ..errors import WorkloadError
-    from ..inputs import options
+    from .options import options
     from ..memory import PRECISIONS, _check
     from ..workload import Workload, check_fits
 
