@@ -9,6 +9,7 @@ import typer
 from . import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP
+from ..atomic import check_out_folder, write_files
 
 STEPS = ("predict", "build", "params", "flops", "saved bytes", "kv cache", "memory")
 
@@ -62,6 +63,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
+    check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
     ref_validate = _import_reference()
     if device == "cuda":
         import torch
@@ -74,12 +76,11 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
             progress.update(task, description=f"{cfg.name}: {name}", completed=STEPS.index(name))
         report = ref_validate.validate(cfg, work, device, precision, step, kv_tokens)
         progress.update(task, completed=len(STEPS))
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"{Path(cfg.name).name}-{device}"
     json_text = json.dumps(report, separators=(",", ":"))
     md_text = ref_validate.to_markdown(report)
-    (out / f"{stem}.json").write_text(json_text)  # both texts are built before writing
-    (out / f"{stem}.md").write_text(md_text)
+    # both texts are built before writing; each file is replaced atomically
+    write_files(out, {f"{stem}.json": json_text, f"{stem}.md": md_text}, "--out")
     if json_out:
         emit_json(report)
         return
