@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..atomic import check_out_file, write_files
 from . import app
 from .output import console, emit_json, table
 
@@ -20,7 +21,6 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
               json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fit matmul/attention FLOP efficiencies and the bandwidth efficiency to measured step
     times; print each case's time error before and after; save a device profile."""
-    from ..atomic import check_out_file, write_files
     from ..calibrate import fit, read_report
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
@@ -30,13 +30,15 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
         else ""
     g = get_gpu(name or "(none: give --gpu)")
     fitted, rows = fit(cases, DeviceProfile.from_gpu(g))
-    out = check_out_file(out or Path("profiles") / f"{g.name}-calibrated.json", "--out")
+    out = out or Path("profiles") / f"{g.name}-calibrated.json"
+    check_out_file(out, "--out")  # a folder, a device, a link or a pipe is refused
     result = {"gpu": g.name, "profile": str(out), "flop_efficiency": fitted.flop_efficiency,
               "bw_efficiency": fitted.bw_efficiency,
               "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
                          "before_error_pct": (m - b) / m * 100, "after_error_pct": (m - a) / m * 100}
                         for k, (m, b, a) in rows.items()]}
     text = __import__("json").dumps(fitted.to_json(), indent=2)  # built before writing
+    out.parent.mkdir(parents=True, exist_ok=True)
     write_files(out.parent, {out.name: text}, "--out")  # a temporary file, then os.replace
     if json_out:
         emit_json(result)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
+from ..atomic import check_out_folder, write_files
 from . import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP
-from ..atomic import check_out_folder, write_files
 
 STEPS = ("predict", "build", "params", "flops", "saved bytes", "kv cache", "memory")
 
@@ -63,12 +63,12 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
-    check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
     ref_validate = _import_reference()
     if device == "cuda":
         import torch
         if not torch.cuda.is_available():
             raise WorkloadError("--device cuda: no CUDA device is available here")
+    check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
     with Progress(console=console, transient=True, disable=json_out) as progress:
         task = progress.add_task(f"validate {cfg.name}", total=len(STEPS))
 
@@ -76,6 +76,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
             progress.update(task, description=f"{cfg.name}: {name}", completed=STEPS.index(name))
         report = ref_validate.validate(cfg, work, device, precision, step, kv_tokens)
         progress.update(task, completed=len(STEPS))
+    out.mkdir(parents=True, exist_ok=True)
     stem = f"{Path(cfg.name).name}-{device}"
     json_text = json.dumps(report, separators=(",", ":"))
     md_text = ref_validate.to_markdown(report)
