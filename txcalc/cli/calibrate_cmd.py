@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..atomic import check_out_file, write_files
 from . import app
 from .output import console, emit_json, table
 
@@ -24,6 +23,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     from ..calibrate import fit, read_report
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
+    from ..atomic import check_out_file, write_files
 
     device, cases = read_report(report)
     name = gpu or device.lower().replace("nvidia", "").strip().split()[0] if (gpu or device) \

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..atomic import check_out_folder, write_files
 from . import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP
@@ -56,6 +55,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..errors import WorkloadError
     from ..memory import PRECISIONS, _check
     from ..workload import Workload, check_fits
+    from ..atomic import check_out_folder, write_files
 
     if device not in ("meta", "cpu", "cuda"):
         raise WorkloadError(f"--device ({device!r}) must be one of meta, cpu, cuda")
