@@ -103,9 +103,9 @@ def _is_file(p: Path) -> bool:
         return False
 
 
-def report_signature(folder: Path) -> set[str] | None:
-    """The files of the txcalc report in ``folder`` (report.json signed, every entry one it
-    lists), or None when the folder holds anything else."""
+def _listed(folder: Path) -> set[str] | None:
+    """The files a signed report.json in ``folder`` names (itself, report.md, report.html and
+    its plots), or None when there is no such report.json."""
     p = folder / "report.json"
     if not _is_file(p) or os.lstat(p).st_size > MAX_REPORT_JSON:
         return None
@@ -122,8 +122,15 @@ def report_signature(folder: Path) -> set[str] | None:
             f = plot.get("file") if isinstance(plot, dict) else None
             if isinstance(f, str) and _OUR_FILE.fullmatch(f):
                 names.add(f)
+    return names
+
+
+def report_signature(folder: Path) -> set[str] | None:
+    """The files of the txcalc report in ``folder`` (report.json signed, every entry a plain
+    file it lists), or None when the folder holds anything else."""
+    names = _listed(folder)
     entries = _entries(folder)
-    if any(e not in names or not _is_file(folder / e) for e in entries):
+    if names is None or any(e not in names or not _is_file(folder / e) for e in entries):
         return None
     return set(entries)
 
@@ -136,8 +143,8 @@ def check_out_dir(out: str | os.PathLike) -> Path:
     try:
         entries = _entries(p)
         if entries and report_signature(p) is None:
-            foreign = [e for e in entries if e not in REPORT_FILES or not _is_file(p / e)] \
-                or entries
+            listed = _listed(p) or set()
+            foreign = [e for e in entries if e not in listed or not _is_file(p / e)]
             raise ReportError(f"-o {_show(str(p))} holds files txcalc did not write "
                               f"({', '.join(_show(e, 40) for e in foreign[:3])}"
                               f"{', ...' if len(foreign) > 3 else ''}); give a new or empty "
@@ -320,6 +327,7 @@ def write_folder(out: Path, files: dict[str, bytes]) -> None:
 def _swap_in(out: Path, files: dict[str, bytes]) -> None:
     short = _short(out.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{short}.txcalc-new-", dir=out.parent))
+    old = None
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; a report folder is for reading
         _fill(tmp, files)
@@ -333,7 +341,10 @@ def _swap_in(out: Path, files: dict[str, bytes]) -> None:
             except BaseException:
                 os.rename(old, out)
                 raise
-            _remove_ours(old)
     finally:
-        if os.path.lexists(tmp):
-            _remove_ours(tmp)  # the new report when the swap failed, else the old one
+        try:  # the new report when the swap failed, else the old one
+            if os.path.lexists(tmp):
+                _remove_ours(tmp)
+        finally:
+            if old is not None and os.path.lexists(old):
+                _remove_ours(old)
