@@ -90,7 +90,7 @@ def _fsync_dir(folder: Path) -> None:
 
 def _write_temp(folder: Path, name: str, data: bytes) -> Path:
     """``data`` in a new hidden temporary file of ``folder``, flushed to disk."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name[:200]}.", suffix=".txcalc-tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name[:50]}.", suffix=".txcalc-tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
