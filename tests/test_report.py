@@ -484,9 +484,10 @@ def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, capsys, argv):
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     subs = {"{out}": str(tmp_path / "out"), "{file}": str(tmp_path / "a-file"),
             "{foreign}": str(tmp_path / "foreign"),
-            # new parent folders are made, then the folder's name is too long for the file
-            # system: the parents made on the way must go too
-            "{unwritable}": str(tmp_path / "made" / "x" / ("n" * 250))}
+            # a name longer than the file system takes (255 bytes): refused before anything
+            # is made (a 250-byte name is legal and now written; the parents made on a
+            # failure are removed: test_report_safety.py::test_a_failed_write_removes_*)
+            "{unwritable}": str(tmp_path / "made" / "x" / ("n" * 256))}
     assert main([subs.get(a, a) for a in argv]) == 2
     captured = capsys.readouterr()
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]

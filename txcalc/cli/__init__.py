@@ -6,7 +6,11 @@ answer in well under half a second). Every user error prints as one line and exi
 
 from __future__ import annotations
 
+import io
+import os
+import signal
 import sys
+import threading
 
 import typer
 
@@ -39,12 +43,105 @@ def _given(e: Exception) -> str:
         return ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turning every user error into one line and exit code 2."""
+class _Interrupted(BaseException):
+    """SIGINT or SIGTERM while a command runs (a BaseException: no ``except Exception`` of a
+    library swallows it; every ``finally`` and the report writer's cleanup run)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _OutputFailed(BaseException):
+    """Standard output cannot be written (a closed pipe, a full disk, /dev/full)."""
+
+
+class _GuardedStdout:
+    """sys.stdout whose write and flush errors become _OutputFailed (rich and print both write
+    through sys.stdout), so they are told apart from a file error of a command."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def write(self, text):
+        try:
+            return self._raw.write(text)
+        except OSError as e:
+            raise _OutputFailed(e) from None
+
+    def flush(self):
+        try:
+            return self._raw.flush()
+        except OSError as e:
+            raise _OutputFailed(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self._raw, name)
+
+
+def _raise_interrupted(signum, frame):  # noqa: ARG001
+    raise _Interrupted(signum)
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a broken stderr is ignored (there is nowhere else to say it)."""
     try:
-        app(args=argv, prog_name="txcalc", standalone_mode=False)
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout(raw) -> None:
+    """After a failed write: point file descriptor 1 at /dev/null so that the interpreter's
+    last flush at exit succeeds quietly (no "Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = raw.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning every user error into one line and exit code 2.
+
+    Exit codes: 0 done; 2 bad input (one line on stderr); 130 interrupted (SIGINT, Ctrl-C) and
+    143 terminated (SIGTERM), one line, no temporary left; 1 standard output could not be
+    written (a closed pipe, a full disk), one line.
+    """
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, _raise_interrupted)
+    raw = sys.stdout
+    sys.stdout = _GuardedStdout(raw)
+    try:
+        rc = _run(argv)
+        sys.stdout.flush()
+        return rc
+    except _Interrupted as e:
+        name = "interrupted" if e.signum == signal.SIGINT else "terminated"
+        _say(f"txcalc: {name} ({signal.Signals(e.signum).name})")
+        return 128 + e.signum
+    except _OutputFailed as e:
+        err = e.args[0] if e.args else None
+        _say(f"txcalc: error: cannot write to standard output: "
+             f"{getattr(err, 'strerror', None) or err}")
+        _silence_stdout(raw)
+        return 1
+    finally:
+        if sys.stdout.__class__ is _GuardedStdout:
+            sys.stdout = raw
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
+        rv = app(args=argv, prog_name="txcalc", standalone_mode=False)
     except TxcalcError as e:
-        print(f"txcalc: error: {_one_line(str(e))}", file=sys.stderr)
+        _say(f"txcalc: error: {_one_line(str(e))}")
         return 2
     except _click.NoArgsIsHelpError:
         return 0
@@ -53,14 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         msg, got = e.format_message(), _given(e)
         if got and got not in msg:
             msg += f" (got {got})"
-        print(f"txcalc: error{where}: {_one_line(msg)}", file=sys.stderr)
+        _say(f"txcalc: error{where}: {_one_line(msg)}")
         return 2
     except typer.Exit as e:
         return e.exit_code
-    except typer.Abort:
-        print("txcalc: aborted", file=sys.stderr)
-        return 130
-    return 0
+    except (typer.Abort, KeyboardInterrupt):
+        raise _Interrupted(signal.SIGINT) from None
+    # typer turns a KeyboardInterrupt (one raised without our handler) into exit code 130
+    if rv == 130 and not isinstance(rv, bool):
+        raise _Interrupted(signal.SIGINT)
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     from ..calibrate import ReportError, fit, read_report
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
+    from ..atomic import check_out_file, write_files
 
     from .options import options
 
@@ -35,6 +36,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     g = get_gpu(gpu or words[0])
     fitted, rows = fit(cases, DeviceProfile.from_gpu(g))
     out = out or Path("profiles") / f"{g.name}-calibrated.json"
+    check_out_file(out, "--out")  # a folder, a device, a link or a pipe is refused
     result = {"gpu": g.name, "profile": str(out), "flop_efficiency": fitted.flop_efficiency,
               "bw_efficiency": fitted.bw_efficiency,
               "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
@@ -42,7 +44,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
                         for k, (m, b, a) in rows.items()]}
     text = strict_json(fitted.to_json(), indent=2)  # built before writing
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    write_files(out.parent, {out.name: text}, "--out")  # a temporary file, then os.replace
     if json_out:
         emit_json(result)
         return

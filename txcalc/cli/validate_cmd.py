@@ -54,6 +54,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     from .options import options
     from ..memory import PRECISIONS, _check
     from ..workload import Workload, check_fits
+    from ..atomic import check_out_folder, write_files
 
     options(device=device, batch=batch, seq=seq, src_seq=src_seq, attn=attn,
             recompute=recompute, precision=precision, kv_tokens=kv_tokens, out=out)
@@ -68,6 +69,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
         import torch
         if not torch.cuda.is_available():
             raise WorkloadError("--device cuda: no CUDA device is available here")
+    check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
     with Progress(console=console, transient=True, disable=json_out) as progress:
         task = progress.add_task(f"validate {cfg.name}", total=len(STEPS))
 
@@ -79,8 +81,8 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     stem = f"{Path(cfg.name).name}-{device}"
     json_text = strict_json(report, separators=(",", ":"))
     md_text = ref_validate.to_markdown(report)
-    (out / f"{stem}.json").write_text(json_text)  # both texts are built before writing
-    (out / f"{stem}.md").write_text(md_text)
+    # both texts are built before writing; each file is replaced atomically
+    write_files(out, {f"{stem}.json": json_text, f"{stem}.md": md_text}, "--out")
     if json_out:
         emit_json(report)
         return

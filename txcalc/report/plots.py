@@ -1,9 +1,10 @@
 """The report's PNG plots, drawn from the report model alone (never from the engine).
 
 matplotlib is imported inside ``draw`` only, and through its object API (``Figure`` and the
-Agg canvas): no pyplot, no global backend switch, nothing left open. PNGs are deterministic:
-fixed size and DPI, no ``Software`` metadata, no timestamps, so regenerating a report gives the
-same bytes with the same matplotlib.
+Agg canvas): no pyplot, no global backend switch, nothing left open. Every string is drawn as
+plain text (``draw``: no mathtext, no control characters). PNGs are deterministic: fixed size
+and DPI, no ``Software`` metadata, no timestamps, so regenerating a report gives the same bytes
+with the same matplotlib.
 """
 
 from __future__ import annotations
@@ -244,6 +245,24 @@ def plot_specs(report: dict) -> list[dict]:
     return [p for s in report["sections"] for p in s["plots"]]
 
 
+def _cleaned(v):
+    """``v`` with every string clean()ed (no control or bidi characters reach a plot)."""
+    from .render import clean
+
+    if isinstance(v, str):
+        return clean(v)
+    if isinstance(v, dict):
+        return {k: _cleaned(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_cleaned(x) for x in v]
+    return v
+
+
 def draw(report: dict, spec: dict) -> bytes:
-    """The PNG bytes of one plot of the report."""
-    return _png(DRAW[spec["kind"]](report))
+    """The PNG bytes of one plot of the report. Names are untrusted text: control and bidi
+    characters are dropped and no string is read as mathtext (``$...$``) or TeX, so a model
+    named ``$\\foo{$`` is drawn as written instead of failing the report."""
+    from matplotlib import rc_context
+
+    with rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _png(DRAW[spec["kind"]](_cleaned(report)))
