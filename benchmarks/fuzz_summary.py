@@ -7,7 +7,7 @@ hang, bad JSON, extra stderr lines, stray or lost files).
 
 Run: python3 benchmarks/fuzz_summary.py [--failures] [--grid]
   --failures  also print each distinct failure (command, changed options/fields, outcome) once
-  --grid      instead of random draws, change ONE option or field at a time to each value on
+  --grid[=cli|config|files]  instead of random draws, change ONE option or field at a time to each value on
               the base invocation: the precise triage (which option, which value, what outcome)
 """
 
@@ -42,6 +42,9 @@ def draw_all():
     for model_type in sorted(fz.CONFIG_BASES):
         yield from _run_given(f"config:{model_type}", fz.config_cases(model_type),
                               fz.examples(fz.CONFIG_EXAMPLES))
+    for kind in sorted(fz.FILE_STRATEGIES):
+        yield from _run_given(f"file:{kind}", fz.FILE_STRATEGIES[kind](),
+                              fz.examples(fz.FILE_EXAMPLES[kind]))
 
 
 def _run_given(label, strategy, n):
@@ -59,9 +62,9 @@ def _run_given(label, strategy, n):
     yield from results
 
 
-def grid():
+def grid(which=("cli", "config", "files")):
     """One change at a time on each base: every option x every value, every field x value."""
-    for name in sorted(fz.COMMANDS):
+    for name in sorted(fz.COMMANDS) if "cli" in which else ():
         cmd = fz.COMMANDS[name]
         fz.warm_up(fz.build_cli_case(cmd, {}))
         for p in cmd.params:
@@ -72,7 +75,8 @@ def grid():
             for c in changes:
                 case = fz.build_cli_case(cmd, {p.name: c})
                 yield case, fz.run_case(case)
-    for model_type in sorted(fz.CONFIG_BASES):
+    for model_type in sorted(fz.CONFIG_BASES) if "config" in which else ():
+        fz.warm_up(fz.build_config_case(model_type, "params", {}, True))
         for f in fz.CONFIG_FIELDS[model_type]:
             for c in [fz.MISSING] + sorted(fz.JSON_VALUES.items()):
                 for command in sorted(fz.CONFIG_COMMANDS):
@@ -80,15 +84,27 @@ def grid():
                         continue
                     case = fz.build_config_case(model_type, command, {f: c}, True)
                     yield case, fz.run_case(case)
+    if "files" in which:
+        for col in fz.GPU_COLUMNS:
+            for c in [fz.MISSING] + sorted(fz.CLI_VALUES.items()):
+                for command in sorted(fz.GPU_FILE_COMMANDS):
+                    case = fz.build_gpu_file_case(command, {col: c}, True)
+                    yield case, fz.run_case(case)
+        for f in fz.CALIBRATION_FIELDS:
+            for c in [fz.MISSING] + sorted(fz.JSON_VALUES.items()):
+                case = fz.build_calibration_case({f: c}, True)
+                yield case, fz.run_case(case)
 
 
 def main(argv: list[str]) -> None:
     t0 = time.perf_counter()
     rows = collections.OrderedDict()
     failures = collections.OrderedDict()
-    source = grid() if "--grid" in argv else draw_all()
+    which = [a.split("=", 1)[1] for a in argv if a.startswith("--grid=")]
+    source = grid(which or ("cli", "config", "files")) if any(a.startswith("--grid") for a in argv) \
+        else draw_all()
     for case, o in source:
-        group = case.command if not case.command.startswith("config:") \
+            group = case.command if not case.command.startswith("config:") \
             else ":".join(case.command.split(":")[:2])
         kind = fz.classify(case, o)
         r = rows.setdefault(group, collections.Counter())
@@ -111,7 +127,7 @@ def main(argv: list[str]) -> None:
                                                           "failed")]
                      + [str(total[k]) for k in kinds]))
     print(f"\n{total['examples']} examples in {time.perf_counter() - t0:.1f} s")
-    if "--failures" in argv or "--grid" in argv:
+    if "--failures" in argv or any(a.startswith("--grid") for a in argv):
         print(f"\n{len(failures)} distinct failures (command, changed, outcome):")
         for (command, changed, kind, detail), (case, o) in failures.items():
             print(f"- {command} {dict(changed)} -> {kind}: {detail}")

@@ -72,7 +72,7 @@ JSON_VALUES: dict[str, str] = {
 }
 
 HANG_S = 5.0  # an example that runs longer is a hang
-SLOW_HANG_S = {"report": 15.0, "calibrate": 10.0}  # these write plots / fit; the machine is shared
+SLOW_HANG_S = {"report": 15.0, "validate": 10.0, "calibrate": 10.0, "calibration": 10.0}  # these write plots / fit; the machine is shared
 MEMORY_HEADROOM = 3 << 29  # 1.5 GiB of address space over what the process already maps
 SCALE = float(os.environ.get("TXCALC_FUZZ_EXAMPLES", "1"))
 DERANDOMIZE = "TXCALC_FUZZ_EXAMPLES" not in os.environ
@@ -147,7 +147,7 @@ BASES: dict[str, dict[str, str]] = {
 }
 #: Examples per command per CI run (a command missing here gets DEFAULT_EXAMPLES).
 EXAMPLES = {"presets": 5, "params": 120, "flops": 250, "memory": 300, "plan train": 150,
-            "plan infer": 250, "report": 50, "validate": 60, "calibrate": 40}
+            "plan infer": 250, "report": 40, "validate": 50, "calibrate": 40}
 DEFAULT_EXAMPLES = 100
 #: Where a command may write when its out option is not given (param default or documented).
 DEFAULT_OUT = {"validate": "reports/validation", "calibrate": "profiles"}
@@ -250,6 +250,24 @@ CONFIG_EXAMPLES = 150  # per model type
 CONFIG_SKIP = {"bert": {"plan infer"}}
 
 # ---------------------------------------------------------------------------------------------
+# Fields of the other input files: a --gpu-file row (CSV cells) and a calibration report.
+
+from txcalc.hardware import COLUMNS as GPU_COLUMNS  # noqa: E402
+
+_GPU_ROW = dict(zip(GPU_COLUMNS, next(
+    line for line in (Path(hf.__file__).parent / "data" / "gpus.csv").read_text().splitlines()
+    if line.startswith("h100-sxm,")).split(",")))
+GPU_ROW = _GPU_ROW | {"name": "mygpu", "aliases": "mine"}  # a user's GPU, h100's figures
+GPU_FILE_COMMANDS = {"plan infer": ["plan", "infer", "gpt2", "--context", "1k", "--gpu", "mine",
+                                    "--gpu-file", "gpus.csv"],
+                     "plan train": ["plan", "train", "gpt2", "--tokens", "1e9", "--gpu", "mine",
+                                    "--gpu-file", "gpus.csv"]}
+CALIBRATION_FIELDS = ("device", "cases", "config", "batch", "seq", "attn_impl", "recompute",
+                      "precision", "optimizer", "step_time_s")
+FILE_EXAMPLES = {"gpu_file": 100, "calibration": 60}
+
+
+# ---------------------------------------------------------------------------------------------
 # Building an invocation.
 
 
@@ -318,6 +336,49 @@ def build_config_case(model_type: str, command: str, changes: dict[str, object],
                 dict(INPUTS) | {"cfg.json": text})
 
 
+def build_gpu_file_case(command: str, changes: dict[str, object], json_out: bool) -> Case:
+    """--gpu-file with one row (h100's figures, named mygpu) with ``changes`` (column ->
+    (label, text) or MISSING: the column is dropped from the header)."""
+    import csv
+    row, labels = dict(GPU_ROW), {}
+    for col, change in changes.items():
+        if change is MISSING:
+            row.pop(col)
+            labels[col] = "missing"
+        else:
+            labels[col], row[col] = change
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(row))
+    w.writeheader()
+    w.writerow(row)
+    argv = list(GPU_FILE_COMMANDS[command]) + (["--json"] if json_out else [])
+    return Case(f"gpu_file:{command}", argv, labels, json_out, None,
+                dict(INPUTS) | {"gpus.csv": buf.getvalue()})
+
+
+def build_calibration_case(changes: dict[str, object], json_out: bool) -> Case:
+    """calibrate on a report whose top level (device, cases) or first case has ``changes``
+    (field -> (label, JSON text) or MISSING)."""
+    report = json.loads(INPUTS["gpu_validation.json"])
+    labels, splice = {}, {}
+    for i, (key, change) in enumerate(changes.items()):
+        where = report if key in ("device", "cases") else report["cases"][0]
+        if change is MISSING:
+            where.pop(key, None)
+            labels[key] = "missing"
+        else:
+            labels[key], text = change
+            where[key] = f"@@FUZZ{i}@@"
+            splice[f'"@@FUZZ{i}@@"'] = text
+    text = json.dumps(report)
+    for k, v in splice.items():
+        text = text.replace(k, v)
+    argv = ["calibrate", "gpu_validation.json", "--gpu", "h200", "--out", "profile.json"] + (
+        ["--json"] if json_out else [])
+    return Case("calibration", argv, labels, json_out, "profile.json",
+                dict(INPUTS) | {"gpu_validation.json": text})
+
+
 # ---------------------------------------------------------------------------------------------
 # Running one invocation and checking the contract.
 
@@ -364,7 +425,7 @@ class Outcome:
     lost: list[str] = field(default_factory=list)  # inputs that vanished or changed
 
 
-def run_case(case: Case, hang_s: float | None = None) -> Outcome:
+def run_case(case: Case, hang_s: float | None = None, headroom: int = MEMORY_HEADROOM) -> Outcome:
     """Run ``case`` in a fresh temporary folder, with a time alarm and a memory cap."""
     hang_s = hang_s or SLOW_HANG_S.get(case.command, HANG_S)
     old_cwd = os.getcwd()
@@ -382,7 +443,7 @@ def run_case(case: Case, hang_s: float | None = None) -> Outcome:
             with warnings.catch_warnings(record=True) as caught, \
                     contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 warnings.simplefilter("always")
-                limit = _vm_bytes() + MEMORY_HEADROOM
+                limit = _vm_bytes() + headroom
                 resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY
                                                         else min(limit, hard), hard))
                 signal.setitimer(signal.ITIMER_REAL, hang_s)
@@ -525,6 +586,25 @@ def config_cases(draw, model_type: str) -> Case:
     return build_config_case(model_type, command, changes, draw(st.booleans()))
 
 
+@st.composite
+def gpu_file_cases(draw) -> Case:
+    chosen = draw(st.lists(st.sampled_from(GPU_COLUMNS), min_size=1, max_size=3, unique=True))
+    changes = {c: draw(st.one_of(st.just(MISSING), CLI_CHANGE)) for c in chosen}
+    return build_gpu_file_case(draw(st.sampled_from(sorted(GPU_FILE_COMMANDS))), changes,
+                               draw(st.booleans()))
+
+
+@st.composite
+def calibration_cases(draw) -> Case:
+    chosen = draw(st.lists(st.sampled_from(CALIBRATION_FIELDS), min_size=1, max_size=3,
+                           unique=True))
+    changes = {f: draw(st.one_of(st.just(MISSING), JSON_CHANGE)) for f in chosen}
+    return build_calibration_case(changes, draw(st.booleans()))
+
+
+FILE_STRATEGIES = {"gpu_file": gpu_file_cases, "calibration": calibration_cases}
+
+
 def examples(n: int) -> int:
     return max(1, round(n * SCALE))
 
@@ -549,7 +629,7 @@ DONE: set[str] = set()  # the fuzz tests that ran to the end (passed)
 def warm_up(case: Case) -> None:
     """Run the base once with a long limit: the first call imports torch or matplotlib, which
     must not count against the hang limit nor be cut in half by the alarm."""
-    run_case(case, hang_s=120)
+    run_case(case, hang_s=120, headroom=1 << 40)
 
 
 def _check(case: Case, test: str) -> None:
@@ -586,6 +666,19 @@ def test_every_config_field(model_type):
     DONE.add(f"config:{model_type}")
 
 
+@pytest.mark.parametrize("kind", sorted(FILE_STRATEGIES))
+def test_every_field_of_the_input_files(kind):
+    """--gpu-file cells (plan train/infer) and calibration-report fields (calibrate)."""
+    @settings(max_examples=examples(FILE_EXAMPLES[kind]), **SETTINGS)
+    @given(FILE_STRATEGIES[kind]())
+    def run(case):
+        _check(case, f"file:{kind}")
+
+    RAN[f"file:{kind}"] = 0
+    run()
+    DONE.add(f"file:{kind}")
+
+
 def test_the_fuzzer_sees_every_command_and_option():
     """The enumeration is real: every command of the app, its options, the bases are valid."""
     assert {"presets", "params", "flops", "memory", "plan train", "plan infer", "report",
@@ -608,8 +701,16 @@ def test_the_fuzzer_sees_every_command_and_option():
             assert o.rc == expected and not problems(case, o), describe(case, o)
     for name in ("report", "validate", "calibrate"):  # the writers write inside their out
         case = build_cli_case(COMMANDS[name], {"json_out": True})
+        warm_up(case)
         o = run_case(case)
         assert o.rc == 0 and not problems(case, o), describe(case, o)
+    for command in GPU_FILE_COMMANDS:
+        case = build_gpu_file_case(command, {}, True)
+        o = run_case(case)
+        assert o.rc == 0 and not problems(case, o) and '"mygpu"' in o.stdout, describe(case, o)
+    case = build_calibration_case({}, True)
+    o = run_case(case)
+    assert o.rc == 0 and not problems(case, o), describe(case, o)
     assert _compare({"precious.txt": b"x"}, {"new": b""}, "/tmp", "out") == (["new"], ["precious.txt"])
     assert _compare({}, {"out/report.md": b""}, "/tmp", "out") == ([], [])
 
@@ -617,7 +718,8 @@ def test_the_fuzzer_sees_every_command_and_option():
 def test_at_least_2000_examples_ran():
     """Runs last: when every fuzz test above passed in this session, they ran >= 2,000
     examples together (counted, not the max_examples asked for)."""
-    everything = set(COMMANDS) | {f"config:{t}" for t in CONFIG_BASES}
+    everything = set(COMMANDS) | {f"config:{t}" for t in CONFIG_BASES} \
+        | {f"file:{k}" for k in FILE_STRATEGIES}
     if DONE != everything:
         pytest.skip(f"not every fuzz test ran to the end here: {sorted(everything - DONE)}")
     assert sum(RAN.values()) >= 2000 * min(SCALE, 1), dict(RAN)
