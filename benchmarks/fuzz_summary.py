@@ -104,7 +104,7 @@ def main(argv: list[str]) -> None:
     source = grid(which or ("cli", "config", "files")) if any(a.startswith("--grid") for a in argv) \
         else draw_all()
     for case, o in source:
-            group = case.command if not case.command.startswith("config:") \
+        group = case.command if not case.command.startswith("config:") \
             else ":".join(case.command.split(":")[:2])
         kind = fz.classify(case, o)
         r = rows.setdefault(group, collections.Counter())
