@@ -147,7 +147,7 @@ BASES: dict[str, dict[str, str]] = {
 }
 #: Examples per command per CI run (a command missing here gets DEFAULT_EXAMPLES).
 EXAMPLES = {"presets": 5, "params": 120, "flops": 250, "memory": 300, "plan train": 150,
-            "plan infer": 250, "report": 40, "validate": 50, "calibrate": 40}
+            "plan infer": 250, "report": 60, "validate": 50, "calibrate": 40}
 DEFAULT_EXAMPLES = 100
 #: Where a command may write when its out option is not given (param default or documented).
 DEFAULT_OUT = {"validate": "reports/validation", "calibrate": "profiles"}
