@@ -361,8 +361,9 @@ def build_calibration_case(changes: dict[str, object], json_out: bool) -> Case:
     (field -> (label, JSON text) or MISSING)."""
     report = json.loads(INPUTS["gpu_validation.json"])
     labels, splice = {}, {}
-    for i, (key, change) in enumerate(changes.items()):
-        where = report if key in ("device", "cases") else report["cases"][0]
+    top = ("device", "cases")  # changed after the first case's fields (cases may become a string)
+    for i, (key, change) in enumerate(sorted(changes.items(), key=lambda kv: kv[0] in top)):
+        where = report if key in top else report["cases"][0]
         if change is MISSING:
             where.pop(key, None)
             labels[key] = "missing"
