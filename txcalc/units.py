@@ -9,6 +9,20 @@ GB = 10**9
 _PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers (shard sizes, blocks, KV bytes): exact, no float."""
+    return -(-a // b)
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    """Prediction error in percent, one sign everywhere: (predicted - measured) / measured
+    x 100. Positive: txcalc predicts more than was measured. 0 when both are 0; inf when only
+    the measurement is 0."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else float("inf")
+    return (predicted - measured) / measured * 100.0
+
+
 def scale(largest: float) -> tuple[float, str]:
     """(divisor, prefix) that puts ``largest`` between 1 and 1000: 3e12 -> (1e12, 'T')."""
     for div, prefix in _PREFIXES:
