@@ -21,11 +21,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .components import model_ops
 from .config import ModelConfig
 from .errors import TxcalcError
 from .memory import PRECISIONS, TrainingMemory
-from .timing import COMPUTE_DTYPE, DeviceProfile, op_times
+from .timing import COMPUTE_DTYPE, DEFAULT_FLOP_EFFICIENCY, DeviceProfile, ops_times
 from .workload import Workload
 
 FACTORS = ("matmul", "attention", "bandwidth")
@@ -73,14 +72,9 @@ def read_report(path: str | Path) -> tuple[str, list[Case]]:
 def step_time_s(case: Case, prof: DeviceProfile) -> float:
     """Predicted seconds of one training step of ``case`` on one GPU."""
     w, mem = case.work, TrainingMemory(case.cfg, case.work, case.precision, case.optimizer)
-    weight_b, _, _, _, act_b = PRECISIONS[case.precision]
-    dtype = COMPUTE_DTYPE[case.precision]
-    total = 0.0
-    for op in model_ops(case.cfg):
-        fwd, bwd = op_times(op, w, prof, dtype, act_b, weight_b)
-        recomputed = (w.recompute == "full" and op.layer >= 0) or (
-            w.recompute == "selective" and op.kind in ("attn_scores", "attn_context"))
-        total += fwd * (2 if recomputed else 1) + bwd
+    prec = PRECISIONS[case.precision]
+    total = ops_times(mem.ops, w, prof, COMPUTE_DTYPE[case.precision], prec.act,
+                      prec.weight)[0]
     states = mem.weights + mem.gradients + mem.optimizer_total
     return total + 2 * states / prof.bytes_per_s
 
@@ -97,9 +91,8 @@ def _loss(cases, prof) -> float:
 
 def fit(cases: list[Case], prof: DeviceProfile) -> tuple[DeviceProfile, dict]:
     """The profile with fitted factors, and {case: (measured, before, after)} seconds."""
-    factors = {"matmul": prof.flop_efficiency.get("matmul", 0.55),
-               "attention": prof.flop_efficiency.get("attention", 0.45),
-               "bandwidth": prof.bw_efficiency}
+    factors = {k: prof.flop_efficiency.get(k, DEFAULT_FLOP_EFFICIENCY[k])
+               for k in ("matmul", "attention")} | {"bandwidth": prof.bw_efficiency}
     best = _loss(cases, prof)
     for ratio in (1.5, 1.15, 1.03):  # geometric grid, refined
         for _ in range(6):

@@ -1,0 +1,130 @@
+"""One source of truth: the planner's per-GPU evaluation, the CLI and the sharding plan sum the
+engine's functions (memory.py, accounting.py) over sharded op rows and restate nothing.
+
+- tp = pp = dp = 1: the planner equals TrainingMemory category by category over drawn configs
+  of every model type x optimizer x precision x recompute mode x attention kernel.
+- ``txcalc memory`` equals ``txcalc plan train --gpus 1 --zero 0`` for every preset.
+- Sharding identities: over t TP ranks, p stages and d ZeRO-3 shards the local parameter,
+  gradient and optimizer bytes add up to the whole (FSDP2's padding named and counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import txcalc
+from txcalc.hardware import get_gpu
+from txcalc.memory import (OPTIMIZERS, PRECISIONS, TrainingMemory, grad_bytes, optimizer_bytes,
+                           weight_bytes)
+from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts, shard_op
+from txcalc.parallel.layout import Layout
+from txcalc.parallel.sharding import (assign_stages, fsdp_padding, local_tensors,
+                                      zero_shard_rows)
+from txcalc.presets import PRESETS
+from txcalc.workload import ATTN_IMPLS, RECOMPUTE, Workload
+
+from .ref_configs import configs
+
+EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "60"))
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "logits")
+
+
+def _one_gpu(cfg, batch, seq, precision, optimizer, recompute, attn):
+    s = TrainSetting(cfg, get_gpu("h200"), seq, batch, precision=precision, optimizer=optimizer,
+                     attn_impl=attn)
+    r = evaluate_layouts(s, [Layout(micro_batch=batch, recompute=recompute)])
+    mem = TrainingMemory(cfg, Workload(batch=batch, seq=seq, recompute=recompute,
+                                       attn_impl=attn), precision, optimizer)
+    engine = {"weights": mem.weights, "gradients": mem.gradients,
+              "optimizer": mem.optimizer_total, "activations": mem.activations,
+              "logits": mem.logits_transient}
+    return {k: int(r[f"{k}_bytes"][0]) for k in CATEGORIES}, engine
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data(), family=st.sampled_from(["decoder", "encoder", "encoder-decoder"]),
+       moe=st.booleans(), mla=st.booleans(), optimizer=st.sampled_from(OPTIMIZERS),
+       precision=st.sampled_from(list(PRECISIONS)), recompute=st.sampled_from(RECOMPUTE),
+       attn=st.sampled_from(ATTN_IMPLS))
+def test_one_gpu_layout_equals_engine_drawn(data, family, moe, mla, optimizer, precision,
+                                            recompute, attn):
+    cfg = data.draw(configs(family=family, moe=moe, mla=mla))
+    batch, seq = data.draw(st.integers(1, 3)), data.draw(st.integers(2, 48))
+    planner, engine = _one_gpu(cfg, batch, seq, precision, optimizer, recompute, attn)
+    assert planner == engine
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("recompute", RECOMPUTE)
+def test_t5_small_one_gpu_equals_engine(optimizer, recompute):
+    """The case that drifted: T5's checkpointed position bias (selective: 8,388,608 B; full:
+    + the encoder output, 9,437,184 B) and the step counters of adafactor and adam8bit."""
+    planner, engine = _one_gpu(txcalc.load("t5-small"), 2, 512, "bf16-mixed", optimizer,
+                               recompute, "flash")
+    assert planner == engine
+
+
+def _json(argv):
+    from typer.testing import CliRunner
+    from txcalc.cli import app
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_cli_memory_equals_plan_train_one_gpu(name):
+    """``txcalc memory`` and ``txcalc plan train --gpus 1 --zero 0`` answer the same question."""
+    cfg = txcalc.load(name)
+    seq = min(256, cfg.max_position) if cfg.pos_type == "learned" else 256
+    common = ["--seq", str(seq), "--recompute", "selective", "--optimizer", "adafactor",
+              "--attn", "flash", "--json"]
+    mem = _json(["memory", name, "--batch", "2", *common])
+    plan = _json(["plan", "train", name, "--gpu", "h200", "--gpus", "1", "--zero", "0",
+                  "--micro-batch", "2", "--tokens", str(2 * seq), *common])
+    best = plan["best"]["memory_bytes"]
+    for k in CATEGORIES:
+        assert best[k] == mem[f"{k}_bytes"], k
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "gpt2", "mixtral-8x7b", "t5-small",
+                                  "deepseek-small"])
+@pytest.mark.parametrize("optimizer", ["adamw", "adafactor", "adam8bit"])
+def test_sharding_identities(name, optimizer):
+    """Over t TP ranks the colwise/rowwise/vocab shards add up to the whole and replicated
+    tensors appear t times; over p stages every op is held once (a tied head's copy named);
+    over d ZeRO-3 ranks the unpadded dim-0 shards add up to each tensor, and d x rank 0's
+    padded shard = the parameters + FSDP2's padding."""
+    cfg = txcalc.load(name)
+    ops = TrainingMemory(cfg, Workload(), "bf16-mixed", optimizer).ops
+    whole = weight_bytes(ops, "fp32") // 4
+    for t in (1, 2, 4):
+        local = [shard_op(op, t, 1) for op in ops]
+        replicated = [op for op in ops if op.tp == "replicate" and op.params]
+        split = sum(op.params_total for op in local) - sum(op.params_total for op in replicated)
+        # dims divide for these presets: every rank holds the same split shard
+        assert t * split + sum(op.params_total for op in replicated) == whole
+        assert grad_bytes(local, "bf16-mixed") == 2 * sum(op.params_total for op in local)
+        if optimizer == "adamw":  # states shaped like the parameters: they split alike
+            rep_opt = optimizer_bytes(replicated, "bf16-mixed", optimizer)
+            assert (t * (optimizer_bytes(local, "bf16-mixed", optimizer) - rep_opt) + rep_opt
+                    - (t - 1) * 4 * sum(len(op.tensors()) for op in ops if op.params
+                                        and op.tp != "replicate")
+                    == optimizer_bytes(ops, "bf16-mixed", optimizer))
+    n_blocks = sum(d for _, d in cfg.stacks)
+    for p in (2, min(4, n_blocks)):
+        stages = assign_stages(cfg, ops, p)
+        assert sorted(id(op) for st in stages for op in st) == sorted(id(op) for op in ops)
+        assert sum(weight_bytes(st, "bf16") for st in stages) == weight_bytes(ops, "bf16")
+    for d in (2, 3, 8):
+        tensors = [x for op in ops for x in local_tensors(op, 1)]
+        held = sum(zero_shard_rows(d0, d, r) * rest * n
+                   for d0, rest, n in tensors for r in range(d))
+        assert held == whole
+        rank0 = sum(zero_shard_rows(d0, d, 0) * rest * n for d0, rest, n in tensors)
+        assert d * rank0 == whole + fsdp_padding(tensors, d)
