@@ -77,15 +77,27 @@ def _json(argv):
     return json.loads(r.stdout)
 
 
+@pytest.fixture(scope="module")
+def big_gpu(tmp_path_factory):
+    """One GPU large enough that every preset trains on it (a --gpu-file row)."""
+    path = tmp_path_factory.mktemp("gpu") / "big.csv"
+    header = open(os.path.join(os.path.dirname(txcalc.__file__), "data", "gpus.csv")).readline()
+    path.write_text(header + "big,,100000,GB,4800,60,495,990,990,1980,1980,900,50,8,test\n")
+    return str(path)
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_cli_memory_equals_plan_train_one_gpu(name):
+def test_cli_memory_equals_plan_train_one_gpu(name, big_gpu):
     """``txcalc memory`` and ``txcalc plan train --gpus 1 --zero 0`` answer the same question."""
     cfg = txcalc.load(name)
     seq = min(256, cfg.max_position) if cfg.pos_type == "learned" else 256
-    common = ["--seq", str(seq), "--recompute", "selective", "--optimizer", "adafactor",
-              "--attn", "flash", "--json"]
+    # each preset under another (recompute, optimizer, kernel): every value of each is used
+    i = sorted(PRESETS).index(name)
+    recompute, optimizer = RECOMPUTE[i % 3], OPTIMIZERS[i % len(OPTIMIZERS)]
+    common = ["--seq", str(seq), "--recompute", recompute, "--optimizer", optimizer,
+              "--attn", ATTN_IMPLS[(i // 3) % 3], "--json"]
     mem = _json(["memory", name, "--batch", "2", *common])
-    plan = _json(["plan", "train", name, "--gpu", "h200", "--gpus", "1", "--zero", "0",
+    plan = _json(["plan", "train", name, "--gpu", "big", "--gpu-file", big_gpu, "--gpus", "1", "--zero", "0",
                   "--micro-batch", "2", "--tokens", str(2 * seq), *common])
     best = plan["best"]["memory_bytes"]
     for k in CATEGORIES:
@@ -93,7 +105,7 @@ def test_cli_memory_equals_plan_train_one_gpu(name):
 
 
 @pytest.mark.parametrize("name", ["llama-3-8b", "gpt2", "mixtral-8x7b", "t5-small",
-                                  "deepseek-small"])
+                                  "deepseek-v3"])
 @pytest.mark.parametrize("optimizer", ["adamw", "adafactor", "adam8bit"])
 def test_sharding_identities(name, optimizer):
     """Over t TP ranks the colwise/rowwise/vocab shards add up to the whole and replicated
@@ -104,18 +116,30 @@ def test_sharding_identities(name, optimizer):
     ops = TrainingMemory(cfg, Workload(), "bf16-mixed", optimizer).ops
     whole = weight_bytes(ops, "fp32") // 4
     for t in (1, 2, 4):
+        # per tensor: rank 0's shard is the ceil-divided dim (colwise/vocab: dim 0, rowwise:
+        # dim 1) or the whole tensor (replicated); over the t ranks the split shards add up to
+        # the tensor and replicated ones appear t times
+        held = replicated = tp_padding = 0
+        for op in ops:
+            for (d0, rest, n), (l0, lrest, ln) in zip(local_tensors(op, 1), local_tensors(op, t)):
+                assert n == ln
+                if (l0, lrest) == (d0, rest):
+                    replicated += d0 * rest * n
+                    held += t * d0 * rest * n
+                    continue
+                dim, local = (d0, l0) if l0 != d0 else (rest, lrest)
+                assert local == -(-dim // t)
+                held += sum(zero_shard_rows(dim, t, r) for r in range(t)) * (d0 * rest // dim) * n
+                tp_padding += (t * local - dim) * (d0 * rest // dim) * n
+        assert held == whole + (t - 1) * replicated
         local = [shard_op(op, t, 1) for op in ops]
-        replicated = [op for op in ops if op.tp == "replicate" and op.params]
-        split = sum(op.params_total for op in local) - sum(op.params_total for op in replicated)
-        # dims divide for these presets: every rank holds the same split shard
-        assert t * split + sum(op.params_total for op in replicated) == whole
+        assert t * sum(op.params_total for op in local) == whole + (t - 1) * replicated \
+            + tp_padding
         assert grad_bytes(local, "bf16-mixed") == 2 * sum(op.params_total for op in local)
-        if optimizer == "adamw":  # states shaped like the parameters: they split alike
-            rep_opt = optimizer_bytes(replicated, "bf16-mixed", optimizer)
-            assert (t * (optimizer_bytes(local, "bf16-mixed", optimizer) - rep_opt) + rep_opt
-                    - (t - 1) * 4 * sum(len(op.tensors()) for op in ops if op.params
-                                        and op.tp != "replicate")
-                    == optimizer_bytes(ops, "bf16-mixed", optimizer))
+        if optimizer == "adamw":  # states shaped like the parameters; one step per tensor
+            counters = 4 * sum(len(op.tensors()) for op in ops if op.params)
+            assert (t * optimizer_bytes(local, "bf16-mixed", optimizer)
+                    == (whole + (t - 1) * replicated + tp_padding) * 12 + t * counters)
     n_blocks = sum(d for _, d in cfg.stacks)
     for p in (2, min(4, n_blocks)):
         stages = assign_stages(cfg, ops, p)
