@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ..units import error_pct
+
 from . import app
 from .output import console, emit_json, table
 
@@ -33,7 +35,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     result = {"gpu": g.name, "profile": str(out), "flop_efficiency": fitted.flop_efficiency,
               "bw_efficiency": fitted.bw_efficiency,
               "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
-                         "before_error_pct": (m - b) / m * 100, "after_error_pct": (m - a) / m * 100}
+                         "before_error_pct": error_pct(b, m), "after_error_pct": error_pct(a, m)}
                         for k, (m, b, a) in rows.items()]}
     text = __import__("json").dumps(fitted.to_json(), indent=2)  # built before writing
     out.parent.mkdir(parents=True, exist_ok=True)

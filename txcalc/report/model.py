@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .. import __version__
 from ..errors import WorkloadError
-from ..units import GB, gb, human, plural
+from ..units import GB, error_pct, gb, human, plural
 from .request import ReportRequest
 
 SCHEMA = 1
@@ -533,7 +533,7 @@ def _validation_section(data: dict, name: str, validation_dir) -> dict:
                                                 "recompute", "precision")
                       if isinstance(raw.get(k), (str, int)) and not isinstance(raw[k], bool))
     for r in rows:
-        r["error_pct"] = (100.0 * (r["predicted"] - r["measured"]) / r["measured"]
+        r["error_pct"] = (error_pct(r["predicted"], r["measured"])
                           if r["measured"] else (0.0 if r["predicted"] == 0 else None))
     by_q: dict[str, dict] = {}
     for r in rows:
