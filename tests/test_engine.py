@@ -152,3 +152,49 @@ def test_sharding_identities(name, optimizer):
         assert held == whole
         rank0 = sum(zero_shard_rows(d0, d, 0) * rest * n for d0, rest, n in tensors)
         assert d * rank0 == whole + fsdp_padding(tensors, d)
+
+
+# --- issue 10 item 8: activations never grow when recompute does more -----------------------------
+@settings(max_examples=EXAMPLES, deadline=None, derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
+          suppress_health_check=list(HealthCheck))
+@given(cfg=configs(), attn=st.sampled_from(ATTN_IMPLS), batch=st.integers(1, 3),
+       seq=st.integers(2, 48))
+def test_recompute_never_keeps_more(cfg, attn, batch, seq):
+    """none >= selective >= full, for every kernel (T5-style relative bias included)."""
+    saved = [TrainingMemory(cfg, Workload(batch=batch, seq=seq, attn_impl=attn, recompute=r))
+             .activations for r in RECOMPUTE]
+    assert saved[0] >= saved[1] >= saved[2]
+
+
+def test_t5_small_selective_below_none_under_flash():
+    """Issue 10's figures: t5-small, batch 1, seq 512, flash. Selective keeps the position
+    bias (checkpoint input, 8,388,608 B over the two stacks; measured with saved_tensors_hooks
+    in tests/test_reference.py::test_relative_bias_kept_by_checkpoint); with no recompute the
+    fused kernel keeps the same bias as its attn_mask (SDPA's memory-efficient kernel saves it
+    for backward), which the engine omitted: none was 200,388,612 B, below selective's
+    208,482,308 B. Now none = selective + the 18 cores' logsumexp (294,912 B)."""
+    cfg = txcalc.load("t5-small")
+    act = {r: TrainingMemory(cfg, Workload(batch=1, seq=512, attn_impl="flash", recompute=r))
+           .activations for r in RECOMPUTE}
+    assert act["selective"] == 208_482_308
+    assert act["none"] == 200_388_612 + 2 * 8 * 512 * 512 * 2 == act["selective"] + 294_912
+
+
+def test_t5_small_pytorch_keeps_more_without_recompute():
+    """saved_tensors_hooks on reference/model.py, t5-small, batch 1 x 512, SDPA asked for the
+    fused kernel (FakeTensorMode, CPU): with no recompute torch keeps more than under selective
+    (the CPU kernels cannot take a mask that needs a gradient, so SDPA falls back to its math
+    path: 319,729,668 B), and selective's bytes equal the engine's exactly. The engine's none
+    models the fused (CUDA memory-efficient) kernel, which keeps the bias instead of S x S."""
+    torch = pytest.importorskip("torch")
+    from reference.measure import saved_under_fake
+    cfg = txcalc.load("t5-small")
+    measured = {}
+    for r in ("none", "selective"):
+        w = Workload(batch=1, seq=512, attn_impl="flash", recompute=r)
+        measured[r] = sum(saved_under_fake(cfg, w, torch.bfloat16)[0].values())
+    engine = {r: TrainingMemory(cfg, Workload(batch=1, seq=512, attn_impl="flash",
+                                              recompute=r)).activations
+              for r in ("none", "selective")}
+    assert measured["selective"] == engine["selective"] == 208_482_308
+    assert measured["none"] == 319_729_668 > engine["none"] > engine["selective"]

@@ -276,10 +276,13 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         the block's input           | full              | rows x D x a (the residual stream)
         the encoder output          | full, decoder     | src rows x D x a (every decoder
                                     |   block 0         |   block's cross k/v reads it)
-        T5's position bias          | selective, full   | H x S_q x S_k x a: it needs a
-                                    |                   |   gradient, so the checkpoint keeps
-                                    |                   |   it; once per stack and window
-                                    |                   |   mask, at the first block using it
+        T5's position bias          | selective, full,  | H x S_q x S_k x a: it needs a
+                                    |   and none under  |   gradient, so the checkpoint keeps
+                                    |   a fused kernel  |   it; so does a fused kernel that
+                                    |                   |   takes it as attn_mask (its backward
+                                    |                   |   re-forms the scores from it); once
+                                    |                   |   per stack and window mask, at the
+                                    |                   |   first block using it
 
     (checked with saved_tensors_hooks against reference/model.py in tests/test_reference.py).
     """
@@ -294,7 +297,8 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         window = (lambda j: cfg.window(j) if causal else 0)
         if all(window(j) != window(i) for j in range(i)):
             yield checkpoint(f"{p}.attn.core", where, "checkpoint.position_bias",
-                             ("selective", "full"), heads=cfg.n_heads, stream=s, kv_stream=s,
+                             ("selective", "full", "fused"), heads=cfg.n_heads, stream=s,
+                             kv_stream=s,
                              act_split="tp")
 
 

@@ -159,13 +159,17 @@ def saved_rows(ops, work: Workload, act_bytes: int):
 
     none: every op's ``saved_bytes``; selective: the attention core keeps only its inputs (no
     S x S); full: block ops keep nothing, reported under their block's path; checkpoint ops
-    keep their input under the modes they declare (``Op.kept``). Under full recompute a block
-    op's bytes go to its block's path.
+    keep their input under the modes they declare (``Op.kept``; "fused": also with no
+    recompute under a fused kernel). Under full recompute a block op's bytes go to its
+    block's path.
     """
     mode = work.recompute
     for op in ops:
         if op.kind == "checkpoint":
-            if mode in op.kept:
+            # "fused": with no recompute a fused kernel keeps this input itself (T5's bias
+            # is the attn_mask of SDPA's memory-efficient kernel, which saves it for backward)
+            if mode in op.kept or (mode == "none" and "fused" in op.kept
+                                   and work.attn_impl == "flash"):
                 path = op.block_path if mode == "full" else op.path
                 yield path, op, op.saved_bytes(work, act_bytes)
             continue
