@@ -173,7 +173,7 @@ def _kv_cache(model, cfg, work, new_tokens: int, precision: str) -> dict:
 
     from .measure import kv_cache_after_generate
 
-    kv_dtype = {4: "fp32", 2: "bf16"}[PRECISIONS[precision][4]]
+    kv_dtype = {4: "fp32", 2: "bf16"}[PRECISIONS[precision].act]
     nbytes, context = kv_cache_after_generate(model.eval(), work.batch, work.seq, new_tokens,
                                               work.src_seq)
     model.train()

@@ -452,7 +452,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     cfg = load(model)
     gpu = get_gpu(gpu, gpu_file)
     _check("kv dtype", kv_dtype, KV_DTYPES)
-    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)][0]
+    prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
+    wbytes = prec.weight
     for name, v in (("context", context), ("concurrency", concurrency)):
         _positive(name, v, True)
     _positive("tokens_per_s", tokens_per_s)
@@ -479,7 +480,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                               for st in stages)
             kv_seq = -(-kv_all * most_blocks // (n_blocks * kv_split))
             workspace = PREFILL_CHUNK * (3 * max(cfg.d_ff, cfg.moe_d_ff) // tp
-                                         + 6 * cfg.d_model) * 2
+                                         + 6 * cfg.d_model) * prec.act
             fixed = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
             budget = int((gpu.memory_bytes - fixed) / (1 + ov.fragmentation)) - weights \
                 - workspace

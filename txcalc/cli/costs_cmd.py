@@ -172,7 +172,7 @@ def _inference(model, context, concurrency, kv_dtype, precision) -> dict:
     cfg = load(model)
     if concurrency <= 0 or context <= 0:
         raise WorkloadError(f"--concurrency ({concurrency}) and --context ({context}) must be positive")
-    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)][0]
+    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
     kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype)
     return {"model": cfg.name, "precision": precision, "context": context,

@@ -400,6 +400,10 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
+    # k and v per token as the attention core reads them (its keys op: K heads, or H for MLA's
+    # decompressed keys, of the q/k and the v width): what context parallelism rings around
+    arrays["kv_width"] = max((op.kv_heads * (op.d_in + op.d_out) for ops in groups for op in ops
+                              if op.kind == "attn_keys"), default=0)
     arrays["stage"] = inflight_stage
     arrays["has_head"] = has_head
     arrays["valid"] = valid
@@ -455,8 +459,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     unit_tp = comm.collective_s("all_reduce", act_size, tp, 1, gpu)
     unit_ep = comm.collective_s("all_to_all", act_size * max(cfg.top_k, 1), g["ep"], tp * cp,
                                 gpu) if moe else 0.0
-    kv_width = (cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim) if cfg.is_mla
-                else 2 * cfg.kv_dim)
+    kv_width = A["kv_width"]  # k and v elements per token the CP ring passes
     unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)

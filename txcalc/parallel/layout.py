@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from ..config import ModelConfig
 from ..errors import TxcalcError
+from ..workload import RECOMPUTE  # noqa: F401  (the one list of recompute modes)
 
 SCHEDULES = ("1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
 
 
 class LayoutError(TxcalcError):
