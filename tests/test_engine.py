@@ -198,3 +198,17 @@ def test_t5_small_pytorch_keeps_more_without_recompute():
               for r in ("none", "selective")}
     assert measured["selective"] == engine["selective"] == 208_482_308
     assert measured["none"] == 319_729_668 > engine["none"] > engine["selective"]
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "t5-small"])
+def test_layout_grid_obeys_check_layout(name):
+    """The grid's masks and check_layout share one set of joint rules (layout.joint_rules):
+    every layout the planner's grid keeps passes check_layout."""
+    from txcalc.planner import _layout_at, layout_grid
+    from txcalc.parallel.layout import check_layout
+    cfg = txcalc.load(name)
+    g, _ = layout_grid(cfg, get_gpu("h100"), 2048, 64, 256)
+    n = len(g["tp"])
+    assert n > 100
+    for i in range(0, n, max(1, n // 400)):
+        check_layout(cfg, _layout_at(g, i), 2048)

@@ -30,7 +30,7 @@ from .workload import Workload
 FACTORS = ("matmul", "attention", "bandwidth")
 
 
-class ReportError(TxcalcError):
+class CalibrationInputError(TxcalcError):
     """A validation report that cannot be read or has no usable cases."""
 
 
@@ -61,10 +61,10 @@ def read_report(path: str | Path) -> tuple[str, list[Case]]:
                               f"{work.recompute}", cfg, work, str(c["precision"]),
                               str(c["optimizer"]), float(c["step_time_s"])))
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ReportError(f"cannot read validation report {str(path)!r}: "
+        raise CalibrationInputError(f"cannot read validation report {str(path)!r}: "
                           f"{e.__class__.__name__} {e}") from None
     if not cases or any(c.measured_s <= 0 for c in cases):
-        raise ReportError(f"validation report {str(path)!r} has no cases with a positive "
+        raise CalibrationInputError(f"validation report {str(path)!r} has no cases with a positive "
                           "measured step_time_s")
     return device, cases
 

@@ -43,8 +43,9 @@ from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
-from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout
+from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout, joint_rules
 from .timing import DeviceProfile
+from .units import cdiv
 
 DAY_S = 86400.0
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "logits", "zero3_buffers",
@@ -207,9 +208,9 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     if gpus is not None:
         ok &= n == gpus
     m = global_batch // (dp * mb)
-    ok &= (sp == 0) | (tp > 1)
-    ok &= (v == 1) | ((pp > 1) & (pp * v <= n_blocks) & (m % pp == 0))
-    ok &= (dp * cp) % ep == 0
+    for rule in joint_rules(tp, pp, dp, cp, ep, sp, v, n_blocks).values():  # check_layout's
+        ok &= rule
+    ok &= (v == 1) | (m % pp == 0)  # interleaving needs micro-batches in multiples of pp
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
     pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
               "micro_batch": mb, "recompute": rc}
@@ -478,7 +479,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
             most_blocks = max(len({(o.stack, o.layer) for o in st if o.layer >= 0})
                               for st in stages)
-            kv_seq = -(-kv_all * most_blocks // (n_blocks * kv_split))
+            kv_seq = cdiv(kv_all * most_blocks, n_blocks * kv_split)
             workspace = PREFILL_CHUNK * (3 * max(cfg.d_ff, cfg.moe_d_ff) // tp
                                          + 6 * cfg.d_model) * prec.act
             fixed = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
@@ -504,14 +505,14 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                                         "all_reduce", context * cfg.d_model * wbytes, tp, 1,
                                         gpu, 2 * n_blocks))
             prefill = prefill_s[tp]
-            replicas = -(-concurrency // maxc)
+            replicas = cdiv(concurrency, maxc)
             while True:
-                per = -(-concurrency // replicas)
+                per = cdiv(concurrency, replicas)
                 tps_total = replicas * per / decode_s(per)
                 if tokens_per_s is None or tps_total >= tokens_per_s or replicas > 10**5:
                     break
                 replicas += 1
-            per = -(-concurrency // replicas)
+            per = cdiv(concurrency, replicas)
             step = decode_s(per)
             rows.append(InferRow(tp, pp, replicas, replicas * tp * pp, weights, kv_seq, maxc,
                                  maxc * replicas, prefill, replicas * per / step, 1 / step))

@@ -30,14 +30,10 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from ..ops import Op
+from ..units import cdiv
 from ..workload import Workload
 
 from ..ops import TP_REGION_KINDS  # noqa: F401  (re-exported: the roles' vocabulary)
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division of non-negative integers (FSDP2's and Megatron's shard sizes)."""
-    return -(-a // b)
 
 
 _cdiv = cdiv
