@@ -466,6 +466,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
     zero3_blocks = np.where(zero == 3, ov.zero3_prefetch_blocks * wb
                             * A["layer_params"][ti, ei], 0)
+    grad_shard = np.where(zero == 2, max(gb_, mb_ if s.optimizer != "none" else 0), gb_)
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
@@ -502,15 +503,21 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                    + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
         # step counters: one per parameter tensor, never sharded (OPTIMIZER_SPECS)
         opt = opt + OPTIMIZER_SPECS[s.optimizer].step_bytes * flat["tensors"].take(base)
-        cat = {"weights": wb * held(3), "gradients": gb_ * held(2), "optimizer": opt}
+        # ZeRO-2 (FSDP2 without resharding after forward): the gradient shard takes the dtype
+        # of the sharded parameter it belongs to, the fp32 master under mixed precision
+        # (FSDP2 reduce-scatters into it); ZeRO-3's bf16 weight shard + bf16 gradient shard
+        # stand for FSDP2's fp32 parameter and gradient shards (2 + 2 + 12 = 4 + 4 + 8 bytes)
+        cat = {"weights": wb * held(3), "gradients": grad_shard * held(2), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
         stage = A["stage"][:, k].take(pi)
         extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
         inflight = pp - stage + extra * (v > 1)
         cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
-        cat["zero3_buffers"] = np.where(zero == 3, zero3_blocks + wb * flat["root_params"].take(
-            base), 0)
+        # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
+        # backward) and the prefetched blocks, never more than the stage holds
+        cat["zero3_buffers"] = np.where(zero == 3, np.minimum(
+            zero3_blocks + wb * flat["root_params"].take(base), wb * (pd + pe)), 0)
         tensors = sum(cat.values())
         cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
         total = tensors + cat["framework"]
