@@ -12,9 +12,9 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     category      | bytes                                                  | sharded over
     --------------|--------------------------------------------------------|-----------------
     weights       | w * P                                                  | ZeRO-3
-    gradients     | g * P                                                  | ZeRO-2, 3
+    gradients     | g * P (ZeRO-2: the master's dtype, FSDP2's fp32 shard) | ZeRO-2, 3
     optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
-                  |   + 4 bytes a parameter tensor (torch's Adam step)     |   (steps: never)
+                  |   + step counters per tensor (memory.OPTIMIZER_SPECS)  |   (steps: never)
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
                   |   x micro-batches in flight (1F1B: pp - stage;         |
                   |   interleaved stage 0: pp + (pp - 1) / v)              |
@@ -22,6 +22,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
+                  |   (at most the stage's parameters)                      |
     framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
 
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
