@@ -31,6 +31,7 @@ import torch
 from txcalc.accounting import count_flops, count_params
 from txcalc.config import ModelConfig
 from txcalc.memory import TrainingMemory
+from txcalc.units import error_pct
 from txcalc.workload import Workload
 
 from .measure import make_inputs
@@ -151,8 +152,8 @@ def run_case(case: Case, device: str, steps: int = 3) -> dict:
     if cuda:  # peak per phase vs max_memory_allocated (reserved reported apart)
         pairs = {"forward": "peak_forward", "backward": "peak_backward", "step": "peak_step"}
         out["peak_error_pct"] = {
-            ph: (phases[ph]["max_allocated"] - out["predicted"][p])
-            / phases[ph]["max_allocated"] * 100 for ph, p in pairs.items() if ph in phases}
+            ph: error_pct(out["predicted"][p], phases[ph]["max_allocated"])
+            for ph, p in pairs.items() if ph in phases}
     del trainer, model, inputs
     if cuda:
         torch.cuda.empty_cache()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import txcalc
 from txcalc.memory import TrainingMemory
+from txcalc.units import error_pct
 from txcalc.workload import Workload
 
 from .train import memory_by_phase
@@ -47,7 +48,7 @@ def main(argv=None) -> None:
     for phase in PHASES:
         m, p = measured[phase], predicted[phase]
         rows[phase] = {"measured": m["total"], "predicted": p["total"],
-                       "error_pct": (m["total"] - p["total"]) / m["total"] * 100}
+                       "error_pct": error_pct(p["total"], m["total"])}
     report = {"model": cfg.name, "batch": args.batch, "seq": args.seq, "steps": args.steps,
               "precision": args.precision, "optimizer": args.optimizer,
               "method": "FakeTensorMode + torch.distributed._tools.mem_tracker.MemTracker",

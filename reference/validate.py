@@ -10,7 +10,8 @@ behind ``txcalc validate``.
     KV cache (cpu)  | memory.kv_cache_bytes              | cache storages after generate()
     memory (cpu)    | TrainingMemory.phases              | MemTracker over a real training step
 
-Error % is (measured - predicted) / measured * 100 (0 when both are 0).
+Error % is (predicted - measured) / measured * 100 (txcalc.units.error_pct; 0 when both
+are 0).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from txcalc.accounting import count_flops
 from txcalc.components import model_ops
 from txcalc.config import ModelConfig
 from txcalc.memory import PRECISIONS, TrainingMemory
+from txcalc.units import error_pct  # (predicted - measured) / measured, one sign
 from txcalc.workload import Workload
 
 from .measure import (flops_by_module, flops_under_fake, join, layer_of, make_inputs,
@@ -34,10 +36,6 @@ from .model import DTYPES, build
 QUANTITIES = ("params", "forward_flops", "saved_bytes")
 
 
-def error_pct(predicted: int, measured: int) -> float:
-    if measured == 0:
-        return 0.0 if predicted == 0 else 100.0
-    return (measured - predicted) / measured * 100.0
 
 
 def _component(module: str) -> str:
@@ -86,6 +84,8 @@ def validate(cfg: ModelConfig, work: Workload, device: str = "meta",
     flops = count_flops(cfg, work)
     predicted = {q: defaultdict(int) for q in QUANTITIES}
     for op in ops:
+        if op.kind == "checkpoint":  # what recompute keeps: in activations_by_op below
+            continue
         predicted["params"][op.path] += op.params_total
         predicted["forward_flops"][op.path] += op.fwd_flops(work)
     predicted["saved_bytes"].update(mem.activations_by_op())  # recompute-aware
@@ -170,7 +170,7 @@ def _kv_cache(model, cfg, work, new_tokens: int, precision: str) -> dict:
 
     from .measure import kv_cache_after_generate
 
-    kv_dtype = {4: "fp32", 2: "bf16"}[PRECISIONS[precision][4]]
+    kv_dtype = {4: "fp32", 2: "bf16"}[PRECISIONS[precision].act]
     nbytes, context = kv_cache_after_generate(model.eval(), work.batch, work.seq, new_tokens,
                                               work.src_seq)
     model.train()
@@ -190,7 +190,7 @@ def to_markdown(report: dict) -> str:
              "Predicted: the txcalc engine. Measured: the reference PyTorch model "
              "(reference/model.py): numel, FlopCounterMode, saved_tensors_hooks"
              + (", KV cache after generate()" if "kv_cache" in r else "") + ".",
-             "Error % = (measured - predicted) / measured.", "",
+             "Error % = (predicted - measured) / measured.", "",
              "## Totals", "", "| quantity | predicted | measured | error % |", "|---|---:|---:|---:|"]
     for q, t in r["totals"].items():
         lines.append(f"| {q} | {t['predicted']:,} | {t['measured']:,} | {t['error_pct']:.4f} |")

@@ -210,14 +210,15 @@ def test_report_numbers_equal_the_memory_and_flops_commands(capsys):
     rep = build_report(ReportRequest("llama-3-8b", seq=2048, batch=2, attn="eager",
                                      recompute="selective"))
     assert main(["memory", "llama-3-8b", "--seq", "2048", "--batch", "2", "--recompute",
-                 "selective", "--json"]) == 0
+                 "selective", "--attn", "eager", "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)
     chosen = next(m for m in rep["data"]["single_gpu"] if m["recompute"] == "selective")
     assert chosen["total"] == mem["total_bytes"] == rep["data"]["answer"]["total_bytes"]
     # categories at the peak of the step (here the optimizer step: activations are freed)
     assert chosen["categories"]["activations"] == mem["peak_by_category"]["act"]
     assert chosen["categories"]["temporaries"] == mem["peak_by_category"]["temp"]
-    assert main(["flops", "llama-3-8b", "--seq", "2048", "--batch", "2", "--json"]) == 0
+    assert main(["flops", "llama-3-8b", "--seq", "2048", "--batch", "2", "--attn", "eager",
+                 "--json"]) == 0
     fl = json.loads(capsys.readouterr().out)
     assert rep["data"]["flops"]["model"] == fl["model_flops"]
 

@@ -133,7 +133,9 @@ class ParamCounts:
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
     from .inputs import CONFIG_HINT, instance
-    return ParamCounts(instance("cfg", cfg, ModelConfig, CONFIG_HINT), tuple(model_ops(cfg)))
+    instance("cfg", cfg, ModelConfig, CONFIG_HINT)
+    # checkpoint rows (what recompute keeps) have no parameters: not a component here
+    return ParamCounts(cfg, tuple(op for op in model_ops(cfg) if op.kind != "checkpoint"))
 
 
 @dataclass(frozen=True)
@@ -154,26 +156,21 @@ class FlopCounts:
 
     @cached_property
     def forward(self) -> int:
-        return sum(op.fwd_flops(self.work) for op in self.ops)
+        return forward_flops(self.ops, self.work)
 
     @cached_property
     def backward(self) -> int:
-        return sum(op.bwd_flops(self.work) for op in self.ops)
+        return backward_flops(self.ops, self.work)
 
     @cached_property
     def model(self) -> int:
-        return sum(op.fwd_flops(self.work, True) + op.bwd_flops(self.work, True)
-                   for op in self.ops)
+        return forward_flops(self.ops, self.work, True) + backward_flops(self.ops, self.work, True)
 
     @cached_property
     def recompute(self) -> int:
-        mode = self.work.recompute
-        if mode == "none":
-            return 0
-        if mode == "selective":  # the attention core only (Korthikanti et al., arXiv:2205.05198)
-            return sum(op.fwd_flops(self.work) for op in self.ops
-                       if op.kind in ("attn_scores", "attn_context"))
-        return sum(op.fwd_flops(self.work) for op in self.ops if op.layer >= 0)
+        """Forward work run again in backward: the ops' recompute class (``Op.reruns``;
+        selective: the attention core, Korthikanti et al. arXiv:2205.05198; full: blocks)."""
+        return recompute_flops(self.ops, self.work)
 
     @property
     def hardware(self) -> int:
@@ -230,6 +227,20 @@ class FlopCounts:
                 "model_flops": self.model, "recompute_flops": self.recompute,
                 "hardware_flops": self.hardware, "by_component": self.by_component(),
                 "by_layer_type": self.by_layer_type()}
+
+
+def forward_flops(ops, work, model: bool = False) -> int:
+    """Forward matmul FLOPs of any ops (``model``: masked attention pairs skipped)."""
+    return sum(op.fwd_flops(work, model) for op in ops)
+
+
+def backward_flops(ops, work, model: bool = False) -> int:
+    return sum(op.bwd_flops(work, model) for op in ops)
+
+
+def recompute_flops(ops, work) -> int:
+    """Forward FLOPs that the recompute policy runs again during backward."""
+    return sum(op.fwd_flops(work) for op in ops if op.reruns(work.recompute))
 
 
 def count_flops(cfg: ModelConfig, work) -> FlopCounts:

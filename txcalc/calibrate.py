@@ -20,18 +20,17 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .components import model_ops
 from .config import ModelConfig
 from .errors import TxcalcError
 from .memory import PRECISIONS, TrainingMemory
 from .safeio import parse_json, read_text, shown
-from .timing import COMPUTE_DTYPE, DeviceProfile, op_times
+from .timing import COMPUTE_DTYPE, DEFAULT_FLOP_EFFICIENCY, DeviceProfile, ops_times
 from .workload import Workload
 
 FACTORS = ("matmul", "attention", "bandwidth")
 
 
-class ReportError(TxcalcError):
+class CalibrationInputError(TxcalcError):
     """A validation report that cannot be read or has no usable cases."""
 
 
@@ -52,7 +51,7 @@ MAX_STEP_TIME_S = 86400.0
 def _int_field(c: dict, key: str, where: str) -> int:
     v = c[key]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ReportError(f"{where}: {key} ({v!r:.80}) must be a positive integer")
+        raise CalibrationInputError(f"{where}: {key} ({v!r:.80}) must be a positive integer")
     return v
 
 
@@ -60,7 +59,7 @@ def _step_time(c: dict, where: str) -> float:
     v = c["step_time_s"]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
             0 < v <= MAX_STEP_TIME_S):  # NaN fails the comparison too
-        raise ReportError(f"{where}: step_time_s ({v!r:.80}) must be a number of seconds in "
+        raise CalibrationInputError(f"{where}: step_time_s ({v!r:.80}) must be a number of seconds in "
                           f"(0, {MAX_STEP_TIME_S:g}]")
     return float(v)
 
@@ -72,11 +71,11 @@ def read_report(path: str | Path) -> tuple[str, list[Case]]:
     batch and seq must be positive integers (512.9 and true are refused, not truncated or
     read as 1), step_time_s a positive finite number of seconds, device a string."""
     where = f"validation report {shown(path)}"
-    report = parse_json(read_text(path, ReportError), f"cannot read {where}", ReportError)
+    report = parse_json(read_text(path, CalibrationInputError), f"cannot read {where}", CalibrationInputError)
     try:
         device = report.get("device", "")
         if not isinstance(device, str):
-            raise ReportError(f"{where}: device ({device!r:.80}) must be a string")
+            raise CalibrationInputError(f"{where}: device ({device!r:.80}) must be a string")
         cases = []
         for i, c in enumerate(report["cases"]):
             if "step_time_s" not in c:
@@ -93,23 +92,18 @@ def read_report(path: str | Path) -> tuple[str, list[Case]]:
     except TxcalcError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ReportError(f"cannot read {where}: {e.__class__.__name__} {e}") from None
+        raise CalibrationInputError(f"cannot read {where}: {e.__class__.__name__} {e}") from None
     if not cases:
-        raise ReportError(f"{where} has no cases with a positive measured step_time_s")
+        raise CalibrationInputError(f"{where} has no cases with a positive measured step_time_s")
     return device, cases
 
 
 def step_time_s(case: Case, prof: DeviceProfile) -> float:
     """Predicted seconds of one training step of ``case`` on one GPU."""
     w, mem = case.work, TrainingMemory(case.cfg, case.work, case.precision, case.optimizer)
-    weight_b, _, _, _, act_b = PRECISIONS[case.precision]
-    dtype = COMPUTE_DTYPE[case.precision]
-    total = 0.0
-    for op in model_ops(case.cfg):
-        fwd, bwd = op_times(op, w, prof, dtype, act_b, weight_b)
-        recomputed = (w.recompute == "full" and op.layer >= 0) or (
-            w.recompute == "selective" and op.kind in ("attn_scores", "attn_context"))
-        total += fwd * (2 if recomputed else 1) + bwd
+    prec = PRECISIONS[case.precision]
+    total = ops_times(mem.ops, w, prof, COMPUTE_DTYPE[case.precision], prec.act,
+                      prec.weight)[0]
     states = mem.weights + mem.gradients + mem.optimizer_total
     return total + 2 * states / prof.bytes_per_s
 
@@ -126,9 +120,8 @@ def _loss(cases, prof) -> float:
 
 def fit(cases: list[Case], prof: DeviceProfile) -> tuple[DeviceProfile, dict]:
     """The profile with fitted factors, and {case: (measured, before, after)} seconds."""
-    factors = {"matmul": prof.flop_efficiency.get("matmul", 0.55),
-               "attention": prof.flop_efficiency.get("attention", 0.45),
-               "bandwidth": prof.bw_efficiency}
+    factors = {k: prof.flop_efficiency.get(k, DEFAULT_FLOP_EFFICIENCY[k])
+               for k in ("matmul", "attention")} | {"bandwidth": prof.bw_efficiency}
     best = _loss(cases, prof)
     for ratio in (1.5, 1.15, 1.03):  # geometric grid, refined
         for _ in range(6):

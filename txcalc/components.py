@@ -20,7 +20,8 @@ import dataclasses
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, attention_core, dropout, elementwise, embedding, linear, norm
+from .ops import (Op, attention_core, checkpoint, dropout, elementwise, embedding, linear,
+                  norm)
 
 Where = tuple[str, int]
 
@@ -37,7 +38,8 @@ def _norm(cfg: ModelConfig, path: str, where: Where, component: str, width: int)
 def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     """Token table (shared by both stacks of an encoder-decoder model), then per-stack extras."""
     top: Where = ("", -1)
-    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim)
+    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim,
+                    tp="vocab")
     if cfg.embed_dim != cfg.d_model:  # OPT-350m: embeddings of width 512 projected to 1024
         yield linear("embed.proj_in", top, "embed.proj_in", cfg.embed_dim, cfg.d_model, False)
     if cfg.type_vocab_size:
@@ -104,17 +106,18 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     c = f"{name}."
     if cfg.is_mla and name == "attn":
-        yield from mla(cfg, p + c, where)
+        yield from mla(cfg, p + c, where, c)
         return
     cross = name == "cross_attn"
     q_stream = _stream(where[0])
     kv_stream = "src" if cross else q_stream
-    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream)
+    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream,
+                 tp="colwise")
     # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
     yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
-                 shares_input=not cross or where[1] > 0)
+                 shares_input=not cross or where[1] > 0, tp="colwise")
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
-                 shares_input=True)
+                 shares_input=True, tp="colwise")
     if cfg.pos_type == "rotary" and where[1] == 0 and not cross:
         yield rotary(p + c, where, c, h, _pos_stream(where[0]))
     if cfg.qk_norm != "none" and not cross:
@@ -122,14 +125,17 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
         q_w, k_w, q_n, k_n = (h, h, H, K) if cfg.qk_norm == "head" else (H * h, K * h, 1, 1)
         for name, width, n in (("q_norm", q_w, q_n), ("k_norm", k_w, k_n)):
             op = _norm(cfg, f"{p}{c}{name}", where, c + name, width)
-            yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved))
+            # inside the TP region: the heads split over t
+            yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved),
+                                      act_split="tp")
     yield from _core(cfg, p + c, where, c, h, h, cross)
-    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream)
+    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
+                 tp="rowwise")
     if cfg.resid_dropout:
         yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
 
 
-def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
+def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator[Op]:
     """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1).
 
     q: D -> q_lora (RMSNorm) -> H*(nope+rope), or D -> H*(nope+rope) without q compression;
@@ -138,14 +144,14 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
     """
     D, H = cfg.d_model, cfg.n_heads
     qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
-    comp = c.split(".")[-2] + "."
     if cfg.q_lora_rank:
         yield linear(f"{c}q_a_proj", where, comp + "q_a_proj", D, cfg.q_lora_rank, cfg.qkv_bias)
         yield norm(f"{c}q_a_norm", where, comp + "q_a_norm", cfg.q_lora_rank, "rmsnorm",
                    False, True)
-        yield linear(f"{c}q_b_proj", where, comp + "q_b_proj", cfg.q_lora_rank, H * qk, False)
+        yield linear(f"{c}q_b_proj", where, comp + "q_b_proj", cfg.q_lora_rank, H * qk, False,
+                     tp="colwise")
     else:
-        yield linear(f"{c}q_proj", where, comp + "q_proj", D, H * qk, False)
+        yield linear(f"{c}q_proj", where, comp + "q_proj", D, H * qk, False, tp="colwise")
     # kv_a_proj reads the same input as the query path, already saved there
     yield linear(f"{c}kv_a_proj", where, comp + "kv_a_proj", D,
                  cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias, shares_input=True)
@@ -154,9 +160,10 @@ def mla(cfg: ModelConfig, c: str, where: Where) -> Iterator[Op]:
     yield norm(f"{c}kv_a_norm", where, comp + "kv_a_norm", cfg.kv_lora_rank, "rmsnorm",
                False, True)
     yield linear(f"{c}kv_b_proj", where, comp + "kv_b_proj", cfg.kv_lora_rank,
-                 H * (cfg.qk_nope_head_dim + cfg.v_head_dim), False)
+                 H * (cfg.qk_nope_head_dim + cfg.v_head_dim), False, tp="colwise")
     yield from _core(cfg, c, where, comp, qk, cfg.v_head_dim)
-    yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias)
+    yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias,
+                 tp="rowwise")
     if cfg.resid_dropout:
         yield dropout(f"{c}dropout", where, comp + "dropout", D)
 
@@ -182,9 +189,9 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     kw = {"instances": instances, "active": active, "stream": _stream(where[0])}
     if cfg.gated:
         yield linear(f"{c}gate_proj", where, comp + "gate_proj", D, d_ff, bias,
-                     shares_input=shares_input, **kw)
+                     shares_input=shares_input, tp="colwise", **kw)
     yield linear(f"{c}up_proj", where, comp + "up_proj", D, d_ff, bias,
-                 shares_input=shares_input or cfg.gated, **kw)
+                 shares_input=shares_input or cfg.gated, tp="colwise", **kw)
     relu = cfg.activation == "relu"
     if cfg.gated:
         n_saved = 2 if cfg.activation == "reglu" else 3
@@ -193,9 +200,11 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
     yield elementwise(f"{c}act", where, comp + "act", "activation",
                       ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
     if cfg.mlp_dropout and instances == 1:
-        yield dropout(f"{c}act_dropout", where, comp + "act_dropout", d_ff, kw["stream"],
-                      extra=((d_ff, "a"),) if relu else ())
-    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, **kw)
+        # inside the MLP's TP region: split over t
+        yield dataclasses.replace(
+            dropout(f"{c}act_dropout", where, comp + "act_dropout", d_ff, kw["stream"],
+                    extra=((d_ff, "a"),) if relu else ()), act_split="tp")
+    yield linear(f"{c}down_proj", where, comp + "down_proj", d_ff, D, bias, tp="rowwise", **kw)
 
 
 def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> Iterator[Op]:
@@ -229,6 +238,7 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     """One Transformer block: norms, self-attention, cross-attention (decoder of enc-dec), MLP."""
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D = cfg.d_model
+    yield from checkpoints(cfg, stack, i)
     yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
     yield from attention(cfg, p, where)
     if cfg.norm_position == "sandwich":
@@ -258,14 +268,49 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
 
 
+def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
+    """What a recompute checkpoint of block i keeps alive until backward (kind "checkpoint"):
+
+        tensor                      | kept under        | bytes
+        ----------------------------|-------------------|-----------------------------------
+        the block's input           | full              | rows x D x a (the residual stream)
+        the encoder output          | full, decoder     | src rows x D x a (every decoder
+                                    |   block 0         |   block's cross k/v reads it)
+        T5's position bias          | selective, full,  | H x S_q x S_k x a: it needs a
+                                    |   and none under  |   gradient, so the checkpoint keeps
+                                    |   a fused kernel  |   it; so does a fused kernel that
+                                    |                   |   takes it as attn_mask (its backward
+                                    |                   |   re-forms the scores from it); once
+                                    |                   |   per stack and window mask, at the
+                                    |                   |   first block using it
+
+    (checked with saved_tensors_hooks against reference/model.py in tests/test_reference.py).
+    """
+    p, where, D = f"{_prefix(stack)}layers.{i}", (stack, i), cfg.d_model
+    s = _stream(stack)
+    yield checkpoint(p, where, "checkpoint.input", ("full",), ((D, "a"),), stream=s)
+    if stack == "decoder" and i == 0:
+        yield checkpoint(p, where, "checkpoint.encoder_output", ("full",), ((D, "a"),),
+                         stream="src")
+    if cfg.pos_type == "relative_bias":
+        causal = stack != "encoder" and cfg.family != "encoder"
+        window = (lambda j: cfg.window(j) if causal else 0)
+        if all(window(j) != window(i) for j in range(i)):
+            yield checkpoint(f"{p}.attn.core", where, "checkpoint.position_bias",
+                             ("selective", "full", "fused"), heads=cfg.n_heads, stream=s,
+                             kv_stream=s,
+                             act_split="tp")
+
+
 def head(cfg: ModelConfig) -> Iterator[Op]:
     """Output side: projection back to the embedding width, LM head, BERT pooler."""
     top: Where = ("", -1)
     if cfg.head == "lm":
         if cfg.embed_dim != cfg.d_model:
             yield linear("proj_out", top, "proj_out", cfg.d_model, cfg.embed_dim, False)
+        # colwise over the vocabulary: vocab-parallel logits
         yield linear("lm_head", top, "lm_head", cfg.embed_dim, cfg.vocab_size, cfg.lm_head_bias,
-                     tied=cfg.tie_embeddings)
+                     tied=cfg.tie_embeddings, tp="colwise")
         # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
         yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
     if cfg.pooler:  # saves its input and the tanh output
@@ -274,17 +319,21 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
 
 
 def model_ops(cfg: ModelConfig) -> list[Op]:
-    """Every Op of the model, in forward order."""
+    """Every Op of the model, in forward order; ops outside the blocks are placed "pre"
+    (embeddings, per-stack inputs: the first pipeline stage) or "post" (final norms, head,
+    loss: the last stage)."""
     ops = list(embeddings(cfg))
     for stack, depth in cfg.stacks:
         ops.extend(stack_inputs(cfg, stack))
         for i in range(depth):
             ops.extend(block(cfg, stack, i))
+        after = []  # placed after the blocks (the last pipeline stage)
         if cfg.final_norm:
-            ops.append(_norm(cfg, f"{_prefix(stack)}final_norm", (stack, -1), "final_norm",
-                             cfg.d_model))
+            after.append(_norm(cfg, f"{_prefix(stack)}final_norm", (stack, -1), "final_norm",
+                               cfg.d_model))
         if cfg.final_dropout:
-            ops.append(dropout(f"{_prefix(stack)}final_dropout", (stack, -1), "final_dropout",
-                               cfg.d_model, _stream(stack)))
-    ops.extend(head(cfg))
+            after.append(dropout(f"{_prefix(stack)}final_dropout", (stack, -1), "final_dropout",
+                                 cfg.d_model, _stream(stack)))
+        ops.extend(dataclasses.replace(op, placement="post") for op in after)
+    ops.extend(dataclasses.replace(op, placement="post") for op in head(cfg))
     return ops

@@ -21,22 +21,63 @@ for Adam).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
+from typing import NamedTuple
 
 from .accounting import by_layer_type
 from .components import model_ops
 from .config import ModelConfig
 from .errors import WorkloadError
 from .ops import Op
+from .units import cdiv
 from .workload import Workload
 
-PRECISIONS = {  # name: (weight, grad, master, state, activation) bytes
-    "fp32": (4, 4, 0, 4, 4),
-    "bf16-mixed": (2, 2, 4, 4, 2),
-    "fp16-mixed": (2, 2, 4, 4, 2),
-    "bf16": (2, 2, 0, 2, 2),
+class Precision(NamedTuple):
+    """Bytes per element of one precision policy (the table above)."""
+    weight: int
+    grad: int
+    master: int  #: fp32 master copy (0: none), reported with the optimizer
+    state: int  #: optimizer-state dtype
+    act: int
+
+
+PRECISIONS = {
+    "fp32": Precision(4, 4, 0, 4, 4),
+    "bf16-mixed": Precision(2, 2, 4, 4, 2),
+    "fp16-mixed": Precision(2, 2, 4, 4, 2),
+    "bf16": Precision(2, 2, 0, 2, 2),
 }
-OPTIMIZERS = ("adamw", "adam", "adam8bit", "sgd", "adafactor", "none")
+
+
+class OptimizerSpec(NamedTuple):
+    """One optimizer's memory: full-size states per parameter (None: shaped by the tensors,
+    see ``optimizer_state_bytes``) and bytes of its step counter per parameter tensor (torch's
+    Adam, AdamW and Adafactor keep a 4-byte fp32 ``step`` tensor per parameter; bitsandbytes'
+    8-bit Adam keeps a Python int; SGD none)."""
+    states: int | None
+    step_bytes: int
+
+
+class Optimizer(StrEnum):
+    ADAMW = "adamw"
+    ADAM = "adam"
+    ADAM8BIT = "adam8bit"
+    SGD = "sgd"
+    ADAFACTOR = "adafactor"
+    NONE = "none"
+
+
+#: the one table of optimizer memory (states per parameter, step counter per tensor)
+OPTIMIZER_SPECS = {
+    "adamw": OptimizerSpec(2, 4),
+    "adam": OptimizerSpec(2, 4),
+    "adam8bit": OptimizerSpec(None, 0),
+    "sgd": OptimizerSpec(1, 0),
+    "adafactor": OptimizerSpec(None, 4),
+    "none": OptimizerSpec(0, 0),
+}
+OPTIMIZERS = tuple(o.value for o in Optimizer)
 #: bits per cached element
 KV_DTYPES = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 ADAM8BIT_BLOCK = 2048
@@ -50,25 +91,97 @@ def _check(name: str, value: str, choices) -> str:
 
 
 #: full-size states per parameter of the optimizers whose state does not depend on shapes
-STATES_PER_PARAM = {"adamw": 2, "adam": 2, "sgd": 1, "none": 0}
+STATES_PER_PARAM = {k: v.states for k, v in OPTIMIZER_SPECS.items() if v.states is not None}
 
 
 def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
-    """Optimizer state of one op's parameters (all instances)."""
+    """Optimizer state of one op's parameters (all instances), step counters excluded."""
     n = op.params
-    if n == 0 or optimizer == "none":
+    if n == 0 or not op.trainable or optimizer == "none":
         return 0
     if optimizer in STATES_PER_PARAM:
         per = STATES_PER_PARAM[optimizer] * n * state_bytes
     elif optimizer == "adam8bit":
-        per = 2 * n + 2 * 4 * -(-n // ADAM8BIT_BLOCK)
-    else:  # adafactor: factored second moment for every matrix (embedding tables too, as in
-        # torch.optim.Adafactor and the paper), full for vectors (biases, norm scales); a tied
-        # head owns only its bias
-        matrix = op.d_in * op.d_out if op.kind in ("linear", "embedding") else 0
-        weight = matrix if n >= matrix else 0
-        per = ((op.d_in + op.d_out) if weight else 0) * 4 + (n - weight) * 4
+        per = 2 * n + 2 * 4 * cdiv(n, ADAM8BIT_BLOCK)
+    else:  # adafactor: factored second moment (rows + columns, fp32) for every matrix
+        # (embedding tables too, as in torch.optim.Adafactor and the paper), the full size
+        # for vectors (biases, norm scales); a tied head owns only its bias
+        per = sum(((d0 + rest) if ndim == 2 else d0 * rest) * 4
+                  for d0, rest, ndim in op.tensors())
     return per * op.instances
+
+
+# --- the engine: one function per quantity, over any iterable of ops ---------------------------
+# (the whole model, one pipeline stage, one TP/EP shard: the planner passes sharded ops)
+def param_count(ops) -> int:
+    """Parameters of the ops (all instances; tied weights once)."""
+    return sum(op.params_total for op in ops)
+
+
+def param_tensor_count(ops) -> int:
+    """Parameter tensors: a weight and a bias are two; stacked experts one per matrix."""
+    return sum(len(op.tensors()) for op in ops if op.params)
+
+
+def weight_bytes(ops, precision: str) -> int:
+    return param_count(ops) * PRECISIONS[precision].weight
+
+
+def grad_bytes(ops, precision: str) -> int:
+    return sum(op.params_total for op in ops if op.trainable) * PRECISIONS[precision].grad
+
+
+def master_bytes(ops, precision: str, optimizer: str) -> int:
+    """fp32 master weights of mixed precision (none without an optimizer)."""
+    if optimizer == "none":
+        return 0
+    return sum(op.params_total for op in ops if op.trainable) * PRECISIONS[precision].master
+
+
+def step_counter_bytes(ops, optimizer: str) -> int:
+    return OPTIMIZER_SPECS[optimizer].step_bytes * param_tensor_count(
+        op for op in ops if op.trainable)
+
+
+def optimizer_states_bytes(ops, precision: str, optimizer: str) -> int:
+    """Optimizer states of the ops (no master weights, no step counters)."""
+    state = PRECISIONS[precision].state
+    return sum(optimizer_state_bytes(op, optimizer, state) for op in ops)
+
+
+def optimizer_bytes(ops, precision: str, optimizer: str) -> int:
+    """Everything the optimizer holds: states, fp32 master weights and step counters."""
+    return (optimizer_states_bytes(ops, precision, optimizer)
+            + master_bytes(ops, precision, optimizer) + step_counter_bytes(ops, optimizer))
+
+
+def saved_rows(ops, work: Workload, act_bytes: int):
+    """(row path, op, bytes) each op keeps for backward under ``work.recompute``.
+
+    none: every op's ``saved_bytes``; selective: the attention core keeps only its inputs (no
+    S x S); full: block ops keep nothing, reported under their block's path; checkpoint ops
+    keep their input under the modes they declare (``Op.kept``; "fused": also with no
+    recompute under a fused kernel). Under full recompute a block op's bytes go to its
+    block's path.
+    """
+    mode = work.recompute
+    for op in ops:
+        if op.kind == "checkpoint":
+            # "fused": with no recompute a fused kernel keeps this input itself (T5's bias
+            # is the attn_mask of SDPA's memory-efficient kernel, which saves it for backward)
+            if mode in op.kept or (mode == "none" and "fused" in op.kept
+                                   and work.attn_impl == "flash"):
+                path = op.block_path if mode == "full" else op.path
+                yield path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if mode == "full" and op.reruns("full"):
+            continue
+        yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective")
+
+
+def saved_bytes(ops, work: Workload, act_bytes: int) -> int:
+    """Bytes the ops keep for backward under the workload's recompute policy and kernel."""
+    return sum(b for _, _, b in saved_rows(ops, work, act_bytes))
 
 
 @dataclass(frozen=True)
@@ -102,81 +215,42 @@ class TrainingMemory:
 
     @cached_property
     def n_params(self) -> int:
-        return sum(op.params_total for op in self.ops)
+        return param_count(self.ops)
 
     @cached_property
     def weights(self) -> int:
-        return self.n_params * self._bytes[0]
+        return weight_bytes(self.ops, self.precision)
 
     @cached_property
     def gradients(self) -> int:
-        return self.n_params * self._bytes[1]
+        return grad_bytes(self.ops, self.precision)
 
     @cached_property
     def master(self) -> int:
-        return self.n_params * self._bytes[2] if self.optimizer != "none" else 0
+        return master_bytes(self.ops, self.precision, self.optimizer)
 
     @cached_property
     def optimizer_states(self) -> int:
-        return sum(optimizer_state_bytes(op, self.optimizer, self._bytes[3]) for op in self.ops)
+        return optimizer_states_bytes(self.ops, self.precision, self.optimizer)
 
     @property
     def optimizer_total(self) -> int:
-        """Optimizer states plus the fp32 master weights (the chapter's 12 bytes for Adam)."""
-        return self.optimizer_states + self.master
+        """Everything the optimizer holds: states, the fp32 master weights (the chapter's 12
+        bytes per parameter for Adam) and the step counters (``optimizer_bytes``)."""
+        return self.optimizer_states + self.master + self.step_counters
 
     def op_activations(self, op: Op) -> int:
-        return op.saved_bytes(self.work, self._bytes[4])
+        return op.saved_bytes(self.work, self._bytes.act)
 
     @cached_property
     def activations(self) -> int:
         """Bytes saved for backward over the whole forward, under the recompute policy."""
-        return sum(self.activations_by_layer().values())
+        return saved_bytes(self.ops, self.work, self._bytes.act)
 
     def _saved_rows(self):
-        """(row path, (stack, layer), bytes) saved for backward under the recompute policy.
-
-        recompute full: a block keeps only its input (D wide, checkpointed), one row under the
-        block's path, and rebuilds the rest during backward; selective: the S x S softmax is
-        dropped and recomputed.
-        """
-        a = self._bytes[4]
-        w = self.work
-        blocks: set[tuple[str, int]] = set()
-        for op in self.ops:
-            key = (op.stack, op.layer)
-            if w.recompute == "full" and op.layer >= 0:
-                if key not in blocks:
-                    blocks.add(key)
-                    rows = w.rows("src" if op.stack == "encoder" else "seq")
-                    prefix = f"{op.stack}." if op.stack else ""
-                    kept = rows * self.cfg.d_model * a
-                    if op.stack == "decoder" and op.layer == 0:  # + the encoder output, once
-                        kept += w.rows("src") * self.cfg.d_model * a
-                    yield f"{prefix}layers.{op.layer}", key, kept
-                continue
-            yield op.path, key, op.saved_bytes(w, a, pairs=w.recompute != "selective")
-        if w.recompute != "none" and self.cfg.pos_type == "relative_bias":
-            yield from self._checkpointed_position_bias(a)
-
-    def _checkpointed_position_bias(self, a: int):
-        """T5's position bias (H x S_q x S_k, activation dtype) needs a gradient, so a
-        checkpoint keeps it as an input until backward: once per stack and per distinct
-        window mask added to it, at the first block that uses it (selective: in its core)."""
-        w, cfg = self.work, self.cfg
-        for stack, depth in cfg.stacks:
-            s = w.length("src" if stack == "encoder" else "seq")
-            causal = stack != "encoder" and cfg.family != "encoder"
-            prefix = f"{stack}." if stack else ""
-            seen: set[int] = set()
-            for i in range(depth):
-                window = cfg.window(i) if causal else 0
-                if window in seen:
-                    continue
-                seen.add(window)
-                path = f"{prefix}layers.{i}" + (".attn.core" if w.recompute == "selective"
-                                                else "")
-                yield path, (stack, i), cfg.n_heads * s * s * a
+        """(row path, (stack, layer), bytes): the engine's ``saved_rows``."""
+        for path, op, b in saved_rows(self.ops, self.work, self._bytes.act):
+            yield path, (op.stack, op.layer), b
 
     def activations_by_layer(self) -> dict[tuple[str, int], int]:
         """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss."""
@@ -222,26 +296,17 @@ class TrainingMemory:
     @cached_property
     def param_tensors(self) -> int:
         """Parameter tensors: a weight and a bias are two; stacked experts are one per matrix."""
-        n = 0
-        for op in self.ops:
-            if op.params == 0:
-                continue
-            if op.kind in ("linear", "embedding"):
-                weight = op.d_in * op.d_out if op.params >= op.d_in * op.d_out else 0
-                n += (1 if weight else 0) + (1 if op.params > weight else 0)
-            else:  # norms: scale and shift
-                n += op.params // op.d_in
-        return n
+        return param_tensor_count(self.ops)
 
     @cached_property
     def step_counters(self) -> int:
         """torch's Adam, AdamW and Adafactor keep a 4-byte fp32 step per parameter tensor."""
-        return 4 * self.param_tensors if self.optimizer in ("adamw", "adam", "adafactor") else 0
+        return step_counter_bytes(self.ops, self.optimizer)
 
     @cached_property
     def resident(self) -> int:
         """Between steps: weights, optimizer states (and step counters), fp32 master weights."""
-        return self.weights + self.optimizer_total + self.step_counters
+        return self.weights + self.optimizer_total
 
     @cached_property
     def inputs(self) -> int:
@@ -269,7 +334,7 @@ class TrainingMemory:
         sqrt of the second moment for all parameters at once (one copy of the state, torch
         _multi_tensor_adam). SGD with momentum (no weight decay) and no optimizer: none.
         Adafactor and 8-bit Adam: not modelled (0)."""
-        return self.n_params * self._bytes[3] if self.optimizer in ("adamw", "adam") else 0
+        return self.n_params * self._bytes.state if self.optimizer in ("adamw", "adam") else 0
 
     def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
         """Bytes in use by category at each point of one training step (reference/train.py:
@@ -306,14 +371,14 @@ class TrainingMemory:
             out = base | cats
             out["total"] = sum(out.values())
             return out
-        a = self._bytes[4]
+        a = self._bytes.act
         act = self.activations + 4  # the returned loss
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
         if self.cfg.tie_embeddings and self.cfg.head == "lm":
             # the table's gradient from the lookup, then its sum with the head's gradient
-            emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes[1]
+            emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
         out = {
             "after_forward": phase(act=act),
             "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),
@@ -400,4 +465,4 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
         elements += per_token * tokens
         if cfg.family == "encoder-decoder":
             elements += 2 * cfg.kv_dim * (src_seq or context)
-    return -(-(elements * batch * bits) // 8)
+    return cdiv(elements * batch * bits, 8)

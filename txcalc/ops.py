@@ -68,6 +68,47 @@ class Op:
     kv_heads: int = 0  #: attention only: key/value heads (what a fused GQA kernel stores)
     dropout: float = 0.0  #: attention scores: dropout probability on the probabilities
     saved: tuple[tuple[int, str], ...] = ()  #: per row: (width, dtype tag) saved for backward
+    # --- roles, declared where components.py builds the op (read by memory, sharding, planner)
+    tied: bool = False  #: linear: the weight belongs to another op (tied output head)
+    bias: bool = False  #: linear: has its own bias vector
+    tp: str = "replicate"  #: TP style: colwise | rowwise | vocab | replicate (EP: instances > 1)
+    act_split: str = "residual"  #: saved tensors under TP: tp | residual (tp only with SP) | whole
+    placement: str = "block"  #: pipeline placement: pre (before the blocks) | block | post
+    #: recompute class: "none" (never re-run: outside the blocks), "full" (a block op: full
+    #: recompute drops it and re-runs it), "selective" (the attention core: re-run by both);
+    #: a "checkpoint" op lists the modes under which its input stays alive in ``kept``
+    recompute: str = "none"
+    kept: tuple[str, ...] = ()  #: checkpoint ops: recompute modes that keep this input
+    ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
+    trainable: bool = True  #: reserved (LoRA/QLoRA): False = frozen, no grad or states
+    weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
+
+    @property
+    def block_path(self) -> str:
+        """Path of the block the op sits in (``decoder.layers.0``), "" outside the blocks: where
+        full recompute reports what the block keeps."""
+        if self.layer < 0:
+            return ""
+        return f"{self.stack}.layers.{self.layer}" if self.stack else f"layers.{self.layer}"
+
+    def tensors(self) -> tuple[tuple[int, int, int], ...]:
+        """Parameter tensors of one instance as (dim 0, elements per dim-0 row, ndim), in
+        torch's layout: a Linear's weight is [out, in] (absent when tied), its bias [out]; an
+        embedding table [rows, width]; a norm's scale (and shift) [width]."""
+        if self.kind == "linear":
+            return (((self.d_out, self.d_in, 2),) if not self.tied else ()) + \
+                (((self.d_out, 1, 1),) if self.bias else ())
+        if self.kind == "embedding":
+            return ((self.d_in, self.d_out, 2),) if self.params else ()
+        if self.params:
+            return ((self.d_in, 1, 1),) * (self.params // self.d_in)
+        return ()
+
+    def reruns(self, recompute: str) -> bool:
+        """Whether backward runs this op's forward again under the recompute policy."""
+        if recompute == "full":
+            return self.recompute in ("full", "selective")
+        return recompute == "selective" and self.recompute == "selective"
 
     @property
     def params_total(self) -> int:
@@ -85,20 +126,28 @@ class Op:
             return s_q * s_k
         return causal_pairs(s_q, self.window)
 
+    def _matmul(self, rows: int, keys: int) -> int:
+        """The one place the matmul formula lives (2 FLOPs per multiply-add): a Linear over
+        ``rows`` tokens (``keys`` unused); an attention matmul over ``rows`` sequences x
+        ``keys`` (query, key) pairs per head."""
+        if self.kind == "linear":
+            return 2 * rows * self.d_in * self.d_out * self.active
+        if self.kind in ("attn_scores", "attn_context"):
+            width = self.d_in if self.kind == "attn_scores" else self.d_out
+            return 2 * rows * self.heads * keys * width
+        return 0
+
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind == "linear":
-            return 2 * w.rows(self.stream) * self.d_in * self.d_out * self.active
-        if self.kind in ("attn_scores", "attn_context"):
-            width = self.d_in if self.kind == "attn_scores" else self.d_out
-            return 2 * w.batch * self.heads * self.pairs(w, model) * width
-        return 0
+            return self._matmul(w.rows(self.stream), 1)
+        return self._matmul(w.batch, self.pairs(w, model))
 
     def prefill_flops(self, w: Workload, model: bool = False) -> int:
         """Forward of a prompt: like training's forward, but the output head projects only the
         last position of each sequence (what serving engines compute)."""
-        if self.component in ("lm_head", "proj_out"):
-            return 2 * w.batch * self.d_in * self.d_out * self.active
+        if self.placement == "post" and self.kind == "linear" and self.stream == "seq":
+            return self._matmul(w.batch, 1)
         return self.fwd_flops(w, model)
 
     def decode_flops(self, batch: int, context: int, src_seq: int = 0,
@@ -110,17 +159,12 @@ class Op:
         min(context, window) keys for self-attention, all source tokens for cross-attention.
         ``model=False`` ignores the window (a kernel that scans the whole cache).
         """
-        if self.stream == "src" or self.component == "pooler":
+        if self.stream in ("src", "first"):  # encoder ops and the pooler do not decode
             return 0
-        if self.kind == "linear":
-            return 2 * batch * self.d_in * self.d_out * self.active
-        if self.kind in ("attn_scores", "attn_context"):
-            keys = src_seq if self.kv_stream == "src" else context
-            if model and self.window and self.kv_stream != "src":
-                keys = min(keys, self.window)
-            width = self.d_in if self.kind == "attn_scores" else self.d_out
-            return 2 * batch * self.heads * keys * width
-        return 0
+        keys = src_seq if self.kv_stream == "src" else context
+        if model and self.window and self.kv_stream != "src":
+            keys = min(keys, self.window)
+        return self._matmul(batch, keys)
 
     # --- bytes saved for backward -------------------------------------------------------------
     def saved_bytes(self, w: Workload, act_bytes: int, pairs: bool = True) -> int:
@@ -178,6 +222,8 @@ class Op:
             elif upcast:
                 per_pair += act_bytes
             total += w.batch * self.heads * self.pairs(w) * per_pair
+        if self.ckpt_heads:  # a checkpointed per-pair input (T5's position bias), act dtype
+            total += self.ckpt_heads * self.pairs(w) * act_bytes
         if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
             total += self.pairs(w) * 8
         if self.kind == "loss":
@@ -200,10 +246,29 @@ def causal_pairs(s: int, window: int = 0) -> int:
     return window * (window + 1) // 2 + (s - window) * window
 
 
+#: op kinds whose saved tensors live inside a TP region (split over t in any case)
+TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")
+
+
+def _roles(kind: str, layer: int, tp: str = "replicate") -> dict:
+    """Default roles of an op of ``kind``: how its saved tensors split under TP (inside a TP
+    region, or the input of a rowwise Linear: over t; position tables and lookups: whole; the
+    residual stream: over t only with SP, Korthikanti et al. arXiv:2205.05198 section 4.2.2)
+    and its recompute class (block ops re-run under full recompute, the attention core also
+    under selective). components.py overrides them where an op differs."""
+    split = "tp" if kind in TP_REGION_KINDS or tp == "rowwise" else \
+        "whole" if kind in ("rotary", "embedding") else "residual"
+    rc = "none" if layer < 0 else \
+        "selective" if kind in ("attn_scores", "attn_keys", "attn_context") else "full"
+    return dict(tp=tp, act_split=split, recompute=rc,
+                placement="block" if layer >= 0 else "pre")
+
+
 def linear(path: str, where: tuple[str, int], component: str, d_in: int, d_out: int,
            bias: bool, *, tied: bool = False, instances: int = 1, active: int = 1,
-           stream: str = "seq", shares_input: bool = False) -> Op:
+           stream: str = "seq", shares_input: bool = False, tp: str = "replicate") -> Op:
     """y = x W^T + b. ``tied``: W belongs to another op (the tied output head); a bias is own.
+    ``tp``: colwise (W split by output rows), rowwise (by input columns) or replicate.
 
     Saves its input for the weight gradient, unless an earlier op already saved the same
     tensor (k and v read q's input; up reads gate's input): ``shares_input``.
@@ -211,14 +276,29 @@ def linear(path: str, where: tuple[str, int], component: str, d_in: int, d_out: 
     params = (0 if tied else d_in * d_out) + (d_out if bias else 0)
     saved = () if shares_input else ((d_in * active, "a"),)
     return Op(path, "linear", where[0], where[1], component, params, instances, active,
-              d_in, d_out, stream, saved=saved)
+              d_in, d_out, stream, saved=saved, tied=tied, bias=bias,
+              **_roles("linear", where[1], tp))
 
 
 def elementwise(path: str, where: tuple[str, int], component: str, kind: str,
                 saved: tuple[tuple[int, str], ...], stream: str = "seq") -> Op:
     """An op with no parameters and no matmul FLOPs that still saves tensors (activation
     function, rotary embedding, loss)."""
-    return Op(path, kind, where[0], where[1], component, stream=stream, saved=saved)
+    return Op(path, kind, where[0], where[1], component, stream=stream, saved=saved,
+              **_roles(kind, where[1]))
+
+
+def checkpoint(path: str, where: tuple[str, int], component: str, kept: tuple[str, ...],
+               saved: tuple[tuple[int, str], ...] = (), heads: int = 0, stream: str = "seq",
+               kv_stream: str = "", act_split: str = "residual") -> Op:
+    """A tensor that a recompute checkpoint keeps alive until backward, under the modes in
+    ``kept``: a block's input (full), the encoder output read by every decoder block (full),
+    T5's position bias, H x S_q x S_k, which needs a gradient (selective and full). No
+    parameters, no FLOPs; ``saved`` per row, ``heads`` per (query, key) pair."""
+    return Op(path, "checkpoint", where[0], where[1], component, d_in=0, stream=stream,
+              kv_stream=kv_stream, saved=saved, kept=kept, ckpt_heads=heads,
+              act_split=act_split, recompute="none",
+              placement="block" if where[1] >= 0 else "pre")
 
 
 def attention_core(path: str, where: tuple[str, int], component: str, *, heads: int,
@@ -226,7 +306,8 @@ def attention_core(path: str, where: tuple[str, int], component: str, *, heads: 
                    causal: bool, window: int, dropout: float = 0.0) -> list[Op]:
     """softmax(Q K^T / sqrt(h)) V as two matmul ops: ``.scores`` and ``.context``."""
     common = dict(d_in=qk_dim, d_out=v_dim, stream=stream, kv_stream=kv_stream, heads=heads,
-                  kv_heads=kv_heads, causal=causal, window=window)
+                  kv_heads=kv_heads, causal=causal, window=window,
+                  **_roles("attn_scores", where[1]))
     # Saved: q and k for the scores (k repeated to all H heads under GQA), the S x S softmax
     # output (see Op.saved_bytes), and v for the context. Keys and values are stored per key
     # token, queries per query token.
@@ -245,14 +326,15 @@ def dropout(path: str, where: tuple[str, int], component: str, width: int,
     workload trains with dropout). ``extra``: tensors that stay alive only because the
     dropout separates them from their consumer (a ReLU's output, no longer the next input)."""
     return Op(path, "dropout", where[0], where[1], component, stream=stream,
-              saved=((width, "mask"),) + extra)
+              saved=((width, "mask"),) + extra, **_roles("dropout", where[1]))
 
 
 def embedding(path: str, where: tuple[str, int], component: str, rows: int, width: int,
-              stream: str = "seq") -> Op:
-    """A lookup table: rows x width parameters, no matmul; saves the int64 indices."""
+              stream: str = "seq", tp: str = "replicate") -> Op:
+    """A lookup table: rows x width parameters, no matmul; saves the int64 indices.
+    ``tp="vocab"``: rows split over the TP ranks (Megatron's vocab-parallel embedding)."""
     return Op(path, "embedding", where[0], where[1], component, rows * width, 1, 1, rows, width,
-              stream, saved=((1, "i64"),))
+              stream, saved=((1, "i64"),), **_roles("embedding", where[1], tp))
 
 
 def norm(path: str, where: tuple[str, int], component: str, width: int, norm_type: str,
@@ -268,4 +350,4 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
     else:  # native layer_norm: input, mean, 1/std
         saved = ((width, "a"), (1, "f32"), (1, "f32"))
     return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,
-              stream, saved=saved)
+              stream, saved=saved, bias=per_feature == 2, **_roles("norm", where[1]))

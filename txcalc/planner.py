@@ -50,8 +50,9 @@ from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
-from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout
+from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout, joint_rules
 from .timing import DeviceProfile
+from .units import cdiv
 
 DAY_S = 86400.0
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
@@ -254,9 +255,9 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     if gpus is not None:
         ok &= n == gpus
     m = global_batch // (dp * mb)
-    ok &= (sp == 0) | (tp > 1)
-    ok &= (v == 1) | ((pp > 1) & (pp * v <= n_blocks) & (m % pp == 0))
-    ok &= (dp * cp) % ep == 0
+    for rule in joint_rules(tp, pp, dp, cp, ep, sp, v, n_blocks).values():  # check_layout's
+        ok &= rule
+    ok &= (v == 1) | (m % pp == 0)  # interleaving needs micro-batches in multiples of pp
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
     pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
               "micro_batch": mb, "recompute": rc}
@@ -582,7 +583,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     _check("kv dtype", kv_dtype, KV_DTYPES)
     cfg = load(model)
     gpu = get_gpu(gpu, gpu_file)
-    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)][0]
+    prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
+    wbytes = prec.weight
     if cfg.family == "encoder":
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
     ov = overheads or Overheads()
@@ -607,9 +609,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
             most_blocks = max(len({(o.stack, o.layer) for o in st if o.layer >= 0})
                               for st in stages)
-            kv_seq = -(-kv_all * most_blocks // (n_blocks * kv_split))
+            kv_seq = cdiv(kv_all * most_blocks, n_blocks * kv_split)
             workspace = PREFILL_CHUNK * (3 * max(cfg.d_ff, cfg.moe_d_ff) // tp
-                                         + 6 * cfg.d_model) * 2
+                                         + 6 * cfg.d_model) * prec.act
             fixed = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
             budget = int((gpu.memory_bytes - fixed) / (1 + ov.fragmentation)) - weights \
                 - workspace
@@ -633,9 +635,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                                         "all_reduce", context * cfg.d_model * wbytes, tp, 1,
                                         gpu, 2 * n_blocks))
             prefill = prefill_s[tp]
-            replicas = _replicas_for(concurrency, -(-concurrency // maxc), tokens_per_s,
+            replicas = _replicas_for(concurrency, cdiv(concurrency, maxc), tokens_per_s,
                                      decode_s)
-            per = -(-concurrency // replicas)
+            per = cdiv(concurrency, replicas)
             step = decode_s(per)
             rows.append(InferRow(tp, pp, replicas, replicas * tp * pp, weights, kv_seq, maxc,
                                  maxc * replicas, prefill, replicas * per / step, 1 / step))
@@ -685,8 +687,8 @@ def _replicas_for(concurrency: int, start: int, tokens_per_s: float | None, deco
     if tokens_per_s is None or r >= cap:
         return r
     while True:
-        per = -(-concurrency // r)
-        last = min(cap, -(-concurrency // (per - 1)) - 1) if per > 1 else cap  # same per up to
+        per = cdiv(concurrency, r)
+        last = min(cap, cdiv(concurrency, per - 1) - 1) if per > 1 else cap  # same per up to
         step = decode_s(per)
         ideal = tokens_per_s * step / per  # r * per / step >= tokens_per_s <=> r >= ideal
         need = max(r, math.ceil(ideal)) if ideal < cap else cap

@@ -164,8 +164,8 @@ def bytes_moved(op: Op, w: Workload, act_bytes: int, weight_bytes: int) -> int:
         if w.attn_impl != "flash":
             moved += w.batch * op.heads * op.pairs(w) * (4 + act_bytes) * 2
         return moved
-    if op.kind in ("attn_context", "attn_keys"):
-        return 0  # counted once, on the scores op
+    if op.kind in ("attn_context", "attn_keys", "checkpoint"):
+        return 0  # counted once, on the scores op; a checkpoint moves nothing
     return 2 * op.saved_bytes(w, act_bytes)
 
 
@@ -186,3 +186,21 @@ def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: in
     fwd = roofline_s(op.fwd_flops(w, skip) / split, moved, prof, cls, dtype)
     bwd = roofline_s(op.bwd_flops(w, skip) / split, 2 * moved, prof, cls, dtype)
     return fwd, bwd
+
+
+def ops_times(ops, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: int,
+              weight_bytes: int, split=lambda op: 1) -> tuple[float, float, float]:
+    """The roofline over any ops, one training step of workload ``w``: (forward + backward +
+    the forward run again under ``w.recompute`` (``Op.reruns``), backward alone, the attention
+    core's forward + backward) seconds. ``split(op)``: how many ways the op's work is divided
+    (TP x CP in the planner; 1 on one GPU)."""
+    total = bwd_total = attn = 0.0
+    for op in ops:
+        if op.kind == "checkpoint":
+            continue
+        f, b = op_times(op, w, prof, dtype, act_bytes, weight_bytes, split(op))
+        total += f + b + (f if op.reruns(w.recompute) else 0.0)
+        bwd_total += b
+        if op.kind in ("attn_scores", "attn_context"):
+            attn += f + b
+    return total, bwd_total, attn

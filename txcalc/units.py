@@ -5,8 +5,24 @@ GB means 10**9 bytes everywhere txcalc displays memory; GiB (2**30) is never use
 
 from __future__ import annotations
 
+import math
+
 GB = 10**9
 _PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers (shard sizes, blocks, KV bytes): exact, no float."""
+    return -(-a // b)
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    """Prediction error in percent, one sign everywhere: (predicted - measured) / measured
+    x 100. Positive: txcalc predicts more than was measured. When nothing was measured: 0 if
+    nothing was predicted either, else +-100 (finite, so that JSON stays strict)."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else math.copysign(100.0, predicted)
+    return (predicted - measured) / measured * 100.0
 
 
 def scale(largest: float) -> tuple[float, str]:

@@ -6,11 +6,30 @@ Kept apart from ModelConfig: the same model is costed under many workloads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .errors import WorkloadError
 
-ATTN_IMPLS = ("eager", "sdpa", "flash")
-RECOMPUTE = ("none", "selective", "full")
+class AttnKernel(StrEnum):
+    """Attention implementation: eager (S x S materialised), sdpa (the math path), flash
+    (fused: no S x S stored). Flash is every command's default (what training and serving
+    run)."""
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLASH = "flash"
+
+
+class Recompute(StrEnum):
+    """Activation recomputation: none; selective (the attention core is checkpointed:
+    Korthikanti et al. arXiv:2205.05198); full (each block keeps only its input)."""
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+DEFAULT_ATTN = AttnKernel.FLASH.value
+ATTN_IMPLS = tuple(k.value for k in AttnKernel)
+RECOMPUTE = tuple(r.value for r in Recompute)
 DROPOUT_MASKS = ("bool", "act")
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ..units import error_pct
+
 from .typer_app import app
 from .output import console, emit_json, strict_json, table
 
@@ -20,7 +22,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
               json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fit matmul/attention FLOP efficiencies and the bandwidth efficiency to measured step
     times; print each case's time error before and after; save a device profile."""
-    from ..calibrate import ReportError, fit, read_report
+    from ..calibrate import CalibrationInputError, fit, read_report
     from ..hardware import get_gpu
     from ..timing import DeviceProfile
     from ..atomic import check_out_file, write_files
@@ -31,7 +33,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     device, cases = read_report(report)
     words = device.lower().replace("nvidia", "").split()  # "NVIDIA H200" -> h200
     if not gpu and not words:
-        raise ReportError(f"{report}: the report's device ({device!r:.80}) names no GPU; "
+        raise CalibrationInputError(f"{report}: the report's device ({device!r:.80}) names no GPU; "
                           "give --gpu")
     g = get_gpu(gpu or words[0])
     fitted, rows = fit(cases, DeviceProfile.from_gpu(g))
@@ -40,7 +42,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     result = {"gpu": g.name, "profile": str(out), "flop_efficiency": fitted.flop_efficiency,
               "bw_efficiency": fitted.bw_efficiency,
               "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
-                         "before_error_pct": (m - b) / m * 100, "after_error_pct": (m - a) / m * 100}
+                         "before_error_pct": error_pct(b, m), "after_error_pct": error_pct(a, m)}
                         for k, (m, b, a) in rows.items()]}
     text = strict_json(fitted.to_json(), indent=2)  # built before writing
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
           seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length (decoder/target)."),
           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
-          attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
+          attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
           recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
@@ -87,7 +87,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
-           attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
+           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
            recompute: str = typer.Option("none", help="none | selective | full."),
            dropout: bool = typer.Option(False, "--dropout", help="Train with the model's dropout on: its masks are saved (1 byte per element, CUDA)."),
            inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
@@ -179,7 +179,7 @@ def _inference(model, context, concurrency, kv_dtype, precision) -> dict:
     cfg = load(model)
     if concurrency <= 0 or context <= 0:
         raise WorkloadError(f"--concurrency ({concurrency}) and --context ({context}) must be positive")
-    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)][0]
+    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
     kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype)
     return {"model": cfg.name, "precision": precision, "context": context,

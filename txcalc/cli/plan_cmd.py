@@ -45,6 +45,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           zero: int = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
           recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
+          attn: str = typer.Option("flash", "--attn", help="Attention kernel: eager | sdpa | flash."),
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -56,11 +57,11 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    price=price, achieved_tflops=achieved_tflops, gpu_file=gpu_file,
                    cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
-                   micro_batch=micro_batch, recompute=recompute, rows=rows)
+                   micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
-                   achieved_tflops=achieved_tflops, n_rows=rows,
+                   achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn,
                    overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),

@@ -14,7 +14,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     weights       | w * P                                                  | ZeRO-3
     gradients     | g * P                                                  | ZeRO-2, 3
     optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
-                  |   + 4 bytes a parameter tensor (torch's Adam step)     |   (steps: never)
+                  |   + step counters per tensor (memory.OPTIMIZER_SPECS)  |   (steps: never)
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
                   |   x micro-batches in flight (1F1B: pp - stage;         |
                   |   interleaved stage 0: pp + (pp - 1) / v)              |
@@ -22,6 +22,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
+                  |   (at most the stage's parameters)                      |
     framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
 
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
@@ -47,17 +48,17 @@ from functools import cached_property
 from ..components import model_ops
 from ..config import ModelConfig
 from ..hardware import Gpu
-from ..memory import PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes
+from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes,
+                      param_tensor_count, saved_rows)
 from ..ops import Op
-from ..timing import COMPUTE_DTYPE, DeviceProfile, op_times
+from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
+from ..units import cdiv
 from ..workload import Workload
 from . import comm
 from .layout import RECOMPUTE, Layout, check_layout
-from .sharding import (act_share, assign_stages, block_index, local_tensors, stage_blocks,
-                       tp_style)
+from .sharding import assign_stages, block_index, local_tensors, stage_blocks
 
 GiB = 2**30
-ADAM = ("adamw", "adam", "adam8bit")
 
 
 @dataclass(frozen=True)
@@ -111,21 +112,23 @@ def shard_op(op: Op, tp: int, ep: int, tied_copy: bool = False) -> Op:
     """The part of ``op`` one GPU holds: an Op with its local params/widths (engine formulas
     such as ``optimizer_state_bytes`` then apply unchanged)."""
     tensors = local_tensors(op, tp, ep, tied_copy)
-    n = tensors[0][2] if tensors else (op.instances // ep if op.instances > 1 else 1)
+    n = op.instances // ep if op.instances > 1 else 1
     per_instance = sum(d0 * rest for d0, rest, _ in tensors)
     d_in, d_out = op.d_in, op.d_out
-    style = tp_style(op)
-    if style == "colwise":
-        d_out = -(-d_out // tp)
-    elif style == "rowwise":
-        d_in = -(-d_in // tp)
-    return dataclasses.replace(op, params=per_instance, instances=n, d_in=d_in, d_out=d_out)
+    if op.tp in ("colwise", "vocab") and op.kind == "linear":
+        d_out = cdiv(d_out, tp)
+    elif op.tp == "vocab":  # the embedding's rows
+        d_in = cdiv(d_in, tp)
+    elif op.tp == "rowwise":
+        d_in = cdiv(d_in, tp)
+    return dataclasses.replace(op, params=per_instance, instances=n, d_in=d_in, d_out=d_out,
+                               tied=op.tied and not tied_copy)
 
 
 def _tp_split(op: Op, tp: int, sp: bool) -> int:
     """How many ways TP splits the op's work."""
-    share = act_share(op)
-    if tp_style(op) != "replicate" or share == "tp" or (sp and share == "residual"):
+    share = op.act_split
+    if op.tp != "replicate" or share == "tp" or (sp and share == "residual"):
         return tp
     return 1
 
@@ -178,12 +181,11 @@ def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False
     """Local params (dense, expert), optimizer-state bytes and parameter tensors."""
     out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0)
     for op in ops:
-        copy = tied_copy and op.component == "lm_head"
-        local = shard_op(op, tp, ep, copy)
+        local = shard_op(op, tp, ep, tied_copy and op.tied)
         kind = "exp" if op.instances > 1 else "dense"
         out[f"p_{kind}"] += local.params_total
-        out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes[3])
-        out["tensors"] += sum(n for _, _, n in local_tensors(op, tp, ep, copy))
+        out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes.state)
+        out["tensors"] += param_tensor_count((local,))
     return out
 
 
@@ -192,9 +194,8 @@ def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False) -> tuple[dict, 
     dense: dict = {}
     exp: dict = {}
     for op in ops:
-        copy = tied_copy and op.component == "lm_head"
         bucket = exp if op.instances > 1 else dense
-        for d0, rest, n in local_tensors(op, tp, ep, copy):
+        for d0, rest, n in local_tensors(op, tp, ep, tied_copy and op.tied):
             bucket[(d0, rest)] = bucket.get((d0, rest), 0) + n
     return dense, exp
 
@@ -222,43 +223,24 @@ def shard_groups(g: dict, gpu: Gpu):
 
 def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
                       micro_batch: int) -> int:
-    """Bytes the group saves for backward on one GPU, one micro-batch (before CP).
-
-    Full recompute keeps only each block's input (D wide, on the residual stream); selective
-    recompute drops the S x S probabilities (as ``TrainingMemory`` does)."""
+    """Bytes the group saves for backward on one GPU, one micro-batch (before CP): the
+    engine's ``saved_rows`` under the recompute policy, each row split as its op declares
+    (``Op.act_split``: over t inside a TP region, over t on the residual stream only with SP)."""
     w = s.work(micro_batch, recompute)
-    a = s.bytes[4]
-    from .sharding import local_saved_bytes
-    total, seen = 0, set()
-    for op in ops:
-        g = block_index(s.cfg, op)
-        if recompute == "full" and g >= 0:
-            if g not in seen:
-                seen.add(g)
-                rows = w.rows("src" if op.stack == "encoder" else "seq")
-                b = rows * s.cfg.d_model * a
-                total += -(-b // tp) if sp else b
-            continue
-        total += local_saved_bytes(op, w, a, tp, sp, pairs=recompute != "selective")
+    total = 0
+    for _, op, b in saved_rows(ops, w, s.bytes.act):
+        total += cdiv(b, tp) if op.act_split == "tp" or (op.act_split == "residual" and sp) \
+            else b
     return total
 
 
 def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str,
                 micro_batch: int) -> tuple[float, float, float]:
-    """(compute incl. recompute, backward, attention-core) seconds per micro-batch."""
+    """(compute incl. recompute, backward, attention-core) seconds per micro-batch: the
+    roofline of ``timing.ops_times`` with each op's work split over TP (and CP)."""
     w = s.work(micro_batch, recompute)
-    prof, dtype = s.prof, s.dtype
-    total = bwd_total = attn = 0.0
-    for op in ops:
-        split = _tp_split(op, tp, sp) * cp
-        f, b = op_times(op, w, prof, dtype, s.bytes[4], s.bytes[0], split)
-        again = (recompute == "full" and op.layer >= 0) or (
-            recompute == "selective" and op.kind in ("attn_scores", "attn_context"))
-        total += f + b + (f if again else 0.0)
-        bwd_total += b
-        if op.kind in ("attn_scores", "attn_context"):
-            attn += f + b
-    return total, bwd_total, attn
+    return ops_times(ops, w, s.prof, s.dtype, s.bytes.act, s.bytes.weight,
+                     lambda op: _tp_split(op, tp, sp) * cp)
 
 
 def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
@@ -272,7 +254,7 @@ def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
 def group_counts(ops) -> dict:
     """Collectives per micro-batch forward: TP reductions (rowwise Linears and the
     vocab-parallel embedding), MoE layers (all-to-all), attention layers (CP ring)."""
-    tp_coll = sum(1 for op in ops if tp_style(op) in ("rowwise", "vocab"))
+    tp_coll = sum(1 for op in ops if op.tp in ("rowwise", "vocab"))
     moe = sum(1 for op in ops if op.kind == "linear" and op.instances > 1
               and op.component.endswith("down_proj"))
     attn = sum(1 for op in ops if op.kind == "attn_scores")
@@ -286,10 +268,9 @@ def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], lis
     first, last = [], []
     stage_of = assign_stages(s.cfg, s.ops, 1)[0]
     for op in stage_of:
-        g = block_index(s.cfg, op)
-        if g >= 0:
-            per_block.setdefault(g, []).append(op)
-        elif op.component.startswith("embed") or op.component == "rel_bias":
+        if op.placement == "block":
+            per_block.setdefault(block_index(s.cfg, op), []).append(op)
+        elif op.placement == "pre":
             first.append(op)
         else:
             last.append(op)
@@ -342,7 +323,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     groups, block_group, first, last = group_ops(s)
     all_groups = groups + [first, last]
     G = len(all_groups)
-    tied = s.cfg.tie_embeddings and s.cfg.head == "lm"
+    tied = any(op.tied for op in last)  # the head's own copy of the table when pp > 1
     n_tp, n_ep, n_cp, n_mb = len(tps), len(eps), len(cps), len(mbs)
     st = {k: np.zeros((G, n_tp, n_ep), dtype=np.int64)
           for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors")}
@@ -427,6 +408,10 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
+    # k and v per token as the attention core reads them (its keys op: K heads, or H for MLA's
+    # decompressed keys, of the q/k and the v width): what context parallelism rings around
+    arrays["kv_width"] = max((op.kv_heads * (op.d_in + op.d_out) for ops in groups for op in ops
+                              if op.kind == "attn_keys"), default=0)
     arrays["stage"] = inflight_stage
     arrays["has_head"] = has_head
     arrays["valid"] = valid
@@ -444,8 +429,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), shards, arrays)
 
 
-def _cdiv(a, b):
-    return -(-a // b)
+_cdiv = cdiv
 
 
 def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
@@ -483,8 +467,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     unit_tp = comm.collective_s("all_reduce", act_size, tp, 1, gpu)
     unit_ep = comm.collective_s("all_to_all", act_size * max(cfg.top_k, 1), g["ep"], tp * cp,
                                 gpu) if moe else 0.0
-    kv_width = (cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim) if cfg.is_mla
-                else 2 * cfg.kv_dim)
+    kv_width = A["kv_width"]  # k and v elements per token the CP ring passes
     unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
@@ -525,8 +508,11 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
             z1d, z1e = np.where(zero >= 1, shard, 1), np.where(zero >= 1, shard_e, 1)
             opt = (_cdiv(flat["o_dense"].take(base) + master * pd, z1d)
                    + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
-        if s.optimizer in ADAM:
-            opt = opt + 4 * flat["tensors"].take(base)
+        # step counters: one per parameter tensor, never sharded (OPTIMIZER_SPECS)
+        opt = opt + OPTIMIZER_SPECS[s.optimizer].step_bytes * flat["tensors"].take(base)
+        # ZeRO-3's bf16 weight shard + bf16 gradient shard stand for FSDP2's fp32 parameter
+        # and gradient shards (2 + 2 + 12 = 4 + 4 + 8 bytes). Not yet modelled: FSDP2's
+        # ZeRO-2 also keeps fp32 gradient shards (tests/test_engine.py measures the gap)
         cat = {"weights": wb * held(3), "gradients": gb_ * held(2), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
         stage = A["stage"][:, k].take(pi)
@@ -534,8 +520,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         inflight = pp - stage + extra * (v > 1)
         cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
-        cat["zero3_buffers"] = np.where(zero == 3, zero3_blocks + wb * flat["root_params"].take(
-            base), 0)
+        # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
+        # backward) and the prefetched blocks, never more than the stage holds
+        cat["zero3_buffers"] = np.where(zero == 3, np.minimum(
+            zero3_blocks + wb * flat["root_params"].take(base), wb * (pd + pe)), 0)
         tensors = sum(cat.values())
         cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
         total = tensors + cat["framework"]

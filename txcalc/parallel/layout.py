@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from ..config import ModelConfig
 from ..errors import TxcalcError
+from ..workload import RECOMPUTE  # noqa: F401  (the one list of recompute modes)
 
 SCHEDULES = ("1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
 
 
 class LayoutError(TxcalcError):
@@ -74,6 +74,21 @@ class Layout:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+def joint_rules(tp, pp, dp, cp, ep, sp, virtual, n_blocks: int) -> dict:
+    """The rules that join several degrees, each True where it holds. Works on ints (one
+    layout: ``check_layout``) and on numpy arrays (the planner's whole grid, ``layout_grid``):
+
+        sp_needs_tp   | sequence parallelism splits inside a TP group: tp > 1
+        stages_fit    | pp x virtual chunks <= the model's blocks
+        interleaved   | virtual chunks need the interleaved schedule: pp >= 2, virtual >= 2
+        ep_divides    | EP ranks are taken from dp x cp (Megatron-Core): ep divides dp x cp
+    """
+    return {"sp_needs_tp": (sp == 0) | (tp > 1),
+            "stages_fit": pp * virtual <= n_blocks,
+            "interleaved": (virtual == 1) | ((pp >= 2) & (virtual >= 2)),
+            "ep_divides": (dp * cp) % ep == 0}
+
+
 def check_layout(cfg: ModelConfig, lay: Layout, seq: int) -> None:
     """Raise LayoutError naming every value a layout breaks for this model."""
     problems = []
@@ -100,12 +115,14 @@ def check_layout(cfg: ModelConfig, lay: Layout, seq: int) -> None:
             width = getattr(cfg, name)
             if width and width % lay.tp:
                 problems.append(f"TP degree ({lay.tp}) must divide {name} ({width})")
-    if lay.sp and lay.tp == 1:
-        problems.append("sequence parallelism (sp) needs tp > 1")
     blocks = sum(depth for _, depth in cfg.stacks)
-    if lay.pp * lay.virtual > blocks:
+    rules = joint_rules(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, int(lay.sp), lay.virtual, blocks)
+    if not rules["sp_needs_tp"]:
+        problems.append("sequence parallelism (sp) needs tp > 1")
+    if not rules["stages_fit"]:
         problems.append(f"pp ({lay.pp}) x virtual stages ({lay.virtual}) exceeds the "
                         f"{blocks} blocks of {cfg.name}")
+    # (the grid derives the schedule from virtual: joint_rules' "interleaved")
     if lay.schedule == "interleaved" and (lay.pp < 2 or lay.virtual < 2):
         problems.append(f"the interleaved schedule needs pp >= 2 and virtual >= 2 (pp {lay.pp}, "
                         f"virtual {lay.virtual})")
@@ -118,7 +135,7 @@ def check_layout(cfg: ModelConfig, lay: Layout, seq: int) -> None:
             problems.append(f"expert parallelism (ep {lay.ep}) needs a mixture-of-experts model")
         elif cfg.n_experts % lay.ep:
             problems.append(f"EP degree ({lay.ep}) must divide n_experts ({cfg.n_experts})")
-        if (lay.dp * lay.cp) % lay.ep:
+        if not rules["ep_divides"]:
             problems.append(f"EP degree ({lay.ep}) must divide dp x cp ({lay.dp} x {lay.cp})")
     if problems:
         raise LayoutError(f"{cfg.name}: " + "; ".join(problems))

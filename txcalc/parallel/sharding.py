@@ -1,7 +1,7 @@
 """The sharding plan: how each Op's parameters and saved tensors split over TP, EP and PP.
 
-Keyed by the last part of the op's component name, the way torch's ``parallelize_module``
-plans are keyed by module names (Megatron-LM's layout, Shoeybi et al. arXiv:1909.08053):
+Read from the roles components.py declares on each Op (``Op.tp``, ``Op.act_split``,
+``Op.placement``), in Megatron-LM's layout (Shoeybi et al. arXiv:1909.08053):
 
     module                                  | TP style  | weight [out, in] per GPU | bias
     ----------------------------------------|-----------|--------------------------|---------
@@ -30,42 +30,23 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from ..ops import Op
+from ..units import cdiv
 from ..workload import Workload
 
-COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "q_b_proj", "kv_b_proj",
-           "lm_head")
-ROWWISE = ("o_proj", "down_proj")
-#: op kinds whose saved tensors live inside a TP region (split over t in any case)
-TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")
+from ..ops import TP_REGION_KINDS  # noqa: F401  (re-exported: the roles' vocabulary)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+_cdiv = cdiv
 
 
 def tp_style(op: Op) -> str:
-    """colwise | rowwise | vocab | replicate, from the op's module name."""
-    leaf = op.component.rsplit(".", 1)[-1]
-    if op.kind == "linear" and leaf in COLWISE:
-        return "colwise"
-    if op.kind == "linear" and leaf in ROWWISE:
-        return "rowwise"
-    if op.kind == "embedding" and op.component == "embed.tokens":
-        return "vocab"
-    return "replicate"
+    """colwise | rowwise | vocab | replicate: the role components.py declared on the op."""
+    return op.tp
 
 
 def act_share(op: Op) -> str:
     """How the op's saved tensors split over TP: tp | residual (tp only with SP) | whole."""
-    if op.kind in TP_REGION_KINDS or tp_style(op) == "rowwise":
-        return "tp"
-    if op.kind == "norm" and op.component.rsplit(".", 1)[-1] in ("q_norm", "k_norm"):
-        return "tp"
-    if op.kind == "dropout" and op.component.endswith("act_dropout"):  # inside the MLP
-        return "tp"
-    if op.kind in ("rotary", "embedding"):
-        return "whole"
-    return "residual"
+    return op.act_split
 
 
 def _local_instances(op: Op, ep: int) -> int:
@@ -76,32 +57,35 @@ def local_tensors(op: Op, tp: int, ep: int = 1, tied_copy: bool = False
                   ) -> list[tuple[int, int, int]]:
     """Parameter tensors of the op on one GPU as (dim 0, elements per dim-0 row, count).
 
-    Linear weights are [out, in] (torch's layout); routed experts are ``E/ep`` separate
-    modules per GPU. ``tied_copy``: a tied head holding its own copy of the embedding shard.
+    Linear weights are [out, in] (torch's layout, ``Op.tensors``); routed experts are ``E/ep``
+    separate modules per GPU. ``tied_copy``: a tied head holding its own copy of the
+    embedding shard.
     """
     n = _local_instances(op, ep)
-    style = tp_style(op)
-    if op.kind == "linear":
-        full_w = op.d_in * op.d_out
-        tied = op.params < full_w
-        has_bias = op.params - (0 if tied else full_w) > 0
-        out, inp = op.d_out, op.d_in
-        if style == "colwise":
-            out = _cdiv(out, tp)
-        elif style == "rowwise":
-            inp = _cdiv(inp, tp)
-        tensors = []
-        if not tied or tied_copy:
-            tensors.append((out, inp, n))
-        if has_bias:
-            tensors.append((out if style == "colwise" else op.d_out, 1, n))
-        return tensors
-    if op.kind == "embedding":
-        rows = _cdiv(op.d_in, tp) if style == "vocab" else op.d_in
-        return [(rows, op.d_out, n)]
-    if op.params:  # norms: scale (and shift) vectors
-        return [(op.d_in, 1, n)] * (op.params // op.d_in)
-    return []
+    tensors = list(op.tensors())
+    if op.tied and tied_copy:
+        tensors.insert(0, (op.d_out, op.d_in, 2))
+    out = []
+    for d0, rest, ndim in tensors:
+        if op.tp in ("colwise", "vocab"):
+            d0 = cdiv(d0, tp)  # weight rows and the colwise bias
+        elif op.tp == "rowwise" and ndim == 2:
+            rest = cdiv(rest, tp)  # the rowwise bias is replicated
+        out.append((d0, rest, n))
+    return out
+
+
+def zero_shard_rows(d0: int, shards: int, rank: int) -> int:
+    """Rows of a dim-0 size ``d0`` tensor that ZeRO rank ``rank`` of ``shards`` holds, unpadded
+    (FSDP2 splits dim 0 by ceiling division: the last ranks may hold fewer rows, or none)."""
+    size = cdiv(d0, shards)
+    return max(0, min(size, d0 - rank * size))
+
+
+def fsdp_padding(tensors, shards: int) -> int:
+    """Elements FSDP2 pads over all ranks: every rank's storage is ceil(d0 / shards) rows, so
+    ``shards x`` rank 0's padded shard = the parameters + this padding."""
+    return sum((shards * cdiv(d0, shards) - d0) * rest * n for d0, rest, n in tensors)
 
 
 def local_params(op: Op, tp: int, ep: int = 1, tied_copy: bool = False) -> int:
@@ -153,11 +137,8 @@ def assign_stages(cfg: ModelConfig, ops, pp: int) -> list[list[Op]]:
             stage_of_block[b] = s
     stages: list[list[Op]] = [[] for _ in range(pp)]
     for op in ops:
-        g = block_index(cfg, op)
-        if g >= 0:
-            stages[stage_of_block[g]].append(op)
-        elif op.component.startswith("embed") or op.component == "rel_bias":
-            stages[0].append(op)
+        if op.placement == "block":
+            stages[stage_of_block[block_index(cfg, op)]].append(op)
         else:
-            stages[-1].append(op)
+            stages[0 if op.placement == "pre" else -1].append(op)
     return stages

@@ -8,10 +8,10 @@ import dataclasses
 from collections.abc import Callable
 
 from ..errors import WorkloadError
-from ..units import GB
+from ..units import GB, cdiv
+from ..workload import RECOMPUTE as RECOMPUTE_MODES
 from .request import ReportRequest
 
-RECOMPUTE_MODES = ("none", "selective", "full")
 #: sequence lengths of the activation plot, and contexts of the KV plot (powers of two)
 SEQ_SWEEP = tuple(2**i for i in range(9, 18))  # 512 .. 131072
 CONTEXT_SWEEP = tuple(2**i for i in range(7, 18))  # 128 .. 131072
@@ -22,7 +22,7 @@ Progress = Callable[[str], None]
 
 
 def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+    return cdiv(a, b)
 
 
 # --- the GPU ----------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
         r = rows.setdefault(key, {"component": key, "prefill_flops": 0, "decode_flops": 0})
         r["prefill_flops"] += op.prefill_flops(prompt)
         r["decode_flops"] += op.decode_flops(1, ctx, prompt.src_seq)
-    wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)][0]
+    wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)].weight
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
          "components": _merge_components(p.by_component(), list(rows.values())),
          "flops": {"prefill_per_sequence": f.prefill(), "decode_per_token": f.decode(ctx)},

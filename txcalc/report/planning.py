@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..units import gb, human, plural
+from ..units import cdiv, gb, human, plural
 
 #: best layouts shown in the memory plot and table
 N_LAYOUTS = 5
@@ -70,7 +70,7 @@ def infer_plan(req, cfg, gpu) -> dict:
             d[k] = r6(d[k])
         d["gpus_per_replica"] = r.tp * r.pp
         # sequences one replica holds at the asked load; the KV bytes per GPU are per sequence
-        d["seqs_per_replica"] = -(-req.concurrency // r.replicas)
+        d["seqs_per_replica"] = cdiv(req.concurrency, r.replicas)
         rows.append(d)
     return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
             "best": rows[0], "options": rows,

@@ -3,6 +3,7 @@ predicted/measured rows, and the report's "Predicted against measured" section."
 
 from __future__ import annotations
 
+from ..units import error_pct
 from .sections import plot, section, table
 
 MAX_VALIDATION_ROWS = 40
@@ -105,7 +106,7 @@ def validation_section(data: dict, name: str, validation_dir) -> dict:
                                                 "recompute", "precision")
                       if isinstance(raw.get(k), (str, int)) and not isinstance(raw[k], bool))
     for r in rows:
-        r["error_pct"] = (100.0 * (r["predicted"] - r["measured"]) / r["measured"]
+        r["error_pct"] = (error_pct(r["predicted"], r["measured"])
                           if r["measured"] else (0.0 if r["predicted"] == 0 else None))
     by_q: dict[str, dict] = {}
     for r in rows:
