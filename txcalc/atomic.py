@@ -79,7 +79,8 @@ def _short(text: str, n: int = 80) -> str:
     return repr(text if len(text) <= n else text[:n] + "...")
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk; best effort."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try:
@@ -163,7 +164,7 @@ def write_files(folder: str | os.PathLike, files: dict[str, bytes | str],
                 for tmp, name in zip(temps, files):
                     os.replace(tmp, out / name)
                     done.append(out / name)
-                _fsync_dir(out)
+                fsync_dir(out)
             except BaseException:
                 for tmp in temps:
                     with contextlib.suppress(OSError):

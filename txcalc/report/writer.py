@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic import OutputPathError, check_name, deferred_signals, remove_empty
+from ..atomic import OutputPathError, check_name, deferred_signals, fsync_dir, remove_empty
 from .model import build_report
 from .request import ReportRequest
 
@@ -282,22 +282,13 @@ def _locked(parent: Path):
         os.close(fd)
 
 
-def _fsync(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _fill(tmp: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         with open(tmp / name, "xb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    _fsync(tmp)
+    fsync_dir(tmp)
 
 
 def write_folder(out: Path, files: dict[str, bytes]) -> None:
@@ -318,7 +309,7 @@ def write_folder(out: Path, files: dict[str, bytes]) -> None:
                     _recover(out)
                     check_out_dir(out)  # again, under the lock
                     _swap_in(out, files)
-                _fsync(parent)
+                fsync_dir(parent)
             except BaseException:
                 if not os.path.lexists(out):
                     remove_empty(made)
