@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .accounting import by_layer_type
-from .components import model_ops
+from .components import model_ops_tuple
 from .config import ModelConfig
 from .errors import WorkloadError
 from .ops import Op
@@ -94,7 +94,7 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return tuple(model_ops(self.cfg))
+        return model_ops_tuple(self.cfg)
 
     @property
     def _bytes(self):
