@@ -17,6 +17,7 @@ the reference model's module names:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 from .config import ModelConfig
@@ -337,3 +338,9 @@ def model_ops(cfg: ModelConfig) -> list[Op]:
         ops.extend(dataclasses.replace(op, placement="post") for op in after)
     ops.extend(dataclasses.replace(op, placement="post") for op in head(cfg))
     return ops
+
+
+@functools.lru_cache(maxsize=32)
+def model_ops_tuple(cfg: ModelConfig) -> tuple[Op, ...]:
+    """``model_ops(cfg)`` as a tuple, built once per config (Ops and configs are frozen)."""
+    return tuple(model_ops(cfg))

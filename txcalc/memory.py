@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from .accounting import by_layer_type
-from .components import model_ops
+from .components import model_ops_tuple
 from .config import ModelConfig
 from .errors import WorkloadError
 from .ops import Op
@@ -207,7 +207,7 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return tuple(model_ops(self.cfg))
+        return model_ops_tuple(self.cfg)
 
     @property
     def _bytes(self):

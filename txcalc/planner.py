@@ -241,17 +241,17 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     dps = _divisors(global_batch)
     zeros = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1)]
     vs = [1, 2, 4]
-    axes = [np.arange(len(x)) for x in (tps, pps, cps, eps, mbs, dps, zeros, vs)]
-    axes += [np.array([0, 1]), np.arange(3)]  # sp, recompute
-    mesh = np.meshgrid(*axes, indexing="ij")
-    ti, pi, ci, ei, mi, di, zi, vi, sp, rc = (m.ravel() for m in mesh)
-    A = lambda xs: np.array(xs, dtype=np.int64)
-    tp, pp, cp, ep, mb, dp = (A(tps)[ti], A(pps)[pi], A(cps)[ci], A(eps)[ei], A(mbs)[mi],
-                              A(dps)[di])
-    zero, hybrid = A([z for z, _ in zeros])[zi], A([h for _, h in zeros])[zi].astype(bool)
-    v = A(vs)[vi]
+    # the masks are taken on the degrees broadcast along their own axis of the grid (not on
+    # the full grid: far less memory), and only the kept points are gathered at the end
+    lists = (tps, pps, cps, eps, mbs, dps, [z for z, _ in zeros], vs, [0, 1], [0, 1, 2])
+    shape = tuple(len(x) for x in lists)  # ... sp, recompute
+
+    def A(xs, k):  # the values of axis k, shaped to broadcast against the grid
+        return np.array(xs, dtype=np.int64).reshape([-1 if i == k else 1 for i in range(10)])
+    tp, pp, cp, ep, mb, dp, zero, v, sp, rc = (A(xs, k) for k, xs in enumerate(lists))
+    hybrid = A([h for _, h in zeros], 6).astype(bool)
     n = tp * pp * cp * dp
-    ok = (n <= max_gpus) & (global_batch % (dp * mb) == 0)
+    ok = np.broadcast_to((n <= max_gpus) & (global_batch % (dp * mb) == 0), shape).copy()
     if gpus is not None:
         ok &= n == gpus
     m = global_batch // (dp * mb)
@@ -271,10 +271,11 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
         if key == "recompute":
             value = RECOMPUTE.index(value)
         ok &= pinned[key] == value
-    idx = np.nonzero(ok)[0]
-    g = dict(tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], zero=zero[idx],
-             hybrid=hybrid[idx], sp=sp[idx].astype(bool), v=v[idx], mb=mb[idx], rc=rc[idx],
-             ti=ti[idx], pi=pi[idx], ci=ci[idx], ei=ei[idx], mi=mi[idx])
+    ti, pi, ci, ei, mi, di, zi, vi, si, ri = np.nonzero(ok)  # in the grid's C order
+    g = dict(tp=tp.ravel()[ti], pp=pp.ravel()[pi], dp=dp.ravel()[di], cp=cp.ravel()[ci],
+             ep=ep.ravel()[ei], zero=zero.ravel()[zi], hybrid=hybrid.ravel()[zi],
+             sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=ri, ti=ti, pi=pi,
+             ci=ci, ei=ei, mi=mi)
     return g, (tps, eps, cps, mbs, pps)
 
 

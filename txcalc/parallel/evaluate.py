@@ -45,7 +45,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..components import model_ops
+from ..components import model_ops_tuple
 from ..config import ModelConfig
 from ..hardware import Gpu
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes,
@@ -169,7 +169,7 @@ class TrainSetting:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return tuple(model_ops(self.cfg))
+        return model_ops_tuple(self.cfg)
 
     @cached_property
     def n_blocks(self) -> int:
