@@ -591,7 +591,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ov = overheads or Overheads()
     prof = profile or DeviceProfile.from_gpu(gpu)
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
-    ops = model_ops_cached(cfg)
+    from .components import model_ops_tuple
+    ops = model_ops_tuple(cfg)
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
     w = Workload(batch=1, seq=context, attn_impl="flash")
@@ -700,13 +701,3 @@ def _replicas_for(concurrency: int, start: int, tokens_per_s: float | None, deco
         if need <= last or last >= cap:
             return min(need, cap)
         r = last + 1
-
-
-_OPS_CACHE: dict = {}
-
-
-def model_ops_cached(cfg: ModelConfig):
-    from .components import model_ops
-    if cfg not in _OPS_CACHE:
-        _OPS_CACHE[cfg] = tuple(model_ops(cfg))
-    return _OPS_CACHE[cfg]
