@@ -175,6 +175,20 @@ class TrainSetting:
     def n_blocks(self) -> int:
         return sum(depth for _, depth in self.cfg.stacks)
 
+    @cached_property
+    def grouped(self) -> tuple[list[list[Op]], list[int], list[Op], list[Op]]:
+        """``group_ops``, computed once per setting (the search and both exact evaluations
+        of a plan share it)."""
+        return group_ops(self)
+
+    @cached_property
+    def group_memo(self) -> dict:
+        """Per-group costs already computed by ``build_tables``, keyed by (cost function, index
+        into groups + [first, last] of ``grouped``, its arguments): a cost depends only on the
+        frozen setting, the group and those arguments, so a hit is the same number. Read-only
+        for callers (the stored dicts and tuples are shared)."""
+        return {}
+
 
 # --- per group of ops: the costs, computed once ------------------------------------------------
 def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
@@ -320,26 +334,35 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     (the most micro-batches in flight after the first), last, and the stage with the most
     block parameters (dense-first MoE models); ``evaluate_layouts`` passes every stage)."""
     import numpy as np
-    groups, block_group, first, last = group_ops(s)
+    groups, block_group, first, last = s.grouped
     all_groups = groups + [first, last]
+    memo = s.group_memo
+
+    def once(cost, gi, *args, **kw):
+        """cost(s, ops of group gi, *args, **kw), computed once per setting."""
+        key = (cost.__name__, gi, *args, *kw.items())
+        if key not in memo:
+            memo[key] = cost(s, all_groups[gi], *args, **kw)
+        return memo[key]
+
     G = len(all_groups)
     tied = any(op.tied for op in last)  # the head's own copy of the table when pp > 1
     n_tp, n_ep, n_cp, n_mb = len(tps), len(eps), len(cps), len(mbs)
     st = {k: np.zeros((G, n_tp, n_ep), dtype=np.int64)
           for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors")}
     st_copy = {k: np.zeros((n_tp, n_ep), dtype=np.int64) for k in st}
-    for gi, ops in enumerate(all_groups):
+    for gi in range(G):
         for ti, tp in enumerate(tps):
             for ei, ep in enumerate(eps):
-                for k, v in group_states(s, ops, tp, ep).items():
+                for k, v in once(group_states, gi, tp, ep).items():
                     st[k][gi, ti, ei] = v
                 if gi == G - 1 and tied:  # a tied head's own copy of the embedding shard
-                    with_copy = group_states(s, ops, tp, ep, tied_copy=True)
+                    with_copy = once(group_states, gi, tp, ep, tied_copy=True)
                     for k, v in with_copy.items():
                         st_copy[k][ti, ei] = v - st[k][gi, ti, ei]
     act = np.zeros((G, n_tp, 2, 3, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
     times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, 3))  # compute, backward, attention
-    for gi, ops in enumerate(all_groups):
+    for gi in range(G):
         for ti, tp in enumerate(tps):
             for si, sp in enumerate((False, True)):
                 if sp and tp == 1:
@@ -348,14 +371,14 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
                     continue
                 for ri, rc in enumerate(RECOMPUTE):
                     for bi in (0, 1):
-                        act[gi, ti, si, ri, bi] = group_activations(s, ops, tp, sp, rc, bi + 1)
+                        act[gi, ti, si, ri, bi] = once(group_activations, gi, tp, sp, rc, bi + 1)
                     for ci, cp in enumerate(cps):
                         for mi, mb in enumerate(mbs):
-                            times[:, gi, ti, si, ci, mi, ri] = group_times(s, ops, tp, sp, cp,
-                                                                           rc, mb)
+                            times[:, gi, ti, si, ci, mi, ri] = once(group_times, gi, tp, sp,
+                                                                    cp, rc, mb)
     counts = np.array([[group_counts(ops)[k] for k in ("tp_coll", "moe", "attn")]
                        for ops in all_groups], dtype=np.int64)
-    flops = [group_flops(s, ops) for ops in all_groups]
+    flops = [once(group_flops, gi) for gi in range(G)]
     if slots_of is None:  # first, second, last, and the stage holding the most parameters
         block_params = (st["p_dense"][:, 0, 0] + st["p_exp"][:, 0, 0])[:len(groups)]
 
