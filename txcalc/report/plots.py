@@ -269,7 +269,17 @@ def draw(report: dict, spec: dict) -> bytes:
     """The PNG bytes of one plot of the report. Names are untrusted text: control and bidi
     characters are dropped and no string is read as mathtext (``$...$``) or TeX, so a model
     named ``$\\foo{$`` is drawn as written instead of failing the report."""
+    return next(draw_each(report, [spec]))
+
+
+def draw_each(report: dict, specs: list[dict]):
+    """``draw`` of each spec, in order (a generator), with the report cleaned once (cleaning
+    the whole report for every plot was a twentieth of the drawing time)."""
     from matplotlib import rc_context
 
-    with rc_context({"text.parse_math": False, "text.usetex": False}):
-        return _png(DRAW[spec["kind"]](_cleaned(report)))
+    cleaned = _cleaned(report)
+    for spec in specs:
+        with rc_context({"text.parse_math": False, "text.usetex": False}):
+            png = _png(DRAW[spec["kind"]](cleaned))
+        yield png  # outside the rc_context: the caller never runs under its settings
+

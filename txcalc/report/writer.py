@@ -180,9 +180,10 @@ def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_d
     specs = plots.plot_specs(report)
     total = done + len(specs) + 1
     pngs = {}
+    drawn = plots.draw_each(report, specs)
     for spec in specs:
         step(f"plot {spec['file']}", total)
-        pngs[spec["file"]] = plots.draw(report, spec)
+        pngs[spec["file"]] = next(drawn)
     step("writing files", total)
     extra = [str(out_dir)] + ([str(validation_dir)] if validation_dir is not None else [])
     files = {name: png for name, png in pngs.items()}
