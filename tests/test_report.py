@@ -139,6 +139,33 @@ def test_pngs_are_deterministic(examples):
         assert plots.draw(rep, spec) == plots.draw(rep, spec)
 
 
+def test_helper_processes_draw_the_same_bytes_as_this_process(monkeypatch):
+    """write_report draws in helper processes (plots.Painter): their PNGs equal the ones drawn
+    here, in the order of the specs, each announced once; a helper that dies leaves its plots
+    to this process, with the same bytes and the same announcements."""
+    from txcalc.report import plots
+
+    rep = build_report(ReportRequest("t5-base", seq=512, batch=4))
+    specs = plots.plot_specs(rep)
+    here = [plots.draw(rep, spec) for spec in specs]
+    local = plots.draw_each
+
+    def only_helpers(report, rest):  # the working helpers leave nothing to this process
+        assert not rest, "drawn here, not by the helpers"
+        return local(report, rest)
+    for helper, fallback in ((plots._HELPER, only_helpers),
+                             ("import sys; sys.stdin.buffer.read(); sys.exit(3)", local)):
+        monkeypatch.setattr(plots, "_HELPER", helper)
+        monkeypatch.setattr(plots, "draw_each", fallback)
+        seen = []
+        with plots.Painter() as painter:
+            assert len(painter.procs) == 2
+            got = painter.draw_all(rep, specs, before=lambda spec: seen.append(spec["file"]))
+        assert painter.procs == []
+        assert got == here
+        assert seen == [spec["file"] for spec in specs]
+
+
 # --- the numbers against independent references ----------------------------------------------
 def test_chapter_80b_example():
     # The chapter, section 8.8: an 80B model in fp16 mixed precision with Adam needs 160 GB of

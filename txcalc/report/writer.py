@@ -176,14 +176,13 @@ def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_d
         progress(desc, done, total)
         done += 1
 
-    report = build_report(req, str(out_dir), validation_dir, progress=step)
-    specs = plots.plot_specs(report)
-    total = done + len(specs) + 1
-    pngs = {}
-    drawn = plots.draw_each(report, specs)
-    for spec in specs:
-        step(f"plot {spec['file']}", total)
-        pngs[spec["file"]] = next(drawn)
+    with plots.Painter() as painter:  # imports matplotlib while the report is built
+        report = build_report(req, str(out_dir), validation_dir, progress=step)
+        specs = plots.plot_specs(report)
+        total = done + len(specs) + 1
+        drawn = painter.draw_all(report, specs,
+                                 before=lambda spec: step(f"plot {spec['file']}", total))
+    pngs = {spec["file"]: png for spec, png in zip(specs, drawn)}
     step("writing files", total)
     extra = [str(out_dir)] + ([str(validation_dir)] if validation_dir is not None else [])
     files = {name: png for name, png in pngs.items()}
