@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,16 @@ def op_class(op: Op) -> str:
     return "memory"
 
 
+#: the largest peak (FLOP/s) or bandwidth (bytes/s) a profile may state: 1e19, about 5,000
+#: times an H200's dense fp8 peak
+MAX_RATE = 1e19
+
+
+def _real(v) -> bool:
+    """A finite int or float, not a bool (JSON ``true`` is no number of FLOP/s)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """Peaks and efficiencies of one GPU type for the roofline."""
@@ -93,15 +104,18 @@ class DeviceProfile:
     source: str = ""
 
     def __post_init__(self) -> None:
-        bad = [f"{k} ({v!r})" for k, v in self.flop_efficiency.items()
-               if not isinstance(v, (int, float)) or not 0 < v <= 1]
-        if not isinstance(self.bw_efficiency, (int, float)) or not 0 < self.bw_efficiency <= 1:
-            bad.append(f"bw_efficiency ({self.bw_efficiency!r})")
-        if not isinstance(self.hbm_bytes_per_s, (int, float)) or self.hbm_bytes_per_s <= 0:
-            bad.append(f"hbm_bytes_per_s ({self.hbm_bytes_per_s!r})")
+        bad = [f"{k} ({v!r:.40})" for k, v in self.flop_efficiency.items()
+               if not _real(v) or not 0 < v <= 1]
+        if not _real(self.bw_efficiency) or not 0 < self.bw_efficiency <= 1:
+            bad.append(f"bw_efficiency ({self.bw_efficiency!r:.40})")
+        if not _real(self.hbm_bytes_per_s) or not 0 < self.hbm_bytes_per_s <= MAX_RATE:
+            bad.append(f"hbm_bytes_per_s ({self.hbm_bytes_per_s!r:.40})")
+        bad += [f"peak_flops[{k!r:.40}] ({v!r:.40})" for k, v in self.peak_flops.items()
+                if not _real(v) or not 0 <= v <= MAX_RATE]
         if bad:
-            raise ProfileError(f"device profile {self.name!r}: efficiencies must be in (0, 1] "
-                               f"and bandwidth positive: {', '.join(bad)}")
+            raise ProfileError(f"device profile {self.name!r:.80}: efficiencies must be numbers "
+                               f"in (0, 1], bandwidth and peaks numbers up to {MAX_RATE:.0e}, "
+                               f"bandwidth positive: {', '.join(bad)}")
 
     @classmethod
     def from_gpu(cls, gpu: Gpu) -> DeviceProfile:
@@ -140,13 +154,14 @@ class DeviceProfile:
         from .safeio import read_json
         d = read_json(path, ProfileError)  # regular file, size cap, strict JSON
         try:
-            return cls(name=str(d["name"]), peak_flops={str(k): float(v) for k, v in
+            # numbers as written (a bool or a string is refused by __post_init__, not cast)
+            return cls(name=str(d["name"]), peak_flops={str(k): v for k, v in
                                                         d["peak_flops"].items()},
-                       hbm_bytes_per_s=float(d["hbm_bytes_per_s"]),
-                       flop_efficiency={str(k): float(v) for k, v in
+                       hbm_bytes_per_s=d["hbm_bytes_per_s"],
+                       flop_efficiency={str(k): v for k, v in
                                         d.get("flop_efficiency", {}).items()}
                        or dict(DEFAULT_FLOP_EFFICIENCY),
-                       bw_efficiency=float(d.get("bw_efficiency", DEFAULT_BW_EFFICIENCY)),
+                       bw_efficiency=d.get("bw_efficiency", DEFAULT_BW_EFFICIENCY),
                        source=str(d.get("source", "")))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ProfileError(f"cannot read device profile {str(path)!r}: "
