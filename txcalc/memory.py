@@ -48,6 +48,12 @@ PRECISIONS = {
     "fp16-mixed": Precision(2, 2, 4, 4, 2),
     "bf16": Precision(2, 2, 0, 2, 2),
 }
+#: bytes per gradient element a sharded optimizer (ZeRO-1 and ZeRO-2, data parallel > 1) keeps:
+#: bf16 mixed precision accumulates and reduces gradients in fp32 (Megatron-LM forces
+#: accumulate_allreduce_grads_in_fp32 under --bf16, its distributed optimizer being 6 + 12/d
+#: bytes per parameter; FSDP2 reduce-scatters into the fp32 sharded parameter's gradient,
+#: measured in tests/test_engine.py); the other policies keep the gradient dtype
+ZERO_GRAD_BYTES = {"fp32": 4, "bf16-mixed": 4, "fp16-mixed": 2, "bf16": 2}
 
 
 class OptimizerSpec(NamedTuple):

@@ -12,7 +12,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     category      | bytes                                                  | sharded over
     --------------|--------------------------------------------------------|-----------------
     weights       | w * P                                                  | ZeRO-3
-    gradients     | g * P                                                  | ZeRO-2, 3
+    gradients     | g * P; ZeRO-1/2 of bf16-mixed: fp32 (ZERO_GRAD_BYTES)  | ZeRO-2, 3
     optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
                   |   + step counters per tensor (memory.OPTIMIZER_SPECS)  |   (steps: never)
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
@@ -48,8 +48,8 @@ from functools import cached_property
 from ..components import model_ops_tuple
 from ..config import ModelConfig
 from ..hardware import Gpu
-from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes,
-                      param_tensor_count, saved_rows)
+from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, ZERO_GRAD_BYTES,
+                      optimizer_state_bytes, param_tensor_count, saved_rows)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -500,6 +500,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
+    g_zero = np.where((zero >= 1) & (zero <= 2) & (shard > 1) & (master > 0),
+                      ZERO_GRAD_BYTES[s.precision], gb_)
     pow2 = bool(np.all((v & (v - 1)) == 0))  # then // v is a (much faster) shift
     v_shift = np.log2(v).astype(np.int64) if pow2 else None
     tp_colls = 2 + (rc == 2)  # forward + backward, and the forward again under full recompute
@@ -533,10 +535,13 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                    + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
         # step counters: one per parameter tensor, never sharded (OPTIMIZER_SPECS)
         opt = opt + OPTIMIZER_SPECS[s.optimizer].step_bytes * flat["tensors"].take(base)
-        # ZeRO-3's bf16 weight shard + bf16 gradient shard stand for FSDP2's fp32 parameter
-        # and gradient shards (2 + 2 + 12 = 4 + 4 + 8 bytes). Not yet modelled: FSDP2's
-        # ZeRO-2 also keeps fp32 gradient shards (tests/test_engine.py measures the gap)
-        cat = {"weights": wb * held(3), "gradients": gb_ * held(2), "optimizer": opt}
+        # gradients of a sharded optimizer (memory.ZERO_GRAD_BYTES): under bf16 mixed precision
+        # ZeRO-1 keeps full fp32 main gradients (Megatron's distributed optimizer: 6 + 12/d
+        # bytes per parameter) and ZeRO-2 fp32 gradient shards (FSDP2, byte for byte:
+        # tests/test_engine.py); ZeRO-3's bf16 weight and gradient shards stand for FSDP2's
+        # fp32 parameter and gradient shards (2 + 2 + 12 = 4 + 4 + 8). With one rank in the
+        # shard group there is nothing to partition: ZeRO-0's bytes.
+        cat = {"weights": wb * held(3), "gradients": g_zero * held(2), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
         stage = A["stage"][:, k].take(pi)
         extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
