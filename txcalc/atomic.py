@@ -70,12 +70,13 @@ def check_name(path: str | os.PathLike, what: str) -> str:
         raise OutputPathError(f"{what} ({text!r}) contains a NUL character")
     for part in text.split(os.sep):
         if len(os.fsencode(part)) > NAME_MAX:
-            raise OutputPathError(f"{what} ({_short(text)}): a path component is longer "
+            raise OutputPathError(f"{what} ({quoted(text)}): a path component is longer "
                                   f"than {NAME_MAX} bytes")
     return text
 
 
-def _short(text: str, n: int = 80) -> str:
+def quoted(text: str, n: int = 80) -> str:
+    """A path or name for an error message: repr-quoted, cut to ``n`` characters."""
     return repr(text if len(text) <= n else text[:n] + "...")
 
 
@@ -115,10 +116,10 @@ def check_out_folder(folder: str | os.PathLike, what: str = "--out") -> Path:
     except FileNotFoundError:
         return p
     except OSError as e:
-        raise OutputPathError(f"{what} ({_short(text)}): {e.strerror or e}") from None
+        raise OutputPathError(f"{what} ({quoted(text)}): {e.strerror or e}") from None
     if not stat.S_ISDIR(st.st_mode):
         kind = "a file" if stat.S_ISREG(st.st_mode) else "not a folder (a device or a pipe)"
-        raise OutputPathError(f"{what} ({_short(text)}) is {kind}; give a folder")
+        raise OutputPathError(f"{what} ({quoted(text)}) is {kind}; give a folder")
     return p
 
 
@@ -127,17 +128,17 @@ def check_out_file(path: str | os.PathLike, what: str = "--out") -> Path:
     text = check_name(path, what)
     p = Path(text)
     if text.endswith(os.sep) or p.name in ("", ".", ".."):
-        raise OutputPathError(f"{what} ({_short(text)}) names a folder; give a file name")
+        raise OutputPathError(f"{what} ({quoted(text)}) names a folder; give a file name")
     try:
         st = os.lstat(p)
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise OutputPathError(f"{what} ({_short(text)}): {e.strerror or e}") from None
+        raise OutputPathError(f"{what} ({quoted(text)}): {e.strerror or e}") from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a symbolic link"
                 if stat.S_ISLNK(st.st_mode) else "a device or a pipe, not a regular file")
-        raise OutputPathError(f"{what} ({_short(text)}) is {kind}; give a file to write")
+        raise OutputPathError(f"{what} ({quoted(text)}) is {kind}; give a file to write")
     check_out_folder(p.parent if str(p.parent) else ".", f"the folder of {what}")
     return p
 
@@ -173,7 +174,7 @@ def write_files(folder: str | os.PathLike, files: dict[str, bytes | str],
                     remove_empty(made)
                 raise
     except OSError as e:
-        raise OutputPathError(f"cannot write {what} ({_short(str(out))}): "
+        raise OutputPathError(f"cannot write {what} ({quoted(str(out))}): "
                               f"{e.strerror or e}") from None
     return done
 

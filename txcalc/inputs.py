@@ -131,17 +131,22 @@ def choice(name: str, value, choices) -> str:
     return value
 
 
+def _nonempty_within(name: str, value: str, max_len: int) -> None:
+    """Shared by text() and path_text(): not blank, at most ``max_len`` characters."""
+    if not value.strip():
+        raise InputError(f"{name} ({show(value)}) must not be empty")
+    if len(value) > max_len:
+        raise InputError(f"{name} ({show(value)}) is {len(value):,} characters long; at most "
+                         f"{max_len:,}")
+
+
 def text(name: str, value, *, max_len: int = MAX_TEXT, none: bool = False):
     """A non-empty string without NUL or other control characters, at most ``max_len``."""
     if value is None and none:
         return None
     if not isinstance(value, str):
         raise InputError(f"{name} ({show(value)}) must be a string, not {type(value).__name__}")
-    if not value.strip():
-        raise InputError(f"{name} ({show(value)}) must not be empty")
-    if len(value) > max_len:
-        raise InputError(f"{name} ({show(value)}) is {len(value):,} characters long; at most "
-                         f"{max_len:,}")
+    _nonempty_within(name, value, max_len)
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise InputError(f"{name} ({show(value)}) contains control characters")
     return value
@@ -159,11 +164,7 @@ def path_text(name: str, value, *, none: bool = False):
                          f"{type(value).__name__}")
     if "\0" in value:
         raise InputError(f"{name} ({show(value)}) contains a NUL character")
-    if not value.strip():
-        raise InputError(f"{name} ({show(value)}) must not be empty")
-    if len(value) > MAX_TEXT:
-        raise InputError(f"{name} ({show(value)}) is {len(value):,} characters long; at most "
-                         f"{MAX_TEXT:,}")
+    _nonempty_within(name, value, MAX_TEXT)
     for part in value.replace("\\", "/").split("/"):
         size = len(part.encode("utf-8", "surrogateescape"))
         if size > MAX_PATH_COMPONENT:

@@ -33,7 +33,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic import OutputPathError, check_name, deferred_signals, fsync_dir, remove_empty
+from ..atomic import (OutputPathError, check_name, deferred_signals, fsync_dir, quoted,
+                      remove_empty)
 from .model import build_report
 from .request import ReportRequest
 
@@ -57,10 +58,6 @@ def _quiet(step: str, done: int, total: int | None) -> None:
     pass
 
 
-def _show(text: str, n: int = 80) -> str:
-    return repr(text if len(text) <= n else text[:n] + "...")
-
-
 # --- what -o names, and whether txcalc may replace it -----------------------------------------
 def resolve_out(out: str | os.PathLike) -> Path:
     """``out`` as a Path, refused (ReportError) when it cannot be a report folder: empty, a
@@ -71,7 +68,7 @@ def resolve_out(out: str | os.PathLike) -> Path:
         raise ReportError(str(e)) from None
     body = text.rstrip("/") or "/"
     if os.path.basename(body) in ("", ".", ".."):
-        raise ReportError(f"-o {_show(text)} names the current or a parent folder; a report "
+        raise ReportError(f"-o {quoted(text)} names the current or a parent folder; a report "
                           "replaces its folder as a whole: give a folder name, e.g. -o report")
     p = Path(body)
     try:
@@ -79,15 +76,15 @@ def resolve_out(out: str | os.PathLike) -> Path:
     except FileNotFoundError:
         return p
     except OSError as e:
-        raise ReportError(f"-o {_show(text)}: {e.strerror or e}") from None
+        raise ReportError(f"-o {quoted(text)}: {e.strerror or e}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise ReportError(f"-o {_show(text)} is a symbolic link; txcalc does not follow or "
+        raise ReportError(f"-o {quoted(text)} is a symbolic link; txcalc does not follow or "
                           "replace links: give the real folder")
     if not stat.S_ISDIR(st.st_mode):
-        raise ReportError(f"-o {_show(text)} is a file, not a folder")
+        raise ReportError(f"-o {quoted(text)} is a file, not a folder")
     here, target = os.path.realpath(os.getcwd()), os.path.realpath(p)
     if here == target or here.startswith(target.rstrip("/") + "/"):
-        raise ReportError(f"-o {_show(text)} is the current folder or holds it; a report "
+        raise ReportError(f"-o {quoted(text)} is the current folder or holds it; a report "
                           "replaces its folder as a whole: give a subfolder")
     return p
 
@@ -145,12 +142,12 @@ def check_out_dir(out: str | os.PathLike) -> Path:
         if entries and report_signature(p) is None:
             listed = _listed(p) or set()
             foreign = [e for e in entries if e not in listed or not _is_file(p / e)]
-            raise ReportError(f"-o {_show(str(p))} holds files txcalc did not write "
-                              f"({', '.join(_show(e, 40) for e in foreign[:3])}"
+            raise ReportError(f"-o {quoted(str(p))} holds files txcalc did not write "
+                              f"({', '.join(quoted(e, 40) for e in foreign[:3])}"
                               f"{', ...' if len(foreign) > 3 else ''}); give a new or empty "
                               "folder")
     except OSError as e:
-        raise ReportError(f"-o {_show(str(p))}: {e.strerror or e}") from None
+        raise ReportError(f"-o {quoted(str(p))}: {e.strerror or e}") from None
     return p
 
 
@@ -274,7 +271,7 @@ def _locked(parent: Path):
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise ReportError(f"another txcalc has been writing a report in "
-                                      f"{_show(str(parent))} for {LOCK_WAIT_S:g} s; try again"
+                                      f"{quoted(str(parent))} for {LOCK_WAIT_S:g} s; try again"
                                       ) from None
                 time.sleep(0.02)
         yield
@@ -315,7 +312,7 @@ def write_folder(out: Path, files: dict[str, bytes]) -> None:
                     remove_empty(made)
                 raise
     except OSError as e:
-        raise ReportError(f"cannot write the report to {_show(str(out))}: "
+        raise ReportError(f"cannot write the report to {quoted(str(out))}: "
                           f"{e.strerror or e}") from None
 
 
