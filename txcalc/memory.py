@@ -48,12 +48,54 @@ PRECISIONS = {
     "fp16-mixed": Precision(2, 2, 4, 4, 2),
     "bf16": Precision(2, 2, 0, 2, 2),
 }
-#: bytes per gradient element a sharded optimizer (ZeRO-1 and ZeRO-2, data parallel > 1) keeps:
-#: bf16 mixed precision accumulates and reduces gradients in fp32 (Megatron-LM forces
-#: accumulate_allreduce_grads_in_fp32 under --bf16, its distributed optimizer being 6 + 12/d
-#: bytes per parameter; FSDP2 reduce-scatters into the fp32 sharded parameter's gradient,
-#: measured in tests/test_engine.py); the other policies keep the gradient dtype
-ZERO_GRAD_BYTES = {"fp32": 4, "bf16-mixed": 4, "fp16-mixed": 2, "bf16": 2}
+class ZeroBytes(NamedTuple):
+    """Bytes per parameter that a sharded optimizer keeps where ZeRO-0 keeps ``grad`` per
+    parameter (the shard group having more than one rank; one rank keeps ZeRO-0's bytes).
+
+    ZeRO-1 (Megatron-LM's distributed optimizer, a modelling choice: no framework to measure
+    here; docs/source/api-guide/distrib_optimizer.md: fp16 params and grads 4 + 16/d bytes per
+    parameter, bf16 params with fp32 grads 6 + 12/d, fp32 8 + 8/d; states and the fp32 master
+    sharded, the parameters and the gradient buffer not):
+        zero1_grad: the full gradient buffer (Megatron accumulates bf16 training in fp32:
+            accumulate_allreduce_grads_in_fp32 is forced under --bf16)
+        zero1_grad_copy: the fp32 copy of this rank's gradient shard that the fp32 master
+            steps on, sharded like the states (fp16: main_param.grad = shard.float(); bf16's
+            fp32 buffer and fp32 models use views of the buffer: none)
+    ZeRO-2 (FSDP2 ``fully_shard(reshard_after_forward=False)``, byte for byte against its
+    fake-process-group memory tracker in tests/test_engine.py):
+        zero2_grad_shard: the gradient shard, in the dtype of FSDP2's sharded parameter (the
+            fp32 master under mixed precision, reduce_dtype fp32; else the weight dtype)
+        zero2_param_shard: FSDP2's sharded parameter beside the gathered one, where it is not
+            already the fp32 master reported with the optimizer (fp32, pure bf16: w per
+            parameter). The gathered parameters are views of the padded all-gather output:
+            d x rank 0's padded shard, not P.
+    ZeRO-3 (FSDP2, reshard_after_forward=True) needs no entry: its weight and gradient shards
+    in w and g plus the master (2 + 2 + 4 under mixed precision) are FSDP2's fp32 parameter and
+    gradient shards (4 + 4); without a master they are the same tensors.
+    """
+    zero1_grad: int
+    zero1_grad_copy: int
+    zero2_grad_shard: int
+    zero2_param_shard: int
+
+
+#: the one table of sharded-optimizer bytes (ZeroBytes); mixed rows with their fp32 master
+ZERO_BYTES = {
+    "fp32": ZeroBytes(4, 0, 4, 4),
+    "bf16-mixed": ZeroBytes(4, 0, 4, 0),
+    "fp16-mixed": ZeroBytes(2, 4, 4, 0),
+    "bf16": ZeroBytes(2, 0, 2, 2),
+}
+
+
+def zero_bytes(precision: str, optimizer: str) -> ZeroBytes:
+    """``ZERO_BYTES`` of the policy; with no optimizer there is no fp32 master (as in
+    ``master_bytes``), and every policy keeps what the fp32 and bf16 rows keep for its own
+    weight and gradient dtypes: FSDP2 on a model held in the weight dtype."""
+    p = PRECISIONS[precision]
+    if p.master and optimizer == "none":
+        return ZeroBytes(p.grad, 0, p.grad, p.weight)
+    return ZERO_BYTES[precision]
 
 
 class OptimizerSpec(NamedTuple):

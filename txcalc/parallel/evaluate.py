@@ -11,8 +11,8 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
 
     category      | bytes                                                  | sharded over
     --------------|--------------------------------------------------------|-----------------
-    weights       | w * P                                                  | ZeRO-3
-    gradients     | g * P; ZeRO-1/2 of bf16-mixed: fp32 (ZERO_GRAD_BYTES)  | ZeRO-2, 3
+    weights       | w * P; ZeRO-2: + FSDP2's padding and sharded parameter | ZeRO-3
+    gradients     | g * P; ZeRO-1, 2: memory.ZERO_BYTES (Megatron, FSDP2)  | ZeRO-2, 3
     optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
                   |   + step counters per tensor (memory.OPTIMIZER_SPECS)  |   (steps: never)
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
@@ -48,8 +48,8 @@ from functools import cached_property
 from ..components import model_ops_tuple
 from ..config import ModelConfig
 from ..hardware import Gpu
-from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, ZERO_GRAD_BYTES,
-                      optimizer_state_bytes, param_tensor_count, saved_rows)
+from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes,
+                      param_tensor_count, saved_rows, zero_bytes)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -500,8 +500,15 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
-    g_zero = np.where((zero >= 1) & (zero <= 2) & (shard > 1) & (master > 0),
-                      ZERO_GRAD_BYTES[s.precision], gb_)
+    # what a sharded optimizer keeps (memory.ZERO_BYTES: ZeRO-1 Megatron's distributed
+    # optimizer, ZeRO-2 FSDP2); a shard group of one rank has nothing to partition: ZeRO-0
+    zb = zero_bytes(s.precision, s.optimizer)
+    z1, z2 = (zero == 1) & (shard > 1), (zero == 2) & (shard > 1)
+    g_held = np.where(z1, zb.zero1_grad, np.where(z2, zb.zero2_grad_shard, gb_))
+    g_copy = np.where(z1, zb.zero1_grad_copy, 0)
+    p_shard = np.where(z2, zb.zero2_param_shard, 0)
+    # ZeRO-2 gathers every parameter into FSDP2's padded all-gather output (d x rank 0's shard)
+    gather_d, gather_e = np.where(z2, shard, 1), np.where(z2, shard_e, 1)
     pow2 = bool(np.all((v & (v - 1)) == 0))  # then // v is a (much faster) shift
     v_shift = np.log2(v).astype(np.int64) if pow2 else None
     tp_colls = 2 + (rc == 2)  # forward + backward, and the forward again under full recompute
@@ -521,10 +528,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     for k in range(n_slots):
         base = base0 + k * s_base
 
-        def held(level):  # parameters on the GPU when ZeRO >= level shards them
-            d, e = held0[level]
-            out = flat["pad_dense"].take(d + k * s_pad)
-            return out + flat["pad_exp"].take(e + k * s_pad) if moe else out
+        def held(level, dense=1, exp=1):  # parameters on the GPU when ZeRO >= level shards
+            d, e = held0[level]             # them (x dense, exp: the gathered copies)
+            out = flat["pad_dense"].take(d + k * s_pad) * dense
+            return out + flat["pad_exp"].take(e + k * s_pad) * exp if moe else out
         pd = flat["pad_dense"].take(one0 + k * s_pad)
         pe = flat["pad_exp"].take(one0 + k * s_pad) if moe else 0
         if s.optimizer in STATES_PER_PARAM:  # states shaped like the parameter shard
@@ -535,13 +542,12 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                    + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
         # step counters: one per parameter tensor, never sharded (OPTIMIZER_SPECS)
         opt = opt + OPTIMIZER_SPECS[s.optimizer].step_bytes * flat["tensors"].take(base)
-        # gradients of a sharded optimizer (memory.ZERO_GRAD_BYTES): under bf16 mixed precision
-        # ZeRO-1 keeps full fp32 main gradients (Megatron's distributed optimizer: 6 + 12/d
-        # bytes per parameter) and ZeRO-2 fp32 gradient shards (FSDP2, byte for byte:
-        # tests/test_engine.py); ZeRO-3's bf16 weight and gradient shards stand for FSDP2's
-        # fp32 parameter and gradient shards (2 + 2 + 12 = 4 + 4 + 8). With one rank in the
-        # shard group there is nothing to partition: ZeRO-0's bytes.
-        cat = {"weights": wb * held(3), "gradients": g_zero * held(2), "optimizer": opt}
+        # weights: the whole parameters (ZeRO-0, 1), FSDP2's gathered copies and its sharded
+        # parameter (ZeRO-2), the shard (ZeRO-3); gradients: the full buffer (ZeRO-0, 1) and
+        # the fp32 copy of the shard (ZeRO-1 of fp16), the shard (ZeRO-2, 3). ZeRO-3's weight
+        # and gradient shards with the master are FSDP2's (memory.ZeroBytes)
+        cat = {"weights": wb * held(2, gather_d, gather_e) + p_shard * held(2),
+               "gradients": g_held * held(2) + g_copy * held(1), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
         stage = A["stage"][:, k].take(pi)
         extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
