@@ -69,3 +69,60 @@ def test_validate_fused_and_recompute_totals_are_exact(tmp_path, attn, recompute
     report = json.loads((tmp_path / "llama-3-8b-meta.json").read_text())
     for q, t in report["totals"].items():
         assert t["predicted"] == t["measured"], q
+
+
+# --- --device cuda: the same memory pre-check as cpu, on what the driver says is free ---------
+def _fake_cuda(monkeypatch, available: bool, free=None):
+    """torch.cuda as a machine with (or without) a device with ``free`` bytes free; free may
+    be an exception that mem_get_info raises. The reference run itself is replaced by one
+    that stops with a recognisable error: reaching it means the pre-check let the run go."""
+    import torch
+
+    from reference import validate as ref_validate
+    from txcalc.errors import WorkloadError
+
+    def mem_get_info(device=None):
+        if isinstance(free, BaseException):
+            raise free
+        return free, 141 * 10**9
+
+    def run(*args, **kwargs):
+        raise WorkloadError("reference run reached")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(ref_validate, "validate", run)
+
+
+def _cuda_error(capsys, tmp_path, *argv) -> str:
+    from .test_files import one_line_error
+    err = one_line_error(capsys, ["validate", *argv, "--device", "cuda", "--out",
+                                  str(tmp_path / "v")])
+    assert not (tmp_path / "v").exists()
+    return err
+
+
+def test_validate_cuda_absent_is_a_clean_error(monkeypatch, capsys, tmp_path):
+    _fake_cuda(monkeypatch, available=False, free=AssertionError("never asked"))
+    assert "no CUDA device is available here" in _cuda_error(capsys, tmp_path, "gpt2")
+
+
+def test_validate_cuda_refuses_what_will_not_fit_in_free_memory(monkeypatch, capsys, tmp_path):
+    """gpt2 at batch 4096 x 512 on a device with 80 GB free: refused up front with the
+    engine's figure (the same as the cpu check's), before any allocation."""
+    import txcalc
+    from txcalc.memory import TrainingMemory
+    from txcalc.workload import Workload
+    _fake_cuda(monkeypatch, available=True, free=80 * 10**9)
+    err = _cuda_error(capsys, tmp_path, "gpt2", "--batch", "4096")
+    mem = TrainingMemory(txcalc.load("gpt2"), Workload(batch=4096, seq=512), "bf16-mixed",
+                         "adamw")
+    assert f"needs about {(mem.total + mem.weights) / 1e9:,.1f} GB" in err
+    assert "more than the 80.0 GB free on the CUDA device" in err
+    assert err.startswith("txcalc: error: validate --device cuda: gpt2")
+
+
+@pytest.mark.parametrize("free", [10**12, RuntimeError("no driver")])
+def test_validate_cuda_runs_what_fits_or_cannot_be_checked(monkeypatch, capsys, tmp_path, free):
+    """Enough free memory, or a driver that cannot say: the pre-check lets the run start."""
+    _fake_cuda(monkeypatch, available=True, free=free)
+    assert "reference run reached" in _cuda_error(capsys, tmp_path, "gpt2", "--seq", "16")

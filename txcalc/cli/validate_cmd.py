@@ -63,12 +63,14 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
     if device == "cpu":
-        _check_cpu_memory(cfg, work, precision)
+        _check_memory(cfg, work, precision, device, available_memory_bytes(), "available here")
     ref_validate = _import_reference()
     if device == "cuda":
         import torch
         if not torch.cuda.is_available():
             raise WorkloadError("--device cuda: no CUDA device is available here")
+        _check_memory(cfg, work, precision, device, cuda_free_bytes(),
+                      "free on the CUDA device")
     check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
     with Progress(console=console, transient=True, disable=json_out) as progress:
         task = progress.add_task(f"validate {cfg.name}", total=len(STEPS))
@@ -120,20 +122,34 @@ def available_memory_bytes() -> int | None:
     return min(found)
 
 
-def _check_cpu_memory(cfg, work, precision: str) -> None:
-    """Refuse a CPU run the engine predicts will not fit: its training peak (AdamW, as
-    reference/validate.py runs it) plus the second copy of the weights the reference keeps
-    for the parameter, FLOP and KV-cache checks. Without this torch allocates for minutes."""
+def cuda_free_bytes() -> int | None:
+    """Bytes free on the current CUDA device as the driver sees them (``torch.cuda.
+    mem_get_info``: the CUDA context and other processes already taken off); None when it
+    cannot be asked."""
+    import torch
+    try:
+        free, _ = torch.cuda.mem_get_info()
+    except (RuntimeError, AssertionError, AttributeError):  # no driver, no device
+        return None
+    return int(free)
+
+
+def _check_memory(cfg, work, precision: str, device: str, have: int | None,
+                  where: str) -> None:
+    """Refuse a cpu or cuda run the engine predicts will not fit in ``have`` bytes: its
+    training peak (AdamW, as reference/validate.py runs it) plus the second copy of the
+    weights the reference keeps for the parameter, FLOP and KV-cache checks. Without this
+    torch allocates for minutes (cpu) or fails deep inside with an out-of-memory error."""
     from ..errors import WorkloadError
     from ..memory import TrainingMemory
 
     mem = TrainingMemory(cfg, work, precision, "adamw")
-    need, have = mem.total + mem.weights, available_memory_bytes()
+    need = mem.total + mem.weights
     if have is not None and need > have:
-        raise WorkloadError(f"validate --device cpu: {cfg.name} at batch {work.batch} x seq "
-                            f"{work.seq} needs about {need / 1e9:,.1f} GB (the engine's "
+        raise WorkloadError(f"validate --device {device}: {cfg.name} at batch {work.batch} x "
+                            f"seq {work.seq} needs about {need / 1e9:,.1f} GB (the engine's "
                             f"training peak {mem.total / 1e9:,.1f} GB plus a copy of the "
-                            f"weights), more than the {have / 1e9:,.1f} GB available here; use "
+                            f"weights), more than the {have / 1e9:,.1f} GB {where}; use "
                             "--device meta or a smaller --batch/--seq")
 
 
