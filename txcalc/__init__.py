@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .accounting import ParamCounts, count_params
-from .config import ModelConfig
 from .errors import ConfigError, TxcalcError, WorkloadError
 
 __version__ = "0.1.0"
@@ -20,8 +18,21 @@ __all__ = ["ModelConfig", "ConfigError", "TxcalcError", "WorkloadError", "load",
            "ParamCounts", "__version__"]
 
 
+def __getattr__(name: str):
+    """ModelConfig and ParamCounts on first use: ``import txcalc`` stays light, so that the
+    CLI's signal handlers are in place before most of the start-up (txcalc.cli.main)."""
+    if name == "ModelConfig":
+        from .config import ModelConfig
+        return ModelConfig
+    if name == "ParamCounts":
+        from .accounting import ParamCounts
+        return ParamCounts
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load(model: str | Path | ModelConfig) -> ModelConfig:
     """A ModelConfig from a preset name, a HF config.json path (or its folder), or a config."""
+    from .config import ModelConfig
     if isinstance(model, ModelConfig):
         return model
     from .inputs import InputError, path_text, show
@@ -45,4 +56,5 @@ def load(model: str | Path | ModelConfig) -> ModelConfig:
 
 def params(model: str | Path | ModelConfig) -> ParamCounts:
     """Exact parameter accounting: ``.total``, ``.active``, ``.component_frame()``, ..."""
+    from .accounting import count_params
     return count_params(load(model))

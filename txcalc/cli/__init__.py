@@ -2,6 +2,9 @@
 
 Imports stay light on purpose: no pandas, torch or matplotlib on the CLI path (a query must
 answer in well under half a second). Every user error prints as one line and exits 2.
+typer, rich and the commands (most of the start-up) are imported by ``main`` once its
+signal handlers are in place (``_load``), so Ctrl-C during start-up is one line and 130 too;
+``txcalc.cli.app`` imports them on first use.
 """
 
 from __future__ import annotations
@@ -12,19 +15,34 @@ import signal
 import sys
 import threading
 
-import typer
-
-try:  # typer >= 0.2x vendors its own click; older ones use the click package
-    from typer._click import exceptions as _click
-except ImportError:  # pragma: no cover
-    from click import exceptions as _click
-
 from ..errors import TxcalcError
-from .typer_app import app
 
-# Commands register themselves on import (one module per command).
-from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: F401
-               report_cmd, validate_cmd)
+
+def _load() -> None:
+    """Import typer, the app and its commands (each registers itself on import, one module
+    per command) into this module's namespace; an ``app`` already there is kept (tests
+    replace it)."""
+    g = globals()
+    if "_click" in g:
+        return
+    import typer
+    try:  # typer >= 0.2x vendors its own click; older ones use the click package
+        from typer._click import exceptions as _click
+    except ImportError:  # pragma: no cover
+        from click import exceptions as _click
+    from .typer_app import app
+    from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: F401
+                   report_cmd, validate_cmd)
+    g.setdefault("app", app)
+    g["typer"] = typer
+    g["_click"] = _click
+
+
+def __getattr__(name: str):
+    if name in ("app", "typer"):
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _one_line(msg: str) -> str:
@@ -117,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = sys.stdout
     sys.stdout = _GuardedStdout(raw)
     try:
+        _load()
         rc = _run(argv)
         sys.stdout.flush()
         return rc
