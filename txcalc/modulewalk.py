@@ -38,6 +38,8 @@ of a Linear (numel(input) / in_features) or one output position of a convolution
       GroupNorm, BatchNormNd,         |                        |
       InstanceNormNd                  |                        |
 
+A rule covers the calls of its module: a model that uses a module's weight directly (Mamba's
+reference kernels take ``out_proj.weight``) computes outside any call, and that is not counted.
 Not ruled, so reported as not counted: grouped convolutions (FlopCounterMode counts their weight
 gradient as if ungrouped, so the two conventions disagree), transposed convolutions, and every
 other class that holds parameters (model-specific norms such as ``LlamaRMSNorm``, fused expert
