@@ -403,3 +403,18 @@ def test_without_torch_the_error_says_how_to_install(capsys, tmp_path, monkeypat
     assert "torch" in err
     with pytest.raises(ConfigError, match="txcalc\\[hf\\]"):
         walk_hf_dict({"model_type": "vit"}, "vit")
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b.json", "gpt2.json", "mixtral-8x7b.json",
+                                  "t5-small.json", "deepseek-v3.json"])
+def test_walk_agrees_with_converters(name):
+    """Python API: walk_config walks any config.json; for a type with a converter (and the same
+    class: these files name CausalLM/LM-head classes whose heads the converters count) the two
+    independent counts agree."""
+    import txcalc
+    from txcalc.modulewalk import walk_config
+
+    path = str(Path(__file__).parent / "data" / "hf" / name)
+    w = walk_config(path)
+    assert w.class_source == "architectures[0]"
+    assert w.total == txcalc.params(path).total

@@ -180,10 +180,11 @@ _BOUND_RULES: tuple[tuple[re.Pattern, int, str], ...] = (
     (re.compile(r"(^|_)(layers?|depths?|blocks?)$|^n_layer$|layers_"), MAX_LAYERS, "layers"),
     (re.compile(r"experts"), MAX_EXPERTS, "experts"),
     (re.compile(r"heads?$|^n_head"), MAX_HEADS, "heads"),
-    (re.compile(r"vocab"), MAX_VOCAB, "vocab"),
-    (re.compile(r"position|window|^n_ctx$|^seq_len"), MAX_POSITION, "positions"),
-    (re.compile(r"(_size|_sizes|_dim|_dims|channels|^d_model|^d_ff|^d_inner|^n_embd|^n_inner"
-                r"|^dim|^width)$|^n_embed$"), MAX_WIDTH, "width"),
+    (re.compile(r"vocab_size$"), MAX_VOCAB, "vocab"),
+    (re.compile(r"^max_position|window$|^n_positions$|^n_ctx$"), MAX_POSITION, "positions"),
+    (re.compile(r"(hidden|intermediate|embed|embedding|ffn|proj|projection|head|inner|model"
+                r"|mlp|state|conv)_?(size|sizes|dim|dims)$|^d_(model|ff|inner|kv)$"
+                r"|^n_(embd|embed|inner)$|^dim$|^(conv_dim|num_channels)$"), MAX_WIDTH, "width"),
 )
 
 
@@ -240,14 +241,16 @@ def check_bounds(raw: dict[str, Any], name: str) -> None:
 
 
 # --- building -----------------------------------------------------------------------------------
-def _imports():
+def _imports(name: str, model_type: Any, supported: str):
     try:
         import torch
         import transformers
     except ImportError as e:
         raise MissingDependency(
-            f"{e.name or 'torch/transformers'} is not installed: a model_type without a txcalc "
-            f"converter is counted by building it with transformers; install them with: "
+            f"{name}: model_type {model_type!r:.80} has no txcalc converter"
+            + (f" (supported: {supported})" if supported else "")
+            + f"; it is counted by building it with transformers, but "
+            f"{e.name or 'torch/transformers'} is not installed: install them with "
             f"{INSTALL}") from None
     return torch, transformers
 
@@ -350,14 +353,15 @@ def walk(model, torch) -> tuple[tuple[ModuleRow, ...], int]:
     return tuple(rows), buffers
 
 
-def build(raw: dict[str, Any], name: str, hf_class: str | None = None):
-    """(model on meta, class name, why that class, transformers version). Needs torch and
-    transformers; refuses sizes past txcalc's bounds before building."""
+def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported: str = ""):
+    """(model on meta, class name, why that class, transformers version), or None when
+    transformers does not know the model_type. Needs torch and transformers; refuses sizes past
+    txcalc's bounds before building, and stops a build past MAX_MODULES modules."""
     import logging
     import warnings
 
     model_type = raw.get("model_type")
-    torch, transformers = _imports()
+    torch, transformers = _imports(name, model_type, supported)
     cfg = _hf_config(transformers, raw, model_type, name)
     if cfg is None:
         return None
@@ -396,7 +400,7 @@ def walk_hf_dict(raw: dict[str, Any], name: str, hf_class: str | None = None,
                  supported: str = "") -> ModuleWalk:
     """A ModuleWalk of the parsed config.json ``raw`` (its model_type has no converter)."""
     model_type = raw.get("model_type")
-    built = build(raw, name, hf_class)
+    built = build(raw, name, hf_class, supported)
     if built is None:
         import transformers
         raise ConfigError(f"{name}: unsupported model_type {model_type!r}: no txcalc converter, "
@@ -408,3 +412,25 @@ def walk_hf_dict(raw: dict[str, Any], name: str, hf_class: str | None = None,
     return ModuleWalk(name=name, model_type=model_type, model_class=cls_name,
                       class_source=source, transformers_version=version, rows=rows,
                       buffers=buffers)
+
+
+def walk_config(path: str, hf_class: str | None = None) -> ModuleWalk:
+    """A ModuleWalk of the config.json at ``path`` (read by txcalc.safeio, as every config),
+    whatever its model_type: for a type with a converter it is a cross-check of the converter's
+    parameter count."""
+    from .hf import CONVERTERS, UnsupportedModelType, load_hf_config
+
+    try:
+        cfg = load_hf_config(path)
+    except UnsupportedModelType as e:
+        return walk_hf_dict(e.raw, e.name, hf_class, supported=", ".join(sorted(CONVERTERS)))
+    return walk_hf_dict(_raw(path), cfg.name, hf_class)
+
+
+def _raw(path: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    from .safeio import check_path, read_json
+
+    p = Path(check_path(path, ConfigError))
+    return read_json(p / "config.json" if p.is_dir() else p, ConfigError)
