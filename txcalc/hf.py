@@ -488,7 +488,8 @@ class UnsupportedModelType(ConfigError):
             f"{name}: unsupported model_type {raw['model_type']!r:.80} for this command: txcalc "
             f"has no converter for it, so only `txcalc params` answers (parameters exact, and "
             f"the FLOPs per call of its Linear and convolution modules, by a module walk of the "
-            f"transformers model); supported: {', '.join(sorted(CONVERTERS))}")
+            f"transformers model; txcalc.modulewalk.walk_config from Python); supported: "
+            f"{', '.join(sorted(CONVERTERS))}")
 
 
 def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -353,23 +354,30 @@ def walk(model, torch) -> tuple[tuple[ModuleRow, ...], int]:
     return tuple(rows), buffers
 
 
+@contextmanager
+def _quiet():
+    """Library code never prints: transformers' log lines and Python warnings are muted while a
+    config is read and a model built, then restored."""
+    import logging
+    import warnings
+
+    hf_logger = logging.getLogger("transformers")
+    level = hf_logger.level
+    hf_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logger.setLevel(level)
+
+
 def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported: str = ""):
     """(model on meta, class name, why that class, transformers version), or None when
     transformers does not know the model_type. Needs torch and transformers; refuses sizes past
     txcalc's bounds before building, and stops a build past MAX_MODULES modules."""
-    import logging
-    import warnings
-
     model_type = raw.get("model_type")
     torch, transformers = _imports(name, model_type, supported)
-    cfg = _hf_config(transformers, raw, model_type, name)
-    if cfg is None:
-        return None
-    check_bounds(raw, name)
-    cls, cls_name, source = _model_class(transformers, raw, model_type, hf_class, name)
-    hf_logger = logging.getLogger("transformers")
-    level = hf_logger.level
-    hf_logger.setLevel(logging.ERROR)  # library code never prints: HF's warnings are muted
     registered = [0]
 
     def budget(module, sub_name, sub):  # noqa: ARG001  (torch's hook signature)
@@ -377,22 +385,25 @@ def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported
         if registered[0] > MAX_MODULES:
             raise _TooManyModules
 
-    handle = torch.nn.modules.module.register_module_module_registration_hook(budget)
-    try:
-        with warnings.catch_warnings(), torch.device("meta"):
-            warnings.simplefilter("ignore")
-            try:
+    with _quiet():
+        cfg = _hf_config(transformers, raw, model_type, name)
+        if cfg is None:
+            return None
+        check_bounds(raw, name)
+        cls, cls_name, source = _model_class(transformers, raw, model_type, hf_class, name)
+        handle = torch.nn.modules.module.register_module_module_registration_hook(budget)
+        try:
+            with torch.device("meta"):
                 model = cls.from_config(cfg) if cls_name.startswith("AutoModel") else cls(cfg)
-            except _TooManyModules:
-                raise ConfigError(f"{name}: this {model_type} config builds more than "
-                                  f"{MAX_MODULES:,} modules, txcalc's bound (the largest models "
-                                  "in transformers have under 2,000)") from None
-            except Exception as e:  # noqa: BLE001  (anything the model's __init__ raises)
-                raise ConfigError(f"{name}: transformers cannot build {cls_name} from this "
-                                  f"{model_type} config: {type(e).__name__}: {e}") from None
-    finally:
-        handle.remove()
-        hf_logger.setLevel(level)
+        except _TooManyModules:
+            raise ConfigError(f"{name}: this {model_type} config builds more than "
+                              f"{MAX_MODULES:,} modules, txcalc's bound (the largest models in "
+                              "transformers have under 2,000)") from None
+        except Exception as e:  # noqa: BLE001  (anything the model's __init__ raises)
+            raise ConfigError(f"{name}: transformers cannot build {cls_name} from this "
+                              f"{model_type} config: {type(e).__name__}: {e}") from None
+        finally:
+            handle.remove()
     return model, type(model).__name__, source, transformers.__version__
 
 
