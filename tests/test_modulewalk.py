@@ -174,6 +174,17 @@ def test_hf_class_option_and_auto_model(capsys, tmp_path):
                          "--hf-class", "converter")
 
 
+def test_a_part_config_builds_its_own_class(capsys, tmp_path):
+    """blip_vision_model (a part of BLIP) has no AutoModel entry: the class built for exactly
+    its config class is BlipVisionModel."""
+    path = write_config(tmp_path, "blip_vision_model")
+    got = run_json(capsys, ["params", path, "--json"])
+    ref = hf_model("blip_vision_model", "BlipVisionModel")
+    assert got["model_class"] == "BlipVisionModel" and "AutoModel does not map" in \
+        got["model_class_source"]
+    assert got["total_params"] == sum(p.numel() for p in ref.parameters())
+
+
 def test_human_output(capsys, tmp_path):
     path = write_config(tmp_path, "mamba", "MambaForCausalLM", hidden_size=64,
                         num_hidden_layers=2, vocab_size=1000)

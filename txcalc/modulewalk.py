@@ -257,7 +257,7 @@ def _imports(name: str, model_type: Any, supported: str):
 
 
 def _model_class(transformers, raw: dict[str, Any], model_type: str, hf_class: str | None,
-                 name: str):
+                 name: str, cfg_class=None):
     """(class or Auto class, its name, why it was chosen)."""
     from transformers.modeling_utils import PreTrainedModel
 
@@ -284,8 +284,39 @@ def _model_class(transformers, raw: dict[str, Any], model_type: str, hf_class: s
         obj = lookup(arch[0])
         if obj is not None:
             return obj, arch[0], "architectures[0]"
-    return transformers.AutoModel, "AutoModel", ("AutoModel: the config names no "
-                                                 "architectures[0] that transformers has")
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    if model_type in MODEL_MAPPING_NAMES:
+        return transformers.AutoModel, "AutoModel", ("AutoModel: the config names no "
+                                                     "architectures[0] that transformers has")
+    # a part's config (aimv2_text_model, blip_vision_model): AutoModel does not map it; the
+    # base model of its modeling module built for exactly this config class is that part
+    found = _base_class_for(cfg_class, PreTrainedModel)
+    if found is None:
+        raise ConfigError(f"{name}: AutoModel of transformers {transformers.__version__} has no "
+                          f"class for model_type {model_type!r:.80}; name the class you load "
+                          "with --hf-class")
+    return found, found.__name__, (f"{found.__name__}: the model class for "
+                                   f"{cfg_class.__name__} (AutoModel does not map it)")
+
+
+def _base_class_for(cfg_class, base):
+    """The model class of ``cfg_class``'s own modeling module whose config_class is exactly
+    ``cfg_class``: one without a task head (no "For" in its name) if there is one."""
+    import importlib
+
+    module_name = cfg_class.__module__.replace(".configuration_", ".modeling_")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001  (no modeling module, or one needing a missing extra)
+        return None
+    found = sorted((obj for obj in vars(module).values()
+                    if isinstance(obj, type) and issubclass(obj, base)
+                    and obj.__module__ == module_name
+                    and not obj.__name__.endswith("PreTrainedModel")  # the abstract base
+                    and getattr(obj, "config_class", None) is cfg_class),
+                   key=lambda c: ("For" in c.__name__, c.__name__))
+    return found[0] if found else None
 
 
 def _hf_config(transformers, raw: dict[str, Any], model_type: str, name: str):
@@ -299,7 +330,14 @@ def _hf_config(transformers, raw: dict[str, Any], model_type: str, name: str):
         return CONFIG_MAPPING[model_type].from_dict(fields)
     except Exception as e:  # noqa: BLE001  (a bad field can raise anything inside transformers)
         raise ConfigError(f"{name}: transformers cannot read this {model_type} config: "
-                          f"{type(e).__name__}: {e}") from None
+                          f"{_brief(e)}") from None
+
+
+def _brief(e: Exception) -> str:
+    """An exception from transformers in at most 300 characters (some list every config
+    class transformers has)."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" + ("..." if len(text) > 300 else "")
 
 
 _NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
@@ -390,7 +428,8 @@ def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported
         if cfg is None:
             return None
         check_bounds(raw, name)
-        cls, cls_name, source = _model_class(transformers, raw, model_type, hf_class, name)
+        cls, cls_name, source = _model_class(transformers, raw, model_type, hf_class, name,
+                                             type(cfg))
         handle = torch.nn.modules.module.register_module_module_registration_hook(budget)
         try:
             with torch.device("meta"):
@@ -400,8 +439,9 @@ def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported
                               f"{MAX_MODULES:,} modules, txcalc's bound (the largest models in "
                               "transformers have under 2,000)") from None
         except Exception as e:  # noqa: BLE001  (anything the model's __init__ raises)
+            hint = "" if hf_class else " (name the class you load with --hf-class)"
             raise ConfigError(f"{name}: transformers cannot build {cls_name} from this "
-                              f"{model_type} config: {type(e).__name__}: {e}") from None
+                              f"{model_type} config{hint}: {_brief(e)}") from None
         finally:
             handle.remove()
     return model, type(model).__name__, source, transformers.__version__
