@@ -375,6 +375,28 @@ def test_bad_configs_exit_2(capsys, tmp_path, over, names):
     check_one_line_error(capsys, ["params", str(path)], *names)
 
 
+def test_depths_add_up_per_stack(capsys, tmp_path):
+    path = write_config(tmp_path, "swin", None, depths=[1000, 1000, 100],
+                        num_heads=[3, 6, 12])
+    check_one_line_error(capsys, ["params", path], "2100 layers", "2,048")
+
+
+def test_bounds_take_every_default_config_of_transformers():
+    """The bounds read unknown field names by their shape; none refuses the default config of
+    any model type transformers has (about 820), whose sizes are real models'."""
+    refused = []
+    for model_type, cls in CONFIG_MAPPING.items():
+        try:
+            raw = json.loads(cls().to_json_string())
+        except Exception:  # noqa: BLE001  (a few configs need arguments)
+            continue
+        try:
+            modulewalk.check_bounds(raw, model_type)
+        except ConfigError as e:
+            refused.append(str(e))
+    assert refused == []
+
+
 def test_module_budget_stops_the_build(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(modulewalk, "MAX_MODULES", 50)
     path = write_config(tmp_path, "vit")

@@ -203,40 +203,40 @@ def _ints(value: Any) -> Iterator[int]:
             yield from _ints(v)
 
 
-def _bound_problems(raw: dict[str, Any], prefix: str = "") -> tuple[list[str], int, int]:
-    """Fields over txcalc's bounds (named), the largest layer count and expert count seen."""
+def _bound_problems(raw: dict[str, Any], prefix: str = "") -> tuple[list[str], int]:
+    """Fields over txcalc's bounds or negative counts (named), and the most layers one stack
+    has (Swin-style ``depths`` lists are summed; other lists under a layers name hold layer
+    indices)."""
     problems: list[str] = []
-    layers = experts = 0
+    layers = 0
     for key, value in raw.items():
         if isinstance(value, dict):
-            p, lay, exp = _bound_problems(value, f"{prefix}{key}.")
-            problems += p
-            layers, experts = max(layers, lay), max(experts, exp)
+            p, lay = _bound_problems(value, f"{prefix}{key}.")
+            problems, layers = problems + p, max(layers, lay)
             continue
+        low = str(key).lower()
         for pattern, bound, kind in _BOUND_RULES:
-            if not pattern.search(str(key).lower()):
+            if not pattern.search(low):
                 continue
             vals = list(_ints(value))
             if any(v > bound for v in vals):
                 problems.append(f"field {prefix}{key!s} ({value!r:.80}) exceeds txcalc's bound "
                                 f"of {bound:,} for {kind}")
-            elif any(v < 0 for v in vals) and _COUNT.search(str(key).lower()):
+            elif any(v < 0 for v in vals) and _COUNT.search(low):
                 problems.append(f"field {prefix}{key!s} ({value!r:.80}) must not be negative")
-            elif vals and kind == "layers":
-                # a list under a layers name lists layer indices, except Swin-style depths
-                layers = max(layers, sum(vals) if str(key).lower().endswith("depths") else
-                             vals[0] if not isinstance(value, list) else 0)
-            elif vals and kind == "experts":
-                experts = max(experts, *vals)
+            elif vals and kind == "layers" and (low.endswith("depths") or
+                                                not isinstance(value, list)):
+                layers = max(layers, sum(vals))
             break
-    return problems, layers, experts
+    return problems, layers
 
 
 def check_bounds(raw: dict[str, Any], name: str) -> None:
-    """Refuse, before anything is built, a config whose sizes would take minutes to build."""
-    problems, layers, _ = _bound_problems(raw)
+    """Refuse, before anything is built, a config past txcalc's bounds (all problems in one
+    line)."""
+    problems, layers = _bound_problems(raw)
     if layers > MAX_LAYERS:
-        problems.append(f"{layers} layers in all exceed txcalc's bound of {MAX_LAYERS:,}")
+        problems.append(f"{layers} layers in one stack exceed txcalc's bound of {MAX_LAYERS:,}")
     if problems:
         raise ConfigError(f"{name}: " + "; ".join(problems))
 
@@ -257,7 +257,7 @@ def _imports(name: str, model_type: Any, supported: str):
 
 
 def _model_class(transformers, raw: dict[str, Any], model_type: str, hf_class: str | None,
-                 name: str, cfg_class=None):
+                 name: str, cfg_class: type):
     """(class or Auto class, its name, why it was chosen)."""
     from transformers.modeling_utils import PreTrainedModel
 
