@@ -478,6 +478,20 @@ def _resolve_aliases(model_type: str, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class UnsupportedModelType(ConfigError):
+    """A config.json whose model_type has no converter. ``txcalc params`` counts it by a module
+    walk (txcalc.modulewalk); ``raw`` and ``name`` are kept for it."""
+
+    def __init__(self, raw: dict[str, Any], name: str):
+        self.raw, self.name = raw, name
+        super().__init__(
+            f"{name}: unsupported model_type {raw['model_type']!r:.80} for this command: txcalc "
+            f"has no converter for it, so only `txcalc params` answers (parameters exact, and "
+            f"the FLOPs per call of its Linear and convolution modules, by a module walk of the "
+            f"transformers model; txcalc.modulewalk.walk_config from Python); supported: "
+            f"{', '.join(sorted(CONVERTERS))}")
+
+
 def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     """A ModelConfig from the parsed contents of a HF config.json."""
     if not isinstance(raw, dict):
@@ -485,9 +499,11 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     model_type = raw.get("model_type")
     if model_type is None:
         raise ConfigError(f"{name}: no 'model_type' field; supported: {', '.join(sorted(CONVERTERS))}")
-    if not isinstance(model_type, str) or model_type not in CONVERTERS:
+    if not isinstance(model_type, str):
         raise ConfigError(f"{name}: unsupported model_type {model_type!r}; supported: "
                           f"{', '.join(sorted(CONVERTERS))}")
+    if model_type not in CONVERTERS:
+        raise UnsupportedModelType(raw, name)
     f = _Fields(_resolve_aliases(model_type, raw), name)
     try:
         fields = CONVERTERS[model_type](f)

@@ -33,12 +33,26 @@ def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for 
 
 @app.command()
 def params(model: str = typer.Argument(..., help=MODEL_HELP),
-           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+           hf_class: str = typer.Option(
+               None, "--hf-class", help="For a model_type txcalc has no converter for (counted "
+               "by a module walk): the transformers class to build, e.g. AutoModelForCausalLM; "
+               "default: the config's architectures[0], else AutoModel.")):
     """Exact parameter counts per component and per layer type."""
     from .. import load
     from ..accounting import count_params
+    from ..hf import UnsupportedModelType
 
-    counts = count_params(load(model))
+    try:
+        cfg = load(model)
+    except UnsupportedModelType as e:
+        _module_walk(e, hf_class, json_out)
+        return
+    if hf_class is not None:
+        from ..errors import ConfigError
+        raise ConfigError(f"--hf-class ({hf_class!r:.80}) applies only to a model_type txcalc "
+                          f"has no converter for; {cfg.name} has one")
+    counts = count_params(cfg)
     if json_out:
         emit_json(counts.to_json())
         return
@@ -54,3 +68,37 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
                         [(r["layer_type"], r["layers"] or "", f"{r['params_per_layer']:,}"
                           if r["layers"] else "", f"{r['params']:,}")
                          for r in counts.by_layer_type()]))
+
+
+def _module_walk(e, hf_class: str | None, json_out: bool) -> None:
+    """``txcalc params`` for a model_type without a converter: the module walk's rows."""
+    from ..hf import CONVERTERS
+    from ..inputs import text
+    from ..modulewalk import walk_hf_dict
+
+    if hf_class is not None:
+        hf_class = text("--hf-class", hf_class, max_len=200)
+    w = walk_hf_dict(e.raw, e.name, hf_class, supported=", ".join(sorted(CONVERTERS)))
+    if json_out:
+        emit_json(w.to_json())
+        return
+    total = w.total
+    console.print(f"[bold]{w.name}[/bold]: {total:,} parameters ({human(total)}); "
+                  f"method: module-walk of {w.model_class} ({w.class_source}), transformers "
+                  f"{w.transformers_version}, model_type {w.model_type!r}")
+    for k, v in w.exact().items():
+        console.print(f"  {k}: {v}")
+    ruled = w.ruled_params
+    console.print(f"  {ruled:,} parameters ({ruled / total if total else 0:.2%}) sit in modules "
+                  "with a FLOP rule")
+    console.print(table("by module (layer indices folded as *)",
+                        ["module", "class", "modules", "params/module", "params",
+                         "fwd FLOPs/row"],
+                        [(r["path"], r["class"], r["modules"], f"{r['params_per_module']:,}",
+                          f"{r['params']:,}", "not counted" if r["flops_fwd_per_row"] is None
+                          else f"{r['flops_fwd_per_row']:,}") for r in w.by_pattern()]))
+    missing = w.not_counted()
+    if missing:
+        console.print(table("FLOPs not counted (no generic rule for the class)",
+                            ["class", "modules", "params"],
+                            [(r["class"], r["modules"], f"{r['params']:,}") for r in missing]))
