@@ -254,3 +254,76 @@ def test_unknown_formats_refused(bad):
 def test_unknown_quant_method_refused():
     with pytest.raises(FormatError, match="quant_method 'hqq'"):
         scheme_from_quant_config({"quant_method": "hqq"})
+
+
+# --- CLI and serving ------------------------------------------------------------------------------
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_params_reads_quantization_config(tmp_path):
+    """A quantised checkpoint's config.json (unsloth/Meta-Llama-3.1-8B-bnb-4bit's fields) gives
+    its checkpoint bytes without --weights; --weights overrides it; the bf16 default is the
+    parameter count x 2."""
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+           "vocab_size": 128256, "max_position_embeddings": 131072,
+           "tie_word_embeddings": False, "rope_theta": 500000.0,
+           "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                   "bnb_4bit_quant_type": "nf4",
+                                   "bnb_4bit_use_double_quant": True,
+                                   "bnb_4bit_compute_dtype": "bfloat16"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = _cli("params", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["weights"] == "nf4"
+    # nf4 with double quant: 0.5 + 1/64 + ... bytes per quantised weight, bf16 elsewhere
+    assert out["checkpoint_bytes"] == model_checkpoint_bytes(txcalc.load(str(path)),
+                                                             scheme("nf4", keep=("lm_head",)))
+    assert 5.6e9 < out["checkpoint_bytes"] < 5.8e9
+    r = _cli("params", str(path), "--weights", "bf16", "--json")
+    assert json.loads(r.output)["checkpoint_bytes"] == 2 * out["total_params"]
+
+
+def test_cli_bad_weights_exit_2(capsys):
+    from txcalc.cli import main
+    assert main(["params", "llama-2-7b", "--weights", "int5"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown weight format 'int5'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_infer_fp8_deepseek_on_eight_h200():
+    """The issue's case: DeepSeek-V3 in bf16 needs 16 H200s; its fp8 checkpoint serves on 8
+    (one H200 node, as deployed with SGLang/vLLM)."""
+    from txcalc.planner import plan_infer
+    assert plan_infer("deepseek-v3", "h200", 8192, 16).best.total_gpus == 16
+    assert plan_infer("deepseek-v3", "h200", 8192, 16, weights="fp8-block").best.total_gpus == 8
+
+
+def test_plan_infer_int4_70b_on_two_4090():
+    """A 70B model in 4-bit on two 24 GB RTX 4090s (bf16 needs 8); each GPU holds half the
+    stored bytes."""
+    from txcalc.planner import plan_infer
+    bf16 = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1).best
+    q = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1, weights="awq-int4-g128").best
+    assert bf16.total_gpus == 8 and q.total_gpus == 2
+    stored = model_checkpoint_bytes(txcalc.load("llama-3.1-70b"), scheme("awq-int4-g128"))
+    assert abs(q.weights_bytes - stored / 2) < 0.01 * stored
+
+
+def test_decode_reads_quantised_bytes_and_weight_only_knee():
+    """Small-batch decode is bound by the bytes read: 4-bit weights decode faster than bf16;
+    past the weight-only knee the dequantising kernel is compute-bound and slower than fp8."""
+    from txcalc.planner import plan_infer
+    b1 = {w: plan_infer("llama-3-8b", "h100", 2048, 1, weights=w).best.decode_tokens_per_s
+          for w in ("bf16", "int4-g128", "fp8")}
+    assert b1["int4-g128"] > b1["fp8"] > b1["bf16"]
+    big = {w: plan_infer("llama-3-8b", "h100", 256, 256, weights=w).best
+           for w in ("int4-g128", "fp8")}
+    per = {w: r.decode_tokens_per_s_per_seq for w, r in big.items()}
+    assert per["fp8"] > per["int4-g128"]

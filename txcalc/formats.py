@@ -572,3 +572,43 @@ def scheme_from_config_file(path) -> tuple[Scheme | None, int]:
     mtp = mtp if isinstance(mtp, int) and not isinstance(mtp, bool) and 0 <= mtp <= 8 else 0
     qc = raw.get("quantization_config")
     return (scheme_from_quant_config(qc, str(path)) if qc is not None else None), mtp
+
+
+def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
+    """(scheme, mtp layers) for a model argument: ``--weights`` when given, else the
+    quantization_config of the config.json the model names (None: the precision's dtype)."""
+    import os
+    from pathlib import Path
+    if weights is not None:
+        return scheme(weights), 0
+    if not isinstance(model, (str, os.PathLike)):
+        return None, 0
+    try:
+        p = Path(model)
+        if p.is_dir():
+            p = p / "config.json"
+        if not (str(p).endswith(".json") and p.is_file()):
+            return None, 0
+    except (OSError, ValueError):
+        return None, 0
+    return scheme_from_config_file(p)
+
+
+def compute_dtype(op: Op, peaks: dict[str, float], default: str = "bf16") -> str:
+    """The tensor-core dtype an op's matmul runs in: fp8 / int8 where its format computes in
+    it and the GPU has that peak; FP4 formats on the fp8 peak (the catalog has no FP4 column);
+    everything else (weight-only formats, unquantised ops) in ``default``."""
+    if not op.weight_format or op.kind != "linear":
+        return default
+    want = parse_format(op.weight_format).compute
+    want = "fp8" if want == "fp4" else want
+    return want if peaks.get(want, 0) > 0 else default
+
+
+def is_weight_only(op: Op, peaks: dict[str, float]) -> bool:
+    """A quantised Linear whose kernel dequantises its weights to 16 bits."""
+    if not op.weight_format or op.kind != "linear":
+        return False
+    want = parse_format(op.weight_format).compute
+    want = "fp8" if want == "fp4" else want
+    return want == "bf16" or peaks.get(want, 0) <= 0

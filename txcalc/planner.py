@@ -533,6 +533,7 @@ class InferPlan:
     concurrency: int
     kv_dtype: str
     rows: list[InferRow]
+    weights: str = "bf16"  #: the weight format (a formats.scheme name) or the precision
 
     @property
     def best(self) -> InferRow:
@@ -545,7 +546,8 @@ class InferPlan:
     def to_json(self) -> dict:
         b = self.best
         out = {"model": self.cfg.name, "gpu": self.gpu.name, "context": self.context,
-               "concurrency": self.concurrency, "kv_dtype": self.kv_dtype}
+               "concurrency": self.concurrency, "kv_dtype": self.kv_dtype,
+               "weights": self.weights}
         out.update(b.to_json())
         out["gpus_per_replica"] = b.tp * b.pp
         out["options"] = [r.to_json() for r in self.rows]
@@ -559,7 +561,7 @@ PREFILL_CHUNK = 8192
 def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: int, *,
                kv_dtype: str = "bf16", tokens_per_s: float | None = None,
                precision: str = "bf16", gpu_file=None, profile: DeviceProfile | None = None,
-               overheads: Overheads | None = None) -> InferPlan:
+               overheads: Overheads | None = None, weights: str | None = None) -> InferPlan:
     """GPUs to serve ``concurrency`` sequences of ``context`` tokens (and ``tokens_per_s``
     decode tokens/s in all), per replica layout TP x PP.
 
@@ -568,6 +570,12 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     at batch B: roofline of all decode FLOPs against reading the local weights and B caches,
     stages in sequence, plus two TP all-reduces per block. Prefill latency: one sequence of
     ``context`` tokens, roofline per op, stages in sequence.
+
+    ``weights`` (a ``formats.scheme`` name; default: the config.json's quantization_config,
+    else the precision's dtype): each GPU holds and each decode step reads its share of the
+    stored tensors (quantised weights and their scales); prefill runs quantised Linears on the
+    fp8 / int8 peak where their format computes in it, weight-only formats at the 16-bit peak
+    times ``timing.weight_only_factor`` (which also scales decode's compute at its batch).
     """
     from . import load
     from .accounting import FlopCounts
@@ -592,7 +600,16 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     prof = profile or DeviceProfile.from_gpu(gpu)
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
     from .components import model_ops_tuple
+    from . import formats as Q
+    from .timing import weight_only_factor
+    sch, _ = Q.resolve(model, weights)
     ops = model_ops_tuple(cfg)
+    if sch is not None:  # stored bytes of each op (quantised weights + scales), all ranks
+        qops = Q.assign(ops, sch, cfg)
+        qbytes = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf")
+                  for op, q in zip(ops, qops)}
+        qop = {id(op): q for op, q in zip(ops, qops)}
+        wonly = any(Q.is_weight_only(q, prof.peak_flops) for q in qops)
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
     w = Workload(batch=1, seq=context, attn_impl="flash")
@@ -607,7 +624,11 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             stages = assign_stages(cfg, ops, pp)
             if tp not in local:  # once per TP degree, not per pipeline depth
                 local[tp] = {id(op): local_params(op, tp) for op in ops}
-            weights = max(sum(local[tp][id(op)] for op in st) for st in stages) * wbytes
+            if sch is None:
+                weights = max(sum(local[tp][id(op)] for op in st) for st in stages) * wbytes
+            else:  # a rank's share of each op's stored bytes, as of its parameters
+                weights = max(sum(cdiv(qbytes[id(op)] * local[tp][id(op)], op.params_total)
+                                  for op in st if op.params_total) for st in stages)
             kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
             most_blocks = max(len({(o.stack, o.layer) for o in st if o.layer >= 0})
                               for st in stages)
@@ -624,7 +645,11 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             def decode_s(batch: int) -> float:
                 flops = batch * decode_flops_1 / (tp * pp)  # decode FLOPs are linear in batch
                 moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
-                t = roofline_s(flops, moved, prof, "matmul", dtype)
+                p = prof
+                if sch is not None and wonly:  # dequantising kernels lose speed past the knee
+                    p = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
+                        "matmul", 0.55) * weight_only_factor(prof, batch)})
+                t = roofline_s(flops, moved, p, "matmul", dtype)
                 ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
                                        2 * most_blocks)
                 return pp * (t + float(ar))
@@ -632,7 +657,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             if tp not in prefill_s:  # forward of one prompt, TP-split matmuls, stages in turn
                 split = {op: tp if tp_style(op) != "replicate" or op.kind.startswith("attn")
                          else 1 for op in ops}
-                prefill_s[tp] = sum(op_times(op, w, prof, dtype, wbytes, wbytes, split[op])[0]
+                prefill_s[tp] = sum(_prefill_op_s(op, qop[id(op)] if sch else op, w, prof,
+                                                  dtype, wbytes, split[op])
                                     for op in ops) + float(comm.collective_s(
                                         "all_reduce", context * cfg.d_model * wbytes, tp, 1,
                                         gpu, 2 * n_blocks))
@@ -653,7 +679,23 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             raise PlanError(f"no layout of {cfg.name} on {gpu.name} reaches {tokens_per_s:g} "
                             f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
-    return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows)
+    return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows,
+                     sch.name if sch is not None else precision)
+
+
+def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:
+    """Forward seconds of one op of a prompt: quantised Linears on their format's tensor-core
+    dtype (``formats.compute_dtype``), weight-only ones at the 16-bit peak times
+    ``timing.weight_only_factor`` at the prompt's rows."""
+    from . import formats as Q
+    from .timing import op_times, weight_only_factor
+    if not qop.weight_format:
+        return op_times(op, w, prof, dtype, wbytes, wbytes, split)[0]
+    run = Q.compute_dtype(qop, prof.peak_flops, dtype)
+    if Q.is_weight_only(qop, prof.peak_flops):
+        prof = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
+            "matmul", 0.55) * weight_only_factor(prof, w.rows(op.stream))})
+    return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays

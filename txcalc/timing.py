@@ -184,6 +184,22 @@ def bytes_moved(op: Op, w: Workload, act_bytes: int, weight_bytes: int) -> int:
     return 2 * op.saved_bytes(w, act_bytes)
 
 
+#: weight-only quantised matmuls (int4 / nf4 / fp8 on GPUs without fp8 tensor cores) dequantise
+#: their weights to 16 bits inside the kernel: up to WEIGHT_ONLY_KNEE rows (decode batch) the
+#: dequantisation hides under the weight reads (Marlin keeps its ~4x int4 speed-up to batch
+#: 16-32, Frantar et al. 2024, arXiv:2408.11743); past it the kernel is compute-bound and the
+#: dequantisation costs, down to the floor ``flop_efficiency["weight_only"]`` (default 0.5)
+#: times the matmul efficiency. Calibratable: a DeviceProfile may carry "weight_only".
+WEIGHT_ONLY_KNEE = 32
+DEFAULT_WEIGHT_ONLY_FLOOR = 0.5
+
+
+def weight_only_factor(prof: "DeviceProfile", rows: int) -> float:
+    """Fraction of the 16-bit matmul efficiency a weight-only kernel keeps at ``rows`` rows."""
+    floor = prof.flop_efficiency.get("weight_only", DEFAULT_WEIGHT_ONLY_FLOOR)
+    return max(floor, min(1.0, WEIGHT_ONLY_KNEE / max(rows, 1)))
+
+
 def roofline_s(flops: float, moved: float, prof: DeviceProfile, op_cls: str, dtype: str) -> float:
     """max(compute time, memory time) of one op on one GPU."""
     t_mem = moved / prof.bytes_per_s
