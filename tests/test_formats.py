@@ -179,6 +179,30 @@ def test_llama_2_7b_gptq():
     assert within(pred, 3.90e9)
 
 
+@pytest.mark.parametrize("double_quant,published", [(True, 4.65e9 + 1.05e9),
+                                                    (False, 4.98e9 + 1.05e9)])
+def test_llama_3_8b_bnb_nf4(double_quant, published):
+    """bitsandbytes NF4 checkpoints of Llama 3(.1) 8B (every Linear but lm_head, bf16 elsewhere):
+    with double quant, VoyagerYuan/Llama-3.1-8B-Instruct-BNB-NF4-BF16, shards 4.65 + 1.05 GB,
+    https://huggingface.co/VoyagerYuan/Llama-3.1-8B-Instruct-BNB-NF4-BF16/tree/main; without
+    (transformers' BitsAndBytesConfig default, fp32 absmax), AminBH/Llama-3-8B-BnB-4bits, 4.98 +
+    1.05 GB, https://huggingface.co/AminBH/Llama-3-8B-BnB-4bits/tree/main. The two differ by
+    the 3 bytes per 64 weights of the fp32 absmax, which the test tells apart."""
+    qc = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+          "bnb_4bit_use_double_quant": double_quant, "bnb_4bit_compute_dtype": "bfloat16"}
+    pred = model_checkpoint_bytes(txcalc.load("llama-3-8b"), scheme_from_quant_config(qc))
+    assert within(pred, published)
+
+
+@pytest.mark.parametrize("recipe,published", [("Q4_K_M", 4.92e9), ("Q5_K_M", 5.73e9)])
+def test_llama_31_8b_gguf(recipe, published):
+    """unsloth GGUF exports of Llama 3.1 8B: unsloth.Q4_K_M.gguf 4.92 GB, unsloth.Q5_K_M.gguf
+    5.73 GB, https://huggingface.co/kbang2021/unsloth-Meta-Llama-3.1-8B-Instruct-bnb-4bit/tree/56fdecaca4b9caf1bca949d060cf8f3201a2a79a
+    (the 128,256-token vocabulary adds a few MB of metadata)."""
+    pred = model_checkpoint_bytes(txcalc.load("llama-3-8b"), scheme("gguf:" + recipe))
+    assert within(pred, published)
+
+
 def test_deepseek_v3_fp8_block():
     """deepseek-ai/DeepSeek-V3 (fp8 e4m3 weights, 128 x 128 fp32 block scales, bf16 embeddings,
     head, norms and router; one multi-token-prediction module stored as layer 61): the 163
@@ -327,3 +351,19 @@ def test_decode_reads_quantised_bytes_and_weight_only_knee():
            for w in ("int4-g128", "fp8")}
     per = {w: r.decode_tokens_per_s_per_seq for w, r in big.items()}
     assert per["fp8"] > per["int4-g128"]
+
+
+def test_report_inference_with_weights(tmp_path, capsys):
+    """`txcalc report --inference --weights`: the answer's bytes are the stored checkpoint plus
+    the KV cache, and the plan serves it on two 24 GB GPUs."""
+    from txcalc.cli import main
+    from txcalc.memory import kv_cache_bytes
+    out = tmp_path / "rep"
+    assert main(["report", "llama-3.1-70b", "--inference", "--gpu", "rtx-4090", "--context",
+                 "4k", "--weights", "awq-int4-g128", "-o", str(out), "--json"]) == 0
+    ans = json.loads(capsys.readouterr().out)["answer"]
+    cfg = txcalc.load("llama-3.1-70b")
+    assert ans["total_bytes"] == model_checkpoint_bytes(cfg, scheme("awq-int4-g128")) + \
+        kv_cache_bytes(cfg, 4096, 1, "bf16")
+    assert ans["total_gpus"] == 2
+    assert main(["report", "llama-3-8b", "--weights", "fp8", "-o", str(tmp_path / "x")]) == 2

@@ -34,8 +34,11 @@ def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
            f"Precision {req.precision}, optimizer {req.optimizer}."]
     if req.inference:
         out.append(f"Serving: context {req.serve_context:,} tokens, {req.concurrency:,} "
-                   f"concurrent sequences, KV cache in {req.kv_dtype}; weights in the "
-                   "precision's weight dtype; no activation memory beyond the KV cache.")
+                   f"concurrent sequences, KV cache in {req.kv_dtype}; weights "
+                   + (f"stored as {req.weights_format} (txcalc/formats.py: quantised tensors "
+                      "and their scales)" if req.weights_format else
+                      "in the precision's weight dtype")
+                   + "; no activation memory beyond the KV cache.")
     elif req.model is not None:
         out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
                    f"kernel {req.attn}, recompute {req.recompute}, dropout off (no masks "
