@@ -66,7 +66,8 @@ DEFAULT_FLOP_EFFICIENCY = {"matmul": 0.55, "attention": 0.45}
 DEFAULT_BW_EFFICIENCY = 0.80
 #: compute dtype of the matmuls under each precision policy (fp32 runs on TF32 tensor cores,
 #: torch.backends.cuda.matmul.allow_tf32 = True, as Megatron and most trainers set it)
-COMPUTE_DTYPE = {"fp32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "bf16": "bf16"}
+COMPUTE_DTYPE = {"fp32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "bf16": "bf16",
+                 "fp8-mixed": "fp8"}
 
 
 class ProfileError(TxcalcError):
@@ -208,10 +209,19 @@ def roofline_s(flops: float, moved: float, prof: DeviceProfile, op_cls: str, dty
     return max(flops / prof.flops_per_s(op_cls, dtype), t_mem)
 
 
+def _runs_fp8(op: Op) -> bool:
+    """Ops an fp8 compute dtype applies to: Linears inside the blocks, not the MoE router (fp8
+    training recipes, memory.Fp8Recipe; quantised serving formats)."""
+    return op.kind == "linear" and op.layer >= 0 and op.component not in (
+        "moe.router", "moe.shared_gate")
+
+
 def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: int,
              weight_bytes: int, split: int = 1) -> tuple[float, float]:
     """(forward, backward) seconds of one op whose work is split ``split`` ways."""
     cls = op_class(op)
+    if dtype == "fp8" and not _runs_fp8(op):  # fp8 recipes: only the blocks' Linears
+        dtype = "bf16"
     moved = bytes_moved(op, w, act_bytes, weight_bytes) / split
     skip = w.attn_impl == "flash"  # a fused kernel skips the fully masked (causal) blocks
     fwd = roofline_s(op.fwd_flops(w, skip) / split, moved, prof, cls, dtype)
