@@ -8,7 +8,10 @@
 2. gguf's own writer (``pip install gguf``) writes a GGUF file with the tensor types our
    recipes assign; its reader's byte counts must equal ours: the block layouts of gguf-py's
    GGML_QUANT_SIZES against our GGUF_BLOCKS.
-3. Published checkpoints: total bytes of real quantised releases, each with its source, within
+3. compressed-tensors (the library llm-compressor writes checkpoints with) quantises and
+   compresses the reference model on CPU for its int4 pack-quantized, int8 and fp8 formats;
+   the file's tensors must equal ours.
+4. Published checkpoints: total bytes of real quantised releases, each with its source, within
    0.5 %.
 """
 
@@ -367,3 +370,58 @@ def test_report_inference_with_weights(tmp_path, capsys):
         kv_cache_bytes(cfg, 4096, 1, "bf16")
     assert ans["total_gpus"] == 2
     assert main(["report", "llama-3-8b", "--weights", "fp8", "-o", str(tmp_path / "x")]) == 2
+
+
+# --- the real library: compressed-tensors (llm-compressor's checkpoint format) on CPU ------------
+CT_CASES = [  # (our scheme, compressed-tensors format, weights args, input activations args)
+    ("ct-int4-g128", "pack-quantized",
+     dict(num_bits=4, type="int", strategy="group", group_size=128, symmetric=True), None),
+    ("int8", "int-quantized", dict(num_bits=8, type="int", strategy="channel", symmetric=True),
+     None),
+    ("fp8", "float-quantized", dict(num_bits=8, type="float", strategy="tensor", symmetric=True),
+     dict(num_bits=8, type="float", strategy="tensor", symmetric=True, dynamic=False)),
+    ("fp8-dynamic", "float-quantized",
+     dict(num_bits=8, type="float", strategy="tensor", symmetric=True),
+     dict(num_bits=8, type="float", strategy="token", symmetric=True, dynamic=True)),
+    ("fp8-channel", "float-quantized",
+     dict(num_bits=8, type="float", strategy="channel", symmetric=True), None),
+]
+
+
+@pytest.mark.parametrize("name,fmt,weights,acts", CT_CASES, ids=[c[0] for c in CT_CASES])
+def test_checkpoint_bytes_equal_compressed_tensors(tmp_path, name, fmt, weights, acts):
+    """compressed-tensors (``pip install compressed-tensors``) quantises the reference model
+    with a llm-compressor style config (every Linear but lm_head), compresses it, and
+    safetensors writes the state dict; our tensors and bytes must match the file's."""
+    ct = pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
+    cfg = tiny()
+    torch.manual_seed(0)
+    model = build(cfg, torch.bfloat16, "cpu")
+    group = {"targets": ["Linear"], "weights": weights}
+    if acts:
+        group["input_activations"] = acts
+    qc = QuantizationConfig.model_validate({"quant_method": "compressed-tensors", "format": fmt,
+                                            "ignore": ["lm_head"],
+                                            "config_groups": {"group_0": group}})
+    apply_quantization_config(model, qc)
+    for mod in model.modules():  # calibrated scales: absmax over each scale's span
+        if hasattr(mod, "weight_scale"):
+            w = mod.weight.detach().float()
+            span = w.shape[1] // mod.weight_scale.shape[-1]
+            s = w.view(w.shape[0], -1, span).abs().amax(-1)
+            s = s.amax() if mod.weight_scale.numel() == 1 else s
+            mod.weight_scale.data.copy_((s / 100).clamp(min=1e-6).reshape(
+                mod.weight_scale.shape).to(mod.weight_scale.dtype))
+    ModelCompressor.from_pretrained_model(model, quantization_format=fmt).compress_model(model)
+    path = tmp_path / "model.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+                                str(path))
+    got, data_bytes = file_tensors(path)
+    sch = scheme_from_quant_config({"quant_method": "compressed-tensors", "ignore": ["lm_head"],
+                                    "config_groups": {"group_0": group}})
+    assert sch.name == name
+    want = {n: (dt, tuple(s)) for n, dt, s in checkpoint_tensors(model_ops_tuple(cfg), sch, cfg)}
+    assert want == {n: v[:2] for n, v in got.items()}
+    assert checkpoint_bytes(model_ops_tuple(cfg), sch, cfg) == data_bytes
