@@ -75,3 +75,9 @@ def test_plan_train_fp8_faster_on_h100():
     cache = fp8_weight_bytes(model_ops_tuple(cfg), "fp8-mixed")
     if f8.layout.tp == 1 and f8.layout.pp == 1:
         assert f8.memory["weights"] - bf.memory["weights"] == cache
+
+
+def test_fp8_training_refused_without_fp8_tensor_cores():
+    from txcalc.planner import PlanError, plan_train
+    with pytest.raises(PlanError, match="fp8-mixed.*a100-80gb has no fp8 peak"):
+        plan_train("llama-3-8b", "a100", 10**12, precision="fp8-mixed", max_gpus=64)

@@ -440,6 +440,10 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     gpu = get_gpu(gpu, gpu_file)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
+    from .timing import COMPUTE_DTYPE
+    if COMPUTE_DTYPE[precision] == "fp8" and gpu.peak_flops.get("fp8", 0) <= 0:
+        raise PlanError(f"precision {precision!r} needs fp8 tensor cores; {gpu.name} has no fp8 "
+                        "peak in the catalog (Hopper, Ada and Blackwell GPUs do)")
     seq = seq or default_seq(cfg)
     if cfg.pos_type == "learned" and seq > cfg.max_position:
         raise WorkloadError(f"seq ({seq}) exceeds {cfg.name}'s learned position table "
