@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -216,6 +217,14 @@ _INT = re.compile(r"^(?:(gptq|awq|ct)-)?int([2348])(?:-g(\d+|-1))?$")
 
 
 def parse_format(name: str) -> Format:
+    """A storage format from its name (``_parse_format``, cached: formats are frozen)."""
+    if not isinstance(name, str):
+        raise FormatError(f"weight format ({name!r:.60}) must be a string")
+    return _parse_format(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_format(name: str) -> Format:
     """A storage format from its name: ``int4-g128`` (GPTQ packing), ``awq-int4-g128``,
     ``gptq-int3-g128``, ``int8``, ``fp8``, ``fp8-channel``, ``fp8-block``, ``nf4``, ``fp4``,
     ``nf4-nodq``, ``mxfp4``, ``nvfp4``, ``gguf-type:Q6_K``, ``bf16``, ``f16``."""
