@@ -208,7 +208,8 @@ def test_llama_31_8b_gguf(recipe, published):
 
 def test_deepseek_v3_fp8_block():
     """deepseek-ai/DeepSeek-V3 (fp8 e4m3 weights, 128 x 128 fp32 block scales, bf16 embeddings,
-    head, norms and router; one multi-token-prediction module stored as layer 61): the 163
+    head, norms and router; one multi-token-prediction module stored as layer 61, its copies of
+    the token table and head in bf16): the 163
     weight files hold 688,586,727,753 bytes, https://huggingface.co/deepseek-ai/DeepSeek-V3
     (total as listed for revision afb92e1fa402c2be2a9eb085312bb02e0384d6c7)"""
     sch = scheme_from_quant_config({"quant_method": "fp8", "fmt": "e4m3",

@@ -361,7 +361,8 @@ def assign(ops, sch: Scheme, cfg=None) -> tuple[Op, ...]:
             op.kind == "linear" and op.tied)
         if has_matrix and not _matches(op, sch.keep):
             s = sch.scope
-            if s == "blocks" and op.kind == "linear" and op.layer >= 0 and not _is_router(op):
+            if s == "blocks" and op.kind == "linear" and op.layer >= 0 and not _is_router(op) \
+                    and op.component != "lm_head":  # an MTP module's copy of the head: bf16
                 fmt = sch.fmt.name
             elif s == "linears" and op.kind == "linear" and op.component != "lm_head":
                 fmt = sch.fmt.name
@@ -458,8 +459,7 @@ def mtp_ops(cfg, n: int) -> list[Op]:
                 norm(p + "hnorm", where, "mtp.hnorm", D, "rmsnorm", False, True),
                 linear(p + "eh_proj", where, "mtp.eh_proj", 2 * D, D, False),
                 norm(p + "shared_head.norm", where, "mtp.head_norm", D, "rmsnorm", False, True),
-                dataclasses.replace(embedding(p + "embed_tokens", where, "mtp.embed",
-                                              cfg.vocab_size, D)),
+                embedding(p + "embed_tokens", where, "mtp.embed", cfg.vocab_size, D),
                 dataclasses.replace(linear(p + "shared_head.head", where, "mtp.head", D,
                                            cfg.vocab_size, False), component="lm_head")]
     return out
