@@ -85,7 +85,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
            seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
-           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
            recompute: str = typer.Option("none", help="none | selective | full."),

@@ -18,7 +18,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            gpu: str = typer.Option(None, "--gpu", help="GPU name (h100, h200, ...)."),
            gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
            gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
-           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
            seq: int = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
