@@ -47,6 +47,8 @@ PRECISIONS = {
     "bf16-mixed": Precision(2, 2, 4, 4, 2),
     "fp16-mixed": Precision(2, 2, 4, 4, 2),
     "bf16": Precision(2, 2, 0, 2, 2),
+    # fp8 training: bf16 mixed precision's states plus the fp8 terms of FP8_RECIPE
+    "fp8-mixed": Precision(2, 2, 4, 4, 2),
 }
 class ZeroBytes(NamedTuple):
     """Bytes per parameter that a sharded optimizer keeps where ZeRO-0 keeps ``grad`` per
@@ -85,6 +87,7 @@ ZERO_BYTES = {
     "bf16-mixed": ZeroBytes(4, 0, 4, 0),
     "fp16-mixed": ZeroBytes(2, 4, 4, 0),
     "bf16": ZeroBytes(2, 0, 2, 2),
+    "fp8-mixed": ZeroBytes(4, 0, 4, 0),  # bf16 mixed precision's (fp8 terms: Fp8Recipe)
 }
 
 
@@ -96,6 +99,70 @@ def zero_bytes(precision: str, optimizer: str) -> ZeroBytes:
     if p.master and optimizer == "none":
         return ZeroBytes(p.grad, 0, p.grad, p.weight)
     return ZERO_BYTES[precision]
+
+
+class Fp8Recipe(NamedTuple):
+    """fp8 training as TransformerEngine runs it by default on Hopper and Ada (te.Linear /
+    LayerNormLinear / LayerNormMLP in every block, DelayedScaling, bf16 parameters, fp32 master
+    weights in the optimizer); embeddings, the output head, norms and the MoE router stay bf16.
+
+        term                  | bytes                                      | source
+        ----------------------|--------------------------------------------|------------------
+        fp8 weight copies     | weight_copies (2) per block-Linear weight:  | TE #1261: Hopper's
+                              |   the fp8 weight and its fp8 transpose,     |   fp8 GEMMs are TN
+                              |   cached between steps (TE's workspaces)    |   only; #1880: 1 B
+                              |                                             |   on Blackwell
+        amax history, scales  | per Linear (per expert): 3 fp8 tensors      | DelayedScaling
+                              |   (input, weight, output gradient) x (1024  |   amax_history_len
+                              |   fp32 amax + fp32 scale + scale_inv)       |   = 1024
+        saved Linear inputs   | 1 byte per element (TE keeps the fp8        | TE docs, "Memory
+                              |   columnwise copy) instead of the bf16 one; |   usage": 2 MB bf16
+                              |   o_proj's input stays alive in bf16 for    |   weight + 1 MB fp8
+                              |   the attention core's backward, so there   |   weight + 1 MB fp8
+                              |   it adds the fp8 byte                      |   input + ...
+        matmul peak           | block Linears on the fp8 tensor-core peak;  | timing.op_times
+                              |   attention, head in bf16                   |
+    """
+    weight_copies: int = 2  #: fp8 weight + its transpose, at the step's peak (backward)
+    forward_copies: int = 1  #: made by forward (the rowwise fp8 weight; the transpose is for
+    #: the backward GEMMs): TE's docs measure 8.02 MiB after forward of a 1024 x 1024 te.Linear
+    amax_history: int = 1024
+    tensors_per_linear: int = 3
+
+
+#: per precision policy: its fp8 recipe (None: no fp8)
+FP8_RECIPE = {"fp8-mixed": Fp8Recipe()}
+
+
+def fp8_op(op: Op) -> bool:
+    """Ops fp8 training runs in fp8: the Linears inside the blocks but the MoE router (and the
+    shared-expert gate)."""
+    return op.kind == "linear" and op.layer >= 0 and op.component not in (
+        "moe.router", "moe.shared_gate")
+
+
+def fp8_weight_bytes(ops, precision: str) -> int:
+    """fp8 weight copies (and transposes) plus the amax histories and scales of the ops."""
+    r = FP8_RECIPE.get(precision)
+    if r is None:
+        return 0
+    total = 0
+    for op in ops:
+        if fp8_op(op) and op.params:
+            weight = op.d_in * op.d_out * (not op.tied)
+            meta = r.tensors_per_linear * (r.amax_history + 2) * 4
+            total += (r.weight_copies * weight + meta) * op.instances
+    return total
+
+
+def fp8_saved_delta(op: Op, saved: int, act_bytes: int, precision: str) -> int:
+    """Change of one op's saved bytes under fp8 training (Fp8Recipe): a block Linear keeps its
+    input as 1-byte fp8 instead of act_bytes; o_proj's bf16 input is kept anyway (the attention
+    core's output), so the fp8 copy adds to it."""
+    if precision not in FP8_RECIPE or not fp8_op(op) or not saved or not op.saved:
+        return 0
+    fp8 = saved // act_bytes
+    return fp8 if op.component.endswith("o_proj") else fp8 - saved
 
 
 class OptimizerSpec(NamedTuple):
@@ -172,7 +239,8 @@ def param_tensor_count(ops) -> int:
 
 
 def weight_bytes(ops, precision: str) -> int:
-    return param_count(ops) * PRECISIONS[precision].weight
+    """Parameters in the weight dtype, plus fp8 training's weight copies (FP8_RECIPE)."""
+    return param_count(ops) * PRECISIONS[precision].weight + fp8_weight_bytes(ops, precision)
 
 
 def grad_bytes(ops, precision: str) -> int:
@@ -227,9 +295,11 @@ def saved_rows(ops, work: Workload, act_bytes: int):
         yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective")
 
 
-def saved_bytes(ops, work: Workload, act_bytes: int) -> int:
-    """Bytes the ops keep for backward under the workload's recompute policy and kernel."""
-    return sum(b for _, _, b in saved_rows(ops, work, act_bytes))
+def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int:
+    """Bytes the ops keep for backward under the workload's recompute policy and kernel
+    (``precision``: fp8 training keeps block Linears' inputs in fp8, ``fp8_saved_delta``)."""
+    return sum(b + fp8_saved_delta(op, b, act_bytes, precision)
+               for _, op, b in saved_rows(ops, work, act_bytes))
 
 
 @dataclass(frozen=True)
@@ -293,12 +363,13 @@ class TrainingMemory:
     @cached_property
     def activations(self) -> int:
         """Bytes saved for backward over the whole forward, under the recompute policy."""
-        return saved_bytes(self.ops, self.work, self._bytes.act)
+        return saved_bytes(self.ops, self.work, self._bytes.act, self.precision)
 
     def _saved_rows(self):
         """(row path, (stack, layer), bytes): the engine's ``saved_rows``."""
         for path, op, b in saved_rows(self.ops, self.work, self._bytes.act):
-            yield path, (op.stack, op.layer), b
+            yield path, (op.stack, op.layer), b + fp8_saved_delta(op, b, self._bytes.act,
+                                                                    self.precision)
 
     def activations_by_layer(self) -> dict[tuple[str, int], int]:
         """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss."""
@@ -450,6 +521,7 @@ class TrainingMemory:
                 "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
                 "attn_impl": self.work.attn_impl, "params": self.n_params,
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
+                "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
@@ -469,6 +541,9 @@ def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = 
     if optimizer not in STATES_PER_PARAM:
         raise WorkloadError(f"optimizer {optimizer!r} needs the model's shapes: give MODEL, "
                             "not --params")
+    if precision in FP8_RECIPE:
+        raise WorkloadError(f"precision {precision!r} needs the model's shapes (its fp8 weight "
+                            "copies cover the blocks' Linears only): give MODEL, not --params")
     opt = n_params * (STATES_PER_PARAM[optimizer] * state
                       + (master if optimizer != "none" else 0))
     out = {"model": f"{n_params:,} parameters", "params": n_params, "precision": precision,

@@ -440,6 +440,10 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     gpu = get_gpu(gpu, gpu_file)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
+    from .timing import COMPUTE_DTYPE
+    if COMPUTE_DTYPE[precision] == "fp8" and gpu.peak_flops.get("fp8", 0) <= 0:
+        raise PlanError(f"precision {precision!r} needs fp8 tensor cores; {gpu.name} has no fp8 "
+                        "peak in the catalog (Hopper, Ada and Blackwell GPUs do)")
     seq = seq or default_seq(cfg)
     if cfg.pos_type == "learned" and seq > cfg.max_position:
         raise WorkloadError(f"seq ({seq}) exceeds {cfg.name}'s learned position table "
@@ -533,6 +537,7 @@ class InferPlan:
     concurrency: int
     kv_dtype: str
     rows: list[InferRow]
+    weights: str = "bf16"  #: the weight format (a formats.scheme name) or the precision
 
     @property
     def best(self) -> InferRow:
@@ -545,7 +550,8 @@ class InferPlan:
     def to_json(self) -> dict:
         b = self.best
         out = {"model": self.cfg.name, "gpu": self.gpu.name, "context": self.context,
-               "concurrency": self.concurrency, "kv_dtype": self.kv_dtype}
+               "concurrency": self.concurrency, "kv_dtype": self.kv_dtype,
+               "weights": self.weights}
         out.update(b.to_json())
         out["gpus_per_replica"] = b.tp * b.pp
         out["options"] = [r.to_json() for r in self.rows]
@@ -559,7 +565,8 @@ PREFILL_CHUNK = 8192
 def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: int, *,
                kv_dtype: str = "bf16", tokens_per_s: float | None = None,
                precision: str = "bf16", gpu_file=None, profile: DeviceProfile | None = None,
-               overheads: Overheads | None = None) -> InferPlan:
+               overheads: Overheads | None = None, weights: str | None = None,
+               layouts=None) -> InferPlan:
     """GPUs to serve ``concurrency`` sequences of ``context`` tokens (and ``tokens_per_s``
     decode tokens/s in all), per replica layout TP x PP.
 
@@ -568,6 +575,13 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     at batch B: roofline of all decode FLOPs against reading the local weights and B caches,
     stages in sequence, plus two TP all-reduces per block. Prefill latency: one sequence of
     ``context`` tokens, roofline per op, stages in sequence.
+
+    ``weights`` (a ``formats.scheme`` name; default: the config.json's quantization_config,
+    else the precision's dtype): each GPU holds and each decode step reads its share of the
+    stored tensors (quantised weights and their scales); prefill runs quantised Linears on the
+    fp8 / int8 peak where their format computes in it, weight-only formats at the 16-bit peak
+    times ``timing.weight_only_factor`` (which also scales decode's compute at its batch);
+    decode's matmuls run on the format's peak likewise. ``layouts``: only these (tp, pp).
     """
     from . import load
     from .accounting import FlopCounts
@@ -591,8 +605,22 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ov = overheads or Overheads()
     prof = profile or DeviceProfile.from_gpu(gpu)
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
+    dtype_decode = dtype
     from .components import model_ops_tuple
+    from . import formats as Q
+    from .timing import weight_only_factor
+    sch, _ = Q.resolve(model, weights)
     ops = model_ops_tuple(cfg)
+    if sch is not None:  # stored bytes of each op (quantised weights + scales), all ranks
+        qops = Q.assign(ops, sch, cfg)
+        qbytes = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf")
+                  for op, q in zip(ops, qops)}
+        qop = {id(op): q for op, q in zip(ops, qops)}
+        wonly = any(Q.is_weight_only(q, prof.peak_flops) for q in qops)
+        # decode's matmuls: on the format's tensor-core dtype when every quantised op has it
+        run = {Q.compute_dtype(q, prof.peak_flops, dtype) for q in qops if q.weight_format}
+        if len(run) == 1 and not wonly:
+            dtype_decode = run.pop()
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
     w = Workload(batch=1, seq=context, attn_impl="flash")
@@ -604,10 +632,16 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         cfg.is_mla or cfg.n_kv_heads % t == 0 or t % cfg.n_kv_heads == 0)]
     for tp in tps:
         for pp in [p for p in _pow2_upto(min(n_blocks, 64))]:
+            if layouts is not None and (tp, pp) not in layouts:
+                continue
             stages = assign_stages(cfg, ops, pp)
             if tp not in local:  # once per TP degree, not per pipeline depth
                 local[tp] = {id(op): local_params(op, tp) for op in ops}
-            weights = max(sum(local[tp][id(op)] for op in st) for st in stages) * wbytes
+            if sch is None:
+                weights = max(sum(local[tp][id(op)] for op in st) for st in stages) * wbytes
+            else:  # a rank's share of each op's stored bytes, as of its parameters
+                weights = max(sum(cdiv(qbytes[id(op)] * local[tp][id(op)], op.params_total)
+                                  for op in st if op.params_total) for st in stages)
             kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
             most_blocks = max(len({(o.stack, o.layer) for o in st if o.layer >= 0})
                               for st in stages)
@@ -624,7 +658,11 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             def decode_s(batch: int) -> float:
                 flops = batch * decode_flops_1 / (tp * pp)  # decode FLOPs are linear in batch
                 moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
-                t = roofline_s(flops, moved, prof, "matmul", dtype)
+                p = prof
+                if sch is not None and wonly:  # dequantising kernels lose speed past the knee
+                    p = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
+                        "matmul", 0.55) * weight_only_factor(prof, batch)})
+                t = roofline_s(flops, moved, p, "matmul", dtype_decode)
                 ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
                                        2 * most_blocks)
                 return pp * (t + float(ar))
@@ -632,7 +670,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             if tp not in prefill_s:  # forward of one prompt, TP-split matmuls, stages in turn
                 split = {op: tp if tp_style(op) != "replicate" or op.kind.startswith("attn")
                          else 1 for op in ops}
-                prefill_s[tp] = sum(op_times(op, w, prof, dtype, wbytes, wbytes, split[op])[0]
+                prefill_s[tp] = sum(_prefill_op_s(op, qop[id(op)] if sch else op, w, prof,
+                                                  dtype, wbytes, split[op])
                                     for op in ops) + float(comm.collective_s(
                                         "all_reduce", context * cfg.d_model * wbytes, tp, 1,
                                         gpu, 2 * n_blocks))
@@ -653,7 +692,85 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             raise PlanError(f"no layout of {cfg.name} on {gpu.name} reaches {tokens_per_s:g} "
                             f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
-    return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows)
+    return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows,
+                     sch.name if sch is not None else precision)
+
+
+#: trtllm-bench's default cap on sequences in flight (its max_batch_size heuristic tops out at
+#: 2048 for these models; cuda-graph batch sizes go higher)
+SERVE_MAX_BATCH = 2048
+
+
+def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1,
+                     weights: str | None = None, kv_dtype: str = "bf16",
+                     precision: str = "bf16", profile: DeviceProfile | None = None,
+                     max_batch: int = SERVE_MAX_BATCH, gpu_file=None,
+                     overheads: Overheads | None = None) -> dict:
+    """Output tokens/s of one tp x pp replica at maximum load (an offline benchmark such as
+    ``trtllm-bench throughput``: every request queued at once, in-flight batching).
+
+    B = min(max_batch, the sequences whose KV cache of isl + osl tokens fits, ``plan_infer``);
+    every decode step serves B sequences at the mean context isl + osl / 2 (``plan_infer``'s
+    decode step); each request's prompt is prefilled in batched chunks, compute-bound: its
+    prefill FLOPs (the engine's, output head on the last token) at each op's tensor-core rate
+    (quantised Linears on their format's dtype, attention in ``precision``'s), over tp x pp.
+
+        seconds per request (of one sequence slot) = prefill_s + osl x step_s(B) / B
+        output tokens/s = osl / seconds per request
+    """
+    from . import formats as Q
+    from . import inputs as I
+    from .components import model_ops_tuple
+    from .timing import COMPUTE_DTYPE, op_class, weight_only_factor
+    from .workload import Workload
+    from . import load
+    isl = I.integer("isl", isl, 1, I.MAX_SEQ)
+    osl = I.integer("osl", osl, 1, I.MAX_SEQ)
+    max_batch = I.integer("max_batch", max_batch, 1, I.MAX_BATCH)
+    cfg = load(model)
+    sch, _ = Q.resolve(model, weights)
+    name = sch.name if sch is not None else None
+    kw = dict(kv_dtype=kv_dtype, precision=precision, gpu_file=gpu_file, profile=profile,
+              overheads=overheads, weights=name, layouts={(tp, pp)})
+    full = plan_infer(cfg, gpu, isl + osl, 1, **kw).best
+    batch = min(max_batch, full.max_concurrency_per_replica)
+    row = plan_infer(cfg, gpu, isl + osl // 2, batch, **kw).best
+    step = 1 / row.decode_tokens_per_s_per_seq
+    prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
+    dtype = COMPUTE_DTYPE.get(precision, "bf16")
+    ops = model_ops_tuple(cfg)
+    qops = Q.assign(ops, sch, cfg) if sch is not None else ops
+    w = Workload(batch=1, seq=isl, attn_impl="flash")
+    prefill = 0.0
+    for op, q in zip(ops, qops):
+        flops = op.prefill_flops(w, model=True)
+        if not flops:
+            continue
+        rate = prof.flops_per_s(op_class(op), Q.compute_dtype(q, prof.peak_flops, dtype))
+        if Q.is_weight_only(q, prof.peak_flops):
+            rate *= weight_only_factor(prof, isl)
+        prefill += flops / rate
+    prefill /= tp * pp
+    per_request = prefill + osl * step / batch
+    return {"model": cfg.name, "gpu": get_gpu(gpu, gpu_file).name,
+            "isl": isl, "osl": osl, "tp": tp, "pp": pp, "weights": name or precision,
+            "batch": batch, "decode_step_s": step, "prefill_s_per_request": prefill,
+            "output_tokens_per_s": osl / per_request}
+
+
+def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:
+    """Forward seconds of one op of a prompt: quantised Linears on their format's tensor-core
+    dtype (``formats.compute_dtype``), weight-only ones at the 16-bit peak times
+    ``timing.weight_only_factor`` at the prompt's rows."""
+    from . import formats as Q
+    from .timing import op_times, weight_only_factor
+    if not qop.weight_format:
+        return op_times(op, w, prof, dtype, wbytes, wbytes, split)[0]
+    run = Q.compute_dtype(qop, prof.peak_flops, dtype)
+    if Q.is_weight_only(qop, prof.peak_flops):
+        prof = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
+            "matmul", 0.55) * weight_only_factor(prof, w.rows(op.stream))})
+    return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays

@@ -66,7 +66,8 @@ DEFAULT_FLOP_EFFICIENCY = {"matmul": 0.55, "attention": 0.45}
 DEFAULT_BW_EFFICIENCY = 0.80
 #: compute dtype of the matmuls under each precision policy (fp32 runs on TF32 tensor cores,
 #: torch.backends.cuda.matmul.allow_tf32 = True, as Megatron and most trainers set it)
-COMPUTE_DTYPE = {"fp32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "bf16": "bf16"}
+COMPUTE_DTYPE = {"fp32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "bf16": "bf16",
+                 "fp8-mixed": "fp8"}
 
 
 class ProfileError(TxcalcError):
@@ -184,6 +185,22 @@ def bytes_moved(op: Op, w: Workload, act_bytes: int, weight_bytes: int) -> int:
     return 2 * op.saved_bytes(w, act_bytes)
 
 
+#: weight-only quantised matmuls (int4 / nf4 / fp8 on GPUs without fp8 tensor cores) dequantise
+#: their weights to 16 bits inside the kernel: up to WEIGHT_ONLY_KNEE rows (decode batch) the
+#: dequantisation hides under the weight reads (Marlin keeps its ~4x int4 speed-up to batch
+#: 16-32, Frantar et al. 2024, arXiv:2408.11743); past it the kernel is compute-bound and the
+#: dequantisation costs, down to the floor ``flop_efficiency["weight_only"]`` (default 0.5)
+#: times the matmul efficiency. Calibratable: a DeviceProfile may carry "weight_only".
+WEIGHT_ONLY_KNEE = 32
+DEFAULT_WEIGHT_ONLY_FLOOR = 0.5
+
+
+def weight_only_factor(prof: "DeviceProfile", rows: int) -> float:
+    """Fraction of the 16-bit matmul efficiency a weight-only kernel keeps at ``rows`` rows."""
+    floor = prof.flop_efficiency.get("weight_only", DEFAULT_WEIGHT_ONLY_FLOOR)
+    return max(floor, min(1.0, WEIGHT_ONLY_KNEE / max(rows, 1)))
+
+
 def roofline_s(flops: float, moved: float, prof: DeviceProfile, op_cls: str, dtype: str) -> float:
     """max(compute time, memory time) of one op on one GPU."""
     t_mem = moved / prof.bytes_per_s
@@ -192,10 +209,19 @@ def roofline_s(flops: float, moved: float, prof: DeviceProfile, op_cls: str, dty
     return max(flops / prof.flops_per_s(op_cls, dtype), t_mem)
 
 
+def _runs_fp8(op: Op) -> bool:
+    """Ops an fp8 compute dtype applies to: Linears inside the blocks, not the MoE router (fp8
+    training recipes, memory.Fp8Recipe; quantised serving formats)."""
+    return op.kind == "linear" and op.layer >= 0 and op.component not in (
+        "moe.router", "moe.shared_gate")
+
+
 def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: int,
              weight_bytes: int, split: int = 1) -> tuple[float, float]:
     """(forward, backward) seconds of one op whose work is split ``split`` ways."""
     cls = op_class(op)
+    if dtype == "fp8" and not _runs_fp8(op):  # fp8 recipes: only the blocks' Linears
+        dtype = "bf16"
     moved = bytes_moved(op, w, act_bytes, weight_bytes) / split
     skip = w.attn_impl == "flash"  # a fused kernel skips the fully masked (causal) blocks
     fwd = roofline_s(op.fwd_flops(w, skip) / split, moved, prof, cls, dtype)

@@ -7,7 +7,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, human, table
-from .params_cmd import MODEL_HELP
+from .params_cmd import MODEL_HELP, WEIGHTS_HELP
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
@@ -85,12 +85,13 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
            seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
-           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
            recompute: str = typer.Option("none", help="none | selective | full."),
            dropout: bool = typer.Option(False, "--dropout", help="Train with the model's dropout on: its masks are saved (1 byte per element, CUDA)."),
            inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
+           weights: str = typer.Option(None, "--weights", help="Inference: " + WEIGHTS_HELP),
            context: str = typer.Option("0", "--context", help="Inference: tokens per sequence in the cache (8192, 128k = 131072; 0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
@@ -111,10 +112,13 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         raise WorkloadError(f"--inference needs MODEL (a preset or config.json): the KV cache "
                             f"depends on the model's layers and KV heads, which --params "
                             f"({params}) does not give")
+    if weights is not None and not inference:
+        raise WorkloadError(f"--weights ({weights!r:.60}) applies to --inference; training with "
+                            "quantised frozen weights is QLoRA (txcalc's fine-tuning commands)")
     if params is not None:
         out = _states_only(opts["params"], precision, optimizer)
     elif inference:
-        out = _inference(model, context or seq, concurrency, kv_dtype, precision)
+        out = _inference(model, context or seq, concurrency, kv_dtype, precision, weights)
     else:
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
                         dropout)
@@ -170,7 +174,7 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     return TrainingMemory(cfg, work, precision, optimizer).to_json()
 
 
-def _inference(model, context, concurrency, kv_dtype, precision) -> dict:
+def _inference(model, context, concurrency, kv_dtype, precision, weights=None) -> dict:
     from .. import load
     from ..errors import WorkloadError
     from ..memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
@@ -182,6 +186,16 @@ def _inference(model, context, concurrency, kv_dtype, precision) -> dict:
     wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
     kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype)
+    from ..formats import model_checkpoint_bytes, resolve
+    sch, _ = resolve(model, weights)
+    if sch is not None:  # the stored tensors (quantised weights and scales) stay resident
+        stored = model_checkpoint_bytes(cfg, sch)
+        return {"model": cfg.name, "precision": precision, "weights": sch.name,
+                "context": context, "concurrency": concurrency, "kv_dtype": kv_dtype,
+                "params": n, "weights_bytes": stored, "gradients_bytes": 0,
+                "optimizer_bytes": 0, "activations_bytes": 0, "kv_cache_bytes": kv,
+                "kv_cache_bytes_per_token": kv_cache_bytes_per_token(cfg, kv_dtype),
+                "total_bytes": stored + kv}
     return {"model": cfg.name, "precision": precision, "context": context,
             "concurrency": concurrency, "kv_dtype": kv_dtype, "params": n,
             "weights_bytes": n * wbytes, "gradients_bytes": 0, "optimizer_bytes": 0,

@@ -8,6 +8,8 @@ from .typer_app import app
 from .output import console, emit_json, human, table
 
 MODEL_HELP = "A preset name (see `txcalc presets`) or a path to a Hugging Face config.json."
+WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
+                "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
 
 
 @app.command()
@@ -33,19 +35,25 @@ def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for 
 
 @app.command()
 def params(model: str = typer.Argument(..., help=MODEL_HELP),
+           weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
            hf_class: str = typer.Option(
                None, "--hf-class", help="For a model_type txcalc has no converter for (counted "
                "by a module walk): the transformers class to build, e.g. AutoModelForCausalLM; "
                "default: the config's architectures[0], else AutoModel.")):
-    """Exact parameter counts per component and per layer type."""
+    """Exact parameter counts per component and per layer type, and the checkpoint's bytes."""
     from .. import load
     from ..accounting import count_params
+    from ..formats import model_checkpoint_bytes, resolve
     from ..hf import UnsupportedModelType
 
     try:
         cfg = load(model)
     except UnsupportedModelType as e:
+        if weights is not None:
+            from ..errors import ConfigError
+            raise ConfigError(f"--weights ({weights!r:.80}) needs a model_type txcalc has a "
+                              f"converter for; {e.name} is counted by a module walk") from None
         _module_walk(e, hf_class, json_out)
         return
     if hf_class is not None:
@@ -53,13 +61,18 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
         raise ConfigError(f"--hf-class ({hf_class!r:.80}) applies only to a model_type txcalc "
                           f"has no converter for; {cfg.name} has one")
     counts = count_params(cfg)
+    sch, mtp = resolve(model, weights)
+    ckpt = model_checkpoint_bytes(cfg, sch, mtp)
+    fmt = sch.name if sch is not None else "bf16"
     if json_out:
-        emit_json(counts.to_json())
+        emit_json(counts.to_json() | {"weights": fmt, "checkpoint_bytes": ckpt})
         return
     total = counts.total
     console.print(f"[bold]{counts.cfg.name}[/bold]: {total:,} parameters "
                   f"({human(total)}), {counts.active:,} active per token; "
                   f"{counts.embedding:,} in embedding tables")
+    console.print(f"checkpoint ({fmt}{f', {mtp} MTP layer(s)' if mtp else ''}): {ckpt:,} bytes "
+                  f"({ckpt / 1e9:,.2f} GB), every stored tensor, tied weights once")
     console.print(table("by component (summed over layers)",
                         ["component", "modules", "params", "share", "active"],
                         [(r["component"], r["count"], f"{r['params']:,}", f"{r['share']:.2%}",

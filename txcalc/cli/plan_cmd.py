@@ -8,7 +8,7 @@ from rich.table import Table
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, table
-from .params_cmd import MODEL_HELP
+from .params_cmd import MODEL_HELP, WEIGHTS_HELP
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
@@ -29,7 +29,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           seq: int = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
           global_batch: int = typer.Option(None, "--global-batch",
                                            help="Sequences per step (default ~4M tokens)."),
-          precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+          precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
           optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
           price: float = typer.Option(None, "--price", help="Price per GPU-hour (your currency)."),
           achieved_tflops: float = typer.Option(None, "--achieved-tflops",
@@ -116,6 +116,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
           precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
+          weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
           context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
           comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
@@ -131,14 +132,14 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                    fragmentation=fragmentation)
     p = plan_infer(model, gpu, opts["required_context"], concurrency, kv_dtype=kv_dtype,
                    tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
-                   overheads=_overheads(context_gib, comm_gib, fragmentation))
+                   overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
     out = p.to_json()
     if json_out:
         emit_json(out)
         return
     b = p.best
     console.print(f"[bold]{p.cfg.name}[/bold] on {p.gpu.name}: {p.concurrency} sequences of "
-                  f"{p.context:,} tokens, KV cache {p.kv_dtype}")
+                  f"{p.context:,} tokens, KV cache {p.kv_dtype}, weights {p.weights}")
     console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
                   f"pp {b.pp}; up to {b.max_concurrency:,} sequences fit in the KV cache; "
                   f"prefill {b.prefill_latency_s:.2f} s; decode {b.decode_tokens_per_s:,.0f} "

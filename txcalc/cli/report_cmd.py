@@ -6,7 +6,7 @@ import typer
 
 from .typer_app import app
 from .output import console, emit_json
-from .params_cmd import MODEL_HELP
+from .params_cmd import MODEL_HELP, WEIGHTS_HELP
 
 
 @app.command()
@@ -14,10 +14,11 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            out: str = typer.Option(..., "--out", "-o", help="Folder to write the report to."),
            params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B): model states only."),
            inference: bool = typer.Option(False, "--inference", help="A serving report (weights + KV cache) instead of training."),
+           weights: str = typer.Option(None, "--weights", help="Serving: " + WEIGHTS_HELP),
            gpu: str = typer.Option(None, "--gpu", help="GPU name (h100, h200, ...)."),
            gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
            gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
-           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
+           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
            seq: int = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
@@ -61,7 +62,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         tokens=tokens, days=days, max_gpus=max_gpus,
                         global_batch=global_batch, price=price,
                         context=opts["context"],
-                        concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s)
+                        concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s,
+                        weights=weights)
     if json_out:
         rep = write_report(req, out, validation_dir=validation_dir)
         emit_json({"title": rep["title"], "out": str(out),

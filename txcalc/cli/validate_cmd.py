@@ -62,6 +62,11 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
+    from ..memory import FP8_RECIPE
+    if precision in FP8_RECIPE:
+        from ..errors import WorkloadError
+        raise WorkloadError(f"--precision {precision} cannot be validated: the reference model "
+                            "has no fp8 (TransformerEngine) training path")
     if device == "cpu":
         _check_memory(cfg, work, precision, device, available_memory_bytes(), "available here")
     ref_validate = _import_reference()

@@ -48,8 +48,9 @@ from functools import cached_property
 from ..components import model_ops_tuple
 from ..config import ModelConfig
 from ..hardware import Gpu
-from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, optimizer_state_bytes,
-                      param_tensor_count, saved_rows, zero_bytes)
+from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, fp8_saved_delta,
+                      fp8_weight_bytes, optimizer_state_bytes, param_tensor_count, saved_rows,
+                      zero_bytes)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -193,9 +194,10 @@ class TrainSetting:
 # --- per group of ops: the costs, computed once ------------------------------------------------
 def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
     """Local params (dense, expert), optimizer-state bytes and parameter tensors."""
-    out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0)
+    out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0, fp8=0)
     for op in ops:
         local = shard_op(op, tp, ep, tied_copy and op.tied)
+        out["fp8"] += fp8_weight_bytes((local,), s.precision)
         kind = "exp" if op.instances > 1 else "dense"
         out[f"p_{kind}"] += local.params_total
         out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes.state)
@@ -243,6 +245,7 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
     w = s.work(micro_batch, recompute)
     total = 0
     for _, op, b in saved_rows(ops, w, s.bytes.act):
+        b += fp8_saved_delta(op, b, s.bytes.act, s.precision)
         total += cdiv(b, tp) if op.act_split == "tp" or (op.act_split == "residual" and sp) \
             else b
     return total
@@ -349,7 +352,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     tied = any(op.tied for op in last)  # the head's own copy of the table when pp > 1
     n_tp, n_ep, n_cp, n_mb = len(tps), len(eps), len(cps), len(mbs)
     st = {k: np.zeros((G, n_tp, n_ep), dtype=np.int64)
-          for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors")}
+          for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors", "fp8")}
     st_copy = {k: np.zeros((n_tp, n_ep), dtype=np.int64) for k in st}
     for gi in range(G):
         for ti, tp in enumerate(tps):
@@ -481,7 +484,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # flat views: one np.take per table instead of many-index fancy indexing
     flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
                                           "t_attn", "o_dense", "o_exp", "tensors",
-                                          "root_params")}
+                                          "root_params", "fp8")}
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
     # per-collective times (the counts differ per stage; latency is per collective)
@@ -545,8 +548,11 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         # weights: the whole parameters (ZeRO-0, 1), FSDP2's gathered copies and its sharded
         # parameter (ZeRO-2), the shard (ZeRO-3); gradients: the full buffer (ZeRO-0, 1) and
         # the fp32 copy of the shard (ZeRO-1 of fp16), the shard (ZeRO-2, 3). ZeRO-3's weight
-        # and gradient shards with the master are FSDP2's (memory.ZeroBytes)
-        cat = {"weights": wb * held(2, gather_d, gather_e) + p_shard * held(2),
+        # and gradient shards with the master are FSDP2's (memory.ZeroBytes).
+        # fp8 training's cached fp8 weights and transposes (memory.Fp8Recipe) stay whole on
+        # each rank under ZeRO 0-2; ZeRO-3 casts each gathered layer (within its buffers)
+        fp8 = np.where(zero < 3, flat["fp8"].take(base), 0)
+        cat = {"weights": wb * held(2, gather_d, gather_e) + p_shard * held(2) + fp8,
                "gradients": g_held * held(2) + g_copy * held(1), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
         stage = A["stage"][:, k].take(pi)

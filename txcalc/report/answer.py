@@ -83,7 +83,7 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
                                           "kv cache": kv["bytes_at_request"]}, "total": total}]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
     memory = (f"On one {gpu['name']} ({gb(gpu['memory_bytes'])}) with no parallelism it "
-              f"{verdict}: weights {gb(data['weights_bytes'])} ({req.precision}) + KV cache "
+              f"{verdict}: weights {gb(data['weights_bytes'])} ({req.weights_format or req.precision}) + KV cache "
               f"{gb(kv['bytes_at_request'])} ({req.kv_dtype}, {gb(kv['bytes_per_sequence'])} "
               f"per sequence) = {gb(total)}.")
     compute = (f"Compute: a prefill of one {kv['context']:,}-token prompt is "

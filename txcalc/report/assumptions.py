@@ -32,10 +32,20 @@ SOURCES = [
 def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
     out = [f"GPU: {gpu['name']}, {gb(gpu['memory_bytes'])} ({gpu['source']}).",
            f"Precision {req.precision}, optimizer {req.optimizer}."]
+    from ..memory import FP8_RECIPE
+    if req.precision in FP8_RECIPE and not req.inference:
+        r = FP8_RECIPE[req.precision]
+        out.append(f"fp8 training (TransformerEngine, DelayedScaling, txcalc/memory.py "
+                   f"Fp8Recipe): {r.weight_copies} bytes of fp8 weight copies per block-Linear "
+                   f"weight, {r.amax_history}-entry amax histories, Linear inputs saved in fp8, "
+                   "block Linears on the fp8 peak; embeddings, head, norms and router in bf16.")
     if req.inference:
         out.append(f"Serving: context {req.serve_context:,} tokens, {req.concurrency:,} "
-                   f"concurrent sequences, KV cache in {req.kv_dtype}; weights in the "
-                   "precision's weight dtype; no activation memory beyond the KV cache.")
+                   f"concurrent sequences, KV cache in {req.kv_dtype}; weights "
+                   + (f"stored as {req.weights_format} (txcalc/formats.py: quantised tensors "
+                      "and their scales)" if req.weights_format else
+                      "in the precision's weight dtype")
+                   + "; no activation memory beyond the KV cache.")
     elif req.model is not None:
         out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
                    f"kernel {req.attn}, recompute {req.recompute}, dropout off (no masks "

@@ -185,6 +185,9 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
          "components": _merge_components(p.by_component(), list(rows.values())),
          "flops": {"prefill_per_sequence": f.prefill(), "decode_per_token": f.decode(ctx)},
          "weights_bytes": p.total * wbytes}
+    if req.weights_format is not None:  # the stored tensors: quantised weights and scales
+        from ..formats import model_checkpoint_bytes, scheme
+        d["weights_bytes"] = model_checkpoint_bytes(cfg, scheme(req.weights_format))
     progress("KV cache against context and concurrency")
     d["kv_cache"] = kv_data(req, cfg)
     return d

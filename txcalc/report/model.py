@@ -93,7 +93,10 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
             progress("KV cache against context and concurrency")
             data["kv_cache"] = kv_data(req, cfg)
     plan, no_plan = _plan(req, cfg, gpu_spec, progress)
-    data = {"model": model, "gpu": gpu, "request": dataclasses.asdict(req), **data}
+    request = dataclasses.asdict(req)
+    if request.get("weights") is None:  # reports without a weight format read as before
+        request.pop("weights", None)
+    data = {"model": model, "gpu": gpu, "request": request, **data}
     if plan is not None:
         data["plan"] = plan
     progress("assembling sections")

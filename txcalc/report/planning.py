@@ -62,7 +62,8 @@ def infer_plan(req, cfg, gpu) -> dict:
     from ..planner import plan_infer
 
     p = plan_infer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
-                   tokens_per_s=req.tokens_per_s, precision=req.precision)
+                   tokens_per_s=req.tokens_per_s, precision=req.precision,
+                   weights=req.weights_format)
     rows = []
     for r in p.rows:
         d = r.to_json()

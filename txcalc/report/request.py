@@ -39,6 +39,15 @@ class ReportRequest:
     concurrency: int = 1  #: serving: sequences served at once
     kv_dtype: str = "bf16"  #: serving: KV cache dtype
     tokens_per_s: float | None = None  #: serving: required decode throughput (planner)
+    weights: str | None = None  #: serving: weight format (formats.scheme; None: the
+    #: config.json's quantization_config, else the precision's dtype)
+
+    @property
+    def weights_format(self) -> str | None:
+        """The serving weight format's name, or None for the precision's dtype."""
+        from ..formats import resolve
+        sch, _ = resolve(self.model, self.weights) if self.model is not None else (None, 0)
+        return sch.name if sch is not None else None
 
     def __post_init__(self) -> None:
         if (self.model is None) == (self.params is None):
@@ -62,6 +71,12 @@ class ReportRequest:
             problems.append(f"--price ({self.price!r}) must be non-negative")
         if problems:
             raise WorkloadError("; ".join(problems))
+        if self.weights is not None:
+            if not self.inference:
+                raise WorkloadError(f"--weights ({self.weights!r:.60}) applies to --inference "
+                                    "reports")
+            from ..formats import scheme
+            scheme(self.weights)  # an unknown format fails here, before any work
 
     @property
     def serve_context(self) -> int:
