@@ -102,6 +102,26 @@ class ModelConfig:
     resid_dropout: float = 0.0  #: on each sub-block's output before the residual add
     mlp_dropout: float = 0.0  #: inside the MLP, on the activation's output (T5, OPT, BART)
     final_dropout: float = 0.0  #: on each stack's final norm output (T5)
+    # --- state-space and hybrid layers (issue 12: Mamba, Mamba-2 and the hybrids) ------------
+    #: per decoder layer, its token mixer: attention | mamba | mamba2 | hybrid (attention and
+    #: Mamba-2 side by side on one norm, Falcon-H1) | none (an FFN-only layer, Nemotron-H);
+    #: empty = attention in every layer
+    mixers: tuple[str, ...] = ()
+    #: per decoder layer, its FFN: mlp | moe | none (a mixer-only layer); empty = by the MoE
+    #: fields (``is_moe_layer``)
+    ffns: tuple[str, ...] = ()
+    ssm_d_inner: int = 0  #: Mamba inner width (expand * D; Mamba-2: ssm_heads * ssm_head_dim)
+    ssm_state: int = 0  #: N: SSM state per channel (Mamba) or per head and group (Mamba-2)
+    ssm_conv: int = 4  #: kernel of the depthwise causal conv1d
+    ssm_dt_rank: int = 0  #: Mamba: rank of the dt projection (x_proj -> dt_proj)
+    ssm_heads: int = 0  #: Mamba-2 heads (one dt, A and D per head)
+    ssm_head_dim: int = 0  #: P: Mamba-2 head width
+    ssm_groups: int = 1  #: Mamba-2 groups sharing B and C
+    ssm_chunk: int = 256  #: Q: Mamba-2 chunk length of the SSD algorithm (sets its matmul FLOPs)
+    ssm_conv_bias: bool = True  #: bias on the conv1d
+    ssm_bias: bool = False  #: biases on in_proj and out_proj
+    ssm_dt_norms: bool = False  #: RMSNorms on dt, B and C after x_proj (Jamba)
+    ssm_gated_norm: bool = True  #: Mamba-2: gated RMSNorm before out_proj (Falcon-H1 can drop it)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -157,8 +177,29 @@ class ModelConfig:
             return (("encoder", self.n_encoder_layers), ("decoder", self.n_layers))
         return (("", self.n_layers),)
 
+    def mixer(self, layer: int) -> str:
+        """Token mixer of decoder block ``layer``: attention unless ``mixers`` says otherwise."""
+        return self.mixers[layer] if self.mixers else "attention"
+
+    def ffn(self, layer: int) -> str:
+        """FFN of decoder block ``layer``: mlp, moe or none."""
+        if self.ffns:
+            return self.ffns[layer]
+        return "moe" if self.is_moe_layer(layer) else "mlp"
+
+    def has_attention(self, layer: int) -> bool:
+        """Whether decoder block ``layer`` attends (and so keeps a KV cache)."""
+        return self.mixer(layer) in ("attention", "hybrid")
+
+    @property
+    def first_attention(self) -> int:
+        """The first block that attends (where the shared rotary tables are counted)."""
+        return next((i for i in range(self.n_layers) if self.has_attention(i)), 0)
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) of the decoder stack uses the MoE MLP."""
+        if self.ffns:
+            return self.is_moe and self.ffns[layer] == "moe"
         return (
             self.is_moe
             and layer >= self.first_k_dense
@@ -215,14 +256,17 @@ def _show(v) -> str:
 
 
 _INT_FIELDS_POSITIVE = ("n_layers", "d_model", "n_heads", "vocab_size", "d_ff", "n_kv_heads",
-                        "head_dim", "embed_dim", "max_position", "moe_every")
+                        "head_dim", "embed_dim", "max_position", "moe_every", "ssm_conv",
+                        "ssm_groups", "ssm_chunk")
 _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_lora_rank",
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
-                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size")
+                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
+                      "ssm_d_inner", "ssm_state", "ssm_dt_rank", "ssm_heads", "ssm_head_dim")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
-                "tie_embeddings", "lm_head_bias")
+                "tie_embeddings", "lm_head_bias", "ssm_conv_bias", "ssm_bias", "ssm_dt_norms",
+                "ssm_gated_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
@@ -253,6 +297,9 @@ _BOUNDS = {
                               "qk_rope_head_dim", "v_head_dim")},
     **{k: MAX_HEADS for k in ("n_heads", "n_kv_heads")},
     "vocab_size": MAX_VOCAB, "max_position": MAX_POSITION, "sliding_window": MAX_POSITION,
+    **{k: MAX_WIDTH for k in ("ssm_d_inner", "ssm_state", "ssm_dt_rank", "ssm_head_dim",
+                              "ssm_chunk")},
+    **{k: MAX_HEADS for k in ("ssm_heads", "ssm_groups")}, "ssm_conv": MAX_SMALL,
     **{k: MAX_EXPERTS for k in ("n_experts", "top_k", "n_shared_experts")},
     **{k: MAX_SMALL for k in ("relative_buckets", "type_vocab_size", "position_offset",
                               "moe_every", "global_every")},
@@ -275,6 +322,42 @@ def _size_problems(cfg: ModelConfig) -> list[str]:
     if table > MAX_SIZE:
         out.append(f"vocab_size ({cfg.vocab_size}) x d_model ({cfg.d_model}) = {table:.3g} "
                    f"exceeds txcalc's bound of {MAX_SIZE:.3g}")
+    return out
+
+
+MIXERS = ("attention", "mamba", "mamba2", "hybrid", "none")
+FFNS = ("mlp", "moe", "none")
+
+
+def _hybrid_problems(cfg: ModelConfig) -> list[str]:
+    """Per-layer mixers and FFNs, and the SSM sizes the mixers they name need."""
+    out = []
+    for name, choices in (("mixers", MIXERS), ("ffns", FFNS)):
+        v = getattr(cfg, name)
+        if not isinstance(v, tuple) or not all(isinstance(x, str) and x in choices for x in v):
+            out.append(f"{name} ({_show(v)}) must be a tuple of {' | '.join(choices)}")
+        elif v and len(v) != cfg.n_layers:
+            out.append(f"{name} lists {len(v)} layers, not n_layers ({cfg.n_layers})")
+        elif v and cfg.family != "decoder":
+            out.append(f"{name} are for decoder models, not family {cfg.family!r}")
+    if out:
+        return out
+    kinds = set(cfg.mixers)
+    if "moe" in cfg.ffns and not cfg.is_moe:
+        out.append("ffns name a moe layer but n_experts is 0")
+    if kinds & {"mamba", "mamba2", "hybrid"}:
+        for name in ("ssm_d_inner", "ssm_state"):
+            if getattr(cfg, name) <= 0:
+                out.append(f"{name} ({getattr(cfg, name)}) must be positive for Mamba layers")
+    if "mamba" in kinds and cfg.ssm_dt_rank <= 0:
+        out.append(f"ssm_dt_rank ({cfg.ssm_dt_rank}) must be positive for Mamba layers")
+    if kinds & {"mamba2", "hybrid"}:
+        if cfg.ssm_heads * cfg.ssm_head_dim != cfg.ssm_d_inner:
+            out.append(f"ssm_heads ({cfg.ssm_heads}) x ssm_head_dim ({cfg.ssm_head_dim}) must "
+                       f"equal ssm_d_inner ({cfg.ssm_d_inner}) for Mamba-2 layers")
+        elif cfg.ssm_heads % cfg.ssm_groups or cfg.ssm_d_inner % cfg.ssm_groups:
+            out.append(f"ssm_heads ({cfg.ssm_heads}) must be divisible by ssm_groups "
+                       f"({cfg.ssm_groups})")
     return out
 
 
@@ -333,6 +416,7 @@ def validate(cfg: ModelConfig) -> None:
     if not _is_int(cfg.parallel_norms) or cfg.parallel_norms not in (1, 2):
         problems.append(f"parallel_norms ({_show(cfg.parallel_norms)}) must be 1 or 2")
     problems += _size_problems(cfg)
+    problems += _hybrid_problems(cfg)
     if cfg.parallel_block and cfg.family != "decoder":
         problems.append(f"parallel_block needs family 'decoder', not {cfg.family!r}")
     if cfg.parallel_block and cfg.norm_position != "pre":

@@ -1,0 +1,183 @@
+"""State-space and hybrid models (issue 12): Mamba, Mamba-2 and the hybrids, against HF.
+
+For each model_type a hypothesis strategy draws a tiny config.json (fields left out half the
+time, so the HF class defaults are exercised). References, all independent of txcalc:
+
+- parameters: the HF model built on the meta device, sum of numel;
+- FLOPs of one training step: FlopCounterMode on that model (HF's torch paths: Mamba's
+  sequential scan, Mamba-2's chunked SSD einsums), with one correction, stated and tested in
+  ``test_flopcounter_overcounts_depthwise_conv_backward``: torch's ``convolution_backward``
+  formula ignores ``groups`` for the weight gradient, counting a depthwise conv's C channels
+  C times;
+- serving state: the bytes of the tensors HF's cache object holds after ``generate()`` on tiny
+  fp32 CPU models, against ``kv_cache_bytes`` (KV of the attention layers + declared state).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from txcalc.accounting import count_flops, count_params
+from txcalc.hf import from_hf_dict
+from txcalc.memory import kv_cache_bytes
+from txcalc.workload import Workload
+
+from .hf_models import hf_config, numel
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "12"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
+                    suppress_health_check=list(HealthCheck))
+LAYERS = st.integers(1, 4)
+VOCAB = st.integers(16, 120)
+
+
+def maybe(draw, raw: dict, key: str, strategy) -> None:
+    """Set ``raw[key]`` from ``strategy`` or, half the time, leave it to the HF class default."""
+    if draw(st.booleans()):
+        raw[key] = draw(strategy)
+
+
+@st.composite
+def mamba(draw):
+    raw = {"model_type": "mamba", "hidden_size": draw(st.integers(4, 32)),
+           "num_hidden_layers": draw(LAYERS), "vocab_size": draw(VOCAB),
+           "state_size": draw(st.integers(1, 8))}
+    maybe(draw, raw, "expand", st.integers(1, 3))
+    maybe(draw, raw, "conv_kernel", st.integers(1, 5))
+    maybe(draw, raw, "time_step_rank", st.integers(1, 6) | st.just("auto"))
+    maybe(draw, raw, "use_bias", st.booleans())
+    maybe(draw, raw, "use_conv_bias", st.booleans())
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def mamba2(draw):
+    heads = draw(st.integers(1, 6))
+    groups = draw(st.sampled_from([g for g in range(1, heads + 1) if heads % g == 0]))
+    head_dim = draw(st.integers(1, 8))
+    expand = draw(st.sampled_from([1, 2]))
+    if (heads * head_dim) % expand:
+        expand = 1
+    raw = {"model_type": "mamba2", "hidden_size": heads * head_dim // expand, "expand": expand,
+           "num_heads": heads, "head_dim": head_dim, "n_groups": groups,
+           "num_hidden_layers": draw(LAYERS), "vocab_size": draw(VOCAB),
+           "state_size": draw(st.integers(1, 8)), "chunk_size": draw(st.integers(1, 8))}
+    maybe(draw, raw, "conv_kernel", st.integers(1, 5))
+    maybe(draw, raw, "use_bias", st.booleans())
+    maybe(draw, raw, "use_conv_bias", st.booleans())
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def jamba(draw):
+    heads = draw(st.integers(1, 4))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    layers = draw(st.integers(1, 5))
+    raw = {"model_type": "jamba", "hidden_size": heads * draw(st.integers(2, 8)),
+           "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": layers,
+           "intermediate_size": draw(st.integers(4, 32)), "vocab_size": draw(VOCAB)}
+    # at least one attention layer: HF's Jamba cannot run a cache of Mamba layers only
+    period = draw(st.integers(1, 4))
+    raw |= {"attn_layer_period": period,
+            "attn_layer_offset": draw(st.integers(0, min(period, layers) - 1))}
+    e_period = draw(st.integers(1, 3))
+    raw |= {"expert_layer_period": e_period,
+            "expert_layer_offset": draw(st.integers(0, e_period - 1))}
+    experts = draw(st.integers(1, 4))
+    raw |= {"num_experts": experts, "num_experts_per_tok": draw(st.integers(1, experts))}
+    maybe(draw, raw, "mamba_d_state", st.integers(1, 8))
+    maybe(draw, raw, "mamba_d_conv", st.integers(1, 5))
+    maybe(draw, raw, "mamba_expand", st.integers(1, 3))
+    maybe(draw, raw, "mamba_dt_rank", st.integers(1, 6))
+    maybe(draw, raw, "mamba_conv_bias", st.booleans())
+    maybe(draw, raw, "mamba_proj_bias", st.booleans())
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+CACHE_IN_TRAINING = {"jamba"}
+HYBRID_STRATEGIES = {"mamba": mamba(), "mamba2": mamba2(), "jamba": jamba()}
+
+
+def hf_causal_lm(raw: dict, device: str = "meta"):
+    """The HF causal LM for ``raw``: eager attention, experts as one batched matmul over the
+    routed rows (k per token, what the engine counts)."""
+    import warnings
+    cfg = hf_config(raw)
+    cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "batched_mm"
+    with torch.device(device), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+def _conv_backward_by_groups(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding,
+                             _dilation, transposed, _output_padding, groups, output_mask,
+                             out_shape, **_):
+    """torch's ``conv_backward_flop`` with the weight gradient's work divided by ``groups``
+    (torch counts every output channel against every input channel; a grouped conv pairs each
+    output channel with C_in / groups inputs, already the second dimension of its weight)."""
+    from torch.utils.flop_counter import conv_backward_flop
+    conv_backward_flop = conv_backward_flop.__wrapped__  # the raw shape formula
+    grad_input = conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding,
+                                    _dilation, transposed, _output_padding, groups,
+                                    [output_mask[0], False, False], out_shape)
+    grad_weight = conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding,
+                                     _dilation, transposed, _output_padding, groups,
+                                     [False, output_mask[1], False], out_shape)
+    return grad_input + grad_weight // groups
+
+
+def counter(corrected: bool = True):
+    from torch.utils.flop_counter import FlopCounterMode
+    mapping = {torch.ops.aten.convolution_backward: _conv_backward_by_groups} if corrected else {}
+    return FlopCounterMode(display=False, custom_mapping=mapping)
+
+
+def hf_train_step_flops(raw: dict, batch: int, seq: int) -> int:
+    model = hf_causal_lm(raw)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    with counter() as c:
+        model(input_ids=ids, labels=ids).loss.backward()
+    return c.get_total_flops()
+
+
+def test_flopcounter_overcounts_depthwise_conv_backward():
+    """Why the conv backward is corrected: a depthwise conv's gradients are two convs as large
+    as its forward, but torch's formula counts the weight gradient C times over."""
+    C, k, B, L = 6, 3, 2, 5
+    x = torch.zeros(B, C, L, requires_grad=True)
+    w = torch.zeros(C, 1, k, requires_grad=True)
+    for corrected, factor in ((True, 2), (False, 1 + C)):
+        with counter(corrected) as c:
+            y = torch.nn.functional.conv1d(x, w, groups=C, padding=k - 1)
+            y.sum().backward()
+        fwd = 2 * B * C * k * (L + k - 1)
+        assert c.get_total_flops() == fwd + factor * fwd
+
+
+@pytest.mark.parametrize("model_type", sorted(HYBRID_STRATEGIES))
+@SETTINGS
+@given(data=st.data())
+def test_params_and_training_flops_equal_hf(model_type, data):
+    raw = data.draw(HYBRID_STRATEGIES[model_type], label="config.json")
+    cfg = from_hf_dict(raw)
+    assert count_params(cfg).total == numel(hf_causal_lm(raw))
+    batch = data.draw(st.integers(1, 2), label="batch")
+    # HF's hybrids build a cache even in a training forward (and cannot run on meta without
+    # one), and with a cache pad the conv input of a prompt shorter than the kernel to k
+    # tokens: a decoding artefact the engine does not count, so they get at least k tokens
+    shortest = cfg.ssm_conv if model_type in CACHE_IN_TRAINING else 1
+    seq = data.draw(st.integers(shortest, 12), label="seq")
+    f = count_flops(cfg, Workload(batch=batch, seq=seq))
+    assert f.forward + f.backward == hf_train_step_flops(raw, batch, seq)

@@ -1,0 +1,95 @@
+"""HF ``config.json`` -> ModelConfig for state-space and hybrid models (issue 12): mamba,
+mamba2, jamba, falcon_h1, nemotron_h. Registered in ``hf.CONVERTERS``; field names and
+defaults are those of the transformers 5.x configuration classes (a missing field takes the
+class default, as in ``hf.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import ConfigError
+from .hf import _Fields, _llama_like
+
+
+def _number(f: _Fields, key: str, default: float) -> float:
+    v = f.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{f.where}: field {key!r} ({v!r:.60}) must be a positive number")
+    return v
+
+
+def _dt_rank(f: _Fields, key: str, d_model: int) -> int:
+    """``time_step_rank`` / ``mamba_dt_rank``: "auto" is ceil(D / 16), as in HF."""
+    v = f.get(key, "auto")
+    return math.ceil(d_model / 16) if v == "auto" else f.int(key)
+
+
+def _ssm_only(n_layers: int, kind: str) -> dict[str, Any]:
+    """A stack of pre-norm mixer-only blocks (Mamba, Mamba-2): no attention, no FFN; the
+    attention fields are placeholders (one head, no positions) that no op reads."""
+    return dict(mixers=(kind,) * n_layers, ffns=("none",) * n_layers, n_heads=1,
+                pos_type="none", norm_type="rmsnorm")
+
+
+def _mamba(f: _Fields) -> dict[str, Any]:
+    d, n_layers = f.int("hidden_size", 768), f.int("num_hidden_layers", 32)
+    return dict(n_layers=n_layers, d_model=d, vocab_size=f.int("vocab_size", 50280),
+                ssm_d_inner=int(_number(f, "expand", 2) * d), ssm_state=f.int("state_size", 16),
+                ssm_conv=f.int("conv_kernel", 4), ssm_dt_rank=_dt_rank(f, "time_step_rank", d),
+                ssm_bias=f.bool("use_bias", False), ssm_conv_bias=f.bool("use_conv_bias", True),
+                tie_embeddings=f.bool("tie_word_embeddings", True),
+                **_ssm_only(n_layers, "mamba"))
+
+
+def _mamba2(f: _Fields) -> dict[str, Any]:
+    d, n_layers = f.int("hidden_size", 4096), f.int("num_hidden_layers", 64)
+    return dict(n_layers=n_layers, d_model=d, vocab_size=f.int("vocab_size", 32768),
+                ssm_d_inner=int(_number(f, "expand", 2) * d), ssm_state=f.int("state_size", 128),
+                ssm_conv=f.int("conv_kernel", 4), ssm_heads=f.int("num_heads", 128),
+                ssm_head_dim=f.int("head_dim", 64), ssm_groups=f.int("n_groups", 8),
+                ssm_chunk=f.int("chunk_size", 256), ssm_bias=f.bool("use_bias", False),
+                ssm_conv_bias=f.bool("use_conv_bias", True),
+                tie_embeddings=f.bool("tie_word_embeddings", False),
+                **_ssm_only(n_layers, "mamba2"))
+
+
+def _period(f: _Fields, period: str, offset: str, p_default: int, o_default: int,
+            n_layers: int) -> list[bool]:
+    """Layers i with i % period == offset (Jamba's attention and expert layers)."""
+    p, o = f.int(period, p_default), f.int(offset, o_default)
+    if p <= 0 or not 0 <= o < p:
+        raise ConfigError(f"{f.where}: fields {offset!r} ({o}) and {period!r} ({p}): the "
+                          "offset must be at least 0 and smaller than the period")
+    return [i % p == o for i in range(n_layers)]
+
+
+def _jamba(f: _Fields) -> dict[str, Any]:
+    """Jamba (arXiv:2403.19887): Mamba layers with RMSNorms on dt, B and C, an attention layer
+    every ``attn_layer_period`` (no positions), MoE every ``expert_layer_period`` (a plain
+    MLP where ``num_experts`` is 1)."""
+    out = _llama_like(f, max_pos=262144, bias_key=None, kv_heads=8)
+    n, d = out["n_layers"], out["d_model"]
+    attn = _period(f, "attn_layer_period", "attn_layer_offset", 8, 4, n)
+    experts = f.int("num_experts", 16)
+    moe = _period(f, "expert_layer_period", "expert_layer_offset", 2, 1, n)
+    out.update(
+        pos_type="none", mixers=tuple("attention" if a else "mamba" for a in attn),
+        ffns=tuple("moe" if m and experts > 1 else "mlp" for m in moe),
+        ssm_d_inner=int(_number(f, "mamba_expand", 2) * d), ssm_state=f.int("mamba_d_state", 16),
+        ssm_conv=f.int("mamba_d_conv", 4), ssm_dt_rank=_dt_rank(f, "mamba_dt_rank", d),
+        ssm_conv_bias=f.bool("mamba_conv_bias", True), ssm_bias=f.bool("mamba_proj_bias", False),
+        ssm_dt_norms=True)
+    if experts > 1 and any(moe):
+        out.update(n_experts=experts, top_k=f.int("num_experts_per_tok", 2),
+                   moe_d_ff=out["d_ff"])
+    return out
+
+
+#: model_type -> converter, merged into ``hf.CONVERTERS``
+HYBRID_CONVERTERS = {"mamba": _mamba, "mamba2": _mamba2, "jamba": _jamba}
+#: ``attribute_map`` aliases of these classes (merged into ``hf._ALIASES``)
+HYBRID_ALIASES: dict[str, dict[str, str]] = {
+    "jamba": {"num_local_experts": "num_experts"},
+}
