@@ -181,3 +181,52 @@ def test_params_and_training_flops_equal_hf(model_type, data):
     seq = data.draw(st.integers(shortest, 12), label="seq")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
     assert f.forward + f.backward == hf_train_step_flops(raw, batch, seq)
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of the unique tensor storages HF's cache object holds (every layer's keys and
+    values, conv and recurrent states), walked through its attributes."""
+    seen: set[int] = set()
+    total = 0
+
+    def walk(v):
+        nonlocal total
+        if torch.is_tensor(v):
+            key = v.untyped_storage()._cdata
+            if key not in seen:
+                seen.add(key)
+                total += v.untyped_storage().nbytes()
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    for layer in cache.layers:
+        walk(vars(layer))
+    return total
+
+
+@pytest.mark.parametrize("model_type", sorted(HYBRID_STRATEGIES))
+@settings(max_examples=max(3, EXAMPLES // 2), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_serving_state_after_generate_equals_hf_cache(model_type, data):
+    """KV of the attention layers + conv and SSM state of the mixers: the bytes HF's cache
+    holds after generate() (tiny fp32 models on the CPU)."""
+    import warnings
+    raw = data.draw(HYBRID_STRATEGIES[model_type], label="config.json")
+    cfg = from_hf_dict(raw)
+    batch = data.draw(st.integers(1, 2), label="batch")
+    prompt = data.draw(st.integers(1, 6), label="prompt")
+    new = data.draw(st.integers(1, 3), label="new tokens")
+    torch.manual_seed(0)
+    model = hf_causal_lm(raw, "cpu").eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                             return_dict_in_generate=True, pad_token_id=0)
+    # the last token generated is never fed back: the cache holds prompt + new - 1 tokens
+    context = prompt + new - 1
+    assert cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, context, batch, "fp32")
