@@ -105,8 +105,62 @@ def jamba(draw):
     return raw
 
 
-CACHE_IN_TRAINING = {"jamba"}
-HYBRID_STRATEGIES = {"mamba": mamba(), "mamba2": mamba2(), "jamba": jamba()}
+@st.composite
+def falcon_h1(draw):
+    heads = draw(st.integers(1, 4))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    m_heads = draw(st.integers(1, 4))
+    groups = draw(st.sampled_from([g for g in range(1, m_heads + 1) if m_heads % g == 0]))
+    raw = {"model_type": "falcon_h1", "hidden_size": heads * 2 * draw(st.integers(1, 4)),
+           "num_attention_heads": heads, "num_key_value_heads": kv,
+           "num_hidden_layers": draw(LAYERS), "intermediate_size": draw(st.integers(4, 32)),
+           "vocab_size": draw(VOCAB), "mamba_n_heads": m_heads, "mamba_n_groups": groups,
+           "mamba_d_state": draw(st.integers(1, 8)), "mamba_chunk_size": draw(st.integers(1, 8))}
+    if draw(st.booleans()):
+        raw["mamba_d_ssm"] = m_heads * draw(st.integers(1, 6))
+    else:  # expand * hidden, split over the heads
+        raw["mamba_d_ssm"] = None
+        raw["mamba_expand"] = m_heads
+    maybe(draw, raw, "mamba_d_conv", st.integers(1, 5))
+    for key in ("mamba_conv_bias", "mamba_proj_bias", "projectors_bias", "mamba_rms_norm",
+                "attention_bias", "mlp_bias", "tie_word_embeddings"):
+        maybe(draw, raw, key, st.booleans())
+    return raw
+
+
+@st.composite
+def nemotron_h(draw):
+    heads = draw(st.integers(1, 4))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    m_heads = draw(st.integers(1, 4))
+    groups = draw(st.sampled_from([g for g in range(1, m_heads + 1) if m_heads % g == 0]))
+    letters = draw(st.lists(st.sampled_from("ME*-"), min_size=1, max_size=5))
+    if "*" not in letters:  # HF cannot run a cache without an attention layer
+        letters[0] = "*"
+    raw = {"model_type": "nemotron_h", "hidden_size": draw(st.integers(2, 16)),
+           "num_attention_heads": heads, "num_key_value_heads": kv,
+           "head_dim": draw(st.integers(1, 6)), "intermediate_size": draw(st.integers(2, 24)),
+           "vocab_size": draw(VOCAB), "mamba_num_heads": m_heads, "n_groups": groups,
+           "mamba_head_dim": draw(st.integers(1, 6)), "ssm_state_size": draw(st.integers(1, 8)),
+           "chunk_size": draw(st.integers(1, 8)), "conv_kernel": draw(st.integers(1, 5))}
+    if draw(st.booleans()):
+        raw["hybrid_override_pattern"] = "".join(letters)
+    else:
+        raw["layers_block_type"] = [{"M": "linear_attention", "E": "moe", "*": "full_attention",
+                                     "-": "mlp"}[c] for c in letters]
+    experts = draw(st.integers(2, 4))  # HF's router sums each group's top-2 scores
+    raw |= {"n_routed_experts": experts, "num_experts_per_tok": draw(st.integers(1, experts)),
+            "n_group": 1, "topk_group": 1,
+            "moe_intermediate_size": draw(st.integers(2, 16)),
+            "moe_shared_expert_intermediate_size": draw(st.integers(2, 16))}
+    for key in ("use_conv_bias", "use_bias", "mlp_bias", "tie_word_embeddings"):
+        maybe(draw, raw, key, st.booleans())
+    return raw
+
+
+CACHE_IN_TRAINING = {"jamba", "falcon_h1", "nemotron_h"}
+HYBRID_STRATEGIES = {"mamba": mamba(), "mamba2": mamba2(), "jamba": jamba(),
+                     "falcon_h1": falcon_h1(), "nemotron_h": nemotron_h()}
 
 
 def hf_causal_lm(raw: dict, device: str = "meta"):

@@ -119,7 +119,8 @@ class ModelConfig:
     ssm_groups: int = 1  #: Mamba-2 groups sharing B and C
     ssm_chunk: int = 256  #: Q: Mamba-2 chunk length of the SSD algorithm (sets its matmul FLOPs)
     ssm_conv_bias: bool = True  #: bias on the conv1d
-    ssm_bias: bool = False  #: biases on in_proj and out_proj
+    ssm_bias: bool = False  #: bias on in_proj
+    ssm_out_bias: bool = False  #: bias on out_proj (Falcon-H1 ``projectors_bias``)
     ssm_dt_norms: bool = False  #: RMSNorms on dt, B and C after x_proj (Jamba)
     ssm_gated_norm: bool = True  #: Mamba-2: gated RMSNorm before out_proj (Falcon-H1 can drop it)
     source: str = field(default="", compare=False)  #: where the numbers came from
@@ -265,7 +266,8 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "ssm_d_inner", "ssm_state", "ssm_dt_rank", "ssm_heads", "ssm_head_dim")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
-                "tie_embeddings", "lm_head_bias", "ssm_conv_bias", "ssm_bias", "ssm_dt_norms",
+                "tie_embeddings", "lm_head_bias", "ssm_conv_bias", "ssm_bias", "ssm_out_bias",
+                "ssm_dt_norms",
                 "ssm_gated_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")

@@ -38,7 +38,8 @@ def _mamba(f: _Fields) -> dict[str, Any]:
     return dict(n_layers=n_layers, d_model=d, vocab_size=f.int("vocab_size", 50280),
                 ssm_d_inner=int(_number(f, "expand", 2) * d), ssm_state=f.int("state_size", 16),
                 ssm_conv=f.int("conv_kernel", 4), ssm_dt_rank=_dt_rank(f, "time_step_rank", d),
-                ssm_bias=f.bool("use_bias", False), ssm_conv_bias=f.bool("use_conv_bias", True),
+                ssm_bias=f.bool("use_bias", False), ssm_out_bias=f.bool("use_bias", False),
+                ssm_conv_bias=f.bool("use_conv_bias", True),
                 tie_embeddings=f.bool("tie_word_embeddings", True),
                 **_ssm_only(n_layers, "mamba"))
 
@@ -50,6 +51,7 @@ def _mamba2(f: _Fields) -> dict[str, Any]:
                 ssm_conv=f.int("conv_kernel", 4), ssm_heads=f.int("num_heads", 128),
                 ssm_head_dim=f.int("head_dim", 64), ssm_groups=f.int("n_groups", 8),
                 ssm_chunk=f.int("chunk_size", 256), ssm_bias=f.bool("use_bias", False),
+                ssm_out_bias=f.bool("use_bias", False),
                 ssm_conv_bias=f.bool("use_conv_bias", True),
                 tie_embeddings=f.bool("tie_word_embeddings", False),
                 **_ssm_only(n_layers, "mamba2"))
@@ -80,16 +82,98 @@ def _jamba(f: _Fields) -> dict[str, Any]:
         ssm_d_inner=int(_number(f, "mamba_expand", 2) * d), ssm_state=f.int("mamba_d_state", 16),
         ssm_conv=f.int("mamba_d_conv", 4), ssm_dt_rank=_dt_rank(f, "mamba_dt_rank", d),
         ssm_conv_bias=f.bool("mamba_conv_bias", True), ssm_bias=f.bool("mamba_proj_bias", False),
-        ssm_dt_norms=True)
+        ssm_out_bias=f.bool("mamba_proj_bias", False), ssm_dt_norms=True)
     if experts > 1 and any(moe):
         out.update(n_experts=experts, top_k=f.int("num_experts_per_tok", 2),
                    moe_d_ff=out["d_ff"])
     return out
 
 
+def _falcon_h1(f: _Fields) -> dict[str, Any]:
+    """Falcon-H1 (arXiv:2507.22448): every layer runs attention (rotary) and a Mamba-2 mixer
+    side by side on one RMSNorm, then a SwiGLU MLP. The muP multipliers scale activations
+    only (no parameters, no matmul FLOPs)."""
+    out = _llama_like(f, max_pos=8192, kv_heads=8, mlp_bias=True)
+    n, d = out["n_layers"], out["d_model"]
+    if "mamba_d_ssm" in f.raw and f.raw["mamba_d_ssm"] is None:  # null: expand * D
+        inner = int(_number(f, "mamba_expand", 2) * d)
+    else:
+        inner = f.int("mamba_d_ssm", 1024)
+    heads = f.int("mamba_n_heads", 128)
+    head_dim = (inner // heads if heads > 0 else 0) if f.get("mamba_d_head", "auto") == "auto" \
+        else f.int("mamba_d_head")
+    out.update(
+        mixers=("hybrid",) * n, ffns=("mlp",) * n, ssm_d_inner=inner,
+        ssm_state=f.int("mamba_d_state", 256), ssm_conv=f.int("mamba_d_conv", 4),
+        ssm_heads=heads, ssm_head_dim=head_dim, ssm_groups=f.int("mamba_n_groups", 1),
+        ssm_chunk=f.int("mamba_chunk_size", 256), ssm_conv_bias=f.bool("mamba_conv_bias", True),
+        ssm_bias=f.bool("mamba_proj_bias", False), ssm_out_bias=f.bool("projectors_bias", False),
+        ssm_gated_norm=f.bool("mamba_rms_norm", False))
+    return out
+
+
+#: Nemotron-H block letters (``hybrid_override_pattern``) and legacy names -> HF 5.x types
+_NEMOTRON_TYPES = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp",
+                   "mamba": "linear_attention", "attention": "full_attention"}
+#: Nemotron-H layer type -> (mixer, ffn): each block is one norm and one of these
+_NEMOTRON_BLOCKS = {"linear_attention": ("mamba2", "none"), "full_attention": ("attention", "none"),
+                    "mlp": ("none", "mlp"), "moe": ("none", "moe")}
+
+
+def _nemotron_h(f: _Fields) -> dict[str, Any]:
+    """Nemotron-H (arXiv:2504.03624): a stack of single-purpose pre-norm blocks, Mamba-2,
+    attention (no positions), a squared-ReLU MLP or a MoE of squared-ReLU experts with a shared
+    MLP, as ``layers_block_type`` (or the Hub's ``hybrid_override_pattern``) lists them;
+    ``num_hidden_layers`` is ignored, as in HF."""
+    types = f.get("layers_block_type", f.get("layer_types"))
+    if types is None:
+        pattern = f.get("hybrid_override_pattern")
+        if pattern is not None and not isinstance(pattern, str):
+            raise ConfigError(f"{f.where}: field 'hybrid_override_pattern' ({pattern!r:.80}) "
+                              "must be a string of M, E, * and -")
+        types = list(pattern) if pattern is not None else [
+            "linear_attention", "moe", "full_attention", "mlp"]
+    if not isinstance(types, list) or not types or not all(
+            _NEMOTRON_TYPES.get(t, t) in _NEMOTRON_BLOCKS for t in types):
+        raise ConfigError(f"{f.where}: layer types ({types!r:.120}) must be a non-empty list of "
+                          f"{', '.join(_NEMOTRON_BLOCKS)} (or a hybrid_override_pattern of "
+                          "M, E, * and -)")
+    blocks = [_NEMOTRON_BLOCKS[_NEMOTRON_TYPES.get(t, t)] for t in types]
+    if f.get("moe_latent_size") is not None:
+        raise ConfigError(f"{f.where}: field 'moe_latent_size' ({f.get('moe_latent_size')!r:.40}):"
+                          " latent MoE projections are not modelled")
+    d, h = f.int("hidden_size", 4096), f.int("num_attention_heads", 32)
+    heads, head_dim = f.int("mamba_num_heads", 128), f.int("mamba_head_dim", 64)
+    mlp_bias = f.bool("mlp_bias", False)
+    out = dict(
+        n_layers=len(blocks), d_model=d, n_heads=h, n_kv_heads=f.int("num_key_value_heads", 8),
+        head_dim=f.int("head_dim", 128), vocab_size=f.int("vocab_size", 131072),
+        d_ff=f.int("intermediate_size", 21504), max_position=f.int("max_position_embeddings", 4096),
+        qkv_bias=False, out_bias=False, activation=f.act("mlp_hidden_act", "relu2"),
+        mlp_bias=mlp_bias, norm_type="rmsnorm", pos_type="none",
+        # NemotronHForCausalLM declares no tied weights: its lm_head is its own whatever
+        # tie_word_embeddings says
+        tie_embeddings=False, mixers=tuple(m for m, _ in blocks), ffns=tuple(x for _, x in blocks),
+        ssm_d_inner=heads * head_dim, ssm_state=f.int("ssm_state_size", 128),
+        ssm_conv=f.int("conv_kernel", 4), ssm_heads=heads, ssm_head_dim=head_dim,
+        ssm_groups=f.int("n_groups", 8), ssm_chunk=f.int("chunk_size", 128),
+        ssm_conv_bias=f.bool("use_conv_bias", True), ssm_bias=f.bool("use_bias", False),
+        ssm_out_bias=f.bool("use_bias", False))
+    if any(x == "moe" for _, x in blocks):
+        out.update(n_experts=f.int("n_routed_experts", 8), top_k=f.int("num_experts_per_tok", 2),
+                   moe_d_ff=f.int("moe_intermediate_size", 7688),
+                   shared_d_ff=f.int("moe_shared_expert_intermediate_size", 7688),
+                   n_shared_experts=1)
+    return out
+
+
 #: model_type -> converter, merged into ``hf.CONVERTERS``
-HYBRID_CONVERTERS = {"mamba": _mamba, "mamba2": _mamba2, "jamba": _jamba}
+HYBRID_CONVERTERS = {"mamba": _mamba, "mamba2": _mamba2, "jamba": _jamba,
+                     "falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h}
 #: ``attribute_map`` aliases of these classes (merged into ``hf._ALIASES``)
 HYBRID_ALIASES: dict[str, dict[str, str]] = {
     "jamba": {"num_local_experts": "num_experts"},
+    "nemotron_h": {"num_local_experts": "n_routed_experts", "mamba_n_groups": "n_groups",
+                   "mamba_d_conv": "conv_kernel", "mamba_expand": "expand",
+                   "mamba_conv_bias": "use_conv_bias", "mamba_chunk_size": "chunk_size"},
 }

@@ -82,7 +82,7 @@ def mamba(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) ->
     yield linear(c + "dt_proj", where, "mamba.dt_proj", R, E, True)
     yield Op(c + "scan", "ssm_scan", where[0], where[1], "mamba.scan", E * N + E, 1, 1, E, N,
              saved=_mamba_scan_saved(E, N), state=E * N, **_roles("ssm_scan", where[1]))
-    yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_bias)
+    yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
 
 def _mamba_scan_saved(E: int, N: int) -> tuple[tuple[int, str], ...]:
@@ -109,7 +109,7 @@ def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -
     if cfg.ssm_gated_norm:
         op = norm(c + "norm", where, "mamba.norm", E, "rmsnorm", False, True)
         yield dataclasses.replace(op, saved=((E, "f32"), (E, "f32"), (1, "f32"), (E, "a")))
-    yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_bias)
+    yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
 
 def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
