@@ -648,6 +648,234 @@ class Block(nn.Module):
         return KVCache(self.window, dims), (KVCache() if self.has_cross else None)
 
 
+# --- state-space mixers (txcalc/mixers.py) ------------------------------------------------------
+class CausalConv1d(nn.Module):
+    """Depthwise causal conv1d over (B, S, C) followed by SiLU, as HF and Mamba's reference
+    code run it: padded by k - 1 on both sides, the first S outputs kept (S + k - 1 computed).
+    Saves its input (a view of in_proj's output: that whole storage) and the SiLU's input
+    (the S kept outputs, made contiguous)."""
+
+    def __init__(self, channels: int, kernel: int, bias: bool, dtype):
+        super().__init__()
+        self.k = kernel
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(channels, dtype=dtype)) if bias else None
+        nn.init.normal_(self.weight, std=kernel ** -0.5)
+
+    def forward(self, x):
+        S, C = x.shape[1], x.shape[2]
+        y = F.conv1d(x.transpose(1, 2), self.weight, self.bias, padding=self.k - 1, groups=C)
+        # a copy (clone: contiguous() returns a size-1 view as it is)
+        return F.silu(y[..., :S].transpose(1, 2).clone(memory_format=torch.contiguous_format))
+
+
+class MambaScan(nn.Module):
+    """Mamba's selective scan (Gu and Dao 2023, arXiv:2312.00752, Algorithm 2) as HF's
+    sequential torch path runs it, in fp32: dt = softplus(dt), per token
+    h_t = exp(dt_t A) h_{t-1} + (dt_t x_t) B_t, y_t = h_t C_t (a bmm), then y + D x and the
+    gate silu(z). Owns A_log (E, N) and D (E)."""
+
+    def __init__(self, E: int, N: int, dtype):
+        super().__init__()
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)
+                                            ).repeat(E, 1).to(dtype))
+        self.D = nn.Parameter(torch.ones(E, dtype=dtype))
+
+    def forward(self, x, dt, B, C, z):
+        A = -torch.exp(self.A_log.float())
+        delta = F.softplus(dt.float())
+        xf, Bf, Cf = x.float(), B.float(), C.float()
+        dA = torch.exp(delta[..., None] * A)  # (B, S, E, N)
+        dx = delta * xf
+        h, ys = None, []
+        for t in range(x.shape[1]):
+            dBx = dx[:, t, :, None] * Bf[:, t, None, :]
+            h = dBx if h is None else dA[:, t] * h + dBx
+            ys.append(torch.bmm(h, Cf[:, t, :, None])[..., 0])
+        y = torch.stack(ys, 1) + x * self.D
+        return (y * F.silu(z)).to(x.dtype)
+
+
+class Mamba(nn.Module):
+    """The Mamba mixer under the engine's paths: ``mamba.{in_proj, conv1d, x_proj,
+    dt_norm, b_norm, c_norm, dt_proj, scan, out_proj}``."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, E, N, R = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_state, cfg.ssm_dt_rank
+        self.E, self.N, self.R = E, N, R
+        self.in_proj = nn.Linear(D, 2 * E, bias=cfg.ssm_bias, dtype=dtype)
+        self.conv1d = CausalConv1d(E, cfg.ssm_conv, cfg.ssm_conv_bias, dtype)
+        self.x_proj = nn.Linear(E, R + 2 * N, bias=False, dtype=dtype)
+        self.norms = cfg.ssm_dt_norms
+        if self.norms:
+            self.dt_norm, self.b_norm, self.c_norm = (RMSNorm(w, True, dtype) for w in (R, N, N))
+        self.dt_proj = nn.Linear(R, E, bias=True, dtype=dtype)
+        self.scan = MambaScan(E, N, dtype)
+        self.out_proj = nn.Linear(E, D, bias=cfg.ssm_out_bias, dtype=dtype)
+
+    def forward(self, x):
+        xs, z = self.in_proj(x).chunk(2, dim=-1)
+        xs = self.conv1d(xs)
+        dt, B, C = (t.clone(memory_format=torch.contiguous_format)
+                    for t in self.x_proj(xs).split([self.R, self.N, self.N], -1))
+        if self.norms:
+            dt, B, C = self.dt_norm(dt), self.b_norm(B), self.c_norm(C)
+        return self.out_proj(self.scan(xs, self.dt_proj(dt), B, C, z))
+
+
+def _segsum(x):
+    """Sums of x over every segment (j, i], -inf above the diagonal: (..., Q) -> (..., Q, Q)."""
+    Q = x.shape[-1]
+    x = x[..., None].expand(*x.shape, Q)
+    x = x.masked_fill(~torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=x.device), -1), 0)
+    x = torch.cumsum(x, dim=-2)
+    return x.masked_fill(~torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=x.device)),
+                         -torch.inf)
+
+
+class SSDScan(nn.Module):
+    """Mamba-2's chunked SSD (Dao and Gu 2024, arXiv:2405.21060, Listing 1; HF's
+    ``mamba2_chunk_scan``), in fp32, at chunk length Q: the five einsums of ``ops.ssd_flops``.
+    Owns dt_bias, A_log and D (one per head)."""
+
+    def __init__(self, H: int, P: int, N: int, G: int, Q: int, dtype):
+        super().__init__()
+        self.H, self.P, self.N, self.G, self.Q = H, P, N, G, Q
+        self.dt_bias = nn.Parameter(torch.zeros(H, dtype=dtype))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, H + 1, dtype=torch.float32)).to(dtype))
+        self.D = nn.Parameter(torch.ones(H, dtype=dtype))
+
+    def forward(self, x, dt, B, C):
+        b, S = x.shape[:2]
+        H, P, N, G, Q = self.H, self.P, self.N, self.G, self.Q
+        dt = F.softplus(dt + self.dt_bias)
+        A = -torch.exp(self.A_log.float())
+        x = x.reshape(b, S, H, P).float()
+        B = B.reshape(b, S, G, N).float().repeat_interleave(H // G, dim=2)
+        C = C.reshape(b, S, G, N).float().repeat_interleave(H // G, dim=2)
+        pad = (Q - S % Q) % Q
+        skip = self.D[:, None] * F.pad(x, (0, 0, 0, 0, 0, pad))
+        x = x * dt[..., None].float()
+        A = A.to(x.dtype) * dt.float()
+        chunks = lambda t: F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)).reshape(  # noqa: E731
+            b, -1, Q, *t.shape[2:])
+        x, A, B, C = chunks(x), chunks(A), chunks(B), chunks(C)
+        A = A.permute(0, 3, 1, 2)
+        A_cum = torch.cumsum(A, dim=-1)
+        L = torch.exp(_segsum(A))
+        G_ = torch.einsum("bclhn,bcshn->bclsh", C, B)
+        y_diag = torch.einsum("bclsh,bcshp->bclhp", G_ * L.permute(0, 2, 3, 4, 1), x)
+        decay = torch.exp(A_cum[:, :, :, -1:] - A_cum)
+        states = torch.einsum("bclhn,bclhp->bchpn", B * decay.permute(0, -2, -1, 1)[..., None], x)
+        states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+        decay_chunk = torch.exp(_segsum(F.pad(A_cum[:, :, :, -1], (1, 0)))).transpose(1, 3)
+        states = torch.einsum("bzch,bzhpn->bchpn", decay_chunk, states)[:, :-1]
+        y_off = torch.einsum("bclhn,bchpn->bclhp", C, states) * \
+            torch.exp(A_cum).permute(0, 2, 3, 1)[..., None]
+        y = (y_diag + y_off).reshape(b, -1, H, P) + skip
+        return y[:, :S].reshape(b, S, H * P)
+
+
+class GatedRMSNorm(nn.Module):
+    """Mamba-2's norm before out_proj: RMSNorm(y * silu(z)) over groups, in fp32."""
+
+    def __init__(self, width: int, groups: int, dtype):
+        super().__init__()
+        self.groups = groups
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype))
+
+    def forward(self, y, z):
+        dtype = z.dtype
+        y = y.float() * F.silu(z.float())
+        g = y.view(*y.shape[:-1], self.groups, -1)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * g.view(y.shape).to(dtype)
+
+
+class Mamba2(nn.Module):
+    """The Mamba-2 mixer under the engine's paths: ``mamba.{in_proj, conv1d, scan, norm,
+    out_proj}``."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, E, N, G, H = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_state, cfg.ssm_groups, cfg.ssm_heads
+        self.E, self.C, self.H = E, E + 2 * G * N, H
+        self.split = [E, G * N, G * N]
+        self.in_proj = nn.Linear(D, E + self.C + H, bias=cfg.ssm_bias, dtype=dtype)
+        self.conv1d = CausalConv1d(self.C, cfg.ssm_conv, cfg.ssm_conv_bias, dtype)
+        self.scan = SSDScan(H, cfg.ssm_head_dim, N, G, cfg.ssm_chunk, dtype)
+        if cfg.ssm_gated_norm:
+            self.norm = GatedRMSNorm(E, G, dtype)
+        self.out_proj = nn.Linear(E, D, bias=cfg.ssm_out_bias, dtype=dtype)
+
+    def forward(self, x):
+        z, xBC, dt = self.in_proj(x).split([self.E, self.C, self.H], dim=-1)
+        xs, B, C = self.conv1d(xBC).split(self.split, dim=-1)
+        y = self.scan(xs, dt, B, C)
+        y = self.norm(y, z) if hasattr(self, "norm") else y * F.silu(z.float())
+        return self.out_proj(y.to(x.dtype))
+
+
+class HybridBlock(nn.Module):
+    """A block of a hybrid or state-space model (``cfg.mixers``/``cfg.ffns``; the engine's
+    ``components.hybrid_block``): attn_norm -> attention and/or a Mamba mixer (their outputs
+    summed: Falcon-H1), mlp_norm -> MLP or MoE; either half may be absent."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype, dropout: bool = False):
+        super().__init__()
+        self.cfg, self.stack, self.i = cfg, "", i
+        D, kind, ffn = cfg.d_model, cfg.mixer(i), cfg.ffn(i)
+        self.has_cross = False
+        if kind != "none":
+            self.attn_norm = make_norm(cfg, D, dtype)
+        if kind in ("attention", "hybrid"):
+            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False,
+                                  cfg.pos_type == "rotary", dtype, dropout)
+        if kind == "mamba":
+            self.mamba = Mamba(cfg, dtype)
+        elif kind in ("mamba2", "hybrid"):
+            self.mamba = Mamba2(cfg, dtype)
+        if ffn != "none":
+            self.mlp_norm = make_norm(cfg, D, dtype)
+            if ffn == "moe":
+                self.moe = MoE(cfg, dtype, dropout)
+            else:
+                self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
+        self.full_recompute = recompute == "full"
+        self.window = cfg.window(i)
+
+    def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        if self.full_recompute and torch.is_grad_enabled() and not caches:
+            return _checkpoint_block(self, ctx, x, enc)
+        return self.run(x, ctx, enc, caches)
+
+    def run(self, x, ctx: Ctx, enc=None, caches=None):
+        if hasattr(self, "attn_norm"):
+            h = self.attn_norm(x)
+            out = None
+            if hasattr(self, "attn"):
+                bias = ctx.bias[self.window] if ctx.bias is not None else None
+                out = self.attn(h, ctx, bias=bias, cache=caches[0] if caches else None,
+                                causal=ctx.plain_causal(self.window))
+            if hasattr(self, "mamba"):
+                m = self.mamba(h)
+                out = m if out is None else out + m
+            x = x + out
+        if hasattr(self, "mlp_norm"):
+            m_in = self.mlp_norm(x)
+            x = x + (self.moe(m_in) if hasattr(self, "moe") else self.mlp(m_in))
+        return x
+
+    def new_caches(self):
+        if hasattr(self, "mamba"):
+            from txcalc.errors import WorkloadError
+            raise WorkloadError("the reference model does not decode state-space layers; "
+                                "tests/test_hybrids.py measures their state on HF's cache")
+        return KVCache(self.window), None
+
+
 class StackInputs(nn.Module):
     """Per-stack position table and embedding norm (``[stack.]embed.*``)."""
 
@@ -724,8 +952,11 @@ class ReferenceModel(nn.Module):
             maybe_drop(owner.embed, cfg.embed_dropout, dropout)
             if cfg.pos_type == "relative_bias":
                 owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.n_heads, dtype=dtype)
-            owner.layers = nn.ModuleList(Block(cfg, stack, i, attn_impl, softmax_fp32, recompute,
-                                               dtype, dropout) for i in range(depth))
+            owner.layers = nn.ModuleList(
+                HybridBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
+                if cfg.mixers or cfg.ffns else
+                Block(cfg, stack, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
+                for i in range(depth))
             if cfg.final_norm:
                 owner.final_norm = make_norm(cfg, D, dtype)
             maybe_drop(owner, cfg.final_dropout, dropout, "final_dropout")

@@ -81,16 +81,19 @@ def mamba(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) ->
             yield norm(c + name, where, "mamba." + name, width, "rmsnorm", False, True)
     yield linear(c + "dt_proj", where, "mamba.dt_proj", R, E, True)
     yield Op(c + "scan", "ssm_scan", where[0], where[1], "mamba.scan", E * N + E, 1, 1, E, N,
-             saved=_mamba_scan_saved(E, N), state=E * N, **_roles("ssm_scan", where[1]))
+             saved=_mamba_scan_saved(E, N), saved_once=((2 * E * N, "f32"),), state=E * N,
+             **_roles("ssm_scan", where[1]))
     yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
 
 def _mamba_scan_saved(E: int, N: int) -> tuple[tuple[int, str], ...]:
-    """Per token, what the reference sequential scan keeps for backward (fp32 work, as HF's
-    ``mamba_selective_scan``): exp(dt A) and dt B x (E N each, fp32), every state h_t (E N,
-    fp32) and its copy in the activation dtype for the C contraction, dt after softplus
-    (E, fp32), B and C upcast (2N, fp32), the gate's silu(z) and the scan output before it."""
-    return ((3 * E * N, "f32"), (E * N, "cast"), (2 * E, "f32"), (2 * N, "up32"), (2 * E, "a"))
+    """Per token, what the sequential scan keeps for backward (HF's ``mamba_selective_scan``
+    and reference/model.py's ``MambaScan``, fp32 inside): exp(dt A) and the state h_t (E N
+    each); softplus's input and output dt, dt * x and the output before the gate (E each);
+    B and C upcast (N each); x upcast (a copy only when the model is not fp32); silu(z) in
+    the activation dtype. Once per forward: exp(A_log) and A = -exp(A_log) (E N each, fp32:
+    ``Op.saved_once``)."""
+    return ((2 * E * N + 4 * E + 2 * N, "f32"), (E, "up32"), (E, "a"))
 
 
 def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -> Iterator[Op]:

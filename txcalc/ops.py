@@ -87,6 +87,9 @@ class Op:
     #: serving state this op keeps per sequence, in elements, constant in context: the
     #: conv1d's last inputs, the scan's SSM state (read by ``memory.kv_cache_bytes``)
     state: int = 0
+    #: saved for backward once per forward, not per row: a tensor derived from a parameter
+    #: (Mamba's A = -exp(A_log), E x N); same (width, dtype tag) form as ``saved``
+    saved_once: tuple[tuple[int, str], ...] = ()
 
     @property
     def block_path(self) -> str:
@@ -255,6 +258,7 @@ class Op:
             total += self.pairs(w) * 8
         if self.kind == "loss":
             total += 4  # the scalar loss
+        total += sum(width * size[tag] for width, tag in self.saved_once)
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
