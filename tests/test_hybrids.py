@@ -160,9 +160,36 @@ def nemotron_h(draw):
     return raw
 
 
-CACHE_IN_TRAINING = {"jamba", "falcon_h1", "nemotron_h"}
+@st.composite
+def granitemoehybrid(draw):
+    heads = draw(st.integers(1, 4))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    layers = draw(st.integers(1, 4))
+    types = draw(st.lists(st.sampled_from(["linear_attention", "full_attention"]),
+                          min_size=layers, max_size=layers))
+    types[draw(st.integers(0, layers - 1))] = "full_attention"  # HF needs one to run a cache
+    m_heads = draw(st.integers(1, 4))
+    groups = draw(st.sampled_from([g for g in range(1, m_heads + 1) if m_heads % g == 0]))
+    raw = {"model_type": "granitemoehybrid", "hidden_size": heads * 2 * m_heads,
+           "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": layers,
+           "layer_types": types, "intermediate_size": draw(st.integers(2, 16)),
+           "shared_intermediate_size": draw(st.integers(2, 16)), "vocab_size": draw(VOCAB),
+           "mamba_n_heads": m_heads, "mamba_n_groups": groups, "mamba_expand": 1,
+           "mamba_d_state": draw(st.integers(1, 8)), "mamba_chunk_size": draw(st.integers(1, 8)),
+           "num_local_experts": draw(st.integers(0, 4))}
+    if raw["num_local_experts"]:
+        raw["num_experts_per_tok"] = draw(st.integers(1, raw["num_local_experts"]))
+    maybe(draw, raw, "mamba_d_conv", st.integers(1, 5))
+    maybe(draw, raw, "position_embedding_type", st.sampled_from(["rope", None]))
+    for key in ("mamba_conv_bias", "mamba_proj_bias", "attention_bias", "tie_word_embeddings"):
+        maybe(draw, raw, key, st.booleans())
+    return raw
+
+
+CACHE_IN_TRAINING = {"jamba", "falcon_h1", "nemotron_h", "granitemoehybrid"}
 HYBRID_STRATEGIES = {"mamba": mamba(), "mamba2": mamba2(), "jamba": jamba(),
-                     "falcon_h1": falcon_h1(), "nemotron_h": nemotron_h()}
+                     "falcon_h1": falcon_h1(), "nemotron_h": nemotron_h(),
+                     "granitemoehybrid": granitemoehybrid()}
 
 
 def hf_causal_lm(raw: dict, device: str = "meta"):

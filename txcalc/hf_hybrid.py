@@ -167,9 +167,44 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     return out
 
 
+def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
+    """Granite 4.0 hybrids: each layer is Mamba-2 or attention (``layer_types``; rotary only
+    with ``position_embedding_type`` "rope"), then a MoE of SwiGLU experts plus an always-on
+    shared SwiGLU MLP (``shared_intermediate_size``), or that MLP alone with 0 experts. The
+    muP multipliers scale activations only."""
+    out = _llama_like(f, bias_key="attention_bias")
+    n, d = out["n_layers"], out["d_model"]
+    types = f.get("layer_types", f.get("layers_block_type", ["linear_attention"] * n))
+    kinds = {"linear_attention": "mamba2", "mamba": "mamba2", "full_attention": "attention",
+             "attention": "attention"}
+    if not isinstance(types, list) or len(types) != n or not all(t in kinds for t in types):
+        raise ConfigError(f"{f.where}: field 'layer_types' ({types!r:.120}) must list "
+                          f"'linear_attention' or 'full_attention' once for each of the {n} "
+                          "layers")
+    inner = int(_number(f, "mamba_expand", 2) * d)
+    heads = f.int("mamba_n_heads", 128)
+    head_dim = (inner // heads if heads > 0 else 0) if f.get("mamba_d_head", "auto") == "auto" \
+        else f.int("mamba_d_head")
+    experts = f.get("num_local_experts", 8)
+    shared = f.int("shared_intermediate_size", 1024)
+    out.update(
+        pos_type="rotary" if f.get("position_embedding_type") == "rope" else "none",
+        mixers=tuple(kinds[t] for t in types), ssm_d_inner=inner,
+        ssm_state=f.int("mamba_d_state", 256), ssm_conv=f.int("mamba_d_conv", 4),
+        ssm_heads=heads, ssm_head_dim=head_dim, ssm_groups=f.int("mamba_n_groups", 1),
+        ssm_chunk=f.int("mamba_chunk_size", 256), ssm_conv_bias=f.bool("mamba_conv_bias", True),
+        ssm_bias=f.bool("mamba_proj_bias", False), ssm_out_bias=f.bool("mamba_proj_bias", False))
+    if experts == 0:  # read before f.int, which refuses a 0 size: the shared MLP alone
+        return out | {"ffns": ("mlp",) * n, "d_ff": shared}
+    return out | {"ffns": ("moe",) * n, "n_experts": f.int("num_local_experts", 8),
+                  "top_k": f.int("num_experts_per_tok", 2), "moe_d_ff": out["d_ff"],
+                  "shared_d_ff": shared}
+
+
 #: model_type -> converter, merged into ``hf.CONVERTERS``
 HYBRID_CONVERTERS = {"mamba": _mamba, "mamba2": _mamba2, "jamba": _jamba,
-                     "falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h}
+                     "falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h,
+                     "granitemoehybrid": _granitemoehybrid}
 #: ``attribute_map`` aliases of these classes (merged into ``hf._ALIASES``)
 HYBRID_ALIASES: dict[str, dict[str, str]] = {
     "jamba": {"num_local_experts": "num_experts"},
