@@ -724,20 +724,31 @@ class Mamba(nn.Module):
         return self.out_proj(self.scan(xs, self.dt_proj(dt), B, C, z))
 
 
-def _segsum(x):
-    """Sums of x over every segment (j, i], -inf above the diagonal: (..., Q) -> (..., Q, Q)."""
-    Q = x.shape[-1]
-    x = x[..., None].expand(*x.shape, Q)
-    x = x.masked_fill(~torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=x.device), -1), 0)
-    x = torch.cumsum(x, dim=-2)
-    return x.masked_fill(~torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=x.device)),
-                         -torch.inf)
+def _copy(t):
+    """A contiguous copy (``clone``: ``contiguous()`` returns an already-contiguous view as it
+    is, which would make what is saved depend on sizes of 1)."""
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _contract(a, b):
+    """a @ b over the last two dims; a contraction over one element is a broadcast multiply
+    (what torch's einsum runs, and FlopCounterMode counts as 0). Either saves a and b."""
+    return a * b if a.shape[-1] == 1 else torch.matmul(a, b)
+
+
+def _decays(cum, width: int):
+    """exp(cum_l - cum_s) for l >= s, else 0, over the last dim: (..., W) -> (..., W, W). Saves
+    the mask (W x W bool, once) and the exp's output."""
+    keep = torch.tril(torch.ones(width, width, dtype=torch.bool, device=cum.device))
+    diff = cum[..., :, None] - cum[..., None, :]
+    return torch.exp(diff.masked_fill(~keep, -torch.inf))
 
 
 class SSDScan(nn.Module):
-    """Mamba-2's chunked SSD (Dao and Gu 2024, arXiv:2405.21060, Listing 1; HF's
-    ``mamba2_chunk_scan``), in fp32, at chunk length Q: the five einsums of ``ops.ssd_flops``.
-    Owns dt_bias, A_log and D (one per head)."""
+    """Mamba-2's chunked SSD (Dao and Gu 2024, arXiv:2405.21060, section 6 and Listing 1; the
+    algorithm of HF's ``mamba2_chunk_scan``), in fp32, at chunk length Q, with the five
+    contractions of ``ops.ssd_flops`` as explicit matmuls on contiguous copies (so what each
+    saves is fixed: ``ops.ssd_saved_bytes``). Owns dt_bias, A_log and D (one per head)."""
 
     def __init__(self, H: int, P: int, N: int, G: int, Q: int, dtype):
         super().__init__()
@@ -749,32 +760,34 @@ class SSDScan(nn.Module):
     def forward(self, x, dt, B, C):
         b, S = x.shape[:2]
         H, P, N, G, Q = self.H, self.P, self.N, self.G, self.Q
-        dt = F.softplus(dt + self.dt_bias)
+        c = -(-S // Q)
+        pad = c * Q - S
+        dt = F.softplus(dt + self.dt_bias).float()
         A = -torch.exp(self.A_log.float())
-        x = x.reshape(b, S, H, P).float()
-        B = B.reshape(b, S, G, N).float().repeat_interleave(H // G, dim=2)
-        C = C.reshape(b, S, G, N).float().repeat_interleave(H // G, dim=2)
-        pad = (Q - S % Q) % Q
-        skip = self.D[:, None] * F.pad(x, (0, 0, 0, 0, 0, pad))
-        x = x * dt[..., None].float()
-        A = A.to(x.dtype) * dt.float()
-        chunks = lambda t: F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)).reshape(  # noqa: E731
-            b, -1, Q, *t.shape[2:])
-        x, A, B, C = chunks(x), chunks(A), chunks(B), chunks(C)
-        A = A.permute(0, 3, 1, 2)
-        A_cum = torch.cumsum(A, dim=-1)
-        L = torch.exp(_segsum(A))
-        G_ = torch.einsum("bclhn,bcshn->bclsh", C, B)
-        y_diag = torch.einsum("bclsh,bcshp->bclhp", G_ * L.permute(0, 2, 3, 4, 1), x)
-        decay = torch.exp(A_cum[:, :, :, -1:] - A_cum)
-        states = torch.einsum("bclhn,bclhp->bchpn", B * decay.permute(0, -2, -1, 1)[..., None], x)
+        xf = x.float().view(b, S, H, P)
+        heads = lambda t: t.float().view(b, S, G, 1, N).expand(b, S, G, H // G, N).reshape(  # noqa
+            b, S, H, N)
+        chunked = lambda t: F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)).view(  # noqa: E731
+            b, c, Q, *t.shape[2:])
+        xdt = chunked(xf * dt[..., None])  # (b, c, Q, H, P)
+        cum = torch.cumsum(chunked(A * dt), dim=2).permute(0, 1, 3, 2)  # (b, c, H, Q)
+        Bt = _copy(chunked(heads(B)).permute(0, 1, 3, 4, 2))  # (b, c, H, N, Q)
+        Ct = _copy(chunked(heads(C)).permute(0, 1, 3, 2, 4))  # (b, c, H, Q, N)
+        Xt = _copy(xdt.permute(0, 1, 3, 2, 4))  # (b, c, H, Q, P)
+        # 1. inside each chunk: (C B^T masked by the decays) x
+        y = _contract(_contract(Ct, Bt) * _decays(cum, Q), Xt)
+        # 2. each chunk's final state: B^T (decayed to the chunk's end) x
+        states = _contract(Bt * torch.exp(cum[..., -1:] - cum)[..., None, :], Xt)  # b,c,H,N,P
+        # 3. every chunk's start state, across chunks (c + 1 >= 2: always a matmul)
         states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
-        decay_chunk = torch.exp(_segsum(F.pad(A_cum[:, :, :, -1], (1, 0)))).transpose(1, 3)
-        states = torch.einsum("bzch,bzhpn->bchpn", decay_chunk, states)[:, :-1]
-        y_off = torch.einsum("bclhn,bchpn->bclhp", C, states) * \
-            torch.exp(A_cum).permute(0, 2, 3, 1)[..., None]
-        y = (y_diag + y_off).reshape(b, -1, H, P) + skip
-        return y[:, :S].reshape(b, S, H * P)
+        ends = F.pad(cum[..., -1], (0, 0, 1, 0)).permute(0, 2, 1)  # (b, H, c + 1)
+        starts = torch.matmul(_decays(torch.cumsum(ends, -1), c + 1),
+                              _copy(states.permute(0, 2, 1, 3, 4)).view(b, H, c + 1, N * P))
+        starts = _copy(starts[:, :, :-1].view(b, H, c, N, P).permute(0, 2, 1, 3, 4))
+        # 4. the start state read out by C, decayed to each position
+        y = y + _contract(Ct, starts) * torch.exp(cum)[..., None]
+        y = y.permute(0, 1, 3, 2, 4).reshape(b, c * Q, H, P)[:, :S]
+        return (y + xf * self.D[:, None]).reshape(b, S, H * P)
 
 
 class GatedRMSNorm(nn.Module):
@@ -811,7 +824,7 @@ class Mamba2(nn.Module):
 
     def forward(self, x):
         z, xBC, dt = self.in_proj(x).split([self.E, self.C, self.H], dim=-1)
-        xs, B, C = self.conv1d(xBC).split(self.split, dim=-1)
+        xs, B, C = (_copy(t) for t in self.conv1d(xBC).split(self.split, dim=-1))
         y = self.scan(xs, dt, B, C)
         y = self.norm(y, z) if hasattr(self, "norm") else y * F.silu(z.float())
         return self.out_proj(y.to(x.dtype))

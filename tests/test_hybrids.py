@@ -299,10 +299,6 @@ def test_serving_state_after_generate_equals_hf_cache(model_type, data):
 
 
 # --- the reference model (reference/model.py) builds the same mixers under the engine's paths --
-#: types whose every mixer is Mamba (v1) or attention: saved bytes exact as well. Mamba-2's
-#: chunked SSD keeps chunk-shaped temporaries (Q x Q masks and scores, padded chunks) that the
-#: engine does not declare yet: params and FLOPs only.
-SAVED_EXACT = {"mamba", "jamba"}
 
 
 @pytest.mark.parametrize("model_type", sorted(HYBRID_STRATEGIES))
@@ -325,8 +321,6 @@ def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_typ
     _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
     f = count_flops(cfg, work)
     assert (fwd, bwd) == (f.forward, f.backward)
-    if model_type not in SAVED_EXACT:
-        return
     for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
         for recompute in ("none", "full"):
             model = build(cfg, dtype, "meta", recompute=recompute)
@@ -334,3 +328,31 @@ def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_typ
             w = dataclasses.replace(work, recompute=recompute)
             predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
             assert predicted == by_layer(measured), (precision, recompute)
+
+
+def test_reference_scans_compute_what_hf_computes():
+    """The reference's Mamba scan and Mamba-2 chunked SSD are the real algorithms: their
+    outputs equal HF's torch paths on random CPU values (fp32)."""
+    from transformers.models.mamba.modeling_mamba import mamba_selective_scan
+    from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+
+    from reference.model import MambaScan, SSDScan
+    torch.manual_seed(0)
+    b, S, H, P, N, G, Q = 2, 7, 4, 3, 5, 2, 3
+    ssd = SSDScan(H, P, N, G, Q, torch.float32)
+    with torch.no_grad():
+        ssd.dt_bias.normal_(), ssd.A_log.uniform_(0, 1), ssd.D.normal_()
+    x, dt = torch.randn(b, S, H * P), torch.randn(b, S, H)
+    B, C = torch.randn(b, S, G * N), torch.randn(b, S, G * N)
+    hf = mamba2_chunk_scan(x.view(b, S, H, P), dt, -torch.exp(ssd.A_log), B.view(b, S, G, N),
+                           C.view(b, S, G, N), Q, D=ssd.D, dt_bias=ssd.dt_bias,
+                           dt_softplus=True)
+    torch.testing.assert_close(ssd(x, dt, B, C), hf.reshape(b, S, H * P))
+    E = 6
+    scan = MambaScan(E, N, torch.float32)
+    x, dt, z = torch.randn(b, S, E), torch.randn(b, S, E), torch.randn(b, S, E)
+    B, C = torch.randn(b, S, N), torch.randn(b, S, N)
+    hf = mamba_selective_scan(x.transpose(1, 2), dt.transpose(1, 2), -torch.exp(scan.A_log),
+                              B.transpose(1, 2), C.transpose(1, 2), D=scan.D, z=z.transpose(1, 2),
+                              delta_softplus=True, use_associative_scan=False)
+    torch.testing.assert_close(scan(x, dt, B, C, z), hf.transpose(1, 2))

@@ -40,6 +40,12 @@ gradient over its groups: FlopCounterMode's ``convolution_backward`` formula ign
 ``groups`` and counts C times the real work of a depthwise conv, tests/test_hybrids.py
 measures with that one formula corrected).
 
+Saved for backward (checked per layer with saved_tensors_hooks against reference/model.py,
+which runs the scans as HF's torch paths do, fp32 inside): Mamba's sequential scan keeps two
+E x N fp32 tensors per token (exp(dt A) and h_t), ``_mamba_scan_saved``; Mamba-2's chunked SSD
+keeps chunk-shaped temporaries, ``ops.ssd_saved_bytes``. Fused kernels (mamba_ssm) keep far
+less; they are not modelled.
+
 Serving state (``Op.state``, elements per sequence, constant in context): the conv1d keeps its
 last k inputs (HF's cache: conv_state [B, C, k]), the scan its SSM state (Mamba: E x N;
 Mamba-2: H x P x N).
@@ -51,7 +57,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, _roles, linear, norm
+from .ops import Op, _roles, elementwise, linear, norm
 
 Where = tuple[str, int]
 
@@ -106,12 +112,21 @@ def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -
                  shares_input=shares_input)
     yield conv1d(c + "conv1d", where, "mamba.conv1d", C, k, cfg.ssm_conv_bias,
                  saved=((E + C + H, "a"), (C, "a")))
+    # saved per token: softplus's input dt (H), dt and x in fp32 (H + E); the chunked
+    # temporaries: ops.ssd_saved_bytes; once: exp(A_log) and A (H each)
     yield Op(c + "scan", "ssd_scan", where[0], where[1], "mamba.scan", 3 * H, 1, 1, P, N,
-             heads=H, chunk=cfg.ssm_chunk, saved=((E, "a"),), state=H * P * N,
-             **_roles("ssd_scan", where[1]))
+             heads=H, chunk=cfg.ssm_chunk, saved=((H, "a"), (H + E, "f32")),
+             saved_once=((2 * H, "f32"),), state=H * P * N, **_roles("ssd_scan", where[1]))
+    # y * silu(z) in fp32 (z upcast: a copy unless fp32, where z is part of in_proj's output,
+    # already saved), then RMSNorm over G groups: y, silu(z), their product, 1/rms per group,
+    # the normalised product in the activation dtype for the scale
+    gate = ((3 * E + G, "f32"), (E, "up32"), (E, "a")) if cfg.ssm_gated_norm else \
+        ((2 * E, "f32"), (E, "up32"))
     if cfg.ssm_gated_norm:
         op = norm(c + "norm", where, "mamba.norm", E, "rmsnorm", False, True)
-        yield dataclasses.replace(op, saved=((E, "f32"), (E, "f32"), (1, "f32"), (E, "a")))
+        yield dataclasses.replace(op, saved=gate)
+    else:
+        yield elementwise(c + "gate", where, "mamba.gate", "activation", gate)
     yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
 

@@ -259,6 +259,9 @@ class Op:
         if self.kind == "loss":
             total += 4  # the scalar loss
         total += sum(width * size[tag] for width, tag in self.saved_once)
+        if self.kind == "ssd_scan":
+            total += ssd_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
+                                     self.chunk)
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
@@ -289,6 +292,24 @@ def ssd_flops(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> i
     qn, qq = (n > 1) * c * chunk * p * n, (chunk > 1) * c * chunk
     return 2 * batch * heads * ((n > 1) * c * chunk * chunk * n + qq * chunk * p + qq * p * n
                                 + qn + (c + 1) ** 2 * p * n)
+
+
+def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> int:
+    """Bytes the chunked SSD (reference/model.py ``SSDScan``, fp32 inside) keeps for backward
+    beyond its per-token inputs (``Op.saved``), over c = ceil(S/Q) chunks of Q positions:
+
+        per padded position (B c Q), per head, fp32: B and C spread to the heads and
+          transposed (2N), x * dt transposed (P), C B^T, its decays and their product (3Q),
+          B decayed to
+          the chunk end (N), the start-state read-out (P), two decay vectors (2)
+        per sequence, per head, fp32: the (c+1)^2 chunk decays, the c+1 chunk states and
+          the c start states (P N each)
+        once: the Q x Q and (c+1) x (c+1) causal masks (bool)
+    """
+    c = -(-seq // chunk)
+    padded = batch * c * chunk * heads * (3 * n + 2 * p + 3 * chunk + 2)
+    chunks = batch * heads * ((c + 1) ** 2 + (2 * c + 1) * p * n)
+    return 4 * (padded + chunks) + chunk * chunk + (c + 1) ** 2
 
 
 def causal_pairs(s: int, window: int = 0) -> int:
