@@ -655,9 +655,9 @@ class CausalConv1d(nn.Module):
     Saves its input (a view of in_proj's output: that whole storage) and the SiLU's input
     (the S kept outputs, made contiguous)."""
 
-    def __init__(self, channels: int, kernel: int, bias: bool, dtype):
+    def __init__(self, channels: int, kernel: int, bias: bool, dtype, act: bool = True):
         super().__init__()
-        self.k = kernel
+        self.k, self.act = kernel, act
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(channels, dtype=dtype)) if bias else None
         nn.init.normal_(self.weight, std=kernel ** -0.5)
@@ -666,7 +666,8 @@ class CausalConv1d(nn.Module):
         S, C = x.shape[1], x.shape[2]
         y = F.conv1d(x.transpose(1, 2), self.weight, self.bias, padding=self.k - 1, groups=C)
         # a copy (clone: contiguous() returns a size-1 view as it is)
-        return F.silu(y[..., :S].transpose(1, 2).clone(memory_format=torch.contiguous_format))
+        y = y[..., :S].transpose(1, 2).clone(memory_format=torch.contiguous_format)
+        return F.silu(y) if self.act else y
 
 
 class MambaScan(nn.Module):
@@ -830,6 +831,22 @@ class Mamba2(nn.Module):
         return self.out_proj(y.to(x.dtype))
 
 
+class ShortConv(nn.Module):
+    """LFM2's gated short convolution under ``conv.{in_proj, conv1d, out_proj}``:
+    out_proj(C * conv(B * x))."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, bias = cfg.d_model, cfg.ssm_bias
+        self.in_proj = nn.Linear(D, 3 * D, bias=bias, dtype=dtype)
+        self.conv1d = CausalConv1d(D, cfg.ssm_conv, bias, dtype, act=False)
+        self.out_proj = nn.Linear(D, D, bias=bias, dtype=dtype)
+
+    def forward(self, x):
+        B, C, xs = self.in_proj(x).chunk(3, dim=-1)
+        return self.out_proj(C * self.conv1d(B * xs))
+
+
 class HybridBlock(nn.Module):
     """A block of a hybrid or state-space model (``cfg.mixers``/``cfg.ffns``; the engine's
     ``components.hybrid_block``): attn_norm -> attention and/or a Mamba mixer (their outputs
@@ -850,6 +867,8 @@ class HybridBlock(nn.Module):
             self.mamba = Mamba(cfg, dtype)
         elif kind in ("mamba2", "hybrid"):
             self.mamba = Mamba2(cfg, dtype)
+        elif kind == "conv":
+            self.conv = ShortConv(cfg, dtype)
         if ffn != "none":
             self.mlp_norm = make_norm(cfg, D, dtype)
             if ffn == "moe":
@@ -875,6 +894,8 @@ class HybridBlock(nn.Module):
             if hasattr(self, "mamba"):
                 m = self.mamba(h)
                 out = m if out is None else out + m
+            if hasattr(self, "conv"):
+                out = self.conv(h)
             x = x + out
         if hasattr(self, "mlp_norm"):
             m_in = self.mlp_norm(x)
@@ -882,7 +903,7 @@ class HybridBlock(nn.Module):
         return x
 
     def new_caches(self):
-        if hasattr(self, "mamba"):
+        if hasattr(self, "mamba") or hasattr(self, "conv"):
             from txcalc.errors import WorkloadError
             raise WorkloadError("the reference model does not decode state-space layers; "
                                 "tests/test_hybrids.py measures their state on HF's cache")

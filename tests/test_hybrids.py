@@ -186,10 +186,32 @@ def granitemoehybrid(draw):
     return raw
 
 
-CACHE_IN_TRAINING = {"jamba", "falcon_h1", "nemotron_h", "granitemoehybrid"}
+@st.composite
+def lfm2(draw):
+    heads = draw(st.integers(1, 4))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    layers = draw(st.integers(1, 4))
+    raw = {"model_type": "lfm2", "hidden_size": heads * 2 * draw(st.integers(1, 4)),
+           "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": layers,
+           "intermediate_size": draw(st.integers(3, 40)), "vocab_size": draw(VOCAB)}
+    full = sorted(set(draw(st.lists(st.integers(0, layers - 1), min_size=1, max_size=layers))))
+    if draw(st.booleans()):
+        raw["layer_types"] = ["full_attention" if i in full else "conv" for i in range(layers)]
+    else:
+        raw["full_attn_idxs"] = full
+    maybe(draw, raw, "conv_L_cache", st.integers(1, 5))
+    maybe(draw, raw, "conv_bias", st.booleans())
+    maybe(draw, raw, "block_auto_adjust_ff_dim", st.booleans())
+    maybe(draw, raw, "block_multiple_of", st.integers(1, 16))
+    maybe(draw, raw, "block_ffn_dim_multiplier", st.sampled_from([1.0, 1.5]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+CACHE_IN_TRAINING = {"jamba", "falcon_h1", "nemotron_h", "granitemoehybrid", "lfm2"}
 HYBRID_STRATEGIES = {"mamba": mamba(), "mamba2": mamba2(), "jamba": jamba(),
                      "falcon_h1": falcon_h1(), "nemotron_h": nemotron_h(),
-                     "granitemoehybrid": granitemoehybrid()}
+                     "granitemoehybrid": granitemoehybrid(), "lfm2": lfm2()}
 
 
 def hf_causal_lm(raw: dict, device: str = "meta"):

@@ -288,6 +288,8 @@ def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield from mixers.mamba(cfg, p, where)
     elif kind in ("mamba2", "hybrid"):
         yield from mixers.mamba2(cfg, p, where, shares_input=kind == "hybrid")
+    elif kind == "conv":
+        yield from mixers.short_conv(cfg, p, where)
     if ffn == "none":
         return
     yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)

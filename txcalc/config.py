@@ -104,8 +104,9 @@ class ModelConfig:
     final_dropout: float = 0.0  #: on each stack's final norm output (T5)
     # --- state-space and hybrid layers (issue 12: Mamba, Mamba-2 and the hybrids) ------------
     #: per decoder layer, its token mixer: attention | mamba | mamba2 | hybrid (attention and
-    #: Mamba-2 side by side on one norm, Falcon-H1) | none (an FFN-only layer, Nemotron-H);
-    #: empty = attention in every layer
+    #: Mamba-2 side by side on one norm, Falcon-H1) | conv (LFM2's gated short convolution,
+    #: kernel ssm_conv, bias ssm_bias) | none (an FFN-only layer, Nemotron-H); empty =
+    #: attention in every layer
     mixers: tuple[str, ...] = ()
     #: per decoder layer, its FFN: mlp | moe | none (a mixer-only layer); empty = by the MoE
     #: fields (``is_moe_layer``)
@@ -327,7 +328,7 @@ def _size_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
-MIXERS = ("attention", "mamba", "mamba2", "hybrid", "none")
+MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "none")
 FFNS = ("mlp", "moe", "none")
 
 

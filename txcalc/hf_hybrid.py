@@ -201,10 +201,44 @@ def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
                   "shared_d_ff": shared}
 
 
+def _lfm2(f: _Fields) -> dict[str, Any]:
+    """LFM2 (Liquid AI): gated short-convolution layers and attention layers (per-head q/k
+    RMSNorms, rotary) from ``layer_types`` (or ``full_attn_idxs``), each followed by a SwiGLU
+    MLP whose width HF adjusts: int(2F/3), times ``block_ffn_dim_multiplier``, rounded up to
+    ``block_multiple_of`` (when ``block_auto_adjust_ff_dim``). The final norm is HF's
+    ``embedding_norm``."""
+    d, h = f.int("hidden_size", 2560), f.int("num_attention_heads", 32)
+    n = f.int("num_hidden_layers", 32)
+    types = f.get("layer_types")
+    if types is None:
+        full = f.get("full_attn_idxs", list(range(n)))
+        if not isinstance(full, list):
+            raise ConfigError(f"{f.where}: field 'full_attn_idxs' ({full!r:.80}) must be a list "
+                              "of layer indices")
+        types = ["full_attention" if i in full else "conv" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or not all(
+            t in ("full_attention", "conv") for t in types):
+        raise ConfigError(f"{f.where}: field 'layer_types' ({types!r:.120}) must list "
+                          f"'full_attention' or 'conv' once for each of the {n} layers")
+    d_ff = f.int("block_ff_dim", f.int("intermediate_size", 12288))
+    if f.bool("block_auto_adjust_ff_dim", True):
+        multiple = f.int("block_multiple_of", 256)
+        d_ff = int(_number(f, "block_ffn_dim_multiplier", 1.0) * int(2 * d_ff / 3))
+        d_ff = multiple * ((d_ff + multiple - 1) // multiple)
+    bias = f.bool("conv_bias", False)
+    tie = f.bool("tie_embedding", f.bool("tie_word_embeddings", True))
+    return dict(n_layers=n, d_model=d, n_heads=h, n_kv_heads=f.int("num_key_value_heads", 8),
+                head_dim=d // h if h > 0 else 0, d_ff=d_ff, vocab_size=f.int("vocab_size", 65536),
+                max_position=f.int("max_position_embeddings", 128000), activation="swiglu",
+                norm_type="rmsnorm", pos_type="rotary", qk_norm="head", tie_embeddings=tie,
+                mixers=tuple("attention" if t == "full_attention" else "conv" for t in types),
+                ffns=("mlp",) * n, ssm_conv=f.int("conv_L_cache", 3), ssm_bias=bias)
+
+
 #: model_type -> converter, merged into ``hf.CONVERTERS``
 HYBRID_CONVERTERS = {"mamba": _mamba, "mamba2": _mamba2, "jamba": _jamba,
                      "falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h,
-                     "granitemoehybrid": _granitemoehybrid}
+                     "granitemoehybrid": _granitemoehybrid, "lfm2": _lfm2}
 #: ``attribute_map`` aliases of these classes (merged into ``hf._ALIASES``)
 HYBRID_ALIASES: dict[str, dict[str, str]] = {
     "jamba": {"num_local_experts": "num_experts"},

@@ -130,6 +130,20 @@ def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -
     yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
 
+def short_conv(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
+    """LFM2's gated short convolution (``layers.{i}.conv.*``): in_proj D -> 3D (B, C, x),
+    B * x, a depthwise causal conv1d over D channels (kernel ssm_conv, no activation), C * the
+    conv's output, out_proj D -> D; every projection and the conv biased by ``ssm_bias``.
+    Saved besides the projections' inputs: in_proj's output (B and x for their product, C
+    for the gate), B * x (the conv's input) and the conv's S kept outputs. Serving state: the
+    conv's last k inputs (D x k)."""
+    D, k, bias = cfg.d_model, cfg.ssm_conv, cfg.ssm_bias
+    c = p + "conv."
+    yield linear(c + "in_proj", where, "conv.in_proj", D, 3 * D, bias)
+    yield conv1d(c + "conv1d", where, "conv.conv1d", D, k, bias, saved=((5 * D, "a"),))
+    yield linear(c + "out_proj", where, "conv.out_proj", D, D, bias)
+
+
 def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
     """Elementwise FLOPs of one Mamba scan forward over ``tokens`` tokens, not in the matmul
     FLOPs (a convention, stated for those who count them): per (token, channel, state) dt*A,
