@@ -378,3 +378,59 @@ def test_reference_scans_compute_what_hf_computes():
                               B.transpose(1, 2), C.transpose(1, 2), D=scan.D, z=z.transpose(1, 2),
                               delta_softplus=True, use_associative_scan=False)
     torch.testing.assert_close(scan(x, dt, B, C, z), hf.transpose(1, 2))
+
+
+BAD_HYBRID_CONFIGS = [
+    # Jamba's attention offset must be smaller than its period (HF refuses it too)
+    ({"model_type": "jamba", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 2,
+      "vocab_size": 32, "attn_layer_period": 2, "attn_layer_offset": 2}, "attn_layer_offset"),
+    # Nemotron-H's latent MoE projections are not modelled: refused, not miscounted
+    ({"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*E",
+      "moe_latent_size": 4}, "moe_latent_size"),
+    ({"model_type": "nemotron_h", "hidden_size": 8, "hybrid_override_pattern": "M*X"},
+     "hybrid_override_pattern"),
+    ({"model_type": "granitemoehybrid", "hidden_size": 8, "num_attention_heads": 2,
+      "num_hidden_layers": 2, "vocab_size": 32, "layer_types": ["mamba"]}, "layer_types"),
+    ({"model_type": "mamba", "hidden_size": 8, "expand": 0}, "expand"),
+]
+
+
+@pytest.mark.parametrize("raw,field", BAD_HYBRID_CONFIGS, ids=[f for _, f in BAD_HYBRID_CONFIGS])
+def test_bad_hybrid_configs_are_config_errors_naming_the_field(raw, field):
+    from txcalc.errors import ConfigError
+    with pytest.raises(ConfigError, match=field):
+        from_hf_dict(raw)
+
+
+def test_bad_layer_patterns_are_config_errors_naming_the_values():
+    from txcalc.config import ModelConfig
+    from txcalc.errors import ConfigError
+    base = dict(name="x", n_layers=2, d_model=8, n_heads=2, vocab_size=32)
+    with pytest.raises(ConfigError, match=r"mixers lists 1 layers, not n_layers \(2\)"):
+        ModelConfig(**base, mixers=("mamba",))
+    with pytest.raises(ConfigError, match="mixers .*'ssm'"):
+        ModelConfig(**base, mixers=("ssm", "attention"))
+    with pytest.raises(ConfigError, match=r"ssm_d_inner \(0\) must be positive"):
+        ModelConfig(**base, mixers=("mamba", "attention"), ssm_state=4, ssm_dt_rank=1)
+    with pytest.raises(ConfigError, match=r"ssm_heads \(3\) x ssm_head_dim \(4\) must equal "
+                                          r"ssm_d_inner \(16\)"):
+        ModelConfig(**base, mixers=("mamba2", "attention"), ssm_d_inner=16, ssm_state=4,
+                    ssm_heads=3, ssm_head_dim=4)
+    with pytest.raises(ConfigError, match="ffns name a moe layer but n_experts is 0"):
+        ModelConfig(**base, ffns=("moe", "mlp"))
+
+
+def test_kv_cache_grows_only_in_attention_layers():
+    """A pure Mamba model's serving memory is its state: the same at 1 token and at 1M."""
+    cfg = from_hf_dict({"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 4})
+    short, long = (kv_cache_bytes(cfg, n, 2, "bf16") for n in (1, 2**20))
+    # conv state (2D channels x 4) + SSM state (2D x 16) per layer, 2 sequences, 2 bytes
+    assert short == long == 4 * (128 * 4 + 128 * 16) * 2 * 2
+
+
+@pytest.mark.parametrize("model_type", sorted(HYBRID_STRATEGIES))
+def test_a_config_of_defaults_counts_what_hf_builds(model_type):
+    """Every field missing: each takes the HF class default (the Hub stores only the fields
+    that differ from it)."""
+    raw = {"model_type": model_type}
+    assert count_params(from_hf_dict(raw)).total == numel(hf_causal_lm(raw))

@@ -20,6 +20,12 @@ def _number(f: _Fields, key: str, default: float) -> float:
     return v
 
 
+def _defaults(f: _Fields, **defaults: Any) -> None:
+    """Fill the fields ``_llama_like`` reads as required with the HF class defaults (the Hub
+    stores only non-default fields)."""
+    f.raw = {**defaults, **f.raw}
+
+
 def _dt_rank(f: _Fields, key: str, d_model: int) -> int:
     """``time_step_rank`` / ``mamba_dt_rank``: "auto" is ceil(D / 16), as in HF."""
     v = f.get(key, "auto")
@@ -71,6 +77,8 @@ def _jamba(f: _Fields) -> dict[str, Any]:
     """Jamba (arXiv:2403.19887): Mamba layers with RMSNorms on dt, B and C, an attention layer
     every ``attn_layer_period`` (no positions), MoE every ``expert_layer_period`` (a plain
     MLP where ``num_experts`` is 1)."""
+    _defaults(f, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+              num_attention_heads=32, vocab_size=65536)
     out = _llama_like(f, max_pos=262144, bias_key=None, kv_heads=8)
     n, d = out["n_layers"], out["d_model"]
     attn = _period(f, "attn_layer_period", "attn_layer_offset", 8, 4, n)
@@ -93,6 +101,8 @@ def _falcon_h1(f: _Fields) -> dict[str, Any]:
     """Falcon-H1 (arXiv:2507.22448): every layer runs attention (rotary) and a Mamba-2 mixer
     side by side on one RMSNorm, then a SwiGLU MLP. The muP multipliers scale activations
     only (no parameters, no matmul FLOPs)."""
+    _defaults(f, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+              num_attention_heads=32, vocab_size=128000)
     out = _llama_like(f, max_pos=8192, kv_heads=8, mlp_bias=True)
     n, d = out["n_layers"], out["d_model"]
     if "mamba_d_ssm" in f.raw and f.raw["mamba_d_ssm"] is None:  # null: expand * D
@@ -172,6 +182,8 @@ def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
     with ``position_embedding_type`` "rope"), then a MoE of SwiGLU experts plus an always-on
     shared SwiGLU MLP (``shared_intermediate_size``), or that MLP alone with 0 experts. The
     muP multipliers scale activations only."""
+    _defaults(f, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+              num_attention_heads=32, vocab_size=32000)
     out = _llama_like(f, bias_key="attention_bias")
     n, d = out["n_layers"], out["d_model"]
     types = f.get("layer_types", f.get("layers_block_type", ["linear_attention"] * n))
