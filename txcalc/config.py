@@ -258,18 +258,14 @@ def _show(v) -> str:
 
 
 _INT_FIELDS_POSITIVE = ("n_layers", "d_model", "n_heads", "vocab_size", "d_ff", "n_kv_heads",
-                        "head_dim", "embed_dim", "max_position", "moe_every", "ssm_conv",
-                        "ssm_groups", "ssm_chunk")
+                        "head_dim", "embed_dim", "max_position", "moe_every")
 _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_lora_rank",
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
-                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
-                      "ssm_d_inner", "ssm_state", "ssm_dt_rank", "ssm_heads", "ssm_head_dim")
+                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
-                "tie_embeddings", "lm_head_bias", "ssm_conv_bias", "ssm_bias", "ssm_out_bias",
-                "ssm_dt_norms",
-                "ssm_gated_norm")
+                "tie_embeddings", "lm_head_bias")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
@@ -300,9 +296,6 @@ _BOUNDS = {
                               "qk_rope_head_dim", "v_head_dim")},
     **{k: MAX_HEADS for k in ("n_heads", "n_kv_heads")},
     "vocab_size": MAX_VOCAB, "max_position": MAX_POSITION, "sliding_window": MAX_POSITION,
-    **{k: MAX_WIDTH for k in ("ssm_d_inner", "ssm_state", "ssm_dt_rank", "ssm_head_dim",
-                              "ssm_chunk")},
-    **{k: MAX_HEADS for k in ("ssm_heads", "ssm_groups")}, "ssm_conv": MAX_SMALL,
     **{k: MAX_EXPERTS for k in ("n_experts", "top_k", "n_shared_experts")},
     **{k: MAX_SMALL for k in ("relative_buckets", "type_vocab_size", "position_offset",
                               "moe_every", "global_every")},
@@ -332,9 +325,29 @@ MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "none")
 FFNS = ("mlp", "moe", "none")
 
 
+#: SSM fields: (smallest, largest) value
+_SSM_INTS = {"ssm_d_inner": (0, MAX_WIDTH), "ssm_state": (0, MAX_WIDTH),
+             "ssm_dt_rank": (0, MAX_WIDTH), "ssm_head_dim": (0, MAX_WIDTH),
+             "ssm_heads": (0, MAX_HEADS), "ssm_groups": (1, MAX_HEADS),
+             "ssm_chunk": (1, MAX_WIDTH), "ssm_conv": (1, MAX_SMALL)}
+_SSM_BOOLS = ("ssm_conv_bias", "ssm_bias", "ssm_out_bias", "ssm_dt_norms", "ssm_gated_norm")
+
+
 def _hybrid_problems(cfg: ModelConfig) -> list[str]:
-    """Per-layer mixers and FFNs, and the SSM sizes the mixers they name need."""
+    """Per-layer mixers and FFNs, the SSM fields, and the sizes the mixers they name need."""
     out = []
+    for name, (lo, hi) in _SSM_INTS.items():
+        v = getattr(cfg, name)
+        if not _is_int(v) or not lo <= v <= hi:
+            out.append(f"{name} ({_show(v)}) must be an integer from {lo} to {hi:,}")
+    out += [f"{name} ({getattr(cfg, name)!r}) must be true or false" for name in _SSM_BOOLS
+            if not isinstance(getattr(cfg, name), bool)]
+    if out:
+        return out
+    widest = 2 * cfg.ssm_d_inner + 2 * cfg.ssm_groups * cfg.ssm_state + cfg.ssm_heads
+    if cfg.mixers and cfg.n_layers * cfg.d_model * widest > MAX_SIZE:
+        out.append(f"layers ({cfg.n_layers}) x d_model ({cfg.d_model}) x Mamba width "
+                   f"({widest}) exceeds txcalc's bound of {MAX_SIZE:.3g}")
     for name, choices in (("mixers", MIXERS), ("ffns", FFNS)):
         v = getattr(cfg, name)
         if not isinstance(v, tuple) or not all(isinstance(x, str) and x in choices for x in v):
