@@ -1,5 +1,6 @@
-"""State-space token mixers: Mamba (Gu and Dao 2023, arXiv:2312.00752) and Mamba-2 (Dao and
-Gu 2024, arXiv:2405.21060), each as named Ops that declare their costs once.
+"""State-space token mixers: Mamba (Gu and Dao 2023, arXiv:2312.00752), Mamba-2 (Dao and Gu
+2024, arXiv:2405.21060) and LFM2's gated short convolution, each as named Ops that declare
+their costs once.
 
 Legend: D d_model, E = ssm_d_inner (expand * D), N ssm_state, R ssm_dt_rank, k ssm_conv,
 H ssm_heads, P ssm_head_dim (H * P = E), G ssm_groups, Q ssm_chunk, T = B * S tokens.
@@ -34,11 +35,12 @@ k-1 dropped). The Mamba scan's matmul work is the output contraction y_t = C_t h
 per position in HF's sequential scan); its elementwise work (discretisation exp(dt A) and
 dt B x, 3 multiplies and an exp per (token, channel, state), the recurrence's multiply-add,
 the D skip and the gate) is not counted: ``scan_elementwise_flops`` states it separately.
-Mamba-2's scan is the SSD algorithm's five einsums at chunk length Q (``ops.ssd_flops``).
+Mamba-2's scan is the SSD algorithm's five einsums at chunk length Q (``ops.ssd_flops``; one
+that sums over a single element is a multiply, 0, as torch runs it).
 Backward is 2x forward for every op here (input and weight gradients; the conv's weight
 gradient over its groups: FlopCounterMode's ``convolution_backward`` formula ignores
-``groups`` and counts C times the real work of a depthwise conv, tests/test_hybrids.py
-measures with that one formula corrected).
+``groups`` and counts C times the real work of a depthwise conv; the tests measure with that
+one formula corrected, ``reference.measure.conv_backward_by_groups``).
 
 Saved for backward (checked per layer with saved_tensors_hooks against reference/model.py,
 which runs the scans as HF's torch paths do, fp32 inside): Mamba's sequential scan keeps two
