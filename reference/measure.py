@@ -125,9 +125,9 @@ def flops_by_module(model: ReferenceModel, inputs) -> tuple[dict[str, int], int,
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False, custom_mapping=cpu_flash_flops()) as fwd:
+    with FlopCounterMode(display=False, custom_mapping=flop_mapping()) as fwd:
         loss = run_forward(model, inputs)()
-    with FlopCounterMode(display=False, custom_mapping=cpu_flash_flops()) as bwd:
+    with FlopCounterMode(display=False, custom_mapping=flop_mapping()) as bwd:
         loss.backward()
     return (exclusive_flops(fwd.get_flop_counts(), type(model).__name__),
             fwd.get_total_flops(), bwd.get_total_flops())
@@ -147,6 +147,27 @@ def cpu_flash_flops() -> dict:
         return fc.sdpa_backward_flop_count(grad_out, query, key, value)
     return {aten._scaled_dot_product_flash_attention_for_cpu: fwd,
             aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd}
+
+
+def flop_mapping() -> dict:
+    """FlopCounterMode's formulas with two corrections: the CPU flash kernel
+    (``cpu_flash_flops``) and grouped convolutions' weight gradient
+    (``conv_backward_by_groups``)."""
+    return cpu_flash_flops() | {torch.ops.aten.convolution_backward: conv_backward_by_groups}
+
+
+def conv_backward_by_groups(grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation,
+                            transposed, output_padding, groups, output_mask, out_shape=None,
+                            **_) -> int:
+    """torch's ``conv_backward_flop`` with the weight gradient divided by ``groups``: torch
+    counts every output channel against every input channel, C times the real work of a
+    depthwise conv (Mamba's conv1d); the input gradient's formula is right as it is."""
+    from torch.utils.flop_counter import conv_backward_flop
+    raw = conv_backward_flop.__wrapped__  # the shape formula under torch's shape wrapper
+    args = (grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed,
+            output_padding, groups)
+    return (raw(*args, [output_mask[0], False, False], out_shape)
+            + raw(*args, [False, output_mask[1], False], out_shape) // groups)
 
 
 def exclusive_flops(counts: dict, root: str) -> dict[str, int]:

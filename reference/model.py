@@ -648,6 +648,268 @@ class Block(nn.Module):
         return KVCache(self.window, dims), (KVCache() if self.has_cross else None)
 
 
+# --- state-space mixers (txcalc/mixers.py) ------------------------------------------------------
+class CausalConv1d(nn.Module):
+    """Depthwise causal conv1d over (B, S, C) followed by SiLU, as HF and Mamba's reference
+    code run it: padded by k - 1 on both sides, the first S outputs kept (S + k - 1 computed).
+    Saves its input (a view of in_proj's output: that whole storage) and the SiLU's input
+    (the S kept outputs, made contiguous)."""
+
+    def __init__(self, channels: int, kernel: int, bias: bool, dtype, act: bool = True):
+        super().__init__()
+        self.k, self.act = kernel, act
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(channels, dtype=dtype)) if bias else None
+        nn.init.normal_(self.weight, std=kernel ** -0.5)
+
+    def forward(self, x):
+        S, C = x.shape[1], x.shape[2]
+        y = F.conv1d(x.transpose(1, 2), self.weight, self.bias, padding=self.k - 1, groups=C)
+        # a copy (clone: contiguous() returns a size-1 view as it is)
+        y = y[..., :S].transpose(1, 2).clone(memory_format=torch.contiguous_format)
+        return F.silu(y) if self.act else y
+
+
+class MambaScan(nn.Module):
+    """Mamba's selective scan (Gu and Dao 2023, arXiv:2312.00752, Algorithm 2) as HF's
+    sequential torch path runs it, in fp32: dt = softplus(dt), per token
+    h_t = exp(dt_t A) h_{t-1} + (dt_t x_t) B_t, y_t = h_t C_t (a bmm), then y + D x and the
+    gate silu(z). Owns A_log (E, N) and D (E)."""
+
+    def __init__(self, E: int, N: int, dtype):
+        super().__init__()
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)
+                                            ).repeat(E, 1).to(dtype))
+        self.D = nn.Parameter(torch.ones(E, dtype=dtype))
+
+    def forward(self, x, dt, B, C, z):
+        A = -torch.exp(self.A_log.float())
+        delta = F.softplus(dt.float())
+        xf, Bf, Cf = x.float(), B.float(), C.float()
+        dA = torch.exp(delta[..., None] * A)  # (B, S, E, N)
+        dx = delta * xf
+        h, ys = None, []
+        for t in range(x.shape[1]):
+            dBx = dx[:, t, :, None] * Bf[:, t, None, :]
+            h = dBx if h is None else dA[:, t] * h + dBx
+            ys.append(torch.bmm(h, Cf[:, t, :, None])[..., 0])
+        y = torch.stack(ys, 1) + x * self.D
+        return (y * F.silu(z)).to(x.dtype)
+
+
+class Mamba(nn.Module):
+    """The Mamba mixer under the engine's paths: ``mamba.{in_proj, conv1d, x_proj,
+    dt_norm, b_norm, c_norm, dt_proj, scan, out_proj}``."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, E, N, R = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_state, cfg.ssm_dt_rank
+        self.E, self.N, self.R = E, N, R
+        self.in_proj = nn.Linear(D, 2 * E, bias=cfg.ssm_bias, dtype=dtype)
+        self.conv1d = CausalConv1d(E, cfg.ssm_conv, cfg.ssm_conv_bias, dtype)
+        self.x_proj = nn.Linear(E, R + 2 * N, bias=False, dtype=dtype)
+        self.norms = cfg.ssm_dt_norms
+        if self.norms:
+            self.dt_norm, self.b_norm, self.c_norm = (RMSNorm(w, True, dtype) for w in (R, N, N))
+        self.dt_proj = nn.Linear(R, E, bias=True, dtype=dtype)
+        self.scan = MambaScan(E, N, dtype)
+        self.out_proj = nn.Linear(E, D, bias=cfg.ssm_out_bias, dtype=dtype)
+
+    def forward(self, x):
+        xs, z = self.in_proj(x).chunk(2, dim=-1)
+        xs = self.conv1d(xs)
+        dt, B, C = (t.clone(memory_format=torch.contiguous_format)
+                    for t in self.x_proj(xs).split([self.R, self.N, self.N], -1))
+        if self.norms:
+            dt, B, C = self.dt_norm(dt), self.b_norm(B), self.c_norm(C)
+        return self.out_proj(self.scan(xs, self.dt_proj(dt), B, C, z))
+
+
+def _copy(t):
+    """A contiguous copy (``clone``: ``contiguous()`` returns an already-contiguous view as it
+    is, which would make what is saved depend on sizes of 1)."""
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _contract(a, b):
+    """a @ b over the last two dims; a contraction over one element is a broadcast multiply
+    (what torch's einsum runs, and FlopCounterMode counts as 0). Either saves a and b."""
+    return a * b if a.shape[-1] == 1 else torch.matmul(a, b)
+
+
+def _decays(cum, width: int):
+    """exp(cum_l - cum_s) for l >= s, else 0, over the last dim: (..., W) -> (..., W, W). Saves
+    the mask (W x W bool, once) and the exp's output."""
+    keep = torch.tril(torch.ones(width, width, dtype=torch.bool, device=cum.device))
+    diff = cum[..., :, None] - cum[..., None, :]
+    return torch.exp(diff.masked_fill(~keep, -torch.inf))
+
+
+class SSDScan(nn.Module):
+    """Mamba-2's chunked SSD (Dao and Gu 2024, arXiv:2405.21060, section 6 and Listing 1; the
+    algorithm of HF's ``mamba2_chunk_scan``), in fp32, at chunk length Q, with the five
+    contractions of ``ops.ssd_flops`` as explicit matmuls on contiguous copies (so what each
+    saves is fixed: ``ops.ssd_saved_bytes``). Owns dt_bias, A_log and D (one per head)."""
+
+    def __init__(self, H: int, P: int, N: int, G: int, Q: int, dtype):
+        super().__init__()
+        self.H, self.P, self.N, self.G, self.Q = H, P, N, G, Q
+        self.dt_bias = nn.Parameter(torch.zeros(H, dtype=dtype))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, H + 1, dtype=torch.float32)).to(dtype))
+        self.D = nn.Parameter(torch.ones(H, dtype=dtype))
+
+    def forward(self, x, dt, B, C):
+        b, S = x.shape[:2]
+        H, P, N, G, Q = self.H, self.P, self.N, self.G, self.Q
+        c = -(-S // Q)
+        pad = c * Q - S
+        dt = F.softplus(dt + self.dt_bias).float()
+        A = -torch.exp(self.A_log.float())
+        xf = x.float().view(b, S, H, P)
+        heads = lambda t: t.float().view(b, S, G, 1, N).expand(b, S, G, H // G, N).reshape(  # noqa
+            b, S, H, N)
+        chunked = lambda t: F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)).view(  # noqa: E731
+            b, c, Q, *t.shape[2:])
+        xdt = chunked(xf * dt[..., None])  # (b, c, Q, H, P)
+        cum = torch.cumsum(chunked(A * dt), dim=2).permute(0, 1, 3, 2)  # (b, c, H, Q)
+        Bt = _copy(chunked(heads(B)).permute(0, 1, 3, 4, 2))  # (b, c, H, N, Q)
+        Ct = _copy(chunked(heads(C)).permute(0, 1, 3, 2, 4))  # (b, c, H, Q, N)
+        Xt = _copy(xdt.permute(0, 1, 3, 2, 4))  # (b, c, H, Q, P)
+        # 1. inside each chunk: (C B^T masked by the decays) x
+        y = _contract(_contract(Ct, Bt) * _decays(cum, Q), Xt)
+        # 2. each chunk's final state: B^T (decayed to the chunk's end) x
+        states = _contract(Bt * torch.exp(cum[..., -1:] - cum)[..., None, :], Xt)  # b,c,H,N,P
+        # 3. every chunk's start state, across chunks (c + 1 >= 2: always a matmul)
+        states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+        ends = F.pad(cum[..., -1], (0, 0, 1, 0)).permute(0, 2, 1)  # (b, H, c + 1)
+        starts = torch.matmul(_decays(torch.cumsum(ends, -1), c + 1),
+                              _copy(states.permute(0, 2, 1, 3, 4)).view(b, H, c + 1, N * P))
+        starts = _copy(starts[:, :, :-1].view(b, H, c, N, P).permute(0, 2, 1, 3, 4))
+        # 4. the start state read out by C, decayed to each position
+        y = y + _contract(Ct, starts) * torch.exp(cum)[..., None]
+        y = y.permute(0, 1, 3, 2, 4).reshape(b, c * Q, H, P)[:, :S]
+        return (y + xf * self.D[:, None]).reshape(b, S, H * P)
+
+
+class GatedRMSNorm(nn.Module):
+    """Mamba-2's norm before out_proj: RMSNorm(y * silu(z)) over groups, in fp32."""
+
+    def __init__(self, width: int, groups: int, dtype):
+        super().__init__()
+        self.groups = groups
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype))
+
+    def forward(self, y, z):
+        dtype = z.dtype
+        y = y.float() * F.silu(z.float())
+        g = y.view(*y.shape[:-1], self.groups, -1)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * g.view(y.shape).to(dtype)
+
+
+class Mamba2(nn.Module):
+    """The Mamba-2 mixer under the engine's paths: ``mamba.{in_proj, conv1d, scan, norm,
+    out_proj}``."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, E, N, G, H = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_state, cfg.ssm_groups, cfg.ssm_heads
+        self.E, self.C, self.H = E, E + 2 * G * N, H
+        self.split = [E, G * N, G * N]
+        self.in_proj = nn.Linear(D, E + self.C + H, bias=cfg.ssm_bias, dtype=dtype)
+        self.conv1d = CausalConv1d(self.C, cfg.ssm_conv, cfg.ssm_conv_bias, dtype)
+        self.scan = SSDScan(H, cfg.ssm_head_dim, N, G, cfg.ssm_chunk, dtype)
+        if cfg.ssm_gated_norm:
+            self.norm = GatedRMSNorm(E, G, dtype)
+        self.out_proj = nn.Linear(E, D, bias=cfg.ssm_out_bias, dtype=dtype)
+
+    def forward(self, x):
+        z, xBC, dt = self.in_proj(x).split([self.E, self.C, self.H], dim=-1)
+        xs, B, C = (_copy(t) for t in self.conv1d(xBC).split(self.split, dim=-1))
+        y = self.scan(xs, dt, B, C)
+        y = self.norm(y, z) if hasattr(self, "norm") else y * F.silu(z.float())
+        return self.out_proj(y.to(x.dtype))
+
+
+class ShortConv(nn.Module):
+    """LFM2's gated short convolution under ``conv.{in_proj, conv1d, out_proj}``:
+    out_proj(C * conv(B * x))."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, bias = cfg.d_model, cfg.ssm_bias
+        self.in_proj = nn.Linear(D, 3 * D, bias=bias, dtype=dtype)
+        self.conv1d = CausalConv1d(D, cfg.ssm_conv, bias, dtype, act=False)
+        self.out_proj = nn.Linear(D, D, bias=bias, dtype=dtype)
+
+    def forward(self, x):
+        B, C, xs = self.in_proj(x).chunk(3, dim=-1)
+        return self.out_proj(C * self.conv1d(B * xs))
+
+
+class HybridBlock(nn.Module):
+    """A block of a hybrid or state-space model (``cfg.mixers``/``cfg.ffns``; the engine's
+    ``components.hybrid_block``): attn_norm -> attention and/or a Mamba mixer (their outputs
+    summed: Falcon-H1), mlp_norm -> MLP or MoE; either half may be absent."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype, dropout: bool = False):
+        super().__init__()
+        self.cfg, self.stack, self.i = cfg, "", i
+        D, kind, ffn = cfg.d_model, cfg.mixer(i), cfg.ffn(i)
+        self.has_cross = False
+        if kind != "none":
+            self.attn_norm = make_norm(cfg, D, dtype)
+        if kind in ("attention", "hybrid"):
+            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False,
+                                  cfg.pos_type == "rotary", dtype, dropout)
+        if kind == "mamba":
+            self.mamba = Mamba(cfg, dtype)
+        elif kind in ("mamba2", "hybrid"):
+            self.mamba = Mamba2(cfg, dtype)
+        elif kind == "conv":
+            self.conv = ShortConv(cfg, dtype)
+        if ffn != "none":
+            self.mlp_norm = make_norm(cfg, D, dtype)
+            if ffn == "moe":
+                self.moe = MoE(cfg, dtype, dropout)
+            else:
+                self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
+        self.full_recompute = recompute == "full"
+        self.window = cfg.window(i)
+
+    def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        if self.full_recompute and torch.is_grad_enabled() and not caches:
+            return _checkpoint_block(self, ctx, x, enc)
+        return self.run(x, ctx, enc, caches)
+
+    def run(self, x, ctx: Ctx, enc=None, caches=None):
+        if hasattr(self, "attn_norm"):
+            h = self.attn_norm(x)
+            out = None
+            if hasattr(self, "attn"):
+                bias = ctx.bias[self.window] if ctx.bias is not None else None
+                out = self.attn(h, ctx, bias=bias, cache=caches[0] if caches else None,
+                                causal=ctx.plain_causal(self.window))
+            if hasattr(self, "mamba"):
+                m = self.mamba(h)
+                out = m if out is None else out + m
+            if hasattr(self, "conv"):
+                out = self.conv(h)
+            x = x + out
+        if hasattr(self, "mlp_norm"):
+            m_in = self.mlp_norm(x)
+            x = x + (self.moe(m_in) if hasattr(self, "moe") else self.mlp(m_in))
+        return x
+
+    def new_caches(self):
+        if hasattr(self, "mamba") or hasattr(self, "conv"):
+            from txcalc.errors import WorkloadError
+            raise WorkloadError("the reference model does not decode state-space layers; "
+                                "tests/test_hybrids.py measures their state on HF's cache")
+        return KVCache(self.window), None
+
+
 class StackInputs(nn.Module):
     """Per-stack position table and embedding norm (``[stack.]embed.*``)."""
 
@@ -724,8 +986,11 @@ class ReferenceModel(nn.Module):
             maybe_drop(owner.embed, cfg.embed_dropout, dropout)
             if cfg.pos_type == "relative_bias":
                 owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.n_heads, dtype=dtype)
-            owner.layers = nn.ModuleList(Block(cfg, stack, i, attn_impl, softmax_fp32, recompute,
-                                               dtype, dropout) for i in range(depth))
+            owner.layers = nn.ModuleList(
+                HybridBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
+                if cfg.mixers or cfg.ffns else
+                Block(cfg, stack, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
+                for i in range(depth))
             if cfg.final_norm:
                 owner.final_norm = make_norm(cfg, D, dtype)
             maybe_drop(owner, cfg.final_dropout, dropout, "final_dropout")

@@ -51,6 +51,8 @@ PUBLISHED = [
     ("bert-large-uncased", 340e6, 0.015),
     # Mixtral paper, arXiv:2401.04088, section 2: 47B total, 13B active
     ("mixtral-8x7b", 47e9, 0.01),
+    # Jamba-1.5 paper, arXiv:2408.12570, abstract and Table 1: 398B total (exact: 398.56B)
+    ("jamba-1.5-large", 398e9, 0.002),
 ]
 
 
@@ -63,6 +65,16 @@ def test_published_active_params():
     # DeepSeek-V3: 37B activated per token (arXiv:2412.19437); Mixtral: 13B (arXiv:2401.04088)
     assert abs(txcalc.params("deepseek-v3").active - 37e9) / 37e9 < 0.02
     assert abs(txcalc.params("mixtral-8x7b").active - 13e9) / 13e9 < 0.01
+
+
+def test_jamba_1_5_large_active_params_and_kv_cache_at_256k():
+    """arXiv:2408.12570: 94B active parameters; Table 1: a 9 GB KV cache (16-bit) for one
+    256K-token sequence: 9 attention layers x 2 x 8 KV heads x 128 x 262,144 tokens x 2 bytes
+    = 9.0 GiB (the paper's GB are GiB), plus 41 MB of Mamba conv and SSM state."""
+    from txcalc.memory import kv_cache_bytes
+    assert abs(txcalc.params("jamba-1.5-large").active - 94e9) / 94e9 < 0.002
+    kv = kv_cache_bytes(txcalc.load("jamba-1.5-large"), 262144, 1, "bf16")
+    assert abs(kv / 2**30 - 9) / 9 < 0.01
 
 
 def test_gpt3_175b_by_hand_against_the_12Ld2_rule():

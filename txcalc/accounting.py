@@ -12,13 +12,16 @@ from functools import cached_property
 
 from .components import model_ops
 from .config import ModelConfig
-from .ops import Op
+from .ops import FLOP_KINDS, Op
 
 
 def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
     """A short label that groups identical blocks: 'decoder dense', 'moe (window 4096)'."""
     parts = [stack] if stack else []
-    parts.append("moe" if stack != "encoder" and cfg.is_moe_layer(layer) else "dense")
+    if cfg.mixers or cfg.ffns:  # hybrids: the mixer and the FFN name the block
+        parts.append(f"{cfg.mixer(layer)} + {cfg.ffn(layer)}")
+    else:
+        parts.append("moe" if stack != "encoder" and cfg.is_moe_layer(layer) else "dense")
     if stack != "encoder" and cfg.window(layer):
         parts.append(f"window {cfg.window(layer)}")
     return " ".join(parts)
@@ -194,7 +197,7 @@ class FlopCounts:
                  "layer": op.layer, "kind": op.kind, "forward_flops": op.fwd_flops(w),
                  "backward_flops": op.bwd_flops(w),
                  "model_flops": op.fwd_flops(w, True) + op.bwd_flops(w, True)}
-                for op in self.ops if op.kind in ("linear", "attn_scores", "attn_context")]
+                for op in self.ops if op.kind in FLOP_KINDS]
 
     def by_component(self) -> list[dict]:
         out: dict[str, dict] = {}

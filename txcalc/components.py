@@ -20,6 +20,7 @@ import dataclasses
 import functools
 from collections.abc import Iterator
 
+from . import mixers
 from .config import ModelConfig
 from .ops import (Op, attention_core, checkpoint, dropout, elementwise, embedding, linear,
                   norm)
@@ -119,7 +120,7 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
                  shares_input=not cross or where[1] > 0, tp="colwise")
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
                  shares_input=True, tp="colwise")
-    if cfg.pos_type == "rotary" and where[1] == 0 and not cross:
+    if cfg.pos_type == "rotary" and where[1] == cfg.first_attention and not cross:
         yield rotary(p + c, where, c, h, _pos_stream(where[0]))
     if cfg.qk_norm != "none" and not cross:
         # per-head norms (width h) see H (or K) rows per token
@@ -237,6 +238,9 @@ def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> I
 
 def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     """One Transformer block: norms, self-attention, cross-attention (decoder of enc-dec), MLP."""
+    if cfg.mixers or cfg.ffns:
+        yield from hybrid_block(cfg, stack, i)
+        return
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D = cfg.d_model
     yield from checkpoints(cfg, stack, i)
@@ -267,6 +271,32 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
     if cfg.norm_position == "sandwich":
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
+
+
+def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
+    """A block of a hybrid or state-space model (``cfg.mixers``/``cfg.ffns``): a pre-norm
+    token mixer (attention, Mamba, Mamba-2, or attention and Mamba-2 side by side on one
+    norm: Falcon-H1) and a pre-norm FFN (MLP, MoE), either of which may be absent."""
+    p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
+    D, kind, ffn = cfg.d_model, cfg.mixer(i), cfg.ffn(i)
+    yield from checkpoints(cfg, stack, i)
+    if kind != "none":
+        yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    if kind in ("attention", "hybrid"):
+        yield from attention(cfg, p, where)
+    if kind == "mamba":
+        yield from mixers.mamba(cfg, p, where)
+    elif kind in ("mamba2", "hybrid"):
+        yield from mixers.mamba2(cfg, p, where, shares_input=kind == "hybrid")
+    elif kind == "conv":
+        yield from mixers.short_conv(cfg, p, where)
+    if ffn == "none":
+        return
+    yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+    if ffn == "moe":
+        yield from moe(cfg, p + "moe.", where)
+    else:
+        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
 
 
 def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:

@@ -102,6 +102,28 @@ class ModelConfig:
     resid_dropout: float = 0.0  #: on each sub-block's output before the residual add
     mlp_dropout: float = 0.0  #: inside the MLP, on the activation's output (T5, OPT, BART)
     final_dropout: float = 0.0  #: on each stack's final norm output (T5)
+    # --- state-space and hybrid layers (issue 12: Mamba, Mamba-2 and the hybrids) ------------
+    #: per decoder layer, its token mixer: attention | mamba | mamba2 | hybrid (attention and
+    #: Mamba-2 side by side on one norm, Falcon-H1) | conv (LFM2's gated short convolution,
+    #: kernel ssm_conv, bias ssm_bias) | none (an FFN-only layer, Nemotron-H); empty =
+    #: attention in every layer
+    mixers: tuple[str, ...] = ()
+    #: per decoder layer, its FFN: mlp | moe | none (a mixer-only layer); empty = by the MoE
+    #: fields (``is_moe_layer``)
+    ffns: tuple[str, ...] = ()
+    ssm_d_inner: int = 0  #: Mamba inner width (expand * D; Mamba-2: ssm_heads * ssm_head_dim)
+    ssm_state: int = 0  #: N: SSM state per channel (Mamba) or per head and group (Mamba-2)
+    ssm_conv: int = 4  #: kernel of the depthwise causal conv1d
+    ssm_dt_rank: int = 0  #: Mamba: rank of the dt projection (x_proj -> dt_proj)
+    ssm_heads: int = 0  #: Mamba-2 heads (one dt, A and D per head)
+    ssm_head_dim: int = 0  #: P: Mamba-2 head width
+    ssm_groups: int = 1  #: Mamba-2 groups sharing B and C
+    ssm_chunk: int = 256  #: Q: Mamba-2 chunk length of the SSD algorithm (sets its matmul FLOPs)
+    ssm_conv_bias: bool = True  #: bias on the conv1d
+    ssm_bias: bool = False  #: bias on in_proj
+    ssm_out_bias: bool = False  #: bias on out_proj (Falcon-H1 ``projectors_bias``)
+    ssm_dt_norms: bool = False  #: RMSNorms on dt, B and C after x_proj (Jamba)
+    ssm_gated_norm: bool = True  #: Mamba-2: gated RMSNorm before out_proj (Falcon-H1 can drop it)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -157,8 +179,29 @@ class ModelConfig:
             return (("encoder", self.n_encoder_layers), ("decoder", self.n_layers))
         return (("", self.n_layers),)
 
+    def mixer(self, layer: int) -> str:
+        """Token mixer of decoder block ``layer``: attention unless ``mixers`` says otherwise."""
+        return self.mixers[layer] if self.mixers else "attention"
+
+    def ffn(self, layer: int) -> str:
+        """FFN of decoder block ``layer``: mlp, moe or none."""
+        if self.ffns:
+            return self.ffns[layer]
+        return "moe" if self.is_moe_layer(layer) else "mlp"
+
+    def has_attention(self, layer: int) -> bool:
+        """Whether decoder block ``layer`` attends (and so keeps a KV cache)."""
+        return self.mixer(layer) in ("attention", "hybrid")
+
+    @property
+    def first_attention(self) -> int:
+        """The first block that attends (where the shared rotary tables are counted)."""
+        return next((i for i in range(self.n_layers) if self.has_attention(i)), 0)
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) of the decoder stack uses the MoE MLP."""
+        if self.ffns:
+            return self.is_moe and self.ffns[layer] == "moe"
         return (
             self.is_moe
             and layer >= self.first_k_dense
@@ -278,6 +321,62 @@ def _size_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
+MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "none")
+FFNS = ("mlp", "moe", "none")
+
+
+#: SSM fields: (smallest, largest) value
+_SSM_INTS = {"ssm_d_inner": (0, MAX_WIDTH), "ssm_state": (0, MAX_WIDTH),
+             "ssm_dt_rank": (0, MAX_WIDTH), "ssm_head_dim": (0, MAX_WIDTH),
+             "ssm_heads": (0, MAX_HEADS), "ssm_groups": (1, MAX_HEADS),
+             "ssm_chunk": (1, MAX_WIDTH), "ssm_conv": (1, MAX_SMALL)}
+_SSM_BOOLS = ("ssm_conv_bias", "ssm_bias", "ssm_out_bias", "ssm_dt_norms", "ssm_gated_norm")
+
+
+def _hybrid_problems(cfg: ModelConfig) -> list[str]:
+    """Per-layer mixers and FFNs, the SSM fields, and the sizes the mixers they name need."""
+    out = []
+    for name, (lo, hi) in _SSM_INTS.items():
+        v = getattr(cfg, name)
+        if not _is_int(v) or not lo <= v <= hi:
+            out.append(f"{name} ({_show(v)}) must be an integer from {lo} to {hi:,}")
+    out += [f"{name} ({getattr(cfg, name)!r}) must be true or false" for name in _SSM_BOOLS
+            if not isinstance(getattr(cfg, name), bool)]
+    if out:
+        return out
+    widest = 2 * cfg.ssm_d_inner + 2 * cfg.ssm_groups * cfg.ssm_state + cfg.ssm_heads
+    if cfg.mixers and cfg.n_layers * cfg.d_model * widest > MAX_SIZE:
+        out.append(f"layers ({cfg.n_layers}) x d_model ({cfg.d_model}) x Mamba width "
+                   f"({widest}) exceeds txcalc's bound of {MAX_SIZE:.3g}")
+    for name, choices in (("mixers", MIXERS), ("ffns", FFNS)):
+        v = getattr(cfg, name)
+        if not isinstance(v, tuple) or not all(isinstance(x, str) and x in choices for x in v):
+            out.append(f"{name} ({_show(v)}) must be a tuple of {' | '.join(choices)}")
+        elif v and len(v) != cfg.n_layers:
+            out.append(f"{name} lists {len(v)} layers, not n_layers ({cfg.n_layers})")
+        elif v and cfg.family != "decoder":
+            out.append(f"{name} are for decoder models, not family {cfg.family!r}")
+    if out:
+        return out
+    kinds = set(cfg.mixers)
+    if "moe" in cfg.ffns and not cfg.is_moe:
+        out.append("ffns name a moe layer but n_experts is 0")
+    if kinds & {"mamba", "mamba2", "hybrid"}:
+        for name in ("ssm_d_inner", "ssm_state"):
+            if getattr(cfg, name) <= 0:
+                out.append(f"{name} ({getattr(cfg, name)}) must be positive for Mamba layers")
+    if "mamba" in kinds and cfg.ssm_dt_rank <= 0:
+        out.append(f"ssm_dt_rank ({cfg.ssm_dt_rank}) must be positive for Mamba layers")
+    if kinds & {"mamba2", "hybrid"}:
+        if cfg.ssm_heads * cfg.ssm_head_dim != cfg.ssm_d_inner:
+            out.append(f"ssm_heads ({cfg.ssm_heads}) x ssm_head_dim ({cfg.ssm_head_dim}) must "
+                       f"equal ssm_d_inner ({cfg.ssm_d_inner}) for Mamba-2 layers")
+        elif cfg.ssm_heads % cfg.ssm_groups or cfg.ssm_d_inner % cfg.ssm_groups:
+            out.append(f"ssm_heads ({cfg.ssm_heads}) must be divisible by ssm_groups "
+                       f"({cfg.ssm_groups})")
+    return out
+
+
 def validate(cfg: ModelConfig) -> None:
     """Raise one ConfigError that names every offending value of ``cfg``."""
     if not isinstance(cfg.name, str) or len(cfg.name) > NAME_MAX:
@@ -333,6 +432,7 @@ def validate(cfg: ModelConfig) -> None:
     if not _is_int(cfg.parallel_norms) or cfg.parallel_norms not in (1, 2):
         problems.append(f"parallel_norms ({_show(cfg.parallel_norms)}) must be 1 or 2")
     problems += _size_problems(cfg)
+    problems += _hybrid_problems(cfg)
     if cfg.parallel_block and cfg.family != "decoder":
         problems.append(f"parallel_block needs family 'decoder', not {cfg.family!r}")
     if cfg.parallel_block and cfg.norm_position != "pre":

@@ -469,6 +469,13 @@ _ALIASES: dict[str, dict[str, str]] = {
 }
 
 
+# state-space and hybrid models (issue 12) live in their own module
+from .hf_hybrid import HYBRID_ALIASES, HYBRID_CONVERTERS  # noqa: E402
+
+CONVERTERS.update(HYBRID_CONVERTERS)
+_ALIASES.update(HYBRID_ALIASES)
+
+
 def _resolve_aliases(model_type: str, raw: dict[str, Any]) -> dict[str, Any]:
     aliases = {a: c for a, c in _ALIASES.get(model_type, {}).items() if raw.get(a) is not None}
     if not aliases:

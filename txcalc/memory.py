@@ -561,14 +561,22 @@ def kv_cache_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
     compressed latent and the shared rotary key instead (kv_lora_rank + rope elements,
     DeepSeek-V2 arXiv:2405.04434 section 2.1.2).
     """
-    return kv_cache_bytes(cfg, 1, 1, kv_dtype, window=False)
+    return kv_cache_bytes(cfg, 1, 1, kv_dtype, window=False, state=False)
+
+
+def state_elements(ops) -> int:
+    """Serving state per sequence, in elements, that the ops declare (``Op.state``): conv and
+    SSM states of state-space mixers, constant in context."""
+    return sum(op.state for op in ops)
 
 
 def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str = "bf16",
-                   window: bool = True, src_seq: int = 0) -> int:
+                   window: bool = True, src_seq: int = 0, state: bool = True) -> int:
     """KV cache of ``batch`` sequences at ``context`` tokens (self-attention) and, for
     encoder-decoder models, the cross-attention cache over ``src_seq`` source tokens.
-    Sliding-window layers keep only the last ``window`` tokens."""
+    Sliding-window layers keep only the last ``window`` tokens. Only layers that attend
+    keep keys and values; state-space mixers keep their declared state instead (``state``:
+    conv + SSM state per sequence, constant in context, stored in ``kv_dtype`` as well)."""
     from .inputs import CONFIG_HINT, MAX_BATCH, MAX_SEQ, instance, integer
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     context = integer("context", context, 1, MAX_SEQ)
@@ -582,10 +590,14 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
     per_token = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) if cfg.is_mla else 2 * cfg.kv_dim
     elements = 0
     for i in range(cfg.n_layers):
+        if not cfg.has_attention(i):
+            continue
         tokens = context
         if window and cfg.window(i):
             tokens = min(context, cfg.window(i))
         elements += per_token * tokens
         if cfg.family == "encoder-decoder":
             elements += 2 * cfg.kv_dim * (src_seq or context)
+    if state:
+        elements += state_elements(model_ops_tuple(cfg))
     return cdiv(elements * batch * bits, 8)

@@ -82,6 +82,14 @@ class Op:
     ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
     trainable: bool = True  #: reserved (LoRA/QLoRA): False = frozen, no grad or states
     weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
+    # --- state-space mixers (txcalc/mixers.py) ----------------------------------------------
+    chunk: int = 0  #: ssd_scan: chunk length Q of the SSD algorithm
+    #: serving state this op keeps per sequence, in elements, constant in context: the
+    #: conv1d's last inputs, the scan's SSM state (read by ``memory.kv_cache_bytes``)
+    state: int = 0
+    #: saved for backward once per forward, not per row: a tensor derived from a parameter
+    #: (Mamba's A = -exp(A_log), E x N); same (width, dtype tag) form as ``saved``
+    saved_once: tuple[tuple[int, str], ...] = ()
 
     @property
     def block_path(self) -> str:
@@ -100,6 +108,12 @@ class Op:
                 (((self.d_out, 1, 1),) if self.bias else ())
         if self.kind == "embedding":
             return ((self.d_in, self.d_out, 2),) if self.params else ()
+        if self.kind == "conv1d":  # weight [C, 1, k], bias [C]
+            return ((self.d_in, self.d_out, 3),) + (((self.d_in, 1, 1),) if self.bias else ())
+        if self.kind == "ssm_scan":  # Mamba: A_log [d_inner, N] and D [d_inner]
+            return ((self.d_in, self.d_out, 2), (self.d_in, 1, 1))
+        if self.kind == "ssd_scan":  # Mamba-2: dt_bias, A_log and D, one per head
+            return ((self.heads, 1, 1),) * 3
         if self.params:
             return ((self.d_in, 1, 1),) * (self.params // self.d_in)
         return ()
@@ -135,12 +149,22 @@ class Op:
         if self.kind in ("attn_scores", "attn_context"):
             width = self.d_in if self.kind == "attn_scores" else self.d_out
             return 2 * rows * self.heads * keys * width
+        if self.kind == "conv1d":  # ``keys``: output positions per sequence
+            return 2 * rows * keys * self.d_in * self.d_out
+        if self.kind == "ssm_scan":  # ``keys``: positions per sequence
+            return 2 * rows * keys * self.d_in * self.d_out
+        if self.kind == "ssd_scan":  # ``keys``: positions per sequence
+            return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)
         return 0
 
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind == "linear":
             return self._matmul(w.rows(self.stream), 1)
+        if self.kind == "conv1d":  # padded on both sides by k - 1, then cut to the S causal
+            return self._matmul(w.batch, w.seq + self.d_out - 1)  # outputs (HF, Mamba's
+        if self.kind in ("ssm_scan", "ssd_scan"):  # reference code)
+            return self._matmul(w.batch, w.seq)
         return self._matmul(w.batch, self.pairs(w, model))
 
     def prefill_flops(self, w: Workload, model: bool = False) -> int:
@@ -161,6 +185,12 @@ class Op:
         """
         if self.stream in ("src", "first"):  # encoder ops and the pooler do not decode
             return 0
+        if self.kind == "conv1d":  # the k cached inputs and the new one: two outputs (HF's
+            return self._matmul(batch, 2)  # causal_conv1d_update keeps the last)
+        if self.kind == "ssm_scan":  # one recurrence step: C_t . h_t per channel
+            return self._matmul(batch, 1)
+        if self.kind == "ssd_scan":  # one recurrence step: h_t C_t per head (a bmm)
+            return 2 * batch * self.heads * self.d_in * self.d_out
         keys = src_seq if self.kv_stream == "src" else context
         if model and self.window and self.kv_stream != "src":
             keys = min(keys, self.window)
@@ -228,6 +258,10 @@ class Op:
             total += self.pairs(w) * 8
         if self.kind == "loss":
             total += 4  # the scalar loss
+        total += sum(width * size[tag] for width, tag in self.saved_once)
+        if self.kind == "ssd_scan":
+            total += ssd_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
+                                     self.chunk)
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
@@ -238,6 +272,46 @@ class Op:
         return 2 * fwd
 
 
+def ssd_flops(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> int:
+    """Matmul FLOPs of Mamba-2's chunked SSD forward (Dao and Gu 2024, arXiv:2405.21060,
+    section 6; HF ``mamba2_chunk_scan``, its five einsums) over c = ceil(S/Q) chunks of Q
+    positions (the last one zero-padded), H heads of width P, state N:
+
+        einsum                      | what                          | FLOPs        | sums over
+        ----------------------------|-------------------------------|--------------|----------
+        C B^T in each chunk         | position x position scores    | 2 B c H Q^2 N| N
+        (scores * decay) x          | the diagonal blocks' output   | 2 B c H Q^2 P| Q
+        B^T x per chunk             | each chunk's final state      | 2 B c H Q P N| Q
+        decay across chunks         | every chunk's start state     | 2B H(c+1)^2PN| c + 1
+        C . start state             | the off-diagonal output       | 2 B c H Q P N| N
+
+    An einsum that sums over a single element is a broadcast multiply, not a matmul (torch
+    runs it as ``mul``): it counts 0, like the elementwise discretisation, decay masks, D skip
+    and gate. Backward is 2x (both operands of each einsum need gradients)."""
+    c = -(-seq // chunk)
+    qn, qq = (n > 1) * c * chunk * p * n, (chunk > 1) * c * chunk
+    return 2 * batch * heads * ((n > 1) * c * chunk * chunk * n + qq * chunk * p + qq * p * n
+                                + qn + (c + 1) ** 2 * p * n)
+
+
+def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> int:
+    """Bytes the chunked SSD (reference/model.py ``SSDScan``, fp32 inside) keeps for backward
+    beyond its per-token inputs (``Op.saved``), over c = ceil(S/Q) chunks of Q positions:
+
+        per padded position (B c Q), per head, fp32: B and C spread to the heads and
+          transposed (2N), x * dt transposed (P), C B^T, its decays and their product (3Q),
+          B decayed to
+          the chunk end (N), the start-state read-out (P), two decay vectors (2)
+        per sequence, per head, fp32: the (c+1)^2 chunk decays, the c+1 chunk states and
+          the c start states (P N each)
+        once: the Q x Q and (c+1) x (c+1) causal masks (bool)
+    """
+    c = -(-seq // chunk)
+    padded = batch * c * chunk * heads * (3 * n + 2 * p + 3 * chunk + 2)
+    chunks = batch * heads * ((c + 1) ** 2 + (2 * c + 1) * p * n)
+    return 4 * (padded + chunks) + chunk * chunk + (c + 1) ** 2
+
+
 def causal_pairs(s: int, window: int = 0) -> int:
     """Attended pairs of a causal mask over s tokens: s(s+1)/2, or with a window w < s:
     w(w+1)/2 for the first w rows plus (s - w) * w for the rest."""
@@ -245,6 +319,9 @@ def causal_pairs(s: int, window: int = 0) -> int:
         return s * (s + 1) // 2
     return window * (window + 1) // 2 + (s - window) * window
 
+
+#: op kinds with matmul-like FLOPs (FlopCounterMode counts them: mm, bmm, convolution)
+FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan")
 
 #: op kinds whose saved tensors live inside a TP region (split over t in any case)
 TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")

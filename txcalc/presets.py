@@ -83,6 +83,19 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+# --- state-space hybrids (issue 12) ---------------------------------------------------------------
+# ai21labs/AI21-Jamba-1.5-Large config.json (arXiv:2408.12570, section 2: 9 blocks of 8 layers,
+# one attention layer (64 query, 8 KV heads, no positions) per block, a MoE of 16 experts (top 2)
+# every other layer, hidden 8192; Mamba d_state 16, conv 4, expand 2; 398B total, 94B active)
+PRESETS["jamba-1.5-large"] = _llama(
+    name="jamba-1.5-large", n_layers=72, d_model=8192, n_heads=64, n_kv_heads=8, d_ff=24576,
+    vocab_size=65536, max_position=262144, pos_type="none",
+    mixers=tuple("attention" if i % 8 == 4 else "mamba" for i in range(72)),
+    ffns=tuple("moe" if i % 2 == 1 else "mlp" for i in range(72)), n_experts=16, top_k=2,
+    moe_d_ff=24576, ssm_d_inner=16384, ssm_state=16, ssm_conv=4, ssm_dt_rank=512,
+    ssm_dt_norms=True)
+
+
 def get_preset(name: str) -> ModelConfig:
     """The preset called ``name`` (case-insensitive), or a ConfigError with close matches."""
     key = name.strip().lower()

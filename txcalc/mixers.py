@@ -1,0 +1,155 @@
+"""State-space token mixers: Mamba (Gu and Dao 2023, arXiv:2312.00752), Mamba-2 (Dao and Gu
+2024, arXiv:2405.21060) and LFM2's gated short convolution, each as named Ops that declare
+their costs once.
+
+Legend: D d_model, E = ssm_d_inner (expand * D), N ssm_state, R ssm_dt_rank, k ssm_conv,
+H ssm_heads, P ssm_head_dim (H * P = E), G ssm_groups, Q ssm_chunk, T = B * S tokens.
+
+Mamba (``layers.{i}.mamba.*``):
+
+    op         | operation                         | params              | forward FLOPs
+    -----------|-----------------------------------|---------------------|--------------------
+    in_proj    | D -> 2E (x and the gate z)        | 2DE (+2E)           | 2T D 2E
+    conv1d     | depthwise causal conv over E      | E k (+E)            | 2B (S+k-1) E k
+    x_proj     | E -> R + 2N (dt, B, C)            | E(R + 2N)           | 2T E (R+2N)
+    dt_norm..  | RMSNorms on dt, B, C (Jamba)      | R + 2N              | -
+    dt_proj    | R -> E                            | RE + E              | 2T R E
+    scan       | h_t = exp(dt A) h_{t-1} + dt B x; | A_log E N, D E      | 2T E N (y = C h)
+               |   y_t = C_t h_t + D x, * silu(z)  |                     |
+    out_proj   | E -> D                            | ED (+D)             | 2T E D
+
+Mamba-2 (``layers.{i}.mamba.*``), conv width C = E + 2GN:
+
+    op         | operation                         | params              | forward FLOPs
+    -----------|-----------------------------------|---------------------|--------------------
+    in_proj    | D -> E (z) + C (x, B, C) + H (dt) | D(E+C+H) (+E+C+H)   | 2T D (E+C+H)
+    conv1d     | depthwise causal conv over C      | C k (+C)            | 2B (S+k-1) C k
+    scan       | chunked SSD                       | dt_bias, A_log, D: H| ``ops.ssd_flops``
+    norm       | gated RMSNorm: norm(y * silu(z))  | E                   | -
+    out_proj   | E -> D                            | ED (+D)             | 2T E D
+
+FLOPs convention: as everywhere in txcalc, matmul work only (what FlopCounterMode counts:
+mm, bmm, convolution). The conv is counted as executed by the reference code (HF and
+Mamba's own ``causal_conv1d`` fallback: padded by k-1 on both sides, S+k-1 outputs, the last
+k-1 dropped). The Mamba scan's matmul work is the output contraction y_t = C_t h_t (one bmm
+per position in HF's sequential scan); its elementwise work (discretisation exp(dt A) and
+dt B x, 3 multiplies and an exp per (token, channel, state), the recurrence's multiply-add,
+the D skip and the gate) is not counted: ``scan_elementwise_flops`` states it separately.
+Mamba-2's scan is the SSD algorithm's five einsums at chunk length Q (``ops.ssd_flops``; one
+that sums over a single element is a multiply, 0, as torch runs it).
+Backward is 2x forward for every op here (input and weight gradients; the conv's weight
+gradient over its groups: FlopCounterMode's ``convolution_backward`` formula ignores
+``groups`` and counts C times the real work of a depthwise conv; the tests measure with that
+one formula corrected, ``reference.measure.conv_backward_by_groups``).
+
+Saved for backward (checked per layer with saved_tensors_hooks against reference/model.py,
+which runs the scans as HF's torch paths do, fp32 inside): Mamba's sequential scan keeps two
+E x N fp32 tensors per token (exp(dt A) and h_t), ``_mamba_scan_saved``; Mamba-2's chunked SSD
+keeps chunk-shaped temporaries, ``ops.ssd_saved_bytes``. Fused kernels (mamba_ssm) keep far
+less; they are not modelled.
+
+Serving state (``Op.state``, elements per sequence, constant in context): the conv1d keeps its
+last k inputs (HF's cache: conv_state [B, C, k]), the scan its SSM state (Mamba: E x N;
+Mamba-2: H x P x N).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+from .config import ModelConfig
+from .ops import Op, _roles, elementwise, linear, norm
+
+Where = tuple[str, int]
+
+
+def conv1d(path: str, where: Where, component: str, channels: int, kernel: int, bias: bool,
+           saved: tuple[tuple[int, str], ...]) -> Op:
+    """Depthwise causal conv1d: ``channels`` x ``kernel`` weights (+ bias); keeps its last
+    ``kernel`` inputs per sequence for decoding (HF's conv_state)."""
+    return Op(path, "conv1d", where[0], where[1], component,
+              channels * kernel + (channels if bias else 0), 1, 1, channels, kernel,
+              saved=saved, bias=bias, state=channels * kernel, **_roles("conv1d", where[1]))
+
+
+def mamba(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -> Iterator[Op]:
+    """The Mamba (v1) mixer, in forward order (table in the module docstring)."""
+    D, E, N, R, k = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_state, cfg.ssm_dt_rank, cfg.ssm_conv
+    c = p + "mamba."
+    yield linear(c + "in_proj", where, "mamba.in_proj", D, 2 * E, cfg.ssm_bias,
+                 shares_input=shares_input)
+    # saved: the conv's input is a view of in_proj's output (x and z together, 2E), whose
+    # silu(z) gate reads the other half; the conv output for its silu
+    yield conv1d(c + "conv1d", where, "mamba.conv1d", E, k, cfg.ssm_conv_bias,
+                 saved=((2 * E, "a"), (E, "a")))
+    yield linear(c + "x_proj", where, "mamba.x_proj", E, R + 2 * N, False)
+    if cfg.ssm_dt_norms:
+        for name, width in (("dt_norm", R), ("b_norm", N), ("c_norm", N)):
+            yield norm(c + name, where, "mamba." + name, width, "rmsnorm", False, True)
+    yield linear(c + "dt_proj", where, "mamba.dt_proj", R, E, True)
+    yield Op(c + "scan", "ssm_scan", where[0], where[1], "mamba.scan", E * N + E, 1, 1, E, N,
+             saved=_mamba_scan_saved(E, N), saved_once=((2 * E * N, "f32"),), state=E * N,
+             **_roles("ssm_scan", where[1]))
+    yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
+
+
+def _mamba_scan_saved(E: int, N: int) -> tuple[tuple[int, str], ...]:
+    """Per token, what the sequential scan keeps for backward (HF's ``mamba_selective_scan``
+    and reference/model.py's ``MambaScan``, fp32 inside): exp(dt A) and the state h_t (E N
+    each); softplus's input and output dt, dt * x and the output before the gate (E each);
+    B and C upcast (N each); x upcast (a copy only when the model is not fp32); silu(z) in
+    the activation dtype. Once per forward: exp(A_log) and A = -exp(A_log) (E N each, fp32:
+    ``Op.saved_once``)."""
+    return ((2 * E * N + 4 * E + 2 * N, "f32"), (E, "up32"), (E, "a"))
+
+
+def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -> Iterator[Op]:
+    """The Mamba-2 mixer, in forward order (table in the module docstring)."""
+    D, E, N, k = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_state, cfg.ssm_conv
+    H, P, G = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups
+    C = E + 2 * G * N
+    c = p + "mamba."
+    yield linear(c + "in_proj", where, "mamba.in_proj", D, E + C + H, cfg.ssm_bias,
+                 shares_input=shares_input)
+    yield conv1d(c + "conv1d", where, "mamba.conv1d", C, k, cfg.ssm_conv_bias,
+                 saved=((E + C + H, "a"), (C, "a")))
+    # saved per token: softplus's input dt (H), dt and x in fp32 (H + E); the chunked
+    # temporaries: ops.ssd_saved_bytes; once: exp(A_log) and A (H each)
+    yield Op(c + "scan", "ssd_scan", where[0], where[1], "mamba.scan", 3 * H, 1, 1, P, N,
+             heads=H, chunk=cfg.ssm_chunk, saved=((H, "a"), (H + E, "f32")),
+             saved_once=((2 * H, "f32"),), state=H * P * N, **_roles("ssd_scan", where[1]))
+    # y * silu(z) in fp32 (z upcast: a copy unless fp32, where z is part of in_proj's output,
+    # already saved), then RMSNorm over G groups: y, silu(z), their product, 1/rms per group,
+    # the normalised product in the activation dtype for the scale
+    gate = ((3 * E + G, "f32"), (E, "up32"), (E, "a")) if cfg.ssm_gated_norm else \
+        ((2 * E, "f32"), (E, "up32"))
+    if cfg.ssm_gated_norm:
+        op = norm(c + "norm", where, "mamba.norm", E, "rmsnorm", False, True)
+        yield dataclasses.replace(op, saved=gate)
+    else:
+        yield elementwise(c + "gate", where, "mamba.gate", "activation", gate)
+    yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
+
+
+def short_conv(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
+    """LFM2's gated short convolution (``layers.{i}.conv.*``): in_proj D -> 3D (B, C, x),
+    B * x, a depthwise causal conv1d over D channels (kernel ssm_conv, no activation), C * the
+    conv's output, out_proj D -> D; every projection and the conv biased by ``ssm_bias``.
+    Saved besides the projections' inputs: in_proj's output (B and x for their product, C
+    for the gate), B * x (the conv's input) and the conv's S kept outputs. Serving state: the
+    conv's last k inputs (D x k)."""
+    D, k, bias = cfg.d_model, cfg.ssm_conv, cfg.ssm_bias
+    c = p + "conv."
+    yield linear(c + "in_proj", where, "conv.in_proj", D, 3 * D, bias)
+    yield conv1d(c + "conv1d", where, "conv.conv1d", D, k, bias, saved=((5 * D, "a"),))
+    yield linear(c + "out_proj", where, "conv.out_proj", D, D, bias)
+
+
+def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
+    """Elementwise FLOPs of one Mamba scan forward over ``tokens`` tokens, not in the matmul
+    FLOPs (a convention, stated for those who count them): per (token, channel, state) dt*A,
+    exp, dt*B, *x, the recurrence's multiply and add (6); per (token, channel) the D skip's
+    multiply-add and the gate's multiply (3)."""
+    E, N = cfg.ssm_d_inner, cfg.ssm_state
+    return tokens * (6 * E * N + 3 * E)
