@@ -498,7 +498,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
     logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
-    zero3_blocks = np.where(zero == 3, ov.zero3_prefetch_blocks * wb
+    # a shard group of one rank gathers nothing: ZeRO-3 there is ZeRO-0 (FSDP2 at world 1 keeps
+    # no unsharded copies beside its parameters)
+    z3 = (zero == 3) & (shard > 1)
+    zero3_blocks = np.where(z3, ov.zero3_prefetch_blocks * wb
                             * A["layer_params"][ti, ei], 0)
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
@@ -551,7 +554,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         # and gradient shards with the master are FSDP2's (memory.ZeroBytes).
         # fp8 training's cached fp8 weights and transposes (memory.Fp8Recipe) stay whole on
         # each rank under ZeRO 0-2; ZeRO-3 casts each gathered layer (within its buffers)
-        fp8 = np.where(zero < 3, flat["fp8"].take(base), 0)
+        fp8 = np.where(z3, 0, flat["fp8"].take(base))
         cat = {"weights": wb * held(2, gather_d, gather_e) + p_shard * held(2) + fp8,
                "gradients": g_held * held(2) + g_copy * held(1), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
@@ -562,7 +565,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
-        cat["zero3_buffers"] = np.where(zero == 3, np.minimum(
+        cat["zero3_buffers"] = np.where(z3, np.minimum(
             zero3_blocks + wb * flat["root_params"].take(base), wb * (pd + pe)), 0)
         tensors = sum(cat.values())
         cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
