@@ -613,12 +613,17 @@ def _olmoe(f):
 
 def _phimoe(f):
     """Phi-3.5-MoE: LayerNorms with bias, biased attention (attention_bias), Mixtral-style MoE,
-    an optional lm_head bias and a window on every layer when ``sliding_window`` is set."""
+    an optional lm_head bias and a window on every layer when ``sliding_window`` is set. Its
+    router (sparsemixer) always picks two experts: ``num_experts_per_tok`` is not read."""
     out = _llama_like(f, max_pos=131072, kv_heads=8)
     window = _window(f, None)
-    return out | {"norm_type": "layernorm", "norm_bias": True,
-                  "n_experts": f.int("num_local_experts", 16),
-                  "top_k": f.int("num_experts_per_tok", 2), "moe_d_ff": out["d_ff"],
+    n_experts = f.int("num_local_experts", 16)
+    if n_experts < 2:
+        raise ConfigError(f"{f.where}: field 'num_local_experts' ({n_experts}): PhiMoE's router "
+                          "always picks two experts, so HF sends every token twice through "
+                          "one; txcalc needs at least 2 experts")
+    return out | {"norm_type": "layernorm", "norm_bias": True, "n_experts": n_experts,
+                  "top_k": 2, "moe_d_ff": out["d_ff"],
                   "lm_head_bias": f.bool("lm_head_bias", False)} | (
         {"sliding_window": window} if window else {})
 
