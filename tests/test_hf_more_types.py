@@ -37,11 +37,11 @@ SETTINGS = settings(max_examples=max(4, EXAMPLES), deadline=None,
                     derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
                     suppress_health_check=list(HealthCheck))
 
-MOE = {"granitemoe", "glm4_moe", "olmoe", "phimoe", "minimax_m2", "qwen3_vl_moe"}
+MOE = {"dbrx", "granitemoe", "glm4_moe", "olmoe", "phimoe", "minimax_m2", "qwen3_vl_moe"}
 VL = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"}
 
 
-def hf_model(raw: dict):
+def hf_model(raw: dict, device: str = "meta"):
     """The HF model of a config.json dict on meta: eager attention, batched_mm experts."""
     cfg = hf_config(raw)
     for c in (cfg, getattr(cfg, "text_config", None)):
@@ -51,7 +51,7 @@ def hf_model(raw: dict):
                 c._experts_implementation = "batched_mm"
     cls = (transformers.AutoModelForImageTextToText if raw["model_type"] in VL
            else transformers.AutoModelForCausalLM)
-    with torch.device("meta"), warnings.catch_warnings():
+    with torch.device(device), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cls.from_config(cfg)
 
@@ -67,12 +67,15 @@ def expected_active(raw: dict, model) -> int:
     """Everything outside the stacked expert tensors once, plus top_k / E of the expert tensors."""
     cfg = hf_config(raw)
     # PhiMoE's sparsemixer picks two experts whatever num_experts_per_tok says
-    top_k = 2 if raw["model_type"] == "phimoe" else getattr(
-        getattr(cfg, "text_config", cfg), "num_experts_per_tok")
+    if raw["model_type"] == "dbrx":
+        top_k = cfg.ffn_config.moe_top_k
+    else:
+        top_k = 2 if raw["model_type"] == "phimoe" else getattr(
+            getattr(cfg, "text_config", cfg), "num_experts_per_tok")
     active = language_params(raw, model)
     for name, module in model.named_modules():
         if type(module).__name__.endswith("Experts") and ".visual." not in f".{name}":
-            n = sum(p.numel() for p in module.parameters(recurse=False))
+            n = sum(p.numel() for p in module.parameters())  # DBRX: in a child ``mlp``
             active += n // module.num_experts * top_k - n
     return active
 
@@ -80,8 +83,10 @@ def expected_active(raw: dict, model) -> int:
 def train_step_flops(raw: dict, batch: int, seq: int) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = hf_model(raw)
-    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    # DBRX's experts loop over the experts hit (``nonzero``, not on meta): tiny real tensors
+    device = "cpu" if raw["model_type"] == "dbrx" else "meta"
+    model = hf_model(raw, device)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
     with FlopCounterMode(display=False) as counter:
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -256,8 +261,30 @@ def gpt_neo(draw) -> dict:
     return raw
 
 
+@st.composite
+def dbrx(draw) -> dict:
+    hidden, heads, _ = draw(geometry())
+    n_experts = draw(st.integers(1, 6))
+    raw = {"model_type": "dbrx", "vocab_size": draw(VOCAB),
+           # HF's DBRX attention needs both (it clamps q/k/v whatever clip_qkv says)
+           "attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0},
+           "ffn_config": {"moe_num_experts": n_experts,
+                          "moe_top_k": draw(st.integers(1, n_experts))}}
+    # not the alias hidden_size: HF resolves it after sizing the experts by the default d_model
+    raw["d_model"] = hidden
+    raw[draw(st.sampled_from(["n_heads", "num_attention_heads"]))] = heads
+    raw[draw(st.sampled_from(["n_layers", "num_hidden_layers"]))] = draw(LAYERS)
+    maybe(draw, raw["attn_config"], "kv_n_heads", st.sampled_from(divisors(heads)))
+    maybe(draw, raw["ffn_config"], "ffn_hidden_size", WIDTH)
+    maybe(draw, raw["ffn_config"], "ffn_act_fn", st.sampled_from(
+        [{"name": a} for a in ("silu", "gelu", "gelu_pytorch_tanh")]))
+    maybe(draw, raw, "max_seq_len", st.integers(16, 4096))
+    return raw
+
+
 STRATEGIES = {t: (vl_type(t) if t in VL else llama_type(t)) for t in _MORE_CONVERTERS}
-STRATEGIES.update({"gpt_bigcode": gpt_bigcode(), "codegen": codegen(), "gpt_neo": gpt_neo()})
+STRATEGIES.update({"gpt_bigcode": gpt_bigcode(), "codegen": codegen(), "gpt_neo": gpt_neo(),
+                   "dbrx": dbrx()})
 
 
 def test_every_new_converter_has_a_strategy():

@@ -634,6 +634,34 @@ def _minimax_m2(f):  # q/k RMSNorm over all heads, MoE whose correction bias is 
                   "top_k": f.int("num_experts_per_tok", 8), "moe_d_ff": out["d_ff"]}
 
 
+def _dbrx(f):
+    """DBRX: bias-free LayerNorms and projections (a fused Wqkv: the same weights as q, k and
+    v), GQA with ``attn_config.kv_n_heads`` KV heads, every layer a gated MoE
+    (``ffn_config``: experts of width ffn_hidden_size, top moe_top_k); never tied."""
+    sub = {}
+    for key in ("attn_config", "ffn_config"):
+        v = f.raw.get(key) or {}
+        if not isinstance(v, dict):
+            raise ConfigError(f"{f.where}: field {key!r} ({_show(v)}) must be an object")
+        sub[key] = _Fields(v, f"{f.where} {key}")
+    attn, ffn = sub["attn_config"], sub["ffn_config"]
+    act = ffn.get("ffn_act_fn", {"name": "silu"})
+    name = act.get("name", "silu") if isinstance(act, dict) else act
+    if name not in _ACT or _ACT[name] not in _GATED:
+        raise ConfigError(f"{f.where}: field 'ffn_config.ffn_act_fn' ({_show(act)}) is not a "
+                          f"known gated activation ({', '.join(sorted(_GATED))})")
+    d_ff = ffn.int("ffn_hidden_size", 3584)
+    out = dict(n_layers=f.int("n_layers", 24), d_model=f.int("d_model", 2048),
+               n_heads=f.int("n_heads", 16), n_kv_heads=attn.int("kv_n_heads", 1),
+               vocab_size=f.int("vocab_size", 32000), d_ff=d_ff, moe_d_ff=d_ff,
+               max_position=f.int("max_seq_len", 2048), activation=_GATED[_ACT[name]],
+               norm_type="layernorm", norm_bias=False, pos_type="rotary",
+               n_experts=ffn.int("moe_num_experts", 4), top_k=ffn.int("moe_top_k", 1),
+               tie_embeddings=f.bool("tie_word_embeddings", False))
+    f.problems += attn.problems + ffn.problems
+    return out
+
+
 def _codegen(f):  # GPT-J's block (one LayerNorm, parallel), fused bias-free qkv_proj
     return _gptj(f)
 
@@ -761,7 +789,7 @@ _MORE_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "ministral": _ministral, "ministral3": _ministral3, "ernie4_5": _ernie4_5,
     "seed_oss": _seed_oss, "hunyuan_v1_dense": _hunyuan_v1_dense, "glm4": _glm4,
     "glm4_moe": _glm4_moe, "olmoe": _olmoe, "phimoe": _phimoe, "minimax_m2": _minimax_m2,
-    "codegen": _codegen, "gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "phi": _phi,
+    "dbrx": _dbrx, "codegen": _codegen, "gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "phi": _phi,
     "stablelm": _stablelm,
     "qwen2_vl": _vl_text(_qwen2_vl_text, inner_tie=True),
     "qwen2_5_vl": _vl_text(_qwen2_vl_text, inner_tie=True),
@@ -773,6 +801,8 @@ _ALIASES.update({
            "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
        for t in ("codegen", "gpt_bigcode")},
     "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
+    "dbrx": {"num_attention_heads": "n_heads", "hidden_size": "d_model",
+             "num_hidden_layers": "n_layers", "max_position_embeddings": "max_seq_len"},
     "olmoe": {"num_local_experts": "num_experts"},
     "glm4_moe": {"num_local_experts": "n_routed_experts"},
     "minimax_m2": {"num_experts": "num_local_experts"},
