@@ -282,7 +282,10 @@ def _gemma(f, v2: bool = False):  # Gemma reads ``hidden_act``, Gemma 2 ``hidden
     out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=8192,
                       kv_heads=4 if v2 else 16, head_dim=256)
     act_key = "hidden_activation" if v2 else "hidden_act"
-    return out | {"activation": _GATED[f.act(act_key, "gelu_pytorch_tanh")]}
+    act = f.act(act_key, "gelu_pytorch_tanh")
+    if not v2 and f.get("hidden_act") == "gelu":  # GemmaConfig reads legacy "gelu" as tanh GELU
+        act = "gelu_tanh"
+    return out | {"activation": _GATED[act]}
 
 
 def _gemma2(f):
@@ -774,7 +777,9 @@ def _qwen3_vl_moe_text(f):  # Qwen3-MoE's layout (decoder_sparse_step, mlp_only_
     if not isinstance(only, list) or not all(_is_index(i) for i in only):
         raise ConfigError(f"{f.where}: field 'mlp_only_layers' ({only!r:.200}) must be a list "
                           "of layer indices")
-    return out | dict(n_experts=f.int("num_experts", 60), top_k=f.int("num_experts_per_tok", 4),
+    # num_experts is the alias of the stored num_local_experts (HF's attribute_map)
+    key = "num_experts" if f.get("num_experts") is not None else "num_local_experts"
+    return out | dict(n_experts=f.int(key, 60), top_k=f.int("num_experts_per_tok", 4),
                       moe_d_ff=f.int("moe_intermediate_size", 1408),
                       moe_every=f.int("decoder_sparse_step", 1),
                       dense_layers=tuple(sorted({i for i in only if 0 <= i < n})))
