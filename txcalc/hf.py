@@ -41,8 +41,10 @@ class _Fields:
     def __init__(self, raw: dict[str, Any], where: str):
         self.raw, self.where = raw, where
         self.problems: list[str] = []  # non-positive sizes, all reported together
+        self.read: set[str] = set()  # fields a converter looked at (closest_types)
 
     def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
         v = self.raw.get(key)
         return default if v is None else v
 
@@ -823,16 +825,87 @@ def _resolve_aliases(model_type: str, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def supported_types() -> list[str]:
+    """Every ``model_type`` txcalc reads, sorted: the one list ``txcalc presets`` and the
+    README show."""
+    return sorted(CONVERTERS)
+
+
+def closest_types(raw: dict[str, Any], n: int = 3) -> tuple[list[str], list[str]]:
+    """Supported types closest to a config of an unsupported ``model_type``: by the name
+    (difflib ratio; a supported name inside it or it inside one counts as close), and by the
+    config's fields (the converters that read the most of the fields it sets)."""
+    import difflib
+
+    model_type = raw.get("model_type")
+    by_name: list[str] = []
+    if isinstance(model_type, str) and model_type:
+        key = model_type.lower()
+        base = key.replace("-", "_")
+        scored = sorted(CONVERTERS, key=lambda t: (
+            -(t in base or base in t or t.split("_")[0] == base.split("_")[0]),
+            -difflib.SequenceMatcher(None, base, t).ratio(), t))
+        by_name = [t for t in scored if t in base or base in t
+                   or t.split("_")[0] == base.split("_")[0]
+                   or difflib.SequenceMatcher(None, base, t).ratio() >= 0.6][:n]
+    keys = {k for k, v in raw.items() if v is not None and k not in _GENERIC_KEYS}
+    scores = []
+    for t, convert in CONVERTERS.items():
+        f = _Probe(_resolve_aliases(t, raw), "")
+        try:
+            convert(f)
+        except Exception:  # a partial read still says which fields the type knows
+            pass
+        hits = len(keys & f.read)
+        if hits:  # most fields in common first, then the type that reads fewest others
+            scores.append((-hits, -hits / len(f.read), t))
+    by_keys = [t for *_, t in sorted(scores)][:n]
+    return by_name, by_keys
+
+
+class _Probe(_Fields):
+    """A lenient reader for closest_types: missing or odd fields read as harmless values, so
+    that a converter runs to its end and shows every field it knows."""
+
+    def int(self, key: str, default: int | None = None) -> int:
+        self.read.add(key)
+        v = self.raw.get(key, default)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 2
+
+    def bool(self, key: str, default: bool) -> bool:
+        self.read.add(key)
+        v = self.raw.get(key, default)
+        return v if isinstance(v, bool) else default
+
+    def act(self, key: str, default: str) -> str:
+        self.read.add(key)
+        return _ACT.get(self.raw.get(key, default), "silu")
+
+
+#: fields every config.json may carry: they say nothing about the architecture
+_GENERIC_KEYS = frozenset({"model_type", "architectures", "torch_dtype", "dtype",
+                           "transformers_version", "_name_or_path", "bos_token_id",
+                           "eos_token_id", "pad_token_id", "use_cache", "initializer_range"})
+
+
+def _closest_hint(raw: dict[str, Any]) -> str:
+    by_name, by_keys = closest_types(raw)
+    parts = ([f"by name {', '.join(by_name)}"] if by_name else []) + (
+        [f"by its fields {', '.join(by_keys)}"] if by_keys else [])
+    return f"closest supported: {'; '.join(parts)}; " if parts else ""
+
+
 def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     """A ModelConfig from the parsed contents of a HF config.json."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{name}: expected a JSON object, got {type(raw).__name__}")
     model_type = raw.get("model_type")
     if model_type is None:
-        raise ConfigError(f"{name}: no 'model_type' field; supported: {', '.join(sorted(CONVERTERS))}")
-    if not isinstance(model_type, str) or model_type not in CONVERTERS:
-        raise ConfigError(f"{name}: unsupported model_type {model_type!r}; supported: "
+        raise ConfigError(f"{name}: no 'model_type' field; {_closest_hint(raw)}supported: "
                           f"{', '.join(sorted(CONVERTERS))}")
+    if not isinstance(model_type, str) or model_type not in CONVERTERS:
+        raise ConfigError(f"{name}: unsupported model_type {_show(model_type)}; "
+                          f"{_closest_hint(raw)}supported: {', '.join(sorted(CONVERTERS))}")
     f = _Fields(_resolve_aliases(model_type, raw), name)
     try:
         fields = CONVERTERS[model_type](f)
