@@ -101,3 +101,58 @@ def test_closest_types_never_raise_on_odd_fields():
     closest_types(odd)
     with pytest.raises(ConfigError, match="unsupported model_type 'zz'"):
         from_hf_dict(odd)
+
+
+# --- presets of the new types: published parameter counts ---------------------------------------
+import txcalc  # noqa: E402
+
+from .hf_models import numel  # noqa: E402
+from .test_hf_more_types import hf_model as hf_language_model, language_params  # noqa: E402
+
+#: (preset, published total, tolerance, source). Where the publisher rounds, the tolerance says
+#: how much; our count is HF's (tests/test_presets.py checks each preset against its
+#: config.json and the HF model on meta).
+PUBLISHED = [
+    # IBM model card (huggingface.co/ibm-granite/granite-3.3-8b-instruct): "8B"; exact count
+    # 8,170,864,640: the card rounds 8.17B down (2.1%)
+    ("granite-3.3-8b", 8e9, 0.025),
+    # Abdin et al. 2024, arXiv:2412.08905, abstract: "a 14-billion parameter language model";
+    # exact 14,659,507,200: rounded down (4.7%)
+    ("phi-4", 14e9, 0.05),
+    # Qwen3 technical report, arXiv:2505.09388, Table 2: 235B total; exact 235,093,634,560
+    ("qwen3-235b-a22b", 235e9, 0.001),
+    # GLM-4.5 report, arXiv:2508.06471, abstract: 355B total. HF builds no MTP layer: our (and
+    # HF's) 352,797,814,784 is 0.62% below; the checkpoint's MTP layer makes up the rest
+    ("glm-4.5", 355e9, 0.007),
+]
+
+
+@pytest.mark.parametrize("name,figure,tol", PUBLISHED, ids=[p[0] for p in PUBLISHED])
+def test_published_totals_of_new_presets(name, figure, tol):
+    assert abs(txcalc.params(name).total - figure) / figure <= tol
+
+
+def test_published_active_params_of_new_presets():
+    # Qwen3 report, Table 2: 22B activated; ours 22,190,763,520 (0.9% above the rounded figure)
+    assert abs(txcalc.params("qwen3-235b-a22b").active - 22e9) / 22e9 < 0.01
+    # GLM-4.5 report: 32B activated, counted without the embedding table and the untied LM
+    # head (2 x 151552 x 5120); with them txcalc's active count is 33,632,251,904
+    glm = txcalc.load("glm-4.5")
+    tables = 2 * glm.vocab_size * glm.d_model
+    assert abs(txcalc.params(glm).active - tables - 32e9) / 32e9 < 0.005
+
+
+LANGUAGE = Path(__file__).parent / "data" / "hf_language"
+
+
+def test_qwen2_5_vl_72b_language_model():
+    """Qwen/Qwen2.5-VL-72B-Instruct config.json: txcalc imports its language model, which is
+    Qwen2.5-72B: "Number of Parameters: 72.7B" on its model card (huggingface.co/Qwen/
+    Qwen2.5-72B; rounded, ours is 72,706,203,648). The whole
+    checkpoint with its 0.7B vision tower (73.4B, "72B") is issue 12 item 3 (multimodal)."""
+    raw = json.loads((LANGUAGE / "qwen2.5-vl-72b.json").read_text())
+    counts = txcalc.params(txcalc.load(LANGUAGE / "qwen2.5-vl-72b.json"))
+    model = hf_language_model(raw)
+    assert counts.total == language_params(raw, model) == 72_706_203_648
+    assert numel(model) - counts.total == 704_573_696  # the vision tower and its merger
+    assert abs(counts.total - 72.7e9) / 72.7e9 < 0.0005
