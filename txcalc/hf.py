@@ -481,8 +481,8 @@ _ALIASES: dict[str, dict[str, str]] = {
 # rotary_dim) and layers without rotary (SmolLM3's NoPE layers) change no parameter or matmul.
 
 
-def _layer_pattern(f: _Fields, n_layers: int, window: int, sliding: list[bool]) -> dict[str, Any]:
-    """Window fields for a per-layer sliding pattern (the short forms where they fit)."""
+def _layer_pattern(n_layers: int, window: int, sliding: list[bool]) -> dict[str, Any]:
+    """Window fields for a per-layer sliding pattern: every layer, or the listed ones."""
     layers = tuple(i for i, s in enumerate(sliding) if s)
     if not window or not layers:
         return {}
@@ -539,7 +539,7 @@ def _smollm3(f):
             raise ConfigError(f"{f.where}: field 'no_rope_layers' ({nope!r:.200}) must give a "
                               f"flag for each of the {n} layers")
         sliding = [not nope[i] for i in range(n)]
-    return out | _layer_pattern(f, n, window, sliding)
+    return out | _layer_pattern(n, window, sliding)
 
 
 def _ministral(f):
@@ -551,7 +551,7 @@ def _ministral(f):
     sliding = _layer_types(f, n)
     if sliding is None:
         sliding = [bool(window)] * n
-    return out | _layer_pattern(f, n, window, sliding)
+    return out | _layer_pattern(n, window, sliding)
 
 
 def _ministral3(f):  # Mistral 3: head_dim 128 by default; a window, when set, on every layer
@@ -701,7 +701,7 @@ def _gpt_neo(f):
                max_position=f.int("max_position_embeddings", 2048), pos_type="learned",
                activation=f.act("activation_function", "gelu_new"), out_bias=True, mlp_bias=True,
                tie_embeddings=f.bool("tie_word_embeddings", True))
-    return out | _layer_pattern(f, n, f.int("window_size", 256), [k == "local" for k in kinds])
+    return out | _layer_pattern(n, f.int("window_size", 256), [k == "local" for k in kinds])
 
 
 def _phi(f):
@@ -748,7 +748,12 @@ def _vl_text(convert: Callable[[_Fields], dict[str, Any]], inner_tie: bool = Fal
         tie = f.bool("tie_word_embeddings", False) or (
             inner_tie and inner.bool("tie_word_embeddings", False))
         return out | {"tie_embeddings": tie}
-    return read
+
+    def language_model(f: _Fields) -> dict[str, Any]:
+        model_type = f.raw.get("model_type")
+        return read(f) | {"source": f"HF config.json ({model_type}: the language model; its "
+                                    "vision tower is not counted)"}
+    return language_model
 
 
 def _qwen2_vl_text(f):
@@ -765,7 +770,7 @@ def _qwen2_vl_text(f):
     if sliding is None:
         mwl = f.int("max_window_layers", 80)
         sliding = [i >= mwl for i in range(n)]
-    return out | _layer_pattern(f, n, window, sliding)
+    return out | _layer_pattern(n, window, sliding)
 
 
 def _qwen3_vl_text(f):  # Qwen3 dense: per-head q/k RMSNorm
@@ -921,7 +926,8 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
         raise ConfigError(f"{name}: cannot read {model_type} config: {e}") from None
     if f.problems:
         raise ConfigError(f"{name}: " + "; ".join(f.problems))
-    return ModelConfig(name=name, source=f"HF config.json ({model_type})", **fields)
+    source = fields.pop("source", f"HF config.json ({model_type})")
+    return ModelConfig(name=name, source=source, **fields)
 
 
 def load_hf_config(path: str | Path) -> ModelConfig:
