@@ -41,8 +41,10 @@ class _Fields:
     def __init__(self, raw: dict[str, Any], where: str):
         self.raw, self.where = raw, where
         self.problems: list[str] = []  # non-positive sizes, all reported together
+        self.read: set[str] = set()  # fields a converter looked at (closest_types)
 
     def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
         v = self.raw.get(key)
         return default if v is None else v
 
@@ -282,7 +284,10 @@ def _gemma(f, v2: bool = False):  # Gemma reads ``hidden_act``, Gemma 2 ``hidden
     out = _llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=8192,
                       kv_heads=4 if v2 else 16, head_dim=256)
     act_key = "hidden_activation" if v2 else "hidden_act"
-    return out | {"activation": _GATED[f.act(act_key, "gelu_pytorch_tanh")]}
+    act = f.act(act_key, "gelu_pytorch_tanh")
+    if not v2 and f.get("hidden_act") == "gelu":  # GemmaConfig reads legacy "gelu" as tanh GELU
+        act = "gelu_tanh"
+    return out | {"activation": _GATED[act]}
 
 
 def _gemma2(f):
@@ -469,6 +474,353 @@ _ALIASES: dict[str, dict[str, str]] = {
 }
 
 
+# --- more decoder types: aliases and small converters over the structures above ---------------
+# Each states what of its HF class changes the parameter and FLOP structure; multipliers and
+# scalings (Granite's embedding/residual/attention/logit multipliers) are elementwise work that
+# neither count sees. Rotary is elementwise too: partial rotary (Phi, StableLM, CodeGen's
+# rotary_dim) and layers without rotary (SmolLM3's NoPE layers) change no parameter or matmul.
+
+
+def _layer_pattern(n_layers: int, window: int, sliding: list[bool]) -> dict[str, Any]:
+    """Window fields for a per-layer sliding pattern: every layer, or the listed ones."""
+    layers = tuple(i for i, s in enumerate(sliding) if s)
+    if not window or not layers:
+        return {}
+    if len(layers) == n_layers:
+        return {"sliding_window": window}
+    return {"sliding_window": window, "sliding_layers": layers}
+
+
+def _layer_types(f: _Fields, n_layers: int) -> list[bool] | None:
+    """HF ``layer_types`` as a list of "slides" flags, None when the field is absent."""
+    types = f.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layers or not all(
+            t in ("sliding_attention", "full_attention") for t in types):
+        raise ConfigError(f"{f.where}: field 'layer_types' ({types!r:.200}) must list "
+                          f"'sliding_attention' or 'full_attention' once for each of the "
+                          f"{n_layers} layers")
+    return [t == "sliding_attention" for t in types]
+
+
+def _window(f: _Fields, default: int | None) -> int:
+    """``sliding_window`` (an explicit null: none), 0 when off."""
+    if "sliding_window" in f.raw and f.raw["sliding_window"] is None:
+        return 0
+    return f.int("sliding_window", default) if f.get("sliding_window", default) else 0
+
+
+def _granite(f):  # Llama plus four scalar multipliers (elementwise)
+    return _llama_like(f, mlp_bias=True)
+
+
+def _granitemoe(f):  # Llama attention (o_proj biased with attention_bias too), Mixtral-style MoE
+    out = _llama_like(f)
+    return out | {"n_experts": f.int("num_local_experts", 8),
+                  "top_k": f.int("num_experts_per_tok", 2), "moe_d_ff": out["d_ff"]}
+
+
+def _smollm3(f):
+    """Llama with NoPE layers (``no_rope_layers``: elementwise only) and an optional window on
+    the layers ``layer_types`` marks, when ``use_sliding_window`` is set."""
+    out = _llama_like(f, tie=True, max_pos=32768, kv_heads=4, mlp_bias=True)
+    n = out["n_layers"]
+    window = _window(f, None)
+    if not (f.bool("use_sliding_window", False) and window):
+        return out
+    sliding = _layer_types(f, n)
+    if sliding is None:  # HF: NoPE layers slide (no_rope_layers[i] == 0)
+        nope = f.get("no_rope_layers")
+        if nope is None:
+            step = f.int("no_rope_layer_interval", 4)
+            nope = [int((i + 1) % step != 0) for i in range(n)]
+        if not isinstance(nope, list) or len(nope) < n:
+            raise ConfigError(f"{f.where}: field 'no_rope_layers' ({nope!r:.200}) must give a "
+                              f"flag for each of the {n} layers")
+        sliding = [not nope[i] for i in range(n)]
+    return out | _layer_pattern(n, window, sliding)
+
+
+def _ministral(f):
+    """Mistral with ``layer_types`` (default: every layer slides when windowed). HF's class
+    default head_dim (None) builds no model: the field is required."""
+    f.int("head_dim")
+    out = _llama_like(f, max_pos=131072, bias_key=None, kv_heads=8)
+    n, window = out["n_layers"], _window(f, 4096)
+    sliding = _layer_types(f, n)
+    if sliding is None:
+        sliding = [bool(window)] * n
+    return out | _layer_pattern(n, window, sliding)
+
+
+def _ministral3(f):  # Mistral 3: head_dim 128 by default; a window, when set, on every layer
+    out = _llama_like(f, max_pos=262144, bias_key=None, kv_heads=8, head_dim=128)
+    window = _window(f, None)
+    return out | ({"sliding_window": window} if window else {})
+
+
+def _ernie4_5(f):  # ``use_bias`` on every projection, attention and MLP
+    out = _llama_like(f, tie=True, max_pos=131072, bias_key="use_bias", kv_heads=2, head_dim=128)
+    return out | {"mlp_bias": out["qkv_bias"]}
+
+
+def _seed_oss(f):  # q/k/v biased by attention_bias (default true), o by attention_out_bias
+    out = _llama_like(f, max_pos=524288, bias_default=True, kv_heads=8, head_dim=128,
+                      mlp_bias=True)
+    return out | {"out_bias": f.bool("attention_out_bias", False)}
+
+
+def _hunyuan_v1_dense(f):
+    """Llama with per-head RMSNorm on q and k. HF's class default head_dim (None) builds no
+    model (the attention scale is None ** -0.5): the field is required."""
+    f.int("head_dim")
+    return _llama_like(f) | {"qk_norm": "head"}
+
+
+def _glm4(f):
+    """GLM-4: q/k/v biased (attention_bias, default true), o never; a fused gate_up_proj (the
+    same weights as gate and up); a norm after attention and after the MLP as well as before
+    each (Gemma 2's sandwich)."""
+    out = _llama_like(f, max_pos=131072, bias_default=True, kv_heads=2, head_dim=128)
+    return out | {"out_bias": False, "norm_position": "sandwich"}
+
+
+def _glm4_moe(f):
+    """GLM-4.5: DeepSeek-V3's MoE (a sigmoid router whose correction bias is a buffer, shared
+    experts fused into one MLP of n_shared x moe width, dense first layers) on GQA attention;
+    q/k/v biased by attention_bias, o never; optional per-head q/k RMSNorm (use_qk_norm)."""
+    out = _llama_like(f, max_pos=131072, kv_heads=8)
+    n = out["n_layers"]
+    out.update(out_bias=False, n_experts=f.int("n_routed_experts", 128),
+               top_k=f.int("num_experts_per_tok", 8), moe_d_ff=f.int("moe_intermediate_size", 1408),
+               first_k_dense=min(f.int("first_k_dense_replace", 1), n))
+    shared = f.int("n_shared_experts", 1)
+    if shared:
+        out["n_shared_experts"] = shared
+    if f.bool("use_qk_norm", False):
+        out["qk_norm"] = "head"
+    return out
+
+
+def _olmoe(f):
+    """OLMo-2-style q/k RMSNorm over all heads, Mixtral-style MoE without shared experts. HF
+    sizes the q/k norms by hidden_size // num_attention_heads: a different head_dim builds a
+    model whose forward fails."""
+    out = _llama_like(f, max_pos=4096) | {"qk_norm": "full"}
+    if out["n_heads"] > 0 and out["head_dim"] != out["d_model"] // out["n_heads"]:
+        raise ConfigError(f"{f.where}: field 'head_dim' ({out['head_dim']}) differs from "
+                          f"hidden_size // num_attention_heads ({out['d_model'] // out['n_heads']}"
+                          "): HF's OLMoE q/k norms then do not fit its projections")
+    return out | {"n_experts": f.int("num_experts", 64), "top_k": f.int("num_experts_per_tok", 8),
+                  "moe_d_ff": out["d_ff"]}
+
+
+def _phimoe(f):
+    """Phi-3.5-MoE: LayerNorms with bias, biased attention (attention_bias), Mixtral-style MoE,
+    an optional lm_head bias and a window on every layer when ``sliding_window`` is set. Its
+    router (sparsemixer) always picks two experts: ``num_experts_per_tok`` is not read."""
+    out = _llama_like(f, max_pos=131072, kv_heads=8)
+    window = _window(f, None)
+    n_experts = f.int("num_local_experts", 16)
+    if n_experts < 2:
+        raise ConfigError(f"{f.where}: field 'num_local_experts' ({n_experts}): PhiMoE's router "
+                          "always picks two experts, so HF sends every token twice through "
+                          "one; txcalc needs at least 2 experts")
+    return out | {"norm_type": "layernorm", "norm_bias": True, "n_experts": n_experts,
+                  "top_k": 2, "moe_d_ff": out["d_ff"],
+                  "lm_head_bias": f.bool("lm_head_bias", False)} | (
+        {"sliding_window": window} if window else {})
+
+
+def _minimax_m2(f):  # q/k RMSNorm over all heads, MoE whose correction bias is a buffer
+    out = _llama_like(f, max_pos=196608, bias_key=None, kv_heads=8, head_dim=128)
+    return out | {"qk_norm": "full", "n_experts": f.int("num_local_experts", 256),
+                  "top_k": f.int("num_experts_per_tok", 8), "moe_d_ff": out["d_ff"]}
+
+
+def _dbrx(f):
+    """DBRX: bias-free LayerNorms and projections (a fused Wqkv: the same weights as q, k and
+    v), GQA with ``attn_config.kv_n_heads`` KV heads, every layer a gated MoE
+    (``ffn_config``: experts of width ffn_hidden_size, top moe_top_k); never tied."""
+    sub = {}
+    for key in ("attn_config", "ffn_config"):
+        v = f.raw.get(key) or {}
+        if not isinstance(v, dict):
+            raise ConfigError(f"{f.where}: field {key!r} ({_show(v)}) must be an object")
+        sub[key] = _Fields(v, f"{f.where} {key}")
+    attn, ffn = sub["attn_config"], sub["ffn_config"]
+    act = ffn.get("ffn_act_fn", {"name": "silu"})
+    name = act.get("name", "silu") if isinstance(act, dict) else act
+    if name not in _ACT or _ACT[name] not in _GATED:
+        raise ConfigError(f"{f.where}: field 'ffn_config.ffn_act_fn' ({_show(act)}) is not a "
+                          f"known gated activation ({', '.join(sorted(_GATED))})")
+    d_ff = ffn.int("ffn_hidden_size", 3584)
+    out = dict(n_layers=f.int("n_layers", 24), d_model=f.int("d_model", 2048),
+               n_heads=f.int("n_heads", 16), n_kv_heads=attn.int("kv_n_heads", 1),
+               vocab_size=f.int("vocab_size", 32000), d_ff=d_ff, moe_d_ff=d_ff,
+               max_position=f.int("max_seq_len", 2048), activation=_GATED[_ACT[name]],
+               norm_type="layernorm", norm_bias=False, pos_type="rotary",
+               n_experts=ffn.int("moe_num_experts", 4), top_k=ffn.int("moe_top_k", 1),
+               tie_embeddings=f.bool("tie_word_embeddings", False))
+    f.problems += attn.problems + ffn.problems
+    return out
+
+
+def _codegen(f):  # GPT-J's block (one LayerNorm, parallel), fused bias-free qkv_proj
+    return _gptj(f)
+
+
+def _gpt_bigcode(f):
+    """StarCoder: GPT-2 with multi-query attention (one K/V head, ``multi_query``)."""
+    _no_cross_attention(f)
+    d, h = f.int("n_embd", 768), f.int("n_head", 12)
+    return dict(n_layers=f.int("n_layer", 12), d_model=d, n_heads=h,
+                n_kv_heads=1 if f.bool("multi_query", True) else h,
+                vocab_size=f.int("vocab_size", 50257), d_ff=f.int("n_inner", 4 * d),
+                max_position=f.int("n_positions", 1024), pos_type="learned",
+                activation=f.act("activation_function", "gelu_pytorch_tanh"), qkv_bias=True,
+                out_bias=True, mlp_bias=True, tie_embeddings=f.bool("tie_word_embeddings", True))
+
+
+def _gpt_neo(f):
+    """GPT-Neo: GPT-2's block with bias-free q/k/v (o biased) and local attention (a window of
+    ``window_size``) on the layers ``attention_types`` marks "local"."""
+    d = f.int("hidden_size", 2048)
+    n = f.int("num_layers", 24)
+    types = f.get("attention_types", [[["global", "local"], 12]])
+    try:
+        kinds = [k for pattern, times in types for _ in range(times) for k in pattern]
+    except (TypeError, ValueError):
+        kinds = None
+    if kinds is None or len(kinds) != n or not set(kinds) <= {"global", "local"}:
+        raise ConfigError(f"{f.where}: field 'attention_types' ({types!r:.200}) must expand to "
+                          f"'global' or 'local' for each of the {n} layers")
+    out = dict(n_layers=n, d_model=d, n_heads=f.int("num_heads", 16),
+               vocab_size=f.int("vocab_size", 50257), d_ff=f.int("intermediate_size", 4 * d),
+               max_position=f.int("max_position_embeddings", 2048), pos_type="learned",
+               activation=f.act("activation_function", "gelu_new"), out_bias=True, mlp_bias=True,
+               tie_embeddings=f.bool("tie_word_embeddings", True))
+    return out | _layer_pattern(n, f.int("window_size", 256), [k == "local" for k in kinds])
+
+
+def _phi(f):
+    """Phi-1/1.5/2: one LayerNorm feeding parallel attention and MLP (GPT-J), biases
+    everywhere, a plain MLP, lm_head bias; ``qk_layernorm``: a LayerNorm over each head."""
+    d, h = f.int("hidden_size", 2048), f.int("num_attention_heads", 32)
+    kv_null = "num_key_value_heads" in f.raw and f.raw["num_key_value_heads"] is None
+    return dict(n_layers=f.int("num_hidden_layers", 24), d_model=d, n_heads=h,
+                n_kv_heads=h if kv_null else f.int("num_key_value_heads", h),
+                vocab_size=f.int("vocab_size", 51200), d_ff=f.int("intermediate_size", 8192),
+                max_position=f.int("max_position_embeddings", 2048), pos_type="rotary",
+                activation=f.act("hidden_act", "gelu_new"), qkv_bias=True, out_bias=True,
+                mlp_bias=True, parallel_block=True, parallel_norms=1,
+                qk_norm="head" if f.bool("qk_layernorm", False) else "none",
+                tie_embeddings=f.bool("tie_word_embeddings", False), lm_head_bias=True)
+
+
+def _stablelm(f):
+    """StableLM: Llama with LayerNorms (bias), q/k/v bias by use_qkv_bias, optional parallel
+    block with one norm (use_parallel_residual)."""
+    if f.bool("qk_layernorm", False):
+        raise ConfigError(f"{f.where}: field 'qk_layernorm' (true): StableLM's separate "
+                          "bias-free LayerNorm per head is not modelled")
+    out = _llama_like(f, max_pos=4096, bias_key=None, kv_heads=32)
+    parallel = f.bool("use_parallel_residual", False)
+    return out | {"qkv_bias": f.bool("use_qkv_bias", False), "norm_type": "layernorm",
+                  "norm_bias": True, "parallel_block": parallel, "parallel_norms": 1}
+
+
+def _vl_text(convert: Callable[[_Fields], dict[str, Any]], inner_tie: bool = False):
+    """The language model of a Qwen-VL config: ``text_config`` (or, in Qwen2-VL's older files,
+    the text fields at the top level). ``tie_word_embeddings`` is read at the top level, as HF
+    ties; ``inner_tie``: a true one inside text_config ties too (Qwen2-VL's compatibility rule).
+    The vision tower is not counted: txcalc reports the language model."""
+    def read(f: _Fields) -> dict[str, Any]:
+        text = f.raw.get("text_config")
+        if text is None:
+            return convert(f)
+        if not isinstance(text, dict):
+            raise ConfigError(f"{f.where}: field 'text_config' ({_show(text)}) must be an object")
+        inner = _Fields(text, f"{f.where} text_config")
+        out = convert(inner)
+        f.problems += inner.problems
+        tie = f.bool("tie_word_embeddings", False) or (
+            inner_tie and inner.bool("tie_word_embeddings", False))
+        return out | {"tie_embeddings": tie}
+
+    def language_model(f: _Fields) -> dict[str, Any]:
+        model_type = f.raw.get("model_type")
+        return read(f) | {"source": f"HF config.json ({model_type}: the language model; its "
+                                    "vision tower is not counted)"}
+    return language_model
+
+
+def _qwen2_vl_text(f):
+    """Qwen2-VL's text model: Qwen2 (q/k/v biased, o not) with its own defaults; a window
+    only with use_sliding_window, on layer_types' layers, else on layers >= max_window_layers.
+    Its attention ignores ``head_dim`` (always hidden_size // num_attention_heads)."""
+    out = _llama_like(f, max_pos=32768, bias_key=None, kv_heads=8) | {"qkv_bias": True}
+    out["head_dim"] = out["d_model"] // out["n_heads"] if out["n_heads"] > 0 else 0
+    n = out["n_layers"]
+    window = _window(f, 4096)
+    if not (f.bool("use_sliding_window", False) and window):
+        return out
+    sliding = _layer_types(f, n)
+    if sliding is None:
+        mwl = f.int("max_window_layers", 80)
+        sliding = [i >= mwl for i in range(n)]
+    return out | _layer_pattern(n, window, sliding)
+
+
+def _qwen3_vl_text(f):  # Qwen3 dense: per-head q/k RMSNorm
+    return _llama_like(f, max_pos=128000, kv_heads=32, head_dim=128) | {"qk_norm": "head"}
+
+
+def _qwen3_vl_moe_text(f):  # Qwen3-MoE's layout (decoder_sparse_step, mlp_only_layers)
+    out = _llama_like(f, max_pos=128000, kv_heads=16) | {"qk_norm": "head"}
+    n = out["n_layers"]
+    only = f.get("mlp_only_layers", [])
+    if not isinstance(only, list) or not all(_is_index(i) for i in only):
+        raise ConfigError(f"{f.where}: field 'mlp_only_layers' ({only!r:.200}) must be a list "
+                          "of layer indices")
+    # num_experts is the alias of the stored num_local_experts (HF's attribute_map)
+    key = "num_experts" if f.get("num_experts") is not None else "num_local_experts"
+    return out | dict(n_experts=f.int(key, 60), top_k=f.int("num_experts_per_tok", 4),
+                      moe_d_ff=f.int("moe_intermediate_size", 1408),
+                      moe_every=f.int("decoder_sparse_step", 1),
+                      dense_layers=tuple(sorted({i for i in only if 0 <= i < n})))
+
+
+def _is_index(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_MORE_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    "granite": _granite, "granitemoe": _granitemoe, "smollm3": _smollm3,
+    "ministral": _ministral, "ministral3": _ministral3, "ernie4_5": _ernie4_5,
+    "seed_oss": _seed_oss, "hunyuan_v1_dense": _hunyuan_v1_dense, "glm4": _glm4,
+    "glm4_moe": _glm4_moe, "olmoe": _olmoe, "phimoe": _phimoe, "minimax_m2": _minimax_m2,
+    "dbrx": _dbrx, "codegen": _codegen, "gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "phi": _phi,
+    "stablelm": _stablelm,
+    "qwen2_vl": _vl_text(_qwen2_vl_text, inner_tie=True),
+    "qwen2_5_vl": _vl_text(_qwen2_vl_text, inner_tie=True),
+    "qwen3_vl": _vl_text(_qwen3_vl_text), "qwen3_vl_moe": _vl_text(_qwen3_vl_moe_text),
+}
+CONVERTERS.update(_MORE_CONVERTERS)
+_ALIASES.update({
+    **{t: {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+           "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
+       for t in ("codegen", "gpt_bigcode")},
+    "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
+    "dbrx": {"num_attention_heads": "n_heads", "hidden_size": "d_model",
+             "num_hidden_layers": "n_layers", "max_position_embeddings": "max_seq_len"},
+    "olmoe": {"num_local_experts": "num_experts"},
+    "glm4_moe": {"num_local_experts": "n_routed_experts"},
+    "minimax_m2": {"num_experts": "num_local_experts"},
+})
+
+
 # state-space and hybrid models (issue 12) live in their own module
 from .hf_hybrid import HYBRID_ALIASES, HYBRID_CONVERTERS  # noqa: E402
 
@@ -485,6 +837,76 @@ def _resolve_aliases(model_type: str, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def supported_types() -> list[str]:
+    """Every ``model_type`` txcalc reads, sorted: the one list ``txcalc presets`` and the
+    README show."""
+    return sorted(CONVERTERS)
+
+
+def closest_types(raw: dict[str, Any], n: int = 3) -> tuple[list[str], list[str]]:
+    """Supported types closest to a config of an unsupported ``model_type``: by the name
+    (difflib ratio; a supported name inside it or it inside one counts as close), and by the
+    config's fields (the converters that read the most of the fields it sets)."""
+    import difflib
+
+    model_type = raw.get("model_type")
+    by_name: list[str] = []
+    if isinstance(model_type, str) and model_type:
+        key = model_type.lower()
+        base = key.replace("-", "_")
+        scored = sorted(CONVERTERS, key=lambda t: (
+            -(t in base or base in t or t.split("_")[0] == base.split("_")[0]),
+            -difflib.SequenceMatcher(None, base, t).ratio(), t))
+        by_name = [t for t in scored if t in base or base in t
+                   or t.split("_")[0] == base.split("_")[0]
+                   or difflib.SequenceMatcher(None, base, t).ratio() >= 0.6][:n]
+    keys = {k for k, v in raw.items() if v is not None and k not in _GENERIC_KEYS}
+    scores = []
+    for t, convert in CONVERTERS.items():
+        f = _Probe(_resolve_aliases(t, raw), "")
+        try:
+            convert(f)
+        except Exception:  # a partial read still says which fields the type knows
+            pass
+        hits = len(keys & f.read)
+        if hits:  # most fields in common first, then the type that reads fewest others
+            scores.append((-hits, -hits / len(f.read), t))
+    by_keys = [t for *_, t in sorted(scores)][:n]
+    return by_name, by_keys
+
+
+class _Probe(_Fields):
+    """A lenient reader for closest_types: missing or odd fields read as harmless values, so
+    that a converter runs to its end and shows every field it knows."""
+
+    def int(self, key: str, default: int | None = None) -> int:
+        self.read.add(key)
+        v = self.raw.get(key, default)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 2
+
+    def bool(self, key: str, default: bool) -> bool:
+        self.read.add(key)
+        v = self.raw.get(key, default)
+        return v if isinstance(v, bool) else default
+
+    def act(self, key: str, default: str) -> str:
+        self.read.add(key)
+        return _ACT.get(self.raw.get(key, default), "silu")
+
+
+#: fields every config.json may carry: they say nothing about the architecture
+_GENERIC_KEYS = frozenset({"model_type", "architectures", "torch_dtype", "dtype",
+                           "transformers_version", "_name_or_path", "bos_token_id",
+                           "eos_token_id", "pad_token_id", "use_cache", "initializer_range"})
+
+
+def _closest_hint(raw: dict[str, Any]) -> str:
+    by_name, by_keys = closest_types(raw)
+    parts = ([f"by name {', '.join(by_name)}"] if by_name else []) + (
+        [f"by its fields {', '.join(by_keys)}"] if by_keys else [])
+    return f"closest supported: {'; '.join(parts)}; " if parts else ""
+
+
 class UnsupportedModelType(ConfigError):
     """A config.json whose model_type has no converter. ``txcalc params`` counts it by a module
     walk (txcalc.modulewalk); ``raw`` and ``name`` are kept for it."""
@@ -495,8 +917,8 @@ class UnsupportedModelType(ConfigError):
             f"{name}: unsupported model_type {raw['model_type']!r:.80} for this command: txcalc "
             f"has no converter for it, so only `txcalc params` answers (parameters exact, and "
             f"the FLOPs per call of its Linear and convolution modules, by a module walk of the "
-            f"transformers model; txcalc.modulewalk.walk_config from Python); supported: "
-            f"{', '.join(sorted(CONVERTERS))}")
+            f"transformers model; txcalc.modulewalk.walk_config from Python); "
+            f"{_closest_hint(raw)}supported: {', '.join(sorted(CONVERTERS))}")
 
 
 def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
@@ -505,10 +927,11 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
         raise ConfigError(f"{name}: expected a JSON object, got {type(raw).__name__}")
     model_type = raw.get("model_type")
     if model_type is None:
-        raise ConfigError(f"{name}: no 'model_type' field; supported: {', '.join(sorted(CONVERTERS))}")
-    if not isinstance(model_type, str):
-        raise ConfigError(f"{name}: unsupported model_type {model_type!r}; supported: "
+        raise ConfigError(f"{name}: no 'model_type' field; {_closest_hint(raw)}supported: "
                           f"{', '.join(sorted(CONVERTERS))}")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{name}: unsupported model_type {_show(model_type)}; "
+                          f"{_closest_hint(raw)}supported: {', '.join(sorted(CONVERTERS))}")
     if model_type not in CONVERTERS:
         raise UnsupportedModelType(raw, name)
     f = _Fields(_resolve_aliases(model_type, raw), name)
@@ -526,7 +949,8 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
         raise ConfigError(f"{name}: cannot read {model_type} config: {e}") from None
     if f.problems:
         raise ConfigError(f"{name}: " + "; ".join(f.problems))
-    return ModelConfig(name=name, source=f"HF config.json ({model_type})", **fields)
+    source = fields.pop("source", f"HF config.json ({model_type})")
+    return ModelConfig(name=name, source=source, **fields)
 
 
 def load_hf_config(path: str | Path) -> ModelConfig:

@@ -76,6 +76,25 @@ PRESETS: dict[str, ModelConfig] = {
                           kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                           v_head_dim=128, n_experts=256, top_k=8, moe_d_ff=2048,
                           n_shared_experts=1, first_k_dense=3),
+    # ibm-granite/granite-3.3-8b-instruct config.json (Granite's four multipliers are
+    # elementwise: no parameters, no matmul FLOPs)
+    "granite-3.3-8b": _llama(name="granite-3.3-8b", n_layers=40, d_model=4096, n_heads=32,
+                             n_kv_heads=8, d_ff=12800, vocab_size=49159, max_position=131072,
+                             tie_embeddings=True),
+    # microsoft/phi-4 config.json (model_type phi3; arXiv:2412.08905)
+    "phi-4": _llama(name="phi-4", n_layers=40, d_model=5120, n_heads=40, n_kv_heads=10,
+                    d_ff=17920, vocab_size=100352, max_position=16384),
+    # Qwen/Qwen3-235B-A22B config.json (arXiv:2505.09388)
+    "qwen3-235b-a22b": _llama(name="qwen3-235b-a22b", n_layers=94, d_model=4096, n_heads=64,
+                              n_kv_heads=4, head_dim=128, d_ff=12288, vocab_size=151936,
+                              max_position=40960, qk_norm="head", n_experts=128, top_k=8,
+                              moe_d_ff=1536),
+    # zai-org/GLM-4.5 config.json (arXiv:2508.06471); HF builds no multi-token-prediction
+    # layer (num_nextn_predict_layers 1), as for DeepSeek-V3
+    "glm-4.5": _llama(name="glm-4.5", n_layers=92, d_model=5120, n_heads=96, n_kv_heads=8,
+                      head_dim=128, d_ff=12288, vocab_size=151552, max_position=131072,
+                      qkv_bias=True, qk_norm="head", n_experts=160, top_k=8, moe_d_ff=1536,
+                      n_shared_experts=1, first_k_dense=3),
     # Brown et al. 2020, "Language Models are Few-Shot Learners", arXiv:2005.14165, Table 2.1:
     # n_layers 96, d_model 12288, n_heads 96, d_head 128, n_ctx 2048, GPT-2 tokenizer (50257)
     "gpt3-175b": _gpt2(name="gpt3-175b", n_layers=96, d_model=12288, n_heads=96, max_position=2048,

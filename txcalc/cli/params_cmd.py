@@ -14,8 +14,10 @@ WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8
 
 @app.command()
 def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
-    """List the named models and their parameter counts."""
+    """List the named models and their parameter counts, and the config.json model types
+    txcalc reads."""
     from ..accounting import count_params
+    from ..hf import supported_types
     from ..presets import PRESETS
 
     rows = []
@@ -24,13 +26,16 @@ def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for 
         rows.append({"name": name, "family": cfg.family, "layers": cfg.n_layers,
                      "d_model": cfg.d_model, "total_params": p.total,
                      "active_params": p.active})
+    types = supported_types()
     if json_out:
-        emit_json({"presets": rows})
+        emit_json({"presets": rows, "model_types": types})
         return
     console.print(table("txcalc presets", ["name", "family", "layers", "d_model", "params",
                                            "active"],
                         [(r["name"], r["family"], r["layers"], r["d_model"],
                           human(r["total_params"]), human(r["active_params"])) for r in rows]))
+    console.print(f"config.json model types ({len(types)}): {', '.join(types)}",
+                  highlight=False)
 
 
 @app.command()
