@@ -43,6 +43,11 @@ def main() -> int:
     from txcalc.errors import TxcalcError
     from txcalc.modulewalk import build, walk
 
+    # import what every build needs before any alarm is armed: an alarm inside a first import
+    # leaves the module half-initialised for every later type
+    import torch._dynamo  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401
+    build(json.loads(CONFIG_MAPPING["vit"]().to_json_string()) | {"model_type": "vit"}, "vit")
     signal.signal(signal.SIGALRM, _alarm)
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     results = []
@@ -75,7 +80,9 @@ def main() -> int:
         except TxcalcError as e:
             rec.update(status="refused", msg=str(e)[:200])
         except _Timeout:
-            rec["status"] = "TIMEOUT"
+            rec["status"] = "TIMEOUT"  # the interpreter may be left half-way: stop here
+            results.append(rec)
+            break
         except Exception as e:  # noqa: BLE001
             rec.update(status="FAILED", msg=f"{type(e).__name__}: {str(e)[:200]}")
         finally:
