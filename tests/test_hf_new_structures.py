@@ -311,3 +311,44 @@ def test_multimodal_configs_read_their_text_part():
         a = from_hf_dict({"model_type": mm, "text_config": text})
         b = from_hf_dict({"model_type": txt, **text})
         assert txcalc.params(a).total == txcalc.params(b).total
+
+
+# --- presets: published parameter counts -------------------------------------------------------
+# (name, figure, tolerance, what the figure counts); each with its source
+PUBLISHED = [
+    # Gemma 3 technical report, arXiv:2503.19786, Table 1: 27B has 25,600M non-embedding
+    # parameters (the vision encoder's 417M are separate): rounded to 1M
+    ("gemma-3-27b", 25_600e6, 1e-4, "non-embedding"),
+    # gpt-oss model card, arXiv:2508.10925, Table 1: 116.83B total, 5.13B active; 20.91B and
+    # 3.61B. Its active count leaves out the input embedding table (a lookup, no compute)
+    ("gpt-oss-120b", 116.83e9, 1e-4, "total"),
+    ("gpt-oss-120b", 5.13e9, 1e-3, "active without embedding"),
+    ("gpt-oss-20b", 20.91e9, 1e-3, "total"),
+    ("gpt-oss-20b", 3.61e9, 1e-3, "active without embedding"),
+    # CohereForAI/c4ai-command-r-plus model card: "a 104 billion parameter model" (103.8B)
+    ("command-r-plus", 104e9, 0.005, "total"),
+    # allenai/OLMo-2-0325-32B model card: "OLMo 2 32B" (32.2B: the name rounds, 0.7%)
+    ("olmo-2-32b", 32e9, 0.01, "total"),
+    # Meta's Llama 4 release (ai.meta.com/blog/llama-4-multimodal-intelligence; HF blog
+    # llama4-release): 17B active for both; the language model without the vision encoder
+    ("llama-4-scout", 17e9, 0.015, "active"),
+    ("llama-4-maverick", 17e9, 0.015, "active"),
+]
+
+
+@pytest.mark.parametrize("name,figure,tol,what", PUBLISHED,
+                         ids=[f"{p[0]}-{p[3]}" for p in PUBLISHED])
+def test_published_counts(name, figure, tol, what):
+    p = txcalc.params(name)
+    value = {"total": p.total, "non-embedding": p.total - p.embedding, "active": p.active,
+             "active without embedding": p.active - p.embedding}[what]
+    assert abs(value - figure) / figure <= tol
+
+
+@pytest.mark.parametrize("name,figure,tol", [("llama-4-scout", 109e9, 0.012),
+                                              ("llama-4-maverick", 400e9, 0.002)])
+def test_llama4_published_totals(name, figure, tol):
+    """Meta's ~109B (Scout) and ~400B (Maverick) count the whole multimodal checkpoint and are
+    rounded; txcalc's preset is the language model alone (107.77B and 400.71B), so Scout's
+    figure sits 1.1% above it: the vision encoder and projector (under 1B) plus rounding."""
+    assert abs(txcalc.params(name).total - figure) / figure <= tol

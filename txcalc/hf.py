@@ -623,10 +623,14 @@ def _llama4_text(f):
     out.update(nope_layers=nope, qk_norm="l2" if f.bool("use_qk_norm", True) else "none")
     if chunked and chunk is not None:
         out.update(attn_chunk=f.int("attention_chunk_size", 8192), chunked_layers=chunked)
-    if any(0 <= i < n for i in moe):
+    moe &= set(range(n))  # HF ignores indices past the last layer
+    if moe:
         out.update(n_experts=n_experts, top_k=f.int("num_experts_per_tok", 1),
-                   moe_d_ff=f.int("intermediate_size", 8192), n_shared_experts=1,
-                   dense_layers=tuple(i for i in range(n) if i not in moe))
+                   moe_d_ff=f.int("intermediate_size", 8192), n_shared_experts=1)
+        if moe == set(range(step - 1, n, step)):  # every step-th layer (Maverick: 2)
+            out["moe_every"] = step
+        else:
+            out["dense_layers"] = tuple(i for i in range(n) if i not in moe)
     return out
 
 
