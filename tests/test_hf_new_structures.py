@@ -352,3 +352,45 @@ def test_llama4_published_totals(name, figure, tol):
     rounded; txcalc's preset is the language model alone (107.77B and 400.71B), so Scout's
     figure sits 1.1% above it: the vision encoder and projector (under 1B) plus rounding."""
     assert abs(txcalc.params(name).total - figure) / figure <= tol
+
+
+# --- bad input: a ConfigError naming the field, never a silently wrong count ---------------------
+BAD_HF = [
+    ({"model_type": "gemma3_text", "num_hidden_layers": 2, "layer_types": ["full_attention"]},
+     "layer_types"),
+    ({"model_type": "gemma3_text", "use_bidirectional_attention": True},
+     "use_bidirectional_attention"),
+    ({"model_type": "llama4_text", "num_hidden_layers": 3, "no_rope_layers": [1, 0]},
+     "no_rope_layers"),
+    ({"model_type": "exaone4", "sliding_window_pattern": "LLX"}, "sliding_window_pattern"),
+    ({"model_type": "gemma3", "text_config": [1, 2]}, "text_config"),
+    ({"model_type": "olmo2", "num_key_value_heads": 0}, "num_key_value_heads"),
+]
+
+
+@pytest.mark.parametrize("raw,field", BAD_HF, ids=[f for _, f in BAD_HF])
+def test_bad_hf_fields_are_config_errors(raw, field):
+    from txcalc.errors import ConfigError
+    with pytest.raises(ConfigError, match=field):
+        from_hf_dict(raw)
+
+
+BAD_CONFIG = [
+    (dict(attn_sinks=True, kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=2,
+          v_head_dim=4), "attn_sinks"),
+    (dict(chunked_layers=(0,)), "chunked_layers"),
+    (dict(pos_type="learned", nope_layers=(0,)), "nope_layers"),
+    (dict(expert_bias=True), "expert_bias"),
+    (dict(family="encoder", norm_position="post_sub"), "post_sub"),
+    (dict(attn_chunk=4, chunked_layers=(0,), sliding_window=2), "both chunked and sliding"),
+    (dict(nope_layers=(5,)), "nope_layers"),
+    (dict(qk_norm="l2", pos_type="alibi"), "qk_norm"),
+]
+
+
+@pytest.mark.parametrize("kw,match", BAD_CONFIG, ids=[m for _, m in BAD_CONFIG])
+def test_bad_new_fields_are_config_errors(kw, match):
+    from txcalc.config import ModelConfig
+    from txcalc.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        ModelConfig(name="bad", n_layers=2, d_model=16, n_heads=2, vocab_size=32, **kw)
