@@ -394,3 +394,30 @@ def test_bad_new_fields_are_config_errors(kw, match):
     from txcalc.errors import ConfigError
     with pytest.raises(ConfigError, match=match):
         ModelConfig(name="bad", n_layers=2, d_model=16, n_heads=2, vocab_size=32, **kw)
+
+
+@st.composite
+def gemma2_softcapped(draw) -> dict:
+    from .test_hf_import import dense_llama
+    raw = draw(dense_llama("gemma2"))
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        raw[key] = draw(st.one_of(st.none(), st.floats(1, 50)))
+    maybe(draw, raw, "query_pre_attn_scalar", st.integers(1, 256))
+    return raw
+
+
+@SETTINGS.__class__(parent=SETTINGS, max_examples=max(3, SETTINGS.max_examples // 5))
+@given(data=st.data())
+def test_logit_softcapping_changes_no_count(data):
+    """Gemma 2's soft-capping (tanh on logits and scores) and scaling are elementwise: the
+    import ignores them, and params and FLOPs still equal HF's."""
+    from .hf_models import hf_model, train_step_flops
+    raw = data.draw(gemma2_softcapped(), label="config.json")
+    cfg = from_hf_dict(raw)
+    assert txcalc.params(cfg).total == numel(hf_model(raw))
+    f = count_flops(cfg, Workload(batch=1, seq=7))
+    try:
+        measured = train_step_flops(raw, 1, 7)
+    except (RuntimeError, ValueError, TypeError):  # HF cannot run a null window on meta
+        reject()
+    assert f.forward + f.backward == measured
