@@ -600,7 +600,9 @@ def _llama4_text(f):
     with E experts of ``intermediate_size``, top-k routing and one shared expert of the same
     width; dense layers of ``intermediate_size_mlp``. NoPE layers (``no_rope_layers`` 0, else
     every 4th) attend globally; the others use rotary, chunked attention
-    (``attention_chunk_size``) and, with ``use_qk_norm``, a parameter-free L2 q/k norm."""
+    (``attention_chunk_size``) and, with ``use_qk_norm``, a parameter-free L2 q/k norm.
+    FLOPs count the k routed experts per token; HF's eager Llama4TextMoe runs all E on every
+    token (tests/test_hf_new_structures.py checks HF = txcalc + the unrouted experts)."""
     out = _read_decoder(f, _LLAMA4)
     n = out["n_layers"]
     step = f.int("interleave_moe_layer_step", 1)
