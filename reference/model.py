@@ -101,8 +101,9 @@ def make_norm(cfg: ModelConfig, width: int, dtype, norm_type: str | None = None,
 class Ctx:
     """What all blocks of one stack share in one forward: positions, rotary tables, biases.
 
-    ``bias`` maps a window (0 = full) to the additive (1|H, s_q, s_k) bias of the layers with
-    that window, built once per forward; ``bias_for`` builds one for cached keys (decoding).
+    ``bias`` maps a mask key to the additive (1|H, s_q, s_k) bias of the layers with that key,
+    built once per forward; ``bias_for`` builds one for cached keys (decoding). The key is the
+    layer's window (0 = full attention) or, for a chunked layer, minus its chunk length.
     """
 
     model: object
@@ -118,7 +119,8 @@ class Ctx:
         cfg = self.model.cfg
         s = self.q_pos.shape[0]
         return (self.bias is not None and self.model.causal(self.stack)
-                and cfg.pos_type not in ("alibi", "relative_bias") and (not window or window >= s))
+                and cfg.pos_type not in ("alibi", "relative_bias")
+                and (not window or abs(window) >= s))
 
     def bias_for(self, window: int, k_pos: torch.Tensor | None = None):
         if k_pos is None:
@@ -146,7 +148,8 @@ class KVCache:
         else:
             parts = [torch.cat((p, n), d) for p, n, d in zip(self.parts, new, self.dims)]
             positions = torch.cat((self.pos, pos))
-        n, keep = positions.numel(), self.window or positions.numel()
+        # a chunked layer (negative key) keeps its last chunk of tokens, as HF's cache does
+        n, keep = positions.numel(), abs(self.window) or positions.numel()
         self.parts = [p.narrow(d, n - min(n, keep), min(n, keep)).clone(
             memory_format=torch.contiguous_format) for p, d in zip(parts, self.dims)]
         self.pos = positions[n - min(n, keep):]
@@ -251,15 +254,18 @@ class AttentionCore(nn.Module):
         self.recompute = recompute
         self.dropout = dropout  # on the probabilities; 0 unless the model trains with dropout
 
-    def forward(self, q, k, v, bias, causal: bool = False):
+    def forward(self, q, k, v, bias, causal: bool = False, sinks=None):
         if self.recompute == "selective" and torch.is_grad_enabled():
             if bias is not None and bias.requires_grad:  # T5's bias: a checkpoint input
                 return checkpoint(self.core, q, k, v, bias, causal, use_reentrant=True)
+            if sinks is not None:  # a parameter: an input of the checkpoint, saved by nobody
+                return checkpoint(lambda q_, k_, v_, s_: self.core(q_, k_, v_, bias, causal, s_),
+                                  q, k, v, sinks, use_reentrant=True)
             return checkpoint(lambda *qkv: self.core(*qkv, bias, causal), q, k, v,
                               use_reentrant=True)
-        return self.core(q, k, v, bias, causal)
+        return self.core(q, k, v, bias, causal, sinks)
 
-    def core(self, q, k, v, bias, causal):
+    def core(self, q, k, v, bias, causal, sinks=None):
         # q: (B, H, S_q, w), k: (B, H, S_k, w), v: (B, H, S_k, w_v)
         scale = 1.0 / math.sqrt(q.shape[-1])
         if self.impl == "eager":
@@ -271,6 +277,18 @@ class AttentionCore(nn.Module):
             scores = torch.bmm(q3, k3.transpose(1, 2)) * scale
             if bias is not None:
                 scores = (scores.view(B, H, S_q, S_k) + bias).view(B * H, S_q, S_k)
+            if sinks is not None:
+                # gpt-oss: a learned logit per head joins each softmax, then is dropped: P V
+                # reads a view of the first S_k columns (or their cast copy)
+                sink = sinks.view(1, H, 1, 1).expand(B, H, S_q, 1).to(scores.dtype)
+                logits = torch.cat((scores.view(B, H, S_q, S_k), sink), dim=-1)
+                if self.softmax_fp32:
+                    logits = logits.float()
+                probs = torch.softmax(logits, dim=-1)[..., :S_k].to(q.dtype)
+                probs = probs.reshape(B * H, S_q, S_k)
+                if self.dropout and self.training:
+                    probs = F.dropout(probs, self.dropout)
+                return torch.bmm(probs, v3).view(B, H, S_q, w_v)
             if self.softmax_fp32:
                 probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
             else:
@@ -298,7 +316,7 @@ class Attention(nn.Module):
     """Self- or cross-attention with MHA/GQA/MQA, optional qk-norm and rotary."""
 
     def __init__(self, cfg: ModelConfig, impl: str, softmax_fp32: bool, recompute: str,
-                 cross: bool, rotary: bool, dtype, dropout: bool = False):
+                 cross: bool, rotary: bool, dtype, dropout: bool = False, layer: int = 0):
         super().__init__()
         D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.H, self.K, self.h, self.cross = H, K, h, cross
@@ -307,11 +325,19 @@ class Attention(nn.Module):
         self.k_proj = lin(D, K * h, cfg.qkv_bias)
         self.v_proj = lin(D, K * h, cfg.qkv_bias)
         self.rotary = Rotary() if rotary else None
-        self.qk_norm = cfg.qk_norm if not cross else "none"
-        if self.qk_norm != "none":
-            qw, kw = (h, h) if self.qk_norm == "head" else (H * h, K * h)
-            self.q_norm = make_norm(cfg, qw, dtype)
-            self.k_norm = make_norm(cfg, kw, dtype)
+        self.qk_norm = cfg.qk_norm_at(layer) if not cross else "none"
+        if self.qk_norm in ("head", "l2"):
+            kind = dict(norm_type="rmsnorm", affine=False) if self.qk_norm == "l2" else {}
+            self.q_norm = make_norm(cfg, h, dtype, **kind)
+            self.k_norm = make_norm(cfg, h, dtype, **kind)
+        elif self.qk_norm == "per_head":
+            self.q_norm = HeadNorm(cfg, H, h, dtype)
+            self.k_norm = HeadNorm(cfg, K, h, dtype)
+        elif self.qk_norm == "full":
+            self.q_norm = make_norm(cfg, H * h, dtype)
+            self.k_norm = make_norm(cfg, K * h, dtype)
+        self.sinks = nn.Parameter(torch.zeros(H, dtype=dtype)) \
+            if cfg.attn_sinks and not cross else None
         self.core = AttentionCore(impl, softmax_fp32, recompute,
                                   cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * h, D, cfg.out_bias)
@@ -325,7 +351,7 @@ class Attention(nn.Module):
         if self.qk_norm == "full":
             k = self.k_norm(k)
         k = k.view(B, S, self.K, self.h)
-        if self.qk_norm == "head":
+        if self.qk_norm not in ("none", "full"):
             k = self.k_norm(k)
         return k.transpose(1, 2), v.view(B, S, self.K, self.h).transpose(1, 2)
 
@@ -336,7 +362,7 @@ class Attention(nn.Module):
         if self.qk_norm == "full":
             q = self.q_norm(q)
         q = q.view(B, S, self.H, self.h)
-        if self.qk_norm == "head":
+        if self.qk_norm not in ("none", "full"):
             q = self.q_norm(q)
         q = q.transpose(1, 2)
         if self.cross and cache is not None and cache.parts is not None:
@@ -351,23 +377,49 @@ class Attention(nn.Module):
                 else:
                     (k, v), k_pos = cache.update((k, v), ctx.q_pos)
                     bias, causal = ctx.bias_for(cache.window, k_pos), False
-        out = attend(self.core, q, k, v, bias, causal)
+        out = attend(self.core, q, k, v, bias, causal, self.sinks)
         return drop(self, self.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
 
 
+class HeadNorm(nn.Module):
+    """Cohere's q/k norm: over each head's h features, with a (heads, h) scale (and shift).
+    RMSNorm multiplies the per-head scale in; LayerNorm normalises without a scale, then
+    scales (saving the normalised input)."""
 
-def attend(core: AttentionCore, q, k, v, bias, causal: bool = False):
+    def __init__(self, cfg: ModelConfig, heads: int, h: int, dtype):
+        super().__init__()
+        self.rms = cfg.norm_type == "rmsnorm"
+        self.h = h
+        self.weight = nn.Parameter(torch.ones(heads, h, dtype=dtype)) if cfg.norm_affine \
+            else None
+        self.bias = nn.Parameter(torch.zeros(heads, h, dtype=dtype)) \
+            if cfg.norm_affine and cfg.norm_bias and not self.rms else None
+
+    def forward(self, x):  # x: (B, S, heads, h)
+        if self.rms:
+            xf = x.float()
+            xn = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+            return self.weight * xn if self.weight is not None else xn
+        y = F.layer_norm(x, (self.h,), None, None, 1e-5)
+        if self.weight is not None:
+            y = y * self.weight
+        return y + self.bias if self.bias is not None else y
+
+
+def attend(core: AttentionCore, q, k, v, bias, causal: bool = False, sinks=None):
     """Eager: repeat k and v to all query heads (HF repeat_kv) and make q, k, v contiguous,
     the tensors the matmuls save. SDPA: q, k, v as they come (HF's layout: heads are a
     transposed view, so the kernel's output transposed back is contiguous and is o_proj's
     input), k and v with their K heads (``enable_gqa``)."""
     if core.impl != "eager":
+        if sinks is not None:
+            raise NotImplementedError("attention sinks run with attn_impl='eager' only")
         return core(q, k, v, bias, causal)
     n_rep = q.shape[1] // k.shape[1]
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
-    return core(q.contiguous(), k.contiguous(), v.contiguous(), bias, causal)
+    return core(q.contiguous(), k.contiguous(), v.contiguous(), bias, causal, sinks)
 
 
 class MLA(nn.Module):
@@ -479,18 +531,22 @@ class MLP(nn.Module):
 class GroupedLinear(nn.Module):
     """E expert weights (E, d_out, d_in); rows arrive sorted by expert, ``counts`` per expert."""
 
-    def __init__(self, n: int, d_in: int, d_out: int, dtype):
+    def __init__(self, n: int, d_in: int, d_out: int, dtype, bias: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n, d_out, d_in, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(n, d_out, dtype=dtype)) if bias else None
         nn.init.normal_(self.weight, std=d_in ** -0.5)
+
+    def _b(self, e: int):
+        return self.bias[e] if self.bias is not None else None
 
     def forward(self, x, counts):
         if counts is None:  # no values to route (meta/fake): same shapes and FLOPs in one matmul
-            return F.linear(x, self.weight[0])
+            return F.linear(x, self.weight[0], self._b(0))
         outs, start = [], 0
         for e, n in enumerate(counts):
             if n:
-                outs.append(F.linear(x[start:start + n], self.weight[e]))
+                outs.append(F.linear(x[start:start + n], self.weight[e], self._b(e)))
             start += n
         return torch.cat(outs) if outs else x.new_zeros(0, self.weight.shape[1])
 
@@ -520,11 +576,12 @@ class Experts(nn.Module):
         E, D, Fe = cfg.n_experts, cfg.d_model, cfg.moe_d_ff
         self.E, self.k = E, cfg.top_k
         self.gated = cfg.gated
+        b = cfg.expert_bias  # gpt-oss
         if self.gated:
-            self.gate_proj = GroupedLinear(E, D, Fe, dtype)
-        self.up_proj = GroupedLinear(E, D, Fe, dtype)
+            self.gate_proj = GroupedLinear(E, D, Fe, dtype, b)
+        self.up_proj = GroupedLinear(E, D, Fe, dtype, b)
         self.act = Act(cfg.activation)
-        self.down_proj = GroupedLinear(E, Fe, D, dtype)
+        self.down_proj = GroupedLinear(E, Fe, D, dtype, b)
 
     def forward(self, x, weights, experts):
         T, D = x.shape
@@ -577,19 +634,27 @@ class MoE(nn.Module):
 
 
 # --- blocks and stacks --------------------------------------------------------------------
+def mask_key(cfg: ModelConfig, i: int) -> int:
+    """Causal layer i's mask: its window (0 = full attention), or minus its chunk length."""
+    return cfg.window(i) or -cfg.chunk(i)
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, stack: str, i: int, impl: str, softmax_fp32: bool,
                  recompute: str, dtype, dropout: bool = False):
         super().__init__()
         self.cfg, self.stack, self.i = cfg, stack, i
         D = cfg.d_model
-        self.attn_norm = make_norm(cfg, D, dtype)
-        rot = cfg.pos_type == "rotary"
+        post_sub = cfg.norm_position == "post_sub"  # OLMo 2: norms on the outputs only
+        if not post_sub:
+            self.attn_norm = make_norm(cfg, D, dtype)
+        rot = cfg.rotary(i)
         if cfg.is_mla:
             self.attn = MLA(cfg, impl, softmax_fp32, recompute, rot, dtype, dropout)
         else:
-            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False, rot, dtype, dropout)
-        if cfg.norm_position == "sandwich":
+            self.attn = Attention(cfg, impl, softmax_fp32, recompute, False, rot, dtype, dropout,
+                                  layer=i)
+        if cfg.norm_position in ("sandwich", "post_sub"):
             self.attn_post_norm = make_norm(cfg, D, dtype)
         self.has_cross = stack == "decoder"
         if self.has_cross:
@@ -597,17 +662,17 @@ class Block(nn.Module):
             self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype,
                                         dropout)
         self.shared_norm = cfg.parallel_block and cfg.parallel_norms == 1
-        if not self.shared_norm:
+        if not (self.shared_norm or post_sub):
             self.mlp_norm = make_norm(cfg, D, dtype)
         if stack != "encoder" and cfg.is_moe_layer(i):
             self.moe = MoE(cfg, dtype, dropout)
         else:
             self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
-        if cfg.norm_position == "sandwich":
+        if cfg.norm_position in ("sandwich", "post_sub"):
             self.mlp_post_norm = make_norm(cfg, D, dtype)
         self.full_recompute = recompute == "full"
         causal = stack != "encoder" and cfg.family != "encoder"
-        self.window = cfg.window(i) if causal else 0
+        self.window = mask_key(cfg, i) if causal else 0
 
     def ffn(self, x):
         return self.moe(x) if hasattr(self, "moe") else self.mlp(x)
@@ -628,6 +693,9 @@ class Block(nn.Module):
             return x + self.attn(h, ctx, **kw) + self.ffn(m_in)
         post = cfg.norm_position == "post"
         sandwich = cfg.norm_position == "sandwich"
+        if cfg.norm_position == "post_sub":  # x + norm(f(x)) for attention, then the MLP
+            x = x + self.attn_post_norm(self.attn(x, ctx, **kw))
+            return x + self.mlp_post_norm(self.ffn(x))
         if post:
             x = self.attn_norm(x + self.attn(x, ctx, **kw))
         else:
@@ -1030,8 +1098,10 @@ class ReferenceModel(nn.Module):
         bias = None
         if causal:
             allowed = rel <= 0
-            if window:
+            if window > 0:
                 allowed &= rel > -window
+            elif window < 0:  # chunked attention (Llama 4): only keys of the query's chunk
+                allowed &= (k_pos[None, :] // -window) == (q_pos[:, None] // -window)
             # decoding one token inside its window masks nothing (values known off meta)
             if _symbolic(allowed) or not bool(allowed.all()):
                 bias = torch.zeros(rel.shape, device=rel.device).masked_fill(~allowed, NEG_INF)
@@ -1052,7 +1122,7 @@ class ReferenceModel(nn.Module):
             ctx.cos, ctx.sin = rotary_tables(self._rope_width(), q_pos, self.dtype)
         windows = {0}
         if self.causal(stack):
-            windows |= {cfg.window(i) for i in range(cfg.n_layers)}
+            windows |= {mask_key(cfg, i) for i in range(cfg.n_layers)}
         if cfg.pos_type == "relative_bias":  # one bias table lookup for the whole stack (T5)
             pb = self.position_bias(stack, q_pos, q_pos)
             ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w, pb) for w in windows}

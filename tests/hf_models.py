@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 ENCODERS = {"bert", "roberta"}
 SEQ2SEQ = {"t5", "bart"}
-MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss"}
 
 
 def hf_config(raw: dict):

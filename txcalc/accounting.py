@@ -24,6 +24,10 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
         parts.append("moe" if stack != "encoder" and cfg.is_moe_layer(layer) else "dense")
     if stack != "encoder" and cfg.window(layer):
         parts.append(f"window {cfg.window(layer)}")
+    if stack != "encoder" and cfg.chunk(layer):
+        parts.append(f"chunk {cfg.chunk(layer)}")
+    if cfg.nope_layers and not cfg.rotary(layer):
+        parts.append("no rope")
     return " ".join(parts)
 
 

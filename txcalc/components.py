@@ -7,10 +7,11 @@ the reference model's module names:
     [encoder.|decoder.]rel_bias                      T5 relative-position bias (block 0)
     [stack.]layers.{i}.attn_norm / attn.{q,k,v,o}_proj / attn.{q,k}_norm
                       attn.{q_a_proj,q_a_norm,q_b_proj,kv_a_proj,kv_a_norm,kv_b_proj}  (MLA)
+                      attn.sinks                                       (gpt-oss)
                       cross_attn_norm / cross_attn.{q,k,v,o}_proj      (decoder of enc-dec)
                       mlp_norm / mlp.{gate,up,down}_proj
                       moe.router / moe.experts.{gate,up,down}_proj / moe.shared.* / moe.shared_gate
-                      attn_post_norm / mlp_post_norm                   (sandwich norms)
+                      attn_post_norm / mlp_post_norm        (sandwich and post_sub norms)
     [stack.]final_norm   proj_out   lm_head   pooler
 """
 
@@ -96,7 +97,8 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
                           kv_heads=cfg.n_heads if cfg.is_mla else cfg.n_kv_heads, qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
                           causal=causal, window=cfg.window(layer) if causal else 0,
-                          dropout=cfg.attn_dropout)
+                          dropout=cfg.attn_dropout, chunk=cfg.chunk(layer) if causal else 0,
+                          sinks=cfg.attn_sinks and not cross)
 
 
 def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Iterator[Op]:
@@ -120,21 +122,59 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
                  shares_input=not cross or where[1] > 0, tp="colwise")
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
                  shares_input=True, tp="colwise")
-    if cfg.pos_type == "rotary" and where[1] == cfg.first_attention and not cross:
+    if not cross and where[1] == _first_rotary(cfg, where[0]):
         yield rotary(p + c, where, c, h, _pos_stream(where[0]))
-    if cfg.qk_norm != "none" and not cross:
-        # per-head norms (width h) see H (or K) rows per token
-        q_w, k_w, q_n, k_n = (h, h, H, K) if cfg.qk_norm == "head" else (H * h, K * h, 1, 1)
-        for name, width, n in (("q_norm", q_w, q_n), ("k_norm", k_w, k_n)):
-            op = _norm(cfg, f"{p}{c}{name}", where, c + name, width)
-            # inside the TP region: the heads split over t
-            yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved),
-                                      act_split="tp")
+    if not cross:
+        yield from qk_norms(cfg, p + c, where, c)
     yield from _core(cfg, p + c, where, c, h, h, cross)
+    if cfg.attn_sinks and not cross:  # gpt-oss: one learned logit per head, no matmul
+        yield Op(f"{p}{c}sinks", "sinks", where[0], where[1], c + "sinks", cfg.n_heads,
+                 d_in=cfg.n_heads, d_out=cfg.n_heads, tp="colwise", act_split="tp",
+                 recompute="full")
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
                  tp="rowwise")
     if cfg.resid_dropout:
         yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
+
+
+def _first_rotary(cfg: ModelConfig, stack: str) -> int:
+    """The block whose op holds the rotary tables (computed once per forward, shared by all
+    rotary layers): the first block that applies them; -1 when none does."""
+    depth = dict(cfg.stacks)[stack]
+    return next((i for i in range(depth) if cfg.rotary(i)), -1)
+
+
+def qk_norms(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
+    """Norms on q and k after their projections.
+
+        qk_norm  | over        | scale                 | rows per token | models
+        ---------|-------------|-----------------------|----------------|------------------
+        head     | h, per head | h (shared by heads)   | H (q), K (k)   | Qwen3, Gemma 3
+        per_head | h, per head | H*h (q), K*h (k)      | H, K           | Cohere
+        full     | H*h, K*h    | H*h, K*h              | 1              | OLMo 2
+        l2       | h, per head | none (rotary layers)  | H, K           | Llama 4
+
+    A per-head LayerNorm with its own scale per head normalises without a scale, then
+    multiplies by the (heads, h) scale, which saves the normalised input too.
+    """
+    mode = cfg.qk_norm_at(where[1])
+    if mode == "none":
+        return
+    H, K, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    for name, n in (("q_norm", H), ("k_norm", K)):
+        width, rows = (n * h, 1) if mode == "full" else (h, n)
+        op = norm(f"{c}{name}", where, comp + name, width,
+                  "rmsnorm" if mode == "l2" else cfg.norm_type, cfg.norm_bias,
+                  cfg.norm_affine and mode != "l2", _stream(where[0]))
+        saved, extra = op.saved, {}
+        if mode == "per_head":
+            # a (heads, h) scale (and shift), split with the heads under TP
+            extra = dict(params=op.params * n, heads=n, tp="colwise")
+            if cfg.norm_type == "layernorm" and cfg.norm_affine:
+                saved = saved + ((h, "a"),)
+        # inside the TP region: the heads split over t
+        yield dataclasses.replace(op, saved=tuple((w * rows, tag) for w, tag in saved),
+                                  act_split="tp", **extra)
 
 
 def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator[Op]:
@@ -157,7 +197,7 @@ def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator
     # kv_a_proj reads the same input as the query path, already saved there
     yield linear(f"{c}kv_a_proj", where, comp + "kv_a_proj", D,
                  cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.qkv_bias, shares_input=True)
-    if cfg.pos_type == "rotary" and where[1] == 0:
+    if where[1] == _first_rotary(cfg, where[0]):
         yield rotary(c, where, comp, cfg.qk_rope_head_dim, _pos_stream(where[0]))
     yield norm(f"{c}kv_a_norm", where, comp + "kv_a_norm", cfg.kv_lora_rank, "rmsnorm",
                False, True)
@@ -226,7 +266,7 @@ def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> I
     yield dataclasses.replace(router, saved=router.saved + ((k, "i64"), (k, "f32")))
     yield elementwise(f"{c}experts", where, "moe.experts", "moe_combine",
                       ((2 * k, "i64"), (k * D, "a"), (k, "cast")))
-    yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, False,
+    yield from mlp(cfg, f"{c}experts.", "moe.experts.", where, cfg.moe_d_ff, cfg.expert_bias,
                    cfg.n_experts, cfg.top_k)
     if cfg.shared_d_ff:  # the shared MLP is biased like the dense MLP (DeepSeek-V2 mlp_bias)
         yield from mlp(cfg, f"{c}shared.", "moe.shared.", where, cfg.shared_d_ff, cfg.mlp_bias,
@@ -244,14 +284,16 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D = cfg.d_model
     yield from checkpoints(cfg, stack, i)
-    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    post_sub = cfg.norm_position == "post_sub"  # OLMo 2: norms on the outputs only
+    if not post_sub:
+        yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
     yield from attention(cfg, p, where)
-    if cfg.norm_position == "sandwich":
+    if cfg.norm_position in ("sandwich", "post_sub"):
         yield _norm(cfg, p + "attn_post_norm", where, "attn_post_norm", D)
     if stack == "decoder":
         yield _norm(cfg, p + "cross_attn_norm", where, "cross_attn_norm", D)
         yield from attention(cfg, p, where, name="cross_attn")
-    if not (cfg.parallel_block and cfg.parallel_norms == 1):
+    if not (cfg.parallel_block and cfg.parallel_norms == 1 or post_sub):
         op = _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
         if cfg.parallel_block:
             # NeoX: both norms read the block input; attn_norm already saved it (LayerNorm), or
@@ -269,7 +311,7 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
                        shares_input=shared_in)
     if cfg.resid_dropout:
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
-    if cfg.norm_position == "sandwich":
+    if cfg.norm_position in ("sandwich", "post_sub"):
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
 
 

@@ -24,9 +24,9 @@ GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "geglu_tanh")
 PLAIN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "silu", "relu2")
 ACTIVATIONS = PLAIN_ACTIVATIONS + GATED_ACTIVATIONS
 NORM_TYPES = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("pre", "post", "sandwich")
+NORM_POSITIONS = ("pre", "post", "sandwich", "post_sub")
 POSITION_TYPES = ("learned", "sinusoidal", "rotary", "relative_bias", "alibi", "none")
-QK_NORMS = ("none", "head", "full")
+QK_NORMS = ("none", "head", "full", "per_head", "l2")
 HEADS = ("lm", "none")
 
 
@@ -51,7 +51,9 @@ class ModelConfig:
     # --- attention -----------------------------------------------------------------------
     qkv_bias: bool = False  #: biases on the q/k/v projections
     out_bias: bool = False  #: bias on the attention output projection
-    qk_norm: str = "none"  #: none | head (norm over h, Qwen3) | full (over H*h, OLMo2)
+    #: none | head (norm over h, Qwen3) | full (over H*h, OLMo2) | per_head (over h, a scale
+    #: per head: Cohere) | l2 (over h, no scale, rotary layers only: Llama 4)
+    qk_norm: str = "none"
     sliding_window: int = 0  #: window of local attention in tokens (0 = full attention)
     global_every: int = 0  #: with a window: every n-th layer attends globally (0 = none)
     #: with a window: only these layers slide (HF ``layer_types``; empty = per global_every)
@@ -82,7 +84,9 @@ class ModelConfig:
     norm_type: str = "layernorm"  #: layernorm | rmsnorm
     norm_bias: bool = True  #: LayerNorm has a bias (ignored for RMSNorm)
     norm_affine: bool = True  #: norms carry a learned scale (False: OLMo's parameter-free LN)
-    norm_position: str = "pre"  #: pre | post (BERT, original) | sandwich (Gemma 2: pre and post)
+    #: pre | post (BERT, original) | sandwich (Gemma 2: pre and post) | post_sub (OLMo 2: a
+    #: norm on each sub-block's output before the residual add, none on its input)
+    norm_position: str = "pre"
     final_norm: bool = True  #: a norm after the last block of each stack
     embed_norm: bool = False  #: a norm right after the embeddings (BERT, BLOOM, BART)
     # --- embeddings, positions and head ------------------------------------------------------
@@ -124,6 +128,13 @@ class ModelConfig:
     ssm_out_bias: bool = False  #: bias on out_proj (Falcon-H1 ``projectors_bias``)
     ssm_dt_norms: bool = False  #: RMSNorms on dt, B and C after x_proj (Jamba)
     ssm_gated_norm: bool = True  #: Mamba-2: gated RMSNorm before out_proj (Falcon-H1 can drop it)
+    # --- structures of issue 12 part 1 (Gemma 3, Llama 4, gpt-oss, OLMo 2/3, EXAONE 4, Cohere) -----
+    nope_layers: tuple[int, ...] = ()  #: layers without rotary positions (Llama 4 NoPE layers)
+    attn_sinks: bool = False  #: a learned sink logit per head in every softmax (gpt-oss)
+    expert_bias: bool = False  #: biases on the routed experts' projections (gpt-oss)
+    attn_chunk: int = 0  #: chunked attention: a token attends within its chunk (Llama 4)
+    #: with attn_chunk: the layers that attend in chunks (HF ``layer_types``)
+    chunked_layers: tuple[int, ...] = ()
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -193,11 +204,6 @@ class ModelConfig:
         """Whether decoder block ``layer`` attends (and so keeps a KV cache)."""
         return self.mixer(layer) in ("attention", "hybrid")
 
-    @property
-    def first_attention(self) -> int:
-        """The first block that attends (where the shared rotary tables are counted)."""
-        return next((i for i in range(self.n_layers) if self.has_attention(i)), 0)
-
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) of the decoder stack uses the MoE MLP."""
         if self.ffns:
@@ -218,6 +224,23 @@ class ModelConfig:
         if self.global_every and (layer + 1) % self.global_every == 0:
             return 0
         return self.sliding_window
+
+    def chunk(self, layer: int) -> int:
+        """Attention chunk of block ``layer`` in tokens (0 = none): a query attends to the
+        earlier keys of its own chunk of ``attn_chunk`` positions (Llama 4)."""
+        return self.attn_chunk if layer in self.chunked_layers else 0
+
+    def rotary(self, layer: int) -> bool:
+        """Whether block ``layer`` applies rotary positions (not on NoPE layers, nor on a
+        layer that does not attend: a state-space mixer)."""
+        return (self.pos_type == "rotary" and layer not in self.nope_layers
+                and self.has_attention(layer))
+
+    def qk_norm_at(self, layer: int) -> str:
+        """The q/k norm of block ``layer``: Llama 4's L2 norm runs on rotary layers only."""
+        if self.qk_norm == "l2" and not self.rotary(layer):
+            return "none"
+        return self.qk_norm
 
     def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (validated again).
@@ -262,10 +285,11 @@ _INT_FIELDS_POSITIVE = ("n_layers", "d_model", "n_heads", "vocab_size", "d_ff", 
 _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_lora_rank",
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
-                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size")
+                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
+                      "attn_chunk")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
-                "tie_embeddings", "lm_head_bias")
+                "tie_embeddings", "lm_head_bias", "attn_sinks", "expert_bias")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
@@ -296,6 +320,7 @@ _BOUNDS = {
                               "qk_rope_head_dim", "v_head_dim")},
     **{k: MAX_HEADS for k in ("n_heads", "n_kv_heads")},
     "vocab_size": MAX_VOCAB, "max_position": MAX_POSITION, "sliding_window": MAX_POSITION,
+    "attn_chunk": MAX_POSITION,
     **{k: MAX_EXPERTS for k in ("n_experts", "top_k", "n_shared_experts")},
     **{k: MAX_SMALL for k in ("relative_buckets", "type_vocab_size", "position_offset",
                               "moe_every", "global_every")},
@@ -404,14 +429,15 @@ def validate(cfg: ModelConfig) -> None:
     if not isinstance(cfg.dense_layers, tuple) or not all(_is_int(i) and i >= 0
                                                            for i in cfg.dense_layers):
         problems.append(f"dense_layers ({cfg.dense_layers!r}) must be a tuple of layer indices")
-    if not isinstance(cfg.sliding_layers, tuple) or not all(_is_int(i) and i >= 0
-                                                             for i in cfg.sliding_layers):
-        problems.append(f"sliding_layers ({cfg.sliding_layers!r}) must be a tuple of layer indices")
+    for name in ("sliding_layers", "nope_layers", "chunked_layers"):
+        v = getattr(cfg, name)
+        if not isinstance(v, tuple) or not all(_is_int(i) and i >= 0 for i in v):
+            problems.append(f"{name} ({v!r}) must be a tuple of layer indices")
     for name in _DROPOUT_FIELDS:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
-    for name in ("dense_layers", "sliding_layers"):
+    for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers"):
         v = getattr(cfg, name)
         if isinstance(v, tuple) and len(v) > MAX_LAYERS:
             problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")
@@ -435,6 +461,8 @@ def validate(cfg: ModelConfig) -> None:
     problems += _hybrid_problems(cfg)
     if cfg.parallel_block and cfg.family != "decoder":
         problems.append(f"parallel_block needs family 'decoder', not {cfg.family!r}")
+    if cfg.norm_position == "post_sub" and cfg.family != "decoder":
+        problems.append(f"norm_position 'post_sub' needs family 'decoder', not {cfg.family!r}")
     if cfg.parallel_block and cfg.norm_position != "pre":
         problems.append(f"parallel_block needs norm_position 'pre', not {cfg.norm_position!r}")
     if cfg.is_mla:
@@ -468,9 +496,29 @@ def validate(cfg: ModelConfig) -> None:
         problems.append(f"sliding_layers {list(cfg.sliding_layers)} need a sliding_window")
     if cfg.sliding_layers and cfg.global_every:
         problems.append("give sliding_layers or global_every, not both")
-    bad_sliding = [i for i in cfg.sliding_layers if i >= cfg.n_layers]
-    if bad_sliding:
-        problems.append(f"sliding_layers {bad_sliding} exceed n_layers ({cfg.n_layers})")
+    for name in ("sliding_layers", "nope_layers", "chunked_layers"):
+        bad = [i for i in getattr(cfg, name) if i >= cfg.n_layers]
+        if bad:
+            problems.append(f"{name} {bad} exceed n_layers ({cfg.n_layers})")
+    if cfg.nope_layers and cfg.pos_type != "rotary":
+        problems.append(f"nope_layers {list(cfg.nope_layers)} need pos_type 'rotary', not "
+                        f"{cfg.pos_type!r}")
+    if cfg.chunked_layers and not cfg.attn_chunk:
+        problems.append(f"chunked_layers {list(cfg.chunked_layers)} need an attn_chunk")
+    if cfg.attn_chunk and cfg.family != "decoder":
+        problems.append(f"attn_chunk ({cfg.attn_chunk}) needs family 'decoder', not "
+                        f"{cfg.family!r}")
+    both = sorted(set(cfg.chunked_layers) & {i for i in range(cfg.n_layers) if cfg.window(i)})
+    if both:
+        problems.append(f"layers {both} are both chunked and sliding: give one of them")
+    if cfg.attn_sinks and (cfg.family != "decoder" or cfg.is_mla):
+        problems.append(f"attn_sinks needs family 'decoder' without MLA, not {cfg.family!r}"
+                        + (f" with kv_lora_rank {cfg.kv_lora_rank}" if cfg.is_mla else ""))
+    if cfg.expert_bias and not cfg.is_moe:
+        problems.append("expert_bias needs n_experts > 0")
+    if cfg.qk_norm == "l2" and cfg.pos_type != "rotary":
+        problems.append(f"qk_norm 'l2' (Llama 4: on rotary layers) needs pos_type 'rotary', "
+                        f"not {cfg.pos_type!r}")
     if cfg.pos_type == "relative_bias" and cfg.relative_buckets <= 0:
         problems.append(f"relative_buckets ({cfg.relative_buckets}) must be positive")
     if cfg.pos_type == "rotary" and not cfg.is_mla and cfg.head_dim % 2:

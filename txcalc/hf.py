@@ -145,8 +145,14 @@ def _windows(f: _Fields, n_layers: int, model_type: str) -> dict[str, Any]:
                           f"{n_layers} layers")
     else:
         sliding = [t == "sliding_attention" for t in types]
+    return _window_layout(window, sliding)
+
+
+def _window_layout(window: int, sliding: list[bool]) -> dict[str, Any]:
+    """ModelConfig fields for ``window`` on the layers flagged in ``sliding`` (one per layer)."""
+    n_layers = len(sliding)
     layers = tuple(i for i, s in enumerate(sliding) if s)
-    if not layers:
+    if not layers or not window:
         return {}
     if len(layers) == n_layers:
         return {"sliding_window": window}
@@ -491,7 +497,7 @@ def _layer_pattern(n_layers: int, window: int, sliding: list[bool]) -> dict[str,
     return {"sliding_window": window, "sliding_layers": layers}
 
 
-def _layer_types(f: _Fields, n_layers: int) -> list[bool] | None:
+def _sliding_flags(f: _Fields, n_layers: int) -> list[bool] | None:
     """HF ``layer_types`` as a list of "slides" flags, None when the field is absent."""
     types = f.get("layer_types")
     if types is None:
@@ -529,7 +535,7 @@ def _smollm3(f):
     window = _window(f, None)
     if not (f.bool("use_sliding_window", False) and window):
         return out
-    sliding = _layer_types(f, n)
+    sliding = _sliding_flags(f, n)
     if sliding is None:  # HF: NoPE layers slide (no_rope_layers[i] == 0)
         nope = f.get("no_rope_layers")
         if nope is None:
@@ -548,7 +554,7 @@ def _ministral(f):
     f.int("head_dim")
     out = _llama_like(f, max_pos=131072, bias_key=None, kv_heads=8)
     n, window = out["n_layers"], _window(f, 4096)
-    sliding = _layer_types(f, n)
+    sliding = _sliding_flags(f, n)
     if sliding is None:
         sliding = [bool(window)] * n
     return out | _layer_pattern(n, window, sliding)
@@ -766,7 +772,7 @@ def _qwen2_vl_text(f):
     window = _window(f, 4096)
     if not (f.bool("use_sliding_window", False) and window):
         return out
-    sliding = _layer_types(f, n)
+    sliding = _sliding_flags(f, n)
     if sliding is None:
         mwl = f.int("max_window_layers", 80)
         sliding = [i >= mwl for i in range(n)]
@@ -821,6 +827,266 @@ _ALIASES.update({
 })
 
 
+# --- issue 12 part 1: Gemma 3, Llama 4, gpt-oss, OLMo 2/3, EXAONE 4, Cohere, Cohere 2 ------------
+# Each reads every field with the default of its transformers 5.x configuration class, so a
+# config.json that leaves a field out means what it means to HF.
+
+def _read_decoder(f: _Fields, d: dict[str, Any], *, kv_null_ok: bool = True) -> dict[str, Any]:
+    """Llama-shaped fields with the HF class defaults ``d`` (num_key_value_heads None: as many
+    as query heads; head_dim None: hidden_size // heads; the modeling code reads an explicit
+    ``head_dim`` where the class has none). ``kv_null_ok``: an explicit null KV count means
+    num_attention_heads (the classes whose ``__post_init__`` says so)."""
+    hidden = f.int("hidden_size", d["hidden_size"])
+    heads = f.int("num_attention_heads", d["num_attention_heads"])
+    kv_null = "num_key_value_heads" in f.raw and f.raw["num_key_value_heads"] is None
+    if kv_null and not kv_null_ok:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' (null) must be an integer")
+    kv = heads if kv_null else f.int("num_key_value_heads", d["num_key_value_heads"] or heads)
+    bias = f.bool("attention_bias", d.get("attention_bias", False)) \
+        if "attention_bias" in d else False
+    return dict(
+        n_layers=f.int("num_hidden_layers", d["num_hidden_layers"]), d_model=hidden,
+        n_heads=heads, n_kv_heads=kv,
+        head_dim=f.int("head_dim", d.get("head_dim") or (hidden // heads if heads > 0 else 0)),
+        d_ff=f.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=f.int("vocab_size", d["vocab_size"]),
+        max_position=f.int("max_position_embeddings", d["max_position_embeddings"]),
+        qkv_bias=bias, out_bias=bias,
+        activation=_GATED[f.act(d.get("act_key", "hidden_act"), d.get("act", "silu"))],
+        norm_type="rmsnorm", pos_type="rotary",
+        tie_embeddings=f.bool("tie_word_embeddings", d.get("tie", False)))
+
+
+_LAYER_TYPES = ("sliding_attention", "full_attention", "chunked_attention")
+
+
+def _layer_types(f: _Fields, n_layers: int, default: list[str]) -> list[str]:
+    """HF ``layer_types`` (one entry per layer), or the class's default pattern."""
+    types = f.get("layer_types")
+    if types is None:
+        return default
+    if not isinstance(types, list) or len(types) != n_layers or not all(
+            t in _LAYER_TYPES for t in types):
+        raise ConfigError(f"{f.where}: field 'layer_types' ({_show(types)}) must list one of "
+                          f"{', '.join(_LAYER_TYPES)} for each of the {n_layers} layers")
+    return types
+
+
+def _pattern_types(f: _Fields, n_layers: int, key: str, default: int) -> list[str]:
+    """layer_types from an every-k-th-layer-is-global pattern (``sliding_window_pattern``)."""
+    k = f.get(key, default)
+    if isinstance(k, str) and k and set(k) <= {"L", "G"}:  # EXAONE 4's "LLLG" form
+        return ["sliding_attention" if k[i % len(k)] == "L" else "full_attention"
+                for i in range(n_layers)]
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise ConfigError(f"{f.where}: field {key!r} ({_show(k)}) must be a positive integer")
+    return ["sliding_attention" if (i + 1) % k else "full_attention" for i in range(n_layers)]
+
+
+def _nullable(f: _Fields, key: str, default: Any) -> Any:
+    """The field's value, None when it is an explicit null, the class default when absent."""
+    return f.raw[key] if key in f.raw else default
+
+
+def _sliding(f: _Fields, types: list[str], default: int | None) -> dict[str, Any]:
+    """Window fields for the layers typed sliding_attention (no window when it is null)."""
+    if _nullable(f, "sliding_window", default) is None:
+        return {}
+    window = f.int("sliding_window", default)
+    return _window_layout(window, [t == "sliding_attention" for t in types])
+
+
+_GEMMA3 = dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+               num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+               max_position_embeddings=131072, attention_bias=False, tie=True,
+               act_key="hidden_activation", act="gelu_pytorch_tanh")
+
+
+def _gemma3_text(f):
+    """Gemma 3 text (arXiv:2503.19786): Gemma 2's sandwich norms, per-head q/k RMSNorm, five
+    local layers (window 4096) to one global; logit soft-capping changes no count."""
+    if f.bool("use_bidirectional_attention", False):
+        raise ConfigError(f"{f.where}: field 'use_bidirectional_attention' (true): a "
+                          "bidirectional Gemma 3 (EmbeddingGemma) is not a causal decoder; "
+                          "txcalc models the causal one")
+    out = _read_decoder(f, _GEMMA3, kv_null_ok=False)
+    n = out["n_layers"]
+    types = _layer_types(f, n, _pattern_types(f, n, "sliding_window_pattern", 6))
+    return out | {"qk_norm": "head", "norm_position": "sandwich"} | _sliding(f, types, 4096)
+
+
+def _text_part(f: _Fields, text_type: str) -> dict[str, Any]:
+    """The language model of a multimodal config: its ``text_config`` (class defaults when
+    absent) read as ``text_type``."""
+    text = f.get("text_config", {})
+    if not isinstance(text, dict):
+        raise ConfigError(f"{f.where}: field 'text_config' ({_show(text)}) must be an object")
+    sub = _Fields(text, f"{f.where} (text_config)")
+    try:
+        out = CONVERTERS[text_type](sub) | _dropouts(sub, text_type)
+    finally:
+        f.problems += sub.problems
+    return out
+
+
+def _gemma3(f):  # Gemma3ForConditionalGeneration: tied unless the top level says otherwise
+    tie = f.bool("tie_word_embeddings", True)
+    return _text_part(f, "gemma3_text") | {"tie_embeddings": tie}
+
+
+_LLAMA4 = dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, num_hidden_layers=48,
+               num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+               max_position_embeddings=131072, attention_bias=False)
+
+
+def _layer_list(f: _Fields, key: str, default: list[int]) -> list[int]:
+    v = f.get(key, default)
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                          for i in v):
+        raise ConfigError(f"{f.where}: field {key!r} ({_show(v)}) must be a list of integers")
+    return v
+
+
+def _llama4_text(f):
+    """Llama 4 text: MoE layers (``moe_layers``, else every ``interleave_moe_layer_step``-th)
+    with E experts of ``intermediate_size``, top-k routing and one shared expert of the same
+    width; dense layers of ``intermediate_size_mlp``. NoPE layers (``no_rope_layers`` 0, else
+    every 4th) attend globally; the others use rotary, chunked attention
+    (``attention_chunk_size``) and, with ``use_qk_norm``, a parameter-free L2 q/k norm.
+    FLOPs count the k routed experts per token; HF's eager Llama4TextMoe runs all E on every
+    token (tests/test_hf_new_structures.py checks HF = txcalc + the unrouted experts)."""
+    out = _read_decoder(f, _LLAMA4)
+    n = out["n_layers"]
+    step = f.int("interleave_moe_layer_step", 1)
+    if step <= 0:
+        raise ConfigError(f"{f.where}: field 'interleave_moe_layer_step' ({step}) must be "
+                          "positive")
+    moe = set(_layer_list(f, "moe_layers", list(range(step - 1, n, step))))
+    flags = f.get("no_rope_layers") or [int((i + 1) % f.int("no_rope_layer_interval", 4) != 0)
+                                        for i in range(n)]
+    if not isinstance(flags, list) or len(flags) < n:
+        raise ConfigError(f"{f.where}: field 'no_rope_layers' ({_show(flags)}) must give a "
+                          f"0/1 flag for each of the {n} layers")
+    nope = tuple(i for i in range(n) if not flags[i])
+    chunk = _nullable(f, "attention_chunk_size", 8192)
+    types = _layer_types(f, n, ["chunked_attention" if flags[i] and chunk is not None
+                                else "full_attention" for i in range(n)])
+    chunked = tuple(i for i, t in enumerate(types) if t == "chunked_attention")
+    out["d_ff"] = f.int("intermediate_size_mlp", 16384)
+    n_experts = f.int("num_local_experts", 16)
+    out.update(nope_layers=nope, qk_norm="l2" if f.bool("use_qk_norm", True) else "none")
+    if chunked and chunk is not None:
+        out.update(attn_chunk=f.int("attention_chunk_size", 8192), chunked_layers=chunked)
+    moe &= set(range(n))  # HF ignores indices past the last layer
+    if moe:
+        out.update(n_experts=n_experts, top_k=f.int("num_experts_per_tok", 1),
+                   moe_d_ff=f.int("intermediate_size", 8192), n_shared_experts=1)
+        if moe == set(range(step - 1, n, step)):  # every step-th layer (Maverick: 2)
+            out["moe_every"] = step
+        else:
+            out["dense_layers"] = tuple(i for i in range(n) if i not in moe)
+    return out
+
+
+def _llama4(f):  # Llama4ForConditionalGeneration: text_config's tie_word_embeddings decides
+    return _text_part(f, "llama4_text")
+
+
+_GPT_OSS = dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880,
+                num_hidden_layers=36, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                max_position_embeddings=131072, attention_bias=True)
+
+
+def _gpt_oss(f):
+    """gpt-oss: biased attention with a learned sink per head, alternating window-128 and
+    global layers, MoE in every layer (biased experts, biased router, top-4 of 128)."""
+    out = _read_decoder(f, _GPT_OSS)
+    n = out["n_layers"]
+    types = _layer_types(f, n, ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                                for i in range(n)])
+    d_ff = out["d_ff"]
+    return out | _sliding(f, types, 128) | dict(
+        attn_sinks=True, n_experts=f.int("num_local_experts", 128),
+        top_k=f.int("num_experts_per_tok", 4), moe_d_ff=d_ff, router_bias=True,
+        expert_bias=True)
+
+
+_OLMO2 = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+              num_attention_heads=32, num_key_value_heads=None, max_position_embeddings=2048,
+              attention_bias=False)
+
+
+def _olmo2(f):
+    """OLMo 2 (arXiv:2501.00656): RMSNorm on each sub-block's output, none on its input, and
+    RMSNorm over all query (key) heads together."""
+    return _read_decoder(f, _OLMO2) | {"qk_norm": "full", "norm_position": "post_sub"}
+
+
+def _olmo3(f):  # OLMo 2 with three window-4096 layers to one global
+    out = _olmo2(f)
+    n = out["n_layers"]
+    types = _layer_types(f, n, ["sliding_attention" if (i + 1) % 4 else "full_attention"
+                                for i in range(n)])
+    return out | _sliding(f, types, 4096)
+
+
+_EXAONE4 = dict(vocab_size=102400, hidden_size=4096, intermediate_size=16384,
+                num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                max_position_embeddings=2048)
+
+
+def _exaone4(f):
+    """EXAONE 4: OLMo 2's output norms, per-head q/k RMSNorm, window layers (pattern 4); with a
+    window the global layers use no rotary (NoPE)."""
+    out = _read_decoder(f, _EXAONE4, kv_null_ok=False)
+    n = out["n_layers"]
+    windowed = _nullable(f, "sliding_window", 4096)
+    if windowed is None:  # HF sets the pattern to 0: every layer full, rotary everywhere
+        types = _layer_types(f, n, ["full_attention"] * n)
+    else:
+        types = _layer_types(f, n, _pattern_types(f, n, "sliding_window_pattern", 4))
+    out |= {"qk_norm": "head", "norm_position": "post_sub"} | _sliding(f, types, 4096)
+    if windowed is not None:
+        out["nope_layers"] = tuple(i for i, t in enumerate(types) if t != "sliding_attention")
+    return out
+
+
+_COHERE = dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+               num_attention_heads=64, num_key_value_heads=None, max_position_embeddings=8192,
+               attention_bias=False, tie=True)
+
+
+def _cohere(f):
+    """Command R: one bias-free LayerNorm feeding attention and MLP in parallel; with
+    ``use_qk_norm`` a LayerNorm per head with its own scale per head (Command R+). The
+    ``logit_scale`` multiplier changes no count."""
+    out = _read_decoder(f, _COHERE)
+    return out | dict(norm_type="layernorm", norm_bias=False, parallel_block=True,
+                      parallel_norms=1,
+                      qk_norm="per_head" if f.bool("use_qk_norm", False) else "none")
+
+
+def _cohere2(f):
+    """Command R7B / A: Cohere's parallel block, three window-4096 layers to one global;
+    rotary only on window layers (no window: no rotary at all)."""
+    out = _read_decoder(f, _COHERE)
+    n = out["n_layers"]
+    types = _layer_types(f, n, _pattern_types(f, n, "sliding_window_pattern", 4))
+    windows = _sliding(f, types, 4096)
+    has_window = not ("sliding_window" in f.raw and f.raw["sliding_window"] is None)
+    nope = tuple(i for i, t in enumerate(types) if t != "sliding_attention" or not has_window)
+    return out | windows | dict(norm_type="layernorm", norm_bias=False, parallel_block=True,
+                                parallel_norms=1, nope_layers=nope)
+
+
+CONVERTERS.update({
+    "gemma3_text": _gemma3_text, "gemma3": _gemma3, "llama4_text": _llama4_text,
+    "llama4": _llama4, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "olmo3": _olmo3,
+    "exaone4": _exaone4, "cohere": _cohere, "cohere2": _cohere2,
+})
+_DROPOUT.update({t: {"attn_dropout": ("attention_dropout", 0.0)} for t in (
+    "gemma3_text", "llama4_text", "gpt_oss", "olmo2", "olmo3", "exaone4", "cohere", "cohere2")})
+# --- end of issue 12 part 1 -----------------------------------------------------------------------
 
 
 def _resolve_aliases(model_type: str, raw: dict[str, Any]) -> dict[str, Any]:

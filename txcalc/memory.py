@@ -574,9 +574,10 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
                    window: bool = True, src_seq: int = 0, state: bool = True) -> int:
     """KV cache of ``batch`` sequences at ``context`` tokens (self-attention) and, for
     encoder-decoder models, the cross-attention cache over ``src_seq`` source tokens.
-    Sliding-window layers keep only the last ``window`` tokens. Only layers that attend
-    keep keys and values; state-space mixers keep their declared state instead (``state``:
-    conv + SSM state per sequence, constant in context, stored in ``kv_dtype`` as well)."""
+    Sliding-window layers keep only the last ``window`` tokens, chunked layers the last
+    ``attn_chunk``. Only layers that attend keep keys and values; state-space mixers keep
+    their declared state instead (``state``: conv + SSM state per sequence, constant in
+    context, stored in ``kv_dtype`` as well)."""
     from .inputs import CONFIG_HINT, MAX_BATCH, MAX_SEQ, instance, integer
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     context = integer("context", context, 1, MAX_SEQ)
@@ -593,8 +594,9 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
         if not cfg.has_attention(i):
             continue
         tokens = context
-        if window and cfg.window(i):
-            tokens = min(context, cfg.window(i))
+        if window and (cfg.window(i) or cfg.chunk(i)):
+            # a chunked layer caches its last chunk of tokens, as a window would (HF's cache)
+            tokens = min(context, cfg.window(i) or cfg.chunk(i))
         elements += per_token * tokens
         if cfg.family == "encoder-decoder":
             elements += 2 * cfg.kv_dim * (src_seq or context)

@@ -67,6 +67,8 @@ class Op:
     window: int = 0  #: attention only: sliding window (0 = none)
     kv_heads: int = 0  #: attention only: key/value heads (what a fused GQA kernel stores)
     dropout: float = 0.0  #: attention scores: dropout probability on the probabilities
+    chunk: int = 0  #: attention only: chunked attention, chunk length (0 = none; Llama 4)
+    sinks: bool = False  #: attention scores: a learned sink logit per head (gpt-oss)
     saved: tuple[tuple[int, str], ...] = ()  #: per row: (width, dtype tag) saved for backward
     # --- roles, declared where components.py builds the op (read by memory, sharding, planner)
     tied: bool = False  #: linear: the weight belongs to another op (tied output head)
@@ -114,6 +116,8 @@ class Op:
             return ((self.d_in, self.d_out, 2), (self.d_in, 1, 1))
         if self.kind == "ssd_scan":  # Mamba-2: dt_bias, A_log and D, one per head
             return ((self.heads, 1, 1),) * 3
+        if self.params and self.kind == "norm" and self.heads:  # a (heads, h) scale per head
+            return ((self.heads, self.d_in, 2),) * (self.params // (self.heads * self.d_in))
         if self.params:
             return ((self.d_in, 1, 1),) * (self.params // self.d_in)
         return ()
@@ -138,7 +142,7 @@ class Op:
         s_q, s_k = w.length(self.stream), w.length(self.kv_stream)
         if not model or not self.causal:
             return s_q * s_k
-        return causal_pairs(s_q, self.window)
+        return causal_pairs(s_q, self.window, self.chunk)
 
     def _matmul(self, rows: int, keys: int) -> int:
         """The one place the matmul formula lives (2 FLOPs per multiply-add): a Linear over
@@ -194,6 +198,8 @@ class Op:
         keys = src_seq if self.kv_stream == "src" else context
         if model and self.window and self.kv_stream != "src":
             keys = min(keys, self.window)
+        if model and self.chunk:  # the keys of the new token's own chunk, itself included
+            keys = (keys - 1) % self.chunk + 1
         return self._matmul(batch, keys)
 
     # --- bytes saved for backward -------------------------------------------------------------
@@ -252,6 +258,10 @@ class Op:
             elif upcast:
                 per_pair += act_bytes
             total += w.batch * self.heads * self.pairs(w) * per_pair
+            if self.sinks:
+                # gpt-oss: the softmax runs over S_k + 1 logits (the sink last); P V reads the
+                # first S_k columns (a view, or the cast copy): one more column per query row
+                total += w.rows(self.stream) * self.heads * (4 if upcast else act_bytes)
         if self.ckpt_heads:  # a checkpointed per-pair input (T5's position bias), act dtype
             total += self.ckpt_heads * self.pairs(w) * act_bytes
         if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
@@ -312,9 +322,13 @@ def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int
     return 4 * (padded + chunks) + chunk * chunk + (c + 1) ** 2
 
 
-def causal_pairs(s: int, window: int = 0) -> int:
+def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
     """Attended pairs of a causal mask over s tokens: s(s+1)/2, or with a window w < s:
-    w(w+1)/2 for the first w rows plus (s - w) * w for the rest."""
+    w(w+1)/2 for the first w rows plus (s - w) * w for the rest; chunked attention (chunk
+    c): each full chunk c(c+1)/2, the last partial chunk of r = s mod c tokens r(r+1)/2."""
+    if chunk:
+        full, rest = divmod(s, chunk)
+        return full * chunk * (chunk + 1) // 2 + rest * (rest + 1) // 2
     if not window or window >= s:
         return s * (s + 1) // 2
     return window * (window + 1) // 2 + (s - window) * window
@@ -380,16 +394,18 @@ def checkpoint(path: str, where: tuple[str, int], component: str, kept: tuple[st
 
 def attention_core(path: str, where: tuple[str, int], component: str, *, heads: int,
                    kv_heads: int, qk_dim: int, v_dim: int, stream: str, kv_stream: str,
-                   causal: bool, window: int, dropout: float = 0.0) -> list[Op]:
-    """softmax(Q K^T / sqrt(h)) V as two matmul ops: ``.scores`` and ``.context``."""
+                   causal: bool, window: int, dropout: float = 0.0, chunk: int = 0,
+                   sinks: bool = False) -> list[Op]:
+    """softmax(Q K^T / sqrt(h)) V as two matmul ops: ``.scores`` and ``.context``.
+    ``sinks``: one more logit per head and query row in the softmax (no matmul)."""
     common = dict(d_in=qk_dim, d_out=v_dim, stream=stream, kv_stream=kv_stream, heads=heads,
-                  kv_heads=kv_heads, causal=causal, window=window,
+                  kv_heads=kv_heads, causal=causal, window=window, chunk=chunk,
                   **_roles("attn_scores", where[1]))
     # Saved: q and k for the scores (k repeated to all H heads under GQA), the S x S softmax
     # output (see Op.saved_bytes), and v for the context. Keys and values are stored per key
     # token, queries per query token.
     return [Op(f"{path}.scores", "attn_scores", where[0], where[1], f"{component}.scores",
-               saved=((heads * qk_dim, "a"),), dropout=dropout, **common),
+               saved=((heads * qk_dim, "a"),), dropout=dropout, sinks=sinks, **common),
             Op(f"{path}.keys", "attn_keys", where[0], where[1], f"{component}.keys",
                **(common | {"stream": kv_stream}),
                saved=((heads * qk_dim, "a"), (heads * v_dim, "a"))),

@@ -29,6 +29,14 @@ _t5 = partial(M, family="encoder-decoder", vocab_size=32128, max_position=512, h
 _llama = partial(M, activation="swiglu", norm_type="rmsnorm", pos_type="rotary",
                  tie_embeddings=False)
 
+_gpt_oss = partial(M, d_model=2880, n_heads=64, n_kv_heads=8, head_dim=64, d_ff=2880,
+                   vocab_size=201088, max_position=131072, activation="swiglu",
+                   norm_type="rmsnorm", pos_type="rotary", qkv_bias=True, out_bias=True,
+                   sliding_window=128, global_every=2, attn_sinks=True, top_k=4,
+                   router_bias=True, expert_bias=True, tie_embeddings=False)
+_LLAMA4_NOPE = tuple(range(3, 48, 4))  # Llama 4: every 4th of 48 layers has no rotary
+_LLAMA4_CHUNKED = tuple(i for i in range(48) if i not in _LLAMA4_NOPE)
+
 PRESETS: dict[str, ModelConfig] = {
     # openai-community/gpt2{,-medium,-large,-xl} config.json (Radford et al. 2019)
     "gpt2": _gpt2(name="gpt2", n_layers=12, d_model=768, n_heads=12),
@@ -95,6 +103,42 @@ PRESETS: dict[str, ModelConfig] = {
                       head_dim=128, d_ff=12288, vocab_size=151552, max_position=131072,
                       qkv_bias=True, qk_norm="head", n_experts=160, top_k=8, moe_d_ff=1536,
                       n_shared_experts=1, first_k_dense=3),
+    # --- issue 12 part 1 (HF config.json of each, as cited; tests/data/hf holds them) ----------
+    # google/gemma-3-27b-pt config.json, its text_config (the language model; vocab_size is
+    # Gemma3TextConfig's default 262208): five window-1024 layers to one global
+    "gemma-3-27b": M(name="gemma-3-27b", n_layers=62, d_model=5376, n_heads=32, n_kv_heads=16,
+                     head_dim=128, d_ff=21504, vocab_size=262208, max_position=131072,
+                     activation="geglu_tanh", norm_type="rmsnorm", pos_type="rotary",
+                     qk_norm="head", norm_position="sandwich", sliding_window=1024,
+                     global_every=6),
+    # meta-llama/Llama-4-Scout-17B-16E config.json, text_config: 16 experts + 1 shared in
+    # every layer, top-1; every 4th layer NoPE and global, the others chunked (8192) + L2 qk-norm
+    "llama-4-scout": _llama(name="llama-4-scout", n_layers=48, d_model=5120, n_heads=40,
+                            n_kv_heads=8, head_dim=128, d_ff=16384, vocab_size=202048,
+                            max_position=10485760, n_experts=16, top_k=1, moe_d_ff=8192,
+                            n_shared_experts=1, qk_norm="l2", nope_layers=_LLAMA4_NOPE,
+                            attn_chunk=8192, chunked_layers=_LLAMA4_CHUNKED),
+    # meta-llama/Llama-4-Maverick-17B-128E config.json, text_config: 128 experts + 1 shared in
+    # every second layer (dense layers 16384 wide), no qk-norm
+    "llama-4-maverick": _llama(name="llama-4-maverick", n_layers=48, d_model=5120, n_heads=40,
+                               n_kv_heads=8, head_dim=128, d_ff=16384, vocab_size=202048,
+                               max_position=1048576, n_experts=128, top_k=1, moe_d_ff=8192,
+                               n_shared_experts=1, moe_every=2, nope_layers=_LLAMA4_NOPE,
+                               attn_chunk=8192, chunked_layers=_LLAMA4_CHUNKED),
+    # openai/gpt-oss-{20b,120b} config.json (model card arXiv:2508.10925): biased attention with
+    # sinks, window-128 and global layers alternating, biased experts and router, top-4
+    "gpt-oss-20b": _gpt_oss(name="gpt-oss-20b", n_layers=24, n_experts=32),
+    "gpt-oss-120b": _gpt_oss(name="gpt-oss-120b", n_layers=36, n_experts=128),
+    # CohereForAI/c4ai-command-r-plus config.json: parallel block, bias-free LayerNorm, a
+    # LayerNorm per head on q and k, tied embeddings
+    "command-r-plus": M(name="command-r-plus", n_layers=64, d_model=12288, n_heads=96,
+                        n_kv_heads=8, d_ff=33792, vocab_size=256000, max_position=8192,
+                        activation="swiglu", norm_type="layernorm", norm_bias=False,
+                        pos_type="rotary", parallel_block=True, qk_norm="per_head"),
+    # allenai/OLMo-2-0325-32B config.json (arXiv:2501.00656): output norms, q/k RMSNorm
+    "olmo-2-32b": _llama(name="olmo-2-32b", n_layers=64, d_model=5120, n_heads=40, n_kv_heads=8,
+                         d_ff=27648, vocab_size=100352, max_position=4096, qk_norm="full",
+                         norm_position="post_sub"),
     # Brown et al. 2020, "Language Models are Few-Shot Learners", arXiv:2005.14165, Table 2.1:
     # n_layers 96, d_model 12288, n_heads 96, d_head 128, n_ctx 2048, GPT-2 tokenizer (50257)
     "gpt3-175b": _gpt2(name="gpt3-175b", n_layers=96, d_model=12288, n_heads=96, max_position=2048,
