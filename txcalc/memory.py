@@ -29,6 +29,7 @@ from .accounting import by_layer_type
 from .components import model_ops_tuple
 from .config import ModelConfig
 from .errors import WorkloadError
+from .finetune import Finetune, apply_finetune, check_precision, op_weight_bytes
 from .ops import Op
 from .units import cdiv
 from .workload import Workload
@@ -130,18 +131,26 @@ def param_tensor_count(ops) -> int:
 
 
 def weight_bytes(ops, precision: str) -> int:
-    return param_count(ops) * PRECISIONS[precision].weight
+    """Weights in the policy dtype; a quantised op (``Op.weight_format``, a QLoRA base) in its
+    storage format (finetune.op_weight_bytes)."""
+    w = PRECISIONS[precision].weight
+    return sum(op_weight_bytes(op, w) for op in ops)
+
+
+def trainable_count(ops) -> int:
+    """Parameters that train (all instances): gradients, master weights and states follow."""
+    return sum(op.params_total for op in ops if op.trainable)
 
 
 def grad_bytes(ops, precision: str) -> int:
-    return sum(op.params_total for op in ops if op.trainable) * PRECISIONS[precision].grad
+    return trainable_count(ops) * PRECISIONS[precision].grad
 
 
 def master_bytes(ops, precision: str, optimizer: str) -> int:
     """fp32 master weights of mixed precision (none without an optimizer)."""
     if optimizer == "none":
         return 0
-    return sum(op.params_total for op in ops if op.trainable) * PRECISIONS[precision].master
+    return trainable_count(ops) * PRECISIONS[precision].master
 
 
 def step_counter_bytes(ops, optimizer: str) -> int:
@@ -204,16 +213,47 @@ class TrainingMemory:
     work: Workload
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
+    finetune: Finetune | None = None  #: None: every parameter trains (txcalc.finetune)
 
     def __post_init__(self) -> None:
         from .inputs import CONFIG_HINT, instance
         instance("cfg", self.cfg, ModelConfig, CONFIG_HINT), instance("work", self.work, Workload)
         _check("precision", self.precision, PRECISIONS)
         _check("optimizer", self.optimizer, OPTIMIZERS)
+        if self.finetune is not None:
+            instance("finetune", self.finetune, Finetune)
+            check_precision(self.finetune, self.precision)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return model_ops_tuple(self.cfg)
+        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+
+    @cached_property
+    def trainable_params(self) -> int:
+        return trainable_count(self.ops)
+
+    @cached_property
+    def adapter_params(self) -> int:
+        """Parameters of the adapters (LoRA's A and B, DoRA's magnitudes)."""
+        return sum(op.params_total for op in self.ops if _is_adapter(op))
+
+    @cached_property
+    def adapter_bytes(self) -> int:
+        """The adapters' weights: what a saved adapter checkpoint holds (policy dtype)."""
+        return self.adapter_params * self._bytes.weight
+
+    @cached_property
+    def dequant_bytes(self) -> int:
+        """The largest transient weight a step builds: a quantised base weight dequantised to
+        16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's merged
+        weight W + s B A and B A (two d_out x d_in copies). Alive one op at a time."""
+        a, out = self._bytes.act, 0
+        for op in self.ops:
+            if op.weight_format and op.kind == "linear":
+                out = max(out, op.d_in * op.d_out * op.instances * a)
+            elif op.kind == "weight_product":
+                out = max(out, 2 * op.d_in * op.d_out * a)
+        return out
 
     @property
     def _bytes(self):
@@ -332,7 +372,7 @@ class TrainingMemory:
     def master_grad_copies(self) -> int:
         """Mixed precision: the fp32 copy of the gradients handed to the master weights during
         the step (4 bytes per parameter)."""
-        return self.n_params * 4 if self.master else 0
+        return self.trainable_params * 4 if self.master else 0
 
     @cached_property
     def optimizer_temporaries(self) -> int:
@@ -340,7 +380,8 @@ class TrainingMemory:
         sqrt of the second moment for all parameters at once (one copy of the state, torch
         _multi_tensor_adam). SGD with momentum (no weight decay) and no optimizer: none.
         Adafactor and 8-bit Adam: not modelled (0)."""
-        return self.n_params * self._bytes.state if self.optimizer in ("adamw", "adam") else 0
+        return self.trainable_params * self._bytes.state if self.optimizer in ("adamw", "adam") \
+            else 0
 
     def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
         """Bytes in use by category at each point of one training step (reference/train.py:
@@ -382,7 +423,7 @@ class TrainingMemory:
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
-        if self.cfg.tie_embeddings and self.cfg.head == "lm":
+        if self.cfg.tie_embeddings and self.cfg.head == "lm" and self._table_trains:
             # the table's gradient from the lookup, then its sum with the head's gradient
             emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
         out = {
@@ -390,7 +431,9 @@ class TrainingMemory:
             "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),
             "after_backward": phase(grad=self.gradients, act=self.inputs),
         }
-        early = phase(act=act, temp=self._logits(8))
+        # the first backward ops: the two fp32 T x V buffers of the loss, or a quantised weight
+        # dequantised for the last block's input gradient, whichever is larger
+        early = phase(act=act, temp=max(self._logits(8), self.dequant_bytes))
         late = phase(grad=self.gradients, act=self.inputs, temp=emb_grad)
         out["peak_backward"] = max(early, late, key=lambda c: c["total"])
         steady = base | {"opt": self.optimizer_states + self.step_counters}
@@ -403,6 +446,19 @@ class TrainingMemory:
                           key=lambda c: c["total"])
         return out
 
+    @property
+    def _table_trains(self) -> bool:
+        return any(op.trainable for op in self.ops if op.path == "embed.tokens")
+
+    def finetune_json(self) -> dict:
+        """Fine-tuning figures (memory --json): trainable and adapter parameters, bytes."""
+        ft = self.finetune
+        return {"finetune": ft.mode if ft else "full",
+                "finetune_setup": ft.describe() if ft else "full fine-tuning",
+                "trainable_params": self.trainable_params, "adapter_params": self.adapter_params,
+                "adapter_bytes": self.adapter_bytes, "frozen_params": self.n_params
+                - self.trainable_params, "dequant_bytes": self.dequant_bytes}
+
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,
                 "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
@@ -413,6 +469,10 @@ class TrainingMemory:
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
                 "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
                 "activations_by_layer_type": self.activations_by_layer_type()}
+
+
+def _is_adapter(op: Op) -> bool:
+    return op.path.rpartition(".")[2] in ("lora_A", "lora_B", "dora")
 
 
 def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = "adamw") -> dict:

@@ -135,11 +135,13 @@ class Op:
         if self.kind in ("attn_scores", "attn_context"):
             width = self.d_in if self.kind == "attn_scores" else self.d_out
             return 2 * rows * self.heads * keys * width
+        if self.kind == "weight_product":  # DoRA's B A: d_out x r times r x d_in, once a step
+            return 2 * self.d_out * self.heads * self.d_in
         return 0
 
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
-        if self.kind == "linear":
+        if self.kind in ("linear", "weight_product"):
             return self._matmul(w.rows(self.stream), 1)
         return self._matmul(w.batch, self.pairs(w, model))
 
@@ -159,7 +161,7 @@ class Op:
         min(context, window) keys for self-attention, all source tokens for cross-attention.
         ``model=False`` ignores the window (a kernel that scans the whole cache).
         """
-        if self.stream in ("src", "first"):  # encoder ops and the pooler do not decode
+        if self.stream in ("src", "first", "one"):  # encoder ops, the pooler, DoRA's product
             return 0
         keys = src_seq if self.kv_stream == "src" else context
         if model and self.window and self.kv_stream != "src":
@@ -224,17 +226,23 @@ class Op:
             total += w.batch * self.heads * self.pairs(w) * per_pair
         if self.ckpt_heads:  # a checkpointed per-pair input (T5's position bias), act dtype
             total += self.ckpt_heads * self.pairs(w) * act_bytes
-        if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
+        if self.component == "rel_bias" and self.trainable:  # T5 bucket ids: one int64 per
+            # (query, key) pair, for the table's gradient (a frozen table keeps none)
             total += self.pairs(w) * 8
         if self.kind == "loss":
             total += 4  # the scalar loss
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
-        """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x."""
+        """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x; a frozen
+        Linear 1x (the input gradient only, no weight gradient); DoRA's weight product none."""
         fwd = self.fwd_flops(w, model)
         if self.kind in ("attn_scores", "attn_context") and w.attn_impl == "flash":
             return fwd * 5 // 2
+        if self.kind == "weight_product":
+            return 0
+        if self.kind == "linear" and not self.trainable:
+            return fwd
         return 2 * fwd
 
 
