@@ -88,6 +88,7 @@ OPTIMIZERS = tuple(o.value for o in Optimizer)
 #: bits per cached element
 KV_DTYPES = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 ADAM8BIT_BLOCK = 2048
+OFFLOADS = ("none", "optimizer", "activations", "all")
 
 
 def _check(name: str, value: str, choices) -> str:
@@ -214,12 +215,17 @@ class TrainingMemory:
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
     finetune: Finetune | None = None  #: None: every parameter trains (txcalc.finetune)
+    #: what lives in host memory: none; optimizer (states, step counters, fp32 master weights
+    #: and the fp32 gradient copy the CPU step reads: ZeRO-Offload, FSDP CPU offload);
+    #: activations (recompute checkpoints: the inputs full recompute keeps); all (both)
+    offload: str = "none"
 
     def __post_init__(self) -> None:
         from .inputs import CONFIG_HINT, instance
         instance("cfg", self.cfg, ModelConfig, CONFIG_HINT), instance("work", self.work, Workload)
         _check("precision", self.precision, PRECISIONS)
         _check("optimizer", self.optimizer, OPTIMIZERS)
+        _check("offload", self.offload, OFFLOADS)
         if self.finetune is not None:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
@@ -411,15 +417,17 @@ class TrainingMemory:
         """
         w = self.work
         opt = 0 if first_step else self.optimizer_states + self.step_counters
-        base = {"param": self.weights, "grad": 0, "opt": opt, "master": self.master,
-                "act": 0, "temp": 0}
+        if self._offload_opt:
+            opt = 0
+        base = {"param": self.weights, "grad": 0, "opt": opt,
+                "master": 0 if self._offload_opt else self.master, "act": 0, "temp": 0}
 
         def phase(**cats):
             out = base | cats
             out["total"] = sum(out.values())
             return out
         a = self._bytes.act
-        act = self.activations + 4  # the returned loss
+        act = self.activations - self.offloaded_activations + 4  # + the returned loss
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
@@ -436,14 +444,51 @@ class TrainingMemory:
         early = phase(act=act, temp=max(self._logits(8), self.dequant_bytes))
         late = phase(grad=self.gradients, act=self.inputs, temp=emb_grad)
         out["peak_backward"] = max(early, late, key=lambda c: c["total"])
-        steady = base | {"opt": self.optimizer_states + self.step_counters}
+        steady = base | {"opt": 0 if self._offload_opt else
+                         self.optimizer_states + self.step_counters}
         out["after_step"] = dict(steady, grad=self.gradients, act=self.inputs)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
-        out["peak_step"] = dict(out["after_step"], temp=self.master_grad_copies,
-                                opt=out["after_step"]["opt"] + self.optimizer_temporaries)
-        out["peak_step"]["total"] += self.master_grad_copies + self.optimizer_temporaries
+        # offloaded: the step and its temporaries run on the host
+        temps = (0, 0) if self._offload_opt else (self.master_grad_copies,
+                                                  self.optimizer_temporaries)
+        out["peak_step"] = dict(out["after_step"], temp=temps[0],
+                                opt=out["after_step"]["opt"] + temps[1])
+        out["peak_step"]["total"] += sum(temps)
         out["peak"] = max((out[k] for k in ("peak_forward", "peak_backward", "peak_step")),
                           key=lambda c: c["total"])
+        return out
+
+    # --- offload: host memory and PCIe traffic ------------------------------------------------
+    @property
+    def _offload_opt(self) -> bool:
+        return self.offload in ("optimizer", "all")
+
+    @cached_property
+    def offloaded_activations(self) -> int:
+        """Recompute checkpoints kept in host memory (offload activations/all): what the
+        checkpoint ops keep under the recompute mode (block inputs under full recompute)."""
+        if self.offload not in ("activations", "all"):
+            return 0
+        return sum(b for _, op, b in saved_rows(self.ops, self.work, self._bytes.act)
+                   if op.kind == "checkpoint")
+
+    @cached_property
+    def host_bytes(self) -> int:
+        """Host (CPU) memory the step needs: offloaded optimizer states, step counters, fp32
+        master weights and the fp32 gradients the CPU optimizer reads (4 per trainable
+        parameter, ZeRO-Offload, arXiv:2101.06840, section 4.1), offloaded checkpoints."""
+        out = self.offloaded_activations
+        if self._offload_opt and self.optimizer != "none":
+            out += self.optimizer_total + self.trainable_params * 4
+        return out
+
+    @cached_property
+    def pcie_bytes(self) -> int:
+        """Bytes over PCIe per step: gradients to the host and updated weights back
+        (optimizer offload), each checkpoint out in forward and back in backward."""
+        out = 2 * self.offloaded_activations
+        if self._offload_opt and self.optimizer != "none":
+            out += self.trainable_params * (self._bytes.grad + self._bytes.weight)
         return out
 
     @property
@@ -457,7 +502,9 @@ class TrainingMemory:
                 "finetune_setup": ft.describe() if ft else "full fine-tuning",
                 "trainable_params": self.trainable_params, "adapter_params": self.adapter_params,
                 "adapter_bytes": self.adapter_bytes, "frozen_params": self.n_params
-                - self.trainable_params, "dequant_bytes": self.dequant_bytes}
+                - self.trainable_params, "dequant_bytes": self.dequant_bytes,
+                "offload": self.offload, "host_bytes": self.host_bytes,
+                "pcie_bytes_per_step": self.pcie_bytes}
 
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,

@@ -23,7 +23,7 @@ from ..errors import TxcalcError
 from .typer_app import app
 
 # Commands register themselves on import (one module per command).
-from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: F401
+from . import (calibrate_cmd, costs_cmd, fit_cmd, params_cmd, plan_cmd,  # noqa: F401
                report_cmd, validate_cmd)
 
 
