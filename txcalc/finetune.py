@@ -360,3 +360,18 @@ def _bias_checkpoints(ops: tuple[Op, ...]) -> tuple[Op, ...]:
         return ops
     return tuple(dataclasses.replace(op, kept=tuple(k for k in op.kept if k == "fused"))
                  if op.component == "checkpoint.position_bias" else op for op in ops)
+
+
+def dequant_bytes_moved(ops, act_bytes: int, recompute: str = "none") -> int:
+    """Memory traffic of dequantising the quantised weights in one step (elementwise work, no
+    matmul FLOPs): each read in its storage format and written in 16 bits, in forward, again
+    in backward (the input gradient) and once more when recompute re-runs the op."""
+    out = 0
+    for op in ops:
+        if op.weight_format and op.kind == "linear":
+            fmt, block, dq = parse_format(op.weight_format)
+            per = quantized_weight_bytes(op.d_out, op.d_in, fmt, block, dq) + \
+                op.d_out * op.d_in * act_bytes
+            out += per * op.instances * (3 if op.reruns(recompute) else 2)
+    return out
+
