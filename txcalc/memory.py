@@ -229,6 +229,7 @@ class TrainingMemory:
         if self.finetune is not None:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
+            self.ops  # refuses unknown targets and ranks above a target's width now
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
