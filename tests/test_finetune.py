@@ -406,3 +406,24 @@ def test_peft_readme_t0_3b_full_and_lora(tmp_path):
     assert (full.total - full.weights) / 1e9 == pytest.approx(47.14, rel=0.10)
     assert lora.total / 1e9 == pytest.approx(14.4, rel=0.10)
     assert lora.trainable_params == 24 * 2 * 2 * 8 * (2048 + 2048) + 24 * 2 * 8 * (2048 * 2)
+
+
+def test_memory_json_adds_trainable_adapter_and_host_bytes(capsys):
+    """memory --json: trainable_params, adapter_bytes, host_bytes (and the rest of the
+    fine-tuning figures) for the options given; LoRA r=8 on q, v of LLaMA-2-7B trains
+    4,194,304 parameters, as PEFT prints for it."""
+    import json
+
+    from txcalc.cli import main
+    rc = main(["memory", "llama-2-7b", "--finetune", "lora", "--lora-rank", "8",
+               "--lora-targets", "q_proj,v_proj", "--offload", "optimizer", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["trainable_params"] == 4_194_304 == out["adapter_params"]
+    assert out["adapter_bytes"] == 2 * 4_194_304
+    # Adam states and fp32 master (12), fp32 gradients (4), a 4-byte step per A and B tensor
+    assert out["host_bytes"] == 4_194_304 * (12 + 4) + 4 * 2 * 64
+    assert out["gradients_bytes"] == 2 * 4_194_304
+    rc = main(["flops", "llama-2-7b", "--finetune", "qlora", "--seq", "128", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["dequant_bytes_per_step"] > 0 and "qlora" in out["finetune"]
