@@ -41,7 +41,9 @@ no backward: it only feeds the detached norm) and saves per token W x and B A x 
 op the norm, m and m - 1 (3 d_out).
 
 QLoRA (Dettmers et al. 2023, arXiv:2305.14314): the frozen base in 4 bits; storage in
-``quantized_weight_bytes``, the one place that knows a quantised weight's layout.
+``quantized_weight_bytes``, the one place that knows a bitsandbytes weight's layout (NF4/FP4
+with or without double quantisation, int8): code that sizes quantised serving checkpoints
+should call it rather than type the formula again.
 """
 
 from __future__ import annotations
