@@ -37,7 +37,8 @@ class Trainer:
     masters: list[torch.Tensor] = field(default_factory=list)
 
     def __post_init__(self):
-        params = [p for p in self.model.parameters()]
+        # frozen parameters (fine-tuning, reference/lora.py) have no optimizer state or master
+        params = [p for p in self.model.parameters() if p.requires_grad]
         if self.precision in ("bf16-mixed", "fp16-mixed") and self.optimizer_name != "none":
             self.masters = [p.detach().float().clone().requires_grad_(True) for p in params]
             params = self.masters
@@ -59,11 +60,12 @@ class Trainer:
             return
         if self.masters:
             unscale = 1.0 / FP16_LOSS_SCALE if self.precision == "fp16-mixed" else 1.0
-            for p, m in zip(self.model.parameters(), self.masters):
+            trained = [p for p in self.model.parameters() if p.requires_grad]
+            for p, m in zip(trained, self.masters):
                 m.grad = p.grad.float() if unscale == 1.0 else p.grad.float() * unscale
             self.optimizer.step()
             with torch.no_grad():
-                for p, m in zip(self.model.parameters(), self.masters):
+                for p, m in zip(trained, self.masters):
                     p.copy_(m)
                     m.grad = None
         else:
@@ -88,8 +90,13 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer | None:
                         "(adam8bit needs bitsandbytes)")
 
 
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
 def memory_by_phase(cfg, work, precision: str = "bf16-mixed", optimizer: str = "adamw",
-                    fake: bool = False, steps: int = 2) -> dict:
+                    fake: bool = False, steps: int = 2, finetune=None) -> dict:
     """MemTracker bytes by category after forward, backward and the optimizer step, and the
     peaks of forward, backward and the whole step, for step ``steps`` (later steps are steady:
     optimizer state exists). ``fake``: under FakeTensorMode (no memory, any size).
@@ -111,8 +118,14 @@ def memory_by_phase(cfg, work, precision: str = "bf16-mixed", optimizer: str = "
         model = build(cfg, dtype, "cpu", attn_impl="sdpa" if work.attn_impl != "eager"
                       else "eager", recompute=work.recompute, softmax_fp32=work.softmax_fp32,
                       init=not fake)
+        if finetune is not None:  # adapters and frozen parameters (reference/lora.py)
+            from .lora import finetune as apply
+            apply(model, finetune)
         trainer = Trainer(model, precision, optimizer)
         tracker = MemTracker()
+        for p in model.parameters():  # MemTracker hooks every parameter's gradient, which a
+            if not p.requires_grad:   # frozen one refuses: mark those as already hooked
+                tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
         tracker.track_external(model, *([trainer.optimizer] if trainer.optimizer else []))
         out: dict[str, dict[str, int]] = {}
 

@@ -250,8 +250,14 @@ def recompute_flops(ops, work) -> int:
     return sum(op.fwd_flops(work) for op in ops if op.reruns(work.recompute))
 
 
-def count_flops(cfg: ModelConfig, work) -> FlopCounts:
+def count_flops(cfg: ModelConfig, work, finetune=None) -> FlopCounts:
+    """FLOPs of one training step; ``finetune`` (txcalc.finetune.Finetune): frozen Linears
+    run no weight gradient, adapters add their forward and full backward."""
+    from .finetune import Finetune, apply_finetune
     from .inputs import CONFIG_HINT, instance
     from .workload import Workload
-    return FlopCounts(instance("cfg", cfg, ModelConfig, CONFIG_HINT),
-                      instance("work", work, Workload), tuple(model_ops(cfg)))
+    instance("cfg", cfg, ModelConfig, CONFIG_HINT)
+    if finetune is not None:
+        instance("finetune", finetune, Finetune)
+    return FlopCounts(cfg, instance("work", work, Workload),
+                      apply_finetune(cfg, model_ops(cfg), finetune))

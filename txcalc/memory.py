@@ -29,6 +29,7 @@ from .accounting import by_layer_type
 from .components import model_ops_tuple
 from .config import ModelConfig
 from .errors import WorkloadError
+from .finetune import Finetune, apply_finetune, check_precision, op_weight_bytes
 from .ops import Op
 from .units import cdiv
 from .workload import Workload
@@ -196,6 +197,7 @@ OPTIMIZERS = tuple(o.value for o in Optimizer)
 #: bits per cached element
 KV_DTYPES = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 ADAM8BIT_BLOCK = 2048
+OFFLOADS = ("none", "optimizer", "activations", "all")
 
 
 def _check(name: str, value: str, choices) -> str:
@@ -239,19 +241,26 @@ def param_tensor_count(ops) -> int:
 
 
 def weight_bytes(ops, precision: str) -> int:
-    """Parameters in the weight dtype, plus fp8 training's weight copies (FP8_RECIPE)."""
-    return param_count(ops) * PRECISIONS[precision].weight + fp8_weight_bytes(ops, precision)
+    """Weights in the policy dtype; a quantised op (``Op.weight_format``, a QLoRA base) in its
+    storage format (finetune.op_weight_bytes); plus fp8 training's weight copies (FP8_RECIPE)."""
+    w = PRECISIONS[precision].weight
+    return sum(op_weight_bytes(op, w) for op in ops) + fp8_weight_bytes(ops, precision)
+
+
+def trainable_count(ops) -> int:
+    """Parameters that train (all instances): gradients, master weights and states follow."""
+    return sum(op.params_total for op in ops if op.trainable)
 
 
 def grad_bytes(ops, precision: str) -> int:
-    return sum(op.params_total for op in ops if op.trainable) * PRECISIONS[precision].grad
+    return trainable_count(ops) * PRECISIONS[precision].grad
 
 
 def master_bytes(ops, precision: str, optimizer: str) -> int:
     """fp32 master weights of mixed precision (none without an optimizer)."""
     if optimizer == "none":
         return 0
-    return sum(op.params_total for op in ops if op.trainable) * PRECISIONS[precision].master
+    return trainable_count(ops) * PRECISIONS[precision].master
 
 
 def step_counter_bytes(ops, optimizer: str) -> int:
@@ -316,16 +325,53 @@ class TrainingMemory:
     work: Workload
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
+    finetune: Finetune | None = None  #: None: every parameter trains (txcalc.finetune)
+    #: what lives in host memory: none; optimizer (states, step counters, fp32 master weights
+    #: and the fp32 gradient copy the CPU step reads: ZeRO-Offload, FSDP CPU offload);
+    #: activations (recompute checkpoints: the inputs full recompute keeps); all (both)
+    offload: str = "none"
 
     def __post_init__(self) -> None:
         from .inputs import CONFIG_HINT, instance
         instance("cfg", self.cfg, ModelConfig, CONFIG_HINT), instance("work", self.work, Workload)
         _check("precision", self.precision, PRECISIONS)
         _check("optimizer", self.optimizer, OPTIMIZERS)
+        _check("offload", self.offload, OFFLOADS)
+        if self.finetune is not None:
+            instance("finetune", self.finetune, Finetune)
+            check_precision(self.finetune, self.precision)
+            self.ops  # refuses unknown targets and ranks above a target's width now
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return model_ops_tuple(self.cfg)
+        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+
+    @cached_property
+    def trainable_params(self) -> int:
+        return trainable_count(self.ops)
+
+    @cached_property
+    def adapter_params(self) -> int:
+        """Parameters of the adapters (LoRA's A and B, DoRA's magnitudes)."""
+        return sum(op.params_total for op in self.ops if _is_adapter(op))
+
+    @cached_property
+    def adapter_bytes(self) -> int:
+        """The adapters' weights: what a saved adapter checkpoint holds (policy dtype)."""
+        return self.adapter_params * self._bytes.weight
+
+    @cached_property
+    def dequant_bytes(self) -> int:
+        """The largest transient weight a step builds: a quantised base weight dequantised to
+        16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's merged
+        weight W + s B A and B A (two d_out x d_in copies). Alive one op at a time."""
+        a, out = self._bytes.act, 0
+        for op in self.ops:
+            if op.weight_format and op.kind == "linear":
+                out = max(out, op.d_in * op.d_out * op.instances * a)
+            elif op.kind == "weight_product":
+                out = max(out, 2 * op.d_in * op.d_out * a)
+        return out
 
     @property
     def _bytes(self):
@@ -445,7 +491,7 @@ class TrainingMemory:
     def master_grad_copies(self) -> int:
         """Mixed precision: the fp32 copy of the gradients handed to the master weights during
         the step (4 bytes per parameter)."""
-        return self.n_params * 4 if self.master else 0
+        return self.trainable_params * 4 if self.master else 0
 
     @cached_property
     def optimizer_temporaries(self) -> int:
@@ -453,7 +499,8 @@ class TrainingMemory:
         sqrt of the second moment for all parameters at once (one copy of the state, torch
         _multi_tensor_adam). SGD with momentum (no weight decay) and no optimizer: none.
         Adafactor and 8-bit Adam: not modelled (0)."""
-        return self.n_params * self._bytes.state if self.optimizer in ("adamw", "adam") else 0
+        return self.trainable_params * self._bytes.state if self.optimizer in ("adamw", "adam") \
+            else 0
 
     def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
         """Bytes in use by category at each point of one training step (reference/train.py:
@@ -483,19 +530,21 @@ class TrainingMemory:
         """
         w = self.work
         opt = 0 if first_step else self.optimizer_states + self.step_counters
-        base = {"param": self.weights, "grad": 0, "opt": opt, "master": self.master,
-                "act": 0, "temp": 0}
+        if self._offload_opt:
+            opt = 0
+        base = {"param": self.weights, "grad": 0, "opt": opt,
+                "master": 0 if self._offload_opt else self.master, "act": 0, "temp": 0}
 
         def phase(**cats):
             out = base | cats
             out["total"] = sum(out.values())
             return out
         a = self._bytes.act
-        act = self.activations + 4  # the returned loss
+        act = self.activations - self.offloaded_activations + 4  # + the returned loss
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
-        if self.cfg.tie_embeddings and self.cfg.head == "lm":
+        if self.cfg.tie_embeddings and self.cfg.head == "lm" and self._table_trains:
             # the table's gradient from the lookup, then its sum with the head's gradient
             emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
         out = {
@@ -503,18 +552,72 @@ class TrainingMemory:
             "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),
             "after_backward": phase(grad=self.gradients, act=self.inputs),
         }
-        early = phase(act=act, temp=self._logits(8))
+        # the first backward ops: the two fp32 T x V buffers of the loss, or a quantised weight
+        # dequantised for the last block's input gradient, whichever is larger
+        early = phase(act=act, temp=max(self._logits(8), self.dequant_bytes))
         late = phase(grad=self.gradients, act=self.inputs, temp=emb_grad)
         out["peak_backward"] = max(early, late, key=lambda c: c["total"])
-        steady = base | {"opt": self.optimizer_states + self.step_counters}
+        steady = base | {"opt": 0 if self._offload_opt else
+                         self.optimizer_states + self.step_counters}
         out["after_step"] = dict(steady, grad=self.gradients, act=self.inputs)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
-        out["peak_step"] = dict(out["after_step"], temp=self.master_grad_copies,
-                                opt=out["after_step"]["opt"] + self.optimizer_temporaries)
-        out["peak_step"]["total"] += self.master_grad_copies + self.optimizer_temporaries
+        # offloaded: the step and its temporaries run on the host
+        temps = (0, 0) if self._offload_opt else (self.master_grad_copies,
+                                                  self.optimizer_temporaries)
+        out["peak_step"] = dict(out["after_step"], temp=temps[0],
+                                opt=out["after_step"]["opt"] + temps[1])
+        out["peak_step"]["total"] += sum(temps)
         out["peak"] = max((out[k] for k in ("peak_forward", "peak_backward", "peak_step")),
                           key=lambda c: c["total"])
         return out
+
+    # --- offload: host memory and PCIe traffic ------------------------------------------------
+    @property
+    def _offload_opt(self) -> bool:
+        return self.offload in ("optimizer", "all")
+
+    @cached_property
+    def offloaded_activations(self) -> int:
+        """Recompute checkpoints kept in host memory (offload activations/all): what the
+        checkpoint ops keep under the recompute mode (block inputs under full recompute)."""
+        if self.offload not in ("activations", "all"):
+            return 0
+        return sum(b for _, op, b in saved_rows(self.ops, self.work, self._bytes.act)
+                   if op.kind == "checkpoint")
+
+    @cached_property
+    def host_bytes(self) -> int:
+        """Host (CPU) memory the step needs: offloaded optimizer states, step counters, fp32
+        master weights and the fp32 gradients the CPU optimizer reads (4 per trainable
+        parameter, ZeRO-Offload, arXiv:2101.06840, section 4.1), offloaded checkpoints."""
+        out = self.offloaded_activations
+        if self._offload_opt and self.optimizer != "none":
+            out += self.optimizer_total + self.trainable_params * 4
+        return out
+
+    @cached_property
+    def pcie_bytes(self) -> int:
+        """Bytes over PCIe per step: gradients to the host and updated weights back
+        (optimizer offload), each checkpoint out in forward and back in backward."""
+        out = 2 * self.offloaded_activations
+        if self._offload_opt and self.optimizer != "none":
+            out += self.trainable_params * (self._bytes.grad + self._bytes.weight)
+        return out
+
+    @property
+    def _table_trains(self) -> bool:
+        return any(op.trainable for op in self.ops if op.path == "embed.tokens")
+
+    def finetune_json(self) -> dict:
+        """Fine-tuning figures (memory --json): trainable and adapter parameters, bytes."""
+        ft = self.finetune
+        return {"finetune": ft.mode if ft else "full",
+                "finetune_setup": ft.describe() if ft else "full fine-tuning",
+                "trainable_params": self.trainable_params, "adapter_params": self.adapter_params,
+                "adapter_bytes": self.adapter_bytes, "frozen_params": self.n_params
+                - self.trainable_params, "dequant_bytes": self.dequant_bytes,
+                "offload": self.offload, "host_bytes": self.host_bytes,
+                "pcie_bytes_per_step": self.pcie_bytes}
 
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,
@@ -527,6 +630,10 @@ class TrainingMemory:
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
                 "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
                 "activations_by_layer_type": self.activations_by_layer_type()}
+
+
+def _is_adapter(op: Op) -> bool:
+    return op.path.rpartition(".")[2] in ("lora_A", "lora_B", "dora")
 
 
 def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = "adamw") -> dict:

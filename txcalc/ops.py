@@ -159,11 +159,13 @@ class Op:
             return 2 * rows * keys * self.d_in * self.d_out
         if self.kind == "ssd_scan":  # ``keys``: positions per sequence
             return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)
+        if self.kind == "weight_product":  # DoRA's B A: d_out x r times r x d_in, once a step
+            return 2 * self.d_out * self.heads * self.d_in
         return 0
 
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
-        if self.kind == "linear":
+        if self.kind in ("linear", "weight_product"):
             return self._matmul(w.rows(self.stream), 1)
         if self.kind == "conv1d":  # padded on both sides by k - 1, then cut to the S causal
             return self._matmul(w.batch, w.seq + self.d_out - 1)  # outputs (HF, Mamba's
@@ -187,7 +189,7 @@ class Op:
         min(context, window) keys for self-attention, all source tokens for cross-attention.
         ``model=False`` ignores the window (a kernel that scans the whole cache).
         """
-        if self.stream in ("src", "first"):  # encoder ops and the pooler do not decode
+        if self.stream in ("src", "first", "one"):  # encoder ops, the pooler, DoRA's product
             return 0
         if self.kind == "conv1d":  # the k cached inputs and the new one: two outputs (HF's
             return self._matmul(batch, 2)  # causal_conv1d_update keeps the last)
@@ -264,7 +266,8 @@ class Op:
                 total += w.rows(self.stream) * self.heads * (4 if upcast else act_bytes)
         if self.ckpt_heads:  # a checkpointed per-pair input (T5's position bias), act dtype
             total += self.ckpt_heads * self.pairs(w) * act_bytes
-        if self.component == "rel_bias":  # T5 bucket ids: one int64 per (query, key) pair
+        if self.component == "rel_bias" and self.trainable:  # T5 bucket ids: one int64 per
+            # (query, key) pair, for the table's gradient (a frozen table keeps none)
             total += self.pairs(w) * 8
         if self.kind == "loss":
             total += 4  # the scalar loss
@@ -275,10 +278,15 @@ class Op:
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
-        """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x."""
+        """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x; a frozen
+        Linear 1x (the input gradient only, no weight gradient); DoRA's weight product none."""
         fwd = self.fwd_flops(w, model)
         if self.kind in ("attn_scores", "attn_context") and w.attn_impl == "flash":
             return fwd * 5 // 2
+        if self.kind == "weight_product":
+            return 0
+        if self.kind == "linear" and not self.trainable:
+            return fwd
         return 2 * fwd
 
 
@@ -335,7 +343,8 @@ def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
 
 
 #: op kinds with matmul-like FLOPs (FlopCounterMode counts them: mm, bmm, convolution)
-FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan")
+FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan",
+              "weight_product")
 
 #: op kinds whose saved tensors live inside a TP region (split over t in any case)
 TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")

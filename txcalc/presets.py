@@ -63,6 +63,9 @@ PRESETS: dict[str, ModelConfig] = {
     # meta-llama/Meta-Llama-3-8B, Llama-3.1-{70B,405B} config.json (arXiv:2407.21783, Table 3)
     "llama-3-8b": _llama(name="llama-3-8b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
                          d_ff=14336, vocab_size=128256, max_position=8192),
+    # meta-llama/Llama-3.1-8B config.json: llama-3-8b's shapes at 128k context (rope scaling)
+    "llama-3.1-8b": _llama(name="llama-3.1-8b", n_layers=32, d_model=4096, n_heads=32,
+                           n_kv_heads=8, d_ff=14336, vocab_size=128256, max_position=131072),
     "llama-3.1-70b": _llama(name="llama-3.1-70b", n_layers=80, d_model=8192, n_heads=64,
                             n_kv_heads=8, d_ff=28672, vocab_size=128256, max_position=131072),
     "llama-3.1-405b": _llama(name="llama-3.1-405b", n_layers=126, d_model=16384, n_heads=128,

@@ -91,6 +91,8 @@ class Workload:
             return self.batch * self.src_seq
         if stream == "first":
             return self.batch
+        if stream == "one":  # once per step, whatever the batch (DoRA's per-op norms)
+            return 1
         if stream == "pos":  # position ids and rotary tables: one row per position, not per token
             return self.seq
         if stream == "src_pos":  # the same for the encoder of an encoder-decoder model

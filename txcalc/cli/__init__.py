@@ -31,7 +31,7 @@ def _load() -> None:
     except ImportError:  # pragma: no cover
         from click import exceptions as _click
     from .typer_app import app
-    from . import (calibrate_cmd, costs_cmd, params_cmd, plan_cmd,  # noqa: F401
+    from . import (calibrate_cmd, costs_cmd, fit_cmd, params_cmd, plan_cmd,  # noqa: F401
                    report_cmd, validate_cmd)
     g.setdefault("app", app)
     g["typer"] = typer

@@ -8,6 +8,7 @@ from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, human, table
 from .params_cmd import MODEL_HELP, WEIGHTS_HELP
+from .fit_cmd import FT_HELP, make_finetune
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
@@ -36,6 +37,13 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
           recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
+          finetune: str = typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
+          lora_rank: int = typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
+          lora_alpha: float = typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
+          lora_targets: str = typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
+          lora_dropout: float = typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
+          trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
+          base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
@@ -48,8 +56,14 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     cfg = load(model)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
-    f = count_flops(cfg, work)
+    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
+                       base_format)
+    f = count_flops(cfg, work, ft)
     out = f.to_json()
+    if ft is not None:
+        from ..finetune import dequant_bytes_moved
+        out["finetune"] = ft.describe()
+        out["dequant_bytes_per_step"] = dequant_bytes_moved(f.ops, 2, recompute)
     out["prefill_flops"] = f.prefill()
     if context:
         if cfg.family == "encoder":
@@ -96,6 +110,14 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check."),
+           finetune: str = typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
+           lora_rank: int = typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
+           lora_alpha: float = typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
+           lora_targets: str = typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
+           lora_dropout: float = typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
+           trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
+           base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
+           offload: str = typer.Option("none", "--offload", help=FT_HELP["offload"]),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
@@ -120,8 +142,13 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     elif inference:
         out = _inference(model, context or seq, concurrency, kv_dtype, precision, weights)
     else:
+        from ..inputs import choice
+        from ..memory import OFFLOADS
+        choice("--offload", offload, OFFLOADS)
+        ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
+                           trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout)
+                        dropout, ft, offload)
     gpu = int(gpu_gb * GB)
     out["gpu_bytes"] = gpu
     out["fits_one_gpu"] = out["total_bytes"] <= gpu
@@ -132,13 +159,19 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     rows = [(labels.get(k, k.removesuffix("_bytes").replace("_", " ")), f"{v:,}",
              f"{v / GB:,.2f} GB")
             for k, v in out.items() if k.endswith("_bytes")
-            and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")]
+            and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")
+            and (v or k not in ("adapter_bytes", "host_bytes", "dequant_bytes"))]
     if out.get("master_weights_bytes"):
         rows.insert(3, ("  of which fp32 master", f"{out['master_weights_bytes']:,}",
                         f"{out['master_weights_bytes'] / GB:,.2f} GB"))
     console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
                         f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GB (1e9)"],
                         rows))
+    if out.get("trainable_params") is not None and out.get("finetune") != "full":
+        console.print(f"{out['finetune_setup']}: {out['trainable_params']:,} trainable of "
+                      f"{out['params']:,} parameters ({out['trainable_params'] / out['params']:.3%});"
+                      f" host memory {out['host_bytes'] / GB:,.2f} GB, PCIe "
+                      f"{out['pcie_bytes_per_step'] / GB:,.2f} GB per step")
     if out.get("peak_phase"):
         parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GB:,.2f}" for k, v in out["peak_by_category"].items()
                           if k != "total" and v)
@@ -163,7 +196,7 @@ def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
 
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-              dropout=False) -> dict:
+              dropout=False, ft=None, offload="none") -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
@@ -171,7 +204,8 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     cfg = load(model)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout)
     check_fits(cfg, work)
-    return TrainingMemory(cfg, work, precision, optimizer).to_json()
+    m = TrainingMemory(cfg, work, precision, optimizer, ft, offload)
+    return m.to_json() | m.finetune_json()
 
 
 def _inference(model, context, concurrency, kv_dtype, precision, weights=None) -> dict:

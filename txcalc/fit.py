@@ -1,0 +1,184 @@
+"""What fits on one GPU: the longest sequence at a micro-batch, or the largest micro-batch at a
+sequence length, and when nothing fits, the cheapest changes that make it fit.
+
+A setup fits when the step's peak (TrainingMemory.total) plus the framework's memory fits the
+GPU: (1 + fragmentation) x peak + CUDA context <= GPU memory, with the planner's defaults
+(parallel.evaluate.Overheads: 1 GiB context, 5 % allocator slack; no communication buffers on
+one GPU). The peak grows with the sequence and the batch, so both are found by bisection.
+
+Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
+fits: fused attention, selective then full recompute, 8-bit Adam, LoRA, QLoRA, optimizer
+offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: weights, gradients and
+optimizer states split N ways). Each comes with its peak bytes and its step-time factor:
+(hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
+for the setup asked, which states compute and transfer at their peaks (an estimate of the
+slowdown, not a measured time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .accounting import count_flops
+from .config import ModelConfig
+from .errors import WorkloadError
+from .finetune import Finetune
+from .memory import TrainingMemory
+from .units import cdiv
+from .workload import Workload
+
+#: host link: PCIe 4.0 x16, 31.5 GB/s per direction (PCI-SIG), used for offload traffic
+PCIE_BYTES_PER_S = 31.5e9
+CUDA_CONTEXT_BYTES = 2**30  #: 1 GiB (2^30 bytes), parallel.evaluate.Overheads default
+FRAGMENTATION = 0.05
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One training setup on one GPU (everything but the lengths being searched)."""
+
+    cfg: ModelConfig
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    attn: str = "flash"
+    recompute: str = "none"
+    finetune: Finetune | None = None
+    offload: str = "none"
+    gpus: int = 1  #: > 1: ZeRO-3 over this many GPUs (model states split)
+
+    def memory(self, batch: int, seq: int) -> TrainingMemory:
+        work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute)
+        return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
+                              self.offload)
+
+    def need(self, batch: int, seq: int) -> int:
+        """GPU bytes: the peak (model states split over ``gpus``) with the framework's share."""
+        m = self.memory(batch, seq)
+        total = m.total
+        if self.gpus > 1:
+            states = m.weights + m.gradients + (0 if m.offload in ("optimizer", "all")
+                                                else m.optimizer_total)
+            total -= states - cdiv(states, self.gpus)
+        return int(total * (1 + FRAGMENTATION)) + CUDA_CONTEXT_BYTES
+
+    def step_s(self, batch: int, seq: int, peak_flops: float) -> float:
+        m = self.memory(batch, seq)
+        f = count_flops(self.cfg, m.work, self.finetune)
+        return f.hardware / peak_flops / self.gpus + m.pcie_bytes / PCIE_BYTES_PER_S
+
+
+@dataclass
+class FitResult:
+    fits: bool
+    max_seq: int | None
+    max_batch: int | None
+    total_bytes: int  #: GPU bytes at the answer (or at the smallest try when nothing fits)
+    gpu_bytes: int
+    setup: Setup
+    suggestions: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        s = self.setup
+        return {"model": s.cfg.name, "fits": self.fits, "max_seq": self.max_seq,
+                "max_batch": self.max_batch, "total_bytes": self.total_bytes,
+                "gpu_bytes": self.gpu_bytes, "precision": s.precision,
+                "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
+                "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
+                "offload": s.offload, "suggestions": self.suggestions}
+
+
+def _largest(ok, lo: int, hi: int) -> int:
+    """The largest x in [lo, hi] with ok(x), ok monotone (True then False); lo - 1 if none."""
+    if not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _seq_limit(cfg: ModelConfig) -> int:
+    from .inputs import MAX_SEQ
+    return min(MAX_SEQ, cfg.max_position) if cfg.pos_type == "learned" else MAX_SEQ
+
+
+def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None = None,
+        peak_flops: float = 1e15) -> FitResult:
+    """Largest seq at ``batch`` (default 1), or largest batch at ``seq`` when it is given."""
+    from .inputs import MAX_BATCH
+    if batch is not None and seq is not None:
+        raise WorkloadError(f"give --batch ({batch}) or --seq ({seq}), not both: fit finds "
+                            "the other")
+    if seq is None:
+        b = batch or 1
+        best = _largest(lambda s: setup.need(b, s) <= gpu_bytes, 1, _seq_limit(setup.cfg))
+        fits, at = best >= 1, (b, max(best, 1))
+        res = FitResult(fits, best if fits else None, b if fits else None,
+                        setup.need(*at), gpu_bytes, setup)
+    else:
+        if seq > _seq_limit(setup.cfg):
+            raise WorkloadError(f"--seq ({seq}) exceeds {setup.cfg.name}'s learned position "
+                                f"table (max_position {setup.cfg.max_position})")
+        best = _largest(lambda b: setup.need(b, seq) <= gpu_bytes, 1, MAX_BATCH)
+        fits, at = best >= 1, (max(best, 1), seq)
+        res = FitResult(fits, seq if fits else None, best if fits else None,
+                        setup.need(*at), gpu_bytes, setup)
+    if not fits:
+        res.suggestions = suggestions(setup, gpu_bytes, *at, peak_flops)
+    return res
+
+
+def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
+                peak_flops: float) -> list[dict]:
+    """Changes tried cumulatively (module docstring) until one fits, each with its bytes and
+    step-time factor against the setup asked."""
+    base_s = setup.step_s(batch, seq, peak_flops)
+    steps: list[tuple[str, dict]] = []
+    ft = setup.finetune
+    if setup.attn != "flash":
+        steps.append(("fused attention (--attn flash)", {"attn": "flash"}))
+    if setup.recompute == "none":
+        steps.append(("selective recompute", {"recompute": "selective"}))
+    if setup.recompute != "full":
+        steps.append(("full recompute", {"recompute": "full"}))
+    if setup.optimizer in ("adamw", "adam"):
+        steps.append(("8-bit Adam (--optimizer adam8bit)", {"optimizer": "adam8bit"}))
+    if ft is None or ft.mode in ("full", "freeze"):
+        steps.append(("LoRA r=16 on all linear layers", {"finetune": Finetune("lora")}))
+    if ft is None or ft.mode != "qlora":
+        steps.append(("QLoRA (NF4 base, double quant)",
+                      {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
+                       else Finetune("qlora"), "precision": "bf16-mixed"
+                       if setup.precision == "fp32" else setup.precision}))
+    if setup.offload in ("none", "activations"):
+        steps.append(("offload optimizer states and master weights to CPU",
+                      {"offload": "optimizer" if setup.offload == "none" else "all"}))
+    steps.append(("offload recompute checkpoints to CPU", {"offload": "all"}))
+    out, cur = [], setup
+    for label, change in steps:
+        cur = dataclasses.replace(cur, **change)
+        need = cur.need(batch, seq)
+        out.append(_row(label, cur, need, gpu_bytes, batch, seq, peak_flops, base_s))
+        if need <= gpu_bytes:
+            return out
+    # more GPUs: ZeRO-3 splits the model states
+    for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        more = dataclasses.replace(cur, gpus=n)
+        need = more.need(batch, seq)
+        if need <= gpu_bytes:
+            out.append(_row(f"{n} GPUs (ZeRO-3)", more, need, gpu_bytes, batch, seq,
+                            peak_flops, base_s))
+            return out
+    out.append({"change": "more than 1024 GPUs, or a shorter sequence", "fits": False,
+                "total_bytes": need, "step_time_factor": None})
+    return out
+
+
+def _row(label, setup, need, gpu_bytes, batch, seq, peak_flops, base_s) -> dict:
+    return {"change": label, "fits": need <= gpu_bytes, "total_bytes": need,
+            "step_time_factor": round(
+                setup.step_s(batch, seq, peak_flops) / base_s, 4)}
