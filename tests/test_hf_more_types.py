@@ -123,8 +123,9 @@ def llama_type(draw, model_type: str) -> dict:
     omit_kv = draw(st.booleans())
     mult = kv_default if (omit_kv and kv_default) else 1
     hidden, heads, hd = draw(geometry(heads_multiple_of=mult, max_heads=max(8, mult)))
-    if model_type in ("phi", "stablelm"):  # partial rotary: HF's forward needs an even width
-        assume(hd % 4 == 0)
+    # partial rotary (Phi 0.5, StableLM 0.25 of head_dim): HF's forward needs an even width
+    if model_type in ("phi", "stablelm"):
+        assume(hd % (4 if model_type == "phi" else 8) == 0)
     raw = {"model_type": model_type, "hidden_size": hidden, "num_attention_heads": heads,
            "num_hidden_layers": draw(LAYERS), "vocab_size": draw(VOCAB),
            "intermediate_size": draw(WIDTH), "pad_token_id": 0}
