@@ -41,11 +41,12 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     top: Where = ("", -1)
     yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim,
                     tp="vocab")
-    if cfg.embed_dim != cfg.d_model:  # OPT-350m: embeddings of width 512 projected to 1024
+    if cfg.embed_dim != cfg.d_model and not cfg.embed_factorised:
+        # OPT-350m: embeddings of width 512 projected to 1024
         yield linear("embed.proj_in", top, "embed.proj_in", cfg.embed_dim, cfg.d_model, False)
     if cfg.type_vocab_size:
         yield embedding("embed.token_types", top, "embed.token_types", cfg.type_vocab_size,
-                        cfg.d_model)
+                        _embed_width(cfg))
 
 
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
@@ -60,20 +61,36 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
         if cfg.type_vocab_size:
             yield elementwise("embed.token_types", ("", -1), "embed.token_types", "token_ids",
                               ((1, "i64"),), stream="src")
+    width = _embed_width(cfg)
     if cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
-                        cfg.max_position + cfg.position_offset, cfg.d_model,
+                        cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
+    if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen nn.Embedding per stack
+        yield dataclasses.replace(
+            embedding(f"{p}embed.positions", where, "embed.positions",
+                      cfg.max_position + cfg.position_offset, width,
+                      stream=_pos_stream(stack)), trainable=False)
     if cfg.embed_norm:
-        yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
+        yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:
-        yield dropout(f"{p}embed.dropout", where, "embed.dropout", cfg.d_model, _stream(stack))
-    if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
+        yield dropout(f"{p}embed.dropout", where, "embed.dropout", width, _stream(stack))
+    if cfg.embed_factorised:
+        # ALBERT, ELECTRA: the normalised embedding is projected to the residual width
+        yield linear("embed.proj_in", where, "embed.proj_in", cfg.embed_dim, cfg.d_model, True)
+    if (cfg.pos_type == "relative_bias" and not cfg.rel_bias_every_layer) or cfg.extra_rel_bias:
+        # T5, MPNet: one bias table per stack, used by every block
         # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
         s = _stream(stack)
         yield dataclasses.replace(
-            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads,
-                      stream=s), saved=(), kv_stream=s)
+            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets,
+                      cfg.stack_heads(stack), stream=s), saved=(), kv_stream=s)
+
+
+def _embed_width(cfg: ModelConfig) -> int:
+    """Width of the position / token-type tables and the embedding norm: embed_dim when the
+    embedding is factorised before the projection (ALBERT, ELECTRA), else d_model."""
+    return cfg.embed_dim if cfg.embed_factorised else cfg.d_model
 
 
 def _stream(stack: str) -> str:
@@ -91,8 +108,10 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     stack, layer = where
     q_stream = _stream(stack)
     causal = cfg.family != "encoder" and stack != "encoder" and not cross
-    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads,
-                          kv_heads=cfg.n_heads if cfg.is_mla else cfg.n_kv_heads, qk_dim=qk_dim,
+    heads = cfg.stack_heads(stack)
+    return attention_core(f"{c}core", where, f"{comp}core", heads=heads,
+                          kv_heads=heads if cfg.is_mla else cfg.stack_kv_heads(stack),
+                          qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
                           causal=causal, window=cfg.window(layer) if causal else 0,
                           dropout=cfg.attn_dropout)
@@ -104,7 +123,9 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     Cross-attention (decoder of an encoder-decoder model) projects k and v from the encoder's
     output, so their rows are the source tokens.
     """
-    D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    stack = where[0]
+    D, H, K = cfg.d_model, cfg.stack_heads(stack), cfg.stack_kv_heads(stack)
+    h = cfg.stack_head_dim(stack)
     c = f"{name}."
     if cfg.is_mla and name == "attn":
         yield from mla(cfg, p + c, where, c)
@@ -237,10 +258,29 @@ def moe(cfg: ModelConfig, c: str, where: Where, shares_input: bool = False) -> I
 
 def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     """One Transformer block: norms, self-attention, cross-attention (decoder of enc-dec), MLP."""
+    if cfg.owns_params(i):
+        yield from _block(cfg, stack, i)
+    else:  # ALBERT: this block runs the weights of its group's first block
+        yield from (_reused(op) for op in _block(cfg, stack, i))
+
+
+def _reused(op: Op) -> Op:
+    """An op that runs weights held by another op: same FLOPs and saved tensors, no
+    parameters (a Linear marked tied: its weight and bias belong to the owning block)."""
+    return dataclasses.replace(op, params=0, tied=op.tied or op.kind == "linear", bias=False)
+
+
+def _block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D = cfg.d_model
     yield from checkpoints(cfg, stack, i)
-    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    if cfg.rel_bias_every_layer:  # UMT5: every block looks up its own bias table
+        s = _stream(stack)
+        yield dataclasses.replace(
+            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets,
+                      cfg.stack_heads(stack), stream=s), saved=(), kv_stream=s)
+    if cfg.first_attn_norm or i > 0:
+        yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
     yield from attention(cfg, p, where)
     if cfg.norm_position == "sandwich":
         yield _norm(cfg, p + "attn_post_norm", where, "attn_post_norm", D)
@@ -261,7 +301,7 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if ffn == "moe.":
         yield from moe(cfg, p + "moe.", where, shares_input=shared_in)
     else:
-        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
+        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.stack_d_ff(stack), cfg.mlp_bias,
                        shares_input=shared_in)
     if cfg.resid_dropout:
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
@@ -293,12 +333,14 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if stack == "decoder" and i == 0:
         yield checkpoint(p, where, "checkpoint.encoder_output", ("full",), ((D, "a"),),
                          stream="src")
-    if cfg.pos_type == "relative_bias":
+    if cfg.pos_type == "relative_bias" or cfg.extra_rel_bias:
         causal = stack != "encoder" and cfg.family != "encoder"
         window = (lambda j: cfg.window(j) if causal else 0)
-        if all(window(j) != window(i) for j in range(i)):
+        # UMT5: each block's own bias; else one per stack and window mask
+        if cfg.rel_bias_every_layer or all(window(j) != window(i) for j in range(i)):
             yield checkpoint(f"{p}.attn.core", where, "checkpoint.position_bias",
-                             ("selective", "full", "fused"), heads=cfg.n_heads, stream=s,
+                             ("selective", "full", "fused"), heads=cfg.stack_heads(stack),
+                             stream=s,
                              kv_stream=s,
                              act_split="tp")
 
@@ -314,9 +356,59 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
                      tied=cfg.tie_embeddings, tp="colwise")
         # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
         yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
+    if cfg.head == "mlm":
+        yield from mlm_head(cfg)
     if cfg.pooler:  # saves its input and the tanh output
         pool = linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
         yield dataclasses.replace(pool, saved=((cfg.d_model, "a"), (cfg.d_model, "a")))
+    if cfg.head in ("seq_cls", "token_cls"):
+        yield from classifier_head(cfg)
+    if cfg.contact_head:  # ESM: parameters only; HF runs it only when asked for contacts
+        n = cfg.n_layers * cfg.n_heads + 1
+        yield Op("contact_head", "params", "", -1, "contact_head", params=n, d_in=n,
+                 stream="first", placement="post")
+
+
+def mlm_head(cfg: ModelConfig) -> Iterator[Op]:
+    """Masked-LM head (BERT's ``cls.predictions``, RoBERTa's ``lm_head``, ALBERT, ELECTRA's
+    generator, ModernBERT, MPNet, DistilBERT's vocab_*): dense D->E, activation, norm over E,
+    then the vocabulary projection E->V (tied to the token table) with its own bias of V.
+
+        op            | shapes  | params              | saved per token
+        --------------|---------|---------------------|-------------------------------
+        mlm.dense     | D -> E  | D*E (+ E)           | its input (D)
+        mlm.act       |         |                     | its input (E)
+        mlm.norm      | E       | 2E (1E bias-free)   | input, mean, 1/std
+        lm_head       | E -> V  | V (bias; W tied)    | its input (E)
+        loss          |         |                     | fp32 log-probs (V), label
+    """
+    top: Where = ("", -1)
+    D, E, V = cfg.d_model, cfg.embed_dim, cfg.vocab_size
+    yield linear("mlm.dense", top, "mlm.dense", D, E, cfg.head_dense_bias)
+    yield elementwise("mlm.act", top, "mlm.act", "activation", ((E, "a"),))
+    yield _norm(cfg, "mlm.norm", top, "mlm.norm", E)
+    yield linear("lm_head", top, "lm_head", E, V, cfg.lm_head_bias, tied=cfg.tie_embeddings,
+                 tp="colwise")
+    yield elementwise("loss", top, "loss", "loss", ((V, "f32"), (1, "i64")))
+
+
+def classifier_head(cfg: ModelConfig) -> Iterator[Op]:
+    """Classification head. seq_cls reads the first token (after the pooler when there is
+    one: BERT, ALBERT); token_cls every token. ``cls_dense``: a Linear(D, D) + activation
+    (+ ``head_norm``) before the output Linear(D, n_labels), as RoBERTa's, ELECTRA's and
+    MPNet's classification heads, DistilBERT's pre_classifier and ModernBERT's head."""
+    top: Where = ("", -1)
+    D, n = cfg.d_model, cfg.n_labels
+    s = "first" if cfg.head == "seq_cls" else "seq"
+    if cfg.cls_dense:
+        yield linear("cls.dense", top, "cls.dense", D, D, cfg.head_dense_bias, stream=s)
+        yield elementwise("cls.act", top, "cls.act", "activation", ((D, "a"),), stream=s)
+        if cfg.head_norm:
+            yield dataclasses.replace(_norm(cfg, "cls.norm", top, "cls.norm", D), stream=s)
+    # the pooler's tanh output is already saved (Pooler): the classifier shares it
+    yield linear("cls.out", top, "cls.out", D, n, True, stream=s,
+                 shares_input=cfg.pooler and not cfg.cls_dense)
+    yield elementwise("loss", top, "loss", "loss", ((n, "f32"), (1, "i64")), stream=s)
 
 
 def model_ops(cfg: ModelConfig) -> list[Op]:

@@ -27,7 +27,12 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post", "sandwich")
 POSITION_TYPES = ("learned", "sinusoidal", "rotary", "relative_bias", "alibi", "none")
 QK_NORMS = ("none", "head", "full")
-HEADS = ("lm", "none")
+#: lm: causal LM head; none: base model (pooler where set); mlm: masked-LM head (dense, norm,
+#: vocabulary projection); seq_cls / token_cls: classifier on the first token / every token
+HEADS = ("lm", "none", "mlm", "seq_cls", "token_cls")
+#: heads whose output is a vocabulary-wide logit per token
+VOCAB_HEADS = ("lm", "mlm")
+SINUSOIDAL_TABLES = ("none", "param", "buffer")
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,31 @@ class ModelConfig:
     resid_dropout: float = 0.0  #: on each sub-block's output before the residual add
     mlp_dropout: float = 0.0  #: inside the MLP, on the activation's output (T5, OPT, BART)
     final_dropout: float = 0.0  #: on each stack's final norm output (T5)
+    # --- encoder variants, encoder heads and unequal encoder-decoder stacks (issue 13) -----
+    n_labels: int = 2  #: classes of a seq_cls / token_cls head
+    #: seq_cls without pooler: a Linear(D, D) + activation on the first token before the
+    #: classifier (RoBERTa/ELECTRA/MPNet classification head, DistilBERT pre_classifier);
+    #: token_cls: the same on every token (ModernBERT's head)
+    cls_dense: bool = False
+    head_norm: bool = False  #: classifier's dense is followed by a norm (ModernBERT's head)
+    head_dense_bias: bool = True  #: bias on a head's dense (ModernBERT ``classifier_bias``)
+    #: ALBERT / ELECTRA: position and token-type tables and the embedding norm at embed_dim,
+    #: then Linear(embed_dim, D) with a bias (``embed.proj_in``) after the norm
+    embed_factorised: bool = False
+    #: ALBERT ``num_hidden_groups``: 0 = every block owns its parameters; n > 0: block i uses
+    #: group i * n // L, whose parameters are counted once (at its first block)
+    shared_groups: int = 0
+    extra_rel_bias: bool = False  #: MPNet: one relative-bias table per stack besides pos_type
+    rel_bias_every_layer: bool = False  #: UMT5: each block owns its relative-bias table
+    first_attn_norm: bool = True  #: False: block 0 has no attention norm (ModernBERT)
+    #: sinusoidal positions: none (computed), param (an nn.Embedding table per stack, frozen:
+    #: Marian, Pegasus) or buffer (M2M-100/NLLB: no parameters); rows max_position + offset
+    sinusoidal_table: str = "none"
+    #: ESM: Linear(L*H, 1) over the attention maps; built, run only when contacts are asked
+    #: for: parameters, no FLOPs in a training step
+    contact_head: bool = False
+    encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
+    encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -123,6 +153,10 @@ class ModelConfig:
             object.__setattr__(self, "shared_d_ff", self.n_shared_experts * self.moe_d_ff)
         if self.embed_dim == 0 and _is_int(self.d_model):
             object.__setattr__(self, "embed_dim", self.d_model)
+        if self.encoder_n_heads == 0 and _is_int(self.n_heads):
+            object.__setattr__(self, "encoder_n_heads", self.n_heads)
+        if self.encoder_d_ff == 0 and _is_int(self.d_ff):
+            object.__setattr__(self, "encoder_d_ff", self.d_ff)
         validate(self)
 
     # --- derived views -------------------------------------------------------------------------
@@ -156,6 +190,32 @@ class ModelConfig:
         if self.family == "encoder-decoder":
             return (("encoder", self.n_encoder_layers), ("decoder", self.n_layers))
         return (("", self.n_layers),)
+
+    # --- per-stack views (an encoder-decoder's stacks may differ in heads and MLP width) ----
+    def stack_heads(self, stack: str) -> int:
+        """Query heads of a block of ``stack`` (the encoder's own count, else n_heads)."""
+        return self.encoder_n_heads if stack == "encoder" else self.n_heads
+
+    def stack_kv_heads(self, stack: str) -> int:
+        return self.encoder_n_heads if stack == "encoder" else self.n_kv_heads
+
+    def stack_head_dim(self, stack: str) -> int:
+        """Head width of ``stack``: head_dim, or d_model // heads for an encoder whose head
+        count differs from the decoder's (BART variants)."""
+        if stack == "encoder" and self.encoder_n_heads != self.n_heads:
+            return self.d_model // self.encoder_n_heads
+        return self.head_dim
+
+    def stack_d_ff(self, stack: str) -> int:
+        return self.encoder_d_ff if stack == "encoder" else self.d_ff
+
+    def owns_params(self, layer: int) -> bool:
+        """Whether block ``layer`` holds its own parameters (ALBERT: only the first block of
+        each shared group does; the others reuse them)."""
+        if not self.shared_groups:
+            return True
+        group = layer * self.shared_groups // self.n_layers
+        return layer == 0 or (layer - 1) * self.shared_groups // self.n_layers != group
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) of the decoder stack uses the MoE MLP."""
@@ -195,6 +255,8 @@ class ModelConfig:
             "shared_d_ff": bool(self.n_shared_experts)
             and self.shared_d_ff == self.n_shared_experts * self.moe_d_ff,
             "embed_dim": self.embed_dim == self.d_model,
+            "encoder_n_heads": self.encoder_n_heads == self.n_heads,
+            "encoder_d_ff": self.encoder_d_ff == self.d_ff,
         }
         resets = {k: 0 for k, derived in rederive.items() if derived and k not in changes}
         return dataclasses.replace(self, **(resets | changes))
@@ -219,15 +281,18 @@ _INT_FIELDS_POSITIVE = ("n_layers", "d_model", "n_heads", "vocab_size", "d_ff", 
 _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_lora_rank",
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
-                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size")
+                      "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
+                      "shared_groups")
+_INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
-                "tie_embeddings", "lm_head_bias")
+                "tie_embeddings", "lm_head_bias", "cls_dense", "head_norm", "head_dense_bias",
+                "embed_factorised", "extra_rel_bias", "contact_head", "rel_bias_every_layer", "first_attn_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
             "norm_position": NORM_POSITIONS, "pos_type": POSITION_TYPES, "qk_norm": QK_NORMS,
-            "head": HEADS}
+            "head": HEADS, "sinusoidal_table": SINUSOIDAL_TABLES}
 
 
 #: Upper bounds on config fields. Generous for real models (10-100x the largest published
@@ -248,6 +313,8 @@ MAX_SIZE = 2**50
 NAME_MAX = 256  #: characters of a config's display name
 _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
+    "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
+    "encoder_d_ff": MAX_WIDTH,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -275,6 +342,36 @@ def _size_problems(cfg: ModelConfig) -> list[str]:
     if table > MAX_SIZE:
         out.append(f"vocab_size ({cfg.vocab_size}) x d_model ({cfg.d_model}) = {table:.3g} "
                    f"exceeds txcalc's bound of {MAX_SIZE:.3g}")
+    return out
+
+
+def _encoder_problems(cfg: ModelConfig) -> list[str]:
+    """Checks of the issue-13 fields (encoder heads, shared blocks, unequal stacks)."""
+    out = []
+    if cfg.head in ("mlm", "seq_cls", "token_cls") and cfg.family != "encoder":
+        out.append(f"head {cfg.head!r} is for encoder models, not family {cfg.family!r}")
+    if cfg.shared_groups > cfg.n_layers:
+        out.append(f"shared_groups ({cfg.shared_groups}) exceeds n_layers ({cfg.n_layers})")
+    if cfg.shared_groups and cfg.family != "encoder":
+        out.append("shared_groups (ALBERT's shared blocks) is for encoder models")
+    if cfg.family != "encoder-decoder":
+        for name, base in (("encoder_n_heads", "n_heads"), ("encoder_d_ff", "d_ff")):
+            if getattr(cfg, name) != getattr(cfg, base):
+                out.append(f"{name} ({getattr(cfg, name)}) differs from {base} "
+                           f"({getattr(cfg, base)}) in a model with no encoder stack")
+    elif cfg.encoder_n_heads != cfg.n_heads:
+        if cfg.d_model % cfg.encoder_n_heads:
+            out.append(f"d_model ({cfg.d_model}) must be divisible by encoder_n_heads "
+                       f"({cfg.encoder_n_heads})")
+        if cfg.head_dim * cfg.n_heads != cfg.d_model or cfg.n_kv_heads != cfg.n_heads:
+            out.append("an encoder with its own head count needs decoder heads of width "
+                       "d_model // n_heads and no grouped KV heads")
+    if cfg.sinusoidal_table != "none" and cfg.pos_type != "sinusoidal":
+        out.append(f"sinusoidal_table ({cfg.sinusoidal_table!r}) needs pos_type 'sinusoidal'")
+    if cfg.rel_bias_every_layer and cfg.pos_type != "relative_bias":
+        out.append("rel_bias_every_layer needs pos_type 'relative_bias'")
+    if cfg.embed_factorised and cfg.family != "encoder":
+        out.append("embed_factorised (ALBERT, ELECTRA) is for encoder models")
     return out
 
 
@@ -379,6 +476,7 @@ def validate(cfg: ModelConfig) -> None:
         problems.append("lm_head_bias needs head 'lm'")
     if cfg.pooler and cfg.family == "decoder":
         problems.append("pooler is for encoder models (BERT)")
+    problems += _encoder_problems(cfg)
     bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
     if bad_dense:
         problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..components import model_ops_tuple
-from ..config import ModelConfig
+from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, ZERO_GRAD_BYTES,
                       optimizer_state_bytes, param_tensor_count, saved_rows)
@@ -494,7 +494,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
-    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
+    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head in VOCAB_HEADS else 0
     zero3_blocks = np.where(zero == 3, ov.zero3_prefetch_blocks * wb
                             * A["layer_params"][ti, ei], 0)
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,

@@ -1,0 +1,207 @@
+"""Encoders of issue 13 against Hugging Face: every head, drawn configs, meta device.
+
+For each encoder model_type a hypothesis strategy draws a tiny config.json and a head (base
+model, masked LM, sequence or token classification). txcalc's parameter count must equal the
+numel of the HF class a user would load for that head (``AutoModel``,
+``AutoModelForMaskedLM``, ``AutoModelForSequenceClassification``,
+``AutoModelForTokenClassification``) built on the meta device, and the FLOPs of one training
+step (forward, loss, backward) must equal torch's FlopCounterMode on that model.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import txcalc
+from txcalc.accounting import count_flops
+from txcalc.errors import ConfigError
+from txcalc.hf import from_hf_dict
+from txcalc.workload import Workload
+
+from .hf_models import numel
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "15"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
+                    suppress_health_check=list(HealthCheck))
+CLASSES = {"none": "AutoModel", "mlm": "AutoModelForMaskedLM",
+           "seq_cls": "AutoModelForSequenceClassification",
+           "token_cls": "AutoModelForTokenClassification"}
+HEADS = st.sampled_from(sorted(CLASSES))
+
+
+def maybe(draw, raw: dict, key: str, strategy) -> None:
+    if draw(st.booleans()):
+        raw[key] = draw(strategy)
+
+
+@st.composite
+def geometry(draw, even: bool = False):
+    step = 2 if even else 1
+    heads = draw(st.integers(1, 4))
+    hd = draw(st.sampled_from([d for d in range(step, 17, step) if 8 <= heads * d <= 64]))
+    return heads * hd, heads
+
+
+@st.composite
+def bert_like(draw, model_type: str) -> dict:
+    d, h = draw(geometry())
+    raw = {"model_type": model_type, "hidden_size": d, "num_attention_heads": h,
+           "num_hidden_layers": draw(st.integers(1, 3)), "vocab_size": draw(st.integers(16, 200)),
+           "intermediate_size": draw(st.integers(4, 48))}
+    maybe(draw, raw, "max_position_embeddings", st.integers(40, 200))
+    if model_type not in ("mpnet", "esm"):
+        maybe(draw, raw, "type_vocab_size", st.integers(1, 3))
+    maybe(draw, raw, "hidden_act", st.sampled_from(["gelu", "relu", "gelu_new"]))
+    return raw
+
+
+@st.composite
+def electra(draw) -> dict:
+    raw = draw(bert_like("electra"))
+    raw["embedding_size"] = draw(st.sampled_from([raw["hidden_size"], 4, 8, 12]))
+    return raw
+
+
+@st.composite
+def albert(draw) -> dict:
+    raw = draw(bert_like("albert"))
+    raw["embedding_size"] = draw(st.sampled_from([raw["hidden_size"], 4, 8, 12]))
+    raw["num_hidden_groups"] = draw(st.integers(1, raw["num_hidden_layers"]))
+    return raw
+
+
+@st.composite
+def distilbert(draw) -> dict:
+    d, h = draw(geometry())
+    raw = {"model_type": "distilbert", "dim": d, "n_heads": h, "n_layers": draw(st.integers(1, 3)),
+           "vocab_size": draw(st.integers(16, 200)), "hidden_dim": draw(st.integers(4, 48))}
+    maybe(draw, raw, "max_position_embeddings", st.integers(40, 200))
+    maybe(draw, raw, "activation", st.sampled_from(["gelu", "relu"]))
+    maybe(draw, raw, "sinusoidal_pos_embds", st.booleans())
+    return raw
+
+
+@st.composite
+def modernbert(draw) -> dict:
+    d, h = draw(geometry(even=True))
+    raw = {"model_type": "modernbert", "hidden_size": d, "num_attention_heads": h,
+           "num_hidden_layers": draw(st.integers(1, 4)), "vocab_size": 64,
+           "intermediate_size": draw(st.integers(4, 48)), "pad_token_id": 0, "eos_token_id": 1,
+           "bos_token_id": 2, "cls_token_id": 3, "sep_token_id": 4}
+    for key in ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias", "decoder_bias",
+                "tie_word_embeddings"):
+        maybe(draw, raw, key, st.booleans())
+    maybe(draw, raw, "global_attn_every_n_layers", st.integers(1, 3))
+    maybe(draw, raw, "hidden_activation", st.sampled_from(["gelu", "silu"]))
+    return raw
+
+
+@st.composite
+def esm(draw) -> dict:
+    raw = draw(bert_like("esm"))
+    raw["pad_token_id"] = 0
+    maybe(draw, raw, "emb_layer_norm_before", st.booleans())
+    raw["position_embedding_type"] = draw(st.sampled_from(["absolute", "rotary"]))
+    if raw["position_embedding_type"] == "rotary" and (raw["hidden_size"]
+                                                       // raw["num_attention_heads"]) % 2:
+        raw["position_embedding_type"] = "absolute"
+    raw.pop("hidden_act", None)
+    return raw
+
+
+STRATEGIES = {
+    "xlm-roberta": bert_like("xlm-roberta"), "camembert": bert_like("camembert"),
+    "bert": bert_like("bert"), "roberta": bert_like("roberta"), "distilbert": distilbert(),
+    "electra": electra(), "albert": albert(), "mpnet": bert_like("mpnet"),
+    "modernbert": modernbert(), "esm": esm(),
+}
+
+
+def hf_model(raw: dict, head: str):
+    raw = dict(raw)
+    model_type = raw.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.AutoConfig.for_model(model_type, **raw)
+        cfg._attn_implementation = "eager"
+        with torch.device("meta"):
+            return getattr(transformers, CLASSES[head]).from_config(cfg)
+
+
+def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    model = hf_model(raw, head)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        if head == "none":
+            out = model(input_ids=ids)
+            loss = out.last_hidden_state.float().sum()
+            if getattr(out, "pooler_output", None) is not None:
+                loss = loss + out.pooler_output.float().sum()
+        else:
+            labels = torch.zeros(batch, dtype=torch.long, device="meta") \
+                if head == "seq_cls" else ids
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@SETTINGS
+@given(data=st.data())
+def test_params_equal_the_hf_class_of_each_head(model_type, data):
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    head = data.draw(HEADS, label="head")
+    raw["num_labels"] = data.draw(st.integers(1, 5), label="num_labels")
+    assert txcalc.params(from_hf_dict(raw, head=head)).total == numel(hf_model(raw, head))
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None, suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_training_step_flops_equal_flopcountermode(model_type, data):
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    head = data.draw(HEADS, label="head")
+    raw["num_labels"] = data.draw(st.integers(1, 5), label="num_labels")
+    cfg = from_hf_dict(raw, head=head)
+    batch, seq = data.draw(st.integers(1, 2), label="batch"), data.draw(st.integers(2, 24),
+                                                                          label="seq")
+    f = count_flops(cfg, Workload(batch=batch, seq=seq))
+    assert f.forward + f.backward == train_step_flops(raw, head, batch, seq)
+
+
+def test_albert_shares_one_block_params_once_flops_every_layer():
+    """ALBERT: 12 layers on one group hold one block's parameters, but run 12 blocks."""
+    raw = {"model_type": "albert", "hidden_size": 32, "num_attention_heads": 2,
+           "num_hidden_layers": 12, "intermediate_size": 64, "vocab_size": 100,
+           "embedding_size": 16}
+    one = from_hf_dict(dict(raw, num_hidden_layers=1))
+    twelve = from_hf_dict(raw)
+    assert txcalc.params(twelve).total == txcalc.params(one).total
+    w = Workload(batch=1, seq=8)
+    fwd = {n: count_flops(from_hf_dict(dict(raw, num_hidden_layers=n)), w).forward
+           for n in (1, 2, 12)}
+    assert fwd[12] - fwd[1] == 11 * (fwd[2] - fwd[1]) > 0
+    assert txcalc.params(twelve).total == numel(hf_model(raw, "none"))
+
+
+def test_head_auto_reads_architectures():
+    raw = {"model_type": "xlm-roberta", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 1, "vocab_size": 50, "intermediate_size": 8,
+           "architectures": ["XLMRobertaForMaskedLM"]}
+    assert from_hf_dict(raw, head="auto").head == "mlm"
+    assert from_hf_dict(raw).head == "none"
+    with pytest.raises(ConfigError, match="architectures"):
+        from_hf_dict(dict(raw, architectures=["XLMRobertaForCausalLM"]), head="auto")
+    with pytest.raises(ConfigError, match="head"):
+        from_hf_dict(dict(raw, model_type="t5"), head="mlm")
