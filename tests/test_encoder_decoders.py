@@ -1,0 +1,164 @@
+"""Encoder-decoders of issue 13 against Hugging Face: unequal stacks, drawn configs.
+
+BART-shaped types (bart, mbart, marian, pegasus, m2m_100 / NLLB) with encoder and decoder of
+different depth, heads and MLP width, pre- or post-norm, final norms, position tables as HF
+stores them (learned, frozen sinusoidal parameters, sinusoidal buffers); mT5 and UMT5 (a
+relative-bias table in every block). The reference is the seq2seq LM a user would load
+(``AutoModelForSeq2SeqLM``) on the meta device: parameters, and FlopCounterMode over one
+training step (forward with labels, backward).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import txcalc
+from txcalc.accounting import count_flops
+from txcalc.errors import ConfigError
+from txcalc.hf import from_hf_dict
+from txcalc.workload import Workload
+
+from .hf_models import numel
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "15"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
+                    suppress_health_check=list(HealthCheck))
+
+
+def maybe(draw, raw: dict, key: str, strategy) -> None:
+    if draw(st.booleans()):
+        raw[key] = draw(strategy)
+
+
+@st.composite
+def bart_like(draw, model_type: str) -> dict:
+    d = draw(st.sampled_from([8, 12, 16, 24, 32]))
+    heads = [h for h in range(1, 9) if d % h == 0]
+    raw = {"model_type": model_type, "d_model": d, "vocab_size": draw(st.integers(16, 200)),
+           "encoder_layers": draw(st.integers(1, 3)), "decoder_layers": draw(st.integers(1, 3)),
+           "encoder_attention_heads": draw(st.sampled_from(heads)),
+           "decoder_attention_heads": draw(st.sampled_from(heads)),
+           "encoder_ffn_dim": draw(st.integers(4, 48)), "decoder_ffn_dim": draw(st.integers(4, 48)),
+           "max_position_embeddings": draw(st.integers(32, 100)), "pad_token_id": 1,
+           "decoder_start_token_id": 0,
+           # M2M-100 skips each layer with probability 0.05 by default while training (a
+           # random FLOP count): txcalc counts every layer, the reference runs every layer
+           "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0}
+    maybe(draw, raw, "activation_function", st.sampled_from(["gelu", "relu"]))
+    maybe(draw, raw, "scale_embedding", st.booleans())
+    if model_type == "bart":  # mBART fields that BART's classes ignore
+        maybe(draw, raw, "normalize_before", st.booleans())
+        maybe(draw, raw, "add_final_layer_norm", st.booleans())
+    return raw
+
+
+@st.composite
+def mt5(draw, model_type: str) -> dict:
+    d = draw(st.sampled_from([8, 12, 16, 32]))
+    raw = {"model_type": model_type, "d_model": d, "num_heads": draw(st.integers(1, 4)),
+           "d_kv": draw(st.integers(2, 8)), "num_layers": draw(st.integers(1, 3)),
+           "vocab_size": draw(st.integers(16, 200)), "d_ff": draw(st.integers(4, 48)),
+           "decoder_start_token_id": 0}
+    maybe(draw, raw, "num_decoder_layers", st.integers(1, 3))
+    maybe(draw, raw, "feed_forward_proj", st.sampled_from(["relu", "gated-gelu", "gated-silu"]))
+    maybe(draw, raw, "relative_attention_num_buckets", st.integers(2, 40))
+    return raw
+
+
+STRATEGIES = {t: bart_like(t) for t in ("bart", "mbart", "marian", "pegasus", "m2m_100")} | {
+    "mt5": mt5("mt5"), "umt5": mt5("umt5")}
+
+
+def hf_model(raw: dict):
+    raw = dict(raw)
+    model_type = raw.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.AutoConfig.for_model(model_type, **raw)
+        cfg._attn_implementation = "eager"
+        with torch.device("meta"):
+            return transformers.AutoModelForSeq2SeqLM.from_config(cfg)
+
+
+def train_step_flops(raw: dict, batch: int, seq: int, src: int) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    model = hf_model(raw)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    src_ids = torch.zeros(batch, src, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=src_ids, labels=ids).loss.backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@SETTINGS
+@given(data=st.data())
+def test_params_equal_hf_seq2seq_lm(model_type, data):
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    assert txcalc.params(from_hf_dict(raw)).total == numel(hf_model(raw))
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_training_step_flops_equal_flopcountermode(model_type, data):
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    cfg = from_hf_dict(raw)
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(1, 24), label="seq")
+    src = data.draw(st.integers(1, 24), label="src_seq")
+    f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
+    assert f.forward + f.backward == train_step_flops(raw, batch, seq, src)
+
+
+def test_unequal_stacks_are_modelled_per_stack():
+    """encoder_ffn_dim != decoder_ffn_dim (refused before issue 13) sizes each stack's MLP."""
+    raw = {"model_type": "bart", "d_model": 16, "encoder_layers": 2, "decoder_layers": 1,
+           "encoder_attention_heads": 2, "decoder_attention_heads": 4, "encoder_ffn_dim": 40,
+           "decoder_ffn_dim": 8, "vocab_size": 50}
+    ops = txcalc.params(from_hf_dict(raw)).ops
+    width = {op.path: op.d_out for op in ops}
+    assert width["encoder.layers.0.mlp.up_proj"] == 40
+    assert width["decoder.layers.0.mlp.up_proj"] == 8
+    heads = {op.path: op.heads for op in ops if op.kind == "attn_scores"}
+    assert heads["encoder.layers.1.attn.core.scores"] == 2
+    assert heads["decoder.layers.0.cross_attn.core.scores"] == 4
+
+
+def test_frozen_sinusoidal_tables_are_parameters_without_gradients():
+    """Marian's and Pegasus's sinusoidal tables are (frozen) parameters; M2M-100's buffers."""
+    from txcalc.memory import TrainingMemory
+    raw = {"d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 50,
+           "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+           "max_position_embeddings": 64}
+    marian = from_hf_dict(dict(raw, model_type="marian"))
+    m2m = from_hf_dict(dict(raw, model_type="m2m_100"))
+    frozen = 2 * 64 * 16  # one table per stack
+    p = txcalc.params(marian)
+    assert sum(op.params for op in p.ops if not op.trainable) == frozen
+    mem = TrainingMemory(marian, Workload(batch=1, seq=8), "fp32", "adamw")
+    assert mem.gradients == (p.total - frozen) * 4
+    assert not any(op.component == "embed.positions" for op in txcalc.params(m2m).ops)
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"model_type": "marian", "share_encoder_decoder_embeddings": False},
+     "share_encoder_decoder_embeddings"),
+    ({"model_type": "marian", "vocab_size": 50, "decoder_vocab_size": 60}, "decoder_vocab_size"),
+    ({"model_type": "mbart", "tie_word_embeddings": False}, "tie_word_embeddings"),
+    ({"model_type": "bart", "d_model": 16, "encoder_attention_heads": 3}, "encoder_attention_heads"),
+])
+def test_unrepresentable_seq2seq_fields_are_config_errors(raw, field):
+    with pytest.raises(ConfigError, match=field):
+        from_hf_dict(raw)
