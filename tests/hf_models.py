@@ -13,8 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-ENCODERS = {"bert", "roberta"}
-SEQ2SEQ = {"t5", "bart"}
+ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert",
+            "mpnet", "modernbert", "esm"}
+SEQ2SEQ = {"t5", "bart", "mbart", "marian", "pegasus", "m2m_100", "mt5", "umt5"}
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"}
 
 

@@ -162,3 +162,19 @@ def test_frozen_sinusoidal_tables_are_parameters_without_gradients():
 def test_unrepresentable_seq2seq_fields_are_config_errors(raw, field):
     with pytest.raises(ConfigError, match=field):
         from_hf_dict(raw)
+
+
+PUBLISHED = [
+    # NLLB team 2022, arXiv:2207.04672: the dense NLLB-200 3.3B model
+    ("nllb-200-3.3b", 3.3e9, 0.015),
+    # Chung et al. 2022, arXiv:2210.11416, Table 1 / Raffel et al. 2019: Flan-T5-XXL 11B
+    # (T5 v1.1 XXL with its untied lm_head: 11.14B)
+    ("flan-t5-xxl", 11e9, 0.015),
+    # Xue et al. 2020, arXiv:2010.11934, Table 2: mT5-XXL 13B (12.92B with its untied head)
+    ("mt5-xxl", 13e9, 0.01),
+]
+
+
+@pytest.mark.parametrize("name,figure,tol", PUBLISHED)
+def test_published_seq2seq_sizes(name, figure, tol):
+    assert abs(txcalc.params(name).total - figure) / figure <= tol

@@ -205,3 +205,23 @@ def test_head_auto_reads_architectures():
         from_hf_dict(dict(raw, architectures=["XLMRobertaForCausalLM"]), head="auto")
     with pytest.raises(ConfigError, match="head"):
         from_hf_dict(dict(raw, model_type="t5"), head="mlm")
+
+
+# Published sizes of the encoder presets (base models, as AutoModel builds them), each with its
+# source; the tolerance covers the rounding of the published figure.
+PUBLISHED = [
+    # Conneau et al. 2019, arXiv:1911.02116, Table 7: XLM-R (large) 550M parameters (the
+    # 250k-token table dominates; HF's model card rounds the same model to 560M)
+    ("xlm-roberta-large", 550e6, 0.02),
+    # BAAI/bge-m3 model card: 568M parameters (XLM-R large with 8,194 positions)
+    ("bge-m3", 568e6, 0.001),
+    # Song et al. 2020, arXiv:2004.09297, section 4.1: MPNet base, 110M parameters
+    ("all-mpnet-base-v2", 110e6, 0.005),
+    # Warner et al. 2024, arXiv:2412.13663, Table 3: ModernBERT-large 395M parameters
+    ("modernbert-large", 395e6, 0.001),
+]
+
+
+@pytest.mark.parametrize("name,figure,tol", PUBLISHED)
+def test_published_encoder_sizes(name, figure, tol):
+    assert abs(txcalc.params(name).total - figure) / figure <= tol

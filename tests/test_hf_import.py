@@ -366,7 +366,7 @@ def test_every_converter_has_a_strategy():
 
 def expected_total(raw: dict, model) -> int:
     total = numel(model)
-    if raw["model_type"] == "t5" and raw.get("tie_word_embeddings") is False:
+    if raw["model_type"] in ("t5", "mt5", "umt5") and raw.get("tie_word_embeddings") is False:
         # transformers 5.x forces T5's lm_head to be tied (T5Config.__post_init__:
         # "we tie weights always and force it to be `True`") and drops the separate head that
         # T5 v1.1 checkpoints store; txcalc counts the head the checkpoint has: V x d_model more.

@@ -672,6 +672,11 @@ def _mt5(f, umt5: bool = False):
     return out
 
 
+_DROPOUT.update({
+    **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet")},
+    **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
+})
+
 ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "xlm-roberta": _bert_alias("xlm-roberta"), "camembert": _bert_alias("camembert"),
     "distilbert": _distilbert, "electra": _electra, "albert": _albert, "mpnet": _mpnet,
