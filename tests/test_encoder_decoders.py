@@ -178,3 +178,18 @@ PUBLISHED = [
 @pytest.mark.parametrize("name,figure,tol", PUBLISHED)
 def test_published_seq2seq_sizes(name, figure, tol):
     assert abs(txcalc.params(name).total - figure) / figure <= tol
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_reference_model_saved_bytes_per_layer_exact(model_type, data):
+    """reference/model.py builds each structure: params, FLOPs and saved bytes per layer under
+    every recompute mode equal the engine's (tests/test_encoders.reference_matches)."""
+    from .test_encoders import reference_matches
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    reference_matches(from_hf_dict(raw), data.draw(st.integers(1, 2), label="batch"),
+                      data.draw(st.integers(2, 12), label="seq"),
+                      data.draw(st.integers(2, 12), label="src_seq"))

@@ -70,7 +70,7 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
                       cfg.max_position + cfg.position_offset, width,
-                      stream=_pos_stream(stack)), trainable=False)
+                      stream=_pos_stream(stack)), trainable=False, saved=())  # no gradient
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:
@@ -338,8 +338,11 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         window = (lambda j: cfg.window(j) if causal else 0)
         # UMT5: each block's own bias; else one per stack and window mask
         if cfg.rel_bias_every_layer or all(window(j) != window(i) for j in range(i)):
+            # UMT5's bias is built inside the block: full recompute rebuilds it
+            kept = ("selective", "fused") if cfg.rel_bias_every_layer else \
+                ("selective", "full", "fused")
             yield checkpoint(f"{p}.attn.core", where, "checkpoint.position_bias",
-                             ("selective", "full", "fused"), heads=cfg.stack_heads(stack),
+                             kept, heads=cfg.stack_heads(stack),
                              stream=s,
                              kv_stream=s,
                              act_split="tp")

@@ -350,6 +350,9 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
     out = []
     if cfg.head in ("mlm", "seq_cls", "token_cls") and cfg.family != "encoder":
         out.append(f"head {cfg.head!r} is for encoder models, not family {cfg.family!r}")
+    if cfg.pooler and cfg.head in ("mlm", "token_cls"):
+        out.append(f"pooler with head {cfg.head!r}: HF builds no pooler under a masked-LM or "
+                   "token-classification head")
     if cfg.shared_groups > cfg.n_layers:
         out.append(f"shared_groups ({cfg.shared_groups}) exceeds n_layers ({cfg.n_layers})")
     if cfg.shared_groups and cfg.family != "encoder":
