@@ -52,7 +52,9 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     """Per-stack position table, embedding norm and relative-position bias."""
     p, where = _prefix(stack), (stack, -1)
-    if stack == "encoder":  # the shared token table (and projection) also serve the source
+    if stack == "encoder" and cfg.audio_mels:
+        yield from audio_stem(cfg)
+    elif stack == "encoder":  # the shared token table (and projection) also serve the source
         yield elementwise("embed.tokens", ("", -1), "embed.tokens", "token_ids",
                           ((1, "i64"),), stream="src")
         if cfg.embed_dim != cfg.d_model:
@@ -62,7 +64,13 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
             yield elementwise("embed.token_types", ("", -1), "embed.token_types", "token_ids",
                               ((1, "i64"),), stream="src")
     width = _embed_width(cfg)
-    if cfg.pos_type == "learned":
+    if cfg.pos_type == "learned" and stack == "encoder" and cfg.audio_mels:
+        # Whisper: a frozen (sinusoidal) table: no gradient, nothing saved
+        yield dataclasses.replace(
+            embedding(f"{p}embed.positions", where, "embed.positions",
+                      cfg.encoder_max_position, width, stream=_pos_stream(stack)),
+            trainable=False, saved=())
+    elif cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
                         cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
@@ -85,6 +93,30 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
         yield dataclasses.replace(
             embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets,
                       cfg.stack_heads(stack), stream=s), saved=(), kv_stream=s)
+
+
+def audio_stem(cfg: ModelConfig) -> Iterator[Op]:
+    """Whisper's encoder input: two 1-D convolutions over the log-mel frames, each followed by
+    a GELU (Radford et al. 2022, arXiv:2212.04356, section 2.2). A convolution of kernel k is a
+    matmul of k * C_in -> C_out per output frame (what FlopCounterMode counts).
+
+        op                | rows                 | shapes          | backward
+        ------------------|----------------------|-----------------|-------------------------
+        encoder.conv1     | 2 x S_src mel frames | 3 * mels -> D   | weight gradient only (the
+                          |                      |                 |   mels need no gradient)
+        encoder.conv1_act |                      |                 | saves its input (D)
+        encoder.conv2     | S_src (stride 2)     | 3 * D -> D      | 2 x forward
+        encoder.conv2_act |                      |                 | saves its input (D)
+    """
+    where, D, m = ("encoder", -1), cfg.d_model, cfg.audio_mels
+    conv1 = linear("encoder.conv1", where, "conv1", 3 * m, D, True, stream="mel")
+    yield dataclasses.replace(conv1, saved=((m, "a"),), input_grad=False)
+    yield elementwise("encoder.conv1_act", where, "conv1_act", "activation", ((D, "a"),),
+                      stream="mel")
+    conv2 = linear("encoder.conv2", where, "conv2", 3 * D, D, True, stream="src")
+    yield dataclasses.replace(conv2, saved=((2 * D, "a"),))  # its input: two frames per row
+    yield elementwise("encoder.conv2_act", where, "conv2_act", "activation", ((D, "a"),),
+                      stream="src")
 
 
 def _embed_width(cfg: ModelConfig) -> int:
@@ -136,7 +168,8 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream,
                  tp="colwise")
     # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
-    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
+    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h,
+                 cfg.qkv_bias and cfg.k_proj_bias, stream=kv_stream,
                  shares_input=not cross or where[1] > 0, tp="colwise")
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
                  shares_input=True, tp="colwise")

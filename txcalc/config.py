@@ -130,6 +130,12 @@ class ModelConfig:
     #: ESM: Linear(L*H, 1) over the attention maps; built, run only when contacts are asked
     #: for: parameters, no FLOPs in a training step
     contact_head: bool = False
+    #: Whisper: mel bins read by the encoder's convolutional stem (conv1: mels -> D, kernel 3;
+    #: conv2: D -> D, kernel 3, stride 2; 0 = the encoder reads tokens); the encoder's position
+    #: table is then frozen and has encoder_max_position rows
+    audio_mels: int = 0
+    encoder_max_position: int = 0  #: rows of the encoder's position table (0 = max_position)
+    k_proj_bias: bool = True  #: False: k_proj has no bias even with qkv_bias (Whisper)
     encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
     encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
     source: str = field(default="", compare=False)  #: where the numbers came from
@@ -155,6 +161,8 @@ class ModelConfig:
             object.__setattr__(self, "embed_dim", self.d_model)
         if self.encoder_n_heads == 0 and _is_int(self.n_heads):
             object.__setattr__(self, "encoder_n_heads", self.n_heads)
+        if self.encoder_max_position == 0 and _is_int(self.max_position):
+            object.__setattr__(self, "encoder_max_position", self.max_position)
         if self.encoder_d_ff == 0 and _is_int(self.d_ff):
             object.__setattr__(self, "encoder_d_ff", self.d_ff)
         validate(self)
@@ -205,6 +213,9 @@ class ModelConfig:
         if stack == "encoder" and self.encoder_n_heads != self.n_heads:
             return self.d_model // self.encoder_n_heads
         return self.head_dim
+
+    def stack_max_position(self, stack: str) -> int:
+        return self.encoder_max_position if stack == "encoder" else self.max_position
 
     def stack_d_ff(self, stack: str) -> int:
         return self.encoder_d_ff if stack == "encoder" else self.d_ff
@@ -257,6 +268,7 @@ class ModelConfig:
             "embed_dim": self.embed_dim == self.d_model,
             "encoder_n_heads": self.encoder_n_heads == self.n_heads,
             "encoder_d_ff": self.encoder_d_ff == self.d_ff,
+            "encoder_max_position": self.encoder_max_position == self.max_position,
         }
         resets = {k: 0 for k, derived in rederive.items() if derived and k not in changes}
         return dataclasses.replace(self, **(resets | changes))
@@ -282,12 +294,12 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
-                      "shared_groups")
-_INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff")
+                      "shared_groups", "audio_mels")
+_INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
                 "tie_embeddings", "lm_head_bias", "cls_dense", "head_norm", "head_dense_bias",
-                "embed_factorised", "extra_rel_bias", "contact_head", "rel_bias_every_layer", "first_attn_norm")
+                "embed_factorised", "extra_rel_bias", "contact_head", "k_proj_bias", "rel_bias_every_layer", "first_attn_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
@@ -314,7 +326,7 @@ NAME_MAX = 256  #: characters of a config's display name
 _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
-    "encoder_d_ff": MAX_WIDTH,
+    "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "encoder_max_position": MAX_POSITION,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -373,6 +385,10 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
         out.append(f"sinusoidal_table ({cfg.sinusoidal_table!r}) needs pos_type 'sinusoidal'")
     if cfg.rel_bias_every_layer and cfg.pos_type != "relative_bias":
         out.append("rel_bias_every_layer needs pos_type 'relative_bias'")
+    if cfg.audio_mels and cfg.family != "encoder-decoder":
+        out.append("audio_mels (Whisper's audio stem) needs family 'encoder-decoder'")
+    if cfg.audio_mels and cfg.pos_type != "learned":
+        out.append("audio_mels (Whisper) needs pos_type 'learned'")
     if cfg.embed_factorised and cfg.family != "encoder":
         out.append("embed_factorised (ALBERT, ELECTRA) is for encoder models")
     return out

@@ -24,7 +24,7 @@ _GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh", "gelu_ne
           "relu": "reglu"}
 #: HF fields that are sizes or counts: an explicit 0 or a negative value is an error (0 must not
 #: fall through to ModelConfig's "0 = derive it" defaults).
-_POSITIVE = frozenset({
+_POSITIVE = frozenset({"num_mel_bins", "max_source_positions", "max_target_positions",
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "num_local_experts",
     "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
@@ -672,6 +672,24 @@ def _mt5(f, umt5: bool = False):
     return out
 
 
+def _whisper(f):
+    """Whisper (WhisperForConditionalGeneration): the conv audio stem, a pre-norm encoder over
+    ``max_source_positions`` frames with a frozen position table, a pre-norm decoder with
+    learned positions, final norms, k_proj without bias, the lm_head tied to the tokens."""
+    if f.int("encoder_layers", 4) <= 0:
+        raise ConfigError(f"{f.where}: field 'encoder_layers' must be positive")
+    out = _seq2seq(f, d_model=384, pre_norm=True, embed_norm=False, positions="learned",
+                   offset=0, max_pos=448, vocab=51865)
+    out.update(n_encoder_layers=f.int("encoder_layers", 4), n_layers=f.int("decoder_layers", 4),
+               n_heads=f.int("decoder_attention_heads", 6),
+               encoder_n_heads=f.int("encoder_attention_heads", 6),
+               d_ff=f.int("decoder_ffn_dim", 1536), encoder_d_ff=f.int("encoder_ffn_dim", 1536),
+               max_position=f.int("max_target_positions", 448),
+               encoder_max_position=f.int("max_source_positions", 1500),
+               audio_mels=f.int("num_mel_bins", 80), k_proj_bias=False)
+    return out
+
+
 _DROPOUT.update({
     **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet")},
     **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
@@ -682,7 +700,7 @@ ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "distilbert": _distilbert, "electra": _electra, "albert": _albert, "mpnet": _mpnet,
     "modernbert": _modernbert, "esm": _esm,
     "mbart": _mbart, "marian": _marian, "pegasus": _pegasus, "m2m_100": _m2m_100,
-    "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True),
+    "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True), "whisper": _whisper,
 }
 ENCODER_ALIASES: dict[str, dict[str, str]] = {
     "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads",
@@ -692,6 +710,8 @@ ENCODER_ALIASES: dict[str, dict[str, str]] = {
                                                             "m2m_100")},
     **{t: {"hidden_size": "d_model", "num_attention_heads": "num_heads", "head_dim": "d_kv"}
        for t in ("mt5", "umt5")},
+    "whisper": {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
+                "num_hidden_layers": "encoder_layers"},
 }
 # --- end of issue 13's converters --------------------------------------------------------------
 

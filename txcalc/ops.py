@@ -82,6 +82,7 @@ class Op:
     ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
     trainable: bool = True  #: reserved (LoRA/QLoRA): False = frozen, no grad or states
     weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
+    input_grad: bool = True  #: linear: its input needs a gradient (False: Whisper's conv1 on mels)
 
     @property
     def block_path(self) -> str:
@@ -159,7 +160,7 @@ class Op:
         min(context, window) keys for self-attention, all source tokens for cross-attention.
         ``model=False`` ignores the window (a kernel that scans the whole cache).
         """
-        if self.stream in ("src", "first"):  # encoder ops and the pooler do not decode
+        if self.stream in ("src", "first", "mel"):  # encoder ops and the pooler do not decode
             return 0
         keys = src_seq if self.kv_stream == "src" else context
         if model and self.window and self.kv_stream != "src":
@@ -235,6 +236,8 @@ class Op:
         fwd = self.fwd_flops(w, model)
         if self.kind in ("attn_scores", "attn_context") and w.attn_impl == "flash":
             return fwd * 5 // 2
+        if not self.input_grad:  # the weight gradient only
+            return fwd
         return 2 * fwd
 
 

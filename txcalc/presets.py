@@ -103,6 +103,13 @@ PRESETS: dict[str, ModelConfig] = {
                        vocab_size=256206, max_position=1024, position_offset=2,
                        pos_type="sinusoidal", sinusoidal_table="buffer", activation="relu",
                        qkv_bias=True, out_bias=True, mlp_bias=True),
+    # openai/whisper-large-v3 config.json (Radford et al. 2022, arXiv:2212.04356): the whole
+    # WhisperForConditionalGeneration, conv audio stem and frozen encoder positions included
+    "whisper-large-v3": M(name="whisper-large-v3", family="encoder-decoder", n_layers=32,
+                          n_encoder_layers=32, d_model=1280, n_heads=20, d_ff=5120,
+                          vocab_size=51866, max_position=448, encoder_max_position=1500,
+                          pos_type="learned", audio_mels=128, k_proj_bias=False,
+                          qkv_bias=True, out_bias=True, mlp_bias=True),
     # google/flan-t5-xxl config.json (Chung et al. 2022, arXiv:2210.11416); untied lm_head
     "flan-t5-xxl": _t5(name="flan-t5-xxl", n_layers=24, n_encoder_layers=24, d_model=4096,
                        n_heads=64, d_ff=10240, activation="geglu", tie_embeddings=False),
