@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert",
-            "mpnet", "modernbert", "esm"}
+            "mpnet", "modernbert", "esm", "deberta-v2"}
 SEQ2SEQ = {"t5", "bart", "mbart", "marian", "pegasus", "m2m_100", "mt5", "umt5"}
 SPEECH = {"whisper"}  # AutoModelForSpeechSeq2Seq: WhisperForConditionalGeneration
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"}

@@ -86,6 +86,12 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     if cfg.embed_factorised:
         # ALBERT, ELECTRA: the normalised embedding is projected to the residual width
         yield linear("embed.proj_in", where, "embed.proj_in", cfg.embed_dim, cfg.d_model, True)
+    if cfg.rel_span:  # DeBERTa: the relative-position embeddings, normalised once per forward
+        yield dataclasses.replace(embedding("rel_embed", where, "rel_embed", 2 * cfg.rel_span,
+                                            cfg.d_model), saved=())
+    if cfg.rel_norm:  # HF builds it with norm_rel_ebd even without relative attention
+        op = norm("rel_norm", where, "rel_norm", cfg.d_model, "layernorm", True, True)
+        yield dataclasses.replace(op, saved=(), fixed_rows=2 * cfg.rel_span)
     if (cfg.pos_type == "relative_bias" and not cfg.rel_bias_every_layer) or cfg.extra_rel_bias:
         # T5, MPNet: one bias table per stack, used by every block
         # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
@@ -184,10 +190,44 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
             yield dataclasses.replace(op, saved=tuple((w * n, tag) for w, tag in op.saved),
                                       act_split="tp")
     yield from _core(cfg, p + c, where, c, h, h, cross)
+    if cfg.rel_span and not cross:
+        yield from disentangled(cfg, p + c, where, c)
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
                  tp="rowwise")
     if cfg.resid_dropout:
         yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
+
+
+def disentangled(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
+    """DeBERTa's relative terms (He et al. 2020, arXiv:2006.03654, eq. 4; HF DebertaV2):
+    the 2 x span relative embeddings are projected to keys (c2p) and queries (p2c) in every
+    block, by q_proj/k_proj (share_att_key: their weights, no new parameters) or by their own
+    biased pos_key_proj / pos_query_proj; then each query (c2p) and each key (p2c) row is
+    scored against all 2 x span positions.
+
+        op                 | rows             | FLOPs
+        -------------------|------------------|----------------------------------
+        attn.pos_q_proj    | 2 x span         | 2 * 2span * D * H*h (no batch)
+        attn.pos_k_proj    | 2 x span         | 2 * 2span * D * H*h
+        attn.c2p / p2c     | B x S            | 2 * B*S * H * 2span * h
+
+    The bytes these tensors keep for backward are not modelled (no reference build yet)."""
+    D, H, h, rows = cfg.d_model, cfg.n_heads, cfg.head_dim, 2 * cfg.rel_span
+    projections = (("pos_q_proj", cfg.rel_share_key or cfg.rel_p2c),
+                   ("pos_k_proj", cfg.rel_share_key or cfg.rel_c2p))
+    for name, built in projections:
+        if not built:
+            continue
+        op = linear(f"{c}{name}", where, comp + name, D, H * h, cfg.qkv_bias,
+                    tied=cfg.rel_share_key, shares_input=True, tp="colwise")
+        if cfg.rel_share_key:  # q_proj's / k_proj's weights and biases
+            op = dataclasses.replace(op, params=0, bias=False)
+        yield dataclasses.replace(op, fixed_rows=rows, saved=())
+    for name, on in (("c2p", cfg.rel_c2p), ("p2c", cfg.rel_p2c)):
+        if on:
+            yield Op(f"{c}{name}", "rel_scores", where[0], where[1], comp + name, d_in=h,
+                     heads=H, fixed_rows=rows, recompute="selective", tp="colwise",
+                     act_split="tp")
 
 
 def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator[Op]:

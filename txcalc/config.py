@@ -136,6 +136,14 @@ class ModelConfig:
     audio_mels: int = 0
     encoder_max_position: int = 0  #: rows of the encoder's position table (0 = max_position)
     k_proj_bias: bool = True  #: False: k_proj has no bias even with qkv_bias (Whisper)
+    #: DeBERTa-v2/v3 disentangled attention (He et al. 2020, arXiv:2006.03654): each block
+    #: scores against 2 x rel_span relative-position embeddings (position_buckets, else
+    #: max_relative_positions; 0 = none), content->position (c2p) and/or position->content
+    rel_span: int = 0
+    rel_c2p: bool = False  #: content->position scores: q against the projected positions
+    rel_p2c: bool = False  #: position->content scores: k against the projected positions
+    rel_share_key: bool = True  #: positions projected by q_proj/k_proj (else own, biased)
+    rel_norm: bool = False  #: a LayerNorm on the relative embeddings (``norm_rel_ebd``)
     encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
     encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
     source: str = field(default="", compare=False)  #: where the numbers came from
@@ -294,12 +302,13 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
-                      "shared_groups", "audio_mels")
+                      "shared_groups", "audio_mels", "rel_span")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
                 "tie_embeddings", "lm_head_bias", "cls_dense", "head_norm", "head_dense_bias",
-                "embed_factorised", "extra_rel_bias", "contact_head", "k_proj_bias", "rel_bias_every_layer", "first_attn_norm")
+                "embed_factorised", "extra_rel_bias", "contact_head", "k_proj_bias",
+                "rel_c2p", "rel_p2c", "rel_share_key", "rel_norm", "rel_bias_every_layer", "first_attn_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
@@ -326,7 +335,7 @@ NAME_MAX = 256  #: characters of a config's display name
 _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
-    "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "encoder_max_position": MAX_POSITION,
+    "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -385,6 +394,10 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
         out.append(f"sinusoidal_table ({cfg.sinusoidal_table!r}) needs pos_type 'sinusoidal'")
     if cfg.rel_bias_every_layer and cfg.pos_type != "relative_bias":
         out.append("rel_bias_every_layer needs pos_type 'relative_bias'")
+    if cfg.rel_span and cfg.family != "encoder":
+        out.append("rel_span (DeBERTa's disentangled attention) is for encoder models")
+    if (cfg.rel_c2p or cfg.rel_p2c) and not cfg.rel_span:
+        out.append("rel_c2p / rel_p2c need rel_span > 0")
     if cfg.audio_mels and cfg.family != "encoder-decoder":
         out.append("audio_mels (Whisper's audio stem) needs family 'encoder-decoder'")
     if cfg.audio_mels and cfg.pos_type != "learned":

@@ -436,6 +436,7 @@ _HEAD_STYLES = {
         "roberta", "xlm-roberta", "camembert", "mpnet", "esm")},
     "electra": dict(base_pooler=False, cls="dense"),
     "distilbert": dict(base_pooler=False, cls="dense"),
+    "deberta-v2": dict(base_pooler=False, cls="dense"),
     "modernbert": dict(base_pooler=False, cls="dense", norm=True),
 }
 
@@ -672,6 +673,42 @@ def _mt5(f, umt5: bool = False):
     return out
 
 
+def _deberta_v2(f):
+    """DeBERTa-v2 / v3: BERT's post-norm blocks with disentangled attention over shared
+    relative-position embeddings (``relative_attention``), absolute positions only with
+    ``position_biased_input``; no pooler in the base model."""
+    d = f.int("hidden_size", 1536)
+    if f.int("embedding_size", d) != d:
+        raise ConfigError(f"{f.where}: field 'embedding_size' ({f.get('embedding_size')}) != "
+                          f"hidden_size ({d}): DeBERTa's embed_proj is not modelled")
+    if f.int("conv_kernel_size", 0) > 0:
+        raise ConfigError(f"{f.where}: field 'conv_kernel_size' ({f.get('conv_kernel_size')}): "
+                          "DeBERTa-v2's convolution layer is not modelled")
+    if f.int("pooler_hidden_size", d) != d:
+        raise ConfigError(f"{f.where}: field 'pooler_hidden_size' "
+                          f"({f.get('pooler_hidden_size')}) != hidden_size ({d}) is not modelled")
+    types = f.get("pos_att_type") or []
+    if isinstance(types, str):
+        types = [t.strip() for t in types.lower().split("|")]
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 24), d_model=d,
+               n_heads=f.int("num_attention_heads", 24), vocab_size=f.int("vocab_size", 128100),
+               d_ff=f.int("intermediate_size", 6144),
+               max_position=f.int("max_position_embeddings", 512),
+               type_vocab_size=f.int("type_vocab_size", 0),
+               pos_type="learned" if f.bool("position_biased_input", True) else "none",
+               activation=f.act("hidden_act", "gelu"), qkv_bias=True, out_bias=True,
+               mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True)
+    if f.bool("relative_attention", False):
+        buckets = f.int("position_buckets", -1)
+        span = f.int("max_relative_positions", -1)
+        span = buckets if buckets > 0 else span if span >= 1 else out["max_position"]
+        out.update(rel_span=span, rel_c2p="c2p" in types, rel_p2c="p2c" in types,
+                   rel_share_key=f.bool("share_att_key", False))
+    norms = [x.strip() for x in str(f.get("norm_rel_ebd", "none")).lower().split("|")]
+    out["rel_norm"] = "layer_norm" in norms  # built (unused) even without relative attention
+    return _with_head(f, out, "deberta-v2")
+
+
 def _whisper(f):
     """Whisper (WhisperForConditionalGeneration): the conv audio stem, a pre-norm encoder over
     ``max_source_positions`` frames with a frozen position table, a pre-norm decoder with
@@ -691,7 +728,8 @@ def _whisper(f):
 
 
 _DROPOUT.update({
-    **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet")},
+    **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet",
+                                      "deberta-v2")},
     **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
 })
 
@@ -701,6 +739,7 @@ ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "modernbert": _modernbert, "esm": _esm,
     "mbart": _mbart, "marian": _marian, "pegasus": _pegasus, "m2m_100": _m2m_100,
     "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True), "whisper": _whisper,
+    "deberta-v2": _deberta_v2,
 }
 ENCODER_ALIASES: dict[str, dict[str, str]] = {
     "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads",

@@ -83,6 +83,9 @@ class Op:
     trainable: bool = True  #: reserved (LoRA/QLoRA): False = frozen, no grad or states
     weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
     input_grad: bool = True  #: linear: its input needs a gradient (False: Whisper's conv1 on mels)
+    #: rows that do not scale with the workload: a Linear over DeBERTa's 2 x span relative
+    #: embeddings (computed once per forward), or the keys of a rel_scores op
+    fixed_rows: int = 0
 
     @property
     def block_path(self) -> str:
@@ -133,6 +136,8 @@ class Op:
         ``keys`` (query, key) pairs per head."""
         if self.kind == "linear":
             return 2 * rows * self.d_in * self.d_out * self.active
+        if self.kind == "rel_scores":  # DeBERTa: each query row against 2 x span positions
+            return 2 * rows * self.heads * keys * self.d_in
         if self.kind in ("attn_scores", "attn_context"):
             width = self.d_in if self.kind == "attn_scores" else self.d_out
             return 2 * rows * self.heads * keys * width
@@ -141,7 +146,9 @@ class Op:
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind == "linear":
-            return self._matmul(w.rows(self.stream), 1)
+            return self._matmul(self.fixed_rows or w.rows(self.stream), 1)
+        if self.kind == "rel_scores":
+            return self._matmul(w.rows(self.stream), self.fixed_rows)
         return self._matmul(w.batch, self.pairs(w, model))
 
     def prefill_flops(self, w: Workload, model: bool = False) -> int:
