@@ -291,3 +291,38 @@ def test_reference_model_saved_bytes_per_layer_exact(model_type, data):
     cfg = from_hf_dict(raw, head=head)
     reference_matches(cfg, data.draw(st.integers(1, 2), label="batch"),
                       data.draw(st.integers(2, 12), label="seq"))
+
+
+def test_cli_selects_the_head_of_a_config_json(tmp_path, capsys):
+    """`--head` on params, flops and memory: the same counts as from_hf_dict(head=...); a bad
+    head and a head on a preset exit 2 with one line."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    raw = {"model_type": "electra", "hidden_size": 32, "embedding_size": 16,
+           "num_attention_heads": 2, "num_hidden_layers": 2, "intermediate_size": 48,
+           "vocab_size": 100, "architectures": ["ElectraForTokenClassification"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+
+    def run(*argv):
+        return CliRunner().invoke(app, [str(a) for a in argv])
+    for head in ("none", "mlm", "seq_cls", "token_cls", "auto"):
+        want = from_hf_dict(raw, head=head)
+        r = run("params", path, "--head", head, "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["total_params"] == \
+            txcalc.params(want).total
+        r = run("flops", path, "--head", head, "--seq", 16, "--json")
+        assert json.loads(r.stdout)["forward_flops"] == count_flops(
+            want, Workload(batch=1, seq=16)).forward
+    assert from_hf_dict(raw, head="auto").head == "token_cls"
+    r = run("memory", path, "--head", "mlm", "--seq", 16, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["total_bytes"] > 0
+    from txcalc.cli import main
+    for argv in (["params", str(path), "--head", "lm"], ["params", "bge-m3", "--head", "mlm"]):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and "head" in err
+        assert "Traceback" not in err

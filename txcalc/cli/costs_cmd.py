@@ -7,7 +7,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, human, table
-from .params_cmd import MODEL_HELP
+from .params_cmd import HEAD_HELP, MODEL_HELP
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
@@ -36,6 +36,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
           recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
+          head: str = typer.Option(None, "--head", help=HEAD_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
@@ -45,7 +46,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                       context=context)["context"]
-    cfg = load(model)
+    cfg = load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
     f = count_flops(cfg, work)
@@ -95,6 +96,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check."),
+           head: str = typer.Option(None, "--head", help=HEAD_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
@@ -117,7 +119,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         out = _inference(model, context or seq, concurrency, kv_dtype, precision)
     else:
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout)
+                        dropout, head)
     gpu = int(gpu_gb * GB)
     out["gpu_bytes"] = gpu
     out["fits_one_gpu"] = out["total_bytes"] <= gpu
@@ -159,12 +161,12 @@ def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
 
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-              dropout=False) -> dict:
+              dropout=False, head=None) -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
-    cfg = load(model)
+    cfg = load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout)
     check_fits(cfg, work)
     return TrainingMemory(cfg, work, precision, optimizer).to_json()

@@ -8,6 +8,8 @@ from .typer_app import app
 from .output import console, emit_json, human, table
 
 MODEL_HELP = "A preset name (see `txcalc presets`) or a path to a Hugging Face config.json."
+HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
+             "auto (the class its 'architectures' names).")
 
 
 @app.command()
@@ -33,12 +35,13 @@ def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for 
 
 @app.command()
 def params(model: str = typer.Argument(..., help=MODEL_HELP),
+           head: str = typer.Option(None, "--head", help=HEAD_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Exact parameter counts per component and per layer type."""
     from .. import load
     from ..accounting import count_params
 
-    counts = count_params(load(model))
+    counts = count_params(load(model, head))
     if json_out:
         emit_json(counts.to_json())
         return
