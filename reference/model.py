@@ -305,7 +305,7 @@ class Attention(nn.Module):
         self.H, self.K, self.h, self.cross = H, K, h, cross
         lin = lambda i, o, b: nn.Linear(i, o, bias=b, dtype=dtype)  # noqa: E731
         self.q_proj = lin(D, H * h, cfg.qkv_bias)
-        self.k_proj = lin(D, K * h, cfg.qkv_bias)
+        self.k_proj = lin(D, K * h, cfg.qkv_bias and cfg.k_proj_bias)
         self.v_proj = lin(D, K * h, cfg.qkv_bias)
         self.rotary = Rotary() if rotary else None
         self.qk_norm = cfg.qk_norm if not cross else "none"
@@ -779,10 +779,17 @@ class ReferenceModel(nn.Module):
                 owner = Stack()
                 self.add_module(stack, owner)
                 owner.embed = StackInputs()
+            audio = stack == "encoder" and cfg.audio_mels
+            if audio:  # Whisper's stem: two convolutions over the log-mel frames
+                owner.conv1 = nn.Conv1d(cfg.audio_mels, D, 3, padding=1, dtype=dtype)
+                owner.conv1_act = Act("gelu")
+                owner.conv2 = nn.Conv1d(D, D, 3, stride=2, padding=1, dtype=dtype)
+                owner.conv2_act = Act("gelu")
             if cfg.pos_type == "learned" or cfg.sinusoidal_table == "param":
-                owner.embed.positions = nn.Embedding(cfg.max_position + cfg.position_offset, We,
-                                                     dtype=dtype)
-                if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen table
+                rows = cfg.encoder_max_position if audio else \
+                    cfg.max_position + cfg.position_offset
+                owner.embed.positions = nn.Embedding(rows, We, dtype=dtype)
+                if cfg.sinusoidal_table == "param" or audio:  # Marian, Pegasus, Whisper: frozen
                     owner.embed.positions.weight.requires_grad_(False)
             if cfg.embed_norm:
                 owner.embed.norm = make_norm(cfg, We, dtype)
@@ -909,8 +916,17 @@ class ReferenceModel(nn.Module):
 
     def encode(self, src_ids):
         pos = self.positions(src_ids.shape[1], 0, src_ids.device)
-        return self.run_stack("encoder", self._embed(src_ids, "encoder"),
-                              self._context("encoder", pos))
+        x = self._audio(src_ids) if self.cfg.audio_mels else self._embed(src_ids, "encoder")
+        return self.run_stack("encoder", x, self._context("encoder", pos))
+
+    def _audio(self, src_ids):
+        """Whisper: log-mel features (B, mels, 2 S; zeros standing in for audio, no gradient)
+        through conv1 + GELU and conv2 (stride 2) + GELU, plus the frozen position table."""
+        enc, (B, S) = self.encoder, src_ids.shape
+        mel = torch.zeros(B, self.cfg.audio_mels, 2 * S, dtype=self.dtype, device=src_ids.device)
+        x = enc.conv2_act(enc.conv2(enc.conv1_act(enc.conv1(mel)))).permute(0, 2, 1)
+        pos = torch.arange(S, device=src_ids.device)
+        return drop(enc.embed, x + enc.embed.positions(pos[None]))
 
     def hidden(self, ids, src_ids=None, enc=None, caches=None, offset: int = 0):
         """Final hidden states of the last stack (B, S, D); with ``caches``, the tokens

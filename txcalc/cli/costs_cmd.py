@@ -46,7 +46,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                       context=context)["context"]
-    cfg = load(model, head)
+    cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
     f = count_flops(cfg, work)
@@ -166,7 +166,7 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
-    cfg = load(model, head)
+    cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout)
     check_fits(cfg, work)
     return TrainingMemory(cfg, work, precision, optimizer).to_json()

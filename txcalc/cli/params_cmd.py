@@ -41,7 +41,7 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
     from .. import load
     from ..accounting import count_params
 
-    counts = count_params(load(model, head))
+    counts = count_params(load(model) if head is None else load(model, head))
     if json_out:
         emit_json(counts.to_json())
         return
