@@ -65,20 +65,22 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
                               ((1, "i64"),), stream="src")
     width = _embed_width(cfg)
     if cfg.pos_type == "learned" and stack == "encoder" and cfg.audio_mels:
-        # Whisper: a frozen (sinusoidal) table: no gradient, nothing saved
+        # Whisper: a frozen (sinusoidal) table: nothing saved (its gradient and optimizer
+        # states are counted, as for Marian's tables above)
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
-                      cfg.encoder_max_position, width, stream=_pos_stream(stack)),
-            trainable=False, saved=())
+                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=())
     elif cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
                         cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
     if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen nn.Embedding per stack
+        # frozen in HF (no gradient, nothing saved); counted as trainable for gradients and
+        # optimizer states, as the planner has no frozen parameters yet (a small over-count)
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
                       cfg.max_position + cfg.position_offset, width,
-                      stream=_pos_stream(stack)), trainable=False, saved=())  # no gradient
+                      stream=_pos_stream(stack)), saved=())
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:
