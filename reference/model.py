@@ -316,13 +316,15 @@ class Attention(nn.Module):
     """Self- or cross-attention with MHA/GQA/MQA, optional qk-norm and rotary."""
 
     def __init__(self, cfg: ModelConfig, impl: str, softmax_fp32: bool, recompute: str,
-                 cross: bool, rotary: bool, dtype, dropout: bool = False, layer: int = 0):
+                 cross: bool, rotary: bool, dtype, dropout: bool = False, stack: str = "",
+                 layer: int = 0):
         super().__init__()
-        D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        D, H, K = cfg.d_model, cfg.stack_heads(stack), cfg.stack_kv_heads(stack)
+        h = cfg.stack_head_dim(stack)
         self.H, self.K, self.h, self.cross = H, K, h, cross
         lin = lambda i, o, b: nn.Linear(i, o, bias=b, dtype=dtype)  # noqa: E731
         self.q_proj = lin(D, H * h, cfg.qkv_bias)
-        self.k_proj = lin(D, K * h, cfg.qkv_bias)
+        self.k_proj = lin(D, K * h, cfg.qkv_bias and cfg.k_proj_bias)
         self.v_proj = lin(D, K * h, cfg.qkv_bias)
         self.rotary = Rotary() if rotary else None
         self.qk_norm = cfg.qk_norm_at(layer) if not cross else "none"
@@ -647,27 +649,32 @@ class Block(nn.Module):
         D = cfg.d_model
         post_sub = cfg.norm_position == "post_sub"  # OLMo 2: norms on the outputs only
         if not post_sub:
-            self.attn_norm = make_norm(cfg, D, dtype)
+            # ModernBERT: block 0 reads the normalised embedding with no attention norm
+            self.attn_norm = (make_norm(cfg, D, dtype) if cfg.first_attn_norm or i
+                              else nn.Identity())
+        if cfg.rel_bias_every_layer:  # UMT5: every block owns its relative-bias table
+            self.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.stack_heads(stack),
+                                         dtype=dtype)
         rot = cfg.rotary(i)
         if cfg.is_mla:
             self.attn = MLA(cfg, impl, softmax_fp32, recompute, rot, dtype, dropout)
         else:
             self.attn = Attention(cfg, impl, softmax_fp32, recompute, False, rot, dtype, dropout,
-                                  layer=i)
+                                  stack, layer=i)
         if cfg.norm_position in ("sandwich", "post_sub"):
             self.attn_post_norm = make_norm(cfg, D, dtype)
         self.has_cross = stack == "decoder"
         if self.has_cross:
             self.cross_attn_norm = make_norm(cfg, D, dtype)
             self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype,
-                                        dropout)
+                                        dropout, stack)
         self.shared_norm = cfg.parallel_block and cfg.parallel_norms == 1
         if not (self.shared_norm or post_sub):
             self.mlp_norm = make_norm(cfg, D, dtype)
         if stack != "encoder" and cfg.is_moe_layer(i):
             self.moe = MoE(cfg, dtype, dropout)
         else:
-            self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
+            self.mlp = MLP(cfg, cfg.stack_d_ff(stack), cfg.mlp_bias, dtype, dropout, resid=True)
         if cfg.norm_position in ("sandwich", "post_sub"):
             self.mlp_post_norm = make_norm(cfg, D, dtype)
         self.full_recompute = recompute == "full"
@@ -685,6 +692,10 @@ class Block(nn.Module):
     def run(self, x, ctx: Ctx, enc=None, caches=None):
         cfg = self.cfg
         bias = ctx.bias[self.window] if ctx.bias is not None else None
+        if cfg.rel_bias_every_layer and not caches:  # UMT5: this block's own bias
+            bias = ctx.model.attn_bias(self.stack, ctx.q_pos, ctx.q_pos, self.window,
+                                       ctx.model.position_bias(self.stack, ctx.q_pos, ctx.q_pos,
+                                                               self.rel_bias))
         self_cache, cross_cache = caches if caches else (None, None)
         kw = dict(bias=bias, cache=self_cache, causal=ctx.plain_causal(self.window))
         if cfg.parallel_block:
@@ -930,7 +941,7 @@ class HybridBlock(nn.Module):
             self.attn_norm = make_norm(cfg, D, dtype)
         if kind in ("attention", "hybrid"):
             self.attn = Attention(cfg, impl, softmax_fp32, recompute, False,
-                                  cfg.pos_type == "rotary", dtype, dropout)
+                                  cfg.rotary(i), dtype, dropout, layer=i)
         if kind == "mamba":
             self.mamba = Mamba(cfg, dtype)
         elif kind in ("mamba2", "hybrid"):
@@ -1020,6 +1031,57 @@ class Pooler(nn.Module):
         return torch.tanh(F.linear(x[:, 0].clone(), self.weight, self.bias))
 
 
+class HeadTransform(nn.Module):
+    """A head's dense -> GELU -> norm (the masked-LM transform; ModernBERT's head)."""
+
+    def __init__(self, cfg: ModelConfig, d_in: int, d_out: int, bias: bool, norm: bool, dtype):
+        super().__init__()
+        self.dense = nn.Linear(d_in, d_out, bias=bias, dtype=dtype)
+        self.act = Act("gelu")
+        self.norm = make_norm(cfg, d_out, dtype) if norm else None
+
+    def forward(self, x):
+        x = self.act(self.dense(x))
+        return self.norm(x) if self.norm is not None else x
+
+
+class Classifier(nn.Module):
+    """Classification head: optional dense/GELU(/norm) (``cls_dense``), then Linear(D, n)."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D = cfg.d_model
+        if cfg.cls_dense:
+            self.dense = nn.Linear(D, D, bias=cfg.head_dense_bias, dtype=dtype)
+            self.act = Act("gelu")
+            if cfg.head_norm:
+                self.norm = make_norm(cfg, D, dtype)
+        self.out = nn.Linear(D, cfg.n_labels, dtype=dtype)
+
+    def forward(self, x):
+        if hasattr(self, "dense"):
+            x = self.act(self.dense(x))
+            if hasattr(self, "norm"):
+                x = self.norm(x)
+        return self.out(x)
+
+
+def _share_groups(cfg: ModelConfig, layers: nn.ModuleList) -> None:
+    """ALBERT: a block that does not own parameters (``cfg.owns_params``) uses those of the
+    last block before it that does (its group's first block)."""
+    owner = None
+    for i, blk in enumerate(layers):
+        if cfg.owns_params(i):
+            owner = blk
+            continue
+        for name, _ in list(blk.named_parameters()):
+            *path, attr = name.split(".")
+            dst, src = blk, owner
+            for part in path:
+                dst, src = getattr(dst, part), getattr(src, part)
+            setattr(dst, attr, getattr(src, attr))
+
+
 class ReferenceModel(nn.Module):
     """The Transformer ``cfg`` describes, built at ``dtype`` on the current device.
 
@@ -1035,10 +1097,12 @@ class ReferenceModel(nn.Module):
         D, V, Ed = cfg.d_model, cfg.vocab_size, cfg.embed_dim
         self.embed = nn.Module()
         self.embed.tokens = nn.Embedding(V, Ed, dtype=dtype)
-        if Ed != D:
-            self.embed.proj_in = nn.Linear(Ed, D, bias=False, dtype=dtype)
+        # ALBERT, ELECTRA: tables and the embedding norm at Ed, projected after the norm
+        We = Ed if cfg.embed_factorised else D
+        if Ed != D or cfg.embed_factorised:
+            self.embed.proj_in = nn.Linear(Ed, D, bias=cfg.embed_factorised, dtype=dtype)
         if cfg.type_vocab_size:
-            self.embed.token_types = nn.Embedding(cfg.type_vocab_size, D, dtype=dtype)
+            self.embed.token_types = nn.Embedding(cfg.type_vocab_size, We, dtype=dtype)
         self.stack_names = [s for s, _ in cfg.stacks]
         for stack, depth in cfg.stacks:
             owner = self
@@ -1046,19 +1110,31 @@ class ReferenceModel(nn.Module):
                 owner = Stack()
                 self.add_module(stack, owner)
                 owner.embed = StackInputs()
-            if cfg.pos_type == "learned":
-                owner.embed.positions = nn.Embedding(cfg.max_position + cfg.position_offset, D,
-                                                     dtype=dtype)
+            audio = stack == "encoder" and cfg.audio_mels
+            if audio:  # Whisper's stem: two convolutions over the log-mel frames
+                owner.conv1 = nn.Conv1d(cfg.audio_mels, D, 3, padding=1, dtype=dtype)
+                owner.conv1_act = Act("gelu")
+                owner.conv2 = nn.Conv1d(D, D, 3, stride=2, padding=1, dtype=dtype)
+                owner.conv2_act = Act("gelu")
+            if cfg.pos_type == "learned" or cfg.sinusoidal_table == "param":
+                rows = cfg.encoder_max_position if audio else \
+                    cfg.max_position + cfg.position_offset
+                owner.embed.positions = nn.Embedding(rows, We, dtype=dtype)
+                if cfg.sinusoidal_table == "param" or audio:  # Marian, Pegasus, Whisper: frozen
+                    owner.embed.positions.weight.requires_grad_(False)
             if cfg.embed_norm:
-                owner.embed.norm = make_norm(cfg, D, dtype)
+                owner.embed.norm = make_norm(cfg, We, dtype)
             maybe_drop(owner.embed, cfg.embed_dropout, dropout)
-            if cfg.pos_type == "relative_bias":
-                owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.n_heads, dtype=dtype)
+            if (cfg.pos_type == "relative_bias" and not cfg.rel_bias_every_layer) \
+                    or cfg.extra_rel_bias:
+                owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.stack_heads(stack),
+                                              dtype=dtype)
             owner.layers = nn.ModuleList(
                 HybridBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 if cfg.mixers or cfg.ffns else
                 Block(cfg, stack, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 for i in range(depth))
+            _share_groups(cfg, owner.layers)
             if cfg.final_norm:
                 owner.final_norm = make_norm(cfg, D, dtype)
             maybe_drop(owner, cfg.final_dropout, dropout, "final_dropout")
@@ -1072,6 +1148,16 @@ class ReferenceModel(nn.Module):
             self.loss = Loss()
         if cfg.pooler:
             self.pooler = Pooler(D, dtype)
+        if cfg.head == "mlm":
+            self.mlm = HeadTransform(cfg, D, Ed, cfg.head_dense_bias, True, dtype)
+            self.lm_head = (Head(self.embed.tokens, cfg.lm_head_bias, dtype) if cfg.tie_embeddings
+                            else nn.Linear(Ed, V, bias=cfg.lm_head_bias, dtype=dtype))
+            self.loss = Loss()
+        if cfg.head in ("seq_cls", "token_cls"):
+            self.cls = Classifier(cfg, dtype)
+            self.loss = Loss()
+        if cfg.contact_head:  # ESM: built, run only when contacts are asked for
+            self.contact_head = nn.Linear(cfg.n_layers * cfg.n_heads, 1, dtype=dtype)
 
     # --- helpers ---------------------------------------------------------------------------
     def _owner(self, stack: str) -> nn.Module:
@@ -1083,11 +1169,13 @@ class ReferenceModel(nn.Module):
     def causal(self, stack: str) -> bool:
         return stack != "encoder" and self.cfg.family != "encoder"
 
-    def position_bias(self, stack: str, q_pos, k_pos):
-        """T5's learned bias per head and (query, key) bucket: (H, s_q, s_k)."""
+    def position_bias(self, stack: str, q_pos, k_pos, table=None):
+        """T5's learned bias per head and (query, key) bucket: (H, s_q, s_k); ``table``: a
+        block's own (UMT5), else the stack's."""
         rel = k_pos[None, :] - q_pos[:, None]
         buckets = relative_bucket(rel, not self.causal(stack), self.cfg.relative_buckets)
-        return self._owner(stack).rel_bias(buckets).permute(2, 0, 1)
+        table = table if table is not None else self._owner(stack).rel_bias
+        return table(buckets).permute(2, 0, 1)
 
     def attn_bias(self, stack: str, q_pos, k_pos, window: int, pos_bias=None):
         """Additive bias (1|H, s_q, s_k) in the model dtype: causal/window mask, ALiBi or the
@@ -1110,7 +1198,8 @@ class ReferenceModel(nn.Module):
             slopes = alibi_slopes(cfg.n_heads, rel.device)[:, None, None]
             dist = rel.float().clamp(max=0) if causal else -rel.abs().float()
             bias = slopes * dist[None] + (0 if bias is None else bias)
-        if cfg.pos_type == "relative_bias":
+        if (cfg.pos_type == "relative_bias" or cfg.extra_rel_bias) and (
+                pos_bias is not None or not cfg.rel_bias_every_layer):
             pb = self.position_bias(stack, q_pos, k_pos) if pos_bias is None else pos_bias
             bias = pb if bias is None else pb + bias.to(pb.dtype)
         return None if bias is None else bias.to(self.dtype)
@@ -1123,7 +1212,8 @@ class ReferenceModel(nn.Module):
         windows = {0}
         if self.causal(stack):
             windows |= {mask_key(cfg, i) for i in range(cfg.n_layers)}
-        if cfg.pos_type == "relative_bias":  # one bias table lookup for the whole stack (T5)
+        if (cfg.pos_type == "relative_bias" and not cfg.rel_bias_every_layer) \
+                or cfg.extra_rel_bias:  # one bias table lookup for the whole stack (T5, MPNet)
             pb = self.position_bias(stack, q_pos, q_pos)
             ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w, pb) for w in windows}
         else:
@@ -1133,20 +1223,21 @@ class ReferenceModel(nn.Module):
     def _embed(self, ids, stack: str, offset: int = 0):
         cfg = self.cfg
         x = self.embed.tokens(ids)
-        if cfg.embed_dim != cfg.d_model:
+        if cfg.embed_dim != cfg.d_model and not cfg.embed_factorised:
             x = self.embed.proj_in(x)
         if cfg.type_vocab_size:
             x = x + self.embed.token_types(torch.zeros_like(ids))
         owner = self._owner(stack)
         S = ids.shape[1]
         pos = torch.arange(offset, offset + S, device=ids.device)
-        if cfg.pos_type == "learned":
+        if cfg.pos_type == "learned" or cfg.sinusoidal_table == "param":
             x = x + owner.embed.positions(pos[None] + cfg.position_offset)
         elif cfg.pos_type == "sinusoidal":
             x = x + sinusoidal_table(pos, cfg.d_model, x.dtype)
         if cfg.embed_norm:
             x = owner.embed.norm(x)
-        return drop(owner.embed, x)
+        x = drop(owner.embed, x)
+        return self.embed.proj_in(x) if cfg.embed_factorised else x
 
     def run_stack(self, stack: str, x, ctx: Ctx, enc=None, caches=None):
         owner = self._owner(stack)
@@ -1161,8 +1252,17 @@ class ReferenceModel(nn.Module):
 
     def encode(self, src_ids):
         pos = self.positions(src_ids.shape[1], 0, src_ids.device)
-        return self.run_stack("encoder", self._embed(src_ids, "encoder"),
-                              self._context("encoder", pos))
+        x = self._audio(src_ids) if self.cfg.audio_mels else self._embed(src_ids, "encoder")
+        return self.run_stack("encoder", x, self._context("encoder", pos))
+
+    def _audio(self, src_ids):
+        """Whisper: log-mel features (B, mels, 2 S; zeros standing in for audio, no gradient)
+        through conv1 + GELU and conv2 (stride 2) + GELU, plus the frozen position table."""
+        enc, (B, S) = self.encoder, src_ids.shape
+        mel = torch.zeros(B, self.cfg.audio_mels, 2 * S, dtype=self.dtype, device=src_ids.device)
+        x = enc.conv2_act(enc.conv2(enc.conv1_act(enc.conv1(mel)))).permute(0, 2, 1)
+        pos = torch.arange(S, device=src_ids.device)
+        return drop(enc.embed, x + enc.embed.positions(pos[None]))
 
     def hidden(self, ids, src_ids=None, enc=None, caches=None, offset: int = 0):
         """Final hidden states of the last stack (B, S, D); with ``caches``, the tokens
@@ -1182,17 +1282,30 @@ class ReferenceModel(nn.Module):
         return self.lm_head(h)
 
     def forward(self, ids, labels=None, src_ids=None):
-        """A scalar to differentiate: the LM loss, or (no head) the sum of the outputs."""
+        """A scalar to differentiate: the LM loss, or (no head) the sum of the outputs (and
+        the pooler's); masked LM: the loss of every position's own token; seq_cls/token_cls:
+        the loss of class 0 for each sequence / token."""
         h = self.hidden(ids, src_ids)
-        if self.cfg.head == "lm":
-            if labels is None:
-                labels = default_labels(ids)
-            loss = self.loss(self.logits(h), labels)
-        else:
-            loss = h.float().sum()
-        if self.cfg.pooler:
-            loss = loss + self.pooler(h).float().sum()
-        return loss
+        head = self.cfg.head
+        if head in ("lm", "none"):
+            if head == "lm":
+                loss = self.loss(self.logits(h), default_labels(ids) if labels is None
+                                 else labels)
+            else:
+                loss = h.float().sum()
+            if self.cfg.pooler:
+                loss = loss + self.pooler(h).float().sum()
+            return loss
+        if head == "mlm":  # every position predicts its own token (a fresh labels tensor)
+            return self.loss(self.lm_head(self.mlm(h)), ids.clone() if labels is None else labels)
+        pooled = self.pooler(h) if self.cfg.pooler else None
+        if head == "seq_cls":
+            feats = pooled if pooled is not None else h[:, 0].clone()
+            labels = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device) \
+                if labels is None else labels
+            return self.loss(self.cls(feats), labels)
+        labels = torch.zeros_like(ids) if labels is None else labels  # token_cls
+        return self.loss(self.cls(h), labels)
 
 
 def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):

@@ -13,8 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-ENCODERS = {"bert", "roberta"}
-SEQ2SEQ = {"t5", "bart"}
+ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert",
+            "mpnet", "modernbert", "esm", "deberta-v2"}
+SEQ2SEQ = {"t5", "bart", "mbart", "marian", "pegasus", "m2m_100", "mt5", "umt5"}
+SPEECH = {"whisper"}  # AutoModelForSpeechSeq2Seq: WhisperForConditionalGeneration
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss"}
 
 
@@ -37,6 +39,8 @@ def hf_model(raw: dict, attn: str = "eager"):
         cls = transformers.AutoModel
     elif raw["model_type"] in SEQ2SEQ:
         cls = transformers.AutoModelForSeq2SeqLM
+    elif raw["model_type"] in SPEECH:
+        cls = transformers.AutoModelForSpeechSeq2Seq
     else:
         cls = transformers.AutoModelForCausalLM
     with torch.device("meta"), warnings.catch_warnings():

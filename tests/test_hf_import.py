@@ -360,17 +360,21 @@ STRATEGIES = {
 def test_every_converter_has_a_strategy():
     # the types added later have theirs elsewhere: aliases and small converters
     # (hf._MORE_CONVERTERS) in tests/test_hf_more_types.py, state-space and hybrid types in
-    # tests/test_hybrids.py, the new structures in tests/test_hf_new_structures.py;
-    # tests/test_hf_defaults.py checks that the sets together cover every converter
+    # tests/test_hybrids.py, the new structures in tests/test_hf_new_structures.py, the
+    # encoders and encoder-decoders of issue 13 in their own files; tests/test_hf_defaults.py
+    # checks that the sets together cover every converter
+    from .test_encoder_decoders import STRATEGIES as SEQ2SEQ_STRATEGIES
+    from .test_encoders import STRATEGIES as ENCODER_STRATEGIES
     from .test_hybrids import HYBRID_STRATEGIES
     from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES  # issue 12 part 1
-    assert set(STRATEGIES) | set(HYBRID_STRATEGIES) | set(NEW_STRUCTURES) == \
+    assert (set(STRATEGIES) | set(HYBRID_STRATEGIES) | set(NEW_STRUCTURES)
+            | set(ENCODER_STRATEGIES) | set(SEQ2SEQ_STRATEGIES)) == \
         set(CONVERTERS) - set(_MORE_CONVERTERS)
 
 
 def expected_total(raw: dict, model) -> int:
     total = numel(model)
-    if raw["model_type"] == "t5" and raw.get("tie_word_embeddings") is False:
+    if raw["model_type"] in ("t5", "mt5", "umt5") and raw.get("tie_word_embeddings") is False:
         # transformers 5.x forces T5's lm_head to be tied (T5Config.__post_init__:
         # "we tie weights always and force it to be `True`") and drops the separate head that
         # T5 v1.1 checkpoints store; txcalc counts the head the checkpoint has: V x d_model more.

@@ -30,8 +30,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def load(model: str | Path | ModelConfig) -> ModelConfig:
-    """A ModelConfig from a preset name, a HF config.json path (or its folder), or a config."""
+def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfig:
+    """A ModelConfig from a preset name, a HF config.json path (or its folder), or a config.
+
+    ``head`` (a config.json of an encoder): none (the base model, the default), mlm,
+    seq_cls, token_cls, or auto (the class named by ``architectures``); see hf.from_hf_dict."""
+    if head is not None and not isinstance(model, (str, os.PathLike)):
+        raise ConfigError(f"head ({head!r}) applies to a HF config.json, not to a "
+                          f"{type(model).__name__}")
     from .config import ModelConfig
     if isinstance(model, ModelConfig):
         return model
@@ -49,9 +55,13 @@ def load(model: str | Path | ModelConfig) -> ModelConfig:
         is_path = "/" in text
     if is_path:
         from .hf import load_hf_config
-        return load_hf_config(text)
+        return load_hf_config(text, head)
     from .presets import get_preset
-    return get_preset(text)
+    cfg = get_preset(text)
+    if head not in (None, cfg.head):
+        raise ConfigError(f"head ({head!r}) applies to a HF config.json; preset {text!r} is "
+                          f"built with head {cfg.head!r}")
+    return cfg
 
 
 def params(model: str | Path | ModelConfig) -> ParamCounts:

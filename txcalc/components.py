@@ -43,17 +43,20 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     top: Where = ("", -1)
     yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim,
                     tp="vocab")
-    if cfg.embed_dim != cfg.d_model:  # OPT-350m: embeddings of width 512 projected to 1024
+    if cfg.embed_dim != cfg.d_model and not cfg.embed_factorised:
+        # OPT-350m: embeddings of width 512 projected to 1024
         yield linear("embed.proj_in", top, "embed.proj_in", cfg.embed_dim, cfg.d_model, False)
     if cfg.type_vocab_size:
         yield embedding("embed.token_types", top, "embed.token_types", cfg.type_vocab_size,
-                        cfg.d_model)
+                        _embed_width(cfg))
 
 
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
     """Per-stack position table, embedding norm and relative-position bias."""
     p, where = _prefix(stack), (stack, -1)
-    if stack == "encoder":  # the shared token table (and projection) also serve the source
+    if stack == "encoder" and cfg.audio_mels:
+        yield from audio_stem(cfg)
+    elif stack == "encoder":  # the shared token table (and projection) also serve the source
         yield elementwise("embed.tokens", ("", -1), "embed.tokens", "token_ids",
                           ((1, "i64"),), stream="src")
         if cfg.embed_dim != cfg.d_model:
@@ -62,20 +65,74 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
         if cfg.type_vocab_size:
             yield elementwise("embed.token_types", ("", -1), "embed.token_types", "token_ids",
                               ((1, "i64"),), stream="src")
-    if cfg.pos_type == "learned":
+    width = _embed_width(cfg)
+    if cfg.pos_type == "learned" and stack == "encoder" and cfg.audio_mels:
+        # Whisper: a frozen (sinusoidal) table: nothing saved (its gradient and optimizer
+        # states are counted, as for Marian's tables above)
+        yield dataclasses.replace(
+            embedding(f"{p}embed.positions", where, "embed.positions",
+                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=())
+    elif cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
-                        cfg.max_position + cfg.position_offset, cfg.d_model,
+                        cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
+    if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen nn.Embedding per stack
+        # frozen in HF (no gradient, nothing saved); counted as trainable for gradients and
+        # optimizer states, as the planner has no frozen parameters yet (a small over-count)
+        yield dataclasses.replace(
+            embedding(f"{p}embed.positions", where, "embed.positions",
+                      cfg.max_position + cfg.position_offset, width,
+                      stream=_pos_stream(stack)), saved=())
     if cfg.embed_norm:
-        yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", cfg.d_model)
+        yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:
-        yield dropout(f"{p}embed.dropout", where, "embed.dropout", cfg.d_model, _stream(stack))
-    if cfg.pos_type == "relative_bias":  # T5: one bias table per stack, used by every block
+        yield dropout(f"{p}embed.dropout", where, "embed.dropout", width, _stream(stack))
+    if cfg.embed_factorised:
+        # ALBERT, ELECTRA: the normalised embedding is projected to the residual width
+        yield linear("embed.proj_in", where, "embed.proj_in", cfg.embed_dim, cfg.d_model, True)
+    if cfg.rel_span:  # DeBERTa: the relative-position embeddings, normalised once per forward
+        yield dataclasses.replace(embedding("rel_embed", where, "rel_embed", 2 * cfg.rel_span,
+                                            cfg.d_model), saved=())
+    if cfg.rel_norm:  # HF builds it with norm_rel_ebd even without relative attention
+        op = norm("rel_norm", where, "rel_norm", cfg.d_model, "layernorm", True, True)
+        yield dataclasses.replace(op, saved=(), fixed_rows=2 * cfg.rel_span)
+    if (cfg.pos_type == "relative_bias" and not cfg.rel_bias_every_layer) or cfg.extra_rel_bias:
+        # T5, MPNet: one bias table per stack, used by every block
         # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
         s = _stream(stack)
         yield dataclasses.replace(
-            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets, cfg.n_heads,
-                      stream=s), saved=(), kv_stream=s)
+            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets,
+                      cfg.stack_heads(stack), stream=s), saved=(), kv_stream=s)
+
+
+def audio_stem(cfg: ModelConfig) -> Iterator[Op]:
+    """Whisper's encoder input: two 1-D convolutions over the log-mel frames, each followed by
+    a GELU (Radford et al. 2022, arXiv:2212.04356, section 2.2). A convolution of kernel k is a
+    matmul of k * C_in -> C_out per output frame (what FlopCounterMode counts).
+
+        op                | rows                 | shapes          | backward
+        ------------------|----------------------|-----------------|-------------------------
+        encoder.conv1     | 2 x S_src mel frames | 3 * mels -> D   | weight gradient only (the
+                          |                      |                 |   mels need no gradient)
+        encoder.conv1_act |                      |                 | saves its input (D)
+        encoder.conv2     | S_src (stride 2)     | 3 * D -> D      | 2 x forward
+        encoder.conv2_act |                      |                 | saves its input (D)
+    """
+    where, D, m = ("encoder", -1), cfg.d_model, cfg.audio_mels
+    conv1 = linear("encoder.conv1", where, "conv1", 3 * m, D, True, stream="mel")
+    yield dataclasses.replace(conv1, saved=((m, "a"),), input_grad=False)
+    yield elementwise("encoder.conv1_act", where, "conv1_act", "activation", ((D, "a"),),
+                      stream="mel")
+    conv2 = linear("encoder.conv2", where, "conv2", 3 * D, D, True, stream="src")
+    yield dataclasses.replace(conv2, saved=((2 * D, "a"),))  # its input: two frames per row
+    yield elementwise("encoder.conv2_act", where, "conv2_act", "activation", ((D, "a"),),
+                      stream="src")
+
+
+def _embed_width(cfg: ModelConfig) -> int:
+    """Width of the position / token-type tables and the embedding norm: embed_dim when the
+    embedding is factorised before the projection (ALBERT, ELECTRA), else d_model."""
+    return cfg.embed_dim if cfg.embed_factorised else cfg.d_model
 
 
 def _stream(stack: str) -> str:
@@ -93,8 +150,10 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     stack, layer = where
     q_stream = _stream(stack)
     causal = cfg.family != "encoder" and stack != "encoder" and not cross
-    return attention_core(f"{c}core", where, f"{comp}core", heads=cfg.n_heads,
-                          kv_heads=cfg.n_heads if cfg.is_mla else cfg.n_kv_heads, qk_dim=qk_dim,
+    heads = cfg.stack_heads(stack)
+    return attention_core(f"{c}core", where, f"{comp}core", heads=heads,
+                          kv_heads=heads if cfg.is_mla else cfg.stack_kv_heads(stack),
+                          qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
                           causal=causal, window=cfg.window(layer) if causal else 0,
                           dropout=cfg.attn_dropout, chunk=cfg.chunk(layer) if causal else 0,
@@ -107,7 +166,9 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     Cross-attention (decoder of an encoder-decoder model) projects k and v from the encoder's
     output, so their rows are the source tokens.
     """
-    D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    stack = where[0]
+    D, H, K = cfg.d_model, cfg.stack_heads(stack), cfg.stack_kv_heads(stack)
+    h = cfg.stack_head_dim(stack)
     c = f"{name}."
     if cfg.is_mla and name == "attn":
         yield from mla(cfg, p + c, where, c)
@@ -118,7 +179,8 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream,
                  tp="colwise")
     # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
-    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
+    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h,
+                 cfg.qkv_bias and cfg.k_proj_bias, stream=kv_stream,
                  shares_input=not cross or where[1] > 0, tp="colwise")
     yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
                  shares_input=True, tp="colwise")
@@ -131,6 +193,8 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
         yield Op(f"{p}{c}sinks", "sinks", where[0], where[1], c + "sinks", cfg.n_heads,
                  d_in=cfg.n_heads, d_out=cfg.n_heads, tp="colwise", act_split="tp",
                  recompute="full")
+    if cfg.rel_span and not cross:
+        yield from disentangled(cfg, p + c, where, c)
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
                  tp="rowwise")
     if cfg.resid_dropout:
@@ -160,7 +224,8 @@ def qk_norms(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
     mode = cfg.qk_norm_at(where[1])
     if mode == "none":
         return
-    H, K, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    stack = where[0]
+    H, K, h = cfg.stack_heads(stack), cfg.stack_kv_heads(stack), cfg.stack_head_dim(stack)
     for name, n in (("q_norm", H), ("k_norm", K)):
         width, rows = (n * h, 1) if mode == "full" else (h, n)
         op = norm(f"{c}{name}", where, comp + name, width,
@@ -175,6 +240,38 @@ def qk_norms(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
         # inside the TP region: the heads split over t
         yield dataclasses.replace(op, saved=tuple((w * rows, tag) for w, tag in saved),
                                   act_split="tp", **extra)
+
+
+def disentangled(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
+    """DeBERTa's relative terms (He et al. 2020, arXiv:2006.03654, eq. 4; HF DebertaV2):
+    the 2 x span relative embeddings are projected to keys (c2p) and queries (p2c) in every
+    block, by q_proj/k_proj (share_att_key: their weights, no new parameters) or by their own
+    biased pos_key_proj / pos_query_proj; then each query (c2p) and each key (p2c) row is
+    scored against all 2 x span positions.
+
+        op                 | rows             | FLOPs
+        -------------------|------------------|----------------------------------
+        attn.pos_q_proj    | 2 x span         | 2 * 2span * D * H*h (no batch)
+        attn.pos_k_proj    | 2 x span         | 2 * 2span * D * H*h
+        attn.c2p / p2c     | B x S            | 2 * B*S * H * 2span * h
+
+    The bytes these tensors keep for backward are not modelled (no reference build yet)."""
+    D, H, h, rows = cfg.d_model, cfg.n_heads, cfg.head_dim, 2 * cfg.rel_span
+    projections = (("pos_q_proj", cfg.rel_share_key or cfg.rel_p2c),
+                   ("pos_k_proj", cfg.rel_share_key or cfg.rel_c2p))
+    for name, built in projections:
+        if not built:
+            continue
+        op = linear(f"{c}{name}", where, comp + name, D, H * h, cfg.qkv_bias,
+                    tied=cfg.rel_share_key, shares_input=True, tp="colwise")
+        if cfg.rel_share_key:  # q_proj's / k_proj's weights and biases
+            op = dataclasses.replace(op, params=0, bias=False)
+        yield dataclasses.replace(op, fixed_rows=rows, saved=())
+    for name, on in (("c2p", cfg.rel_c2p), ("p2c", cfg.rel_p2c)):
+        if on:
+            yield Op(f"{c}{name}", "rel_scores", where[0], where[1], comp + name, d_in=h,
+                     heads=H, fixed_rows=rows, recompute="selective", tp="colwise",
+                     act_split="tp")
 
 
 def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator[Op]:
@@ -281,11 +378,29 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if cfg.mixers or cfg.ffns:
         yield from hybrid_block(cfg, stack, i)
         return
+    if cfg.owns_params(i):
+        yield from _block(cfg, stack, i)
+    else:  # ALBERT: this block runs the weights of its group's first block
+        yield from (_reused(op) for op in _block(cfg, stack, i))
+
+
+def _reused(op: Op) -> Op:
+    """An op that runs weights held by another op: same FLOPs and saved tensors, no
+    parameters (a Linear marked tied: its weight and bias belong to the owning block)."""
+    return dataclasses.replace(op, params=0, tied=op.tied or op.kind == "linear", bias=False)
+
+
+def _block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D = cfg.d_model
     yield from checkpoints(cfg, stack, i)
+    if cfg.rel_bias_every_layer:  # UMT5: every block looks up its own bias table
+        s = _stream(stack)
+        yield dataclasses.replace(
+            embedding(f"{p}rel_bias", where, "rel_bias", cfg.relative_buckets,
+                      cfg.stack_heads(stack), stream=s), saved=(), kv_stream=s)
     post_sub = cfg.norm_position == "post_sub"  # OLMo 2: norms on the outputs only
-    if not post_sub:
+    if not post_sub and (cfg.first_attn_norm or i > 0):
         yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
     yield from attention(cfg, p, where)
     if cfg.norm_position in ("sandwich", "post_sub"):
@@ -307,7 +422,7 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if ffn == "moe.":
         yield from moe(cfg, p + "moe.", where, shares_input=shared_in)
     else:
-        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias,
+        yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.stack_d_ff(stack), cfg.mlp_bias,
                        shares_input=shared_in)
     if cfg.resid_dropout:
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
@@ -365,12 +480,17 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if stack == "decoder" and i == 0:
         yield checkpoint(p, where, "checkpoint.encoder_output", ("full",), ((D, "a"),),
                          stream="src")
-    if cfg.pos_type == "relative_bias":
+    if cfg.pos_type == "relative_bias" or cfg.extra_rel_bias:
         causal = stack != "encoder" and cfg.family != "encoder"
         window = (lambda j: cfg.window(j) if causal else 0)
-        if all(window(j) != window(i) for j in range(i)):
+        # UMT5: each block's own bias; else one per stack and window mask
+        if cfg.rel_bias_every_layer or all(window(j) != window(i) for j in range(i)):
+            # UMT5's bias is built inside the block: full recompute rebuilds it
+            kept = ("selective", "fused") if cfg.rel_bias_every_layer else \
+                ("selective", "full", "fused")
             yield checkpoint(f"{p}.attn.core", where, "checkpoint.position_bias",
-                             ("selective", "full", "fused"), heads=cfg.n_heads, stream=s,
+                             kept, heads=cfg.stack_heads(stack),
+                             stream=s,
                              kv_stream=s,
                              act_split="tp")
 
@@ -386,9 +506,59 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
                      tied=cfg.tie_embeddings, tp="colwise")
         # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
         yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
+    if cfg.head == "mlm":
+        yield from mlm_head(cfg)
     if cfg.pooler:  # saves its input and the tanh output
         pool = linear("pooler", top, "pooler", cfg.d_model, cfg.d_model, True, stream="first")
         yield dataclasses.replace(pool, saved=((cfg.d_model, "a"), (cfg.d_model, "a")))
+    if cfg.head in ("seq_cls", "token_cls"):
+        yield from classifier_head(cfg)
+    if cfg.contact_head:  # ESM: parameters only; HF runs it only when asked for contacts
+        n = cfg.n_layers * cfg.n_heads + 1
+        yield Op("contact_head", "params", "", -1, "contact_head", params=n, d_in=n,
+                 stream="first", placement="post")
+
+
+def mlm_head(cfg: ModelConfig) -> Iterator[Op]:
+    """Masked-LM head (BERT's ``cls.predictions``, RoBERTa's ``lm_head``, ALBERT, ELECTRA's
+    generator, ModernBERT, MPNet, DistilBERT's vocab_*): dense D->E, activation, norm over E,
+    then the vocabulary projection E->V (tied to the token table) with its own bias of V.
+
+        op            | shapes  | params              | saved per token
+        --------------|---------|---------------------|-------------------------------
+        mlm.dense     | D -> E  | D*E (+ E)           | its input (D)
+        mlm.act       |         |                     | its input (E)
+        mlm.norm      | E       | 2E (1E bias-free)   | input, mean, 1/std
+        lm_head       | E -> V  | V (bias; W tied)    | its input (E)
+        loss          |         |                     | fp32 log-probs (V), label
+    """
+    top: Where = ("", -1)
+    D, E, V = cfg.d_model, cfg.embed_dim, cfg.vocab_size
+    yield linear("mlm.dense", top, "mlm.dense", D, E, cfg.head_dense_bias)
+    yield elementwise("mlm.act", top, "mlm.act", "activation", ((E, "a"),))
+    yield _norm(cfg, "mlm.norm", top, "mlm.norm", E)
+    yield linear("lm_head", top, "lm_head", E, V, cfg.lm_head_bias, tied=cfg.tie_embeddings,
+                 tp="colwise")
+    yield elementwise("loss", top, "loss", "loss", ((V, "f32"), (1, "i64")))
+
+
+def classifier_head(cfg: ModelConfig) -> Iterator[Op]:
+    """Classification head. seq_cls reads the first token (after the pooler when there is
+    one: BERT, ALBERT); token_cls every token. ``cls_dense``: a Linear(D, D) + activation
+    (+ ``head_norm``) before the output Linear(D, n_labels), as RoBERTa's, ELECTRA's and
+    MPNet's classification heads, DistilBERT's pre_classifier and ModernBERT's head."""
+    top: Where = ("", -1)
+    D, n = cfg.d_model, cfg.n_labels
+    s = "first" if cfg.head == "seq_cls" else "seq"
+    if cfg.cls_dense:
+        yield linear("cls.dense", top, "cls.dense", D, D, cfg.head_dense_bias, stream=s)
+        yield elementwise("cls.act", top, "cls.act", "activation", ((D, "a"),), stream=s)
+        if cfg.head_norm:
+            yield dataclasses.replace(_norm(cfg, "cls.norm", top, "cls.norm", D), stream=s)
+    # the pooler's tanh output is already saved (Pooler): the classifier shares it
+    yield linear("cls.out", top, "cls.out", D, n, True, stream=s,
+                 shares_input=cfg.pooler and not cfg.cls_dense)
+    yield elementwise("loss", top, "loss", "loss", ((n, "f32"), (1, "i64")), stream=s)
 
 
 def model_ops(cfg: ModelConfig) -> list[Op]:

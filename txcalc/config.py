@@ -27,7 +27,12 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post", "sandwich", "post_sub")
 POSITION_TYPES = ("learned", "sinusoidal", "rotary", "relative_bias", "alibi", "none")
 QK_NORMS = ("none", "head", "full", "per_head", "l2")
-HEADS = ("lm", "none")
+#: lm: causal LM head; none: base model (pooler where set); mlm: masked-LM head (dense, norm,
+#: vocabulary projection); seq_cls / token_cls: classifier on the first token / every token
+HEADS = ("lm", "none", "mlm", "seq_cls", "token_cls")
+#: heads whose output is a vocabulary-wide logit per token
+VOCAB_HEADS = ("lm", "mlm")
+SINUSOIDAL_TABLES = ("none", "param", "buffer")
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,45 @@ class ModelConfig:
     attn_chunk: int = 0  #: chunked attention: a token attends within its chunk (Llama 4)
     #: with attn_chunk: the layers that attend in chunks (HF ``layer_types``)
     chunked_layers: tuple[int, ...] = ()
+    # --- encoder variants, encoder heads and unequal encoder-decoder stacks (issue 13) -----
+    n_labels: int = 2  #: classes of a seq_cls / token_cls head
+    #: seq_cls without pooler: a Linear(D, D) + activation on the first token before the
+    #: classifier (RoBERTa/ELECTRA/MPNet classification head, DistilBERT pre_classifier);
+    #: token_cls: the same on every token (ModernBERT's head)
+    cls_dense: bool = False
+    head_norm: bool = False  #: classifier's dense is followed by a norm (ModernBERT's head)
+    head_dense_bias: bool = True  #: bias on a head's dense (ModernBERT ``classifier_bias``)
+    #: ALBERT / ELECTRA: position and token-type tables and the embedding norm at embed_dim,
+    #: then Linear(embed_dim, D) with a bias (``embed.proj_in``) after the norm
+    embed_factorised: bool = False
+    #: ALBERT ``num_hidden_groups``: 0 = every block owns its parameters; n > 0: block i uses
+    #: group i * n // L, whose parameters are counted once (at its first block)
+    shared_groups: int = 0
+    extra_rel_bias: bool = False  #: MPNet: one relative-bias table per stack besides pos_type
+    rel_bias_every_layer: bool = False  #: UMT5: each block owns its relative-bias table
+    first_attn_norm: bool = True  #: False: block 0 has no attention norm (ModernBERT)
+    #: sinusoidal positions: none (computed), param (an nn.Embedding table per stack, frozen:
+    #: Marian, Pegasus) or buffer (M2M-100/NLLB: no parameters); rows max_position + offset
+    sinusoidal_table: str = "none"
+    #: ESM: Linear(L*H, 1) over the attention maps; built, run only when contacts are asked
+    #: for: parameters, no FLOPs in a training step
+    contact_head: bool = False
+    #: Whisper: mel bins read by the encoder's convolutional stem (conv1: mels -> D, kernel 3;
+    #: conv2: D -> D, kernel 3, stride 2; 0 = the encoder reads tokens); the encoder's position
+    #: table is then frozen and has encoder_max_position rows
+    audio_mels: int = 0
+    encoder_max_position: int = 0  #: rows of the encoder's position table (0 = max_position)
+    k_proj_bias: bool = True  #: False: k_proj has no bias even with qkv_bias (Whisper)
+    #: DeBERTa-v2/v3 disentangled attention (He et al. 2020, arXiv:2006.03654): each block
+    #: scores against 2 x rel_span relative-position embeddings (position_buckets, else
+    #: max_relative_positions; 0 = none), content->position (c2p) and/or position->content
+    rel_span: int = 0
+    rel_c2p: bool = False  #: content->position scores: q against the projected positions
+    rel_p2c: bool = False  #: position->content scores: k against the projected positions
+    rel_share_key: bool = True  #: positions projected by q_proj/k_proj (else own, biased)
+    rel_norm: bool = False  #: a LayerNorm on the relative embeddings (``norm_rel_ebd``)
+    encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
+    encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -156,6 +200,12 @@ class ModelConfig:
             object.__setattr__(self, "shared_d_ff", self.n_shared_experts * self.moe_d_ff)
         if self.embed_dim == 0 and _is_int(self.d_model):
             object.__setattr__(self, "embed_dim", self.d_model)
+        if self.encoder_n_heads == 0 and _is_int(self.n_heads):
+            object.__setattr__(self, "encoder_n_heads", self.n_heads)
+        if self.encoder_max_position == 0 and _is_int(self.max_position):
+            object.__setattr__(self, "encoder_max_position", self.max_position)
+        if self.encoder_d_ff == 0 and _is_int(self.d_ff):
+            object.__setattr__(self, "encoder_d_ff", self.d_ff)
         validate(self)
 
     # --- derived views -------------------------------------------------------------------------
@@ -203,6 +253,38 @@ class ModelConfig:
     def has_attention(self, layer: int) -> bool:
         """Whether decoder block ``layer`` attends (and so keeps a KV cache)."""
         return self.mixer(layer) in ("attention", "hybrid")
+    # --- per-stack views (an encoder-decoder's stacks may differ in heads and MLP width) ----
+    def stack_heads(self, stack: str) -> int:
+        """Query heads of a block of ``stack`` (the encoder's own count, else n_heads)."""
+        return self.encoder_n_heads if stack == "encoder" else self.n_heads
+
+    def stack_kv_heads(self, stack: str) -> int:
+        """Key/value heads of ``stack``: an encoder with its own head count has as many KV
+        heads (BART variants: no grouped KV); otherwise n_kv_heads."""
+        if stack == "encoder" and self.encoder_n_heads != self.n_heads:
+            return self.encoder_n_heads
+        return self.n_kv_heads
+
+    def stack_head_dim(self, stack: str) -> int:
+        """Head width of ``stack``: head_dim, or d_model // heads for an encoder whose head
+        count differs from the decoder's (BART variants)."""
+        if stack == "encoder" and self.encoder_n_heads != self.n_heads:
+            return self.d_model // self.encoder_n_heads
+        return self.head_dim
+
+    def stack_max_position(self, stack: str) -> int:
+        return self.encoder_max_position if stack == "encoder" else self.max_position
+
+    def stack_d_ff(self, stack: str) -> int:
+        return self.encoder_d_ff if stack == "encoder" else self.d_ff
+
+    def owns_params(self, layer: int) -> bool:
+        """Whether block ``layer`` holds its own parameters (ALBERT: only the first block of
+        each shared group does; the others reuse them)."""
+        if not self.shared_groups:
+            return True
+        group = layer * self.shared_groups // self.n_layers
+        return layer == 0 or (layer - 1) * self.shared_groups // self.n_layers != group
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) of the decoder stack uses the MoE MLP."""
@@ -261,6 +343,9 @@ class ModelConfig:
             "shared_d_ff": bool(self.n_shared_experts)
             and self.shared_d_ff == self.n_shared_experts * self.moe_d_ff,
             "embed_dim": self.embed_dim == self.d_model,
+            "encoder_n_heads": self.encoder_n_heads == self.n_heads,
+            "encoder_d_ff": self.encoder_d_ff == self.d_ff,
+            "encoder_max_position": self.encoder_max_position == self.max_position,
         }
         resets = {k: 0 for k, derived in rederive.items() if derived and k not in changes}
         return dataclasses.replace(self, **(resets | changes))
@@ -286,15 +371,19 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
-                      "attn_chunk")
+                      "attn_chunk", "shared_groups", "audio_mels", "rel_span")
+_INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
-                "tie_embeddings", "lm_head_bias", "attn_sinks", "expert_bias")
+                "tie_embeddings", "lm_head_bias", "attn_sinks", "expert_bias", "cls_dense", "head_norm",
+                "head_dense_bias", "embed_factorised", "extra_rel_bias", "contact_head",
+                "k_proj_bias", "rel_c2p", "rel_p2c", "rel_share_key", "rel_norm",
+                "rel_bias_every_layer", "first_attn_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
             "norm_position": NORM_POSITIONS, "pos_type": POSITION_TYPES, "qk_norm": QK_NORMS,
-            "head": HEADS}
+            "head": HEADS, "sinusoidal_table": SINUSOIDAL_TABLES}
 
 
 #: Upper bounds on config fields. Generous for real models (10-100x the largest published
@@ -315,6 +404,8 @@ MAX_SIZE = 2**50
 NAME_MAX = 256  #: characters of a config's display name
 _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
+    "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
+    "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -399,6 +490,47 @@ def _hybrid_problems(cfg: ModelConfig) -> list[str]:
         elif cfg.ssm_heads % cfg.ssm_groups or cfg.ssm_d_inner % cfg.ssm_groups:
             out.append(f"ssm_heads ({cfg.ssm_heads}) must be divisible by ssm_groups "
                        f"({cfg.ssm_groups})")
+    return out
+
+
+def _encoder_problems(cfg: ModelConfig) -> list[str]:
+    """Checks of the issue-13 fields (encoder heads, shared blocks, unequal stacks)."""
+    out = []
+    if cfg.head in ("mlm", "seq_cls", "token_cls") and cfg.family != "encoder":
+        out.append(f"head {cfg.head!r} is for encoder models, not family {cfg.family!r}")
+    if cfg.pooler and cfg.head in ("mlm", "token_cls"):
+        out.append(f"pooler with head {cfg.head!r}: HF builds no pooler under a masked-LM or "
+                   "token-classification head")
+    if cfg.shared_groups > cfg.n_layers:
+        out.append(f"shared_groups ({cfg.shared_groups}) exceeds n_layers ({cfg.n_layers})")
+    if cfg.shared_groups and cfg.family != "encoder":
+        out.append("shared_groups (ALBERT's shared blocks) is for encoder models")
+    if cfg.family != "encoder-decoder":
+        for name, base in (("encoder_n_heads", "n_heads"), ("encoder_d_ff", "d_ff")):
+            if getattr(cfg, name) != getattr(cfg, base):
+                out.append(f"{name} ({getattr(cfg, name)}) differs from {base} "
+                           f"({getattr(cfg, base)}) in a model with no encoder stack")
+    elif cfg.encoder_n_heads != cfg.n_heads:
+        if cfg.d_model % cfg.encoder_n_heads:
+            out.append(f"d_model ({cfg.d_model}) must be divisible by encoder_n_heads "
+                       f"({cfg.encoder_n_heads})")
+        if cfg.head_dim * cfg.n_heads != cfg.d_model or cfg.n_kv_heads != cfg.n_heads:
+            out.append("an encoder with its own head count needs decoder heads of width "
+                       "d_model // n_heads and no grouped KV heads")
+    if cfg.sinusoidal_table != "none" and cfg.pos_type != "sinusoidal":
+        out.append(f"sinusoidal_table ({cfg.sinusoidal_table!r}) needs pos_type 'sinusoidal'")
+    if cfg.rel_bias_every_layer and cfg.pos_type != "relative_bias":
+        out.append("rel_bias_every_layer needs pos_type 'relative_bias'")
+    if cfg.rel_span and cfg.family != "encoder":
+        out.append("rel_span (DeBERTa's disentangled attention) is for encoder models")
+    if (cfg.rel_c2p or cfg.rel_p2c) and not cfg.rel_span:
+        out.append("rel_c2p / rel_p2c need rel_span > 0")
+    if cfg.audio_mels and cfg.family != "encoder-decoder":
+        out.append("audio_mels (Whisper's audio stem) needs family 'encoder-decoder'")
+    if cfg.audio_mels and cfg.pos_type != "learned":
+        out.append("audio_mels (Whisper) needs pos_type 'learned'")
+    if cfg.embed_factorised and cfg.family != "encoder":
+        out.append("embed_factorised (ALBERT, ELECTRA) is for encoder models")
     return out
 
 
@@ -527,6 +659,7 @@ def validate(cfg: ModelConfig) -> None:
         problems.append("lm_head_bias needs head 'lm'")
     if cfg.pooler and cfg.family == "decoder":
         problems.append("pooler is for encoder models (BERT)")
+    problems += _encoder_problems(cfg)
     bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
     if bad_dense:
         problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")

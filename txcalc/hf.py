@@ -24,7 +24,7 @@ _GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh", "gelu_ne
           "relu": "reglu"}
 #: HF fields that are sizes or counts: an explicit 0 or a negative value is an error (0 must not
 #: fall through to ModelConfig's "0 = derive it" defaults).
-_POSITIVE = frozenset({
+_POSITIVE = frozenset({"num_mel_bins", "max_source_positions", "max_target_positions",
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "num_local_experts",
     "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
@@ -42,6 +42,7 @@ class _Fields:
         self.raw, self.where = raw, where
         self.problems: list[str] = []  # non-positive sizes, all reported together
         self.read: set[str] = set()  # fields a converter looked at (closest_types)
+        self.head: str | None = None  # the encoder head asked for (from_hf_dict's ``head``)
 
     def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
@@ -428,27 +429,341 @@ def _t5(f):
                 norm_type="rmsnorm", norm_bias=False, tie_embeddings=f.bool("tie_word_embeddings", True))
 
 
-def _bart(f):
-    enc, dec = f.int("encoder_layers", 12), f.int("decoder_layers", 12)
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
-                 ("encoder_ffn_dim", "decoder_ffn_dim")):
-        va, vb = f.int(a, 16 if "heads" in a else 4096), f.int(b, 16 if "heads" in b else 4096)
-        if va != vb:
-            raise ConfigError(f"{f.where}: {a} ({va}) != {b} ({vb}): txcalc "
-                              "models encoder and decoder stacks of equal width")
-    # add_final_layer_norm / normalize_before (mBART's pre-norm) are not read by HF's BART
-    # classes: a model_type "bart" file with them builds the post-norm BART counted here
+# --- encoders of issue 13 and their heads; unequal encoder-decoder stacks ---------------------
+#: HF class-name suffix -> txcalc head, for ``head="auto"`` (the class config.json names)
+_HEAD_SUFFIXES = (("ForMaskedLM", "mlm"), ("ForSequenceClassification", "seq_cls"),
+                  ("ForTokenClassification", "token_cls"), ("Model", "none"))
+#: ``head`` arguments of from_hf_dict / load_hf_config
+ENCODER_HEADS = ("none", "mlm", "seq_cls", "token_cls", "auto")
+
+#: How each encoder type builds its heads (HF 5.x ``*For*`` classes):
+#:   base_pooler  the base model (AutoModel) has a pooler
+#:   cls          seq_cls: "pooler" (pooler + classifier: BERT, ALBERT) or "dense" (a
+#:                Linear(D, D) + activation on the first token, then the classifier: RoBERTa,
+#:                ELECTRA, MPNet, ESM, DistilBERT; ModernBERT adds a norm)
+_HEAD_STYLES = {
+    "bert": dict(base_pooler=True, cls="pooler"), "albert": dict(base_pooler=True, cls="pooler"),
+    **{t: dict(base_pooler=True, cls="dense") for t in (
+        "roberta", "xlm-roberta", "camembert", "mpnet", "esm")},
+    "electra": dict(base_pooler=False, cls="dense"),
+    "distilbert": dict(base_pooler=False, cls="dense"),
+    "deberta-v2": dict(base_pooler=False, cls="dense"),
+    "modernbert": dict(base_pooler=False, cls="dense", norm=True),
+}
+
+
+def _head_of(f: _Fields) -> str:
+    """The head asked for: ``f.head``, or with "auto" the suffix of ``architectures[0]``."""
+    head = f.head or "none"
+    if head != "auto":
+        return head
+    archs = f.get("architectures") or []
+    name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    for suffix, ours in _HEAD_SUFFIXES:
+        if name.endswith(suffix):
+            return ours
+    if name:
+        raise ConfigError(f"{f.where}: architectures[0] ({_show(name)}) is not a head txcalc "
+                          "models (masked LM, sequence or token classification, base model)")
+    return "none"
+
+
+def _labels(f: _Fields) -> int:
+    """num_labels as HF derives it: the length of ``id2label`` when given, else num_labels."""
+    id2label = f.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    return f.int("num_labels", 2)
+
+
+def _with_head(f: _Fields, out: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Set head, pooler and classifier fields of an encoder as HF builds the chosen class."""
+    style, head = _HEAD_STYLES[model_type], _head_of(f)
+    out = dict(out, head=head, pooler=False)
+    if head == "none":
+        out["pooler"] = style["base_pooler"]
+    elif head == "mlm":
+        out["lm_head_bias"] = True  # every MLM decoder has a vocabulary bias of its own
+    else:
+        out["n_labels"] = _labels(f)
+        if head == "seq_cls" and style["cls"] == "pooler":
+            out["pooler"] = True
+        elif head == "seq_cls" or style.get("norm"):
+            out["cls_dense"] = True
+        out["head_norm"] = bool(style.get("norm"))
+    return out
+
+
+def _bert_head(f, roberta: bool = False):
+    return _with_head(f, _bert(f, roberta), "roberta" if roberta else "bert")
+
+
+def _bert_alias(model_type: str):
+    """xlm-roberta and camembert: RoBERTa's structure with a 30522-token default vocabulary."""
+    def convert(f):
+        out = _bert(f, roberta=True)
+        out["vocab_size"] = f.int("vocab_size", 30522)
+        return _with_head(f, out, model_type)
+    return convert
+
+
+def _distilbert(f):
+    d = f.int("dim", 768)
+    out = dict(family="encoder", n_layers=f.int("n_layers", 6), d_model=d,
+               n_heads=f.int("n_heads", 12), vocab_size=f.int("vocab_size", 30522),
+               d_ff=f.int("hidden_dim", 3072), max_position=f.int("max_position_embeddings", 512),
+               pos_type="learned", activation=f.act("activation", "gelu"), qkv_bias=True,
+               out_bias=True, mlp_bias=True, norm_position="post", final_norm=False,
+               embed_norm=True)
+    return _with_head(f, out, "distilbert")
+
+
+def _electra(f):
+    _no_cross_attention(f)
+    d, e = f.int("hidden_size", 256), f.int("embedding_size", 128)
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
+               n_heads=f.int("num_attention_heads", 4), vocab_size=f.int("vocab_size", 30522),
+               d_ff=f.int("intermediate_size", 1024),
+               max_position=f.int("max_position_embeddings", 512),
+               type_vocab_size=f.int("type_vocab_size", 2), pos_type="learned",
+               activation=f.act("hidden_act", "gelu"), qkv_bias=True, out_bias=True,
+               mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True,
+               embed_dim=e, embed_factorised=e != d)  # embeddings_project only when e != d
+    return _with_head(f, out, "electra")
+
+
+def _albert(f):
+    if f.int("inner_group_num", 1) != 1:
+        raise ConfigError(f"{f.where}: field 'inner_group_num' ({f.get('inner_group_num')}): "
+                          "txcalc models ALBERT groups of one layer")
+    d, n_layers = f.int("hidden_size", 4096), f.int("num_hidden_layers", 12)
+    groups = f.int("num_hidden_groups", 1)
+    if groups > n_layers:
+        raise ConfigError(f"{f.where}: field 'num_hidden_groups' ({groups}) exceeds "
+                          f"num_hidden_layers ({n_layers}): HF builds groups no layer runs")
+    out = dict(family="encoder", n_layers=n_layers, d_model=d,
+               n_heads=f.int("num_attention_heads", 64), vocab_size=f.int("vocab_size", 30000),
+               d_ff=f.int("intermediate_size", 16384),
+               max_position=f.int("max_position_embeddings", 512),
+               type_vocab_size=f.int("type_vocab_size", 2), pos_type="learned",
+               activation=f.act("hidden_act", "gelu_new"), qkv_bias=True, out_bias=True,
+               mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True,
+               embed_dim=f.int("embedding_size", 128), embed_factorised=True,
+               shared_groups=groups)
+    return _with_head(f, out, "albert")
+
+
+def _mpnet(f):
+    d = f.int("hidden_size", 768)
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
+               n_heads=f.int("num_attention_heads", 12), vocab_size=f.int("vocab_size", 30527),
+               d_ff=f.int("intermediate_size", 3072),
+               max_position=f.int("max_position_embeddings", 512), pos_type="learned",
+               activation=f.act("hidden_act", "gelu"), qkv_bias=True, out_bias=True,
+               mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True,
+               extra_rel_bias=True,
+               relative_buckets=f.int("relative_attention_num_buckets", 32))
+    return _with_head(f, out, "mpnet")
+
+
+def _modernbert(f):
+    d = f.int("hidden_size", 768)
+    norm_bias = f.bool("norm_bias", False)
+    attn_bias = f.bool("attention_bias", False)
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 22), d_model=d,
+               n_heads=f.int("num_attention_heads", 12), vocab_size=f.int("vocab_size", 50368),
+               d_ff=f.int("intermediate_size", 1152),
+               max_position=f.int("max_position_embeddings", 8192), pos_type="rotary",
+               activation=_GATED[f.act("hidden_activation", "gelu")], qkv_bias=attn_bias,
+               out_bias=attn_bias, mlp_bias=f.bool("mlp_bias", False), norm_bias=norm_bias,
+               norm_position="pre", final_norm=True, embed_norm=True, first_attn_norm=False,
+               head_dense_bias=f.bool("classifier_bias", False),
+               tie_embeddings=f.bool("tie_word_embeddings", True))
+    out = _with_head(f, out, "modernbert")
+    if out["head"] == "mlm":
+        out["lm_head_bias"] = f.bool("decoder_bias", True)
+    return out
+
+
+def _esm(f):
+    pos = f.get("position_embedding_type", "absolute")
+    if pos not in ("absolute", "rotary"):
+        raise ConfigError(f"{f.where}: field 'position_embedding_type' ({_show(pos)}): txcalc "
+                          "models ESM with 'absolute' or 'rotary' positions")
+    if f.get("vocab_size") is None:
+        raise ConfigError(f"{f.where}: missing required field 'vocab_size' (EsmConfig has "
+                          "no default)")
+    d = f.int("hidden_size", 768)
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
+               n_heads=f.int("num_attention_heads", 12), vocab_size=f.int("vocab_size"),
+               d_ff=f.int("intermediate_size", 3072),
+               max_position=f.int("max_position_embeddings", 1026),
+               pos_type="learned" if pos == "absolute" else "rotary", activation="gelu",
+               qkv_bias=True, out_bias=True, mlp_bias=True, norm_position="pre",
+               final_norm=True, embed_norm=bool(f.get("emb_layer_norm_before", False)),
+               contact_head=True, tie_embeddings=f.bool("tie_word_embeddings", True))
+    return _with_head(f, out, "esm")
+
+
+def _seq2seq(f: _Fields, *, d_model: int, pre_norm: bool, embed_norm: bool,
+             positions: str, offset: int, max_pos: int, vocab: int) -> dict[str, Any]:
+    """BART and its kin: encoder and decoder may differ in depth, heads and MLP width (they
+    share d_model and the token table). ``positions``: learned (BART, mBART: offset 2),
+    param (Marian, Pegasus: frozen sinusoidal nn.Embedding), buffer (M2M-100/NLLB)."""
     if not f.bool("tie_word_embeddings", True):
-        raise ConfigError(f"{f.where}: field 'tie_word_embeddings' (false): untied BART has "
+        raise ConfigError(f"{f.where}: field 'tie_word_embeddings' (false): untied models have "
                           "separate shared, encoder and decoder token tables and an lm_head; "
                           "txcalc models one token table shared by both stacks")
-    return dict(family="encoder-decoder", n_encoder_layers=enc, n_layers=dec,
-                d_model=f.int("d_model", 1024), n_heads=f.int("encoder_attention_heads", 16),
-                d_ff=f.int("encoder_ffn_dim", 4096), vocab_size=f.int("vocab_size", 50265),
-                max_position=f.int("max_position_embeddings", 1024), position_offset=2,
-                pos_type="learned", activation=f.act("activation_function", "gelu"), qkv_bias=True,
-                out_bias=True, mlp_bias=True, norm_position="post", final_norm=False,
-                embed_norm=True, tie_embeddings=f.bool("tie_word_embeddings", True))
+    d = f.int("d_model", d_model)
+    out = dict(family="encoder-decoder", n_encoder_layers=f.int("encoder_layers", 12),
+               n_layers=f.int("decoder_layers", 12), d_model=d,
+               n_heads=f.int("decoder_attention_heads", 16),
+               encoder_n_heads=f.int("encoder_attention_heads", 16),
+               d_ff=f.int("decoder_ffn_dim", 4096), encoder_d_ff=f.int("encoder_ffn_dim", 4096),
+               vocab_size=f.int("vocab_size", vocab),
+               max_position=f.int("max_position_embeddings", max_pos), position_offset=offset,
+               pos_type="learned" if positions == "learned" else "sinusoidal",
+               activation=f.act("activation_function", "gelu"), qkv_bias=True, out_bias=True,
+               mlp_bias=True, norm_position="pre" if pre_norm else "post", final_norm=pre_norm,
+               embed_norm=embed_norm, tie_embeddings=True)
+    if positions != "learned":
+        out["sinusoidal_table"] = positions
+    for side in ("encoder", "decoder"):
+        heads = out["encoder_n_heads" if side == "encoder" else "n_heads"]
+        if heads > 0 and d % heads:
+            raise ConfigError(f"{f.where}: d_model ({d}) is not divisible by "
+                              f"{side}_attention_heads ({heads})")
+    return out
+
+
+def _bart_asym(f):
+    # add_final_layer_norm / normalize_before (mBART's pre-norm) are not read by HF's BART
+    # classes: a model_type "bart" file with them builds the post-norm BART counted here
+    return _seq2seq(f, d_model=1024, pre_norm=False, embed_norm=True, positions="learned",
+                    offset=2, max_pos=1024, vocab=50265)
+
+
+def _mbart(f):
+    return _seq2seq(f, d_model=1024, pre_norm=True, embed_norm=True, positions="learned",
+                    offset=2, max_pos=1024, vocab=50265)
+
+
+def _marian(f):
+    if not f.bool("share_encoder_decoder_embeddings", True):
+        raise ConfigError(f"{f.where}: field 'share_encoder_decoder_embeddings' (false): "
+                          "separate encoder and decoder token tables are not modelled")
+    vocab = f.int("vocab_size", 58101)
+    if f.int("decoder_vocab_size", vocab) != vocab:
+        raise ConfigError(f"{f.where}: decoder_vocab_size ({f.get('decoder_vocab_size')}) != "
+                          f"vocab_size ({vocab}): one shared token table is modelled")
+    return _seq2seq(f, d_model=1024, pre_norm=False, embed_norm=False, positions="param",
+                    offset=0, max_pos=1024, vocab=58101)
+
+
+def _pegasus(f):
+    return _seq2seq(f, d_model=1024, pre_norm=True, embed_norm=False, positions="param",
+                    offset=0, max_pos=1024, vocab=50265)
+
+
+def _m2m_100(f):
+    return _seq2seq(f, d_model=1024, pre_norm=True, embed_norm=False, positions="buffer",
+                    offset=2, max_pos=1024, vocab=128112)
+
+
+def _mt5(f, umt5: bool = False):
+    """mT5 / UMT5: T5 v1.1 (gated GELU by default, 250112 tokens); UMT5 gives every block
+    its own relative-bias table."""
+    raw = dict(f.raw)
+    raw.setdefault("feed_forward_proj", "gated-gelu")
+    raw.setdefault("vocab_size", 250112)
+    g = _Fields(raw, f.where)
+    out = _t5(g)
+    f.problems += g.problems
+    if umt5:
+        out["rel_bias_every_layer"] = True
+    return out
+
+
+def _deberta_v2(f):
+    """DeBERTa-v2 / v3: BERT's post-norm blocks with disentangled attention over shared
+    relative-position embeddings (``relative_attention``), absolute positions only with
+    ``position_biased_input``; no pooler in the base model."""
+    d = f.int("hidden_size", 1536)
+    if f.int("embedding_size", d) != d:
+        raise ConfigError(f"{f.where}: field 'embedding_size' ({f.get('embedding_size')}) != "
+                          f"hidden_size ({d}): DeBERTa's embed_proj is not modelled")
+    if f.int("conv_kernel_size", 0) > 0:
+        raise ConfigError(f"{f.where}: field 'conv_kernel_size' ({f.get('conv_kernel_size')}): "
+                          "DeBERTa-v2's convolution layer is not modelled")
+    if f.int("pooler_hidden_size", d) != d:
+        raise ConfigError(f"{f.where}: field 'pooler_hidden_size' "
+                          f"({f.get('pooler_hidden_size')}) != hidden_size ({d}) is not modelled")
+    types = f.get("pos_att_type") or []
+    if isinstance(types, str):
+        types = [t.strip() for t in types.lower().split("|")]
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 24), d_model=d,
+               n_heads=f.int("num_attention_heads", 24), vocab_size=f.int("vocab_size", 128100),
+               d_ff=f.int("intermediate_size", 6144),
+               max_position=f.int("max_position_embeddings", 512),
+               type_vocab_size=f.int("type_vocab_size", 0),
+               pos_type="learned" if f.bool("position_biased_input", True) else "none",
+               activation=f.act("hidden_act", "gelu"), qkv_bias=True, out_bias=True,
+               mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True)
+    if f.bool("relative_attention", False):
+        buckets = f.int("position_buckets", -1)
+        span = f.int("max_relative_positions", -1)
+        span = buckets if buckets > 0 else span if span >= 1 else out["max_position"]
+        out.update(rel_span=span, rel_c2p="c2p" in types, rel_p2c="p2c" in types,
+                   rel_share_key=f.bool("share_att_key", False))
+    norms = [x.strip() for x in str(f.get("norm_rel_ebd", "none")).lower().split("|")]
+    out["rel_norm"] = "layer_norm" in norms  # built (unused) even without relative attention
+    return _with_head(f, out, "deberta-v2")
+
+
+def _whisper(f):
+    """Whisper (WhisperForConditionalGeneration): the conv audio stem, a pre-norm encoder over
+    ``max_source_positions`` frames with a frozen position table, a pre-norm decoder with
+    learned positions, final norms, k_proj without bias, the lm_head tied to the tokens."""
+    if f.int("encoder_layers", 4) <= 0:
+        raise ConfigError(f"{f.where}: field 'encoder_layers' must be positive")
+    out = _seq2seq(f, d_model=384, pre_norm=True, embed_norm=False, positions="learned",
+                   offset=0, max_pos=448, vocab=51865)
+    out.update(n_encoder_layers=f.int("encoder_layers", 4), n_layers=f.int("decoder_layers", 4),
+               n_heads=f.int("decoder_attention_heads", 6),
+               encoder_n_heads=f.int("encoder_attention_heads", 6),
+               d_ff=f.int("decoder_ffn_dim", 1536), encoder_d_ff=f.int("encoder_ffn_dim", 1536),
+               max_position=f.int("max_target_positions", 448),
+               encoder_max_position=f.int("max_source_positions", 1500),
+               audio_mels=f.int("num_mel_bins", 80), k_proj_bias=False)
+    return out
+
+
+_DROPOUT.update({
+    **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet",
+                                      "deberta-v2")},
+    **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
+})
+
+ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    "xlm-roberta": _bert_alias("xlm-roberta"), "camembert": _bert_alias("camembert"),
+    "distilbert": _distilbert, "electra": _electra, "albert": _albert, "mpnet": _mpnet,
+    "modernbert": _modernbert, "esm": _esm,
+    "mbart": _mbart, "marian": _marian, "pegasus": _pegasus, "m2m_100": _m2m_100,
+    "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True), "whisper": _whisper,
+    "deberta-v2": _deberta_v2,
+}
+ENCODER_ALIASES: dict[str, dict[str, str]] = {
+    "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads",
+                   "num_hidden_layers": "n_layers"},
+    **{t: {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
+           "num_hidden_layers": "encoder_layers"} for t in ("mbart", "marian", "pegasus",
+                                                            "m2m_100")},
+    **{t: {"hidden_size": "d_model", "num_attention_heads": "num_heads", "head_dim": "d_kv"}
+       for t in ("mt5", "umt5")},
+    "whisper": {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
+                "num_hidden_layers": "encoder_layers"},
+}
+# --- end of issue 13's converters --------------------------------------------------------------
 
 
 #: model_type -> converter. Llama-shaped types share ``_llama``.
@@ -458,8 +773,8 @@ CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v2": lambda f: _deepseek(f, v3=False), "deepseek_v3": lambda f: _deepseek(f, v3=True),
     "gemma": _gemma, "gemma2": _gemma2, "phi3": _phi3, "olmo": _olmo, "starcoder2": _starcoder2,
     "gpt2": _gpt2, "gptj": _gptj, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt,
-    "bloom": _bloom, "bert": _bert, "roberta": lambda f: _bert(f, roberta=True), "t5": _t5,
-    "bart": _bart,
+    "bloom": _bloom, "bert": _bert_head, "roberta": lambda f: _bert_head(f, roberta=True),
+    "t5": _t5, "bart": _bart_asym, **ENCODER_CONVERTERS,
 }
 
 #: ``attribute_map`` of the HF configuration classes (alias -> the field read above), plus the
@@ -477,6 +792,7 @@ _ALIASES: dict[str, dict[str, str]] = {
     "t5": {"hidden_size": "d_model", "num_attention_heads": "num_heads", "head_dim": "d_kv"},
     "bart": {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
              "num_hidden_layers": "encoder_layers"},
+    **ENCODER_ALIASES,
 }
 
 
@@ -1182,8 +1498,15 @@ class UnsupportedModelType(ConfigError):
             f"{_closest_hint(raw)}supported: {', '.join(sorted(CONVERTERS))}")
 
 
-def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
-    """A ModelConfig from the parsed contents of a HF config.json."""
+def from_hf_dict(raw: Any, name: str = "config.json", head: str | None = None) -> ModelConfig:
+    """A ModelConfig from the parsed contents of a HF config.json.
+
+    ``head`` (encoders): None or "none" builds the base model as ``AutoModel`` does (with its
+    pooler where HF builds one); "mlm", "seq_cls", "token_cls" the ``*ForMaskedLM``,
+    ``*ForSequenceClassification``, ``*ForTokenClassification`` class; "auto" the class named
+    by ``architectures[0]``."""
+    if head is not None and head not in ENCODER_HEADS:
+        raise ConfigError(f"head ({_show(head)}) must be one of {', '.join(ENCODER_HEADS)}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{name}: expected a JSON object, got {type(raw).__name__}")
     model_type = raw.get("model_type")
@@ -1196,6 +1519,9 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     if model_type not in CONVERTERS:
         raise UnsupportedModelType(raw, name)
     f = _Fields(_resolve_aliases(model_type, raw), name)
+    f.head = head
+    if head not in (None, "none", "auto") and model_type not in _HEAD_STYLES:
+        raise ConfigError(f"{name}: head {head!r} is for encoder models; {model_type} has none")
     try:
         fields = CONVERTERS[model_type](f)
         fields.update(_windows(f, fields["n_layers"], model_type))
@@ -1214,7 +1540,7 @@ def from_hf_dict(raw: Any, name: str = "config.json") -> ModelConfig:
     return ModelConfig(name=name, source=source, **fields)
 
 
-def load_hf_config(path: str | Path) -> ModelConfig:
+def load_hf_config(path: str | Path, head: str | None = None) -> ModelConfig:
     """Read a HF config.json (or a directory holding one) into a ModelConfig.
 
     The file is read by ``safeio`` (a regular file under its size cap, strict JSON with depth
@@ -1230,12 +1556,13 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"{shown(p)}: expected a JSON object, got {type(raw).__name__}")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = raw.get("_name_or_path")
-    return from_hf_dict(raw, name if isinstance(name, str) and name else default)
+    return from_hf_dict(raw, name if isinstance(name, str) and name else default, head)
 
 
 # === state-space and hybrid models (issue 12): mamba, mamba2, jamba, falcon_h1, nemotron_h,
 # granitemoehybrid, lfm2. Field names and defaults are those of the transformers 5.x
 # configuration classes; the costs live in txcalc/mixers.py. =================================
+
 import math  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from .accounting import by_layer_type
 from .components import model_ops_tuple
-from .config import ModelConfig
+from .config import VOCAB_HEADS, ModelConfig
 from .errors import WorkloadError
 from .finetune import Finetune, apply_finetune, check_precision, op_weight_bytes
 from .ops import Op
@@ -477,7 +477,7 @@ class TrainingMemory:
     def inputs(self) -> int:
         """The batch the step holds: int64 token ids, labels (with an LM head) and source ids
         (encoder-decoder), and the fp32 loss scalar it returns."""
-        w, head = self.work, self.cfg.head == "lm"
+        w, head = self.work, self.cfg.head in VOCAB_HEADS
         ids = w.rows("seq") * (2 if head else 1)
         if self.cfg.family == "encoder-decoder":
             ids += w.rows("src")
@@ -485,7 +485,7 @@ class TrainingMemory:
 
     def _logits(self, per_element: int) -> int:
         return self.work.rows("seq") * self.cfg.vocab_size * per_element if \
-            self.cfg.head == "lm" else 0
+            self.cfg.head in VOCAB_HEADS else 0
 
     @cached_property
     def master_grad_copies(self) -> int:
@@ -544,7 +544,7 @@ class TrainingMemory:
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
-        if self.cfg.tie_embeddings and self.cfg.head == "lm" and self._table_trains:
+        if self.cfg.tie_embeddings and self.cfg.head in VOCAB_HEADS and self._table_trains:
             # the table's gradient from the lookup, then its sum with the head's gradient
             emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
         out = {

@@ -92,6 +92,10 @@ class Op:
     #: saved for backward once per forward, not per row: a tensor derived from a parameter
     #: (Mamba's A = -exp(A_log), E x N); same (width, dtype tag) form as ``saved``
     saved_once: tuple[tuple[int, str], ...] = ()
+    input_grad: bool = True  #: linear: its input needs a gradient (False: Whisper's conv1 on mels)
+    #: rows that do not scale with the workload: a Linear over DeBERTa's 2 x span relative
+    #: embeddings (computed once per forward), or the keys of a rel_scores op
+    fixed_rows: int = 0
 
     @property
     def block_path(self) -> str:
@@ -150,6 +154,8 @@ class Op:
         ``keys`` (query, key) pairs per head."""
         if self.kind == "linear":
             return 2 * rows * self.d_in * self.d_out * self.active
+        if self.kind == "rel_scores":  # DeBERTa: each query row against 2 x span positions
+            return 2 * rows * self.heads * keys * self.d_in
         if self.kind in ("attn_scores", "attn_context"):
             width = self.d_in if self.kind == "attn_scores" else self.d_out
             return 2 * rows * self.heads * keys * width
@@ -166,7 +172,9 @@ class Op:
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind in ("linear", "weight_product"):
-            return self._matmul(w.rows(self.stream), 1)
+            return self._matmul(self.fixed_rows or w.rows(self.stream), 1)
+        if self.kind == "rel_scores":
+            return self._matmul(w.rows(self.stream), self.fixed_rows)
         if self.kind == "conv1d":  # padded on both sides by k - 1, then cut to the S causal
             return self._matmul(w.batch, w.seq + self.d_out - 1)  # outputs (HF, Mamba's
         if self.kind in ("ssm_scan", "ssd_scan"):  # reference code)
@@ -189,7 +197,8 @@ class Op:
         min(context, window) keys for self-attention, all source tokens for cross-attention.
         ``model=False`` ignores the window (a kernel that scans the whole cache).
         """
-        if self.stream in ("src", "first", "one"):  # encoder ops, the pooler, DoRA's product
+        # encoder ops, the pooler, DoRA's product, Whisper's audio stem do not decode
+        if self.stream in ("src", "first", "one", "mel"):
             return 0
         if self.kind == "conv1d":  # the k cached inputs and the new one: two outputs (HF's
             return self._matmul(batch, 2)  # causal_conv1d_update keeps the last)
@@ -285,7 +294,9 @@ class Op:
             return fwd * 5 // 2
         if self.kind == "weight_product":
             return 0
-        if self.kind == "linear" and not self.trainable:
+        if self.kind == "linear" and not self.trainable:  # the input gradient only
+            return fwd if self.input_grad else 0
+        if not self.input_grad:  # the weight gradient only
             return fwd
         return 2 * fwd
 
@@ -343,7 +354,7 @@ def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
 
 
 #: op kinds with matmul-like FLOPs (FlopCounterMode counts them: mm, bmm, convolution)
-FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan",
+FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan", "rel_scores",
               "weight_product")
 
 #: op kinds whose saved tensors live inside a TP region (split over t in any case)

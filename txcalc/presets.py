@@ -26,6 +26,8 @@ _t5 = partial(M, family="encoder-decoder", vocab_size=32128, max_position=512, h
               pos_type="relative_bias", activation="relu", norm_type="rmsnorm", norm_bias=False,
               embed_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1, mlp_dropout=0.1,
               final_dropout=0.1)
+_xlmr = partial(_bert, n_layers=24, d_model=1024, n_heads=16, vocab_size=250002,
+                type_vocab_size=1)
 _llama = partial(M, activation="swiglu", norm_type="rmsnorm", pos_type="rotary",
                  tie_embeddings=False)
 
@@ -146,6 +148,45 @@ PRESETS: dict[str, ModelConfig] = {
     # n_layers 96, d_model 12288, n_heads 96, d_head 128, n_ctx 2048, GPT-2 tokenizer (50257)
     "gpt3-175b": _gpt2(name="gpt3-175b", n_layers=96, d_model=12288, n_heads=96, max_position=2048,
                        activation="gelu"),
+    # --- encoders and encoder-decoders of issue 13 (base models, as AutoModel builds them;
+    # seq2seq: the *ForConditionalGeneration class) ------------------------------------------
+    # FacebookAI/xlm-roberta-large config.json (Conneau et al. 2019, arXiv:1911.02116)
+    "xlm-roberta-large": _xlmr(name="xlm-roberta-large", max_position=514),
+    # BAAI/bge-m3 config.json (XLM-R large at 8,194 positions; Chen et al. 2024, arXiv:2402.03216)
+    "bge-m3": _xlmr(name="bge-m3", max_position=8194),
+    # sentence-transformers/all-mpnet-base-v2 config.json (MPNet, Song et al. 2020, arXiv:2004.09297)
+    "all-mpnet-base-v2": _bert(name="all-mpnet-base-v2", n_layers=12, d_model=768, n_heads=12,
+                               vocab_size=30527, max_position=514, type_vocab_size=0,
+                               extra_rel_bias=True),
+    # microsoft/deberta-v3-large config.json (He et al. 2021, arXiv:2111.09543)
+    "deberta-v3-large": _bert(name="deberta-v3-large", n_layers=24, d_model=1024, n_heads=16,
+                              vocab_size=128100, type_vocab_size=0, pos_type="none",
+                              pooler=False, rel_span=256, rel_c2p=True, rel_p2c=True,
+                              rel_norm=True),
+    # answerdotai/ModernBERT-large config.json (Warner et al. 2024, arXiv:2412.13663)
+    "modernbert-large": M(name="modernbert-large", family="encoder", n_layers=28, d_model=1024,
+                          n_heads=16, d_ff=2624, vocab_size=50368, max_position=8192,
+                          activation="geglu", norm_bias=False, embed_norm=True,
+                          first_attn_norm=False, head="none", head_dense_bias=False),
+    # facebook/nllb-200-3.3B config.json (NLLB team 2022, arXiv:2207.04672)
+    "nllb-200-3.3b": M(name="nllb-200-3.3b", family="encoder-decoder", n_layers=24,
+                       n_encoder_layers=24, d_model=2048, n_heads=16, d_ff=8192,
+                       vocab_size=256206, max_position=1024, position_offset=2,
+                       pos_type="sinusoidal", sinusoidal_table="buffer", activation="relu",
+                       qkv_bias=True, out_bias=True, mlp_bias=True),
+    # openai/whisper-large-v3 config.json (Radford et al. 2022, arXiv:2212.04356): the whole
+    # WhisperForConditionalGeneration, conv audio stem and frozen encoder positions included
+    "whisper-large-v3": M(name="whisper-large-v3", family="encoder-decoder", n_layers=32,
+                          n_encoder_layers=32, d_model=1280, n_heads=20, d_ff=5120,
+                          vocab_size=51866, max_position=448, encoder_max_position=1500,
+                          pos_type="learned", audio_mels=128, k_proj_bias=False,
+                          qkv_bias=True, out_bias=True, mlp_bias=True),
+    # google/flan-t5-xxl config.json (Chung et al. 2022, arXiv:2210.11416); untied lm_head
+    "flan-t5-xxl": _t5(name="flan-t5-xxl", n_layers=24, n_encoder_layers=24, d_model=4096,
+                       n_heads=64, d_ff=10240, activation="geglu", tie_embeddings=False),
+    # google/mt5-xxl config.json (Xue et al. 2020, arXiv:2010.11934); untied lm_head
+    "mt5-xxl": _t5(name="mt5-xxl", n_layers=24, n_encoder_layers=24, d_model=4096, n_heads=64,
+                   d_ff=10240, vocab_size=250112, activation="geglu", tie_embeddings=False),
 }
 
 

@@ -97,6 +97,8 @@ class Workload:
             return self.seq
         if stream == "src_pos":  # the same for the encoder of an encoder-decoder model
             return self.src_seq
+        if stream == "mel":  # Whisper's mel frames: two per encoder position (conv2 stride 2)
+            return 2 * self.batch * self.src_seq
         return self.batch * self.seq
 
     def length(self, stream: str) -> int:
@@ -106,10 +108,11 @@ class Workload:
 def check_fits(cfg, work: Workload) -> None:
     """Raise WorkloadError when the model cannot take these lengths (learned positions)."""
     if cfg.pos_type == "learned":
-        for name, length in (("seq", work.seq), ("src_seq", work.src_seq)):
-            if length > cfg.max_position:
+        for name, length, limit in (("seq", work.seq, cfg.max_position),
+                                    ("src_seq", work.src_seq, cfg.stack_max_position("encoder"))):
+            if length > limit:
                 raise WorkloadError(f"{name} ({length}) exceeds {cfg.name}'s learned position "
-                                    f"table (max_position {cfg.max_position})")
+                                    f"table (max_position {limit})")
 
 
 # The parsers live in the input layer; these names stay importable from here.

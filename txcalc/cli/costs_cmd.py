@@ -7,7 +7,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, human, table
-from .params_cmd import MODEL_HELP, WEIGHTS_HELP
+from .params_cmd import HEAD_HELP, MODEL_HELP, WEIGHTS_HELP
 from .fit_cmd import FT_HELP, make_finetune
 
 
@@ -44,6 +44,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           lora_dropout: float = typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
           trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
           base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
+          head: str = typer.Option(None, "--head", help=HEAD_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
@@ -53,7 +54,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                       context=context)["context"]
-    cfg = load(model)
+    cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
@@ -118,6 +119,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
            base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
            offload: str = typer.Option("none", "--offload", help=FT_HELP["offload"]),
+           head: str = typer.Option(None, "--head", help=HEAD_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
@@ -148,7 +150,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout, ft, offload)
+                        dropout, ft, offload, head)
     gpu = int(gpu_gb * GB)
     out["gpu_bytes"] = gpu
     out["fits_one_gpu"] = out["total_bytes"] <= gpu
@@ -196,12 +198,12 @@ def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
 
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-              dropout=False, ft=None, offload="none") -> dict:
+              dropout=False, ft=None, offload="none", head=None) -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
-    cfg = load(model)
+    cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout)
     check_fits(cfg, work)
     m = TrainingMemory(cfg, work, precision, optimizer, ft, offload)

@@ -10,6 +10,8 @@ from .output import console, emit_json, human, table
 MODEL_HELP = "A preset name (see `txcalc presets`) or a path to a Hugging Face config.json."
 WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
                 "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
+HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
+             "auto (the class its 'architectures' names).")
 
 
 @app.command()
@@ -40,6 +42,7 @@ def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for 
 
 @app.command()
 def params(model: str = typer.Argument(..., help=MODEL_HELP),
+           head: str = typer.Option(None, "--head", help=HEAD_HELP),
            weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
            hf_class: str = typer.Option(
@@ -53,7 +56,7 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..hf import UnsupportedModelType
 
     try:
-        cfg = load(model)
+        cfg = load(model) if head is None else load(model, head)
     except UnsupportedModelType as e:
         if weights is not None:
             from ..errors import ConfigError

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..components import model_ops_tuple
-from ..config import ModelConfig
+from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, fp8_saved_delta,
                       fp8_weight_bytes, optimizer_state_bytes, param_tensor_count, saved_rows,
@@ -497,7 +497,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
-    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head == "lm" else 0
+    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head in VOCAB_HEADS else 0
     # a shard group of one rank gathers nothing: ZeRO-3 there is ZeRO-0 (FSDP2 at world 1 keeps
     # no unsharded copies beside its parameters)
     z3 = (zero == 3) & (shard > 1)
