@@ -121,10 +121,17 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
           comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
           fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
+          gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization", help="vLLM's fraction of GPU memory for weights, activations and KV blocks (default 0.9)."),
+          block_size: int = typer.Option(None, "--block-size", help="Tokens per KV block (vLLM 16; TRT-LLM 64 or 128)."),
+          max_model_len: str = typer.Option(None, "--max-model-len", help="Longest sequence the engine admits (default: the context)."),
+          max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens", help="Tokens of the largest step the engine profiles (default max(max-model-len, 2048))."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
     from .options import options
     from ..planner import plan_infer
+    from .. import serving as S
+    kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
+                           max_num_batched_tokens)
 
     opts = options(gpu=gpu, required_context=context, concurrency=concurrency,
                    kv_dtype=kv_dtype, tokens_per_s=tokens_per_s, precision=precision,
@@ -134,10 +141,15 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                    tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
                    overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
     out = p.to_json()
+    b = p.best
+    kv = S.kv_capacity_or_none(model, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
+                               precision=precision, weights=weights,
+                               overheads=_overheads(context_gib, comm_gib, fragmentation),
+                               **{"max_model_len": p.context, **kv_opts})
+    out.update(S.kv_json(kv))
     if json_out:
         emit_json(out)
         return
-    b = p.best
     console.print(f"[bold]{p.cfg.name}[/bold] on {p.gpu.name}: {p.concurrency} sequences of "
                   f"{p.context:,} tokens, KV cache {p.kv_dtype}, weights {p.weights}")
     console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
@@ -151,3 +163,8 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                           f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
                           f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
                           f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]]))
+    if kv is not None:
+        console.print(f"  paged KV cache (vLLM-style, utilisation {kv.gpu_memory_utilization:g}, "
+                      f"block {kv.block_size}): {kv.kv_cache_bytes / GB:,.2f} GB per GPU = "
+                      f"{kv.kv_blocks:,} blocks = {kv.kv_tokens:,} tokens; "
+                      f"{kv.max_concurrency:,.2f} sequences of {kv.max_model_len:,} tokens")
