@@ -119,3 +119,118 @@ def one_line_error(capsys, argv) -> str:
     assert rc == 2, (rc, out, err)
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     return err
+
+
+# --- the step-level simulator ----------------------------------------------------------------------
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from txcalc.components import model_ops_tuple  # noqa: E402
+from txcalc.hardware import get_gpu  # noqa: E402
+from txcalc.serving_sim import SimError, simulate, step_model  # noqa: E402
+from txcalc.workload import Workload  # noqa: E402
+
+LAYOUTS = [("llama-3-8b", "h100", 1), ("llama-3.1-70b", "h200", 4), ("mixtral-8x7b", "h100", 2),
+           ("qwen2-7b", "a100-80gb", 1)]
+
+
+def _prefill_flops(model: str, seq: int) -> int:
+    """The engine's prompt FLOPs (attended pairs only, head on the last position)."""
+    w = Workload(batch=1, seq=seq, attn_impl="flash")
+    return sum(op.prefill_flops(w, model=True) for op in model_ops_tuple(load(model)))
+
+
+@pytest.mark.parametrize("model,gpu,tp", LAYOUTS)
+def test_decode_never_beats_hbm_bandwidth(model, gpu, tp):
+    """Tokens/s of one sequence <= HBM bandwidth / bytes read per token (its rank's weights --
+    the experts its token touches for MoE -- and its KV cache), at every load."""
+    sm = step_model(model, gpu, tp=tp, max_model_len=4096)
+    g = get_gpu(gpu)
+    cfg = load(model)
+    kv = kv_cache_bytes_per_token(cfg) // min(tp, cfg.n_kv_heads)
+    for rate, n in ((math.inf, 64), (2.0, 40)):
+        r = simulate(sm, n, 1000, 64, rate=rate)
+        floor_bytes = sm.dense_weight_bytes + sm.top_k * sm.expert_bytes + kv * 1001
+        assert r.itl_values_s.min() >= floor_bytes / g.hbm_bytes_per_s
+        assert (1 / r.tpot_s).max() <= g.hbm_bytes_per_s / floor_bytes
+    one = simulate(sm, 1, 1000, 64, rate=1.0)
+    assert one.itl_values_s.min() >= floor_bytes / g.hbm_bytes_per_s
+
+
+@pytest.mark.parametrize("model,gpu,tp", LAYOUTS)
+def test_prefill_never_beats_the_tensor_core_peak(model, gpu, tp):
+    """A lone prompt's TTFT >= its FLOPs (the engine's per-op prefill FLOPs) / (tp x dense
+    peak); and the chunked prompt is not faster than the whole one."""
+    g = get_gpu(gpu)
+    sm = step_model(model, gpu, tp=tp, max_model_len=16384)
+    for seq in (512, 8000, 12000):
+        r = simulate(sm, 1, seq, 2, rate=1.0, max_num_batched_tokens=4096)
+        assert r.ttft(50) >= _prefill_flops(model, seq) / (tp * g.peak_flops["bf16"])
+
+
+def test_simulator_counts_every_token_and_request():
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    rng = np.random.default_rng(3)
+    ins = rng.integers(1, 3000, 500)
+    outs = rng.integers(1, 400, 500)
+    for kw in ({"rate": 5.0}, {"rate": math.inf}, {"concurrency": 17}):
+        r = simulate(sm, 500, ins, outs, **kw)
+        assert r.output_tokens == int(outs.sum())
+        assert int(r.itl_weights.sum()) == int((outs - 1).sum())  # gaps between tokens
+        assert (r.ttft_s > 0).all() and r.max_running <= 256
+        if "concurrency" in kw:
+            assert r.max_running <= 17
+
+
+def test_simulator_latency_grows_with_load():
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    res = {rate: simulate(sm, 1500, 2000, 200, rate=rate, seed=5)
+           for rate in (1.0, 8.0, 14.0, math.inf)}
+    assert res[1.0].ttft(99) < res[8.0].ttft(99) < res[14.0].ttft(99)
+    assert res[1.0].itl(50) < res[14.0].itl(50)
+    # offline beats every load below saturation (near saturation, Poisson arrivals can win:
+    # they mix prefill chunks into decode steps, while equal requests queued at once run in
+    # waves of prefill-only, then decode-only, steps)
+    assert res[math.inf].output_tokens_per_s >= max(res[1.0].output_tokens_per_s,
+                                                    res[8.0].output_tokens_per_s)
+    low = res[1.0]  # below saturation the replica serves what is offered
+    assert low.requests_per_s == pytest.approx(1.0, rel=0.1)
+    assert low.goodput(ttft_slo_s=10, tpot_slo_s=1) == pytest.approx(low.requests_per_s)
+    assert low.goodput(ttft_slo_s=1e-6) == 0
+
+
+def test_lone_request_matches_its_step_times():
+    """One request: TTFT = the prompt's chunks, each a step; then one step per token."""
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    r = simulate(sm, 1, 5000, 3, rate=1.0, max_num_batched_tokens=2048)
+    chunks = [(2048, 0), (2048, 2048), (904, 4096)]
+    want = sum(sm.step_s(c, int(c + p == 5000), c * p + c * (c + 1) // 2, p)
+               for c, p in chunks)
+    assert r.ttft(50) == pytest.approx(want)
+    assert sorted(r.itl_values_s) == pytest.approx(sorted(
+        [sm.step_s(1, 1, 5001, 5001), sm.step_s(1, 1, 5002, 5002)]))
+
+
+def test_moe_reads_more_experts_at_larger_batches():
+    sm = step_model("mixtral-8x7b", "h100", tp=2, max_model_len=4096)
+    assert sm.n_experts == 8 and sm.top_k == 2
+    one, many = sm.step_s(1, 1, 100, 100), sm.step_s(64, 64, 6400, 6400)
+    assert many > one
+    # at one token the step reads top_k experts per layer, at 64 nearly all 8
+    t1 = (sm.dense_weight_bytes + 2 * sm.expert_bytes + 100 * sm.kv_bytes_per_token) \
+        / sm.bytes_per_s
+    assert one == pytest.approx(sm.overhead_s + t1 + sm.n_allreduce * (sm.ar_latency_s
+                                                                       + sm.ar_s_per_token))
+
+
+def test_simulator_bad_input():
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    with pytest.raises(SimError, match="exactly one"):
+        simulate(sm, 10, 100, 10)
+    with pytest.raises(SimError, match="does not fit the KV cache"):
+        simulate(sm, 1, 10**6, 10, rate=1.0)
+    with pytest.raises(SimError, match="rate"):
+        simulate(sm, 10, 100, 10, rate=-1.0)
+    with pytest.raises(SimError, match="output_len"):
+        simulate(sm, 3, 100, [1, 2], rate=1.0)
