@@ -191,6 +191,8 @@ class SimResult:
     input_tokens: int = 0
     steps: int = 0
     max_running: int = 0
+    #: open loop: (n - 1) / (last arrival - first arrival), the rate the trace really offered
+    offered_rate: float = 0.0
 
     @property
     def requests_per_s(self) -> float:
@@ -374,5 +376,7 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
     start = float(np.min(arrive)) if rate is not None else 0.0
     vals = np.fromiter(gaps.keys(), dtype=float, count=len(gaps))
     wts = np.fromiter(gaps.values(), dtype=np.int64, count=len(gaps))
+    span = float(arrive[-1] - arrive[0]) if rate is not None and n > 1 else 0.0
+    offered = (n - 1) / span if span > 0 else math.inf
     return SimResult(n, t - start, np.asarray(ttft), np.asarray(tpot), vals, wts,
-                     out_tokens, int(ins.sum()), step, max_running)
+                     out_tokens, int(ins.sum()), step, max_running, offered)
