@@ -9,10 +9,12 @@ input + output tokens, the fewest replicas whose simulated replica (``serving_si
 meets the SLOs: a request rate splits evenly over replicas (a random split of a Poisson stream
 is Poisson at rate / replicas), a concurrency splits into ceil(C / replicas) clients each. A
 rate is met only when a replica keeps up (its completed requests/s >= 95 % of what it is
-offered by the simulated trace); ``rate=inf`` is the offline mode (every request queued at once): one replica, or the
-pinned count, each layout ranked by output tokens/s per GPU. Pipeline depths above 1 are tried only when no
-single-stage layout fits (or ``pp`` pins one). Layouts rank by total GPUs, then
-cost, then TTFT p99. ``tp``, ``pp``, ``replicas`` pin the search.
+offered by the simulated trace); ``rate=inf`` is the offline mode (every request queued
+at once): one replica, or the pinned count, each layout ranked by output tokens/s per GPU.
+Pipeline depths above 1 are tried only when no single-stage layout fits (or ``pp`` pins
+one). Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
+one given, when given) and keeps its best. Layouts rank by total GPUs, then cost, then TTFT
+p99. ``tp``, ``pp``, ``replicas`` pin the search.
 
 cost per million tokens = GPUs x price per GPU-hour / 3600 / tokens per second x 10^6, for the
 output tokens alone and for input + output tokens.
@@ -33,6 +35,10 @@ KEEP_UP = 0.95
 #: simulated requests per replica: about this many seconds of arrivals, within the bounds
 SIM_SECONDS = 120
 SIM_MIN, SIM_MAX = 300, 3000
+#: chunk budgets (max_num_batched_tokens) a plan tries when not pinned: small ones bound the
+#: inter-token latency (a decode step shares its step with at most that many prompt tokens),
+#: large ones the time to first token and the GPU time per prompt token
+CHUNKS = (512, 2048, 8192)
 
 
 class ServePlanError(TxcalcError):
@@ -45,6 +51,7 @@ class ServeRow:
     pp: int
     replicas: int
     total_gpus: int
+    max_num_batched_tokens: int
     kv_tokens_per_replica: int
     ttft_p50_s: float
     ttft_p90_s: float
@@ -122,7 +129,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  itl_p99_s: float | None = None, price_per_gpu_hour: float | None = None,
                  tp: int | None = None, pp: int | None = None, replicas: int | None = None,
                  kv_dtype: str = "bf16", precision: str = "bf16", weights: str | None = None,
-                 max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                 max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
                  overhead_s: float | None = None, seed: int = 0, **kv_kw) -> ServePlan:
     """The cheapest layout x replicas meeting the SLOs (see the module docstring)."""
@@ -150,42 +157,48 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     g = get_gpu(gpu, gpu_file)
     offline = rate is not None and math.isinf(rate)
     seq = input_len + output_len
-    kv_kw = {"max_model_len": seq, "max_num_batched_tokens": max_num_batched_tokens,
-             "max_num_seqs": max_num_seqs, **kv_kw}
+    chunk_pinned = max_num_batched_tokens is not None
+    I.integer("max_num_batched_tokens", max_num_batched_tokens, 1, I.MAX_SEQ, none=True)
+    max_num_batched_tokens = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     rows, notes, tried = [], [], []
-    for t, p in _candidate_layouts(cfg, tp, pp, g.gpus_per_node):
+    chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
+        c for c in CHUNKS if c >= seq][:1]
+    for (t, p), chunk in ((lay, c) for lay in _candidate_layouts(cfg, tp, pp, g.gpus_per_node)
+                          for c in chunks):
         if pp is None and p > 1 and any(q == 1 for _, q in tried):
             continue  # pipeline stages only where no single-stage layout fits
         try:
             sm = step_model(model, g, tp=t, pp=p, kv_dtype=kv_dtype, precision=precision,
                             weights=weights, profile=profile, gpu_file=gpu_file,
                             overhead_s=STEP_OVERHEAD_S if overhead_s is None else overhead_s,
-                            **kv_kw)
+                            max_model_len=seq, max_num_batched_tokens=chunk,
+                            max_num_seqs=max_num_seqs, **kv_kw)
         except ServingError:
             continue
         if sm.kv_capacity_tokens < seq:
             continue
-        tried.append((t, p))
+        if (t, p) not in tried:
+            tried.append((t, p))
 
         def run(r: int):
             if offline:
                 n = SIM_MIN * 2
                 res = simulate(sm, n, input_len, output_len, rate=math.inf,
-                               max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_batched_tokens=chunk,
                                max_num_seqs=max_num_seqs, seed=seed)
                 ok = True
             elif rate is not None:
                 per = rate / r
                 n = int(min(SIM_MAX, max(SIM_MIN, per * SIM_SECONDS)))
                 res = simulate(sm, n, input_len, output_len, rate=per,
-                               max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_batched_tokens=chunk,
                                max_num_seqs=max_num_seqs, seed=seed)
                 ok = res.requests_per_s >= KEEP_UP * min(per, res.offered_rate)
             else:
                 per = math.ceil(concurrency / r)
                 n = int(min(SIM_MAX, max(SIM_MIN, 8 * per)))
                 res = simulate(sm, n, input_len, output_len, concurrency=per,
-                               max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_batched_tokens=chunk,
                                max_num_seqs=max_num_seqs, seed=seed)
                 ok = True
             ok = ok and (ttft_p99_s is None or res.ttft(99) <= ttft_p99_s) \
@@ -217,12 +230,16 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
             r = hi
             ok, res = cache[r]
         total = r * t * p
-        out_tps = r * res.output_tokens_per_s
-        all_tps = out_tps + r * res.input_tokens / res.duration_s
+        if rate is not None and not offline and ok:  # keeping up: it serves what is offered
+            req_s = rate
+        else:
+            req_s = r * res.requests_per_s
+        out_tps = req_s * output_len
+        all_tps = req_s * (input_len + output_len)
         cost = None if price_per_gpu_hour is None else total * price_per_gpu_hour / 3600
-        rows.append(ServeRow(t, p, r, total, sm.kv_capacity_tokens, res.ttft(50), res.ttft(90),
+        rows.append(ServeRow(t, p, r, total, chunk, sm.kv_capacity_tokens, res.ttft(50), res.ttft(90),
                              res.ttft(99), res.itl(50), res.itl(90), res.itl(99),
-                             float(res.tpot_s.mean()), r * res.requests_per_s, out_tps,
+                             float(res.tpot_s.mean()), req_s, out_tps,
                              r * res.goodput(ttft_p99_s, itl_p99_s), ok,
                              None if cost is None else cost / all_tps * 1e6,
                              None if cost is None else cost / out_tps * 1e6))
@@ -239,6 +256,12 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     else:
         rows.sort(key=lambda r: (not r.meets_slo, r.total_gpus,
                                  r.cost_per_million_tokens or 0, r.ttft_p99_s))
+    seen, kept = set(), []
+    for r in rows:  # the best chunk budget of each layout
+        if (r.tp, r.pp) not in seen:
+            seen.add((r.tp, r.pp))
+            kept.append(r)
+    rows = kept
     if not rows[0].meets_slo:
         notes.append("no layout meets the SLOs with the pinned replicas; best shown")
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,

@@ -244,9 +244,10 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
                   f"p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms; "
                   f"{b.output_tokens_per_s:,.0f} output tokens/s{cost}")
     console.print(table("layouts (fewest replicas meeting the SLOs)",
-                        ["tp x pp", "replicas", "GPUs", "TTFT p99 s", "ITL p99 ms",
+                        ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
                          "out tok/s", "meets SLO"],
-                        [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus, f"{r.ttft_p99_s:.3f}",
+                        [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
+                          f"{r.max_num_batched_tokens:,}", f"{r.ttft_p99_s:.3f}",
                           f"{r.itl_p99_s * 1e3:.1f}", f"{r.output_tokens_per_s:,.0f}",
                           "yes" if r.meets_slo else "no") for r in p.rows]))
     for note in p.notes:
