@@ -316,3 +316,41 @@ def test_plan_infer_without_serving_flags_is_unchanged():
     assert r.exit_code == 0
     d = json.loads(r.output)
     assert d["concurrency"] == 1 and d["context"] == 4096 and "gpus_per_replica" in d
+
+
+# --- speculative decoding -------------------------------------------------------------------------
+from txcalc.serving_sim import (expected_tokens_per_step, speculation_breakeven_batch,  # noqa: E402
+                                speculative)
+
+
+def test_expected_tokens_per_step_is_the_truncated_geometric_mean():
+    """Against a direct sum: E = sum_{i=0..gamma} alpha^i (accept i drafted tokens in a row,
+    then the target's token), and a Monte Carlo of the acceptance process."""
+    for alpha in (0.0, 0.3, 0.6, 0.8, 0.95, 1.0):
+        for gamma in (0, 1, 3, 5):
+            assert expected_tokens_per_step(alpha, gamma) == pytest.approx(
+                sum(alpha ** i for i in range(gamma + 1)))
+    rng = np.random.default_rng(0)
+    acc = rng.random((200_000, 4)) < 0.7
+    run = np.where(acc.all(axis=1), 4, acc.argmin(axis=1))  # accepted before the first reject
+    assert (run + 1).mean() == pytest.approx(expected_tokens_per_step(0.7, 4), rel=0.01)
+
+
+def test_speculation_helps_small_batches_and_hurts_past_the_breakeven():
+    sm = step_model("llama-3.1-70b", "h100", tp=4, max_model_len=8192)
+    draft = step_model("llama-3-8b", "h100", tp=4, max_model_len=8192)
+    small = speculative(sm, 0.8, 4, 1, 2000, draft)
+    # at batch 1 the step is bandwidth-bound: verifying 5 positions costs what one does
+    assert small.verify_s == pytest.approx(small.plain_step_s, rel=0.01)
+    assert small.speedup == pytest.approx(small.tokens_per_step * small.plain_step_s
+                                          / (small.draft_s + small.verify_s))
+    assert small.speedup > 1.2
+    b = speculation_breakeven_batch(sm, 0.8, 4, 2000, draft)
+    assert b is not None and b > 1
+    assert speculative(sm, 0.8, 4, b, 2000, draft).speedup < 1
+    assert speculative(sm, 0.8, 4, b - 1, 2000, draft).speedup >= 1
+    # a free drafter (EAGLE-style heads) breaks even later than a draft model
+    b_heads = speculation_breakeven_batch(sm, 0.8, 4, 2000)
+    assert b_heads is None or b_heads >= b
+    with pytest.raises(InputError):
+        expected_tokens_per_step(1.5, 3)

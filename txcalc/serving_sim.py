@@ -380,3 +380,73 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
     offered = (n - 1) / span if span > 0 else math.inf
     return SimResult(n, t - start, np.asarray(ttft), np.asarray(tpot), vals, wts,
                      out_tokens, int(ins.sum()), step, max_running, offered)
+
+
+# --- speculative decoding ------------------------------------------------------------------------
+def expected_tokens_per_step(alpha: float, gamma: int) -> float:
+    """Tokens a verification step yields when each of ``gamma`` drafted tokens is accepted
+    with probability ``alpha`` independently, stopping at the first rejection (the target's
+    own token always counts): (1 - alpha^(gamma+1)) / (1 - alpha); gamma + 1 at alpha = 1
+    (Leviathan et al. 2023, arXiv:2211.17192, eq. 1)."""
+    from . import inputs as I
+    alpha = I.number("alpha", alpha, 0, 1, lo_open=False)
+    gamma = I.integer("gamma", gamma, 0, 64)
+    if alpha == 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Decode with and without speculation at one batch and context (seconds per step)."""
+
+    batch: int
+    context: int
+    tokens_per_step: float  #: expected tokens per sequence per verification step
+    plain_step_s: float  #: one ordinary decode step of the target
+    draft_s: float  #: gamma draft steps (0 for heads that ride on the target's pass)
+    verify_s: float  #: the target over gamma + 1 positions per sequence
+    speedup: float  #: tokens/s with speculation / tokens/s without
+
+
+def speculative(target: StepModel, alpha: float, gamma: int, batch: int, context: int,
+                draft: StepModel | None = None) -> Speculation:
+    """Expected speed-up of speculative decoding at a decode batch: the target verifies
+    gamma + 1 positions of every sequence in one step (gamma + 1 times the tokens and logit
+    rows, the pairs of each position, the weights and the cache read once); ``draft`` (a
+    smaller model) runs gamma ordinary decode steps first; without one the drafter is taken as
+    free (EAGLE / Medusa heads on the target's own hidden states).
+
+        speedup = tokens_per_step x plain_step_s / (draft_s + verify_s)"""
+    from . import inputs as I
+    batch = I.integer("batch", batch, 1, I.MAX_BATCH)
+    context = I.integer("context", context, 1, I.MAX_SEQ)
+    e = expected_tokens_per_step(alpha, gamma)
+    k = gamma + 1
+    plain = target.step_s(batch, batch, batch * context, batch * context)
+    verify = target.step_s(batch * k, batch * k, batch * (k * context + k * (k - 1) // 2),
+                           batch * context)
+    d = 0.0 if draft is None else gamma * draft.step_s(batch, batch, batch * context,
+                                                       batch * context)
+    return Speculation(batch, context, e, plain, d, verify, e * plain / (d + verify))
+
+
+def speculation_breakeven_batch(target: StepModel, alpha: float, gamma: int, context: int,
+                                draft: StepModel | None = None, max_batch: int = 4096
+                                ) -> int | None:
+    """The smallest decode batch at which speculation slows decoding down (speedup < 1), or
+    None when it helps at every batch up to ``max_batch``: past it the verification's extra
+    positions turn the step compute-bound."""
+    b = 1
+    while b <= max_batch:
+        if speculative(target, alpha, gamma, b, context, draft).speedup < 1.0:
+            lo, hi = b // 2, b
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if speculative(target, alpha, gamma, mid, context, draft).speedup < 1.0:
+                    hi = mid
+                else:
+                    lo = mid
+            return max(hi, 1)
+        b *= 2
+    return None
