@@ -24,7 +24,9 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
                     |   TP: 2 all-reduces per block of tokens x d_model activations
                     |   pipeline stages run one after another (no micro-batching across steps)
     not modelled    | sliding windows (every layer attends to the whole context), prefix caching,
-                    |   speculative decoding, preemption, detokenisation, network
+                    |   preemption, detokenisation, network, the dequantisation cost of
+                    |   weight-only formats (they run at the 16-bit rate); speculative decoding
+                    |   is a separate estimate (``speculative``)
 
 Rates come from ``timing.DeviceProfile`` (dense peak x efficiency), FLOPs from the op list
 (``Op.fwd_flops``/``decode_flops``), bytes from ``sharding.local_params`` and
@@ -168,13 +170,29 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
         kv_capacity_tokens = kv_capacity(model, g, tp=tp, pp=pp, kv_dtype=kv_dtype,
                                          precision=precision, weights=weights,
                                          **kv_kw).kv_tokens
-    peak = prof.peak_flops.get(dtype, 0.0)
+    mm_dtype = _matmul_dtype(model, cfg, ops, weights, prof, dtype)
+    peak = prof.peak_flops.get(mm_dtype, 0.0)
     # pipeline stages in sequence: one replica-step is the whole model on one TP group, so the
     # per-GPU rates of one rank stand for it; pp only adds stage-boundary sends (ignored)
     return StepModel(lin, head, pair, dense, expert_bytes, n_exp, top_k, kv_tok, tp, pp,
-                     prof.flops_per_s("matmul", dtype), prof.flops_per_s("attention", dtype),
+                     prof.flops_per_s("matmul", mm_dtype),
+                     prof.flops_per_s("attention", dtype),
                      prof.bytes_per_s, peak, prof.hbm_bytes_per_s, lat, slope, 2 * n_blocks,
                      overhead_s, int(kv_capacity_tokens) * pp)
+
+
+def _matmul_dtype(model, cfg, ops, weights, prof, dtype: str) -> str:
+    """The tensor-core dtype of the Linears: a quantised format's own when every quantised op
+    computes in it (fp8 W8A8: the fp8 peak), else ``dtype`` (plan_infer's rule)."""
+    from . import formats as Q
+    sch, _ = Q.resolve(model, weights)
+    if sch is None:
+        return dtype
+    qops = Q.assign(ops, sch, cfg)
+    if any(Q.is_weight_only(q, prof.peak_flops) for q in qops):
+        return dtype
+    run = {Q.compute_dtype(q, prof.peak_flops, dtype) for q in qops if q.weight_format}
+    return run.pop() if len(run) == 1 else dtype
 
 
 @dataclass
