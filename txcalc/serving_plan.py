@@ -237,8 +237,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         out_tps = req_s * output_len
         all_tps = req_s * (input_len + output_len)
         cost = None if price_per_gpu_hour is None else total * price_per_gpu_hour / 3600
-        rows.append(ServeRow(t, p, r, total, chunk, sm.kv_capacity_tokens, res.ttft(50), res.ttft(90),
-                             res.ttft(99), res.itl(50), res.itl(90), res.itl(99),
+        rows.append(ServeRow(t, p, r, total, chunk, sm.kv_capacity_tokens, res.ttft(50),
+                             res.ttft(90), res.ttft(99), res.itl(50), res.itl(90), res.itl(99),
                              float(res.tpot_s.mean()), req_s, out_tps,
                              r * res.goodput(ttft_p99_s, itl_p99_s), ok,
                              None if cost is None else cost / all_tps * 1e6,
