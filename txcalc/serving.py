@@ -48,6 +48,9 @@ DEFAULT_UTILIZATION = 0.9
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_MAX_NUM_SEQS = 256
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+#: vLLM V0 turned chunked prefill on by default past 32K tokens of max_model_len
+#: (vllm/engine/arg_utils.py); the profile then runs one chunk, not the whole length
+CHUNKED_PREFILL_ABOVE = 32768
 #: the sampler's live copies of the logits, bytes per element: the model's bf16 logits, their
 #: fp32 copy, the fp32 probabilities and the fp32 log-probabilities (vLLM's Sampler:
 #: ``logits.to(torch.float)``, ``softmax``, ``log_softmax``)
@@ -154,7 +157,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
 
     ``max_model_len``: default the model's max_position. ``max_num_batched_tokens``: the
     largest step the engine profiles; default max(max_model_len, 2048), vLLM's default
-    without chunked prefill."""
+    without chunked prefill, up to CHUNKED_PREFILL_ABOVE tokens; 8192 past it (chunked
+    prefill, vLLM V1's default budget for online serving on H100-class GPUs)."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -183,7 +187,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     if pp > n_blocks:
         raise ServingError(f"pp ({pp}) exceeds {cfg.name}'s {n_blocks} blocks")
     max_model_len = max_model_len or cfg.max_position
-    batched = max_num_batched_tokens or max(max_model_len, 2048)
+    batched = max_num_batched_tokens or (max(max_model_len, 2048)
+                                         if max_model_len <= CHUNKED_PREFILL_ABOVE else 8192)
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
