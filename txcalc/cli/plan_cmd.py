@@ -111,8 +111,8 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
 @plan_app.command("infer")
 def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
-          context: str = typer.Option(..., "--context", help="Tokens per sequence: 128k (=131072), 8192."),
-          concurrency: int = typer.Option(1, "--concurrency", help="Sequences served at once."),
+          context: str = typer.Option(None, "--context", help="Tokens per sequence: 128k (=131072), 8192 (default with --input-len: input + output)."),
+          concurrency: int = typer.Option(None, "--concurrency", help="Sequences served at once (default 1); with --input-len: clients of a closed loop."),
           kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
           precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
@@ -121,10 +121,41 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
           comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
           fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
+          gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization", help="vLLM's fraction of GPU memory for weights, activations and KV blocks (default 0.9)."),
+          block_size: int = typer.Option(None, "--block-size", help="Tokens per KV block (vLLM 16; TRT-LLM 64 or 128)."),
+          max_model_len: str = typer.Option(None, "--max-model-len", help="Longest sequence the engine admits (default: the context)."),
+          max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens", help="Tokens of the largest step the engine profiles (default max(max-model-len, 2048))."),
+          input_len: str = typer.Option(None, "--input-len", help="Prompt tokens per request: plans replicas for SLOs by simulating continuous batching."),
+          output_len: str = typer.Option(None, "--output-len", help="Output tokens per request (with --input-len)."),
+          rate: str = typer.Option(None, "--rate", help="Requests/s arriving (Poisson), or inf: every request at once (offline)."),
+          ttft_p99: str = typer.Option(None, "--ttft-p99", help="SLO on the 99th percentile time to first token: 2s, 500ms."),
+          itl_p99: str = typer.Option(None, "--itl-p99", help="SLO on the 99th percentile inter-token latency: 50ms."),
+          price: float = typer.Option(None, "--price", help="Price per GPU-hour: cost per million tokens."),
+          tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree (with --input-len)."),
+          pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree (with --input-len)."),
+          replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
-    """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed."""
+    """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
+    with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
+    meet latency SLOs, from a simulation of continuous batching (txcalc.serving_sim)."""
     from .options import options
     from ..planner import plan_infer
+    from .. import serving as S
+    kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
+                           max_num_batched_tokens)
+    if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
+        _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
+                    itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
+                    kv_opts, json_out)
+        return
+    for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp)):
+        if v is not None:
+            raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
+                                 "--output-len with --rate or --concurrency")
+    if context is None:
+        raise S.ServingError("give --context (tokens per sequence), or --input-len and "
+                             "--output-len for a serving plan")
+    concurrency = 1 if concurrency is None else concurrency
 
     opts = options(gpu=gpu, required_context=context, concurrency=concurrency,
                    kv_dtype=kv_dtype, tokens_per_s=tokens_per_s, precision=precision,
@@ -134,10 +165,15 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                    tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
                    overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
     out = p.to_json()
+    b = p.best
+    kv = S.kv_capacity_or_none(model, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
+                               precision=precision, weights=weights,
+                               overheads=_overheads(context_gib, comm_gib, fragmentation),
+                               **{"max_model_len": p.context, **kv_opts})
+    out.update(S.kv_json(kv))
     if json_out:
         emit_json(out)
         return
-    b = p.best
     console.print(f"[bold]{p.cfg.name}[/bold] on {p.gpu.name}: {p.concurrency} sequences of "
                   f"{p.context:,} tokens, KV cache {p.kv_dtype}, weights {p.weights}")
     console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
@@ -151,3 +187,68 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                           f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
                           f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
                           f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]]))
+    if kv is not None:
+        console.print(f"  paged KV cache (vLLM-style, utilisation {kv.gpu_memory_utilization:g}, "
+                      f"block {kv.block_size}): {kv.kv_cache_bytes / GB:,.2f} GB per GPU = "
+                      f"{kv.kv_blocks:,} blocks = {kv.kv_tokens:,} tokens; "
+                      f"{kv.max_concurrency:,.2f} sequences of {kv.max_model_len:,} tokens")
+
+
+def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
+                itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
+                kv_opts, json_out) -> None:
+    """plan infer's SLO mode: ``serving_plan.plan_serving`` on the checked flags."""
+    from .options import options
+    from .. import inputs as I
+    from ..serving import ServingError
+    from ..serving_plan import parse_duration, parse_rate, plan_serving
+    if input_len is None or output_len is None:
+        raise ServingError("a serving plan needs both --input-len and --output-len")
+    if context is not None:
+        raise ServingError("--context and --input-len/--output-len exclude each other (the "
+                           "context of a request is input + output)")
+    n_in = I.parse_context(input_len, "--input-len", zero=False)
+    n_out = I.parse_context(output_len, "--output-len", zero=False)
+    if (rate is None) == (concurrency is None):
+        raise ServingError("a serving plan needs exactly one of --rate and --concurrency")
+    opts = options(gpu=gpu, concurrency=concurrency, kv_dtype=kv_dtype, precision=precision,
+                   gpu_file=gpu_file, price=price, tp=tp, pp=pp)
+    r = None if rate is None else parse_rate(rate)
+    ttft = None if ttft_p99 is None else parse_duration(ttft_p99, "--ttft-p99")
+    itl = None if itl_p99 is None else parse_duration(itl_p99, "--itl-p99")
+    reps = None if replicas is None else I.integer("--replicas", replicas, 1, 4096)
+    kw = {k: v for k, v in kv_opts.items() if k != "max_model_len"}
+    if "max_model_len" in kv_opts and kv_opts["max_model_len"] < n_in + n_out:
+        raise ServingError(f"--max-model-len ({kv_opts['max_model_len']:,}) is shorter than "
+                           f"--input-len + --output-len ({n_in + n_out:,})")
+    p = plan_serving(model, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
+                     ttft_p99_s=ttft, itl_p99_s=itl, price_per_gpu_hour=price, tp=tp, pp=pp,
+                     replicas=reps, kv_dtype=kv_dtype, precision=precision, weights=weights,
+                     gpu_file=gpu_file, **kw)
+    out = p.to_json()
+    if json_out:
+        emit_json(out)
+        return
+    b = p.best
+    load = (f"{p.rate:g} requests/s" if p.rate is not None else
+            f"{p.concurrency} concurrent clients")
+    slo = ", ".join(f"{k} {v * 1e3:g} ms" for k, v in (("TTFT p99", p.ttft_p99_s),
+                                                       ("ITL p99", p.itl_p99_s)) if v)
+    console.print(f"[bold]{p.model}[/bold] on {p.gpu}: {p.input_len:,} in / {p.output_len:,} "
+                  f"out tokens at {load}" + (f"; SLO {slo}" if slo else ""))
+    cost = (f"; {b.cost_per_million_tokens:,.3f} per million tokens "
+            f"({b.cost_per_million_output_tokens:,.3f} per million output tokens)"
+            if b.cost_per_million_tokens is not None else "")
+    console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
+                  f"pp {b.pp}; TTFT p50/p99 {b.ttft_p50_s:.3f}/{b.ttft_p99_s:.3f} s, ITL "
+                  f"p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms; "
+                  f"{b.output_tokens_per_s:,.0f} output tokens/s{cost}")
+    console.print(table("layouts (fewest replicas meeting the SLOs)",
+                        ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
+                         "out tok/s", "meets SLO"],
+                        [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
+                          f"{r.max_num_batched_tokens:,}", f"{r.ttft_p99_s:.3f}",
+                          f"{r.itl_p99_s * 1e3:.1f}", f"{r.output_tokens_per_s:,.0f}",
+                          "yes" if r.meets_slo else "no") for r in p.rows]))
+    for note in p.notes:
+        console.print(f"  note: {note}")

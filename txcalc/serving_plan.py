@@ -1,0 +1,301 @@
+"""SLO-driven serving plans: which TP x PP, how many replicas, at what cost per million tokens.
+
+    >>> p = plan_serving("llama-3.1-70b", "h100", 5000, 500, rate=20, ttft_p99_s=2,
+    ...                  itl_p99_s=0.05, price_per_gpu_hour=2.5)
+    >>> p.best.total_gpus, p.best.tp, p.best.replicas, p.best.ttft_p99_s
+
+For every layout tp x pp whose paged KV cache (``serving.kv_capacity``) holds one request of
+input + output tokens, the fewest replicas whose simulated replica (``serving_sim.simulate``)
+meets the SLOs: a request rate splits evenly over replicas (a random split of a Poisson stream
+is Poisson at rate / replicas), a concurrency splits into ceil(C / replicas) clients each. A
+rate is met only when a replica keeps up (its completed requests/s >= 95 % of what it is
+offered by the simulated trace); ``rate=inf`` is the offline mode (every request queued
+at once): one replica, or the pinned count, each layout ranked by output tokens/s per GPU.
+Pipeline depths above 1 are tried only when no single-stage layout fits (or ``pp`` pins
+one). Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
+one given, when given) and keeps its best. Layouts rank by total GPUs, then cost, then TTFT
+p99. ``tp``, ``pp``, ``replicas`` pin the search.
+
+cost per million tokens = GPUs x price per GPU-hour / 3600 / tokens per second x 10^6, for the
+output tokens alone and for input + output tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from .errors import TxcalcError
+from .serving_sim import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
+
+#: most replicas a plan tries per layout
+MAX_REPLICAS = 4096
+#: a replica keeps up with its offered rate when it completes at least this share of it
+KEEP_UP = 0.95
+#: simulated requests per replica: about this many seconds of arrivals, within the bounds
+SIM_SECONDS = 120
+SIM_MIN, SIM_MAX = 300, 3000
+#: chunk budgets (max_num_batched_tokens) a plan tries when not pinned: small ones bound the
+#: inter-token latency (a decode step shares its step with at most that many prompt tokens),
+#: large ones the time to first token and the GPU time per prompt token
+CHUNKS = (512, 2048, 8192)
+
+
+class ServePlanError(TxcalcError):
+    """No layout meets the SLOs, or the options contradict each other."""
+
+
+@dataclass
+class ServeRow:
+    tp: int
+    pp: int
+    replicas: int
+    total_gpus: int
+    max_num_batched_tokens: int
+    kv_tokens_per_replica: int
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p99_s: float
+    itl_p50_s: float
+    itl_p90_s: float
+    itl_p99_s: float
+    tpot_mean_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    goodput_requests_per_s: float
+    meets_slo: bool
+    cost_per_million_tokens: float | None = None
+    cost_per_million_output_tokens: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ServePlan:
+    model: str
+    gpu: str
+    input_len: int
+    output_len: int
+    rate: float | None
+    concurrency: int | None
+    ttft_p99_s: float | None
+    itl_p99_s: float | None
+    price_per_gpu_hour: float | None
+    rows: list[ServeRow]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> ServeRow:
+        return self.rows[0]
+
+    def to_json(self) -> dict:
+        b = self.best
+        out = {"model": self.model, "gpu": self.gpu, "input_len": self.input_len,
+               "output_len": self.output_len,
+               "rate": None if self.rate is None else (
+                   "inf" if math.isinf(self.rate) else self.rate),
+               "concurrency": self.concurrency, "slo": {"ttft_p99_s": self.ttft_p99_s,
+                                                        "itl_p99_s": self.itl_p99_s},
+               "price_per_gpu_hour": self.price_per_gpu_hour}
+        out.update(b.to_json())
+        out["layouts"] = [r.to_json() for r in self.rows]
+        out["notes"] = self.notes
+        return out
+
+
+def _candidate_layouts(cfg, tp, pp, gpus_per_node: int) -> list[tuple[int, int]]:
+    n_blocks = sum(d for _, d in cfg.stacks)
+
+    def ok(t: int) -> bool:  # plan_infer's rule: heads split evenly, KV heads split or copied
+        return cfg.n_heads % t == 0 and (cfg.is_mla or cfg.n_kv_heads % t == 0
+                                         or t % cfg.n_kv_heads == 0)
+    if tp and not ok(tp):
+        raise ServePlanError(f"tp ({tp}) must divide {cfg.name}'s n_heads ({cfg.n_heads}) and "
+                             f"divide or be a multiple of its n_kv_heads ({cfg.n_kv_heads})")
+    if pp and pp > n_blocks:
+        raise ServePlanError(f"pp ({pp}) exceeds {cfg.name}'s {n_blocks} blocks")
+    tps = [tp] if tp else [t for t in range(1, gpus_per_node + 1) if ok(t)]
+    pps = [pp] if pp else [p for p in (1, 2, 4, 8) if p <= n_blocks]
+    return [(t, p) for p in pps for t in tps]
+
+
+def _fits(sm, seq: int) -> bool:
+    return sm.kv_capacity_tokens >= seq
+
+
+def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None,
+                 concurrency: int | None = None, ttft_p99_s: float | None = None,
+                 itl_p99_s: float | None = None, price_per_gpu_hour: float | None = None,
+                 tp: int | None = None, pp: int | None = None, replicas: int | None = None,
+                 kv_dtype: str = "bf16", precision: str = "bf16", weights: str | None = None,
+                 max_num_batched_tokens: int | None = None,
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
+                 overhead_s: float | None = None, seed: int = 0, **kv_kw) -> ServePlan:
+    """The cheapest layout x replicas meeting the SLOs (see the module docstring)."""
+    from . import inputs as I
+    from . import load
+    from .hardware import get_gpu
+    from .serving import ServingError
+    from .serving_sim import STEP_OVERHEAD_S, simulate, step_model
+    input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
+    output_len = I.integer("output_len", output_len, 1, I.MAX_SEQ)
+    if (rate is None) == (concurrency is None):
+        raise ServePlanError("give exactly one of a request rate (--rate) and a concurrency "
+                             "(--concurrency)")
+    if rate is not None and not (isinstance(rate, float) and math.isinf(rate) and rate > 0):
+        rate = I.number("rate", rate, 0, 1e6)
+    concurrency = I.integer("concurrency", concurrency, 1, I.MAX_BATCH, none=True)
+    ttft_p99_s = I.number("ttft_p99_s", ttft_p99_s, 0, 1e6, none=True)
+    itl_p99_s = I.number("itl_p99_s", itl_p99_s, 0, 1e6, none=True)
+    price_per_gpu_hour = I.number("price_per_gpu_hour", price_per_gpu_hour, 0, I.MAX_PRICE,
+                                  lo_open=False, none=True)
+    tp = I.integer("tp", tp, 1, 64, none=True)
+    pp = I.integer("pp", pp, 1, 64, none=True)
+    replicas = I.integer("replicas", replicas, 1, MAX_REPLICAS, none=True)
+    cfg = load(model)
+    g = get_gpu(gpu, gpu_file)
+    offline = rate is not None and math.isinf(rate)
+    seq = input_len + output_len
+    chunk_pinned = max_num_batched_tokens is not None
+    I.integer("max_num_batched_tokens", max_num_batched_tokens, 1, I.MAX_SEQ, none=True)
+    max_num_batched_tokens = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    rows, notes, tried = [], [], []
+    chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
+        c for c in CHUNKS if c >= seq][:1]
+    for (t, p), chunk in ((lay, c) for lay in _candidate_layouts(cfg, tp, pp, g.gpus_per_node)
+                          for c in chunks):
+        if pp is None and p > 1 and any(q == 1 for _, q in tried):
+            continue  # pipeline stages only where no single-stage layout fits
+        try:
+            sm = step_model(model, g, tp=t, pp=p, kv_dtype=kv_dtype, precision=precision,
+                            weights=weights, profile=profile, gpu_file=gpu_file,
+                            overhead_s=STEP_OVERHEAD_S if overhead_s is None else overhead_s,
+                            max_model_len=seq, max_num_batched_tokens=chunk,
+                            max_num_seqs=max_num_seqs, **kv_kw)
+        except ServingError:
+            continue
+        if sm.kv_capacity_tokens < seq:
+            continue
+        if (t, p) not in tried:
+            tried.append((t, p))
+
+        def run(r: int):
+            if offline:
+                n = SIM_MIN * 2
+                res = simulate(sm, n, input_len, output_len, rate=math.inf,
+                               max_num_batched_tokens=chunk,
+                               max_num_seqs=max_num_seqs, seed=seed)
+                ok = True
+            elif rate is not None:
+                per = rate / r
+                n = int(min(SIM_MAX, max(SIM_MIN, per * SIM_SECONDS)))
+                res = simulate(sm, n, input_len, output_len, rate=per,
+                               max_num_batched_tokens=chunk,
+                               max_num_seqs=max_num_seqs, seed=seed)
+                ok = res.requests_per_s >= KEEP_UP * min(per, res.offered_rate)
+            else:
+                per = math.ceil(concurrency / r)
+                n = int(min(SIM_MAX, max(SIM_MIN, 8 * per)))
+                res = simulate(sm, n, input_len, output_len, concurrency=per,
+                               max_num_batched_tokens=chunk,
+                               max_num_seqs=max_num_seqs, seed=seed)
+                ok = True
+            ok = ok and (ttft_p99_s is None or res.ttft(99) <= ttft_p99_s) \
+                and (itl_p99_s is None or res.itl(99) <= itl_p99_s)
+            return ok, res
+
+        if replicas is not None or offline:
+            r = replicas or 1
+            ok, res = run(r)
+        else:
+            lo, hi = 0, 1  # lo fails (or is 0), hi is tried
+            cache = {}
+            while hi <= MAX_REPLICAS:
+                cache[hi] = run(hi)
+                if cache[hi][0]:
+                    break
+                lo, hi = hi, hi * 2
+            if hi > MAX_REPLICAS:
+                notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
+                             "the SLOs")
+                continue
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                cache[mid] = run(mid)
+                if cache[mid][0]:
+                    hi = mid
+                else:
+                    lo = mid
+            r = hi
+            ok, res = cache[r]
+        total = r * t * p
+        if rate is not None and not offline and ok:  # keeping up: it serves what is offered
+            req_s = rate
+        else:
+            req_s = r * res.requests_per_s
+        out_tps = req_s * output_len
+        all_tps = req_s * (input_len + output_len)
+        cost = None if price_per_gpu_hour is None else total * price_per_gpu_hour / 3600
+        rows.append(ServeRow(t, p, r, total, chunk, sm.kv_capacity_tokens, res.ttft(50),
+                             res.ttft(90), res.ttft(99), res.itl(50), res.itl(90), res.itl(99),
+                             float(res.tpot_s.mean()), req_s, out_tps,
+                             r * res.goodput(ttft_p99_s, itl_p99_s), ok,
+                             None if cost is None else cost / all_tps * 1e6,
+                             None if cost is None else cost / out_tps * 1e6))
+    if not tried:
+        raise ServePlanError(f"{cfg.name} with {seq:,} tokens per request does not fit on "
+                             f"{g.name} in any layout tried (tp up to {g.gpus_per_node}, pp up "
+                             "to 8)")
+    if not rows:
+        raise ServePlanError(f"no layout of {cfg.name} on {g.name} meets the SLOs "
+                             f"({'; '.join(notes)})")
+    if offline:
+        rows.sort(key=lambda r: (-r.output_tokens_per_s / r.total_gpus, r.total_gpus))
+        notes.append("rate inf (offline): layouts ranked by output tokens/s per GPU")
+    else:
+        rows.sort(key=lambda r: (not r.meets_slo, r.total_gpus,
+                                 r.cost_per_million_tokens or 0, r.ttft_p99_s))
+    seen, kept = set(), []
+    for r in rows:  # the best chunk budget of each layout
+        if (r.tp, r.pp) not in seen:
+            seen.add((r.tp, r.pp))
+            kept.append(r)
+    rows = kept
+    if not rows[0].meets_slo:
+        notes.append("no layout meets the SLOs with the pinned replicas; best shown")
+    return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
+                     itl_p99_s, price_per_gpu_hour, rows, notes)
+
+
+def parse_duration(text, name: str) -> float:
+    """'2s', '50ms', '1.5', '300us' -> seconds (a positive finite number)."""
+    from . import inputs as I
+    if not isinstance(text, str):
+        return I.number(name, text, 0, 1e6)
+    t = text.strip().lower()
+    for suffix, scale in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if t.endswith(suffix):
+            t, mult = t[: -len(suffix)], scale
+            break
+    else:
+        mult = 1.0
+    try:
+        v = float(t)
+    except ValueError:
+        raise I.InputError(f"{name}: cannot read {I.show(text)} as a duration (try 2s, 50ms)"
+                           ) from None
+    return I.number(name, v * mult, 0, 1e6, note=" seconds")
+
+
+def parse_rate(text, name: str = "--rate") -> float:
+    """A request rate in requests/s, or 'inf' (every request at once)."""
+    from . import inputs as I
+    if isinstance(text, str) and text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise I.InputError(f"{name}: cannot read {I.show(text)} as requests per second "
+                           "(a number or inf)") from None
+    return I.number(name, v, 0, 1e6, note=" requests/s")
