@@ -51,7 +51,7 @@ TYPES = [
     ("mobilevit", "MobileViTForImageClassification", {}),
     ("xlnet", "XLNetLMHeadModel", {}),
     ("mobilebert", "MobileBertForMaskedLM", {}),
-    ("mamba", "MambaForCausalLM", {}),
+    ("falcon_mamba", "FalconMambaForCausalLM", {}),
     ("rwkv", "RwkvForCausalLM", {}),
     ("imagegpt", "ImageGPTForCausalImageModeling", {}),
     ("big_bird", "BigBirdForMaskedLM", {}),
@@ -140,10 +140,11 @@ def test_params_equal_hf(capsys, tmp_path, model_type, arch, over):
 
 
 def test_tied_weights_counted_once(capsys, tmp_path):
-    path = write_config(tmp_path, "mamba", "MambaForCausalLM", hidden_size=64,
+    path = write_config(tmp_path, "falcon_mamba", "FalconMambaForCausalLM", hidden_size=64,
                         num_hidden_layers=2, vocab_size=1000)
     got = run_json(capsys, ["params", path, "--json"])
-    model = hf_model("mamba", "MambaForCausalLM", hidden_size=64, num_hidden_layers=2,
+    model = hf_model("falcon_mamba", "FalconMambaForCausalLM", hidden_size=64,
+                     num_hidden_layers=2,
                      vocab_size=1000)
     assert model.lm_head.weight is model.backbone.embeddings.weight
     lm_head = next(r for r in got["modules"] if r["path"] == "lm_head")
@@ -151,7 +152,7 @@ def test_tied_weights_counted_once(capsys, tmp_path):
     # the head still computes: its per-row FLOPs are claimed
     assert lm_head["flops_fwd_per_row"] == 2 * 64 * 1000
     # untied: the head's weight is counted in its row
-    path = write_config(tmp_path, "mamba", "MambaForCausalLM", hidden_size=64,
+    path = write_config(tmp_path, "falcon_mamba", "FalconMambaForCausalLM", hidden_size=64,
                         num_hidden_layers=2, vocab_size=1000, tie_word_embeddings=False)
     untied = run_json(capsys, ["params", path, "--json"])
     assert untied["total_params"] == got["total_params"] + 64 * 1000
@@ -186,12 +187,12 @@ def test_a_part_config_builds_its_own_class(capsys, tmp_path):
 
 
 def test_human_output(capsys, tmp_path):
-    path = write_config(tmp_path, "mamba", "MambaForCausalLM", hidden_size=64,
+    path = write_config(tmp_path, "falcon_mamba", "FalconMambaForCausalLM", hidden_size=64,
                         num_hidden_layers=2, vocab_size=1000)
     assert main(["params", path]) == 0
     out = capsys.readouterr().out
-    assert "module-walk" in out and "MambaForCausalLM" in out
-    assert "not counted" in out and "MambaMixer" in out
+    assert "module-walk" in out and "FalconMambaForCausalLM" in out
+    assert "not counted" in out and "FalconMambaMixer" in out
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,7 +215,7 @@ TINY = [  # real CPU tensors, tiny sizes: (model_type, class, config overrides, 
     ("imagegpt", "ImageGPTForCausalImageModeling",
      dict(n_embd=32, n_layer=2, n_head=2, vocab_size=65, n_positions=64),
      lambda: dict(input_ids=torch.randint(0, 64, (2, 16)))),
-    ("mamba", "MambaForCausalLM",
+    ("falcon_mamba", "FalconMambaForCausalLM",
      dict(hidden_size=32, num_hidden_layers=2, vocab_size=100, state_size=4),
      lambda: dict(input_ids=torch.randint(0, 100, (2, 12)))),
     ("xlnet", "XLNetLMHeadModel",
@@ -318,14 +319,15 @@ def test_resnet_whole_step_from_rules():
 # --------------------------------------------------------------------------------------------
 
 def test_unproven_parts_are_marked(capsys, tmp_path):
-    """Mamba's mixer (its own A_log, D), its depthwise Conv1d and MambaRMSNorm have no rule:
+    """FalconMamba's mixer (its own A_log, D), its depthwise Conv1d and its RMSNorm have no
+    rule (mamba itself has a converter now; falcon_mamba has none):
     null FLOPs in their rows and listed under not_counted; FlopCounterMode does find FLOPs
     there, which the walk does not claim."""
     over = TINY[4][2]
-    path = write_config(tmp_path, "mamba", "MambaForCausalLM", **over)
+    path = write_config(tmp_path, "falcon_mamba", "FalconMambaForCausalLM", **over)
     got = run_json(capsys, ["params", path, "--json"])
     by_class = {r["class"]: r for r in got["not_counted"]}
-    assert {"MambaMixer", "Conv1d", "MambaRMSNorm"} <= set(by_class)
+    assert {"FalconMambaMixer", "Conv1d", "FalconMambaRMSNorm"} <= set(by_class)
     for r in got["modules"]:
         if r["class"] in by_class:
             assert r["flops_rule"] is None and r["flops_fwd_per_row"] is None, r
@@ -335,7 +337,7 @@ def test_unproven_parts_are_marked(capsys, tmp_path):
     assert got["ruled_params"] < got["total_params"]
     # the unruled modules do compute: the whole forward exceeds what the rules claim
     torch.manual_seed(0)
-    model = hf_model("mamba", "MambaForCausalLM", device="cpu", **over)
+    model = hf_model("falcon_mamba", "FalconMambaForCausalLM", device="cpu", **over)
     rows, _ = walk(model, torch)
     claimed = {r.path: r for r in rows if r.flops_fwd_per_row is not None}
     _, calls, _, total = traced_calls(model, claimed, TINY[4][3]())

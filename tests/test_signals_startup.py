@@ -59,7 +59,8 @@ def test_import_txcalc_cli_is_light():
 @pytest.mark.parametrize("delay_s", [0.15, 0.25, 0.4, 0.6, 0.9])
 def test_sigint_at_a_few_moments_of_a_real_run(delay_s):
     """``python -m txcalc plan train`` (about a second here) sent SIGINT after ``delay_s``:
-    130 and one line, or 0 and the whole answer when it finished first; never a traceback."""
+    130 and one line, or 0 and the whole answer when it finished first, or death by SIGINT
+    during interpreter shut-down; never a traceback."""
     p = subprocess.Popen([sys.executable, "-m", "txcalc", "plan", "train", "llama-3.1-405b",
                           "--gpu", "h100", "--tokens", "15T", "--days", "100", "--json"],
                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -68,5 +69,9 @@ def test_sigint_at_a_few_moments_of_a_real_run(delay_s):
     out, err = p.communicate(timeout=60)
     if p.returncode == 0:
         assert err == "" and out.rstrip().endswith("}")
+    elif p.returncode == -signal.SIGINT:
+        # the answer was complete and main() had handed SIGINT back to Python's default as
+        # the interpreter shut down: death by SIGINT (a shell's $? is 130), still no traceback
+        assert "Traceback" not in err and (out == "" or out.rstrip().endswith("}")), err
     else:
         assert (p.returncode, err, out) == (130, ONE_LINE, "")
