@@ -17,7 +17,8 @@ ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electr
             "mpnet", "modernbert", "esm", "deberta-v2"}
 SEQ2SEQ = {"t5", "bart", "mbart", "marian", "pegasus", "m2m_100", "mt5", "umt5"}
 SPEECH = {"whisper"}  # AutoModelForSpeechSeq2Seq: WhisperForConditionalGeneration
-MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss"}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss",
+       "jamba", "granitemoehybrid", "nemotron_h"}
 
 
 def hf_config(raw: dict):

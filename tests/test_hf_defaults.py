@@ -22,8 +22,11 @@ from .hf_models import hf_config
 from .test_hf_import import STRATEGIES as FIRST
 from .test_hf_more_types import STRATEGIES as MORE
 from .test_hybrids import HYBRID_STRATEGIES as HYBRIDS
+from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES
+from .test_encoders import STRATEGIES as ENCODERS
+from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
 
-STRATEGIES = {**FIRST, **MORE, **HYBRIDS}
+STRATEGIES = {**FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS, **SEQ2SEQ}
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

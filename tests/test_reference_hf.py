@@ -19,7 +19,8 @@ import txcalc
 
 from .hf_models import ENCODERS, SEQ2SEQ, SPEECH, hf_model, numel, torch
 
-from reference.measure import exclusive_flops, flops_by_module, make_inputs  # noqa: E402
+from reference.measure import (conv_backward_by_groups, exclusive_flops,  # noqa: E402
+                               flops_by_module, make_inputs)
 from reference.model import build  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "hf"
@@ -78,7 +79,10 @@ def hf_flops(raw: dict, src_seq: int = SRC):
             loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
         else:
             loss = model(input_ids=ids, labels=ids).loss
-    with FlopCounterMode(display=False) as bwd:
+    # torch counts a depthwise conv's weight gradient C times over (Mamba's conv1d): the same
+    # correction as for our reference (reference.measure.conv_backward_by_groups)
+    with FlopCounterMode(display=False, custom_mapping={
+            torch.ops.aten.convolution_backward: conv_backward_by_groups}) as bwd:
         loss.backward()
     return (numel(model), exclusive_flops(fwd.get_flop_counts(), type(model).__name__),
             fwd.get_total_flops(), bwd.get_total_flops())

@@ -606,7 +606,8 @@ def _esm(f):
 
 
 def _seq2seq(f: _Fields, *, d_model: int, pre_norm: bool, embed_norm: bool,
-             positions: str, offset: int, max_pos: int, vocab: int) -> dict[str, Any]:
+             positions: str, offset: int, max_pos: int, vocab: int,
+             act: str = "gelu") -> dict[str, Any]:
     """BART and its kin: encoder and decoder may differ in depth, heads and MLP width (they
     share d_model and the token table). ``positions``: learned (BART, mBART: offset 2),
     param (Marian, Pegasus: frozen sinusoidal nn.Embedding), buffer (M2M-100/NLLB)."""
@@ -623,7 +624,7 @@ def _seq2seq(f: _Fields, *, d_model: int, pre_norm: bool, embed_norm: bool,
                vocab_size=f.int("vocab_size", vocab),
                max_position=f.int("max_position_embeddings", max_pos), position_offset=offset,
                pos_type="learned" if positions == "learned" else "sinusoidal",
-               activation=f.act("activation_function", "gelu"), qkv_bias=True, out_bias=True,
+               activation=f.act("activation_function", act), qkv_bias=True, out_bias=True,
                mlp_bias=True, norm_position="pre" if pre_norm else "post", final_norm=pre_norm,
                embed_norm=embed_norm, tie_embeddings=True)
     if positions != "learned":
@@ -665,9 +666,9 @@ def _pegasus(f):
                     offset=0, max_pos=1024, vocab=50265)
 
 
-def _m2m_100(f):
+def _m2m_100(f):  # M2M100Config's activation_function defaults to relu (BART's: gelu)
     return _seq2seq(f, d_model=1024, pre_norm=True, embed_norm=False, positions="buffer",
-                    offset=2, max_pos=1024, vocab=128112)
+                    offset=2, max_pos=1024, vocab=128112, act="relu")
 
 
 def _mt5(f, umt5: bool = False):
