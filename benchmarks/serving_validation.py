@@ -17,6 +17,7 @@ Run: python3 benchmarks/serving_validation.py [--quick]
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import statistics
 import sys
@@ -28,13 +29,11 @@ from txcalc.planner import SERVE_MAX_BATCH
 from txcalc.serving_sim import STEP_OVERHEAD_S, simulate, step_model
 from txcalc.timing import DeviceProfile
 
-ISL_OSL = [(128, 128), (128, 2048), (128, 4096), (500, 2000), (1000, 1000), (1000, 2000),
-           (2048, 128), (2048, 2048), (5000, 500), (20000, 2000)]
-LLAMA_31_8B = {"h200": [27911, 26221, 18027, 20770, 17744, 16828, 3538, 12194, 3902, 1804],
-               "h100": [28312, 22714, 14325, 17660, 15220, 13899, 3450, 9305, 3459, 1351]}
-LLAMA_33_70B = {"h200": [3803, 4336, 2872, 3666, 2909, 2994, 442, 2003, 566, 283],
-                "h100": [6378, 6651, 4199, 5222, 4205, 4146, 762, 3082, 898, 437]}
-TP_70B = {"h100": 2, "h200": 1}
+#: TensorRT-LLM's published perf-overview rows (tests/data/trtllm_perf_overview.json, one copy)
+_PERF = json.loads((Path(__file__).resolve().parents[1] / "tests" / "data"
+                    / "trtllm_perf_overview.json").read_text())
+ISL_OSL = [tuple(r) for r in _PERF["isl_osl"]]
+LLAMA_31_8B, LLAMA_33_70B, TP_70B = _PERF["llama-3.1-8b"], _PERF["llama-3.3-70b"], _PERF["tp_70b"]
 #: trtllm-bench's default token budget per step (max_num_tokens)
 MAX_NUM_TOKENS = 8192
 MATMUL_GRID = (0.35, 0.45, 0.55, 0.65, 0.75)
