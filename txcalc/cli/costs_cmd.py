@@ -8,7 +8,7 @@ from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, human, table
 from .params_cmd import HEAD_HELP, MODEL_HELP, WEIGHTS_HELP
-from .fit_cmd import FT_HELP, make_finetune
+from .fit_cmd import FT_OPTS, make_finetune
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
@@ -37,13 +37,13 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
           recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
-          finetune: str = typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
-          lora_rank: int = typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
-          lora_alpha: float = typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
-          lora_targets: str = typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
-          lora_dropout: float = typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
-          trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
-          base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
+          finetune: str = FT_OPTS["finetune"],
+          lora_rank: int = FT_OPTS["lora_rank"],
+          lora_alpha: float = FT_OPTS["lora_alpha"],
+          lora_targets: str = FT_OPTS["lora_targets"],
+          lora_dropout: float = FT_OPTS["lora_dropout"],
+          trainable: str = FT_OPTS["trainable"],
+          base_format: str = FT_OPTS["base_format"],
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
@@ -111,14 +111,14 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check."),
-           finetune: str = typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
-           lora_rank: int = typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
-           lora_alpha: float = typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
-           lora_targets: str = typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
-           lora_dropout: float = typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
-           trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
-           base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
-           offload: str = typer.Option("none", "--offload", help=FT_HELP["offload"]),
+           finetune: str = FT_OPTS["finetune"],
+           lora_rank: int = FT_OPTS["lora_rank"],
+           lora_alpha: float = FT_OPTS["lora_alpha"],
+           lora_targets: str = FT_OPTS["lora_targets"],
+           lora_dropout: float = FT_OPTS["lora_dropout"],
+           trainable: str = FT_OPTS["trainable"],
+           base_format: str = FT_OPTS["base_format"],
+           offload: str = FT_OPTS["offload"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""

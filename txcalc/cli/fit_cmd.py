@@ -21,6 +21,17 @@ FT_HELP = {
     "base": "qlora: the frozen base's format: nf4 | fp4 (block 64, double quant) | int8.",
     "offload": "none | optimizer (states, master weights: CPU) | activations (checkpoints) | all.",
 }
+#: the fine-tuning options, declared once for fit, memory and flops
+FT_OPTS = {
+    "finetune": typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
+    "lora_rank": typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
+    "lora_alpha": typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
+    "lora_targets": typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
+    "lora_dropout": typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
+    "trainable": typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
+    "base_format": typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
+    "offload": typer.Option("none", "--offload", help=FT_HELP["offload"]),
+}
 
 
 def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
@@ -46,14 +57,14 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
         attn: str = typer.Option("flash", help="eager | sdpa | flash."),
         recompute: str = typer.Option("none", help="none | selective | full."),
-        finetune: str = typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
-        lora_rank: int = typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
-        lora_alpha: float = typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
-        lora_targets: str = typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
-        lora_dropout: float = typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
-        trainable: str = typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
-        base_format: str = typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
-        offload: str = typer.Option("none", "--offload", help=FT_HELP["offload"]),
+        finetune: str = FT_OPTS["finetune"],
+        lora_rank: int = FT_OPTS["lora_rank"],
+        lora_alpha: float = FT_OPTS["lora_alpha"],
+        lora_targets: str = FT_OPTS["lora_targets"],
+        lora_dropout: float = FT_OPTS["lora_dropout"],
+        trainable: str = FT_OPTS["trainable"],
+        base_format: str = FT_OPTS["base_format"],
+        offload: str = FT_OPTS["offload"],
         gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
         json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU."""
