@@ -25,6 +25,28 @@ batch, then give what is left of the utilisation budget to KV blocks):
     kv_tokens                | kv_blocks x block_size
     max_concurrency          | kv_tokens / max_model_len (vLLM's "Maximum concurrency" line)
 
+TensorRT-LLM (``engine="trtllm"``) sizes its cache from what is free once the engine is
+loaded, not from a budget: kv_cache_bytes = kv_cache_free_gpu_mem_fraction (default 0.9) x
+(total - weights - activations - non-torch) ("Allocate N bytes for k/v cache", "Using T tokens
+in paged KV cache"), in blocks of ``tokens_per_block`` (default TRTLLM_BLOCK_SIZE).
+
+vLLM versions differ in what the profile counts (each test names the version of its log):
+
+    version         | non-KV memory subtracted from total x utilisation
+    ----------------|----------------------------------------------------------------------------
+    v0.2 - v0.6.3   | total - free after the profile run: weights, activation peak, CUDA context,
+                    |   NCCL buffers and whatever the caching allocator still reserves (PR #2031)
+    v0.6.4 - v0.6.6 | torch peak (weights + activations) + non-torch memory in use after the
+                    |   profile, CUDA context included (PR #9352: 0.35 GiB on an RTX 3090)
+    v0.7 on (V1)    | weights + activation peak + non-torch memory *added since start-up* (the
+                    |   context is in the baseline: 0.16 GiB on an H100, PR #12126); V0 with
+                    |   chunked prefill profiles a 512-token step (vLLM docs, "Performance and
+                    |   Tuning": "512 is the default max_num_batched_tokens for chunked
+                    |   prefill"), V1 its 8192/2048-token budget
+
+txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL when tp x pp >
+1) for every version: the measured terms are quoted beside each xfail in tests/test_serving.py.
+
 Only the engine's own functions give the per-token KV bytes, the weights and the op widths;
 nothing here is fitted to the logs the tests compare against (tests/test_serving.py).
 """
@@ -47,6 +69,11 @@ CUDA_VISIBLE_FRACTION = 0.99
 DEFAULT_UTILIZATION = 0.9
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_MAX_NUM_SEQS = 256
+#: TensorRT-LLM: KvCacheConfig.free_gpu_memory_fraction (``kv_cache_free_gpu_mem_fraction``)
+#: defaults to 0.9 of the memory free after the engine loads; trtllm-build's tokens_per_block 64
+DEFAULT_FREE_FRACTION = 0.9
+TRTLLM_BLOCK_SIZE = 64
+ENGINES = ("vllm", "trtllm")
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 #: vLLM V0 turned chunked prefill on by default past 32K tokens of max_model_len
 #: (vllm/engine/arg_utils.py); the profile then runs one chunk, not the whole length
@@ -89,6 +116,9 @@ class KvCapacity:
     kv_blocks: int
     kv_tokens: int
     max_concurrency: float
+    engine: str = "vllm"
+    #: TensorRT-LLM's share of the free memory (None for vLLM, whose budget is utilisation)
+    kv_cache_free_gpu_mem_fraction: float | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -152,13 +182,17 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                 block_size: int = DEFAULT_BLOCK_SIZE, max_model_len: int | None = None,
                 max_num_batched_tokens: int | None = None,
                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None,
-                overheads=None) -> KvCapacity:
+                overheads=None, engine: str = "vllm",
+                kv_cache_free_gpu_mem_fraction: float = DEFAULT_FREE_FRACTION) -> KvCapacity:
     """KV blocks, tokens and concurrency of one GPU of a tp x pp replica (see the module table).
 
     ``max_model_len``: default the model's max_position. ``max_num_batched_tokens``: the
     largest step the engine profiles; default max(max_model_len, 2048), vLLM's default
     without chunked prefill, up to CHUNKED_PREFILL_ABOVE tokens; 8192 past it (chunked
-    prefill, vLLM V1's default budget for online serving on H100-class GPUs)."""
+    prefill, vLLM V1's default budget for online serving on H100-class GPUs).
+    ``engine="trtllm"``: the cache takes ``kv_cache_free_gpu_mem_fraction`` of the memory left
+    after weights, activations and non-torch memory (``gpu_memory_utilization`` is unused);
+    pass block_size=TRTLLM_BLOCK_SIZE for trtllm-build's default."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -177,6 +211,9 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                                        I.MAX_SEQ, none=True)
     max_num_seqs = I.integer("max_num_seqs", max_num_seqs, 1, I.MAX_BATCH)
     _check("kv dtype", kv_dtype, KV_DTYPES)
+    if engine not in ENGINES:
+        raise I.InputError(f"engine ({I.show(engine)}) must be one of {', '.join(ENGINES)}")
+    fraction = I.number("kv_cache_free_gpu_mem_fraction", kv_cache_free_gpu_mem_fraction, 0, 1)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
     cfg = load(model)
     g = get_gpu(gpu, gpu_file)
@@ -195,16 +232,21 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     non_torch = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
     graphs = 0
     total = int(g.memory_bytes * CUDA_VISIBLE_FRACTION)
-    budget = int(total * gpu_memory_utilization)
+    trt = engine == "trtllm"
+    budget = total if trt else int(total * gpu_memory_utilization)
     kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
     layers_per_stage = cdiv(n_blocks, pp)
     per_token = cdiv(kv_cache_bytes_per_token(cfg, kv_dtype) * layers_per_stage,
                      n_blocks * kv_split)
     block = block_size * per_token
     kv = budget - w - act - non_torch - graphs
+    if trt:  # the free memory's fraction, not a budget's remainder
+        kv = int(max(kv, 0) * fraction)
     if kv < block:
+        share = f"free fraction {fraction:g}" if trt else \
+            f"utilisation {gpu_memory_utilization:g}"
         raise ServingError(
-            f"{cfg.name} on {g.name} (tp {tp} x pp {pp}, utilisation {gpu_memory_utilization:g})"
+            f"{cfg.name} on {g.name} (tp {tp} x pp {pp}, {engine} {share})"
             f": no room for one KV block: budget {budget / GB:.2f} GB - weights "
             f"{w / GB:.2f} - activations {act / GB:.2f} - non-torch {non_torch / GB:.2f} "
             f"= {kv / GB:.2f} GB")
@@ -212,7 +254,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     tokens = blocks * block_size
     return KvCapacity(cfg.name, g.name, tp, pp, gpu_memory_utilization, block_size,
                       max_model_len, batched, max_num_seqs, total, budget, w, act, non_torch,
-                      graphs, kv, per_token, block, blocks, tokens, tokens / max_model_len)
+                      graphs, kv, per_token, block, blocks, tokens, tokens / max_model_len,
+                      engine, fraction if trt else None)
 
 
 def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,
