@@ -400,6 +400,22 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
                      out_tokens, int(ins.sum()), step, max_running, offered)
 
 
+def closed_loop_means(sm: StepModel, concurrency: int, input_len: int, output_len: int, *,
+                      rounds: int = 8, **kw) -> dict:
+    """A benchmark client's closed loop (AIPerf / genai-perf, vLLM's --max-concurrency):
+    ``concurrency`` clients, each sending its next request when the last one finishes, for
+    ``rounds`` x concurrency requests (at least 200). The first 2 x concurrency requests are
+    the warm-up (all clients start at once, a burst no steady state has) and are left out of
+    the means, as the clients' warm-up requests are: mean TTFT, mean ITL (per request: decode
+    time / (output - 1), averaged) and output tokens/s over the whole run."""
+    c = int(concurrency)
+    n = max(200, rounds * c)
+    r = simulate(sm, n, input_len, output_len, concurrency=c, **kw)
+    skip = min(2 * c, n - 1)
+    return {"ttft_s": float(r.ttft_s[skip:].mean()), "itl_s": float(r.tpot_s[skip:].mean()),
+            "output_tokens_per_s": r.output_tokens_per_s}
+
+
 # --- speculative decoding ------------------------------------------------------------------------
 def expected_tokens_per_step(alpha: float, gamma: int) -> float:
     """Tokens a verification step yields when each of ``gamma`` drafted tokens is accepted
