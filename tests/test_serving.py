@@ -3,6 +3,7 @@ physical limits, SLO planning, and the CLI's flags (txcalc/serving.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -194,7 +195,10 @@ def test_plan_infer_json_has_kv_capacity():
                                         ("--gpu-memory-utilization", "nan"),
                                         ("--block-size", "12"), ("--block-size", "0"),
                                         ("--max-model-len", "-5"), ("--max-model-len", "1.3k"),
-                                        ("--max-num-batched-tokens", "abc")])
+                                        ("--max-num-batched-tokens", "abc"),
+                                        ("--prefix-hit-rate", "1"),
+                                        ("--prefix-hit-rate", "-0.1"),
+                                        ("--prefix-hit-rate", "nan")])
 def test_bad_kv_flags_exit_2_with_one_line(capsys, flag, value):
     one_line_error(capsys, ["plan", "infer", "llama-3-8b", "--gpu", "h100", "--context", "8192",
                             flag, value])
@@ -496,3 +500,74 @@ def test_concurrency_sweep_vs_nim_uncalibrated():
     assert sorted(errors)[len(errors) // 2] <= 0.20
     # the plateau is the KV cache's: past it, more clients only queue (TTFT grows, ITL not)
     assert sm.kv_capacity_tokens // (d["input_len"] + d["output_len"]) < 100
+
+
+# --- prefix caching ------------------------------------------------------------------------------
+from txcalc.serving_sim import cached_prefix_tokens, prefix_savings  # noqa: E402
+
+
+def test_prefix_hit_saves_the_engines_prefill_flops():
+    """The prefill left after a hit of c cached tokens is the engine's prompt FLOPs of all L
+    tokens minus those of the c-token prefix alone (causal attention: the prefix's own pairs
+    are all that is saved), plus the one head row the prefix alone would have counted."""
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    head = sm.head_flops_per_row
+    for L, h in ((4000, 0.75), (1000, 0.3), (333, 0.99), (50, 0.1)):
+        s = prefix_savings(sm, L, h)
+        c = s["cached_tokens"]
+        assert c % 16 == 0 and c <= min(h * L, L - 1) and s["shared_blocks"] == c // 16
+        want = _prefill_flops("llama-3-8b", L) - (_prefill_flops("llama-3-8b", c) - head
+                                                  if c else 0)
+        assert s["prefill_flops"] == want
+        assert s["prefill_flops_saved_fraction"] == pytest.approx(
+            1 - want / _prefill_flops("llama-3-8b", L))
+    assert cached_prefix_tokens([64], 0.999).tolist() == [48]  # whole blocks, never the last
+    assert prefix_savings(sm, 4000, 0.0)["prefill_flops_saved_fraction"] == 0
+    with pytest.raises(InputError, match="prefix_hit_rate"):
+        cached_prefix_tokens([100], 1.0)
+
+
+def test_prefix_hit_shortens_a_lone_prompt_to_its_uncached_chunks():
+    """One request with 2,992 of 5,000 tokens cached: TTFT is the step of the 2,008 uncached
+    tokens attending to the cached 2,992 (pairs c p + c (c + 1) / 2, KV of p read)."""
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    r = simulate(sm, 1, 5000, 3, rate=1.0, max_num_batched_tokens=8192, prefix_hit_rate=0.6)
+    c, p = 5000 - 2992, 2992
+    assert r.cached_tokens == p and r.shared_blocks == p // 16
+    assert r.ttft(50) == pytest.approx(sm.step_s(c, 1, c * p + c * (c + 1) // 2, p))
+    assert r.ttft(50) < simulate(sm, 1, 5000, 3, rate=1.0).ttft(50)
+
+
+def test_shared_prefix_blocks_are_stored_once():
+    """A cache of 40,000 tokens, prompts of 4,000 (+ 100 out): without sharing at most 9
+    requests fit at once; with 3,008 tokens of each shared and stored once, (40,000 - 3,008) //
+    1,092 = 33 do (the closed loop offers 64). Every token is still produced."""
+    sm = dataclasses.replace(step_model("llama-3-8b", "h100", max_model_len=8192),
+                             kv_capacity_tokens=40000)
+    plain = simulate(sm, 200, 4000, 100, concurrency=64)
+    shared = simulate(sm, 200, 4000, 100, concurrency=64, prefix_hit_rate=0.755)
+    assert plain.max_running == 40000 // 4100
+    assert shared.cached_tokens == 200 * 3008
+    assert shared.max_running == (40000 - 3008) // (4100 - 3008)
+    assert shared.output_tokens == plain.output_tokens == 200 * 100
+    assert shared.output_tokens_per_s > plain.output_tokens_per_s
+
+
+def test_kv_capacity_counts_the_shared_prefix_once():
+    c = kv_capacity("llama-3-8b", "h100", max_model_len=8192, prefix_hit_rate=0.5)
+    shared = c.prefix_shared_blocks * c.block_size
+    assert shared == 4096
+    n = math.floor(c.max_concurrency_prefix)
+    assert shared + n * (8192 - shared) <= c.kv_tokens < shared + (n + 1) * (8192 - shared)
+    none = kv_capacity("llama-3-8b", "h100", max_model_len=8192)
+    assert none.max_concurrency_prefix == none.max_concurrency and none.kv_blocks == c.kv_blocks
+
+
+def test_cli_prefix_hit_rate_cuts_ttft_and_reports_savings():
+    base = ["plan", "infer", "llama-3-8b", "--gpu", "h100", "--input-len", "4000",
+            "--output-len", "200", "--rate", "10", "--tp", "1", "--replicas", "1", "--json"]
+    a = json.loads(runner.invoke(app, base).output)
+    b = json.loads(runner.invoke(app, base + ["--prefix-hit-rate", "0.75"]).output)
+    assert a["prefix_cache"] is None
+    assert b["prefix_cache"]["cached_tokens"] == 2992
+    assert b["ttft_p99_s"] < a["ttft_p99_s"]

@@ -24,6 +24,10 @@ batch, then give what is left of the utilisation budget to KV blocks):
     kv_blocks                | kv_cache_bytes // block_bytes
     kv_tokens                | kv_blocks x block_size
     max_concurrency          | kv_tokens / max_model_len (vLLM's "Maximum concurrency" line)
+    prefix_shared_blocks     | with a prefix-cache hit rate h: the blocks of a prefix of h x
+                             |   max_model_len tokens (whole blocks, at most max_model_len - 1)
+                             |   that every sequence shares, stored once
+    max_concurrency_prefix   | (kv_tokens - shared tokens) / (max_model_len - shared tokens)
 
 TensorRT-LLM (``engine="trtllm"``) sizes its cache from what is free once the engine is
 loaded, not from a budget: kv_cache_bytes = kv_cache_free_gpu_mem_fraction (default 0.9) x
@@ -117,6 +121,9 @@ class KvCapacity:
     kv_tokens: int
     max_concurrency: float
     engine: str = "vllm"
+    prefix_hit_rate: float = 0.0
+    prefix_shared_blocks: int = 0
+    max_concurrency_prefix: float = 0.0  #: sequences of max_model_len sharing the prefix
     #: TensorRT-LLM's share of the free memory (None for vLLM, whose budget is utilisation)
     kv_cache_free_gpu_mem_fraction: float | None = None
 
@@ -183,7 +190,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                 max_num_batched_tokens: int | None = None,
                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None,
                 overheads=None, engine: str = "vllm",
-                kv_cache_free_gpu_mem_fraction: float = DEFAULT_FREE_FRACTION) -> KvCapacity:
+                kv_cache_free_gpu_mem_fraction: float = DEFAULT_FREE_FRACTION,
+                prefix_hit_rate: float = 0.0) -> KvCapacity:
     """KV blocks, tokens and concurrency of one GPU of a tp x pp replica (see the module table).
 
     ``max_model_len``: default the model's max_position. ``max_num_batched_tokens``: the
@@ -252,14 +260,18 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
             f"= {kv / GB:.2f} GB")
     blocks = kv // block
     tokens = blocks * block_size
+    from .serving_sim import cached_prefix_tokens
+    shared = int(cached_prefix_tokens([max_model_len], prefix_hit_rate, block_size)[0])
     return KvCapacity(cfg.name, g.name, tp, pp, gpu_memory_utilization, block_size,
                       max_model_len, batched, max_num_seqs, total, budget, w, act, non_torch,
                       graphs, kv, per_token, block, blocks, tokens, tokens / max_model_len,
-                      engine, fraction if trt else None)
+                      engine, float(prefix_hit_rate), shared // block_size,
+                      max(0, tokens - shared) / (max_model_len - shared),
+                      fraction if trt else None)
 
 
 def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,
-               max_num_batched_tokens=None) -> dict:
+               max_num_batched_tokens=None, prefix_hit_rate=None) -> dict:
     """The CLI's paged-KV flags, checked (one-line errors naming the flag); only those given."""
     from . import inputs as I
     out = {}
@@ -277,6 +289,10 @@ def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,
     if max_num_batched_tokens is not None:
         out["max_num_batched_tokens"] = I.parse_context(max_num_batched_tokens,
                                                         "--max-num-batched-tokens", zero=False)
+    if prefix_hit_rate is not None:
+        out["prefix_hit_rate"] = I.number("--prefix-hit-rate", prefix_hit_rate, 0, 1,
+                                          lo_open=False, hi_open=True,
+                                          note=" (share of each prompt in the prefix cache)")
     return out
 
 

@@ -84,6 +84,8 @@ class ServePlan:
     price_per_gpu_hour: float | None
     rows: list[ServeRow]
     notes: list[str] = field(default_factory=list)
+    #: with a prefix-cache hit rate: ``serving_sim.prefix_savings`` of one prompt
+    prefix_cache: dict | None = None
 
     @property
     def best(self) -> ServeRow:
@@ -101,6 +103,7 @@ class ServePlan:
         out.update(b.to_json())
         out["layouts"] = [r.to_json() for r in self.rows]
         out["notes"] = self.notes
+        out["prefix_cache"] = self.prefix_cache
         return out
 
 
@@ -131,13 +134,14 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  kv_dtype: str = "bf16", precision: str = "bf16", weights: str | None = None,
                  max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
-                 overhead_s: float | None = None, seed: int = 0, **kv_kw) -> ServePlan:
+                 overhead_s: float | None = None, seed: int = 0, prefix_hit_rate: float = 0.0,
+                 **kv_kw) -> ServePlan:
     """The cheapest layout x replicas meeting the SLOs (see the module docstring)."""
     from . import inputs as I
     from . import load
     from .hardware import get_gpu
     from .serving import ServingError
-    from .serving_sim import STEP_OVERHEAD_S, simulate, step_model
+    from .serving_sim import STEP_OVERHEAD_S, prefix_savings, simulate, step_model
     input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
     output_len = I.integer("output_len", output_len, 1, I.MAX_SEQ)
     if (rate is None) == (concurrency is None):
@@ -161,6 +165,9 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     I.integer("max_num_batched_tokens", max_num_batched_tokens, 1, I.MAX_SEQ, none=True)
     max_num_batched_tokens = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     rows, notes, tried = [], [], []
+    prefix = {"prefix_hit_rate": prefix_hit_rate,
+              "block_size": kv_kw.get("block_size", 16)} if prefix_hit_rate else {}
+    saved = None
     chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
         c for c in CHUNKS if c >= seq][:1]
     for (t, p), chunk in ((lay, c) for lay in _candidate_layouts(cfg, tp, pp, g.gpus_per_node)
@@ -172,34 +179,37 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                             weights=weights, profile=profile, gpu_file=gpu_file,
                             overhead_s=STEP_OVERHEAD_S if overhead_s is None else overhead_s,
                             max_model_len=seq, max_num_batched_tokens=chunk,
-                            max_num_seqs=max_num_seqs, **kv_kw)
+                            max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate,
+                            **kv_kw)
         except ServingError:
             continue
         if sm.kv_capacity_tokens < seq:
             continue
         if (t, p) not in tried:
             tried.append((t, p))
+        if prefix and saved is None:
+            saved = prefix_savings(sm, input_len, prefix_hit_rate, prefix["block_size"])
 
         def run(r: int):
             if offline:
                 n = SIM_MIN * 2
                 res = simulate(sm, n, input_len, output_len, rate=math.inf,
                                max_num_batched_tokens=chunk,
-                               max_num_seqs=max_num_seqs, seed=seed)
+                               max_num_seqs=max_num_seqs, seed=seed, **prefix)
                 ok = True
             elif rate is not None:
                 per = rate / r
                 n = int(min(SIM_MAX, max(SIM_MIN, per * SIM_SECONDS)))
                 res = simulate(sm, n, input_len, output_len, rate=per,
                                max_num_batched_tokens=chunk,
-                               max_num_seqs=max_num_seqs, seed=seed)
+                               max_num_seqs=max_num_seqs, seed=seed, **prefix)
                 ok = res.requests_per_s >= KEEP_UP * min(per, res.offered_rate)
             else:
                 per = math.ceil(concurrency / r)
                 n = int(min(SIM_MAX, max(SIM_MIN, 8 * per)))
                 res = simulate(sm, n, input_len, output_len, concurrency=per,
                                max_num_batched_tokens=chunk,
-                               max_num_seqs=max_num_seqs, seed=seed)
+                               max_num_seqs=max_num_seqs, seed=seed, **prefix)
                 ok = True
             ok = ok and (ttft_p99_s is None or res.ttft(99) <= ttft_p99_s) \
                 and (itl_p99_s is None or res.itl(99) <= itl_p99_s)
@@ -265,7 +275,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     if not rows[0].meets_slo:
         notes.append("no layout meets the SLOs with the pinned replicas; best shown")
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
-                     itl_p99_s, price_per_gpu_hour, rows, notes)
+                     itl_p99_s, price_per_gpu_hour, rows, notes, saved)
 
 
 def parse_duration(text, name: str) -> float:

@@ -23,8 +23,14 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
                     |     token the step attends to, at HBM bandwidth x efficiency
                     |   TP: 2 all-reduces per block of tokens x d_model activations
                     |   pipeline stages run one after another (no micro-batching across steps)
-    not modelled    | sliding windows (every layer attends to the whole context), prefix caching,
-                    |   preemption, detokenisation, network, the dequantisation cost of
+    prefix cache    | ``prefix_hit_rate`` h: every prompt starts with a prefix shared by all
+                    |   requests (system prompt, few-shot examples) of h x input tokens, cut
+                    |   to whole blocks and at most input - 1 (vLLM recomputes the last
+                    |   token): its blocks are stored once (the cache loses them once, each
+                    |   request reserves only its own tokens), its tokens are never
+                    |   prefilled (a prompt's first chunk starts after them, attending to
+                    |   them as cached context), and decodes still read them per sequence
+    not modelled    | sliding windows (every layer attends to the whole context), preemption, detokenisation, network, the dequantisation cost of
                     |   weight-only formats (they run at the 16-bit rate); speculative decoding
                     |   is a separate estimate (``speculative``)
 
@@ -211,6 +217,8 @@ class SimResult:
     max_running: int = 0
     #: open loop: (n - 1) / (last arrival - first arrival), the rate the trace really offered
     offered_rate: float = 0.0
+    cached_tokens: int = 0  #: prompt tokens served from the prefix cache, all requests
+    shared_blocks: int = 0  #: KV blocks of the shared prefix (stored once)
 
     @property
     def requests_per_s(self) -> float:
@@ -267,9 +275,11 @@ def lengths(name: str, value, n: int, rng) -> np.ndarray:
 def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
              rate: float | None = None, concurrency: int | None = None,
              max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-             max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, seed: int = 0) -> SimResult:
+             max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, seed: int = 0,
+             prefix_hit_rate: float = 0.0, block_size: int = 16) -> SimResult:
     """Serve ``n_requests`` on one replica (see the module table). Exactly one of ``rate``
-    (requests/s, ``math.inf`` = all at once) and ``concurrency`` (closed loop)."""
+    (requests/s, ``math.inf`` = all at once) and ``concurrency`` (closed loop);
+    ``prefix_hit_rate``: the share of every prompt found in the prefix cache."""
     from . import inputs as I
     n = I.integer("n_requests", n_requests, 1, MAX_REQUESTS)
     budget = I.integer("max_num_batched_tokens", max_num_batched_tokens, 1, I.MAX_SEQ)
@@ -279,8 +289,10 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
     rng = np.random.default_rng(seed)
     ins = lengths("input_len", input_len, n, rng)
     outs = lengths("output_len", output_len, n, rng)
+    cached = cached_prefix_tokens(ins, prefix_hit_rate, block_size)
+    shared = int(cached.max())  # the one shared prefix, stored once
     cap = sm.kv_capacity_tokens
-    big = int((ins + outs).max())
+    big = int((ins + outs - cached).max()) + shared
     if cap and big > cap:
         raise SimError(f"a request of {big:,} tokens does not fit the KV cache of "
                        f"{cap:,} tokens")
@@ -295,7 +307,7 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
         arrive = np.full(n, np.inf)
         arrive[:min(closed, n)] = 0.0
     arrive_l = arrive.tolist()
-    ins_l, outs_l = ins.tolist(), outs.tolist()
+    ins_l, outs_l, cached_l = ins.tolist(), outs.tolist(), cached.tolist()
 
     ttft = [0.0] * n
     first_t = [0.0] * n
@@ -308,7 +320,7 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
     finish_at: list[tuple[int, int]] = []  # heap of (step it finishes, request)
     decoding = 0
     ctx_sum = 0  # summed context of the decoding requests (tokens cached + the new one)
-    free = cap if cap else 1 << 62
+    free = cap - shared if cap else 1 << 62
     t = 0.0
     step = 0
     done = 0
@@ -323,12 +335,12 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
         running = decoding + len(prefill)
         while waiting and running < max_seqs:
             r = waiting[0]
-            need = ins_l[r] + outs_l[r]
+            need = ins_l[r] + outs_l[r] - cached_l[r]
             if need > free:
                 break
             free -= need
             waiting.popleft()
-            prefill.append([r, 0])
+            prefill.append([r, cached_l[r]])
             running += 1
         max_running = max(max_running, running)
         if not prefill and not decoding:  # idle until the next arrival
@@ -368,7 +380,7 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
             _, r = heapq.heappop(finish_at)
             decoding -= 1
             ctx_sum -= ins_l[r] + outs_l[r]
-            free += ins_l[r] + outs_l[r]
+            free += ins_l[r] + outs_l[r] - cached_l[r]
             tpot[r] = (t - first_t[r]) / max(1, outs_l[r] - 1)
             done += 1
             if closed and sent < n:
@@ -382,7 +394,7 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
                 first_t[r] = t
                 out_tokens += 1
                 if outs_l[r] == 1:
-                    free += ins_l[r] + 1
+                    free += ins_l[r] + 1 - cached_l[r]
                     done += 1
                     if closed and sent < n:
                         arrive_l[sent] = t
@@ -397,7 +409,38 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
     span = float(arrive[-1] - arrive[0]) if rate is not None and n > 1 else 0.0
     offered = (n - 1) / span if span > 0 else math.inf
     return SimResult(n, t - start, np.asarray(ttft), np.asarray(tpot), vals, wts,
-                     out_tokens, int(ins.sum()), step, max_running, offered)
+                     out_tokens, int(ins.sum()), step, max_running, offered,
+                     int(cached.sum()), -(-shared // block_size))
+
+
+def cached_prefix_tokens(input_len, prefix_hit_rate: float, block_size: int = 16) -> np.ndarray:
+    """Tokens of each prompt served from the prefix cache: hit rate x prompt, cut to whole
+    blocks (the cache hashes full blocks) and to prompt - 1 (vLLM always computes the last
+    prompt token, whose logits it needs)."""
+    from . import inputs as I
+    h = I.number("prefix_hit_rate", prefix_hit_rate, 0, 1, lo_open=False, hi_open=True)
+    b = I.integer("block_size", block_size, 1, 256)
+    ins = np.asarray(input_len, dtype=np.int64)
+    whole = (np.floor(ins * h).astype(np.int64) // b) * b
+    return np.minimum(whole, ins - 1)
+
+
+def prefix_savings(sm: StepModel, input_len: int, prefix_hit_rate: float,
+                   block_size: int = 16) -> dict:
+    """What a prefix-cache hit saves one prompt of ``input_len`` tokens: the cached tokens
+    and blocks (shared by every request), and the prefill work left, on the step model's
+    compute terms (Linear FLOPs of the tokens computed, attention pairs c p + c (c + 1) / 2 of
+    c new tokens after p cached ones, the head on the last position)."""
+    c = int(cached_prefix_tokens([input_len], prefix_hit_rate, block_size)[0])
+    n = int(input_len) - c
+
+    def flops(new: int, past: int) -> int:
+        return new * sm.lin_flops_per_token + sm.head_flops_per_row + \
+            (new * past + new * (new + 1) // 2) * sm.attn_flops_per_pair
+    full, left = flops(int(input_len), 0), flops(n, c)
+    return {"prefix_hit_rate": prefix_hit_rate, "cached_tokens": c,
+            "shared_blocks": -(-c // block_size), "prefill_tokens": n,
+            "prefill_flops": left, "prefill_flops_saved_fraction": 1 - left / full}
 
 
 def closed_loop_means(sm: StepModel, concurrency: int, input_len: int, output_len: int, *,
