@@ -30,7 +30,8 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
                     |   request reserves only its own tokens), its tokens are never
                     |   prefilled (a prompt's first chunk starts after them, attending to
                     |   them as cached context), and decodes still read them per sequence
-    not modelled    | sliding windows (every layer attends to the whole context), preemption, detokenisation, network, the dequantisation cost of
+    not modelled    | sliding windows (every layer attends to the whole context), preemption,
+                    |   detokenisation, network, the dequantisation cost of
                     |   weight-only formats (they run at the 16-bit rate); speculative decoding
                     |   is a separate estimate (``speculative``)
 
