@@ -393,6 +393,10 @@ def test_cli_slo_plan_json_answers_every_key():
     ["--input-len", "2000", "--output-len", "200", "--rate", "1", "--context", "4096"],
     ["--input-len", "2000", "--output-len", "200", "--rate", "1", "--max-model-len", "1000"],
     ["--context", "4096", "--tp", "2"],
+    ["--context", "4096", "--ep", "2"],
+    ["--input-len", "2000", "--output-len", "200", "--rate", "1", "--ep", "2"],
+    ["--input-len", "2000", "--output-len", "200", "--rate", "1", "--ep", "0"],
+    ["--input-len", "2000", "--output-len", "200", "--rate", "1", "--prefix-hit-rate", "2"],
 ])
 def test_bad_serving_flags_exit_2_with_one_line(capsys, extra):
     argv = ["plan", "infer", "llama-3-8b", "--gpu", "h100"] + extra
@@ -571,3 +575,61 @@ def test_cli_prefix_hit_rate_cuts_ttft_and_reports_savings():
     assert a["prefix_cache"] is None
     assert b["prefix_cache"]["cached_tokens"] == 2992
     assert b["ttft_p99_s"] < a["ttft_p99_s"]
+
+
+# --- MoE expert parallelism ------------------------------------------------------------------------
+from txcalc.serving_sim import busiest_rank_experts, experts_touched  # noqa: E402
+
+
+@pytest.mark.parametrize("E,k,ep", [(8, 2, 2), (8, 2, 4), (64, 6, 8), (256, 8, 8)])
+def test_experts_touched_matches_a_monte_carlo_of_top_k_routing(E, k, ep):
+    """Every token picks k distinct experts of E uniformly: the mean distinct experts a step
+    of T tokens reads, E (1 - (1 - k/E)^T), and the busiest of ep ranks' count, within 4 % of
+    2,000 simulated steps."""
+    rng = np.random.default_rng(E + k + ep)
+    for T in (1, 4, 16, 128):
+        picks = np.argsort(rng.random((2000, T, E)), axis=2)[:, :, :k]
+        hit = np.zeros((2000, E), dtype=bool)
+        np.put_along_axis(hit, picks.reshape(2000, T * k), True, axis=1)
+        assert experts_touched(E, k, T) == pytest.approx(hit.sum(1).mean(), rel=0.04)
+        busiest = hit.reshape(2000, ep, E // ep).sum(2).max(1).mean()
+        assert busiest_rank_experts(E, k, T, ep) == pytest.approx(busiest, rel=0.04)
+    assert experts_touched(E, k, 10**6) == pytest.approx(E)
+    assert busiest_rank_experts(E, k, 10**6, ep) == pytest.approx(E / ep)
+
+
+def test_expert_parallel_step_respects_hbm_and_reads_the_busiest_rank():
+    """Mixtral at tp = ep = 2: a decode step never beats the busiest rank's bytes at HBM
+    bandwidth; once every expert is touched both layouts read the same weight bytes (the
+    step differs only by the all-to-all instead of the MoE all-reduce); at one token the
+    busiest rank reads a whole expert where TP reads two halves."""
+    tp_sm = step_model("mixtral-8x7b", "h100", tp=2, max_model_len=4096)
+    ep_sm = step_model("mixtral-8x7b", "h100", tp=2, ep=2, max_model_len=4096)
+    g = get_gpu("h100")
+    assert ep_sm.n_moe_layers == 32 and ep_sm.a2a_s_per_token > 0
+    for b in (1, 8, 64, 512):
+        floor = (ep_sm.dense_weight_bytes + ep_sm.expert_bytes * 2
+                 * busiest_rank_experts(8, 2, b, 2)) / g.hbm_bytes_per_s
+        assert ep_sm.step_s(b, b, 0, 0) >= floor
+    big = 4096
+    comm_tp = tp_sm.n_allreduce * (tp_sm.ar_latency_s + big * tp_sm.ar_s_per_token)
+    comm_ep = (ep_sm.n_allreduce - 32) * (ep_sm.ar_latency_s + big * ep_sm.ar_s_per_token) \
+        + 64 * (ep_sm.a2a_latency_s + big * ep_sm.a2a_s_per_token)
+    assert ep_sm.step_s(big, 1, 0, 0) - comm_ep == pytest.approx(
+        tp_sm.step_s(big, 1, 0, 0) - comm_tp)
+    one_ep = ep_sm.step_s(1, 1, 0, 0) - ep_sm.overhead_s
+    one_tp = tp_sm.step_s(1, 1, 0, 0) - tp_sm.overhead_s
+    assert one_ep > one_tp  # decode at batch 1: EP waits on a whole expert
+    with pytest.raises(SimError, match="mixture-of-experts"):
+        step_model("llama-3-8b", "h100", tp=2, ep=2, max_model_len=4096)
+    with pytest.raises(SimError, match="must equal tp"):
+        step_model("mixtral-8x7b", "h100", tp=4, ep=2, max_model_len=4096)
+
+
+def test_slo_plan_tries_expert_parallel_layouts():
+    p = plan_serving("mixtral-8x7b", "h100", 2000, 200, rate=5.0, itl_p99_s=0.1, tp=2)
+    assert {r.ep for r in p.rows} == {1, 2}
+    pinned = plan_serving("mixtral-8x7b", "h100", 2000, 200, rate=5.0, ep=2)
+    assert all(r.ep == 2 and r.tp == 2 for r in pinned.rows)
+    with pytest.raises(ServePlanError, match="mixture-of-experts"):
+        plan_serving("llama-3-8b", "h100", 2000, 200, rate=5.0, ep=2)

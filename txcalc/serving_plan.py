@@ -12,7 +12,8 @@ rate is met only when a replica keeps up (its completed requests/s >= 95 % of wh
 offered by the simulated trace); ``rate=inf`` is the offline mode (every request queued
 at once): one replica, or the pinned count, each layout ranked by output tokens/s per GPU.
 Pipeline depths above 1 are tried only when no single-stage layout fits (or ``pp`` pins
-one). Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
+one). Mixture-of-experts models are tried with their experts split by TP and with expert
+parallelism over the same GPUs (``ep`` = tp, ``serving_sim.step_model``). Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
 one given, when given) and keeps its best. Layouts rank by total GPUs, then cost, then TTFT
 p99. ``tp``, ``pp``, ``replicas`` pin the search.
 
@@ -66,6 +67,7 @@ class ServeRow:
     meets_slo: bool
     cost_per_million_tokens: float | None = None
     cost_per_million_output_tokens: float | None = None
+    ep: int = 1  #: expert parallelism over the tp GPUs (1: experts split by TP)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -135,7 +137,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
                  overhead_s: float | None = None, seed: int = 0, prefix_hit_rate: float = 0.0,
-                 **kv_kw) -> ServePlan:
+                 ep: int | None = None, **kv_kw) -> ServePlan:
     """The cheapest layout x replicas meeting the SLOs (see the module docstring)."""
     from . import inputs as I
     from . import load
@@ -170,8 +172,19 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     saved = None
     chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
         c for c in CHUNKS if c >= seq][:1]
-    for (t, p), chunk in ((lay, c) for lay in _candidate_layouts(cfg, tp, pp, g.gpus_per_node)
-                          for c in chunks):
+    ep = I.integer("ep", ep, 1, 64, none=True)
+    if ep is not None and ep > 1 and (not cfg.n_experts or cfg.n_experts % ep
+                                      or (tp is not None and tp != ep)):
+        raise ServePlanError(f"ep ({ep}) needs a mixture-of-experts model whose routed experts "
+                             f"({cfg.n_experts}) it divides, on as many GPUs as tp ({tp})")
+
+    def eps(t: int) -> list[int]:  # expert parallelism over the tp GPUs, for MoE models
+        if ep is not None:
+            return [ep] if ep in (1, t) else []
+        return [1, t] if cfg.n_experts and t > 1 and cfg.n_experts % t == 0 else [1]
+    for (t, p), chunk, e in ((lay, c, e) for lay in _candidate_layouts(
+            cfg, ep if tp is None and ep and ep > 1 else tp, pp, g.gpus_per_node)
+            for c in chunks for e in eps(lay[0])):
         if pp is None and p > 1 and any(q == 1 for _, q in tried):
             continue  # pipeline stages only where no single-stage layout fits
         try:
@@ -180,7 +193,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                             overhead_s=STEP_OVERHEAD_S if overhead_s is None else overhead_s,
                             max_model_len=seq, max_num_batched_tokens=chunk,
                             max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate,
-                            **kv_kw)
+                            ep=e, **kv_kw)
         except ServingError:
             continue
         if sm.kv_capacity_tokens < seq:
@@ -252,7 +265,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                              float(res.tpot_s.mean()), req_s, out_tps,
                              r * res.goodput(ttft_p99_s, itl_p99_s), ok,
                              None if cost is None else cost / all_tps * 1e6,
-                             None if cost is None else cost / out_tps * 1e6))
+                             None if cost is None else cost / out_tps * 1e6, e))
     if not tried:
         raise ServePlanError(f"{cfg.name} with {seq:,} tokens per request does not fit on "
                              f"{g.name} in any layout tried (tp up to {g.gpus_per_node}, pp up "
@@ -268,8 +281,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                                  r.cost_per_million_tokens or 0, r.ttft_p99_s))
     seen, kept = set(), []
     for r in rows:  # the best chunk budget of each layout
-        if (r.tp, r.pp) not in seen:
-            seen.add((r.tp, r.pp))
+        if (r.tp, r.pp, r.ep) not in seen:
+            seen.add((r.tp, r.pp, r.ep))
             kept.append(r)
     rows = kept
     if not rows[0].meets_slo:

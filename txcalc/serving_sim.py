@@ -46,6 +46,7 @@ seconds (benchmarks/serving_sim.py).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import deque
@@ -93,6 +94,12 @@ class StepModel:
     n_allreduce: int  #: all-reduces per step (2 per block)
     overhead_s: float = STEP_OVERHEAD_S
     kv_capacity_tokens: int = 0  #: tokens the paged cache holds on this replica
+    #: expert parallelism over the tp GPUs: each holds n_experts / ep whole experts (1: experts
+    #: split by TP like the dense layers)
+    ep: int = 1
+    n_moe_layers: int = 0
+    a2a_latency_s: float = 0.0  #: one all-to-all's fixed time
+    a2a_s_per_token: float = 0.0  #: per token routed to top_k experts (d_model each)
 
     def step_s(self, tokens: int, logit_rows: int, pairs: int, kv_read_tokens: int) -> float:
         """Seconds of one step: ``tokens`` rows through the blocks, ``logit_rows`` through the
@@ -102,22 +109,63 @@ class StepModel:
             / (tp * self.matmul_flops_per_s) + pairs * self.attn_flops_per_pair \
             / (tp * self.attn_flops_per_s)
         w = self.dense_weight_bytes
-        if self.n_experts:
-            touched = self.n_experts * (1.0 - (1.0 - self.top_k / self.n_experts) ** tokens)
-            w += self.expert_bytes * touched
+        n_ar = self.n_allreduce
+        comm = 0.0
+        if self.n_experts and self.ep > 1:
+            # whole experts: the busiest rank's distinct experts set the step
+            w += self.expert_bytes * tp * busiest_rank_experts(self.n_experts, self.top_k,
+                                                               tokens, self.ep)
+            n_ar -= self.n_moe_layers  # the MoE output returns by all-to-all, not all-reduce
+            comm += 2 * self.n_moe_layers * (self.a2a_latency_s + tokens * self.a2a_s_per_token)
+        elif self.n_experts:
+            w += self.expert_bytes * experts_touched(self.n_experts, self.top_k, tokens)
         memory = (w + kv_read_tokens * self.kv_bytes_per_token) / self.bytes_per_s
-        comm = self.n_allreduce * (self.ar_latency_s + tokens * self.ar_s_per_token) \
-            if tp > 1 else 0.0
+        if tp > 1:
+            comm += n_ar * (self.ar_latency_s + tokens * self.ar_s_per_token)
         return self.overhead_s + max(compute, memory) + comm
+
+
+def experts_touched(n_experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct routed experts a step of ``tokens`` tokens reads, per MoE layer:
+    E (1 - (1 - k/E)^T). Each token picks k distinct experts of E; under uniform routing an
+    expert is missed by one token with probability 1 - k/E, by all T (independent tokens)
+    with (1 - k/E)^T. Real routers are skewed (fewer distinct experts): this is the upper
+    end of the weight traffic."""
+    if tokens <= 0:
+        return 0.0
+    return n_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
+
+
+@functools.lru_cache(maxsize=65536)
+def busiest_rank_experts(n_experts: int, top_k: int, tokens: int, ep: int) -> float:
+    """Expected distinct experts on the busiest of ``ep`` ranks holding n_experts / ep each:
+    E[max_r X_r] = sum_{m >= 1} (1 - P(X <= m - 1)^ep), each expert touched with p = 1 - (1 -
+    k/E)^T, X ~ Binomial(E / ep, p), experts and ranks taken as independent (uniform routing;
+    tests/test_serving.py checks it against a Monte Carlo of top-k routing)."""
+    if tokens <= 0:
+        return 0.0
+    n = n_experts // ep
+    p = 1.0 - (1.0 - top_k / n_experts) ** tokens
+    pmf = [math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(n + 1)]
+    cdf, out = 0.0, 0.0
+    for m in range(1, n + 1):
+        cdf += pmf[m - 1]
+        out += 1.0 - min(cdf, 1.0) ** ep
+    return out
 
 
 def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                precision: str = "bf16", weights: str | None = None, profile=None,
                gpu_file=None, overhead_s: float = STEP_OVERHEAD_S,
-               kv_capacity_tokens: int | None = None, **kv_kw) -> StepModel:
+               kv_capacity_tokens: int | None = None, ep: int = 1, **kv_kw) -> StepModel:
     """The step coefficients of a tp x pp replica of ``model`` on ``gpu`` (see the module
     table). ``kv_capacity_tokens``: default ``serving.kv_capacity``'s kv_tokens (``kv_kw``
-    go to it)."""
+    go to it). ``ep``: expert parallelism over the same tp GPUs (ep == tp; vLLM's
+    --enable-expert-parallel): attention stays tensor-parallel, each GPU holds n_experts / ep
+    whole experts, tokens reach them by an all-to-all dispatch and return by an all-to-all
+    combine (k x d_model activations each), the busiest rank's experts set the weight read.
+    The KV capacity is taken from the TP layout (the same bytes per GPU when E / ep is
+    whole)."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -130,6 +178,7 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     from .workload import Workload
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
     pp = I.integer("pp", pp, 1, I.MAX_GPUS)
+    ep = I.integer("ep", ep, 1, I.MAX_GPUS)
     overhead_s = I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     _check("kv dtype", kv_dtype, KV_DTYPES)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
@@ -166,6 +215,19 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
     kv_tok = cdiv(kv_cache_bytes_per_token(cfg, kv_dtype), kv_split)
     n_blocks = sum(d for _, d in cfg.stacks)
+    n_moe = len({op.layer for op in moe_ops})
+    a2a_lat = a2a_slope = 0.0
+    if ep > 1:
+        if not moe_ops:
+            raise SimError(f"ep ({ep}) needs a mixture-of-experts model; {cfg.name} is dense")
+        if ep != tp or n_exp % ep:
+            raise SimError(f"ep ({ep}) must equal tp ({tp}) and divide {cfg.name}'s "
+                           f"{n_exp} routed experts")
+        row = top_k * cfg.d_model * prec.act  # one token's activations to its k experts
+        a1 = float(comm.collective_s("all_to_all", row, ep, 1, g))
+        a2 = float(comm.collective_s("all_to_all", 1025 * row, ep, 1, g))
+        a2a_slope = (a2 - a1) / 1024
+        a2a_lat = a1 - a2a_slope
     if tp > 1:
         a1 = float(comm.collective_s("all_reduce", cfg.d_model * prec.act, tp, 1, g))
         a2 = float(comm.collective_s("all_reduce", 1025 * cfg.d_model * prec.act, tp, 1, g))
@@ -185,7 +247,7 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                      prof.flops_per_s("matmul", mm_dtype),
                      prof.flops_per_s("attention", dtype),
                      prof.bytes_per_s, peak, prof.hbm_bytes_per_s, lat, slope, 2 * n_blocks,
-                     overhead_s, int(kv_capacity_tokens) * pp)
+                     overhead_s, int(kv_capacity_tokens) * pp, ep, n_moe, a2a_lat, a2a_slope)
 
 
 def _matmul_dtype(model, cfg, ops, weights, prof, dtype: str) -> str:

@@ -134,6 +134,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           price: float = typer.Option(None, "--price", help="Price per GPU-hour: cost per million tokens."),
           tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree (with --input-len)."),
           pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree (with --input-len)."),
+          ep: int = typer.Option(None, "--ep", help="Pin expert parallelism of a MoE model over the tp GPUs (1 or tp; with --input-len)."),
           replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
@@ -147,9 +148,9 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
         _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                     itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                    kv_opts, json_out)
+                    kv_opts, json_out, ep)
         return
-    for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp)):
+    for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep)):
         if v is not None:
             raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
                                  "--output-len with --rate or --concurrency")
@@ -197,7 +198,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                 itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                kv_opts, json_out) -> None:
+                kv_opts, json_out, ep=None) -> None:
     """plan infer's SLO mode: ``serving_plan.plan_serving`` on the checked flags."""
     from .options import options
     from .. import inputs as I
@@ -225,7 +226,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     p = plan_serving(model, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
                      ttft_p99_s=ttft, itl_p99_s=itl, price_per_gpu_hour=price, tp=tp, pp=pp,
                      replicas=reps, kv_dtype=kv_dtype, precision=precision, weights=weights,
-                     gpu_file=gpu_file, **kw)
+                     gpu_file=gpu_file, ep=ep, **kw)
     out = p.to_json()
     if json_out:
         emit_json(out)
