@@ -633,3 +633,47 @@ def test_slo_plan_tries_expert_parallel_layouts():
     assert all(r.ep == 2 and r.tp == 2 for r in pinned.rows)
     with pytest.raises(ServePlanError, match="mixture-of-experts"):
         plan_serving("llama-3-8b", "h100", 2000, 200, rate=5.0, ep=2)
+
+
+# --- prefill/decode disaggregation ----------------------------------------------------------------
+from txcalc.serving_disagg import kv_transfer_s  # noqa: E402
+
+
+def test_decode_only_instance_counts_tokens_and_respects_hbm():
+    """A disaggregated decode instance: requests arrive with their KV; every output token is
+    counted, no step carries a prompt, and no inter-token gap beats HBM bandwidth over the
+    weights and one sequence's cache."""
+    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    g = get_gpu("h100")
+    r = simulate(sm, 400, 4000, 200, rate=5.0, decode_only=True)
+    assert r.output_tokens == 400 * 200 and int(r.itl_weights.sum()) == 400 * 199
+    assert (r.ttft_s == 0).all()
+    floor = (sm.dense_weight_bytes + 4001 * sm.kv_bytes_per_token) / g.hbm_bytes_per_s
+    assert r.itl_values_s.min() >= floor
+    colocated = simulate(sm, 400, 4000, 200, rate=5.0)
+    assert r.itl(99) < colocated.itl(99)  # no prompt chunk shares its steps
+
+
+def test_kv_transfer_is_bounded_by_the_link():
+    sm = step_model("llama-3.1-70b", "h100", tp=4, max_model_len=32768)
+    g = get_gpu("h100")
+    t = kv_transfer_s(sm, 32000, g)
+    assert t >= 32000 * sm.kv_bytes_per_token / g.inter_node_bytes_per_s
+    assert sm.kv_bytes_per_token == kv_cache_bytes_per_token(load("llama-3.1-70b")) // 4
+
+
+def test_disaggregation_wins_for_long_prompts_under_a_tight_itl_slo():
+    """8,000-token prompts, 400 out, 8 requests/s, ITL p99 20 ms: colocated, prompt chunks
+    share decode steps and it takes more replicas to keep the p99 gap under 20 ms than a
+    prefill pool plus a decode pool need; 2,000-token prompts at a loose ITL SLO: colocated
+    is cheaper (a decode pool idles between short prompts' tokens)."""
+    p = plan_serving("llama-3-8b", "h100", 8000, 400, rate=8.0, ttft_p99_s=3.0,
+                     itl_p99_s=0.02, tp=1)
+    best, colo = p.best, next(r for r in p.rows if r.mode == "colocated")
+    assert best.mode == "disaggregated" and best.total_gpus < colo.total_gpus
+    assert best.prefill_replicas + best.decode_replicas == best.replicas
+    assert best.ttft_p99_s <= 3.0 and best.itl_p99_s <= 0.02 and best.kv_transfer_s > 0
+    q = plan_serving("llama-3-8b", "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
+                     itl_p99_s=0.08, tp=1)
+    assert q.best.mode == "colocated"
+    assert any(r.mode == "disaggregated" for r in q.rows)

@@ -13,7 +13,10 @@ offered by the simulated trace); ``rate=inf`` is the offline mode (every request
 at once): one replica, or the pinned count, each layout ranked by output tokens/s per GPU.
 Pipeline depths above 1 are tried only when no single-stage layout fits (or ``pp`` pins
 one). Mixture-of-experts models are tried with their experts split by TP and with expert
-parallelism over the same GPUs (``ep`` = tp, ``serving_sim.step_model``). Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
+parallelism over the same GPUs (``ep`` = tp, ``serving_sim.step_model``). With a rate and
+an SLO (replicas not pinned), each single-stage layout is also tried disaggregated
+(``serving_disagg``: a prefill pool and a decode pool, mode "disaggregated"), and wins when it
+needs fewer GPUs. Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
 one given, when given) and keeps its best. Layouts rank by total GPUs, then cost, then TTFT
 p99. ``tp``, ``pp``, ``replicas`` pin the search.
 
@@ -68,6 +71,11 @@ class ServeRow:
     cost_per_million_tokens: float | None = None
     cost_per_million_output_tokens: float | None = None
     ep: int = 1  #: expert parallelism over the tp GPUs (1: experts split by TP)
+    #: "colocated", or "disaggregated" (serving_disagg: prefill and decode pools of tp GPUs)
+    mode: str = "colocated"
+    prefill_replicas: int | None = None
+    decode_replicas: int | None = None
+    kv_transfer_s: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -143,6 +151,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     from . import load
     from .hardware import get_gpu
     from .serving import ServingError
+    from .serving_disagg import plan_disaggregated
     from .serving_sim import STEP_OVERHEAD_S, prefix_savings, simulate, step_model
     input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
     output_len = I.integer("output_len", output_len, 1, I.MAX_SEQ)
@@ -170,6 +179,9 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     prefix = {"prefix_hit_rate": prefix_hit_rate,
               "block_size": kv_kw.get("block_size", 16)} if prefix_hit_rate else {}
     saved = None
+    # disaggregation is tried where SLOs bind an open-loop rate with replicas left free
+    disagg = (rate is not None and not offline and replicas is None
+              and (ttft_p99_s is not None or itl_p99_s is not None))
     chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
         c for c in CHUNKS if c >= seq][:1]
     ep = I.integer("ep", ep, 1, 64, none=True)
@@ -266,6 +278,29 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                              r * res.goodput(ttft_p99_s, itl_p99_s), ok,
                              None if cost is None else cost / all_tps * 1e6,
                              None if cost is None else cost / out_tps * 1e6, e))
+        if disagg and p == 1 and e == 1 and chunk == chunks[-1]:
+            d = plan_disaggregated(sm, g, input_len, output_len, rate, ttft_p99_s=ttft_p99_s,
+                                   itl_p99_s=itl_p99_s, max_num_batched_tokens=chunk,
+                                   n_requests=int(min(SIM_MAX, max(SIM_MIN,
+                                                                   rate * SIM_SECONDS))),
+                                   max_num_seqs=max_num_seqs, seed=seed,
+                                   max_replicas=MAX_REPLICAS)
+            if d is not None:
+                pr, dr = d.prefill, d.decode
+                tot = d.replicas * t
+                cost = None if price_per_gpu_hour is None else tot * price_per_gpu_hour / 3600
+                out_tps, all_tps = rate * output_len, rate * (input_len + output_len)
+                x = d.kv_transfer_exposed_s
+                rows.append(ServeRow(
+                    t, 1, d.replicas, tot, chunk, sm.kv_capacity_tokens, pr.ttft(50) + x,
+                    pr.ttft(90) + x, pr.ttft(99) + x, dr.itl(50), dr.itl(90), dr.itl(99),
+                    float(dr.tpot_s.mean()), rate, out_tps,
+                    min(d.prefill_replicas * pr.goodput(None if ttft_p99_s is None
+                                                        else ttft_p99_s - x),
+                        d.decode_replicas * dr.goodput(None, itl_p99_s)), True,
+                    None if cost is None else cost / all_tps * 1e6,
+                    None if cost is None else cost / out_tps * 1e6, 1, "disaggregated",
+                    d.prefill_replicas, d.decode_replicas, d.kv_transfer_s))
     if not tried:
         raise ServePlanError(f"{cfg.name} with {seq:,} tokens per request does not fit on "
                              f"{g.name} in any layout tried (tp up to {g.gpus_per_node}, pp up "
@@ -281,8 +316,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                                  r.cost_per_million_tokens or 0, r.ttft_p99_s))
     seen, kept = set(), []
     for r in rows:  # the best chunk budget of each layout
-        if (r.tp, r.pp, r.ep) not in seen:
-            seen.add((r.tp, r.pp, r.ep))
+        if (r.tp, r.pp, r.ep, r.mode) not in seen:
+            seen.add((r.tp, r.pp, r.ep, r.mode))
             kept.append(r)
     rows = kept
     if not rows[0].meets_slo:

@@ -339,10 +339,14 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
              rate: float | None = None, concurrency: int | None = None,
              max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, seed: int = 0,
-             prefix_hit_rate: float = 0.0, block_size: int = 16) -> SimResult:
+             prefix_hit_rate: float = 0.0, block_size: int = 16,
+             decode_only: bool = False) -> SimResult:
     """Serve ``n_requests`` on one replica (see the module table). Exactly one of ``rate``
     (requests/s, ``math.inf`` = all at once) and ``concurrency`` (closed loop);
-    ``prefix_hit_rate``: the share of every prompt found in the prefix cache."""
+    ``prefix_hit_rate``: the share of every prompt found in the prefix cache.
+    ``decode_only``: a disaggregated decode instance; requests arrive with their prompt's KV
+    cache and first token (made by a prefill instance) and decode from the next step on
+    (their ``ttft_s`` is 0; output_tokens still counts the first token)."""
     from . import inputs as I
     n = I.integer("n_requests", n_requests, 1, MAX_REQUESTS)
     budget = I.integer("max_num_batched_tokens", max_num_batched_tokens, 1, I.MAX_SEQ)
@@ -403,8 +407,20 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
                 break
             free -= need
             waiting.popleft()
-            prefill.append([r, cached_l[r]])
             running += 1
+            if decode_only:  # its prompt was prefilled elsewhere: it decodes from now on
+                first_t[r] = t
+                out_tokens += 1
+                if outs_l[r] == 1:
+                    free += need
+                    done += 1
+                    running -= 1
+                    continue
+                decoding += 1
+                ctx_sum += ins_l[r] + 1
+                heapq.heappush(finish_at, (step + outs_l[r] - 1, r))
+                continue
+            prefill.append([r, cached_l[r]])
         max_running = max(max_running, running)
         if not prefill and not decoding:  # idle until the next arrival
             if next_arrival < n and arrive_l[next_arrival] < math.inf:
