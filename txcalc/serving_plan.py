@@ -43,6 +43,9 @@ SIM_MIN, SIM_MAX = 300, 3000
 #: inter-token latency (a decode step shares its step with at most that many prompt tokens),
 #: large ones the time to first token and the GPU time per prompt token
 CHUNKS = (512, 2048, 8192)
+#: prompts this long get a context-parallel prefill table (ring attention over cp groups)
+CP_FROM = 131072
+CP_DEGREES = (1, 2, 4, 8, 16)
 
 
 class ServePlanError(TxcalcError):
@@ -96,6 +99,9 @@ class ServePlan:
     notes: list[str] = field(default_factory=list)
     #: with a prefix-cache hit rate: ``serving_sim.prefix_savings`` of one prompt
     prefix_cache: dict | None = None
+    #: prompts of CP_FROM tokens or more: one prompt's prefill on cp groups of the best
+    #: layout's tp GPUs (``serving_cp.cp_prefill``), cp in CP_DEGREES
+    context_parallel: list | None = None
 
     @property
     def best(self) -> ServeRow:
@@ -114,6 +120,7 @@ class ServePlan:
         out["layouts"] = [r.to_json() for r in self.rows]
         out["notes"] = self.notes
         out["prefix_cache"] = self.prefix_cache
+        out["context_parallel"] = self.context_parallel
         return out
 
 
@@ -322,8 +329,16 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     rows = kept
     if not rows[0].meets_slo:
         notes.append("no layout meets the SLOs with the pinned replicas; best shown")
+    cp_rows = None
+    if input_len >= CP_FROM:
+        from .serving_cp import cp_prefill
+        cp_rows = [cp_prefill(model, g, input_len, cp=c, tp=rows[0].tp, weights=weights,
+                              kv_dtype=kv_dtype, precision=precision, profile=profile,
+                              gpu_file=gpu_file).to_json() for c in CP_DEGREES]
+        notes.append("context parallelism: one prompt's prefill on cp x tp GPUs in "
+                     "context_parallel (ring attention; the simulation itself runs tp only)")
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
-                     itl_p99_s, price_per_gpu_hour, rows, notes, saved)
+                     itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows)
 
 
 def parse_duration(text, name: str) -> float:

@@ -249,7 +249,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
                         ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
                          "out tok/s", "meets SLO"],
                         [(f"{r.tp} x {r.pp}" + (f" ep {r.ep}" if r.ep > 1 else "") + (
-                            f" ({r.prefill_replicas} prefill + {r.decode_replicas} decode)"
+                            f" {r.prefill_replicas}P+{r.decode_replicas}D"
                             if r.mode == "disaggregated" else ""), r.replicas, r.total_gpus,
                           f"{r.max_num_batched_tokens:,}", f"{r.ttft_p99_s:.3f}",
                           f"{r.itl_p99_s * 1e3:.1f}", f"{r.output_tokens_per_s:,.0f}",
