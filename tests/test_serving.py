@@ -734,3 +734,36 @@ def test_plan_lists_context_parallel_prefill_for_long_prompts():
     p = plan_serving("llama-3-8b", "h200", 131072, 100, concurrency=1, tp=1)
     ttfts = [c["prefill_s"] for c in p.to_json()["context_parallel"]]
     assert len(ttfts) == 5 and ttfts == sorted(ttfts, reverse=True)
+
+
+# --- serving plots ---------------------------------------------------------------------------------
+def test_serving_load_data_and_pareto_front():
+    from txcalc.serving_report import pareto_front, serving_load_data
+    assert pareto_front([(1, 1), (2, 2), (2, 1), (0.5, 3)]) == [False, False, True, False]
+    d = serving_load_data("llama-3-8b", "h100", 1000, 100, tps=[1, 2])
+    pts = d["load"]["points"]
+    assert [p["rate"] for p in pts] == sorted(p["rate"] for p in pts)
+    assert pts[-1]["ttft_p99_s"] > pts[0]["ttft_p99_s"]  # latency grows with load
+    assert all(p["itl_p99_s"] >= p["itl_p50_s"] for p in pts)
+    front = [p for p in d["pareto"]["points"] if p["pareto"]]
+    assert front and all(not any(q["tokens_per_s_per_gpu"] > p["tokens_per_s_per_gpu"]
+                                 and q["itl_p50_s"] < p["itl_p50_s"]
+                                 for q in d["pareto"]["points"]) for p in front)
+
+
+def test_cli_plot_writes_two_pngs(tmp_path, capsys):
+    out = tmp_path / "plots"
+    r = runner.invoke(app, ["plan", "infer", "llama-3-8b", "--gpu", "h100", "--input-len", "1000",
+                            "--output-len", "100", "--rate", "2", "--tp", "1", "--plot",
+                            str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert sorted(p.name for p in out.iterdir()) == ["serve_load.png", "serve_pareto.png"]
+    assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in
+               ("serve_load.png", "serve_pareto.png")) and len(d["plots"]) == 2
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    err = one_line_error(capsys, ["plan", "infer", "llama-3-8b", "--gpu", "h100",
+                                  "--input-len", "1000", "--output-len", "100", "--rate", "2",
+                                  "--plot", str(f)])
+    assert "--plot" in err and f.read_text() == "x"

@@ -135,6 +135,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree (with --input-len)."),
           pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree (with --input-len)."),
           ep: int = typer.Option(None, "--ep", help="Pin expert parallelism of a MoE model over the tp GPUs (1 or tp; with --input-len)."),
+          plot: str = typer.Option(None, "--plot", help="Folder for two PNGs (with --input-len): TTFT/ITL against load, and the layouts' throughput-latency Pareto front."),
           replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
@@ -148,9 +149,10 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
         _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                     itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                    kv_opts, json_out, ep)
+                    kv_opts, json_out, ep, plot)
         return
-    for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep)):
+    for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep),
+                    ("--plot", plot)):
         if v is not None:
             raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
                                  "--output-len with --rate or --concurrency")
@@ -198,7 +200,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                 itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                kv_opts, json_out, ep=None) -> None:
+                kv_opts, json_out, ep=None, plot=None) -> None:
     """plan infer's SLO mode: ``serving_plan.plan_serving`` on the checked flags."""
     from .options import options
     from .. import inputs as I
@@ -223,11 +225,20 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     if "max_model_len" in kv_opts and kv_opts["max_model_len"] < n_in + n_out:
         raise ServingError(f"--max-model-len ({kv_opts['max_model_len']:,}) is shorter than "
                            f"--input-len + --output-len ({n_in + n_out:,})")
+    if plot is not None:  # refuse a bad folder before the simulations
+        from ..atomic import check_out_folder
+        check_out_folder(plot, "--plot")
     p = plan_serving(model, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
                      ttft_p99_s=ttft, itl_p99_s=itl, price_per_gpu_hour=price, tp=tp, pp=pp,
                      replicas=reps, kv_dtype=kv_dtype, precision=precision, weights=weights,
                      gpu_file=gpu_file, ep=ep, **kw)
     out = p.to_json()
+    if plot is not None:
+        from ..serving_report import serving_load_data, write_serving_plots
+        b = p.best
+        out["plots"] = write_serving_plots(serving_load_data(
+            model, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
+            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file), plot)
     if json_out:
         emit_json(out)
         return
@@ -256,3 +267,5 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
                           "yes" if r.meets_slo else "no") for r in p.rows]))
     for note in p.notes:
         console.print(f"  note: {note}")
+    for path in out.get("plots", []):
+        console.print(f"  plot: {path}")

@@ -244,8 +244,70 @@ def _validation(report: dict):
     return fig
 
 
+def _plain_log(ax, which: str) -> None:
+    """A log axis with plain numbers on its ticks (mathtext is off in every plot)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    lo, hi = (ax.get_xlim() if which == "x" else ax.get_ylim())
+    if hi < 30 * lo:  # under a decade and a half: label the 2s and 5s too
+        axis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _serve_load(report: dict):
+    """TTFT and ITL (p50, p99) against the request rate (txcalc.serving_report)."""
+    d = report["data"]["serving_load"]
+    pts = d["load"]["points"]
+    rates = [p["rate"] for p in pts]
+    fig = _figure()
+    ax1, ax2 = fig.subplots(1, 2)
+    for ax, key, unit, scale_by in ((ax1, "ttft", "s", 1.0), (ax2, "itl", "ms", 1e3)):
+        for q, style in (("p50", "-"), ("p99", "--")):
+            ax.plot(rates, [p[f"{key}_{q}_s"] * scale_by for p in pts], marker="o",
+                    markersize=3, linestyle=style, label=q)
+        ax.axvline(d["load"]["capacity_requests_per_s"], color="#8C8C8C", linestyle=":",
+                   label="offline capacity")
+        ax.set_xlabel("requests/s per replica")
+        ax.set_ylabel(f"{key.upper()} ({unit})")
+        _plain_log(ax, "y")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize="small")
+    fig.suptitle(f"{d['model']} on {d['gpu']} (tp {d['load']['tp']}): {d['input_len']:,} in / "
+                 f"{d['output_len']:,} out tokens")
+    return fig
+
+
+def _serve_pareto(report: dict):
+    """Output tokens/s per GPU against ITL p50, one series per tp, the front joined."""
+    d = report["data"]["serving_load"]
+    pts = d["pareto"]["points"]
+    fig = _figure()
+    ax = fig.subplots()
+    for t in sorted({p["tp"] for p in pts}):
+        mine = [p for p in pts if p["tp"] == t]
+        ax.plot([p["itl_p50_s"] * 1e3 for p in mine], [p["tokens_per_s_per_gpu"] for p in mine],
+                marker="o", markersize=4, linestyle=":", label=f"tp {t}")
+    front = sorted((p for p in pts if p["pareto"]), key=lambda p: p["itl_p50_s"])
+    ax.plot([p["itl_p50_s"] * 1e3 for p in front], [p["tokens_per_s_per_gpu"] for p in front],
+            color="black", linewidth=1.5, label="Pareto front")
+    _plain_log(ax, "x")
+    _plain_log(ax, "y")
+    ax.set_xlabel("inter-token latency p50 (ms)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title(f"{d['model']} on {d['gpu']}: throughput against latency, concurrency "
+                 f"{', '.join(str(c) for c in sorted({p['concurrency'] for p in pts}))}")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
 DRAW = {"components": _components, "memory": _memory, "activations": _activations,
-        "kv": _kv, "frontier": _frontier, "validation": _validation}
+        "kv": _kv, "frontier": _frontier, "validation": _validation,
+        "serve_load": _serve_load, "serve_pareto": _serve_pareto}
 
 
 def plot_specs(report: dict) -> list[dict]:
