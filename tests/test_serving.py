@@ -577,7 +577,7 @@ def test_cli_prefix_hit_rate_cuts_ttft_and_reports_savings():
     assert b["ttft_p99_s"] < a["ttft_p99_s"]
 
 
-# --- MoE expert parallelism ------------------------------------------------------------------------
+# --- MoE expert parallelism ---------------------------------------------------------------------
 from txcalc.serving_sim import busiest_rank_experts, experts_touched  # noqa: E402
 
 
@@ -736,7 +736,7 @@ def test_plan_lists_context_parallel_prefill_for_long_prompts():
     assert len(ttfts) == 5 and ttfts == sorted(ttfts, reverse=True)
 
 
-# --- serving plots ---------------------------------------------------------------------------------
+# --- serving plots ------------------------------------------------------------------------------
 def test_serving_load_data_and_pareto_front():
     from txcalc.serving_report import pareto_front, serving_load_data
     assert pareto_front([(1, 1), (2, 2), (2, 1), (0.5, 3)]) == [False, False, True, False]

@@ -16,9 +16,10 @@ one). Mixture-of-experts models are tried with their experts split by TP and wit
 parallelism over the same GPUs (``ep`` = tp, ``serving_sim.step_model``). With a rate and
 an SLO (replicas not pinned), each single-stage layout is also tried disaggregated
 (``serving_disagg``: a prefill pool and a decode pool, mode "disaggregated"), and wins when it
-needs fewer GPUs. Each layout is tried with the chunk budgets CHUNKS (``max_num_batched_tokens``; the
-one given, when given) and keeps its best. Layouts rank by total GPUs, then cost, then TTFT
-p99. ``tp``, ``pp``, ``replicas`` pin the search.
+needs fewer GPUs. Each layout is tried with the chunk budgets CHUNKS
+(``max_num_batched_tokens``; the one given, when given) and keeps its best. Layouts rank by
+total GPUs, then cost, then TTFT p99. ``tp``, ``pp``, ``ep``, ``replicas`` pin the search.
+Prompts of CP_FROM tokens or more add a context-parallel prefill table (``serving_cp``).
 
 cost per million tokens = GPUs x price per GPU-hour / 3600 / tokens per second x 10^6, for the
 output tokens alone and for input + output tokens.
