@@ -7,7 +7,8 @@
     GET /api/commands?FORM   | {panel: the equivalent ``txcalc`` command}, and the report link
     GET /api/PANEL?FORM      | the JSON ``txcalc ... --json`` prints for the panel's command
                              | (PANEL: params, flops, memory, answer; calc.commands)
-    POST /api/upload         | a config.json (the body) kept for this server's life: {"model"}
+    POST /api/upload?name=N  | a config.json (the body; N: its file name) kept for this
+                             | server's life: {"model": its path}
     GET /report?FORM         | writes ``txcalc report`` for the form, then sends its report.html
 
 FORM is the page's controls as a query string (calc.DEFAULTS names them). A bad input is HTTP
@@ -55,6 +56,7 @@ class WhatIfServer(ThreadingHTTPServer):
 
     def __init__(self, host: str, port: int, log=None):
         self.address_family = _family(host)
+        self.workdir = None  # a failed bind closes the server inside __init__
         super().__init__((host, port), Handler)
         self.workdir = Path(tempfile.mkdtemp(prefix="txcalc-serve-"))
         self.log = log  #: a file for one line per request, or None
@@ -83,7 +85,8 @@ class WhatIfServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _family(host: str):
@@ -223,7 +226,12 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(cfg, dict):
             raise calc.WebInputError("the uploaded file is JSON but not an object: a "
                                      "config.json is one {...} object")
-        folder = self.server.workdir / "uploads" / hashlib.sha256(body).hexdigest()[:16]
+        # the model takes its name from the folder (as txcalc names a Hub download): the
+        # uploaded file's name, without .json and characters a folder name should not have
+        name = parse_qs(urlsplit(self.path).query).get("name", ["uploaded"])[0]
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", name.removesuffix(".json")).strip(".-")[:100]
+        folder = (self.server.workdir / "uploads" / hashlib.sha256(body).hexdigest()[:16]
+                  / (stem or "uploaded"))
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_bytes(body)
         self._json(HTTPStatus.OK, {"model": str(folder / "config.json")})

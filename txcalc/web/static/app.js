@@ -25,7 +25,7 @@ const fmtPct = (x) => (100 * x).toFixed(1) + " %";
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "key") { e.dataset.key = v; } else if (k === "value") { e.dataset.value = String(v); } else { e.setAttribute(k, v); }
+    if (k === "dataKey") { e.dataset.key = v; } else if (k === "dataValue") { e.dataset.value = String(v); } else { e.setAttribute(k, v); }
   }
   for (const c of children) e.append(c);
   return e;
@@ -37,7 +37,7 @@ function svg(tag, attrs, text) {
   return e;
 }
 // one shown figure: its text, and the JSON path and value it came from
-const fig = (key, value, text) => el("span", {key, value, title: String(value)}, text);
+const fig = (key, value, text) => el("span", {dataKey: key, dataValue: value, title: String(value)}, text);
 
 function dl(target, rows) {
   target.replaceChildren();
@@ -320,7 +320,7 @@ function renderCommands(c) {
 async function upload(file) {
   if (!file) return;
   if (file.size > 4 * 2 ** 20) { showMessage(`${file.name} is ${fmtInt(file.size)} bytes: a config.json is at most 4 MiB`); return; }
-  const r = await getJSON("/api/upload", {method: "POST", body: await file.text(), headers: {"Content-Type": "application/json"}});
+  const r = await getJSON("/api/upload?name=" + encodeURIComponent(file.name), {method: "POST", body: await file.text(), headers: {"Content-Type": "application/json"}});
   if (!r.ok) { showMessage(r.error); return; }
   $("model").value = r.data.model;
   syncPreset();
