@@ -324,3 +324,22 @@ def test_txcalc_serve_on_a_busy_port_says_so_in_one_line():
     r = subprocess.run([sys.executable, "-m", "txcalc", "serve", "--port", "70000"],
                        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "--port" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_the_hub_ids_in_the_local_cache_are_offered(tmp_path, monkeypatch):
+    pytest.importorskip("txcalc.hub", reason="txcalc.hub (Hub ids) is not in this tree")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--meta-llama--Llama-3.1-8B"  # the Hub cache's own layout
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_bytes(
+        (HF / "llama-3.1-8b.json").read_bytes())
+    (tmp_path / "models--org--weights-only" / "refs").mkdir(parents=True)  # no config.json
+    (tmp_path / "datasets--org--data").mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert calc.cached_hub_ids() == ["meta-llama/Llama-3.1-8B"]
+    assert calc.options()["hub_models"] == ["meta-llama/Llama-3.1-8B"]
+    got = calc.run_json(["params", "meta-llama/Llama-3.1-8B"])
+    assert got["total_params"] == 8_030_261_248
+    assert got == cli_json(["params", "meta-llama/Llama-3.1-8B"])

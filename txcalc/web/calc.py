@@ -211,6 +211,28 @@ def run_json(argv: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
+def cached_hub_ids(limit: int = 500) -> list[str]:
+    """Hugging Face ids whose config.json is in the local Hub cache (``txcalc.hub`` reads the
+    cache and names its folders ``models--{org}--{name}``); [] where this txcalc has no
+    ``txcalc.hub`` or no cache."""
+    try:
+        from ..hub import cache_dir, cached_config, is_hub_id
+    except ImportError:
+        return []
+    try:
+        folders = sorted(p.name for p in cache_dir().iterdir() if p.name.startswith("models--"))
+    except OSError:
+        return []
+    ids = []
+    for name in folders:
+        repo_id = name.removeprefix("models--").replace("--", "/", 1)
+        if is_hub_id(repo_id) and cached_config(repo_id) is not None:
+            ids.append(repo_id)
+            if len(ids) == limit:
+                break
+    return ids
+
+
 def options() -> dict:
     """What the page's selects offer: the library's own names (presets, the GPU catalog,
     precisions, optimizers, kernels, formats), and the controls' starting values."""
@@ -222,7 +244,7 @@ def options() -> dict:
     from ..workload import ATTN_IMPLS, RECOMPUTE
     from ..cli.costs_cmd import _PEAK_PARTS  # the memory command's names of its categories
     return {
-        "presets": list(PRESETS), "tasks": list(TASKS),
+        "presets": list(PRESETS), "hub_models": cached_hub_ids(), "tasks": list(TASKS),
         "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes, "aliases": list(g.aliases)}
                  for g in load_catalog().values()],
         "precisions": list(PRECISIONS), "optimizers": list(OPTIMIZERS),

@@ -55,9 +55,10 @@ function table(target, head, rows) {
 }
 
 // --- the controls -------------------------------------------------------------------------------
-function fill(id, values, labels) {
-  const s = $(id);
+function fill(id, values, labels, group) {
+  const s = group ? el("optgroup", {label: group}) : $(id);
   for (const v of values) s.append(el("option", {value: v}, labels ? labels(v) : v));
+  if (group) $(id).append(s);
 }
 
 function task() {
@@ -101,7 +102,7 @@ function setControls(values) {
 
 function syncPreset() {
   const m = $("model").value.trim();
-  $("preset").value = OPTIONS.presets.includes(m) ? m : "";
+  $("preset").value = OPTIONS.presets.includes(m) || OPTIONS.hub_models.includes(m) ? m : "";
 }
 
 // --- talking to the server ------------------------------------------------------------------------
@@ -339,6 +340,7 @@ async function start() {
   OPTIONS = r.data;
   const d = OPTIONS.defaults;
   fill("preset", ["", ...OPTIONS.presets], (v) => v || "(other: type or upload)");
+  if (OPTIONS.hub_models.length) fill("preset", OPTIONS.hub_models, null, "in the Hugging Face cache");
   fill("gpu", OPTIONS.gpus.map((g) => g.name), (v) => {
     const g = OPTIONS.gpus.find((x) => x.name === v);
     return `${v} (${fmtGB(g.memory_bytes)})`;
