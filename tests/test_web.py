@@ -141,9 +141,12 @@ def test_every_panel_answers_the_cli_json(server, form):
     _, _, body = get(server, "/api/commands?" + urlencode(form))
     shown = json.loads(body)
     for panel, argv in calc.commands(calc.form_of(form)).items():
-        status, got = api(server, panel, **form)
-        assert status == 200, got
-        assert got == cli_json(argv), panel
+        status, headers, body = get(server, f"/api/{panel}?" + urlencode(form))
+        assert status == 200, body
+        rc, out, err = cli([*argv, "--json"])
+        assert rc == 0, err
+        assert body.decode() == out, panel  # the CLI's JSON, byte for byte
+        assert headers["X-Txcalc-Command"] == calc.shell_line(argv)
         assert shown["commands"][panel] == "txcalc " + " ".join(argv)
         assert shown["argv"][panel] == argv
 
@@ -198,6 +201,11 @@ def test_a_foreign_host_is_refused(server):
     host, port = server.server_address
     status, _, _ = get(server, "/api/options", {"Host": f"localhost:{port}"})
     assert status == 200
+
+
+def test_the_peak_labels_are_the_memory_commands():
+    from txcalc.cli.costs_cmd import _PEAK_PARTS
+    assert calc.PEAK_LABELS == _PEAK_PARTS
 
 
 def test_options_are_the_librarys_names(server):

@@ -3,9 +3,10 @@ commands' own ``--json`` answers.
 
 Nothing here computes a figure. A form (the page's controls, all text) becomes the argument
 lists of the CLI commands behind each panel of the page (``commands``); ``run_json`` runs one
-of them in this process through the CLI's own entry (``txcalc.cli._run``), so the JSON the page
-shows is, byte for byte, what ``txcalc ... --json`` prints, and a bad input gives the CLI's own
-one-line message. The page shows the same argument lists as the equivalent commands.
+of them as a command (``python -m txcalc ARGV --json``), so the JSON the page shows is, byte
+for byte, what the CLI prints, and a bad input gives the CLI's own one-line message. The page
+shows the same argument lists as the equivalent commands. (A command, not an import: the page
+is one more user of the CLI, above it, and nothing outside txcalc/cli imports the CLI.)
 
     task      | panel   | command
     ----------|---------|-------------------------------------------------------------------
@@ -23,11 +24,14 @@ one-line message. The page shows the same argument lists as the equivalent comma
 
 from __future__ import annotations
 
-import io
 import json
+import os
 import shlex
+import subprocess
+import sys
 import threading
-from contextlib import redirect_stderr, redirect_stdout
+from collections import OrderedDict
+from pathlib import Path
 
 from ..errors import TxcalcError
 
@@ -187,28 +191,64 @@ def shell_line(argv: list[str]) -> str:
     return shlex.join(["txcalc", *argv])
 
 
-#: one command at a time: a command's JSON is what it prints, so standard output is taken for
-#: the length of the command (the page sends a handful of quick requests per change)
-_RUN_LOCK = threading.Lock()
+#: the memory command's words for its peak categories (cli.costs_cmd._PEAK_PARTS; a test
+#: keeps the two equal: this package runs the CLI, it does not import it)
+PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
+               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
+COMMAND_TIMEOUT_S = 600
+CACHE_ENTRIES = 256
+
+#: at most this many commands at once (a change of the page asks for four)
+_SLOTS = threading.BoundedSemaphore(max(4, os.cpu_count() or 1))
+_CACHE: OrderedDict[tuple[str, ...], bytes] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 
-def run_json(argv: list[str]) -> dict:
-    """Run ``txcalc ARGV --json`` in this process; its JSON as a dict, or CommandFailed with the
-    line the CLI prints (without the ``txcalc: error:`` prefix)."""
-    from .. import cli
-    out, err = io.StringIO(), io.StringIO()
-    with _RUN_LOCK, redirect_stdout(out), redirect_stderr(err):
-        cli._load()
-        rc = cli._run([*argv, "--json"])
-    if rc != 0:
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        msg = lines[-1] if lines else f"txcalc {argv[0]} exited with status {rc}"
-        for prefix in ("txcalc: error: ", "txcalc: error"):
-            if msg.startswith(prefix):
-                msg = msg[len(prefix):].lstrip()
-                break
-        raise CommandFailed(msg, argv)
-    return json.loads(out.getvalue())
+def _env() -> dict[str, str]:
+    """The environment of a command: this process's, with this txcalc first on the path (the
+    command imports the same package as the server, installed or a source tree)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_cli(argv: list[str], cache: bool = False) -> bytes:
+    """What ``txcalc ARGV --json`` prints: the CLI itself, run as a command (the page is one
+    more user of it), so the page's JSON is the CLI's byte for byte. A refused input raises
+    CommandFailed with the CLI's one line (its ``txcalc: error:`` prefix cut); a command that
+    ends otherwise raises RuntimeError. ``cache``: the answer depends on argv alone (a preset,
+    an uploaded file named by its hash), so a repeated question is answered from memory."""
+    key = tuple(argv)
+    if cache:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+                return _CACHE[key]
+    with _SLOTS:
+        try:
+            r = subprocess.run([sys.executable, "-m", "txcalc", *argv, "--json"],
+                               capture_output=True, env=_env(), stdin=subprocess.DEVNULL,
+                               timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{shell_line(argv)} took longer than {COMMAND_TIMEOUT_S} s") from None
+    if r.returncode == 0:
+        if cache:
+            with _CACHE_LOCK:
+                _CACHE[key] = r.stdout
+                while len(_CACHE) > CACHE_ENTRIES:
+                    _CACHE.popitem(last=False)
+        return r.stdout
+    lines = [ln for ln in r.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    if r.returncode == 2 and last.startswith("txcalc: error"):
+        raise CommandFailed(last.removeprefix("txcalc: error").removeprefix(":").strip(), argv)
+    raise RuntimeError(f"{shell_line(argv)} exited with status {r.returncode}: {last:.300}")
+
+
+def run_json(argv: list[str], cache: bool = False) -> dict:
+    """``run_cli``'s answer as a dict (json keeps the CLI's integers exact)."""
+    return json.loads(run_cli(argv, cache))
 
 
 def cached_hub_ids(limit: int = 500) -> list[str]:
@@ -242,7 +282,6 @@ def options() -> dict:
     from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
     from ..presets import PRESETS
     from ..workload import ATTN_IMPLS, RECOMPUTE
-    from ..cli.costs_cmd import _PEAK_PARTS  # the memory command's names of its categories
     return {
         "presets": list(PRESETS), "hub_models": cached_hub_ids(), "tasks": list(TASKS),
         "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes, "aliases": list(g.aliases)}
@@ -251,5 +290,5 @@ def options() -> dict:
         "attn": list(ATTN_IMPLS), "recompute": list(RECOMPUTE), "kv_dtypes": list(KV_DTYPES),
         "weights": list(WEIGHTS_EXAMPLES), "finetune_modes": list(FINETUNE_MODES),
         "base_formats": list(BASE_FORMATS), "lora_targets": list(TARGET_GROUPS),
-        "peak_labels": _PEAK_PARTS, "defaults": DEFAULTS,
+        "peak_labels": PEAK_LABELS, "defaults": DEFAULTS,
     }

@@ -127,8 +127,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, obj, headers: dict | None = None) -> None:
-        from ..cli.output import strict_json
-        self._send(status, strict_json(obj).encode(), "application/json", headers)
+        self._send(status, json.dumps(obj, allow_nan=False).encode(), "application/json",
+                   headers)
 
     def _error(self, status: int, message: str, **extra) -> None:
         self._json(status, {"error": " ".join(str(message).split())} | extra)
@@ -156,6 +156,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, str(e), command=calc.shell_line(e.argv))
         except TxcalcError as e:
             self._error(HTTPStatus.BAD_REQUEST, str(e))
+        except RuntimeError as e:  # a command that neither answered nor refused its input
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{e}; please report it")
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception as e:  # a bug: one line to the page, the details to the log
@@ -194,8 +196,10 @@ class Handler(BaseHTTPRequestHandler):
                                {k: v for k, v in form.items() if v != calc.DEFAULTS[k]}),
                            "command": calc.shell_line(calc.report_command(form, "report"))}})
         elif path.startswith("/api/") and path[5:] in calc.PANELS:
-            argv = calc.commands(self._form(url.query))[path[5:]]
-            self._json(HTTPStatus.OK, calc.run_json(argv),
+            form = self._form(url.query)
+            argv = calc.commands(form)[path[5:]]
+            body = calc.run_cli(argv, cache=self._fixed(form["model"]))
+            self._send(HTTPStatus.OK, body, "application/json",
                        {"X-Txcalc-Command": calc.shell_line(argv)})
         elif path == "/report":
             self._report(self._form(url.query))
@@ -205,6 +209,12 @@ class Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no page {path!r:.80} here (the page is /)")
+
+    def _fixed(self, model: str) -> bool:
+        """Whether a command's answer depends on its arguments alone: a preset, or a
+        config.json uploaded here (its folder is named by its hash)."""
+        from ..presets import PRESETS
+        return model in PRESETS or model.startswith(str(self.server.workdir / "uploads") + "/")
 
     def _post(self) -> None:
         if urlsplit(self.path).path != "/api/upload":
