@@ -314,6 +314,8 @@ function renderCommands(c) {
   if (!c) { $("cli").textContent = ""; return; }
   $("cli").textContent = PANELS.map((p) => c.commands[p] + " --json").join("\n");
   $("report-link").href = c.report.url;
+  $("report-link").textContent = task() === "finetune" ?
+    "Full report (of full training: txcalc report has no fine-tuning options)" : "Full report";
   $("report-command").textContent = c.report.command;
 }
 
