@@ -36,6 +36,7 @@ def _load() -> None:
     g.setdefault("app", app)
     g["typer"] = typer
     g["_click"] = _click
+    from . import serve_cmd  # noqa: F401  (txcalc serve: the what-if page, txcalc.web)
 
 
 def __getattr__(name: str):

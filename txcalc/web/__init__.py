@@ -1,0 +1,13 @@
+"""``txcalc serve``: a local what-if page over the CLI's own JSON answers.
+
+Why the standard library's ``http.server`` and not Starlette, Flask or bottle: the page needs
+five GET routes and one upload, all JSON or static files, for one user on 127.0.0.1. The
+standard library does that in one module with no dependency to install, pin or audit, so
+``txcalc serve`` works in every install of the calculator (no ``[web]`` extra that a user
+must know about), starts in milliseconds, and cannot drift from the calculator's Python. What
+a framework would add (routing tables, async, templates, sessions) the page does not use.
+
+    calc.py     the page's controls -> the CLI commands they stand for -> their --json answers
+    server.py   the HTTP server (routes, errors as one line with HTTP 400, loopback checks)
+    static/     the page: index.html, app.js (vanilla JS, no network), app.css
+"""

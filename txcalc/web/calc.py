@@ -1,0 +1,294 @@
+"""The what-if page's answers: the page's controls -> the CLI commands they stand for -> those
+commands' own ``--json`` answers.
+
+Nothing here computes a figure. A form (the page's controls, all text) becomes the argument
+lists of the CLI commands behind each panel of the page (``commands``); ``run_json`` runs one
+of them as a command (``python -m txcalc ARGV --json``), so the JSON the page shows is, byte
+for byte, what the CLI prints, and a bad input gives the CLI's own one-line message. The page
+shows the same argument lists as the equivalent commands. (A command, not an import: the page
+is one more user of the CLI, above it, and nothing outside txcalc/cli imports the CLI.)
+
+    task      | panel   | command
+    ----------|---------|-------------------------------------------------------------------
+    train     | params  | txcalc params MODEL
+              | flops   | txcalc flops MODEL --batch --seq --attn --recompute
+              | memory  | txcalc memory MODEL --batch --seq --precision --optimizer ... --gpu-gb
+              | answer  | txcalc plan train MODEL --tokens --gpu --seq ... [layout pins]
+    finetune  | params, flops and memory as train, with --finetune --lora-rank ...
+              | answer  | txcalc fit MODEL --gpu ... --finetune ...
+    serve     | params  | txcalc params MODEL [--weights]
+              | flops   | txcalc flops MODEL --seq INPUT --context INPUT+OUTPUT
+              | memory  | txcalc memory MODEL --inference --context INPUT+OUTPUT --concurrency
+              | answer  | txcalc plan infer MODEL --gpu --input-len --output-len (--rate|--concurrency)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from ..errors import TxcalcError
+
+TASKS = ("train", "finetune", "serve")
+PANELS = ("params", "flops", "memory", "answer")
+MODEL_CHARS = 4096
+
+#: the page's controls and their starting values ("" = not given: the CLI's default)
+DEFAULTS = {
+    "model": "llama-3.1-8b", "task": "train", "gpu": "h100-sxm", "price": "",
+    # training and fine-tuning
+    "precision": "bf16-mixed", "optimizer": "adamw", "batch": "1", "seq": "4096",
+    "attn": "flash", "recompute": "none", "tokens": "1T", "days": "",
+    # the planner's layout pins ("" = the planner chooses)
+    "tp": "", "pp": "", "cp": "", "ep": "", "zero": "", "micro_batch": "", "plan_recompute": "",
+    # fine-tuning
+    "finetune": "lora", "lora_rank": "16", "lora_targets": "all-linear", "base_format": "nf4",
+    # serving
+    "weights": "", "kv_dtype": "bf16", "input_len": "1024", "output_len": "256",
+    "concurrency": "8", "rate": "", "ttft_p99": "", "itl_p99": "", "replicas": "",
+}
+
+
+class WebInputError(TxcalcError):
+    """A request to the page's API that names no command the page has (an unknown task, panel
+    or control); the page shows it as one line."""
+
+
+class CommandFailed(TxcalcError):
+    """A command the page runs refused its input: the CLI's own one-line message."""
+
+    def __init__(self, message: str, argv: list[str]):
+        super().__init__(message)
+        self.argv = argv
+
+
+def form_of(given: dict[str, str]) -> dict[str, str]:
+    """The page's controls: DEFAULTS updated by ``given``; an unknown control is refused."""
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise WebInputError(f"unknown control(s) {', '.join(map(repr, unknown))}; the page's "
+                            f"controls are {', '.join(DEFAULTS)}")
+    form = DEFAULTS | {k: str(v).strip() for k, v in given.items()}
+    if form["task"] not in TASKS:
+        raise WebInputError(f"task ({form['task']!r:.60}) must be one of {', '.join(TASKS)}")
+    model = form["model"]
+    if not model:
+        raise WebInputError("choose a model: a preset, a Hugging Face id or a config.json")
+    if model.startswith("-") or len(model) > MODEL_CHARS or "\n" in model:
+        raise WebInputError(f"model ({model!r:.80}) is not a preset name, Hub id or path")
+    return form
+
+
+def _opts(form: dict, *pairs: tuple[str, str]) -> list[str]:
+    """``--flag value`` for each (flag, control) whose control is not empty."""
+    out = []
+    for flag, key in pairs:
+        if form[key] != "":
+            out += [flag, form[key]]
+    return out
+
+
+def _context(form: dict) -> str:
+    """A serving request's context: input + output tokens (plan infer's own convention), each
+    read by the CLI's parser (``1k`` = 1024), which names the control it refuses."""
+    from ..inputs import parse_context
+    return str(parse_context(form["input_len"], "--input-len", zero=False)
+               + parse_context(form["output_len"], "--output-len", zero=False))
+
+
+def gpu_gb_text(memory_bytes: int) -> str:
+    """A ``--gpu-gb`` value that the memory command reads back as exactly ``memory_bytes``
+    (it takes ``int(gpu_gb * 1e9)``): the shortest decimal of memory_bytes / 1e9 that does."""
+    x = memory_bytes / 10**9
+    for digits in range(1, 18):
+        text = f"{x:.{digits}g}"
+        if int(float(text) * 10**9) == memory_bytes:
+            return text
+    import math
+    up = math.nextafter(x, math.inf)  # int() truncates: one ulp up lands on the byte
+    return repr(up)
+
+
+def _gpu_gb(form: dict) -> list[str]:
+    """The chosen GPU's memory for ``memory``'s fit check (an unknown GPU: the catalog's
+    GpuError, with its close matches)."""
+    from ..hardware import get_gpu
+    return ["--gpu-gb", gpu_gb_text(get_gpu(form["gpu"]).memory_bytes)]
+
+
+def commands(form: dict) -> dict[str, list[str]]:
+    """{panel: the CLI's argument list (no program name, no --json)} for a checked form."""
+    m, task = form["model"], form["task"]
+    train_work = _opts(form, ("--batch", "batch"), ("--seq", "seq"), ("--attn", "attn"),
+                       ("--recompute", "recompute"))
+    states = _opts(form, ("--precision", "precision"), ("--optimizer", "optimizer"))
+    if task == "serve":
+        ctx = _context(form)
+        weights = _opts(form, ("--weights", "weights"))
+        load = (_opts(form, ("--rate", "rate")) if form["rate"] else
+                _opts(form, ("--concurrency", "concurrency")))
+        return {
+            "params": ["params", m, *weights],
+            "flops": ["flops", m, *_opts(form, ("--seq", "input_len")), "--context", ctx],
+            "memory": ["memory", m, "--inference", "--context", ctx,
+                       *_opts(form, ("--concurrency", "concurrency"), ("--kv-dtype", "kv_dtype")),
+                       *weights, *_gpu_gb(form)],
+            "answer": ["plan", "infer", m, "--gpu", form["gpu"],
+                       *_opts(form, ("--input-len", "input_len"), ("--output-len", "output_len")),
+                       *load, *_opts(form, ("--kv-dtype", "kv_dtype")), *weights,
+                       *_opts(form, ("--price", "price"), ("--tp", "tp"), ("--pp", "pp"),
+                              ("--replicas", "replicas"), ("--ttft-p99", "ttft_p99"),
+                              ("--itl-p99", "itl_p99"))],
+        }
+    ft = []
+    if task == "finetune":
+        ft = _opts(form, ("--finetune", "finetune"), ("--lora-rank", "lora_rank"),
+                   ("--lora-targets", "lora_targets"))
+        if form["finetune"] == "qlora":
+            ft += _opts(form, ("--base-format", "base_format"))
+    out = {
+        "params": ["params", m],
+        "flops": ["flops", m, *train_work, *ft],
+        "memory": ["memory", m, *train_work, *states, *ft, *_gpu_gb(form)],
+    }
+    if task == "finetune":
+        out["answer"] = ["fit", m, "--gpu", form["gpu"],
+                         *_opts(form, ("--batch", "batch")), *states,
+                         *_opts(form, ("--attn", "attn"), ("--recompute", "recompute")), *ft]
+    else:
+        out["answer"] = ["plan", "train", m, *_opts(form, ("--tokens", "tokens")),
+                         "--gpu", form["gpu"], *_opts(form, ("--seq", "seq")), *states,
+                         *_opts(form, ("--attn", "attn"), ("--price", "price"),
+                                ("--days", "days"), ("--tp", "tp"), ("--pp", "pp"),
+                                ("--cp", "cp"), ("--ep", "ep"), ("--zero", "zero"),
+                                ("--micro-batch", "micro_batch"),
+                                ("--recompute", "plan_recompute"))]
+    return out
+
+
+def report_command(form: dict, out_dir: str) -> list[str]:
+    """``txcalc report`` for the form (a serving report for serve, else a training report)."""
+    m = form["model"]
+    common = ["report", m, "--out", out_dir, "--gpu", form["gpu"], *_opts(form, ("--price", "price"))]
+    if form["task"] == "serve":
+        return [*common, "--inference", "--context", _context(form),
+                *_opts(form, ("--concurrency", "concurrency"), ("--kv-dtype", "kv_dtype"),
+                       ("--weights", "weights"))]
+    return [*common, *_opts(form, ("--precision", "precision"), ("--optimizer", "optimizer"),
+                            ("--batch", "batch"), ("--seq", "seq"), ("--attn", "attn"),
+                            ("--recompute", "recompute"), ("--tokens", "tokens"),
+                            ("--days", "days"))]
+
+
+def shell_line(argv: list[str]) -> str:
+    """The command as a user types it."""
+    return shlex.join(["txcalc", *argv])
+
+
+#: the memory command's words for its peak categories (cli.costs_cmd._PEAK_PARTS; a test
+#: keeps the two equal: this package runs the CLI, it does not import it)
+PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
+               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
+COMMAND_TIMEOUT_S = 600
+CACHE_ENTRIES = 256
+
+#: at most this many commands at once (a change of the page asks for four)
+_SLOTS = threading.BoundedSemaphore(max(4, os.cpu_count() or 1))
+_CACHE: OrderedDict[tuple[str, ...], bytes] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _env() -> dict[str, str]:
+    """The environment of a command: this process's, with this txcalc first on the path (the
+    command imports the same package as the server, installed or a source tree)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_cli(argv: list[str], cache: bool = False) -> bytes:
+    """What ``txcalc ARGV --json`` prints: the CLI itself, run as a command (the page is one
+    more user of it), so the page's JSON is the CLI's byte for byte. A refused input raises
+    CommandFailed with the CLI's one line (its ``txcalc: error:`` prefix cut); a command that
+    ends otherwise raises RuntimeError. ``cache``: the answer depends on argv alone (a preset,
+    an uploaded file named by its hash), so a repeated question is answered from memory."""
+    key = tuple(argv)
+    if cache:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+                return _CACHE[key]
+    with _SLOTS:
+        try:
+            r = subprocess.run([sys.executable, "-m", "txcalc", *argv, "--json"],
+                               capture_output=True, env=_env(), stdin=subprocess.DEVNULL,
+                               timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{shell_line(argv)} took longer than {COMMAND_TIMEOUT_S} s") from None
+    if r.returncode == 0:
+        if cache:
+            with _CACHE_LOCK:
+                _CACHE[key] = r.stdout
+                while len(_CACHE) > CACHE_ENTRIES:
+                    _CACHE.popitem(last=False)
+        return r.stdout
+    lines = [ln for ln in r.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    if r.returncode == 2 and last.startswith("txcalc: error"):
+        raise CommandFailed(last.removeprefix("txcalc: error").removeprefix(":").strip(), argv)
+    raise RuntimeError(f"{shell_line(argv)} exited with status {r.returncode}: {last:.300}")
+
+
+def run_json(argv: list[str], cache: bool = False) -> dict:
+    """``run_cli``'s answer as a dict (json keeps the CLI's integers exact)."""
+    return json.loads(run_cli(argv, cache))
+
+
+def cached_hub_ids(limit: int = 500) -> list[str]:
+    """Hugging Face ids whose config.json is in the local Hub cache (``txcalc.hub`` reads the
+    cache and names its folders ``models--{org}--{name}``); [] where this txcalc has no
+    ``txcalc.hub`` or no cache."""
+    try:
+        from ..hub import cache_dir, cached_config, is_hub_id
+    except ImportError:
+        return []
+    try:
+        folders = sorted(p.name for p in cache_dir().iterdir() if p.name.startswith("models--"))
+    except OSError:
+        return []
+    ids = []
+    for name in folders:
+        repo_id = name.removeprefix("models--").replace("--", "/", 1)
+        if is_hub_id(repo_id) and cached_config(repo_id) is not None:
+            ids.append(repo_id)
+            if len(ids) == limit:
+                break
+    return ids
+
+
+def options() -> dict:
+    """What the page's selects offer: the library's own names (presets, the GPU catalog,
+    precisions, optimizers, kernels, formats), and the controls' starting values."""
+    from ..finetune import BASE_FORMATS, FINETUNE_MODES, TARGET_GROUPS
+    from ..formats import WEIGHTS_EXAMPLES
+    from ..hardware import load_catalog
+    from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    from ..presets import PRESETS
+    from ..workload import ATTN_IMPLS, RECOMPUTE
+    return {
+        "presets": list(PRESETS), "hub_models": cached_hub_ids(), "tasks": list(TASKS),
+        "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes, "aliases": list(g.aliases)}
+                 for g in load_catalog().values()],
+        "precisions": list(PRECISIONS), "optimizers": list(OPTIMIZERS),
+        "attn": list(ATTN_IMPLS), "recompute": list(RECOMPUTE), "kv_dtypes": list(KV_DTYPES),
+        "weights": list(WEIGHTS_EXAMPLES), "finetune_modes": list(FINETUNE_MODES),
+        "base_formats": list(BASE_FORMATS), "lora_targets": list(TARGET_GROUPS),
+        "peak_labels": PEAK_LABELS, "defaults": DEFAULTS,
+    }
