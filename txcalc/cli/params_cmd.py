@@ -7,7 +7,8 @@ import typer
 from .typer_app import app
 from .output import console, emit_json, human, table
 
-MODEL_HELP = "A preset name (see `txcalc presets`) or a path to a Hugging Face config.json."
+MODEL_HELP = ("A preset name (see `txcalc presets`), a path to a Hugging Face config.json, or a Hub "
+              "id (org/name: its config.json from the local HF cache, else downloaded).")
 WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
                 "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
 HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
