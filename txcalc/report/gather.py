@@ -186,7 +186,9 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)].weight
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
          "components": _merge_components(p.by_component(), list(rows.values())),
-         "flops": {"prefill_per_sequence": f.prefill(), "decode_per_token": f.decode(ctx)},
+         "flops": {"prefill_per_sequence": f.prefill(),
+                   "prefill_model_per_sequence": f.prefill(model=True),
+                   "decode_per_token": f.decode(ctx)},
          "weights_bytes": p.total * wbytes}
     if req.weights_format is not None:  # the stored tensors: quantised weights and scales
         from ..formats import model_checkpoint_bytes, scheme
