@@ -99,3 +99,15 @@ def test_bad_compare_is_one_line(capsys, argv, match):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
+
+
+def test_vary_is_the_same_as_vs(capsys):
+    by_vs = _json(capsys, ["compare", "memory", "llama-3-8b", "--seq", "1024", "--vs",
+                           "--gpu h100", "--vs", "--gpu h200", "--json"])
+    by_vary = _json(capsys, ["compare", "memory", "llama-3-8b", "--seq", "1024", "--vary",
+                             "gpu=h100,h200", "--json"])
+    assert by_vary["options"] == by_vs["options"]
+    models = _json(capsys, ["compare", "--vary=model=gpt2,gpt2-medium", "--json", "--",
+                            "params"])
+    assert [o["result"]["total_params"] for o in models["options"]] == [124_439_808,
+                                                                        354_823_168]

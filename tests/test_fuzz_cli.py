@@ -144,13 +144,14 @@ BASES: dict[str, dict[str, str]] = {
     "report": {"model": "gpt2", "seq": "128", "out": "out"},
     "validate": {"model": "gpt2", "device": "meta", "seq": "64", "out": "val"},
     "calibrate": {"report": "gpu_validation.json", "gpu": "h200", "out": "profile.json"},
+    "compare": {"words": "params", "vary": "model=gpt2,gpt2-medium"},
 }
 #: Examples per command per CI run (a command missing here gets DEFAULT_EXAMPLES).
 EXAMPLES = {"presets": 5, "params": 120, "flops": 250, "memory": 300, "plan train": 150,
             "plan infer": 250, "report": 60, "validate": 50, "calibrate": 40}
 DEFAULT_EXAMPLES = 100
 #: Where a command may write when its out option is not given (param default or documented).
-DEFAULT_OUT = {"validate": "reports/validation", "calibrate": "profiles"}
+DEFAULT_OUT = {"validate": "validation", "calibrate": "profiles"}
 
 
 def _calibration_input() -> str:

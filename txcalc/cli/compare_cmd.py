@@ -45,7 +45,7 @@ def _split(words: list[str]) -> tuple[list[str], list[str]]:
     cmd = words[:n]
     if " ".join(cmd) not in COMMANDS:
         raise CompareError(f"compare needs a command first, one of {', '.join(COMMANDS)} "
-                           f"(got {' '.join(words[:2]) or 'nothing'!r})")
+                           f"(got {' '.join(words[:2]) or 'nothing'!r:.80})")
     return cmd, words[n:]
 
 
@@ -229,17 +229,34 @@ def _plot(data: dict, keys: list[str]) -> bytes:
     return buf.getvalue()
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def compare(ctx: typer.Context,
+def vary_options(vary: str) -> list[str]:
+    """``--vary KEY=V1,V2,...`` as --vs strings: ``model=a,b`` -> ["a", "b"]; ``gpu=h100,h200``
+    -> ["--gpu h100", "--gpu h200"]."""
+    key, sep, values = vary.partition("=")
+    key = key.strip().lstrip("-")
+    vals = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not key or not vals:
+        raise CompareError(f"--vary ({vary!r:.80}) must be KEY=V1,V2,... (gpu=h100,h200; "
+                           "model=llama-3-8b,llama-3.1-70b)")
+    if key == "model":
+        return [shlex.quote(v) for v in vals]
+    return [f"--{key} {shlex.quote(v)}" for v in vals]
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def compare(words: list[str] = typer.Argument(None, help="A command (params, flops, memory, fit, plan train, plan infer) and the arguments every option shares."),
             vs: list[str] = typer.Option(None, "--vs", help="One option's own arguments (quoted; 2 to 6 of them): flags such as \"--gpu h200\", or a model name first."),
+            vary: str = typer.Option(None, "--vary", help="Options from one setting: KEY=V1,V2,... (gpu=h100,h200; precision=bf16-mixed,fp8-mixed; model=a,b), instead of --vs."),
             json_out: bool = typer.Option(False, "--json", help="Print every option's JSON and the differing keys."),
             all_rows: bool = typer.Option(True, "--all/--differ-only", help="Show every row, or only the rows that differ."),
             out: str = typer.Option(None, "--out", "-o", help="Folder for compare.md, compare.json and compare.png.")):
     """Two to six options of one command side by side (models, GPUs, precisions, fine-tuning
-    modes, layouts): COMMAND [SHARED ARGS] --vs "ARGS" --vs "ARGS" ..."""
+    modes, layouts): COMMAND [SHARED ARGS] --vs "ARGS" --vs "ARGS" ..., or --vary KEY=V1,V2."""
     from .options import options
-    cmd, shared = _split(list(ctx.args))
-    vs = vs or []
+    cmd, shared = _split(list(words or []))
+    if vary is not None and vs:
+        raise CompareError("give --vs options or one --vary, not both")
+    vs = vary_options(vary) if vary is not None else list(vs or [])
     if not MIN_OPTIONS <= len(vs) <= MAX_OPTIONS:
         raise CompareError(f"compare takes {MIN_OPTIONS} to {MAX_OPTIONS} --vs options "
                            f"(got {len(vs)})")
