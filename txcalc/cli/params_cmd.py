@@ -53,12 +53,15 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
     """Exact parameter counts per component and per layer type, and the checkpoint's bytes."""
     from .. import load
     from ..accounting import count_params
+    from ..errors import ConfigError
     from ..formats import model_checkpoint_bytes, resolve
-    from ..hf import UnsupportedModelType
 
     try:
         cfg = load(model) if head is None else load(model, head)
-    except UnsupportedModelType as e:
+    except ConfigError as e:  # txcalc.hf (heavy) is imported only where a config.json is read
+        from ..hf import UnsupportedModelType
+        if not isinstance(e, UnsupportedModelType):
+            raise
         if weights is not None:
             from ..errors import ConfigError
             raise ConfigError(f"--weights ({weights!r:.80}) needs a model_type txcalc has a "
