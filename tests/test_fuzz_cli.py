@@ -72,7 +72,8 @@ JSON_VALUES: dict[str, str] = {
 }
 
 HANG_S = 5.0  # an example that runs longer is a hang
-SLOW_HANG_S = {"report": 15.0, "validate": 10.0, "calibrate": 10.0, "calibration": 10.0}  # these write plots / fit; the machine is shared
+SLOW_HANG_S = {"report": 15.0, "validate": 10.0, "calibrate": 10.0, "calibration": 10.0,
+               "compare": 15.0}  # these write plots / fit; the machine is shared
 MEMORY_HEADROOM = 3 << 29  # 1.5 GiB of address space over what the process already maps
 SCALE = float(os.environ.get("TXCALC_FUZZ_EXAMPLES", "1"))
 DERANDOMIZE = "TXCALC_FUZZ_EXAMPLES" not in os.environ
