@@ -72,7 +72,8 @@ JSON_VALUES: dict[str, str] = {
 }
 
 HANG_S = 5.0  # an example that runs longer is a hang
-SLOW_HANG_S = {"report": 15.0, "validate": 10.0, "calibrate": 10.0, "calibration": 10.0}  # these write plots / fit; the machine is shared
+SLOW_HANG_S = {"report": 15.0, "validate": 10.0, "calibrate": 10.0, "calibration": 10.0,
+               "compare": 15.0}  # these write plots / fit; the machine is shared
 MEMORY_HEADROOM = 3 << 29  # 1.5 GiB of address space over what the process already maps
 SCALE = float(os.environ.get("TXCALC_FUZZ_EXAMPLES", "1"))
 DERANDOMIZE = "TXCALC_FUZZ_EXAMPLES" not in os.environ
@@ -146,13 +147,14 @@ BASES: dict[str, dict[str, str]] = {
     "report": {"model": "gpt2", "seq": "128", "out": "out"},
     "validate": {"model": "gpt2", "device": "meta", "seq": "64", "out": "val"},
     "calibrate": {"report": "gpu_validation.json", "gpu": "h200", "out": "profile.json"},
+    "compare": {"words": "params", "vary": "model=gpt2,gpt2-medium"},
 }
 #: Examples per command per CI run (a command missing here gets DEFAULT_EXAMPLES).
 EXAMPLES = {"presets": 5, "params": 120, "flops": 250, "memory": 300, "plan train": 150,
             "plan infer": 250, "report": 60, "validate": 50, "calibrate": 40}
 DEFAULT_EXAMPLES = 100
 #: Where a command may write when its out option is not given (param default or documented).
-DEFAULT_OUT = {"validate": "reports/validation", "calibrate": "profiles"}
+DEFAULT_OUT = {"validate": "validation", "calibrate": "profiles"}
 
 
 def _calibration_input() -> str:

@@ -126,3 +126,15 @@ def test_validate_cuda_runs_what_fits_or_cannot_be_checked(monkeypatch, capsys, 
     """Enough free memory, or a driver that cannot say: the pre-check lets the run start."""
     _fake_cuda(monkeypatch, available=True, free=free)
     assert "reference run reached" in _cuda_error(capsys, tmp_path, "gpt2", "--seq", "16")
+
+
+def test_validate_by_default_never_writes_the_committed_reports(tmp_path, monkeypatch):
+    """issue 18: `txcalc validate llama-3.1-405b --device meta` run from the repository used to
+    replace reports/validation/llama-3.1-405b-meta.* with another sequence length."""
+    pytest.importorskip("torch")
+    (tmp_path / "reports" / "validation").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "gpt2", "--seq", "16", "--kv-tokens", "0"]) == 0
+    assert sorted(p.name for p in (tmp_path / "validation").iterdir()) == ["gpt2-meta.json",
+                                                                           "gpt2-meta.md"]
+    assert list((tmp_path / "reports" / "validation").iterdir()) == []

@@ -31,7 +31,9 @@ def __getattr__(name: str):
 
 
 def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfig:
-    """A ModelConfig from a preset name, a HF config.json path (or its folder), or a config.
+    """A ModelConfig from a preset name, a HF config.json path (or its folder), a Hugging
+    Face Hub id (``org/name``: its config.json from the local cache or downloaded, txcalc.hub),
+    or a config.
 
     ``head`` (a config.json of an encoder): none (the base model, the default), mlm,
     seq_cls, token_cls, or auto (the class named by ``architectures``); see hf.from_hf_dict."""
@@ -56,6 +58,10 @@ def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfi
     if is_path:
         from .hf import load_hf_config
         return load_hf_config(text, head)
+    if "/" in text:  # org/name: a Hugging Face Hub id, read from the cache or downloaded
+        from .hub import is_hub_id, load_hub
+        if is_hub_id(text):
+            return load_hub(text, head)
     from .presets import get_preset
     cfg = get_preset(text)
     if head not in (None, cfg.head):

@@ -594,6 +594,9 @@ def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
         return None, 0
     try:
         p = Path(model)
+        if isinstance(model, str) and not p.exists() and "/" in model:  # a Hub id, once loaded
+            from .hub import cached_config, is_hub_id
+            p = (is_hub_id(model) and cached_config(model)) or p
         if p.is_dir():
             p = p / "config.json"
         if not (str(p).endswith(".json") and p.is_file()):

@@ -24,11 +24,36 @@ numbers finite and at most 10^6 in the column's unit (``MAX_CELL``).
     gpus_per_node       |                          | GPUs that share the intra-node link
     source              | URL                      | the datasheet the numbers came from
 
-Memory is the datasheet's capacity; what CUDA reports as total is 1-2% less (an H200 shows
-about 139.7 GiB of its 141), which the planner's framework terms cover. Notes on rows: A10G is AWS's variant of the A10 and has no NVIDIA sheet of its own: its row
+A GPU's memory, one rule for every command (``memory``, ``fit``, ``plan``, ``report``): the fit
+checks compare against ``Gpu.memory_bytes``, the datasheet capacity in exact bytes (the sheets'
+"80GB" of HBM is 80 GiB); ``--gpu-gb N`` replaces it with N x 1e9 bytes (``gpu_memory``).
+The planner's framework terms (CUDA context, communication buffers, fragmentation) are charged
+against that capacity. What CUDA reports as its total is a little less, ``usable_bytes``
+(datasheet x ``CUDA_VISIBLE_FRACTION``): serving sizes vLLM's KV cache from it. The H200:
+the datasheet's 141 GB is 141 GiB (151.40 GB); nvidia-smi on an H200 SXM shows 143,771 MiB
+(140.40 GiB, 150.75 GB: the device of issue 18); CUDA's total is ~0.4 GiB below nvidia-smi's
+(vLLM logs 79.22 GiB on an 80 GiB H100, whose nvidia-smi shows 81,559 MiB = 79.65 GiB), so
+``usable_bytes`` = 0.99 x 141 GiB = 139.59 GiB (149.88 GB) is the figure to expect there.
+
+Notes on rows: A10G is AWS's variant of the A10 and has no NVIDIA sheet of its own: its row
 repeats the A10 datasheet. RTX 4090 bf16/fp16 figures are with fp32 accumulation (Ada
 whitepaper, Appendix A). B200 is the HGX B200 part (180 GB, 1000 W). Inter-node bandwidths are
 the usual one-NIC-per-GPU fabric of the vendor's reference system, not a property of the chip.
+T4 and V100 have no bf16/tf32 tensor path (0), V100 no int8 one. RTX 3090 and RTX A6000 come
+from the GA102 whitepaper (Appendix A: GeForce fp16/bf16 with fp32 accumulation at half the
+professional card's rate). L40 is the L40 datasheet (not the L40S). H20 has no public NVIDIA
+datasheet: its figures are those reported at launch (SemiAnalysis, Nov 2023: 96 GB HBM3,
+4.0 TB/s, 148 dense bf16 TFLOP/s, NVLink 900 GB/s). GB200 is one Blackwell GPU of a GB200
+NVL72 (13.4 TB HBM3e / 72 = 186 GB; dense = half the sheet's sparse figures; fp32 is not on
+the sheet: 2 x its fp64, 45 TFLOP/s, as on HGX B200); gpus_per_node 72 is the NVLink domain.
+MI250X is the OAM module (two dies); ROCm shows each die as its own 64 GiB device, the
+``mi250x-gcd`` row, which is what a rank of a training job gets. Gaudi 3: Intel states only the
+bf16 and fp8 matrix peaks (1,835 TFLOP/s; Hot Chips 2024), so fp32/tf32/fp16 are 0 (unknown);
+21 of its 24 200GbE ports link the node's eight (525 GB/s one way), 3 leave it (75 GB/s).
+TPU v5e/v5p: Google's Cloud TPU pages (16 / 95 GiB HBM, 197 / 459 bf16 TFLOP/s, ICI 400 /
+1,200 GB/s bidirectional per chip, so 200 / 600 one way); "per node" is the ICI domain the
+planner may keep TP in (a v5e pod of 256 chips, a v5p cube of 64), the inter-node figure the
+data-centre network (v5e: 2 x 100 Gb/s per 8-chip host; v5p: 50 Gb/s per chip).
 """
 
 from __future__ import annotations
@@ -49,6 +74,10 @@ COLUMNS = ("name", "aliases", "memory", "memory_unit", "hbm_gb_per_s", "fp32_tfl
            "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "int8_tops",
            "intra_node_gb_per_s", "inter_node_gb_per_s", "gpus_per_node", "source")
 UNITS = {"GiB": 2**30, "GB": 10**9}
+#: CUDA reports 1% less than the datasheet capacity: vLLM logs "total_gpu_memory (79.22GiB)"
+#: on an 80 GiB H100 (vllm-project/vllm PR #12126, PR #10511); an H200 shows about 139.7 GiB
+#: of its 141 (nvidia-smi 143,771 MiB, a little above CUDA's figure)
+CUDA_VISIBLE_FRACTION = 0.99
 
 
 class GpuError(TxcalcError):
@@ -69,6 +98,11 @@ class Gpu:
     gpus_per_node: int = 8
     source: str = ""
     aliases: tuple[str, ...] = ()
+
+    @property
+    def usable_bytes(self) -> int:
+        """What CUDA reports as the device's total memory: the datasheet x 0.99."""
+        return int(self.memory_bytes * CUDA_VISIBLE_FRACTION)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; GpuError when the GPU has no such tensor path."""
@@ -207,3 +241,19 @@ def get_gpu(name: str | Gpu, extra: str | Path | None = None) -> Gpu:
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(gpus)}"
     raise GpuError(f"unknown GPU {name!r}{hint}")
+
+
+def gpu_memory(gpu: str | None = None, gpu_gb: float | None = None,
+               gpu_file: str | Path | None = None, default: str | None = "h100-sxm"
+               ) -> tuple[int, str, str]:
+    """(bytes, label, source) of the GPU memory a fit is checked against: the one rule of
+    every command. ``gpu`` names a catalog row (its datasheet capacity, ``Gpu.memory_bytes``);
+    ``gpu_gb`` overrides it, or alone names an unlisted GPU, in GB (1e9 bytes); neither is
+    ``default`` (the planner's default GPU)."""
+    if gpu is None and gpu_gb is None:
+        gpu = default
+    if gpu_gb is not None:
+        name = get_gpu(gpu, gpu_file).name if gpu is not None else f"{gpu_gb:g} GB GPU"
+        return int(gpu_gb * 10**9), name, "--gpu-gb"
+    g = get_gpu(gpu, gpu_file)
+    return g.memory_bytes, g.name, g.source or "GPU catalog"

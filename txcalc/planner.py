@@ -288,16 +288,24 @@ def _layout_at(g: dict, i: int) -> Layout:
                   micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])])
 
 
-def _ranked(cand, day_arr, hours, n, deadline: bool):
+def _ranked(cand, day_arr, hours, n, deadline: bool, simpler=None):
     """Screen indices ``cand`` in the order a plan reports them: with a deadline, fewest GPUs
     then fastest; without, the layouts within 2% of the lowest GPU-hours fastest first, then
-    the rest by GPU-hours."""
+    the rest by GPU-hours. Ties go to the simpler layout: ``simpler`` ranks each index (the
+    ZeRO stage, hybrid shard after it), so a dp1 run that ZeRO cannot shard gets z0, not z3."""
     import numpy as np
+    tie = np.zeros(len(day_arr), dtype=np.int64) if simpler is None else simpler
     if deadline:
-        return cand[np.lexsort((day_arr[cand], n[cand]))]
+        return cand[np.lexsort((tie[cand], day_arr[cand], n[cand]))]
     good = cand[hours[cand] <= hours[cand].min() * 1.02]
     rest = np.setdiff1d(cand, good)
-    return np.concatenate([good[np.argsort(day_arr[good])], rest[np.argsort(hours[rest])]])
+    return np.concatenate([good[np.lexsort((tie[good], day_arr[good]))],
+                           rest[np.lexsort((tie[rest], hours[rest]))]])
+
+
+def _simpler(g: dict):
+    """Tie-break rank of each layout of a grid: ZeRO stage, hybrid shard counted after it."""
+    return g["zero"].astype("int64") * 2 + g["hybrid"].astype("int64")
 
 
 def _distinct_layouts(g: dict, order, limit: int) -> list[Layout]:
@@ -342,7 +350,7 @@ class Screen:
             cand = np.nonzero(self.fits & (self.n == c))[0]
             if len(cand):
                 picks[c] = _distinct_layouts(self.g, _ranked(cand, self.day_arr, self.hours,
-                                                             self.n, False),
+                                                             self.n, False, _simpler(self.g)),
                                              CANDIDATES_PER_ROW)
         flat = [lay for lays in picks.values() for lay in lays]
         rows = iter(rows_for(self.setting, flat, tokens, price) if flat else [])
@@ -487,9 +495,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                             f"tokens within {days:g} days (fastest: "
                             f"{day_arr[fits].min():,.1f} days)")
         deadline_n = int(n[meet].min())
-        order = _ranked(np.nonzero(meet)[0], day_arr, hours, n, True)
+        order = _ranked(np.nonzero(meet)[0], day_arr, hours, n, True, _simpler(g))
     else:
-        order = _ranked(np.nonzero(fits)[0], day_arr, hours, n, False)
+        order = _ranked(np.nonzero(fits)[0], day_arr, hours, n, False, _simpler(g))
     chosen = _distinct_layouts(g, order, CANDIDATES_PER_ROW * n_rows)
     # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
     # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
@@ -524,9 +532,23 @@ class InferRow:
     prefill_latency_s: float
     decode_tokens_per_s: float
     decode_tokens_per_s_per_seq: float
+    #: what the budget reserves besides weights and KV: the chunked-prefill workspace, the
+    #: fixed framework bytes (CUDA context, communication buffers) and the fragmentation share
+    workspace_bytes: int = 0
+    framework_fixed_bytes: int = 0
+    fragmentation: float = 0.0
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    def memory_at(self, seqs: int) -> dict[str, int]:
+        """Bytes per GPU by category with ``seqs`` sequences cached on its replica: the terms
+        ``plan_infer``'s budget counts (fragmentation on the tensors' bytes)."""
+        kv = self.kv_bytes_per_seq * seqs
+        tensors = self.weights_bytes + kv + self.workspace_bytes
+        return {"weights": self.weights_bytes, "kv cache": kv,
+                "prefill workspace": self.workspace_bytes,
+                "framework": self.framework_fixed_bytes + int(tensors * self.fragmentation)}
 
 
 @dataclass
@@ -681,7 +703,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             per = cdiv(concurrency, replicas)
             step = decode_s(per)
             rows.append(InferRow(tp, pp, replicas, replicas * tp * pp, weights, kv_seq, maxc,
-                                 maxc * replicas, prefill, replicas * per / step, 1 / step))
+                                 maxc * replicas, prefill, replicas * per / step, 1 / step,
+                                 workspace, fixed, ov.fragmentation))
     if not rows:
         raise PlanError(f"{cfg.name} with {context:,} tokens of {kv_dtype} KV cache does not fit "
                         f"on {gpu.name} in any TP x PP layout up to "

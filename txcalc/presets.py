@@ -72,6 +72,19 @@ PRESETS: dict[str, ModelConfig] = {
                             n_kv_heads=8, d_ff=28672, vocab_size=128256, max_position=131072),
     "llama-3.1-405b": _llama(name="llama-3.1-405b", n_layers=126, d_model=16384, n_heads=128,
                              n_kv_heads=8, d_ff=53248, vocab_size=128256, max_position=131072),
+    # meta-llama/Meta-Llama-3-70B config.json: the original Llama 3 70B (April 2024), 8k context
+    "llama-3-70b": _llama(name="llama-3-70b", n_layers=80, d_model=8192, n_heads=64,
+                          n_kv_heads=8, d_ff=28672, vocab_size=128256, max_position=8192),
+    # meta-llama/Llama-3.3-70B-Instruct config.json: Llama 3.1 70B's shapes (post-training only)
+    "llama-3.3-70b": _llama(name="llama-3.3-70b", n_layers=80, d_model=8192, n_heads=64,
+                            n_kv_heads=8, d_ff=28672, vocab_size=128256, max_position=131072),
+    # meta-llama/Llama-3.2-{1B,3B} config.json (tied embeddings; model card: 1.23B, 3.21B)
+    "llama-3.2-1b": _llama(name="llama-3.2-1b", n_layers=16, d_model=2048, n_heads=32,
+                           n_kv_heads=8, head_dim=64, d_ff=8192, vocab_size=128256,
+                           max_position=131072, tie_embeddings=True),
+    "llama-3.2-3b": _llama(name="llama-3.2-3b", n_layers=28, d_model=3072, n_heads=24,
+                           n_kv_heads=8, head_dim=128, d_ff=8192, vocab_size=128256,
+                           max_position=131072, tie_embeddings=True),
     # mistralai/Mistral-7B-v0.1 config.json (Jiang et al. 2023, arXiv:2310.06825)
     "mistral-7b": _llama(name="mistral-7b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
                          d_ff=14336, vocab_size=32000, max_position=32768, sliding_window=4096),

@@ -62,12 +62,9 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 from .errors import TxcalcError
+from .hardware import CUDA_VISIBLE_FRACTION  # noqa: F401  (re-exported; Gpu.usable_bytes)
 from .units import GB, cdiv
 
-#: CUDA reports 1% less than the datasheet capacity: vLLM logs "total_gpu_memory (79.22GiB)"
-#: on an 80 GiB H100 (vllm-project/vllm PR #12126, PR #10511), and txcalc.hardware notes an
-#: H200 shows about 139.7 GiB of its 141
-CUDA_VISIBLE_FRACTION = 0.99
 #: vLLM's defaults (vllm/engine/arg_utils.py): --gpu-memory-utilization 0.9, --block-size 16,
 #: --max-num-seqs 256
 DEFAULT_UTILIZATION = 0.9
@@ -239,7 +236,7 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
     non_torch = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
     graphs = 0
-    total = int(g.memory_bytes * CUDA_VISIBLE_FRACTION)
+    total = g.usable_bytes
     trt = engine == "trtllm"
     budget = total if trt else int(total * gpu_memory_utilization)
     kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)

@@ -33,6 +33,7 @@ def _load() -> None:
     from .typer_app import app
     from . import (calibrate_cmd, costs_cmd, fit_cmd, params_cmd, plan_cmd,  # noqa: F401
                    report_cmd, validate_cmd)
+    from . import compare_cmd  # noqa: F401
     g.setdefault("app", app)
     g["typer"] = typer
     g["_click"] = _click

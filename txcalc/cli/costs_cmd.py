@@ -110,7 +110,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            context: str = typer.Option("0", "--context", help="Inference: tokens per sequence in the cache (8192, 128k = 131072; 0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
-           gpu_gb: float = typer.Option(80.0, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check."),
+           gpu: str = typer.Option(None, "--gpu", help="GPU of the fit check (catalog name; default h100-sxm, as plan): its datasheet memory."),
+           gpu_gb: float = typer.Option(None, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check; overrides --gpu's."),
+           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
            finetune: str = FT_OPTS["finetune"],
            lora_rank: int = FT_OPTS["lora_rank"],
            lora_alpha: float = FT_OPTS["lora_alpha"],
@@ -127,8 +129,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
     opts = options(params=params, batch=batch, seq=seq, src_seq=src_seq, precision=precision,
                    optimizer=optimizer, attn=attn, recompute=recompute, context=context,
-                   concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb)
+                   concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb, gpu_file=gpu_file,
+                   **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
+    from ..hardware import gpu_memory
+    gpu, gpu_label, _ = gpu_memory(gpu, opts["gpu_gb"], gpu_file)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if params is not None and inference:
@@ -151,7 +156,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                            trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
                         dropout, ft, offload, head)
-    gpu = int(gpu_gb * GB)
+    out["gpu"] = gpu_label
     out["gpu_bytes"] = gpu
     out["fits_one_gpu"] = out["total_bytes"] <= gpu
     if json_out:
@@ -185,7 +190,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
             f"recompute {out['recompute']})", out["activations_by_layer_type"],
             {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
-    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_gb:g} GB GPU"
+    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({gpu / GB:,.1f} GB)"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))

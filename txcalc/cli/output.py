@@ -31,10 +31,8 @@ def emit_json(obj: dict) -> None:
     print(strict_json(obj, indent=2))
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right")
-    for r in rows:
-        t.add_row(*(str(x) for x in r))
-    return t
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]):
+    """A table whose cells never wrap (a number or a name stays whole), or, when that is wider
+    than the terminal, the same rows as key-value blocks (txcalc.cli.narrow)."""
+    from .narrow import fitted
+    return fitted(title, columns, rows, console.width)

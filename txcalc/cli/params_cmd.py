@@ -7,7 +7,8 @@ import typer
 from .typer_app import app
 from .output import console, emit_json, human, table
 
-MODEL_HELP = "A preset name (see `txcalc presets`) or a path to a Hugging Face config.json."
+MODEL_HELP = ("A preset name (see `txcalc presets`), a path to a Hugging Face config.json, or a Hub "
+              "id (org/name: its config.json from the local HF cache, else downloaded).")
 WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
                 "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
 HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
@@ -52,12 +53,15 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
     """Exact parameter counts per component and per layer type, and the checkpoint's bytes."""
     from .. import load
     from ..accounting import count_params
+    from ..errors import ConfigError
     from ..formats import model_checkpoint_bytes, resolve
-    from ..hf import UnsupportedModelType
 
     try:
         cfg = load(model) if head is None else load(model, head)
-    except UnsupportedModelType as e:
+    except ConfigError as e:  # txcalc.hf (heavy) is imported only where a config.json is read
+        from ..hf import UnsupportedModelType
+        if not isinstance(e, UnsupportedModelType):
+            raise
         if weights is not None:
             from ..errors import ConfigError
             raise ConfigError(f"--weights ({weights!r:.80}) needs a model_type txcalc has a "

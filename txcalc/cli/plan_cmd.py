@@ -70,42 +70,56 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
     if json_out:
         emit_json(out)
         return
+    _print_train(p, {"--gpus": gpus, "--max-gpus": max_gpus, "--tp": tp, "--pp": pp,
+                     "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
+                     "--recompute": recompute})
+
+
+def _print_train(p, pins: dict) -> None:
+    """The plan for people: summary lines that break only between phrases, tables that fold
+    to key-value blocks when the terminal is narrow (txcalc.cli.narrow)."""
+    from .narrow import fit_table, say
     s, b = p.setting, p.best
-    console.print(f"[bold]{s.cfg.name}[/bold] on {s.gpu.name} "
-                  f"({s.gpu.memory_bytes / GB:,.1f} GB each): {p.tokens:,} tokens, seq {s.seq}, "
-                  f"global batch {s.global_batch}, {s.precision}, {s.optimizer}")
-    console.print(f"  fewest GPUs on which training fits: [bold]{p.min_gpus_to_fit:,}[/bold]")
+    say(console, [f"{s.gpu.name} ({s.gpu.memory_bytes / GB:,.1f} GB each):",
+                  f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
+                  f"{s.precision},", s.optimizer], first=f"{s.cfg.name} on ", sep=" ")
+    pinned = {k: v for k, v in pins.items() if v is not None and k not in ("--gpus", "--max-gpus")}
+    within = "" if pins.get("--max-gpus") is None else f" (of at most {pins['--max-gpus']:,})"
+    if pins.get("--gpus") is not None:
+        say(console, [f"GPUs pinned by --gpus: {pins['--gpus']:,}; training fits on them"
+                      + (" with the pins below" if pinned else "")], first="  ")
+    else:
+        say(console, [f"fewest GPUs on which training fits{within}"
+                      + (" with the pins below" if pinned else "") + f": {p.min_gpus_to_fit:,}"],
+            first="  ")
+    if pinned:
+        say(console, [f"{k} {v}" for k, v in pinned.items()],
+            first="  pinned (the search kept only these): ")
     if p.gpus_for_deadline is not None:
-        console.print(f"  GPUs to finish within {p.days_limit:g} days: "
-                      f"[bold]{p.gpus_for_deadline:,}[/bold]")
-    cost = f", cost {b.cost:,.0f}" if b.cost is not None else ""
-    console.print(f"  best: {b.layout.short()} on [bold]{b.gpus:,}[/bold] GPUs: "
-                  f"{b.days:,.1f} days, {b.gpu_hours:,.0f} GPU-hours{cost}, MFU {b.mfu:.1%}, "
-                  f"{b.tokens_per_s:,.0f} tokens/s")
+        say(console, [f"GPUs to finish within {p.days_limit:g} days: {p.gpus_for_deadline:,}"],
+            first="  ")
+    cost = [f"cost {b.cost:,.0f}"] if b.cost is not None else []
+    say(console, [f"{b.days:,.1f} days", f"{b.gpu_hours:,.0f} GPU-hours", *cost,
+                  f"MFU {b.mfu:.1%}", f"{b.tokens_per_s:,.0f} tokens/s"],
+        first=f"  best: {b.layout.short()} on {b.gpus:,} GPUs: ")
     for note in p.notes:
-        console.print(f"  note: {note}")
-    console.print("  memory per GPU of the best layout (fullest stage): " + ", ".join(
-        f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v)
-        + f"; total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB")
+        say(console, note.split(" "), first="  note: ", sep=" ")
+    say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
+        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB"],
+        first="  memory per GPU of the best layout (fullest stage): ")
     if b.communication:
-        console.print(table("communication of the best layout, per GPU per step",
-                            ["dim", "collective", "link", "GB sent", "time s", "exposed s"],
-                            [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
-                              f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
-                             for dim, c in b.communication.items()]))
-    t = Table(title=f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
-                    "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)",
-              title_justify="left")
-    cols = ["GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
+        fit_table(console, "communication of the best layout, per GPU per step",
+                  ["dim", "collective", "link", "GB sent", "time s", "exposed s"],
+                  [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
+                    f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
+                   for dim, c in b.communication.items()])
+    cols = ["layout", "GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
         ["cost"] if b.cost is not None else [])
-    t.add_column("layout", ratio=1)
-    for c in cols:
-        t.add_column(c, justify="right", no_wrap=True)
-    for r in p.rows:
-        t.add_row(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GB:,.1f}",
-                  f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}", f"{r.days:,.1f}",
-                  f"{r.gpu_hours:,.0f}", *((f"{r.cost:,.0f}",) if r.cost is not None else ()))
-    console.print(t)
+    fit_table(console, f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
+                       "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)", cols,
+              [(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GB:,.1f}",
+                f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}", f"{r.days:,.1f}", f"{r.gpu_hours:,.0f}",
+                *((f"{r.cost:,.0f}",) if r.cost is not None else ())) for r in p.rows])
 
 
 @plan_app.command("infer")
@@ -178,24 +192,29 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     if json_out:
         emit_json(out)
         return
-    console.print(f"[bold]{p.cfg.name}[/bold] on {p.gpu.name}: {p.concurrency} sequences of "
-                  f"{p.context:,} tokens, KV cache {p.kv_dtype}, weights {p.weights}")
-    console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
-                  f"pp {b.pp}; up to {b.max_concurrency:,} sequences fit in the KV cache; "
-                  f"prefill {b.prefill_latency_s:.2f} s; decode {b.decode_tokens_per_s:,.0f} "
-                  f"tokens/s ({b.decode_tokens_per_s_per_seq:,.1f} per sequence)")
-    console.print(table("replica layouts", ["tp x pp", "replicas", "GPUs", "weights GB/GPU",
-                                            "KV GB/seq/GPU", "max seqs/replica", "prefill s",
-                                            "decode tok/s"],
-                        [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
-                          f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
-                          f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
-                          f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]]))
+    from .narrow import fit_table, say
+    say(console, [f"{p.concurrency} sequences of {p.context:,} tokens,",
+                  f"KV cache {p.kv_dtype},", f"weights {p.weights}"],
+        first=f"{p.cfg.name} on {p.gpu.name}: ", sep=" ")
+    say(console, [f"up to {b.max_concurrency:,} sequences fit in the KV cache;",
+                  f"prefill {b.prefill_latency_s:.2f} s;",
+                  f"decode {b.decode_tokens_per_s:,.0f} tokens/s",
+                  f"({b.decode_tokens_per_s_per_seq:,.1f} per sequence)"],
+        first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
+        sep=" ")
+    fit_table(console, "replica layouts", ["tp x pp", "replicas", "GPUs", "weights GB/GPU",
+                                           "KV GB/seq per GPU", "max seqs per replica", "prefill s",
+                                           "decode tok/s"],
+              [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
+                f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
+                f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
+                f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]])
     if kv is not None:
-        console.print(f"  paged KV cache (vLLM-style, utilisation {kv.gpu_memory_utilization:g}, "
-                      f"block {kv.block_size}): {kv.kv_cache_bytes / GB:,.2f} GB per GPU = "
-                      f"{kv.kv_blocks:,} blocks = {kv.kv_tokens:,} tokens; "
-                      f"{kv.max_concurrency:,.2f} sequences of {kv.max_model_len:,} tokens")
+        say(console, [f"{kv.kv_cache_bytes / GB:,.2f} GB per GPU", f"= {kv.kv_blocks:,} blocks",
+                      f"= {kv.kv_tokens:,} tokens;",
+                      f"{kv.max_concurrency:,.2f} sequences of {kv.max_model_len:,} tokens"],
+            first=f"  paged KV cache (vLLM-style, utilisation {kv.gpu_memory_utilization:g}, "
+                  f"block {kv.block_size}): ", sep=" ")
 
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
@@ -247,25 +266,29 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
             f"{p.concurrency} concurrent clients")
     slo = ", ".join(f"{k} {v * 1e3:g} ms" for k, v in (("TTFT p99", p.ttft_p99_s),
                                                        ("ITL p99", p.itl_p99_s)) if v)
-    console.print(f"[bold]{p.model}[/bold] on {p.gpu}: {p.input_len:,} in / {p.output_len:,} "
-                  f"out tokens at {load}" + (f"; SLO {slo}" if slo else ""))
-    cost = (f"; {b.cost_per_million_tokens:,.3f} per million tokens "
-            f"({b.cost_per_million_output_tokens:,.3f} per million output tokens)"
-            if b.cost_per_million_tokens is not None else "")
-    console.print(f"  [bold]{b.total_gpus}[/bold] GPUs: {b.replicas} replica(s) of tp {b.tp} x "
-                  f"pp {b.pp}; TTFT p50/p99 {b.ttft_p50_s:.3f}/{b.ttft_p99_s:.3f} s, ITL "
-                  f"p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms; "
-                  f"{b.output_tokens_per_s:,.0f} output tokens/s{cost}")
-    console.print(table("layouts (fewest replicas meeting the SLOs)",
-                        ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
-                         "out tok/s", "meets SLO"],
-                        [(f"{r.tp} x {r.pp}" + (f" ep {r.ep}" if r.ep > 1 else "") + (
-                            f" {r.prefill_replicas}P+{r.decode_replicas}D"
-                            if r.mode == "disaggregated" else ""), r.replicas, r.total_gpus,
-                          f"{r.max_num_batched_tokens:,}", f"{r.ttft_p99_s:.3f}",
-                          f"{r.itl_p99_s * 1e3:.1f}", f"{r.output_tokens_per_s:,.0f}",
-                          "yes" if r.meets_slo else "no") for r in p.rows]))
+    from .narrow import fit_table, say
+    say(console, [f"{p.input_len:,} in / {p.output_len:,} out tokens",
+                  f"at {load}" + (";" if slo else "")] + ([f"SLO {slo}"] if slo else []),
+        first=f"{p.model} on {p.gpu}: ", sep=" ")
+    cost = ([f"{b.cost_per_million_tokens:,.3f} per million tokens",
+             f"({b.cost_per_million_output_tokens:,.3f} per million output tokens)"]
+            if b.cost_per_million_tokens is not None else [])
+    say(console, [f"TTFT p50/p99 {b.ttft_p50_s:.3f}/{b.ttft_p99_s:.3f} s,",
+                  f"ITL p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms;",
+                  f"{b.output_tokens_per_s:,.0f} output tokens/s" + (";" if cost else ""),
+                  *cost],
+        first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
+        sep=" ")
+    fit_table(console, "layouts (fewest replicas meeting the SLOs)",
+              ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
+               "out tok/s", "meets SLO"],
+              [(f"{r.tp} x {r.pp}" + (f" ep {r.ep}" if r.ep > 1 else "") + (
+                  f" {r.prefill_replicas}P+{r.decode_replicas}D"
+                  if r.mode == "disaggregated" else ""), r.replicas, r.total_gpus,
+                f"{r.max_num_batched_tokens:,}", f"{r.ttft_p99_s:.3f}",
+                f"{r.itl_p99_s * 1e3:.1f}", f"{r.output_tokens_per_s:,.0f}",
+                "yes" if r.meets_slo else "no") for r in p.rows])
     for note in p.notes:
-        console.print(f"  note: {note}")
+        say(console, note.split(" "), first="  note: ", sep=" ")
     for path in out.get("plots", []):
-        console.print(f"  plot: {path}")
+        say(console, [str(path)], first="  plot: ", sep=" ")

@@ -42,11 +42,11 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
              precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
              kv_tokens: int = typer.Option(4, "--kv-tokens", help="cpu/cuda: tokens to generate "
                                            "for the KV-cache check (0 = skip)."),
-             out: Path = typer.Option(Path("reports/validation"), "--out",
-                                      help="Folder for <model>-<device>.json and .md."),
+             out: Path = typer.Option(Path("validation"), "--out",
+                                      help="Folder for <model>-<device>.json and .md (default ./validation: never the committed reports/validation/, which only --out reports/validation replaces)."),
              json_out: bool = typer.Option(False, "--json", help="Print the JSON report.")):
     """Run the reference model; print predicted vs measured params, FLOPs and saved bytes per
-    component and per layer; write reports/validation/<model>-<device>.json and .md."""
+    component and per layer; write validation/<model>-<device>.json and .md (--out)."""
     from rich.progress import Progress
 
     from .. import load

@@ -86,10 +86,16 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
               f"{verdict}: weights {gb(data['weights_bytes'])} ({req.weights_format or req.precision}) + KV cache "
               f"{gb(kv['bytes_at_request'])} ({req.kv_dtype}, {gb(kv['bytes_per_sequence'])} "
               f"per sequence) = {gb(total)}.")
+    fl = data["flops"]
+    masked = fl.get("prefill_model_per_sequence")
     compute = (f"Compute: a prefill of one {kv['context']:,}-token prompt is "
-               f"{human(data['flops']['prefill_per_sequence'], 'FLOP')}; each decoded token "
-               f"at that context is {human(data['flops']['decode_per_token'], 'FLOP')} per "
-               "sequence.")
+               + (f"{human(masked, 'FLOP')} with the causally masked half of the attention "
+                  f"scores skipped (what a causal flash kernel runs, and what the prefill "
+                  f"time above assumes), {human(fl['prefill_per_sequence'], 'FLOP')} over the "
+                  "full S x S" if masked is not None else
+                  human(fl["prefill_per_sequence"], "FLOP"))
+               + f"; each decoded token at that context is "
+               f"{human(fl['decode_per_token'], 'FLOP')} per sequence.")
     if plan is not None:
         from .planning import infer_answer
         b = plan["best"]
@@ -154,9 +160,11 @@ def memory_section(data: dict, gpu: dict) -> dict:
         text = (f"Per GPU (the fullest pipeline stage) for the best layouts the planner found; "
                 f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])})."
                 if "kv cache" not in cats else
-                f"Per GPU for the serving layouts the planner found, at the asked load (the "
-                f"planner also reserves a prefill workspace and framework memory, not shown); "
-                f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
+                f"Per GPU for the serving layouts the planner found, at the asked load, with "
+                f"everything the planner reserves: weights, KV cache, the chunked-prefill "
+                f"workspace and framework memory (CUDA context, communication buffers, "
+                f"allocator fragmentation); the dashed line is one {gpu['name']} "
+                f"({gb(gpu['memory_bytes'])}).")
     else:
         what = ("for each activation recompute mode" if len(rows) > 1
                 else "serving the asked load" if "kv cache" in cats else "model states only")

@@ -29,9 +29,27 @@ SOURCES = [
 ]
 
 
+#: entries that concern training only (optimizer states, saved activations, recompute): a
+#: serving report leaves them out
+_TRAINING_ONLY = ("Mixed precision keeps", "Activation memory:", "Recompute:")
+
+
+def conventions(inference: bool = False) -> list[str]:
+    if not inference:
+        return list(CONVENTIONS)
+    return [c for c in CONVENTIONS if not c.startswith(_TRAINING_ONLY)] + [
+        "Serving: weights stay in their stored dtype (no gradients, no optimizer states, no "
+        "master weights); the KV cache holds keys and values of every cached token."]
+
+
+def sources(inference: bool = False) -> list[str]:
+    return [s for s in SOURCES if not (inference and s.startswith(_TRAINING_ONLY))]
+
+
 def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
     out = [f"GPU: {gpu['name']}, {gb(gpu['memory_bytes'])} ({gpu['source']}).",
-           f"Precision {req.precision}, optimizer {req.optimizer}."]
+           f"Precision {req.precision}" + ("." if req.inference else
+                                           f", optimizer {req.optimizer}.")]
     from ..memory import FP8_RECIPE
     if req.precision in FP8_RECIPE and not req.inference:
         r = FP8_RECIPE[req.precision]

@@ -16,7 +16,8 @@ from .request import ReportRequest
 SEQ_SWEEP = tuple(2**i for i in range(9, 18))  # 512 .. 131072
 CONTEXT_SWEEP = tuple(2**i for i in range(7, 18))  # 128 .. 131072
 CONCURRENCY_SWEEP = (1, 8, 32, 128)
-DEFAULT_GPU_GB = 80
+DEFAULT_GPU_GB = 80  #: kept for scripts that import it; the default GPU is DEFAULT_GPU
+DEFAULT_GPU = "h100-sxm"
 
 Progress = Callable[[str], None]
 
@@ -29,7 +30,7 @@ def ceil_div(a: int, b: int) -> int:
 def resolve_gpu(req: ReportRequest):
     """(name, memory and source as data; the catalog's Gpu or None). ``--gpu`` picks a
     catalog row and ``--gpu-gb`` overrides its memory; ``--gpu-gb`` alone is a GPU known only
-    by its memory (no plan); neither is an 80 GB GPU."""
+    by its memory (no plan); neither is DEFAULT_GPU's memory (no plan)."""
     if req.gpu is not None:
         try:
             from ..hardware import get_gpu
@@ -48,8 +49,10 @@ def resolve_gpu(req: ReportRequest):
     if req.gpu_gb is not None:
         return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU",
                 "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}, None
-    return {"name": f"{DEFAULT_GPU_GB} GB GPU", "memory_bytes": DEFAULT_GPU_GB * GB,
-            "source": "default (no --gpu given)"}, None
+    from ..hardware import gpu_memory  # the rule of every command: plan's default GPU
+    memory_bytes, name, _ = gpu_memory(default=DEFAULT_GPU)
+    return {"name": name, "memory_bytes": memory_bytes,
+            "source": f"default (no --gpu given: {DEFAULT_GPU}, as plan's)"}, None
 
 
 # --- component grouping for the plot (labels only; the numbers are sums over op rows) ----------
@@ -183,7 +186,9 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     wbytes = PRECISIONS[_check("precision", req.precision, PRECISIONS)].weight
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
          "components": _merge_components(p.by_component(), list(rows.values())),
-         "flops": {"prefill_per_sequence": f.prefill(), "decode_per_token": f.decode(ctx)},
+         "flops": {"prefill_per_sequence": f.prefill(),
+                   "prefill_model_per_sequence": f.prefill(model=True),
+                   "decode_per_token": f.decode(ctx)},
          "weights_bytes": p.total * wbytes}
     if req.weights_format is not None:  # the stored tensors: quantised weights and scales
         from ..formats import model_checkpoint_bytes, scheme

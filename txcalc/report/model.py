@@ -19,7 +19,7 @@ import dataclasses
 from .. import __version__
 from ..errors import WorkloadError
 from . import answer as text
-from .assumptions import CONVENTIONS, SOURCES, assumptions
+from .assumptions import assumptions, conventions, sources
 from .gather import (Progress, categories, kv_data, resolve_gpu, serving_data,
                      training_data)
 from .request import ReportRequest
@@ -110,17 +110,19 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         from .planning import layout_memory, serving_memory
         data["memory"] = serving_memory(plan) if req.inference else layout_memory(plan)
     kind = "serving" if req.inference else "training"
-    sections = [answer, text.components_section(data, req.inference), text.memory_section(data, gpu)]
+    sections = [answer] + ([text.components_section(data, req.inference)] if cfg is not None
+                           else []) + [text.memory_section(data, gpu)]
     if "activations_vs_seq" in data:
         sections.append(text.activations_section(data))
     if cfg is not None:
         sections.append(text.kv_section(data, name))
-    if not req.inference:
+    if not req.inference and plan is not None:  # no plan: the answer says why, once
         sections.append(text.frontier_section(data, no_plan))
     if cfg is not None:
         sections.append(validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",
-                            bullets=assumptions(req, gpu, plan) + CONVENTIONS + SOURCES))
+                            bullets=assumptions(req, gpu, plan)
+                            + conventions(req.inference) + sources(req.inference)))
     command = req.command(out_dir)
     sections.append(section("provenance", "How this report was made",
                             [f"txcalc {__version__}, command: `{command}`"]))

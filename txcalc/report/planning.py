@@ -72,6 +72,7 @@ def infer_plan(req, cfg, gpu) -> dict:
         d["gpus_per_replica"] = r.tp * r.pp
         # sequences one replica holds at the asked load; the KV bytes per GPU are per sequence
         d["seqs_per_replica"] = cdiv(req.concurrency, r.replicas)
+        d["memory_at_load"] = r.memory_at(d["seqs_per_replica"])
         rows.append(d)
     return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
             "best": rows[0], "options": rows,
@@ -107,6 +108,61 @@ def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
 
 
 # --- sections --------------------------------------------------------------------------------
+_ZERO_WORDS = {"0": "no ZeRO sharding (every data-parallel rank keeps whole optimizer states, "
+                    "gradients and weights)",
+               "1": "ZeRO stage 1 (optimizer states sharded over the data-parallel ranks)",
+               "2": "ZeRO stage 2 (optimizer states and gradients sharded over the "
+                    "data-parallel ranks)",
+               "3": "ZeRO stage 3 / FSDP (optimizer states, gradients and weights sharded over "
+                    "the data-parallel ranks, weights gathered layer by layer)",
+               "3h": "ZeRO-3 hybrid shard (states sharded within a node, replicated across "
+                     "nodes)"}
+
+
+def layout_in_words(short: str) -> str:
+    """``tp8 pp16 dp32 cp4 z2 sp v4 mb1 sel`` (``parallel.Layout.short``) in words."""
+    words, without = [], []
+    names = {"tp": "tensor", "pp": "pipeline", "dp": "data", "cp": "context", "ep": "expert"}
+    for tok in short.split():
+        num = tok.lstrip("abcdefghijklmnopqrstuvwxyz")
+        head = tok[:len(tok) - len(num)]
+        if head in names and num == "1":
+            without.append(names[head])
+        elif head == "tp":
+            words.append(f"tensor parallelism over {num} GPUs (each matmul split across them)")
+        elif head == "pp":
+            words.append(f"a pipeline of {num} stages (consecutive layers on different GPUs)")
+        elif head == "dp":
+            words.append(f"{num} data-parallel replicas (each on its own share of the batch)")
+        elif head == "cp":
+            words.append(f"context parallelism over {num} GPUs (each sequence split along its "
+                         "tokens)")
+        elif head == "ep":
+            words.append(f"expert parallelism over {num} GPUs (the MoE experts spread across "
+                         "them)")
+        elif tok.startswith("z"):
+            words.append(_ZERO_WORDS.get(tok[1:], f"ZeRO {tok[1:]}"))
+        elif tok == "sp":
+            words.append("sequence parallelism (norm and dropout activations split over the "
+                         "tensor-parallel GPUs)")
+        elif head == "v":
+            words.append(f"the interleaved 1F1B schedule with {num} virtual stages per GPU "
+                         "(a smaller pipeline bubble)")
+        elif head == "mb":
+            words.append(f"micro-batches of {num} sequence{'' if num == '1' else 's'}")
+        elif tok == "sel":
+            words.append("selective activation recompute (the attention core recomputed in "
+                         "backward)")
+        elif tok == "full":
+            words.append("full activation recompute (each block recomputed in backward)")
+        else:
+            words.append(tok)
+    if without:
+        words.insert(0, "no " + ", ".join(without[:-1]) + (" or " if len(without) > 1 else "")
+                     + without[-1] + " parallelism")
+    return "; ".join(words)
+
+
 def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[list[str]]]:
     """Paragraphs and key-figure rows of a planned training answer."""
     b = plan["best"]
@@ -120,6 +176,7 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
     paras = [f"**Train {name} on {plan['tokens']:,} tokens: "
              f"{plural(b['gpus'], plan['gpu'] + ' GPU')} for {b['days']:,.1f} days** "
              f"({b['gpu_hours']:,.0f} GPU-hours{cost}), layout `{b['layout']}`.",
+             f"The layout `{b['layout']}` in words: {layout_in_words(b['layout'])}.",
              f"Training fits on as few as **{plural(plan['min_gpus_to_fit'], 'GPU')}** "
              f"({gb(plan['gpu_memory_bytes'])} each).{deadline} On one GPU with no "
              f"parallelism one step would need {gb(single['total'])}.",
@@ -184,15 +241,14 @@ def layout_memory(plan: dict) -> list[dict]:
 
 
 def serving_memory(plan: dict, n: int = N_LAYOUTS) -> list[dict]:
-    """Per-GPU weights and KV cache (at the asked load) of the first serving options."""
+    """Per-GPU memory (at the asked load) of the first serving options, by the planner's own
+    categories (``InferRow.memory_at``): weights, KV cache, prefill workspace, framework."""
     out = []
     for r in plan["options"][:n]:
-        kv = r["kv_bytes_per_seq"] * r["seqs_per_replica"]
+        cats = dict(r["memory_at_load"])
         out.append({"label": f"TP {r['tp']} x PP {r['pp']}, {plural(r['replicas'], 'replica')} "
                              f"({plural(r['total_gpus'], 'GPU')})",
-                    "recompute": None,
-                    "categories": {"weights": r["weights_bytes"], "kv cache": kv},
-                    "total": r["weights_bytes"] + kv})
+                    "recompute": None, "categories": cats, "total": sum(cats.values())})
     return out
 
 

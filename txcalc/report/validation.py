@@ -122,10 +122,15 @@ def validation_section(data: dict, name: str, validation_dir) -> dict:
                           "exact": sum(q["exact"] for q in by_q.values()),
                           "by_quantity": list(by_q.values()), "shown": shown}
     v = data["validation"]
+    kinds = _validated_kinds(list(by_q), raw)
+    v["validated"], v["not_validated"] = kinds
     return section("validation", "Predicted against measured",
                    [f"From {where}/{file}" + (f" ({setup})" if setup else "") + ": "
                     f"{v['rows']:,} predicted/measured pairs, {v['exact']:,} exactly equal "
-                    "(error = (predicted - measured) / measured)."],
+                    "(error = (predicted - measured) / measured).",
+                    f"What this validates: {', '.join(kinds[0])}. What it does not: "
+                    f"{', '.join(kinds[1])}; those are the model's estimates, checked "
+                    "elsewhere or not at all (see the assumptions below)."],
                    [table("By quantity", ["quantity", "pairs", "exact", "largest |error|"],
                           [[q["quantity"], f"{q['pairs']:,}", f"{q['exact']:,}",
                             f"{q['max_abs_error_pct']:.2f}%"] for q in v["by_quantity"]]),
@@ -137,3 +142,37 @@ def validation_section(data: dict, name: str, validation_dir) -> dict:
                            for r in shown])],
                    [plot("validation.png", "validation", "Predicted against measured",
                          "Predicted against measured values, one point per row")])
+
+
+def _kind(q: str) -> str:
+    """What a quantity of a validation file measures, by its name."""
+    if "params" in q:
+        return "parameter counts"
+    if "flops" in q:
+        return "FLOP counts"
+    if "saved" in q:
+        return "bytes saved for backward"
+    if q.endswith("_s") and not q.endswith("_step") or "time" in q:
+        return "times"
+    return "tensor bytes by phase of the step (forward, backward, optimizer step, peaks)"
+
+
+def _validated_kinds(quantities: list[str], raw: dict) -> tuple[list[str], list[str]]:
+    """(what the pairs of a validation file measured, what a capacity plan also needs and
+    they did not): counts on a ``meta``/``cpu`` device never validate time or GPU memory."""
+    seen = []
+    for q in quantities:
+        word = _kind(q)
+        if word not in seen:
+            seen.append(word)
+    on_gpu = str(raw.get("device", "")).startswith("cuda")
+    timed = any(w == "times" for w in seen)
+    missing = []
+    if not timed:
+        missing.append("step and kernel times (MFU, days, latency)")
+    if not on_gpu:
+        missing.append("the GPU memory a real run allocates (CUDA context, caching allocator, "
+                       "fragmentation, communication buffers)")
+    if on_gpu and "bytes by phase" not in quantities:
+        missing.append("the allocator's peak memory by phase")
+    return (seen or ["nothing"]), (missing or ["nothing listed"])

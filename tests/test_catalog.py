@@ -1,0 +1,110 @@
+"""The wider GPU catalog (issue 18 item 4): rows, units, one memory rule; new flagship presets."""
+
+import json
+
+import pytest
+
+import txcalc
+from txcalc.cli import main
+from txcalc.hardware import get_gpu, gpu_memory, load_catalog
+
+NEW_GPUS = ("t4", "v100-sxm2-32gb", "rtx-a6000", "rtx-3090", "l40", "h20", "gb200", "mi250x",
+            "mi250x-gcd", "mi325x", "gaudi3", "tpu-v5e", "tpu-v5p")
+
+
+@pytest.mark.parametrize("name", NEW_GPUS)
+def test_new_rows_parse_with_a_source_and_a_bf16_or_fp16_peak(name):
+    g = load_catalog()[name]
+    assert g.source.startswith("https://")
+    assert max(g.peak_flops["bf16"], g.peak_flops["fp16"]) > 0
+    assert g.memory_bytes % 2**30 == 0  # HBM/GDDR capacities are binary
+
+
+# Published figures, each from the row's datasheet (dense; sparse figures halved)
+PUBLISHED = [
+    ("T4", 16 * 2**30, "fp16", 65e12, 320e9),            # T4 datasheet: 65 TFLOPS mixed, 320 GB/s
+    ("V100", 32 * 2**30, "fp16", 125e12, 900e9),         # V100 SXM2: 125 TFLOPS tensor, 900 GB/s
+    ("A6000", 48 * 2**30, "bf16", 154.8e12, 768e9),      # GA102 whitepaper: 154.8 / 309.7 sparse
+    ("RTX 3090".replace(" ", "-").lower(), 24 * 2**30, "bf16", 71e12, 936e9),  # GA102: 71 / 142
+    ("L40", 48 * 2**30, "fp8", 362e12, 864e9),           # L40 datasheet: 362 / 724 sparse
+    ("H20", 96 * 2**30, "bf16", 148e12, 4000e9),         # 148 dense bf16, 4.0 TB/s
+    ("GB200", 186 * 2**30, "bf16", 2500e12, 8000e9),     # NVL72: 360 PF sparse fp16 / 72 / 2
+    ("MI250X", 128 * 2**30, "bf16", 383e12, 3276.8e9),   # AMD: 383 TFLOPS bf16, 3.2 TB/s
+    ("MI325X", 256 * 2**30, "fp8", 2614.9e12, 6000e9),   # AMD: 2614.9 fp8 dense, 6 TB/s
+    ("Gaudi3", 128 * 2**30, "bf16", 1835e12, 3670e9),    # Hot Chips 2024: 1835, 3.67 TB/s
+    ("v5e", 16 * 2**30, "bf16", 197e12, 819e9),          # Cloud TPU v5e page
+    ("v5p", 95 * 2**30, "bf16", 459e12, 2765e9),         # Cloud TPU v5p page
+]
+
+
+@pytest.mark.parametrize("name,memory,dtype,peak,hbm", PUBLISHED)
+def test_published_figures(name, memory, dtype, peak, hbm):
+    g = get_gpu(name)
+    assert (g.memory_bytes, g.peak(dtype), g.hbm_bytes_per_s) == (memory, peak, hbm)
+
+
+def test_mi250x_module_is_two_gcds():
+    m, d = get_gpu("mi250x"), get_gpu("mi250x-gcd")
+    assert m.memory_bytes == 2 * d.memory_bytes and m.peak("bf16") == 2 * d.peak("bf16")
+
+
+def test_h200_usable_memory_sits_under_nvidia_smi():
+    """nvidia-smi on the project's H200 shows 143,771 MiB (issue 18); CUDA's total is a little
+    below nvidia-smi's (an H100: vLLM logs 79.22 GiB, nvidia-smi 81,559 MiB = 79.65 GiB)."""
+    g = get_gpu("h200")
+    smi = 143_771 * 2**20
+    assert g.usable_bytes < smi < g.memory_bytes
+    assert (smi - g.usable_bytes) / smi < 0.01
+    h100 = get_gpu("h100")
+    assert abs(h100.usable_bytes / 2**30 - 79.22) < 0.03  # 79.20 against 79.22 logged
+
+
+def test_no_tensor_path_is_an_error_naming_the_gpu():
+    from txcalc.hardware import GpuError
+    with pytest.raises(GpuError, match="t4 has no dense bf16 peak"):
+        get_gpu("t4").peak("bf16")
+
+
+def _json(capsys, argv):
+    capsys.readouterr()
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_memory_checks_the_same_gpu_memory_as_plan(capsys):
+    """One rule: ``memory`` (default and --gpu), ``fit`` and ``plan`` check the same bytes."""
+    mem = _json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--json"])
+    plan = _json(capsys, ["plan", "train", "llama-3-8b", "--tokens", "1B", "--json"])
+    assert mem["gpu_bytes"] == plan["gpu_memory_bytes"] == get_gpu("h100").memory_bytes
+    mem = _json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--gpu", "h200", "--json"])
+    fit = _json(capsys, ["fit", "llama-3-8b", "--gpu", "h200", "--json"])
+    assert mem["gpu_bytes"] == fit["gpu_bytes"] == get_gpu("h200").memory_bytes
+    assert mem["gpu"] == "h200"
+    mem = _json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--gpu-gb", "80", "--json"])
+    assert mem["gpu_bytes"] == 80 * 10**9
+
+
+def test_gpu_memory_rule():
+    assert gpu_memory() == (80 * 2**30, "h100-sxm", get_gpu("h100").source)
+    assert gpu_memory("h200", 100)[:2] == (100 * 10**9, "h200")
+    assert gpu_memory(gpu_gb=24.5)[:2] == (24_500_000_000, "24.5 GB GPU")
+
+
+def test_unknown_gpu_in_memory_is_one_line(capsys):
+    assert main(["memory", "gpt2", "--gpu", "h1000"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU 'h1000'" in err and len(err.strip().splitlines()) == 1
+
+
+# Model cards: Llama 3.2 1B "1.23B", 3B "3.21B"; Llama 3 / 3.3 70B "70B" (70.6B exact in HF's
+# safetensors index: total_size 141,107,412,992 bytes at 2 bytes per parameter)
+@pytest.mark.parametrize("name,figure,tol", [
+    ("llama-3.2-1b", 1.23e9, 0.005), ("llama-3.2-3b", 3.21e9, 0.005),
+    ("llama-3-70b", 141_107_412_992 / 2, 0), ("llama-3.3-70b", 141_107_412_992 / 2, 0)])
+def test_new_flagship_presets_published_totals(name, figure, tol):
+    assert abs(txcalc.params(name).total - figure) <= tol * figure
+
+
+def test_llama_3_70b_is_the_8k_original():
+    assert txcalc.load("llama-3-70b").max_position == 8192
+    assert txcalc.load("llama-3.1-70b").max_position == 131072
