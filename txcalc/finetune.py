@@ -170,6 +170,19 @@ class Finetune:
         return f"{self.mode} r={self.rank} alpha={self.alpha:g} on {self.targets}{base}{drop}"
 
 
+def finetune_from_options(mode: str, rank: int = 16, alpha: float | None = None,
+                          targets: str = "all-linear", dropout: float = 0.0,
+                          trainable: str = "head", base: str = "nf4") -> Finetune | None:
+    """The Finetune that the command-line options describe (None for full training); alpha
+    defaults to the rank (scaling 1)."""
+    from .inputs import choice
+    if choice("--finetune", mode, FINETUNE_MODES) == "full":
+        return None
+    return Finetune(mode, rank=rank, alpha=float(rank if alpha is None else alpha),
+                    targets=targets, trainable=trainable, base_format=base,
+                    lora_dropout=dropout)
+
+
 def check_precision(ft: Finetune | None, precision: str) -> None:
     """QLoRA computes in 16 bits: its unquantised modules and adapters are bf16/fp16."""
     if ft is not None and ft.mode == "qlora" and precision == "fp32":

@@ -9,6 +9,7 @@ from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP, WEIGHTS_HELP
+from .fit_cmd import FT_OPTS, make_finetune
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
@@ -46,6 +47,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
           recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
           attn: str = typer.Option("flash", "--attn", help="Attention kernel: eager | sdpa | flash."),
+          finetune: str = FT_OPTS["finetune"],
+          lora_rank: int = FT_OPTS["lora_rank"],
+          lora_alpha: float = FT_OPTS["lora_alpha"],
+          lora_targets: str = FT_OPTS["lora_targets"],
+          lora_dropout: float = FT_OPTS["lora_dropout"],
+          trainable: str = FT_OPTS["trainable"],
+          base_format: str = FT_OPTS["base_format"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -58,11 +66,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
                    micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn)
+    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
+                       base_format)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn,
-                   overheads=_overheads(context_gib, comm_gib, fragmentation),
+                   overheads=_overheads(context_gib, comm_gib, fragmentation), finetune=ft,
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
                                            ("recompute", recompute)) if v is not None})
@@ -73,7 +83,8 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
     s, b = p.setting, p.best
     console.print(f"[bold]{s.cfg.name}[/bold] on {s.gpu.name} "
                   f"({s.gpu.memory_bytes / GB:,.1f} GB each): {p.tokens:,} tokens, seq {s.seq}, "
-                  f"global batch {s.global_batch}, {s.precision}, {s.optimizer}")
+                  f"global batch {s.global_batch}, {s.precision}, {s.optimizer}"
+                  + (f", {ft.describe()}" if ft is not None else ""))
     console.print(f"  fewest GPUs on which training fits: [bold]{p.min_gpus_to_fit:,}[/bold]")
     if p.gpus_for_deadline is not None:
         console.print(f"  GPUs to finish within {p.days_limit:g} days: "
