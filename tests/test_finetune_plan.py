@@ -204,3 +204,13 @@ def test_report_adapters_section():
     from txcalc.errors import WorkloadError
     with pytest.raises(WorkloadError, match="inference"):
         ReportRequest(model="llama-2-7b", inference=True, finetune="lora")
+
+
+def test_head_adapters_sit_with_the_head():
+    """An adapter on lm_head is placed after the blocks (the last pipeline stage holds it)."""
+    import txcalc
+    from txcalc.components import model_ops_tuple
+    from txcalc.finetune import Finetune, apply_finetune
+    cfg = txcalc.load("llama-2-7b")
+    ops = apply_finetune(cfg, model_ops_tuple(cfg), Finetune("lora", targets="lm_head"))
+    assert {op.placement for op in ops if op.path.startswith("lm_head.")} == {"post"}

@@ -327,7 +327,8 @@ def _adapters(op: Op, ft: Finetune, shared: bool) -> list[Op]:
                       f"{c}.dora_norm", d_in=op.d_in, d_out=op.d_out, heads=r, stream="one",
                       saved=((3 * op.d_out, "a"),), recompute=op.recompute, trainable=False,
                       placement=op.placement))
-    return out
+    # on the target's side of the blocks (an lm_head adapter on the last pipeline stage)
+    return [dataclasses.replace(o, placement=op.placement) for o in out]
 
 
 def _has_weights(op: Op) -> bool:
