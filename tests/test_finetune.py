@@ -355,6 +355,55 @@ def test_offload_moves_optimizer_and_master_to_the_host():
     assert off.total < gpu.total - gpu.optimizer_total + gpu.optimizer_temporaries
 
 
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], "all-linear"], ids=str)
+@pytest.mark.parametrize("rank", [1, 8])
+def test_peft_dora_flops_and_trainable_count(targets, rank):
+    """peft.get_peft_model(LoraConfig(use_dora=True)) on a tiny LlamaForCausalLM on the CPU
+    (DoRA's init reads the weights): trainable parameters (adapters + magnitude vectors) and
+    FlopCounterMode's forward and backward FLOPs equal the engine's. PEFT's forward forms
+    B A as lora_B(lora_A(eye(d_in))): 2 r d_in (d_in + d_out) FLOPs per adapted Linear, no
+    backward (the norm is detached)."""
+    peft = pytest.importorskip("peft")
+    import json
+    import tempfile
+
+    import transformers
+    import txcalc
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .hf_models import hf_config
+
+    raw = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+           "vocab_size": 100, "max_position_embeddings": 128, "tie_word_embeddings": False}
+    hc = hf_config(raw)
+    hc._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hc)
+    model.enable_input_require_grads()
+    model = peft.get_peft_model(model, peft.LoraConfig(r=rank, lora_alpha=2 * rank,
+                                                       target_modules=targets,
+                                                       lora_dropout=0.0, use_dora=True))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    batch, seq = 2, 16
+    ids = torch.zeros(batch, seq, dtype=torch.long)
+    with FlopCounterMode(display=False) as fwd:
+        loss = model(input_ids=ids, labels=ids).loss
+    with FlopCounterMode(display=False) as bwd:
+        loss.backward()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/config.json"
+        with open(path, "w") as f:
+            json.dump(raw | {"architectures": ["LlamaForCausalLM"]}, f)
+        cfg = txcalc.load(path)
+    ft = Finetune("dora", rank, targets=targets if isinstance(targets, str) else
+                  ",".join(targets))
+    work = Workload(batch=batch, seq=seq)
+    assert trainable == TrainingMemory(cfg, work, finetune=ft).trainable_params
+    f = count_flops(cfg, work, ft)
+    assert (fwd.get_total_flops(), bwd.get_total_flops()) == (f.forward, f.backward)
+
+
 # --- MemTracker by category on the CPU ----------------------------------------------------------
 MT_CASES = [("llama", "bf16-mixed", "adamw", Finetune("lora", 4)),
             ("llama", "fp32", "adamw", Finetune("dora", 2, targets="q_proj,v_proj")),

@@ -36,8 +36,9 @@ loss keep theirs. Convention: the embedding output requires grad, as PEFT sets i
 
 DoRA (Liu et al. 2024, arXiv:2402.09353), PEFT's ``DoraLinearLayer``: m = magnitude / ||W + s B A||
 (row norms of the merged weight, detached), y = W x + (m - 1) W x + m s B A x. Adds the d_out
-magnitude vector (trainable), the merged-weight product B A (2 d_out r d_in FLOPs per step,
-no backward: it only feeds the detached norm) and saves per token W x and B A x (2 d_out), per
+magnitude vector (trainable), the merged-weight product B A as PEFT forms it,
+lora_B(lora_A(eye(d_in))) (2 r d_in (d_in + d_out) FLOPs per step, no backward: it only
+feeds the detached norm; FlopCounterMode on PEFT's DoRA in tests/test_finetune.py) and saves per token W x and B A x (2 d_out), per
 op the norm, m and m - 1 (3 d_out).
 
 QLoRA (Dettmers et al. 2023, arXiv:2305.14314): the frozen base in 4 bits; storage in
