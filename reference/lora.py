@@ -39,7 +39,9 @@ class DoraScale(nn.Module):
 
     def forward(self, base_out, lora_out, weight, a, b, scaling: float):
         with torch.no_grad():  # PEFT detaches the norm: no gradient through it
-            merged = weight + scaling * (b @ a)
+            # PEFT's DoraLinearLayer forms B A as lora_B(lora_A(eye(d_in))).T
+            eye = torch.eye(a.shape[1], dtype=weight.dtype, device=weight.device)
+            merged = weight + scaling * F.linear(F.linear(eye, a), b).T
             norm = torch.linalg.vector_norm(merged, dim=1).to(weight.dtype)
         m = self.weight / norm
         return (m - 1) * base_out + m * lora_out * scaling

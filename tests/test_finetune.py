@@ -237,12 +237,32 @@ def test_qlora_paper_lora_parameters_26_mb():
     assert m.adapter_bytes / 1e6 == pytest.approx(26, rel=0.10)
 
 
-@pytest.mark.xfail(strict=True, reason="not reproduced: NF4 + double quant of LLaMA-7B's "
-                   "linears with 16-bit embeddings, lm_head and norms is 3,866 MB (3.0 % of it "
-                   "the 16-bit tables), 23 % under the paper's 5,048 MB; the paper does not "
-                   "state what else its figure holds")
+@pytest.mark.xfail(strict=True, reason="not reproduced: the paper gives 5,048 MB with no "
+                   "breakdown; NF4 + double quant of LLaMA-7B's linears with 16-bit embeddings, "
+                   "lm_head and norms (qlora.py --bf16) is 3,866 MB (-23 %); with those tables "
+                   "in fp32 (qlora.py without --bf16) 4,391 MB (-13 %); only fp32 tables and no "
+                   "double quant (4,692 MB, -7 %) comes within 10 %, which is not QLoRA's setup")
 def test_qlora_paper_llama_7b_4bit_base_5048_mb():
-    """QLoRA Figure 6: LLaMA 7B's 4-bit base model 5,048 MB."""
+    """QLoRA (arXiv:2305.14314v1) section 2, "Memory Requirement of Parameter-Efficient
+    Finetuning" (and the 7B bar of Figure 6): "For a 7B LLaMA model trained on FLAN v2 and a
+    batch size of 1 [...] the 4-bit base model consumes 5,048 MB of memory."
+
+    The paper does not say what the figure holds. Its code (artidoro/qlora, qlora.py at
+    7f4e95a; scripts/finetune_guanaco_7b.sh: huggyllama/llama-7b, --bits 4 --quant_type nf4
+    --double_quant --bf16) loads the model with bitsandbytes, whose storage we reproduce
+    byte for byte (test_nf4_storage_*); the unquantised modules are bf16 with --bf16 and fp32
+    without it (torch_dtype, and PEFT's prepare_model_for_kbit_training casts them to fp32
+    before qlora.py casts embed_tokens/lm_head back under --bf16). Same shapes as LLaMA-2-7B:
+
+        reading                                     | MB     | vs 5,048
+        --------------------------------------------|--------|---------
+        NF4 + DQ linears, bf16 tables (this test)   | 3,866  | -23.4 %
+        NF4 + DQ linears, fp32 tables               | 4,391  | -13.0 %
+        NF4 without DQ, fp32 tables                 | 4,692  |  -7.0 %
+
+    The 1.18 GB left over in QLoRA's own setup may be a device measurement (CUDA context,
+    allocator reserve), but the paper does not say so, so the engine is not fitted to it and
+    the xfail stays strict."""
     import txcalc
     m = TrainingMemory(txcalc.load("llama-2-7b"), Workload(batch=1, seq=512), "bf16-mixed",
                        "adamw", Finetune("qlora", 1, targets="q_proj"))
@@ -333,6 +353,55 @@ def test_offload_moves_optimizer_and_master_to_the_host():
     assert off.offloaded_activations == 32 * 1024 * 4096 * 2  # block inputs, bf16
     assert off.pcie_bytes == gpu.trainable_params * 4 + 2 * off.offloaded_activations
     assert off.total < gpu.total - gpu.optimizer_total + gpu.optimizer_temporaries
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], "all-linear"], ids=str)
+@pytest.mark.parametrize("rank", [1, 8])
+def test_peft_dora_flops_and_trainable_count(targets, rank):
+    """peft.get_peft_model(LoraConfig(use_dora=True)) on a tiny LlamaForCausalLM on the CPU
+    (DoRA's init reads the weights): trainable parameters (adapters + magnitude vectors) and
+    FlopCounterMode's forward and backward FLOPs equal the engine's. PEFT's forward forms
+    B A as lora_B(lora_A(eye(d_in))): 2 r d_in (d_in + d_out) FLOPs per adapted Linear, no
+    backward (the norm is detached)."""
+    peft = pytest.importorskip("peft")
+    import json
+    import tempfile
+
+    import transformers
+    import txcalc
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .hf_models import hf_config
+
+    raw = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+           "vocab_size": 100, "max_position_embeddings": 128, "tie_word_embeddings": False}
+    hc = hf_config(raw)
+    hc._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hc)
+    model.enable_input_require_grads()
+    model = peft.get_peft_model(model, peft.LoraConfig(r=rank, lora_alpha=2 * rank,
+                                                       target_modules=targets,
+                                                       lora_dropout=0.0, use_dora=True))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    batch, seq = 2, 16
+    ids = torch.zeros(batch, seq, dtype=torch.long)
+    with FlopCounterMode(display=False) as fwd:
+        loss = model(input_ids=ids, labels=ids).loss
+    with FlopCounterMode(display=False) as bwd:
+        loss.backward()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/config.json"
+        with open(path, "w") as f:
+            json.dump(raw | {"architectures": ["LlamaForCausalLM"]}, f)
+        cfg = txcalc.load(path)
+    ft = Finetune("dora", rank, targets=targets if isinstance(targets, str) else
+                  ",".join(targets))
+    work = Workload(batch=batch, seq=seq)
+    assert trainable == TrainingMemory(cfg, work, finetune=ft).trainable_params
+    f = count_flops(cfg, work, ft)
+    assert (fwd.get_total_flops(), bwd.get_total_flops()) == (f.forward, f.backward)
 
 
 # --- MemTracker by category on the CPU ----------------------------------------------------------

@@ -232,10 +232,30 @@ def test_llama_2_7b_gguf(recipe, published):
     assert within(pred, published)
 
 
+@pytest.mark.parametrize("model,total_size", [("gpt-oss-120b", 65_248_815_744),
+                                              ("gpt-oss-20b", 13_761_264_768)])
+def test_gpt_oss_mxfp4(model, total_size):
+    """openai/gpt-oss-120b and -20b ship MXFP4 routed experts (blocks + e8m0 scales), bf16
+    attention (with sinks and biases), router, embeddings and head; their
+    model.safetensors.index.json metadata total_size: 65,248,815,744 bytes
+    (https://huggingface.co/openai/gpt-oss-120b/blob/main/model.safetensors.index.json; the
+    same figure is the tensor payload of its 15 shards, 65,248,893,184 bytes with their
+    headers, in public inventories of that release) and 13,761,264,768 bytes
+    (https://huggingface.co/openai/gpt-oss-20b/blob/main/model.safetensors.index.json).
+    Read through the config's quantization_config and through --weights mxfp4 alike."""
+    sch = scheme_from_quant_config({"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+        "lm_head"]})
+    pred = model_checkpoint_bytes(txcalc.load(model), sch)
+    assert within(pred, total_size)
+    assert pred == total_size  # to the byte: every stored tensor is accounted for
+    assert pred == model_checkpoint_bytes(txcalc.load(model), scheme("mxfp4"))
+
+
 def test_mxfp4_scheme_covers_experts_only():
     """gpt-oss ships MXFP4 experts (quantization_config modules_to_not_convert: self_attn,
-    router, embed_tokens, lm_head). gpt_oss configs are not loadable here yet, so this checks
-    the scheme on a MoE preset: only the routed experts change, at 4.25 bits per weight."""
+    router, embed_tokens, lm_head). On another MoE preset (mixtral) the scheme changes only
+    the routed experts, at 4.25 bits per weight (gpt-oss itself: test_gpt_oss_mxfp4)."""
     cfg = txcalc.load("mixtral-8x7b")
     ops = model_ops_tuple(cfg)
     sch = scheme_from_quant_config({"quant_method": "mxfp4", "modules_to_not_convert": [

@@ -36,14 +36,15 @@ loss keep theirs. Convention: the embedding output requires grad, as PEFT sets i
 
 DoRA (Liu et al. 2024, arXiv:2402.09353), PEFT's ``DoraLinearLayer``: m = magnitude / ||W + s B A||
 (row norms of the merged weight, detached), y = W x + (m - 1) W x + m s B A x. Adds the d_out
-magnitude vector (trainable), the merged-weight product B A (2 d_out r d_in FLOPs per step,
-no backward: it only feeds the detached norm) and saves per token W x and B A x (2 d_out), per
+magnitude vector (trainable), the merged-weight product B A as PEFT forms it,
+lora_B(lora_A(eye(d_in))) (2 r d_in (d_in + d_out) FLOPs per step, no backward: it only
+feeds the detached norm; FlopCounterMode on PEFT's DoRA in tests/test_finetune.py) and saves per token W x and B A x (2 d_out), per
 op the norm, m and m - 1 (3 d_out).
 
 QLoRA (Dettmers et al. 2023, arXiv:2305.14314): the frozen base in 4 bits; storage in
-``quantized_weight_bytes``, the one place that knows a bitsandbytes weight's layout (NF4/FP4
-with or without double quantisation, int8): code that sizes quantised serving checkpoints
-should call it rather than type the formula again.
+``quantized_weight_bytes``, the sum over ``formats.bnb_4bit_tensors``, the one layout of a
+bitsandbytes 4-bit weight (NF4/FP4 with or without double quantisation) that quantised
+checkpoints (``formats.Format.tensors``) read too.
 """
 
 from __future__ import annotations
@@ -67,40 +68,23 @@ TARGET_GROUPS = ("all-linear", "attn", "mlp")
 TRAINABLE_PARTS = ("head", "norms", "embeddings")  #: plus last:N (the last N blocks)
 
 # --- bitsandbytes storage --------------------------------------------------------------------
-#: 4-bit: the 16-entry fp32 code book (quant_map) of each tensor; double quantisation adds the
-#: 256-entry fp32 dynamic map of the 8-bit absmax (nested quant_map) and its fp32 offset
-CODE_4BIT_BYTES = 16 * 4
-NESTED_CODE_BYTES = 256 * 4
-NESTED_BLOCK = 256
-
-
 def quantized_weight_bytes(d_out: int, d_in: int, fmt: str, block: int = 64,
                            double_quant: bool = True) -> int:
-    """Bytes of one d_out x d_in weight stored as bitsandbytes stores it (0.50,
-    ``bitsandbytes.functional.quantize_4bit`` / ``Int8Params``); checked against real
-    ``Params4bit`` tensors in tests/test_finetune.py:
+    """Bytes of one d_out x d_in weight as bitsandbytes keeps it on the device (0.50); checked
+    against real ``Params4bit`` / ``Int8Params`` tensors in tests/test_finetune.py:
 
-        fmt        | tensor                          | bytes
-        -----------|---------------------------------|--------------------------------------------
-        nf4 / fp4  | packed codes (uint8)            | ceil(n / 2)
-                   | absmax per block of ``block``   | fp32: 4 ceil(n / block); double quant:
-                   |                                 |  uint8 per block + fp32 per 256 blocks
-                   |                                 |  + 256-entry fp32 map + fp32 offset
-                   | code book                       | 16 fp32
-        int8       | int8 weights + fp32 row scales  | n + 4 d_out (LLM.int8, arXiv:2208.07339)
-
-    Double quantisation (QLoRA section 3): 8/64 + 32/(64*256) = 0.127 bits per parameter of
-    constants instead of 32/64 = 0.5, saving 0.373.
+        fmt        | tensors                                | bytes
+        -----------|----------------------------------------|---------------------------------
+        nf4 / fp4  | formats.bnb_4bit_tensors (codes,       | their sum (the one layout that
+                   |  absmax, nested constants, code book)  |  checkpoints read too)
+        int8       | int8 weights + fp32 row scales         | n + 4 d_out (LLM.int8,
+                   |                                        |  arXiv:2208.07339)
     """
-    n = d_out * d_in
+    from .formats import bnb_4bit_tensors, tensor_bytes
     if fmt == "int8":
-        return n + 4 * d_out
-    blocks = cdiv(n, block)
-    if double_quant:
-        stats = blocks + 4 * cdiv(blocks, NESTED_BLOCK) + NESTED_CODE_BYTES + 4
-    else:
-        stats = 4 * blocks
-    return cdiv(n, 2) + stats + CODE_4BIT_BYTES
+        return d_out * d_in + 4 * d_out
+    return sum(tensor_bytes(dtype, shape)
+               for _, dtype, shape in bnb_4bit_tensors(d_out * d_in, block, double_quant))
 
 
 def parse_format(weight_format: str) -> tuple[str, int, bool]:
@@ -168,6 +152,19 @@ class Finetune:
         base = f", base {self.weight_format}" if self.mode == "qlora" else ""
         drop = f", dropout {self.lora_dropout:g}" if self.lora_dropout else ""
         return f"{self.mode} r={self.rank} alpha={self.alpha:g} on {self.targets}{base}{drop}"
+
+
+def finetune_from_options(mode: str, rank: int = 16, alpha: float | None = None,
+                          targets: str = "all-linear", dropout: float = 0.0,
+                          trainable: str = "head", base: str = "nf4") -> Finetune | None:
+    """The Finetune that the command-line options describe (None for full training); alpha
+    defaults to the rank (scaling 1)."""
+    from .inputs import choice
+    if choice("--finetune", mode, FINETUNE_MODES) == "full":
+        return None
+    return Finetune(mode, rank=rank, alpha=float(rank if alpha is None else alpha),
+                    targets=targets, trainable=trainable, base_format=base,
+                    lora_dropout=dropout)
 
 
 def check_precision(ft: Finetune | None, precision: str) -> None:
@@ -314,7 +311,8 @@ def _adapters(op: Op, ft: Finetune, shared: bool) -> list[Op]:
                       f"{c}.dora_norm", d_in=op.d_in, d_out=op.d_out, heads=r, stream="one",
                       saved=((3 * op.d_out, "a"),), recompute=op.recompute, trainable=False,
                       placement=op.placement))
-    return out
+    # on the target's side of the blocks (an lm_head adapter on the last pipeline stage)
+    return [dataclasses.replace(o, placement=op.placement) for o in out]
 
 
 def _has_weights(op: Op) -> bool:

@@ -159,18 +159,10 @@ class Format:
         if k == "fp8-block":
             return [("weight", "f8", (d_out, d_in)),
                     ("weight_scale_inv", "f32", (cdiv(d_out, self.block), cdiv(d_in, self.block)))]
-        if k in ("nf4", "fp4"):
-            n = d_out * d_in
-            nb = cdiv(n, BNB_BLOCK)
-            out = [("weight", "u8", (cdiv(n, 2), 1))]
-            if self.double_quant:
-                out += [("weight.absmax", "u8", (nb,)),
-                        ("weight.nested_absmax", "f32", (cdiv(nb, BNB_NESTED_BLOCK),)),
-                        ("weight.nested_quant_map", "f32", (256,))]
-            else:
-                out += [("weight.absmax", "f32", (nb,))]
-            return out + [("weight.quant_map", "f32", (16,)),
-                          (f"weight.quant_state.bitsandbytes__{k}", "u8",
+        if k in ("nf4", "fp4"):  # the device tensors but the offset, which the JSON holds
+            out = [t for t in bnb_4bit_tensors(d_out * d_in, BNB_BLOCK, self.double_quant)
+                   if t[0] != "weight.nested_offset"]
+            return out + [(f"weight.quant_state.bitsandbytes__{k}", "u8",
                            (bnb_state_bytes(k, d_out, d_in, dense, self.double_quant),))]
         if k == "mxfp4":  # 32 FP4 values (16 bytes) per block and one e8m0 scale byte
             return [("blocks", "u8", (d_out, cdiv(d_in, 32), 16)),
@@ -182,6 +174,38 @@ class Format:
         if k == "gguf":
             return [("weight", "gguf:" + self.gguf_type, (d_out, d_in))]
         raise FormatError(f"unknown storage kind {k!r}")
+
+
+def bnb_4bit_tensors(n: int, block: int = BNB_BLOCK, double_quant: bool = True
+                     ) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(name, dtype, shape) of what bitsandbytes keeps for one 4-bit (NF4/FP4) weight of n
+    elements on the device (``functional.quantize_4bit`` and its ``QuantState``; 0.50): the
+    one layout that both the fine-tuning memory (``finetune.quantized_weight_bytes``) and
+    the checkpoint (``Format.tensors``: names as ``QuantState.as_dict(packed=True)``) read.
+
+        tensor                  | dtype | elements                  | when
+        ------------------------|-------|---------------------------|-------------------
+        weight (packed codes)   | u8    | ceil(n / 2), 2 per byte   | always
+        absmax (one per block)  | u8    | ceil(n / block)           | double quant
+                                | f32   | ceil(n / block)           | without
+        nested_absmax           | f32   | ceil(blocks / 256)        | double quant
+        nested_quant_map        | f32   | 256 (the 8-bit code)      | double quant
+        nested_offset           | f32   | 1 (the mean absmax)       | double quant
+        quant_map (the 4-bit    | f32   | 16                        | always
+          code book)            |       |                           |
+
+    Double quantisation (QLoRA section 3): 8/64 + 32/(64*256) = 0.127 bits per parameter of
+    constants instead of 32/64 = 0.5."""
+    nb = cdiv(n, block)
+    out = [("weight", "u8", (cdiv(n, 2), 1))]
+    if double_quant:
+        out += [("weight.absmax", "u8", (nb,)),
+                ("weight.nested_absmax", "f32", (cdiv(nb, BNB_NESTED_BLOCK),)),
+                ("weight.nested_quant_map", "f32", (256,)),
+                ("weight.nested_offset", "f32", ())]
+    else:
+        out += [("weight.absmax", "f32", (nb,))]
+    return out + [("weight.quant_map", "f32", (16,))]
 
 
 def bnb_state_bytes(quant_type: str, d_out: int, d_in: int, dense: str,

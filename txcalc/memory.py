@@ -364,13 +364,14 @@ class TrainingMemory:
     def dequant_bytes(self) -> int:
         """The largest transient weight a step builds: a quantised base weight dequantised to
         16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's merged
-        weight W + s B A and B A (two d_out x d_in copies). Alive one op at a time."""
+        weight W + s B A and B A (two d_out x d_in copies) beside PEFT's d_in x d_in identity.
+        Alive one op at a time."""
         a, out = self._bytes.act, 0
         for op in self.ops:
             if op.weight_format and op.kind == "linear":
                 out = max(out, op.d_in * op.d_out * op.instances * a)
-            elif op.kind == "weight_product":
-                out = max(out, 2 * op.d_in * op.d_out * a)
+            elif op.kind == "weight_product":  # + PEFT's d_in x d_in identity
+                out = max(out, (2 * op.d_out + op.d_in) * op.d_in * a)
         return out
 
     @property

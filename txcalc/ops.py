@@ -165,8 +165,9 @@ class Op:
             return 2 * rows * keys * self.d_in * self.d_out
         if self.kind == "ssd_scan":  # ``keys``: positions per sequence
             return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)
-        if self.kind == "weight_product":  # DoRA's B A: d_out x r times r x d_in, once a step
-            return 2 * self.d_out * self.heads * self.d_in
+        if self.kind == "weight_product":  # DoRA's B A as PEFT forms it, once a step:
+            # lora_B(lora_A(eye(d_in))), A on the d_in x d_in identity, then B
+            return 2 * self.d_in * self.heads * (self.d_in + self.d_out)
         return 0
 
     def fwd_flops(self, w: Workload, model: bool = False) -> int:

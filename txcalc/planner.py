@@ -207,7 +207,8 @@ class TrainPlan:
                 "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
                 "price_per_gpu_hour": self.price_per_gpu_hour, "best": b.to_json(),
                 "layouts": [r.to_json() for r in self.rows],
-                "layouts_evaluated": self.layouts_evaluated, "notes": self.notes}
+                "layouts_evaluated": self.layouts_evaluated, "notes": self.notes,
+                "finetune": s.finetune.describe() if s.finetune else "full"}
 
 
 # --- the grid ------------------------------------------------------------------------------------
@@ -410,9 +411,12 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                price_per_gpu_hour: float | None = None, gpu_file=None,
                profile: DeviceProfile | None = None, overheads: Overheads | None = None,
                achieved_tflops: float | None = None, attn_impl: str = "flash",
-               only: dict | None = None, n_rows: int = 10) -> TrainPlan:
+               only: dict | None = None, n_rows: int = 10, finetune=None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
+    ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
+    states and their ZeRO sharding follow the trainable parameters, the frozen base is kept
+    in its format (sharded by ZeRO-3), FLOPs skip the frozen weights' gradients.
     ``gpus``: only layouts on exactly this many GPUs. ``achieved_tflops``: the hardware
     TFLOP/s each GPU sustains (overrides the roofline step time, as in published estimates).
     ``only``: pin layout fields (``PINNABLE``), e.g. ``{"tp": 8, "recompute": "full"}``.
@@ -448,6 +452,11 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     gpu = get_gpu(gpu, gpu_file)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
+    if finetune is not None:
+        from .finetune import Finetune, check_precision
+        I.instance("finetune", finetune, Finetune)
+        check_precision(finetune, precision)
+        finetune = None if finetune.mode == "full" else finetune
     from .timing import COMPUTE_DTYPE
     if COMPUTE_DTYPE[precision] == "fp8" and gpu.peak_flops.get("fp8", 0) <= 0:
         raise PlanError(f"precision {precision!r} needs fp8 tensor cores; {gpu.name} has no fp8 "
@@ -462,7 +471,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         raise PlanError(f"gpus ({gpus}) exceeds max_gpus ({max_gpus})")
     setting = TrainSetting(cfg, gpu, seq, global_batch, precision, optimizer, attn_impl,
                            profile, overheads or Overheads(),
-                           achieved_tflops * 1e12 if achieved_tflops else None)
+                           achieved_tflops * 1e12 if achieved_tflops else None,
+                           finetune=finetune)
+    setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
     if len(g["tp"]) == 0:

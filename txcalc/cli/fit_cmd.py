@@ -37,14 +37,8 @@ FT_OPTS = {
 def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
                   trainable: str, base: str):
     """The Finetune the options describe (None for full fine-tuning)."""
-    from ..finetune import Finetune
-    from ..inputs import choice
-    from ..finetune import FINETUNE_MODES
-    if choice("--finetune", mode, FINETUNE_MODES) == "full":
-        return None
-    return Finetune(mode, rank=rank, alpha=float(rank if alpha is None else alpha),
-                    targets=targets, trainable=trainable, base_format=base,
-                    lora_dropout=dropout)
+    from ..finetune import finetune_from_options
+    return finetune_from_options(mode, rank, alpha, targets, dropout, trainable, base)
 
 
 @app.command()

@@ -9,6 +9,7 @@ from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, table
 from .params_cmd import MODEL_HELP, WEIGHTS_HELP
+from .fit_cmd import FT_OPTS, make_finetune
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
@@ -46,6 +47,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
           recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
           attn: str = typer.Option("flash", "--attn", help="Attention kernel: eager | sdpa | flash."),
+          finetune: str = FT_OPTS["finetune"],
+          lora_rank: int = FT_OPTS["lora_rank"],
+          lora_alpha: float = FT_OPTS["lora_alpha"],
+          lora_targets: str = FT_OPTS["lora_targets"],
+          lora_dropout: float = FT_OPTS["lora_dropout"],
+          trainable: str = FT_OPTS["trainable"],
+          base_format: str = FT_OPTS["base_format"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -58,11 +66,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
                    micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn)
+    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
+                       base_format)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn,
-                   overheads=_overheads(context_gib, comm_gib, fragmentation),
+                   overheads=_overheads(context_gib, comm_gib, fragmentation), finetune=ft,
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
                                            ("recompute", recompute)) if v is not None})
@@ -72,17 +82,18 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
         return
     _print_train(p, {"--gpus": gpus, "--max-gpus": max_gpus, "--tp": tp, "--pp": pp,
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
-                     "--recompute": recompute})
+                     "--recompute": recompute}, ft)
 
 
-def _print_train(p, pins: dict) -> None:
+def _print_train(p, pins: dict, ft=None) -> None:
     """The plan for people: summary lines that break only between phrases, tables that fold
     to key-value blocks when the terminal is narrow (txcalc.cli.narrow)."""
     from .narrow import fit_table, say
     s, b = p.setting, p.best
     say(console, [f"{s.gpu.name} ({s.gpu.memory_bytes / GB:,.1f} GB each):",
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
-                  f"{s.precision},", s.optimizer], first=f"{s.cfg.name} on ", sep=" ")
+                  f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
+        + ([ft.describe()] if ft is not None else []), first=f"{s.cfg.name} on ", sep=" ")
     pinned = {k: v for k, v in pins.items() if v is not None and k not in ("--gpus", "--max-gpus")}
     within = "" if pins.get("--max-gpus") is None else f" (of at most {pins['--max-gpus']:,})"
     if pins.get("--gpus") is not None:

@@ -7,6 +7,7 @@ import typer
 from .typer_app import app
 from .output import console, emit_json
 from .params_cmd import MODEL_HELP, WEIGHTS_HELP
+from .fit_cmd import FT_OPTS
 
 
 @app.command()
@@ -34,6 +35,13 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
+           finetune: str = FT_OPTS["finetune"],
+           lora_rank: int = FT_OPTS["lora_rank"],
+           lora_alpha: float = FT_OPTS["lora_alpha"],
+           lora_targets: str = FT_OPTS["lora_targets"],
+           lora_dropout: float = FT_OPTS["lora_dropout"],
+           trainable: str = FT_OPTS["trainable"],
+           base_format: str = FT_OPTS["base_format"],
            validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports."),
            json_out: bool = typer.Option(False, "--json", help="Print the answer and the files written as JSON (no progress bar).")):
     """Write a capacity report: the answer, breakdowns, plots, assumptions (md, html, png)."""
@@ -63,7 +71,10 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         global_batch=global_batch, price=price,
                         context=opts["context"],
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s,
-                        weights=weights)
+                        weights=weights, finetune=finetune, lora_rank=lora_rank,
+                        lora_alpha=lora_alpha, lora_targets=lora_targets,
+                        lora_dropout=lora_dropout, trainable=trainable,
+                        base_format=base_format)
     if json_out:
         rep = write_report(req, out, validation_dir=validation_dir)
         emit_json({"title": rep["title"], "out": str(out),

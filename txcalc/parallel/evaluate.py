@@ -48,6 +48,7 @@ from functools import cached_property
 from ..components import model_ops_tuple
 from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
+from ..finetune import op_weight_bytes
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, fp8_saved_delta,
                       fp8_weight_bytes, optimizer_state_bytes, param_tensor_count, saved_rows,
                       zero_bytes)
@@ -150,6 +151,7 @@ class TrainSetting:
     achieved_flops_per_gpu: float | None = None
     dropout: bool = False  #: train with the model's dropout (masks saved), Workload.dropout
     softmax_fp32: bool = True  #: eager softmax upcast to fp32 (Megatron's kernels: False)
+    finetune: object = None  #: a finetune.Finetune (None: every parameter trains)
 
     @property
     def prof(self) -> DeviceProfile:
@@ -170,7 +172,8 @@ class TrainSetting:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return model_ops_tuple(self.cfg)
+        from ..finetune import apply_finetune
+        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
 
     @cached_property
     def n_blocks(self) -> int:
@@ -193,23 +196,35 @@ class TrainSetting:
 
 # --- per group of ops: the costs, computed once ------------------------------------------------
 def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
-    """Local params (dense, expert), optimizer-state bytes and parameter tensors."""
-    out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0, fp8=0)
+    """Local params (dense, expert), optimizer-state bytes, trainable parameter tensors, the
+    bytes of the frozen parameters in their format (wf_: a fine-tuned model's base, a QLoRA
+    base quantised: finetune.op_weight_bytes) and of all weights (w_all)."""
+    out = dict(p_dense=0, p_exp=0, o_dense=0, o_exp=0, tensors=0, fp8=0, wf_dense=0, wf_exp=0,
+               w_all=0)
     for op in ops:
         local = shard_op(op, tp, ep, tied_copy and op.tied)
         out["fp8"] += fp8_weight_bytes((local,), s.precision)
         kind = "exp" if op.instances > 1 else "dense"
         out[f"p_{kind}"] += local.params_total
         out[f"o_{kind}"] += optimizer_state_bytes(local, s.optimizer, s.bytes.state)
-        out["tensors"] += param_tensor_count((local,))
+        w = op_weight_bytes(local, s.bytes.weight)
+        out["w_all"] += w
+        if op.trainable:  # step counters: one per trainable tensor (OPTIMIZER_SPECS)
+            out["tensors"] += param_tensor_count((local,))
+        else:
+            out[f"wf_{kind}"] += w
     return out
 
 
-def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False) -> tuple[dict, dict]:
-    """Parameter tensors on one GPU as {(dim 0, elements per row): count}: dense, expert."""
+def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False,
+                 trainable: bool = False) -> tuple[dict, dict]:
+    """Parameter tensors on one GPU as {(dim 0, elements per row): count}: dense, expert
+    (``trainable``: only those that train)."""
     dense: dict = {}
     exp: dict = {}
     for op in ops:
+        if trainable and not op.trainable:
+            continue
         bucket = exp if op.instances > 1 else dense
         for d0, rest, n in local_tensors(op, tp, ep, tied_copy and op.tied):
             bucket[(d0, rest)] = bucket.get((d0, rest), 0) + n
@@ -352,7 +367,8 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     tied = any(op.tied for op in last)  # the head's own copy of the table when pp > 1
     n_tp, n_ep, n_cp, n_mb = len(tps), len(eps), len(cps), len(mbs)
     st = {k: np.zeros((G, n_tp, n_ep), dtype=np.int64)
-          for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors", "fp8")}
+          for k in ("p_dense", "p_exp", "o_dense", "o_exp", "tensors", "fp8", "wf_dense",
+                    "wf_exp", "w_all")}
     st_copy = {k: np.zeros((n_tp, n_ep), dtype=np.int64) for k in st}
     for gi in range(G):
         for ti, tp in enumerate(tps):
@@ -406,23 +422,30 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
         arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
     shards = sorted(set(int(x) for x in shards) | {1})
     pads = {k: np.zeros((len(pps), n_slots, n_tp, n_ep, len(shards)), dtype=np.int64)
-            for k in ("dense", "exp")}
-    shapes = [[[group_shapes(ops, tp, ep) for ep in eps] for tp in tps] for ops in all_groups]
-    copies = [[group_shapes(last, tp, ep, True) for ep in eps] for tp in tps]
-    for pi, pp in enumerate(pps):
-        for k in range(len(slots_of(pp))):
-            for ti in range(n_tp):
-                for ei in range(n_ep):
-                    for j, kind in enumerate(("dense", "exp")):
-                        agg: dict = {}
-                        for gi in range(G):
-                            src = shapes[gi][ti][ei][j]
-                            if gi == G - 1 and has_head[pi, k] and pp > 1 and tied:
-                                src = copies[ti][ei][j]
-                            for key, n in src.items():
-                                agg[key] = agg.get(key, 0) + n * int(C[pi, k, gi])
-                        pads[kind][pi, k, ti, ei] = padded_params(agg, shards)
+            for k in ("dense", "exp", "tdense", "texp")}
+    # all parameters, and (pad_t*) those that train: gradients and optimizer states follow them
+    frozen = any(not op.trainable for ops in all_groups for op in ops if op.params)
+    for pre, only in (("", False), ("t", True)) if frozen else (("", False),):
+        shapes = [[[group_shapes(ops, tp, ep, trainable=only) for ep in eps] for tp in tps]
+                  for ops in all_groups]
+        copies = [[group_shapes(last, tp, ep, True, only) for ep in eps] for tp in tps]
+        for pi, pp in enumerate(pps):
+            for k in range(len(slots_of(pp))):
+                for ti in range(n_tp):
+                    for ei in range(n_ep):
+                        for j, kind in enumerate(("dense", "exp")):
+                            agg: dict = {}
+                            for gi in range(G):
+                                src = shapes[gi][ti][ei][j]
+                                if gi == G - 1 and has_head[pi, k] and pp > 1 and tied:
+                                    src = copies[ti][ei][j]
+                                for key, n in src.items():
+                                    agg[key] = agg.get(key, 0) + n * int(C[pi, k, gi])
+                            pads[pre + kind][pi, k, ti, ei] = padded_params(agg, shards)
+    if not frozen:
+        pads["tdense"], pads["texp"] = pads["dense"], pads["exp"]
     arrays["pad_dense"], arrays["pad_exp"] = pads["dense"], pads["exp"]
+    arrays["pad_tdense"], arrays["pad_texp"] = pads["tdense"], pads["texp"]
     act_stage = np.einsum("psg,gtxrb->pstxrb", C, act)
     # saved bytes are linear in the micro-batch (position tables aside: the intercept); CP
     # splits them: [p, slot, tp, sp, rc, mb, cp]
@@ -446,8 +469,14 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     arrays["root_params"] = (np.einsum("psg,gte->pste", C[:, :, G - 2:], root)
                              + (has_head & (np.array(pps)[:, None] > 1))[:, :, None, None]
                              * st_copy["p_dense"][None, None])
+    arrays["root_wbytes"] = (np.einsum("psg,gte->pste", C[:, :, G - 2:], st["w_all"][G - 2:])
+                             + (has_head & (np.array(pps)[:, None] > 1))[:, :, None, None]
+                             * st_copy["w_all"][None, None])
     arrays["layer_params"] = max(  # the largest block, for ZeRO-3 gather buffers
         (st["p_dense"][g] + st["p_exp"][g] for g in range(len(groups))),
+        key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
+    arrays["layer_wbytes"] = max(  # its weights in their format (a QLoRA base: 4-bit)
+        (st["w_all"][g] for g in range(len(groups))),
         key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
     blocks = [block_group.count(gi) for gi in range(len(groups))] + [1, 1]
     arrays["model_flops_seq"] = sum(n * f[0] for n, f in zip(blocks, flops))
@@ -484,7 +513,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # flat views: one np.take per table instead of many-index fancy indexing
     flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
                                           "t_attn", "o_dense", "o_exp", "tensors",
-                                          "root_params", "fp8")}
+                                          "root_params", "fp8", "pad_tdense", "pad_texp",
+                                          "wf_dense", "wf_exp", "w_all", "root_wbytes")}
+    tuned = bool(A["wf_dense"].any() or A["wf_exp"].any())  # a frozen base (fine-tuning)
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
     # per-collective times (the counts differ per stage; latency is per collective)
@@ -501,8 +532,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # a shard group of one rank gathers nothing: ZeRO-3 there is ZeRO-0 (FSDP2 at world 1 keeps
     # no unsharded copies beside its parameters)
     z3 = (zero == 3) & (shard > 1)
-    zero3_blocks = np.where(z3, ov.zero3_prefetch_blocks * wb
-                            * A["layer_params"][ti, ei], 0)
+    zero3_blocks = np.where(z3, ov.zero3_prefetch_blocks * A["layer_wbytes"][ti, ei], 0)
     comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
                         ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
@@ -522,6 +552,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     t_mb = np.zeros(len(n))
     t_bwd = np.zeros(len(n))
     p_max = np.zeros(len(n), dtype=np.int64)
+    w_max = np.zeros(len(n), dtype=np.int64)  # all weights in their format (ZeRO-3 gathers)
     # flat indices of slot 0; slot k adds k times the slot stride of each table
     base0 = (pi * n_slots * n_tp + ti) * n_ep + ei  # [p, slot, tp, ep]
     held0 = {lvl: (base0 * n_sh + d, base0 * n_sh + e) for lvl, (d, e) in shard_idx.items()}
@@ -531,15 +562,32 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     time0 = ((pst0 * n_cp + ci) * n_mb + mi) * 3 + rc  # [p, slot, tp, sp, cp, mb, rc]
     s_base, s_pad = n_tp * n_ep, n_tp * n_ep * n_sh
     s_act, s_time = n_tp * 2 * 3 * n_mb * n_cp, n_tp * 2 * n_cp * n_mb * 3
+
+    def frozen(k, base):
+        """Frozen weights in their format (finetune.op_weight_bytes) on the GPU: FSDP shards
+        them like any parameter under ZeRO-2 and 3 (padding per tensor as for the trainable
+        ones; a quantised base's bytes beyond wb per parameter split evenly) and ZeRO-2 keeps
+        the gathered copy too; Megatron's ZeRO-1 shards only what the optimizer holds."""
+        out = 0
+        for j, (kind, sh) in enumerate((("dense", shard), ("exp", shard_e))):
+            pf = lambda i: flat[f"pad_{kind}"].take(i) - flat[f"pad_t{kind}"].take(i)
+            wf = flat[f"wf_{kind}"].take(base)
+            extra = wf - wb * pf(one0 + k * s_pad)  # 0 unless quantised
+            held_f = wb * pf(held0[2][j] + k * s_pad) + np.where(zero >= 2, _cdiv(extra, sh),
+                                                                 extra)
+            out = out + held_f * np.where(z2, 1 + (gather_d if j == 0 else gather_e), 1)
+        return out
+
     for k in range(n_slots):
         base = base0 + k * s_base
 
-        def held(level, dense=1, exp=1):  # parameters on the GPU when ZeRO >= level shards
-            d, e = held0[level]             # them (x dense, exp: the gathered copies)
-            out = flat["pad_dense"].take(d + k * s_pad) * dense
-            return out + flat["pad_exp"].take(e + k * s_pad) * exp if moe else out
-        pd = flat["pad_dense"].take(one0 + k * s_pad)
-        pe = flat["pad_exp"].take(one0 + k * s_pad) if moe else 0
+        def held(level, dense=1, exp=1):  # trainable parameters on the GPU when ZeRO >= level
+            d, e = held0[level]             # shards them (x dense, exp: the gathered copies)
+            out = flat["pad_tdense"].take(d + k * s_pad) * dense
+            return out + flat["pad_texp"].take(e + k * s_pad) * exp if moe else out
+        pd = flat["pad_tdense"].take(one0 + k * s_pad)
+        pe = flat["pad_texp"].take(one0 + k * s_pad) if moe else 0
+        w_all = flat["w_all"].take(base)
         if s.optimizer in STATES_PER_PARAM:  # states shaped like the parameter shard
             opt = (master + STATES_PER_PARAM[s.optimizer] * sb) * held(1)
         else:  # blockwise / factored states: the engine's bytes, split evenly
@@ -555,6 +603,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         # fp8 training's cached fp8 weights and transposes (memory.Fp8Recipe) stay whole on
         # each rank under ZeRO 0-2; ZeRO-3 casts each gathered layer (within its buffers)
         fp8 = np.where(z3, 0, flat["fp8"].take(base))
+        if tuned:
+            fp8 = fp8 + frozen(k, base)
         cat = {"weights": wb * held(2, gather_d, gather_e) + p_shard * held(2) + fp8,
                "gradients": g_held * held(2) + g_copy * held(1), "optimizer": opt}
         per_mb = flat["act"].take(act0 + k * s_act)
@@ -566,7 +616,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
         cat["zero3_buffers"] = np.where(z3, np.minimum(
-            zero3_blocks + wb * flat["root_params"].take(base), wb * (pd + pe)), 0)
+            zero3_blocks + flat["root_wbytes"].take(base), w_all), 0)
         tensors = sum(cat.values())
         cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
         total = tensors + cat["framework"]
@@ -605,19 +655,23 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         t_mb = np.maximum(t_mb, t_stage)
         t_bwd = np.maximum(t_bwd, bwd)
         p_max = np.maximum(p_max, pd + pe)
+        w_max = np.maximum(w_max, np.where(valid, w_all, 0))
     pipeline = (m + (pp - 1) / v) * t_mb
     grad_bytes = gb_ * p_max
     w_bytes = wb * p_max
     t_ar = comm.collective_s("all_reduce", grad_bytes, shard, tp, gpu)
     t_rs = comm.collective_s("reduce_scatter", grad_bytes, shard, tp, gpu)
     t_ag = comm.collective_s("all_gather", w_bytes, shard, tp, gpu)
+    # ZeRO-3 gathers every weight in its format each micro-batch (ZeRO-1, 2: the updated ones)
+    w3_bytes = w_max if tuned else w_bytes
+    t_ag3 = comm.collective_s("all_gather", w3_bytes, shard, tp, gpu) if tuned else t_ag
     # hybrid shard: the shard group's result is then all-reduced across nodes
     replicas = dp * cp // shard
     t_rep = comm.collective_s("all_reduce", _cdiv(grad_bytes, shard), replicas, tp * shard, gpu)
     exposed = np.where(
         zero == 0, np.maximum(0.0, t_ar - t_bwd),
         np.where(zero < 3, np.maximum(0.0, t_rs - t_bwd) + t_ag,
-                 m * np.maximum(0.0, 2 * t_ag + t_rs - t_mb) + t_rep))
+                 m * np.maximum(0.0, 2 * t_ag3 + t_rs - t_mb) + t_rep))
     # the optimizer step reads and writes every state once (the stage with the most states)
     step = pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
     hw_seq = np.array(A["hw_flops_seq"], dtype=float)[rc]
@@ -650,10 +704,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                                                shard)
                                      + comm.bytes_sent("all_gather", w_bytes, shard),
                                      m * (comm.bytes_sent("reduce_scatter", grad_bytes, shard)
-                                          + 2 * comm.bytes_sent("all_gather", w_bytes,
+                                          + 2 * comm.bytes_sent("all_gather", w3_bytes,
                                                                 shard)))),
                    np.where(zero == 0, t_ar, np.where(zero < 3, t_rs + t_ag,
-                                                      m * (2 * t_ag + t_rs) + t_rep)),
+                                                      m * (2 * t_ag3 + t_rs) + t_rep)),
                    exposed),
         }
         out["links"] = {name: np.where(size * stride <= gpu.gpus_per_node, "intra-node",

@@ -113,8 +113,9 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
                     recompute=req.recompute)
     check_fits(cfg, work)
     progress("parameters and FLOPs by component")
+    ft = req.ft
     p = count_params(cfg)
-    f = count_flops(cfg, work)
+    f = count_flops(cfg, work, ft)
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
          "components": _merge_components(p.by_component(), f.by_component()),
          "flops": {"tokens_per_step": work.rows("seq"), "forward": f.forward,
@@ -130,7 +131,11 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     d["single_gpu"] = []
     for mode in RECOMPUTE_MODES:
         m = TrainingMemory(cfg, dataclasses.replace(work, recompute=mode), req.precision,
-                           req.optimizer)
+                           req.optimizer, ft)
+        if ft is not None and mode == req.recompute:  # the adapters section's figures
+            d["finetune"] = m.finetune_json() | {"weights_bytes": m.weights,
+                                                 "gradients_bytes": m.gradients,
+                                                 "optimizer_bytes": m.optimizer_total}
         cats = categories(m)
         d["single_gpu"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
                                 "categories": cats, "total": sum(cats.values())})
@@ -141,7 +146,8 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     for mode in RECOMPUTE_MODES:
         act[mode] = [TrainingMemory(cfg, dataclasses.replace(work, seq=s, src_seq=0,
                                                              recompute=mode),
-                                    req.precision, req.optimizer).activations for s in seqs]
+                                    req.precision, req.optimizer, ft).activations
+                     for s in seqs]
     d["activations_vs_seq"] = act
     return d
 

@@ -96,6 +96,10 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     request = dataclasses.asdict(req)
     if request.get("weights") is None:  # reports without a weight format read as before
         request.pop("weights", None)
+    if request.get("finetune") == "full":  # and training reports without fine-tuning too
+        for k in ("finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
+                  "trainable", "base_format"):
+            request.pop(k, None)
     data = {"model": model, "gpu": gpu, "request": request, **data}
     if plan is not None:
         data["plan"] = plan
@@ -116,6 +120,9 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         sections.append(text.activations_section(data))
     if cfg is not None:
         sections.append(text.kv_section(data, name))
+    if "finetune" in data:
+        from .adapters import adapters_section
+        sections.append(adapters_section(data))
     if not req.inference and plan is not None:  # no plan: the answer says why, once
         sections.append(text.frontier_section(data, no_plan))
     if cfg is not None:

@@ -41,6 +41,20 @@ class ReportRequest:
     tokens_per_s: float | None = None  #: serving: required decode throughput (planner)
     weights: str | None = None  #: serving: weight format (formats.scheme; None: the
     #: config.json's quantization_config, else the precision's dtype)
+    finetune: str = "full"  #: training: full | lora | qlora | dora | freeze (txcalc.finetune)
+    lora_rank: int = 16  #: adapters' rank
+    lora_alpha: float | None = None  #: adapters' alpha (None: the rank)
+    lora_targets: str = "all-linear"  #: all-linear | attn | mlp | module names
+    lora_dropout: float = 0.0  #: adapters' dropout
+    trainable: str = "head"  #: freeze: what trains (last:N, head, norms, embeddings)
+    base_format: str = "nf4"  #: qlora: the frozen base's format
+
+    @property
+    def ft(self):
+        """The ``finetune.Finetune`` of the request (None: full training)."""
+        from ..finetune import finetune_from_options
+        return finetune_from_options(self.finetune, self.lora_rank, self.lora_alpha, self.lora_targets,
+                             self.lora_dropout, self.trainable, self.base_format)
 
     @property
     def weights_format(self) -> str | None:
@@ -77,6 +91,12 @@ class ReportRequest:
                                     "reports")
             from ..formats import scheme
             scheme(self.weights)  # an unknown format fails here, before any work
+        if self.finetune != "full" and self.inference:
+            raise WorkloadError(f"--finetune ({self.finetune!r:.60}) applies to training "
+                                "reports, not --inference")
+        if self.ft is not None and self.model is None:
+            raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
+                                "and frozen parts depend on its modules")
 
     @property
     def serve_context(self) -> int:
