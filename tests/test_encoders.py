@@ -132,11 +132,21 @@ def deberta_v2(draw) -> dict:
     return raw
 
 
+@st.composite
+def nomic_bert(draw) -> dict:
+    d, h = draw(geometry(even=True))
+    raw = draw(bert_like("nomic_bert"))
+    raw.update(hidden_size=d, num_attention_heads=h)
+    raw["hidden_act"] = draw(st.sampled_from(["silu", "gelu"]))
+    return raw
+
+
 STRATEGIES = {
     "xlm-roberta": bert_like("xlm-roberta"), "camembert": bert_like("camembert"),
     "bert": bert_like("bert"), "roberta": bert_like("roberta"), "distilbert": distilbert(),
     "electra": electra(), "albert": albert(), "mpnet": bert_like("mpnet"),
     "modernbert": modernbert(), "esm": esm(), "deberta-v2": deberta_v2(),
+    "nomic_bert": nomic_bert(),
 }
 #: HF cannot run these on meta (``.item()``): their FLOPs are measured on tiny CPU tensors
 ON_CPU = {"deberta-v2"}

@@ -449,6 +449,7 @@ _HEAD_STYLES = {
     "distilbert": dict(base_pooler=False, cls="dense"),
     "deberta-v2": dict(base_pooler=False, cls="dense"),
     "modernbert": dict(base_pooler=False, cls="dense", norm=True),
+    "nomic_bert": dict(base_pooler=False, cls="pooler"),
 }
 
 
@@ -605,6 +606,22 @@ def _esm(f):
     return _with_head(f, out, "esm")
 
 
+def _nomic_bert(f):
+    """Nomic BERT (nomic-embed-text): BERT's post-norm blocks and token-type embeddings with
+    rotary positions (no position table), bias-free q/k/v/o and a bias-free gated MLP
+    (SwiGLU by default); the base model has no pooler, the classifier adds BERT's."""
+    _no_cross_attention(f)
+    d, h = f.int("hidden_size", 768), f.int("num_attention_heads", 12)
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
+               n_heads=h, head_dim=f.heads(d, h), vocab_size=f.int("vocab_size", 30528),
+               d_ff=f.int("intermediate_size", 3072),
+               max_position=f.int("max_position_embeddings", 2048),
+               type_vocab_size=f.int("type_vocab_size", 2), pos_type="rotary",
+               activation=_GATED[f.act("hidden_act", "silu")], qkv_bias=False, out_bias=False,
+               mlp_bias=False, norm_position="post", final_norm=False, embed_norm=True)
+    return _with_head(f, out, "nomic_bert")
+
+
 def _seq2seq(f: _Fields, *, d_model: int, pre_norm: bool, embed_norm: bool,
              positions: str, offset: int, max_pos: int, vocab: int,
              act: str = "gelu") -> dict[str, Any]:
@@ -751,7 +768,7 @@ ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "modernbert": _modernbert, "esm": _esm,
     "mbart": _mbart, "marian": _marian, "pegasus": _pegasus, "m2m_100": _m2m_100,
     "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True), "whisper": _whisper,
-    "deberta-v2": _deberta_v2,
+    "deberta-v2": _deberta_v2, "nomic_bert": _nomic_bert,
 }
 ENCODER_ALIASES: dict[str, dict[str, str]] = {
     "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads",
