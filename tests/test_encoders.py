@@ -34,8 +34,9 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=list(HealthCheck))
 CLASSES = {"none": "AutoModel", "mlm": "AutoModelForMaskedLM",
            "seq_cls": "AutoModelForSequenceClassification",
-           "token_cls": "AutoModelForTokenClassification"}
-HEADS = st.sampled_from(sorted(CLASSES))
+           "token_cls": "AutoModelForTokenClassification",
+           "discriminator": "ElectraForPreTraining"}
+HEADS = st.sampled_from(sorted(set(CLASSES) - {"discriminator"}))
 
 
 def maybe(draw, raw: dict, key: str, strategy) -> None:
@@ -162,7 +163,8 @@ def hf_model(raw: dict, head: str, device: str = "meta"):
         cfg = transformers.AutoConfig.for_model(model_type, **raw)
         cfg._attn_implementation = "eager"
         with torch.device(device):
-            return getattr(transformers, CLASSES[head]).from_config(cfg)
+            cls = getattr(transformers, CLASSES[head])
+            return cls.from_config(cfg) if cls.__name__.startswith("Auto") else cls(cfg)
 
 
 def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
@@ -179,7 +181,7 @@ def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
                 loss = loss + out.pooler_output.float().sum()
         else:
             labels = torch.zeros(batch, dtype=torch.long, device=device) \
-                if head == "seq_cls" else ids
+                if head == "seq_cls" else ids.float() if head == "discriminator" else ids
             loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
     return counter.get_total_flops()
@@ -223,6 +225,23 @@ def test_albert_shares_one_block_params_once_flops_every_layer():
            for n in (1, 2, 12)}
     assert fwd[12] - fwd[1] == 11 * (fwd[2] - fwd[1]) > 0
     assert txcalc.params(twelve).total == numel(hf_model(raw, "none"))
+
+
+@SETTINGS
+@given(raw=electra(), batch=st.integers(1, 2), seq=st.integers(2, 16))
+def test_electra_discriminator_head(raw, batch, seq):
+    """ELECTRA's replaced-token detector (ElectraForPreTraining, ``--head discriminator``):
+    params == HF on meta, a training step's FLOPs (BCE on one logit per token) ==
+    FlopCounterMode, the reference model's saved bytes per layer exact; the generator is the
+    masked-LM head (ElectraForMaskedLM), drawn with the other heads above."""
+    cfg = from_hf_dict(raw, head="discriminator")
+    assert txcalc.params(cfg).total == numel(hf_model(raw, "discriminator"))
+    f = count_flops(cfg, Workload(batch=batch, seq=seq))
+    assert f.forward + f.backward == train_step_flops(raw, "discriminator", batch, seq)
+    assert from_hf_dict(dict(raw, architectures=["ElectraForPreTraining"]), head="auto") == cfg
+    reference_matches(cfg, batch, min(seq, 8), recomputes=("none",))
+    with pytest.raises(ConfigError, match="discriminator"):
+        from_hf_dict(dict(raw, model_type="bert"), head="discriminator")
 
 
 def test_head_auto_reads_architectures():

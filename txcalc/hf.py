@@ -432,9 +432,14 @@ def _t5(f):
 # --- encoders of issue 13 and their heads; unequal encoder-decoder stacks ---------------------
 #: HF class-name suffix -> txcalc head, for ``head="auto"`` (the class config.json names)
 _HEAD_SUFFIXES = (("ForMaskedLM", "mlm"), ("ForSequenceClassification", "seq_cls"),
-                  ("ForTokenClassification", "token_cls"), ("Model", "none"))
-#: ``head`` arguments of from_hf_dict / load_hf_config
-ENCODER_HEADS = ("none", "mlm", "seq_cls", "token_cls", "auto")
+                  ("ForTokenClassification", "token_cls"), ("ForPreTraining", "discriminator"),
+                  ("Model", "none"))
+#: ``head`` arguments of from_hf_dict / load_hf_config. ELECTRA's generator is its masked-LM
+#: head ("mlm", ElectraForMaskedLM); "discriminator" is ElectraForPreTraining's replaced-token
+#: detector: Linear(D, D) + activation, then Linear(D, 1), on every token.
+ENCODER_HEADS = ("none", "mlm", "seq_cls", "token_cls", "discriminator", "auto")
+#: types with a discriminator head
+_DISCRIMINATOR_TYPES = frozenset({"electra"})
 
 #: How each encoder type builds its heads (HF 5.x ``*For*`` classes):
 #:   base_pooler  the base model (AutoModel) has a pooler
@@ -485,6 +490,12 @@ def _with_head(f: _Fields, out: dict[str, Any], model_type: str) -> dict[str, An
         out["pooler"] = style["base_pooler"]
     elif head == "mlm":
         out["lm_head_bias"] = True  # every MLM decoder has a vocabulary bias of its own
+    elif head == "discriminator":
+        if model_type not in _DISCRIMINATOR_TYPES:
+            raise ConfigError(f"{f.where}: head 'discriminator' is ELECTRA's (ForPreTraining); "
+                              f"{model_type} has none")
+        # one logit per token, behind a dense layer: a token classifier of one label
+        out.update(head="token_cls", n_labels=1, cls_dense=True, head_norm=False)
     else:
         out["n_labels"] = _labels(f)
         if head == "seq_cls" and style["cls"] == "pooler":
