@@ -1251,6 +1251,9 @@ class ReferenceModel(nn.Module):
         return torch.arange(offset, offset + n, device=device)
 
     def encode(self, src_ids):
+        if self.cfg.encoder_states_given:  # a decoder alone: encoder states are an input
+            B, S = src_ids.shape
+            return torch.zeros(B, S, self.cfg.d_model, dtype=self.dtype, device=src_ids.device)
         pos = self.positions(src_ids.shape[1], 0, src_ids.device)
         x = self._audio(src_ids) if self.cfg.audio_mels else self._embed(src_ids, "encoder")
         return self.run_stack("encoder", x, self._context("encoder", pos))

@@ -179,6 +179,10 @@ class ModelConfig:
     rel_norm: bool = False  #: a LayerNorm on the relative embeddings (``norm_rel_ebd``)
     encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
     encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
+    #: an encoder-decoder's decoder alone (WhisperForCausalLM): no encoder stack; its
+    #: cross-attention reads ``src_seq`` rows of encoder states given as an input that needs
+    #: no gradient (n_encoder_layers 0)
+    encoder_states_given: bool = False
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -236,6 +240,8 @@ class ModelConfig:
     @property
     def stacks(self) -> tuple[tuple[str, int], ...]:
         """(stack name, depth) in forward order; the stack name prefixes op paths."""
+        if self.family == "encoder-decoder" and self.encoder_states_given:
+            return (("decoder", self.n_layers),)
         if self.family == "encoder-decoder":
             return (("encoder", self.n_encoder_layers), ("decoder", self.n_layers))
         return (("", self.n_layers),)
@@ -378,6 +384,7 @@ _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_ex
                 "tie_embeddings", "lm_head_bias", "attn_sinks", "expert_bias", "cls_dense", "head_norm",
                 "head_dense_bias", "embed_factorised", "extra_rel_bias", "contact_head",
                 "k_proj_bias", "rel_c2p", "rel_p2c", "rel_share_key", "rel_norm",
+                "encoder_states_given",
                 "rel_bias_every_layer", "first_attn_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
@@ -581,9 +588,15 @@ def validate(cfg: ModelConfig) -> None:
     elif cfg.n_heads % cfg.n_kv_heads:
         problems.append(f"n_heads ({cfg.n_heads}) must be divisible by n_kv_heads "
                         f"({cfg.n_kv_heads})")
-    if cfg.family == "encoder-decoder" and cfg.n_encoder_layers <= 0:
+    if cfg.family == "encoder-decoder" and cfg.n_encoder_layers <= 0 \
+            and not cfg.encoder_states_given:
         problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) must be positive for an "
                         "encoder-decoder model")
+    if cfg.encoder_states_given and (cfg.family != "encoder-decoder" or cfg.n_encoder_layers
+                                     or cfg.audio_mels):
+        problems.append(f"encoder_states_given (a decoder alone) needs family 'encoder-decoder' "
+                        f"(not {cfg.family!r}), n_encoder_layers 0 ({cfg.n_encoder_layers}) and "
+                        f"no audio stem (audio_mels {cfg.audio_mels})")
     if cfg.family != "encoder-decoder" and cfg.n_encoder_layers:
         problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) is only for encoder-decoder "
                         f"models, not family {cfg.family!r}")

@@ -752,7 +752,9 @@ def _deberta_v2(f):
 def _whisper(f):
     """Whisper (WhisperForConditionalGeneration): the conv audio stem, a pre-norm encoder over
     ``max_source_positions`` frames with a frozen position table, a pre-norm decoder with
-    learned positions, final norms, k_proj without bias, the lm_head tied to the tokens."""
+    learned positions, final norms, k_proj without bias, the lm_head tied to the tokens.
+    With ``architectures`` ["WhisperForCausalLM"]: the text decoder alone, cross-attending to
+    encoder states given as input."""
     if f.int("encoder_layers", 4) <= 0:
         raise ConfigError(f"{f.where}: field 'encoder_layers' must be positive")
     out = _seq2seq(f, d_model=384, pre_norm=True, embed_norm=False, positions="learned",
@@ -764,6 +766,11 @@ def _whisper(f):
                max_position=f.int("max_target_positions", 448),
                encoder_max_position=f.int("max_source_positions", 1500),
                audio_mels=f.int("num_mel_bins", 80), k_proj_bias=False)
+    archs = f.get("architectures") or []
+    if isinstance(archs, list) and archs and archs[0] == "WhisperForCausalLM":
+        # the text decoder alone (distil-whisper's assistant models): no encoder, no audio
+        # stem; its cross-attention reads --src-seq encoder frames given as input
+        out.update(n_encoder_layers=0, audio_mels=0, encoder_states_given=True)
     return out
 
 
