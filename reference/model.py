@@ -1103,6 +1103,9 @@ class ReferenceModel(nn.Module):
             self.embed.proj_in = nn.Linear(Ed, D, bias=cfg.embed_factorised, dtype=dtype)
         if cfg.type_vocab_size:
             self.embed.token_types = nn.Embedding(cfg.type_vocab_size, We, dtype=dtype)
+        if cfg.vision_params:  # a VLM's vision tower and projector: parameters only
+            self.vision = nn.Module()
+            self.vision.weight = nn.Parameter(torch.empty(cfg.vision_params, dtype=dtype))
         self.stack_names = [s for s, _ in cfg.stacks]
         for stack, depth in cfg.stacks:
             owner = self

@@ -49,6 +49,9 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     if cfg.type_vocab_size:
         yield embedding("embed.token_types", top, "embed.token_types", cfg.type_vocab_size,
                         _embed_width(cfg))
+    if cfg.vision_params:  # a VLM's vision tower and projector: parameters only
+        yield Op("vision", "params", "", -1, "vision", params=cfg.vision_params,
+                 d_in=cfg.vision_params, stream="first", placement="pre")
 
 
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:

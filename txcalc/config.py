@@ -183,6 +183,13 @@ class ModelConfig:
     #: cross-attention reads ``src_seq`` rows of encoder states given as an input that needs
     #: no gradient (n_encoder_layers 0)
     encoder_states_given: bool = False
+    # --- multimodal configs (issue 12 item 3) -------------------------------------------------
+    #: parameters of the vision tower and projector of a vision-language model (one params-only
+    #: op: weights, gradients, optimizer states; its FLOPs and activations are not modelled)
+    vision_params: int = 0
+    #: language-model tokens one image becomes (0: the config implies no fixed count, as for
+    #: Qwen-VL's dynamic resolution; see hf._vision_parts for the rule per family)
+    image_tokens: int = 0
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -377,7 +384,8 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
-                      "attn_chunk", "shared_groups", "audio_mels", "rel_span")
+                      "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
+                      "image_tokens")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
@@ -413,6 +421,7 @@ _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
     "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
+    "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},

@@ -832,6 +832,230 @@ _ALIASES: dict[str, dict[str, str]] = {
 }
 
 
+# --- multimodal configs (issue 12 item 3): vision towers and projectors, image tokens --------
+# Each vision-language type reads its language model from ``text_config`` (the converters
+# above) and sizes its vision tower and projector from ``vision_config`` exactly as the HF
+# ``*ForConditionalGeneration`` class builds them (transformers 5.x). The tower's parameters
+# are one params-only op (``vision``: weights, gradients and optimizer states; its own FLOPs
+# and activations are not modelled); the language model sees ``image_tokens`` per image.
+# A sub-config given as a dict takes its class's defaults (``_VISION_DEFAULTS``); an absent
+# one the composite class's ``init_kwargs`` (``_VISION_ABSENT``), as HF's SubConfigSpec does.
+_VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                              num_channels=3, image_size=224, patch_size=32),
+    "siglip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                                num_channels=3, image_size=224, patch_size=16,
+                                vision_use_head=True),
+    "idefics3_vision": dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=12,
+                            num_channels=3, image_size=224, patch_size=32),
+    "smolvlm_vision": dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=12,
+                           num_channels=3, image_size=224, patch_size=32),
+    "pixtral": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                    num_channels=3, image_size=1024, patch_size=16),
+    "internvl_vision": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                            num_channels=3, image_size=448, patch_size=14, attention_bias=False,
+                            use_qk_norm=False, layer_scale_init_value=0.1,
+                            use_absolute_position_embeddings=True, use_mean_pooling=True),
+    "qwen2_vl_vision": dict(depth=32, embed_dim=1280, hidden_size=3584, mlp_ratio=4, in_channels=3,
+                     patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+    "qwen2_5_vl_vision": dict(depth=32, hidden_size=3584, intermediate_size=3420, in_channels=3,
+                       patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                       out_hidden_size=3584),
+    "qwen3_vl_vision": dict(depth=27, hidden_size=1152, intermediate_size=4304, in_channels=3,
+                     patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                     out_hidden_size=3584, num_position_embeddings=2304,
+                     deepstack_visual_indexes=[8, 16, 24]),
+}
+_VISION_DEFAULTS["qwen3_vl_moe_vision"] = _VISION_DEFAULTS["qwen3_vl_vision"]
+_CLIP_LLAVA = dict(model_type="clip_vision_model", hidden_size=1024, intermediate_size=4096,
+                   patch_size=14, image_size=336, num_hidden_layers=24)
+#: model_type -> (vision model_type when vision_config has none, init_kwargs when absent,
+#:               text model_type when text_config has none)
+_VLM = {
+    "llava": ("clip_vision_model", _CLIP_LLAVA, "llama"),
+    "llava_next": ("clip_vision_model", _CLIP_LLAVA, "llama"),
+    "paligemma": ("siglip_vision_model", dict(
+        hidden_size=1152, intermediate_size=4096, patch_size=14, image_size=224,
+        num_hidden_layers=27, vision_use_head=False), "gemma"),
+    "gemma3": ("siglip_vision_model", {}, "gemma3_text"),
+    "idefics3": ("idefics3_vision", {}, "llama"),
+    "smolvlm": ("smolvlm_vision", {}, "llama"),
+    "mistral3": ("pixtral", dict(hidden_size=1024, intermediate_size=4096, patch_size=14,
+                                 image_size=1540, num_hidden_layers=24), "mistral"),
+    "internvl": ("internvl_vision", {}, "qwen2"),
+    "qwen2_vl": ("qwen2_vl_vision", {}, ""), "qwen2_5_vl": ("qwen2_5_vl_vision", {}, ""),
+    "qwen3_vl": ("qwen3_vl_vision", {}, ""), "qwen3_vl_moe": ("qwen3_vl_moe_vision", {}, ""),
+}
+
+
+def _sub(f: _Fields, key: str, kind: str, absent: dict[str, Any]) -> _Fields:
+    """A sub-config with its class defaults filled in (``absent`` when the key is missing)."""
+    sub = f.raw.get(key)
+    if sub is None:
+        sub = absent
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{f.where}: field {key!r} ({_show(sub)}) must be an object")
+    kind = sub.get("model_type") or kind
+    if kind not in _VISION_DEFAULTS:
+        raise ConfigError(f"{f.where}: {key}.model_type ({_show(kind)}) is not a vision tower "
+                          f"txcalc sizes ({', '.join(sorted(_VISION_DEFAULTS))})")
+    return _Fields(_VISION_DEFAULTS[kind] | {k: v for k, v in sub.items() if v is not None},
+                   f"{f.where} ({key})")
+
+
+def _side(v: _Fields, key: str) -> int:
+    """image_size / patch_size: an int or a square [h, w] (InternVL, Pixtral)."""
+    x = v.get(key)
+    if isinstance(x, (list, tuple)) and len(x) == 2 and x[0] == x[1]:
+        return _positive(v, key, x[0])
+    return v.int(key)
+
+
+def _positive(v: _Fields, key: str, x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
+        raise ConfigError(f"{v.where}: field {key!r} ({_show(x)}) must be a positive integer")
+    return x
+
+
+def _vit_layers(L: int, D: int, F: int, *, bias: bool = True, gated: bool = False,
+                norm: int = 2) -> int:
+    """L pre-norm ViT blocks: q, k, v, o (D x D), an MLP (D x F and back; gated: 3 matrices),
+    two norms of ``norm`` x D parameters each."""
+    attn = 4 * D * D + (4 * D if bias else 0)
+    mlp = (3 if gated else 2) * D * F + ((2 * F + D) if gated else F + D) * bias
+    return L * (attn + mlp + 2 * norm * D)
+
+
+def _vision_feature_layers(f: _Fields, default: int) -> int:
+    layers = f.get("vision_feature_layer", default)
+    return len(layers) if isinstance(layers, list) else 1
+
+
+def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
+    """(vision tower + projector parameters, LM tokens per image) of a VLM config."""
+    kind, absent, _ = _VLM[model_type]
+    v = _sub(f, "vision_config", kind, absent)
+    vt = v.raw.get("model_type") or kind
+    if vt.startswith("qwen"):
+        return _qwen_vision(v, vt), 0
+    D, F, L = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_hidden_layers")
+    C, P, S = v.int("num_channels"), _side(v, "patch_size"), _side(v, "image_size")
+    n = (S // P) ** 2  # patches per image
+    if vt == "clip_vision_model":  # class token, bias-free patch conv, pre and post LayerNorm
+        tower = D + C * P * P * D + (n + 1) * D + 2 * D + _vit_layers(L, D, F) + 2 * D
+    elif vt in ("siglip_vision_model", "idefics3_vision", "smolvlm_vision"):
+        tower = C * P * P * D + D + n * D + _vit_layers(L, D, F) + 2 * D
+        if vt == "siglip_vision_model" and v.bool("vision_use_head", True):
+            # multi-head attention pooling: probe, in_proj (3D x D), out_proj, norm, MLP
+            tower += D + 3 * D * D + 3 * D + D * D + D + 2 * D + 2 * D * F + F + D
+    elif vt == "pixtral":  # RMSNorms, bias-free attention and gated MLP
+        tower = C * P * P * D + D + _vit_layers(L, D, F, bias=False, gated=True, norm=1)
+    else:  # internvl_vision: class token, absolute positions, layer scales
+        bias = v.bool("attention_bias", False)
+        tower = D + C * P * P * D + D
+        if v.bool("use_absolute_position_embeddings", True):
+            tower += (n + 1) * D
+        per = 3 * D * D + (3 * D if bias else 0) + D * D + D + 2 * D * F + F + D + 4 * D
+        per += 2 * D if v.get("use_qk_norm", False) else 0
+        per += 2 * D if float(v.get("layer_scale_init_value", 0.1)) > 0 else 0
+        tower += L * per
+        if not v.bool("use_mean_pooling", True):
+            tower += 2 * D
+    T = text_d
+    if model_type in ("llava", "llava_next"):
+        b = f.bool("multimodal_projector_bias", True)
+        din = D * _vision_feature_layers(f, -2)
+        proj = din * T + T * T + (2 * T if b else 0)
+        proj += T if model_type == "llava_next" else 0  # image_newline
+        strategy = f.get("vision_feature_select_strategy", "default")
+        return tower + proj, n + (strategy == "full")
+    if model_type == "paligemma":
+        pd = f.int("projection_dim", 2048)
+        return tower + D * pd + pd, n
+    if model_type == "gemma3":  # mm_input_projection_weight and a Gemma RMSNorm on the tower
+        return tower + D * T + D, f.int("mm_tokens_per_image", 256)
+    if model_type in ("idefics3", "smolvlm"):  # pixel shuffle by scale_factor, one Linear
+        s = f.int("scale_factor", 2)
+        return tower + D * s * s * T, n // (s * s)
+    if model_type == "mistral3":
+        m = f.int("spatial_merge_size", 2)
+        b = f.bool("multimodal_projector_bias", False)
+        din = D * _vision_feature_layers(f, -1)
+        proj = din + din * m * m * din + din * T + T * T + (2 * T if b else 0)
+        return tower + proj, (S // P // m) ** 2 + S // P // m  # + one [IMG_BREAK] per row
+    # internvl: pixel shuffle by downsample_ratio, LayerNorm, two Linears
+    r = f.get("downsample_ratio", 0.5)
+    k = round(1 / float(r)) ** 2
+    din = D * k * _vision_feature_layers(f, -1)
+    proj = 2 * din + din * T + T + T * T + T
+    strategy = f.get("vision_feature_select_strategy", "default")
+    return tower + proj, f.int("image_seq_length", 256) if strategy == "default" else n + 1
+
+
+def _qwen_vision(v: _Fields, vt: str) -> int:
+    """Qwen-VL towers: a Conv3d patch embedding over temporal_patch_size frames, ``depth``
+    blocks, and a patch merger (spatial_merge_size^2 patches -> one LM token)."""
+    C, P, t, m = (v.int("in_channels"), v.int("patch_size"), v.int("temporal_patch_size"),
+                  v.int("spatial_merge_size"))
+    L = v.int("depth")
+    if vt == "qwen2_vl_vision":  # LayerNorm, fused qkv with bias, GELU MLP of mlp_ratio x E
+        E = v.int("embed_dim")
+        F = int(E * float(v.get("mlp_ratio", 4)))
+        out, H = v.int("hidden_size"), E * m * m
+        return (C * t * P * P * E + _vit_layers(L, E, F) + 2 * E + H * H + H + H * out + out)
+    E, F, out = v.int("hidden_size"), v.int("intermediate_size"), v.int("out_hidden_size")
+    H = E * m * m
+    if vt == "qwen2_5_vl_vision":  # RMSNorm, gated MLP with biases
+        return (C * t * P * P * E + _vit_layers(L, E, F, gated=True, norm=1) + E
+                + H * H + H + H * out + out)
+    # qwen3_vl: biased patch conv, learned positions, deepstack mergers (post-shuffle norms)
+    deep = v.get("deepstack_visual_indexes", [8, 16, 24])
+    merger = H * H + H + H * out + out
+    return (C * t * P * P * E + E + v.int("num_position_embeddings") * E
+            + _vit_layers(L, E, F) + 2 * E + merger
+            + (len(deep) if isinstance(deep, list) else 0) * (2 * H + merger))
+
+
+def _vlm(model_type: str):
+    """Converter of a vision-language type: its language model (``text_config``) plus the
+    vision tower's parameters and the image tokens per image."""
+    def convert(f: _Fields) -> dict[str, Any]:
+        text = f.get("text_config", {})
+        if not isinstance(text, dict):
+            raise ConfigError(f"{f.where}: field 'text_config' ({_show(text)}) must be an "
+                              "object")
+        text_type = text.get("model_type") or _VLM[model_type][2]
+        if text_type not in CONVERTERS or text_type in _VLM:
+            raise ConfigError(f"{f.where}: text_config.model_type ({_show(text_type)}) is not "
+                              "a language model txcalc converts")
+        sub = _Fields(_resolve_aliases(text_type, text), f"{f.where} (text_config)")
+        try:
+            out = CONVERTERS[text_type](sub) | _dropouts(sub, text_type)
+        finally:
+            f.problems += sub.problems
+        default_tie = {"llava": False, "llava_next": False, "idefics3": False,
+                       "smolvlm": False}.get(model_type, True)
+        tie = f.bool("tie_word_embeddings", default_tie)
+        if model_type in ("llava", "llava_next"):  # LlavaConfig: a tied text_config ties too
+            tie = tie or sub.bool("tie_word_embeddings", False)
+        return out | {"tie_embeddings": tie}
+    return convert
+
+
+def _vision_fields(f: _Fields, model_type: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """vision_params and image_tokens of a VLM config (from_hf_dict's last step)."""
+    if model_type not in _VLM:
+        return {}
+    params, tokens = _vision_parts(f, model_type, fields["d_model"])
+    return {"vision_params": params, "image_tokens": tokens}
+
+
+VLM_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    t: _vlm(t) for t in ("llava", "llava_next", "paligemma", "idefics3", "smolvlm", "mistral3",
+                         "internvl")}
+# --- end of the multimodal block -----------------------------------------------------------
+CONVERTERS.update(VLM_CONVERTERS)
+
 # --- more decoder types: aliases and small converters over the structures above ---------------
 # Each states what of its HF class changes the parameter and FLOP structure; multipliers and
 # scalings (Granite's embedding/residual/attention/logit multipliers) are elementwise work that
@@ -1109,8 +1333,8 @@ def _vl_text(convert: Callable[[_Fields], dict[str, Any]], inner_tie: bool = Fal
 
     def language_model(f: _Fields) -> dict[str, Any]:
         model_type = f.raw.get("model_type")
-        return read(f) | {"source": f"HF config.json ({model_type}: the language model; its "
-                                    "vision tower is not counted)"}
+        return read(f) | {"source": f"HF config.json ({model_type}: the language model and "
+                                    "the vision tower's parameters)"}
     return language_model
 
 
@@ -1562,6 +1786,7 @@ def from_hf_dict(raw: Any, name: str = "config.json", head: str | None = None) -
         fields = CONVERTERS[model_type](f)
         fields.update(_windows(f, fields["n_layers"], model_type))
         fields.update(_dropouts(f, model_type))
+        fields.update(_vision_fields(f, model_type, fields))
     except TxcalcError as e:
         if f.problems:
             raise ConfigError("; ".join([str(e)] + f.problems)) from None
