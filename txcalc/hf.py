@@ -955,9 +955,9 @@ def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
         tower = D + C * P * P * D + D
         if v.bool("use_absolute_position_embeddings", True):
             tower += (n + 1) * D
-        per = 3 * D * D + (3 * D if bias else 0) + D * D + D + 2 * D * F + F + D + 4 * D
+        # two LayerNorms and two layer-scale vectors (built whatever layer_scale_init_value)
+        per = 3 * D * D + (3 * D if bias else 0) + D * D + D + 2 * D * F + F + D + 6 * D
         per += 2 * D if v.get("use_qk_norm", False) else 0
-        per += 2 * D if float(v.get("layer_scale_init_value", 0.1)) > 0 else 0
         tower += L * per
         if not v.bool("use_mean_pooling", True):
             tower += 2 * D
@@ -986,7 +986,7 @@ def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
     # internvl: pixel shuffle by downsample_ratio, LayerNorm, two Linears
     r = f.get("downsample_ratio", 0.5)
     k = round(1 / float(r)) ** 2
-    din = D * k * _vision_feature_layers(f, -1)
+    din = D * k  # HF's InternVL projector reads one feature layer's width
     proj = 2 * din + din * T + T + T * T + T
     strategy = f.get("vision_feature_select_strategy", "default")
     return tower + proj, f.int("image_seq_length", 256) if strategy == "default" else n + 1
