@@ -190,6 +190,9 @@ class ModelConfig:
     #: language-model tokens one image becomes (0: the config implies no fixed count, as for
     #: Qwen-VL's dynamic resolution; see hf._vision_parts for the rule per family)
     image_tokens: int = 0
+    #: dynamic resolution (Qwen-VL): pixels per LM token side (patch_size x spatial_merge_size);
+    #: an image of side P becomes round(P / this)^2 tokens (image_tokens is 0)
+    image_token_px: int = 0
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -310,6 +313,21 @@ class ModelConfig:
             and (layer + 1) % self.moe_every == 0
         )
 
+    def image_seq_tokens(self, images: int, side: int = 0) -> int:
+        """Language-model tokens of ``images`` images (of ``side`` pixels, square, where the
+        family's count depends on it): the rule per family is in hf._vision_parts."""
+        from .errors import WorkloadError
+        if images and not self.vision_params:
+            raise WorkloadError(f"--images ({images}): {self.name} has no vision tower (a "
+                                "vision-language config.json has one)")
+        if self.image_tokens:
+            return images * self.image_tokens
+        if images and side <= 0:
+            raise WorkloadError(f"--images ({images}): {self.name} sizes images dynamically "
+                                f"(Qwen-VL: one token per {self.image_token_px} x "
+                                f"{self.image_token_px} pixels); give --image-size PX")
+        return images * max(1, round(side / self.image_token_px)) ** 2 if images else 0
+
     def window(self, layer: int) -> int:
         """Attention window of block ``layer`` in tokens (0 = full attention)."""
         if not self.sliding_window:
@@ -385,7 +403,7 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
                       "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
-                      "image_tokens")
+                      "image_tokens", "image_token_px")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
@@ -421,7 +439,7 @@ _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
     "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
-    "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION,
+    "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION, "image_token_px": MAX_WIDTH,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},

@@ -839,7 +839,23 @@ _ALIASES: dict[str, dict[str, str]] = {
 # are one params-only op (``vision``: weights, gradients and optimizer states; its own FLOPs
 # and activations are not modelled); the language model sees ``image_tokens`` per image.
 # A sub-config given as a dict takes its class's defaults (``_VISION_DEFAULTS``); an absent
-# one the composite class's ``init_kwargs`` (``_VISION_ABSENT``), as HF's SubConfigSpec does.
+# one the composite class's ``init_kwargs`` (``_VLM``), as HF's SubConfigSpec does.
+#
+# Image tokens per image (``--images N``; what the processor inserts into the prompt):
+#   llava, llava_next  (image_size / patch_size)^2 (+ 1: CLIP's class token; - 1 with
+#                      vision_feature_select_strategy "default": 576 for CLIP-L/336);
+#                      llava_next: the base image only (its anyres tiles depend on the
+#                      image's shape and are not counted)
+#   paligemma          (image_size / patch_size)^2 (256 at 224 px)
+#   gemma3             mm_tokens_per_image (256)
+#   idefics3, smolvlm  (image_size / patch_size)^2 / scale_factor^2 per tile (N counts tiles)
+#   mistral3 (pixtral) (image_size / patch / merge)^2 + one [IMG_BREAK]/[IMG_END] per row,
+#                      at the config's image_size
+#   internvl           (image_size / patch_size)^2 x downsample_ratio^2 per tile (256 at
+#                      448 px, patch 14, ratio 0.5)
+#   qwen2_vl, qwen2_5_vl, qwen3_vl(_moe)  round(P / (patch_size x spatial_merge_size))^2 for
+#                      a P x P image (``--image-size P``; the processor's min/max-pixel clamp
+#                      is not applied)
 _VISION_DEFAULTS: dict[str, dict[str, Any]] = {
     "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
                               num_channels=3, image_size=224, patch_size=32),
@@ -936,7 +952,7 @@ def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
     kind, absent, _ = _VLM[model_type]
     v = _sub(f, "vision_config", kind, absent)
     vt = v.raw.get("model_type") or kind
-    if vt.startswith("qwen"):
+    if vt.startswith("qwen"):  # dynamic resolution: (patch x merge) pixels per token side
         return _qwen_vision(v, vt), 0
     D, F, L = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_hidden_layers")
     C, P, S = v.int("num_channels"), _side(v, "patch_size"), _side(v, "image_size")
@@ -967,8 +983,10 @@ def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
         din = D * _vision_feature_layers(f, -2)
         proj = din * T + T * T + (2 * T if b else 0)
         proj += T if model_type == "llava_next" else 0  # image_newline
+        # the tower's rows (a class token with CLIP), less the first with "default" (HF drops
+        # it whatever it is: a SigLIP tower loses a patch)
         strategy = f.get("vision_feature_select_strategy", "default")
-        return tower + proj, n + (strategy == "full")
+        return tower + proj, n + (vt == "clip_vision_model") - (strategy == "default")
     if model_type == "paligemma":
         pd = f.int("projection_dim", 2048)
         return tower + D * pd + pd, n
@@ -988,8 +1006,7 @@ def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
     k = round(1 / float(r)) ** 2
     din = D * k  # HF's InternVL projector reads one feature layer's width
     proj = 2 * din + din * T + T + T * T + T
-    strategy = f.get("vision_feature_select_strategy", "default")
-    return tower + proj, f.int("image_seq_length", 256) if strategy == "default" else n + 1
+    return tower + proj, n // k  # the class token dropped, then the pixel shuffle
 
 
 def _qwen_vision(v: _Fields, vt: str) -> int:
@@ -1047,7 +1064,11 @@ def _vision_fields(f: _Fields, model_type: str, fields: dict[str, Any]) -> dict[
     if model_type not in _VLM:
         return {}
     params, tokens = _vision_parts(f, model_type, fields["d_model"])
-    return {"vision_params": params, "image_tokens": tokens}
+    out = {"vision_params": params, "image_tokens": tokens}
+    if not tokens:
+        v = _sub(f, "vision_config", _VLM[model_type][0], {})
+        out["image_token_px"] = v.int("patch_size") * v.int("spatial_merge_size")
+    return out
 
 
 VLM_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
