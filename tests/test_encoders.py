@@ -355,3 +355,27 @@ def test_cli_selects_the_head_of_a_config_json(tmp_path, capsys):
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and "head" in err
         assert "Traceback" not in err
+
+
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=modernbert(), local=st.integers(2, 12), seq=st.integers(2, 20))
+def test_modernbert_local_attention_model_flops(raw, local, seq):
+    """ModernBERT's local layers attend within local_attention // 2 tokens either side: the
+    model FLOPs skip the masked pairs, counted here from the attention probabilities HF's
+    eager forward gives (tiny CPU model, output_attentions); the executed FLOPs are the dense
+    kernel's (every pair: FlopCounterMode, test above)."""
+    raw = dict(raw, local_attention=local)
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none", "cpu")
+    with torch.no_grad():
+        probs = model(input_ids=torch.zeros(1, seq, dtype=torch.long),
+                      output_attentions=True).attentions
+    h, hd = cfg.n_heads, cfg.head_dim
+    # per layer, the skipped pairs of one head: scores and context, forward + 2x backward
+    skipped = sum(seq * seq - int((p[0, 0] > 0).sum()) for p in probs)
+    f = count_flops(cfg, Workload(batch=1, seq=seq))
+    assert f.forward + f.backward - f.model == 3 * 2 * 2 * h * hd * skipped
+    assert [cfg.window(i) for i in range(cfg.n_layers)] == [
+        local // 2 if t == "sliding_attention" else 0 for t in model.config.layer_types]

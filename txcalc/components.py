@@ -154,11 +154,13 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     q_stream = _stream(stack)
     causal = cfg.family != "encoder" and stack != "encoder" and not cross
     heads = cfg.stack_heads(stack)
+    # an encoder's local layers (ModernBERT): a bidirectional window, model FLOPs only
+    local = cfg.window(layer) if cfg.family == "encoder" else 0
     return attention_core(f"{c}core", where, f"{comp}core", heads=heads,
                           kv_heads=heads if cfg.is_mla else cfg.stack_kv_heads(stack),
                           qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
-                          causal=causal, window=cfg.window(layer) if causal else 0,
+                          causal=causal, window=cfg.window(layer) if causal else local,
                           dropout=cfg.attn_dropout, chunk=cfg.chunk(layer) if causal else 0,
                           sinks=cfg.attn_sinks and not cross)
 

@@ -591,6 +591,15 @@ def _modernbert(f):
                norm_position="pre", final_norm=True, embed_norm=True, first_attn_norm=False,
                head_dense_bias=f.bool("classifier_bias", False),
                tie_embeddings=f.bool("tie_word_embeddings", True))
+    # local layers: layer_types, else every layer but each global_attn_every_n_layers-th
+    # (0, k, 2k, ...) attends within local_attention // 2 tokens either side (model FLOPs
+    # skip the rest; the dense kernel HF runs computes every pair)
+    n = out["n_layers"]
+    sliding = _sliding_flags(f, n)
+    if sliding is None:
+        every = f.int("global_attn_every_n_layers", 3)
+        sliding = [bool(i % every) for i in range(n)] if every > 0 else [False] * n
+    out.update(_window_layout(f.int("local_attention", 128) // 2, sliding))
     out = _with_head(f, out, "modernbert")
     if out["head"] == "mlm":
         out["lm_head_bias"] = f.bool("decoder_bias", True)
