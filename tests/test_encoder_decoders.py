@@ -283,3 +283,53 @@ def test_frozen_position_tables_are_not_trainable(model_type):
     assert txcalc.params(cfg).total == numel(model)
     if model_type in ("marian", "pegasus", "whisper"):
         assert trainable < numel(model)
+
+
+def hf_saved_bytes(model, inputs: dict) -> int:
+    """Unique bytes the HF model saves for backward over one forward with labels (meta)."""
+    from reference.saved import saved_bytes_by_module
+    per_module, _ = saved_bytes_by_module(model, lambda: model(**inputs).loss)
+    return sum(per_module.values())
+
+
+@pytest.mark.parametrize("model_type", ["bart", "mbart", "marian", "pegasus", "m2m_100",
+                                        "whisper"])
+@settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_dropout_masks_equal_hf(model_type, data):
+    """BART-family dropout (``dropout``, ``attention_dropout``, ``activation_dropout``): the
+    bytes a training step with dropout saves beyond the same step without it (masks, and the
+    probabilities eager attention keeps both before and after dropout) equal what the HF model
+    saves beyond its eval-mode run (bf16 on meta: masks in bf16, ``dropout_mask="act"``)."""
+    from txcalc.memory import TrainingMemory
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        raw[key] = data.draw(st.sampled_from([0.0, 0.1]), label=key)
+    batch, seq, src = 1, data.draw(st.integers(2, 8), label="seq"), 4
+    if model_type == "whisper":
+        src = raw["max_source_positions"]
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw).to(torch.bfloat16)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    inputs = {"input_ids": torch.zeros(batch, src, dtype=torch.long, device="meta"),
+              "labels": ids}
+    if model_type == "whisper":
+        inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
+                                                dtype=torch.bfloat16, device="meta"),
+                  "labels": ids}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = hf_saved_bytes(model, inputs)
+        model.eval()
+        off = hf_saved_bytes(model, inputs)
+
+    def act(dropout: bool) -> int:
+        # HF BART-family eager attention: softmax in the activation dtype (bf16)
+        w = Workload(batch=batch, seq=seq, src_seq=src, attn_impl="eager", dropout=dropout,
+                     softmax_fp32=False,
+                     dropout_mask="act")
+        return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
+    assert act(True) - act(False) == on - off

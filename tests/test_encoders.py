@@ -379,3 +379,35 @@ def test_modernbert_local_attention_model_flops(raw, local, seq):
     assert f.forward + f.backward - f.model == 3 * 2 * 2 * h * hd * skipped
     assert [cfg.window(i) for i in range(cfg.n_layers)] == [
         local // 2 if t == "sliding_attention" else 0 for t in model.config.layer_types]
+
+
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=nomic_bert(), hidden=st.sampled_from([0.0, 0.1]), probs=st.sampled_from([0.0, 0.1]),
+       seq=st.integers(2, 10))
+def test_nomic_bert_dropout_masks_equal_hf(raw, hidden, probs, seq):
+    """Nomic BERT's dropout (hidden_dropout_prob on the embeddings and both sub-block outputs,
+    attention_probs_dropout_prob on the probabilities): the bytes a training step saves beyond
+    the same step in eval mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``;
+    its eager softmax runs in the activation dtype)."""
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    raw = dict(raw, hidden_dropout_prob=hidden, attention_probs_dropout_prob=probs)
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none").to(torch.bfloat16)
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
+        return sum(per_module.values())
+    model.train()
+    on = measured()
+    model.eval()
+    off = measured()
+
+    def act(dropout: bool) -> int:
+        w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",
+                     softmax_fp32=False)
+        return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
+    assert act(True) - act(False) == on - off

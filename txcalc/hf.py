@@ -165,8 +165,8 @@ def _window_layout(window: int, sliding: list[bool]) -> dict[str, Any]:
 
 #: Dropout probabilities as each type's modeling code applies them: model_type -> {our field:
 #: (HF field, HF default)}. Llama-shaped types only drop attention probabilities. Not read
-#: (treated as 0, so a dropout-on training step under-counts their masks): OPT, BART, Falcon,
-#: BLOOM, and Phi-3's and Starcoder2's residual/embedding dropout.
+#: (treated as 0, so a dropout-on training step under-counts their masks): OPT, Falcon,
+#: BLOOM, and Phi-3's and Starcoder2's residual/embedding dropout (BART's: below).
 _DROPOUT: dict[str, dict[str, tuple[str, float]]] = {
     "gpt2": {"embed_dropout": ("embd_pdrop", 0.1), "attn_dropout": ("attn_pdrop", 0.1),
              "resid_dropout": ("resid_pdrop", 0.1)},
@@ -787,7 +787,21 @@ _DROPOUT.update({
     **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet",
                                       "deberta-v2")},
     **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
+    # Nomic BERT: BERT's three places, off by default
+    "nomic_bert": {"embed_dropout": ("hidden_dropout_prob", 0.0),
+                   "attn_dropout": ("attention_probs_dropout_prob", 0.0),
+                   "resid_dropout": ("hidden_dropout_prob", 0.0)},
+    # BART and its kin: ``dropout`` on the (normalised) embeddings and after every attention
+    # and fc2, ``attention_dropout`` on the probabilities (self and cross), and
+    # ``activation_dropout`` after the MLP's activation; the HF class defaults per type
+    **{t: {"embed_dropout": ("dropout", d), "attn_dropout": ("attention_dropout", a),
+           "resid_dropout": ("dropout", d), "mlp_dropout": ("activation_dropout", 0.0)}
+       for t, d, a in (("bart", 0.1, 0.0), ("mbart", 0.1, 0.0), ("marian", 0.1, 0.0),
+                       ("pegasus", 0.1, 0.0), ("m2m_100", 0.1, 0.1), ("whisper", 0.0, 0.0))},
 })
+# not read (a training step with dropout on under-counts their masks): DistilBERT (no dropout
+# after its attention output), ALBERT, ModernBERT, ESM (token dropout) place theirs
+# differently from the engine's three places
 
 ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "xlm-roberta": _bert_alias("xlm-roberta"), "camembert": _bert_alias("camembert"),
