@@ -1103,6 +1103,9 @@ class ReferenceModel(nn.Module):
             self.embed.proj_in = nn.Linear(Ed, D, bias=cfg.embed_factorised, dtype=dtype)
         if cfg.type_vocab_size:
             self.embed.token_types = nn.Embedding(cfg.type_vocab_size, We, dtype=dtype)
+        if cfg.vision_params:  # a VLM's vision tower and projector: parameters only
+            self.vision = nn.Module()
+            self.vision.weight = nn.Parameter(torch.empty(cfg.vision_params, dtype=dtype))
         self.stack_names = [s for s, _ in cfg.stacks]
         for stack, depth in cfg.stacks:
             owner = self
@@ -1251,6 +1254,9 @@ class ReferenceModel(nn.Module):
         return torch.arange(offset, offset + n, device=device)
 
     def encode(self, src_ids):
+        if self.cfg.encoder_states_given:  # a decoder alone: encoder states are an input
+            B, S = src_ids.shape
+            return torch.zeros(B, S, self.cfg.d_model, dtype=self.dtype, device=src_ids.device)
         pos = self.positions(src_ids.shape[1], 0, src_ids.device)
         x = self._audio(src_ids) if self.cfg.audio_mels else self._embed(src_ids, "encoder")
         return self.run_stack("encoder", x, self._context("encoder", pos))

@@ -218,3 +218,118 @@ def test_reference_model_saved_bytes_per_layer_exact(model_type, data):
     reference_matches(from_hf_dict(raw), data.draw(st.integers(1, 2), label="batch"),
                       data.draw(st.integers(2, 12), label="seq"),
                       data.draw(st.integers(2, 12), label="src_seq"))
+
+
+def causal_whisper(raw: dict):
+    """WhisperForCausalLM (the text decoder alone) on meta."""
+    raw = dict(raw)
+    raw.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.AutoConfig.for_model("whisper", **raw)
+        cfg._attn_implementation = "eager"
+        with torch.device("meta"):
+            return transformers.WhisperForCausalLM(cfg)
+
+
+@SETTINGS
+@given(raw=whisper(), batch=st.integers(1, 2), seq=st.integers(1, 16), src=st.integers(1, 24))
+def test_whisper_text_decoder_alone(raw, batch, seq, src):
+    """architectures ["WhisperForCausalLM"]: the decoder alone, its cross-attention over
+    ``src`` encoder frames given as input (no gradient for them): params == HF on meta, a
+    training step's FLOPs == FlopCounterMode with encoder_outputs, no audio stem or
+    encoder ops; the whole model (WhisperForConditionalGeneration) has the conv stem."""
+    from torch.utils.flop_counter import FlopCounterMode
+    raw = dict(raw, architectures=["WhisperForCausalLM"])
+    cfg = from_hf_dict(raw)
+    model = causal_whisper(raw)
+    assert txcalc.params(cfg).total == numel(model)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    enc = torch.zeros(batch, src, raw["d_model"], device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, encoder_outputs=(enc,), labels=ids).loss.backward()
+    f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
+    assert f.forward + f.backward == counter.get_total_flops()
+    ops = txcalc.params(cfg).ops
+    assert not any(op.stack == "encoder" or "conv" in op.path for op in ops)
+    whole = txcalc.params(from_hf_dict(dict(raw, architectures=[
+        "WhisperForConditionalGeneration"]))).ops
+    assert {op.path for op in whole} >= {"encoder.conv1", "encoder.conv2"}
+
+
+@settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=whisper(), batch=st.integers(1, 2), seq=st.integers(2, 12), src=st.integers(2, 12))
+def test_whisper_text_decoder_reference_saved_bytes(raw, batch, seq, src):
+    from .test_encoders import reference_matches
+    cfg = from_hf_dict(dict(raw, architectures=["WhisperForCausalLM"]))
+    reference_matches(cfg, batch, seq, src)
+
+
+@pytest.mark.parametrize("model_type", ["marian", "pegasus", "whisper", "bart", "m2m_100"])
+def test_frozen_position_tables_are_not_trainable(model_type):
+    """HF freezes Marian's and Pegasus's sinusoidal tables and Whisper's encoder positions
+    (requires_grad False): txcalc's trainable parameters (gradients, optimizer states) equal
+    the HF model's parameters that require grad; the total still counts them."""
+    from txcalc.memory import TrainingMemory
+    raw = {"whisper": whisper(), "marian": bart_like("marian"), "pegasus": bart_like("pegasus"),
+           "bart": bart_like("bart"), "m2m_100": bart_like("m2m_100")}[model_type].example()
+    model = hf_model(raw)
+    cfg = from_hf_dict(raw)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    mem = TrainingMemory(cfg, Workload(batch=1, seq=8, src_seq=4), "bf16-mixed", "adamw")
+    assert mem.trainable_params == trainable
+    assert txcalc.params(cfg).total == numel(model)
+    if model_type in ("marian", "pegasus", "whisper"):
+        assert trainable < numel(model)
+
+
+def hf_saved_bytes(model, inputs: dict) -> int:
+    """Unique bytes the HF model saves for backward over one forward with labels (meta)."""
+    from reference.saved import saved_bytes_by_module
+    per_module, _ = saved_bytes_by_module(model, lambda: model(**inputs).loss)
+    return sum(per_module.values())
+
+
+@pytest.mark.parametrize("model_type", ["bart", "mbart", "marian", "pegasus", "m2m_100",
+                                        "whisper"])
+@settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_dropout_masks_equal_hf(model_type, data):
+    """BART-family dropout (``dropout``, ``attention_dropout``, ``activation_dropout``): the
+    bytes a training step with dropout saves beyond the same step without it (masks, and the
+    probabilities eager attention keeps both before and after dropout) equal what the HF model
+    saves beyond its eval-mode run (bf16 on meta: masks in bf16, ``dropout_mask="act"``)."""
+    from txcalc.memory import TrainingMemory
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        raw[key] = data.draw(st.sampled_from([0.0, 0.1]), label=key)
+    batch, seq, src = 1, data.draw(st.integers(2, 8), label="seq"), 4
+    if model_type == "whisper":
+        src = raw["max_source_positions"]
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw).to(torch.bfloat16)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    inputs = {"input_ids": torch.zeros(batch, src, dtype=torch.long, device="meta"),
+              "labels": ids}
+    if model_type == "whisper":
+        inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
+                                                dtype=torch.bfloat16, device="meta"),
+                  "labels": ids}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = hf_saved_bytes(model, inputs)
+        model.eval()
+        off = hf_saved_bytes(model, inputs)
+
+    def act(dropout: bool) -> int:
+        # HF BART-family eager attention: softmax in the activation dtype (bf16)
+        w = Workload(batch=batch, seq=seq, src_seq=src, attn_impl="eager", dropout=dropout,
+                     softmax_fp32=False,
+                     dropout_mask="act")
+        return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
+    assert act(True) - act(False) == on - off

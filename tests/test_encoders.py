@@ -34,8 +34,9 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=list(HealthCheck))
 CLASSES = {"none": "AutoModel", "mlm": "AutoModelForMaskedLM",
            "seq_cls": "AutoModelForSequenceClassification",
-           "token_cls": "AutoModelForTokenClassification"}
-HEADS = st.sampled_from(sorted(CLASSES))
+           "token_cls": "AutoModelForTokenClassification",
+           "discriminator": "ElectraForPreTraining"}
+HEADS = st.sampled_from(sorted(set(CLASSES) - {"discriminator"}))
 
 
 def maybe(draw, raw: dict, key: str, strategy) -> None:
@@ -132,11 +133,21 @@ def deberta_v2(draw) -> dict:
     return raw
 
 
+@st.composite
+def nomic_bert(draw) -> dict:
+    d, h = draw(geometry(even=True))
+    raw = draw(bert_like("nomic_bert"))
+    raw.update(hidden_size=d, num_attention_heads=h)
+    raw["hidden_act"] = draw(st.sampled_from(["silu", "gelu"]))
+    return raw
+
+
 STRATEGIES = {
     "xlm-roberta": bert_like("xlm-roberta"), "camembert": bert_like("camembert"),
     "bert": bert_like("bert"), "roberta": bert_like("roberta"), "distilbert": distilbert(),
     "electra": electra(), "albert": albert(), "mpnet": bert_like("mpnet"),
     "modernbert": modernbert(), "esm": esm(), "deberta-v2": deberta_v2(),
+    "nomic_bert": nomic_bert(),
 }
 #: HF cannot run these on meta (``.item()``): their FLOPs are measured on tiny CPU tensors
 ON_CPU = {"deberta-v2"}
@@ -152,7 +163,8 @@ def hf_model(raw: dict, head: str, device: str = "meta"):
         cfg = transformers.AutoConfig.for_model(model_type, **raw)
         cfg._attn_implementation = "eager"
         with torch.device(device):
-            return getattr(transformers, CLASSES[head]).from_config(cfg)
+            cls = getattr(transformers, CLASSES[head])
+            return cls.from_config(cfg) if cls.__name__.startswith("Auto") else cls(cfg)
 
 
 def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
@@ -169,7 +181,7 @@ def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
                 loss = loss + out.pooler_output.float().sum()
         else:
             labels = torch.zeros(batch, dtype=torch.long, device=device) \
-                if head == "seq_cls" else ids
+                if head == "seq_cls" else ids.float() if head == "discriminator" else ids
             loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
     return counter.get_total_flops()
@@ -213,6 +225,23 @@ def test_albert_shares_one_block_params_once_flops_every_layer():
            for n in (1, 2, 12)}
     assert fwd[12] - fwd[1] == 11 * (fwd[2] - fwd[1]) > 0
     assert txcalc.params(twelve).total == numel(hf_model(raw, "none"))
+
+
+@SETTINGS
+@given(raw=electra(), batch=st.integers(1, 2), seq=st.integers(2, 16))
+def test_electra_discriminator_head(raw, batch, seq):
+    """ELECTRA's replaced-token detector (ElectraForPreTraining, ``--head discriminator``):
+    params == HF on meta, a training step's FLOPs (BCE on one logit per token) ==
+    FlopCounterMode, the reference model's saved bytes per layer exact; the generator is the
+    masked-LM head (ElectraForMaskedLM), drawn with the other heads above."""
+    cfg = from_hf_dict(raw, head="discriminator")
+    assert txcalc.params(cfg).total == numel(hf_model(raw, "discriminator"))
+    f = count_flops(cfg, Workload(batch=batch, seq=seq))
+    assert f.forward + f.backward == train_step_flops(raw, "discriminator", batch, seq)
+    assert from_hf_dict(dict(raw, architectures=["ElectraForPreTraining"]), head="auto") == cfg
+    reference_matches(cfg, batch, min(seq, 8), recomputes=("none",))
+    with pytest.raises(ConfigError, match="discriminator"):
+        from_hf_dict(dict(raw, model_type="bert"), head="discriminator")
 
 
 def test_head_auto_reads_architectures():
@@ -326,3 +355,59 @@ def test_cli_selects_the_head_of_a_config_json(tmp_path, capsys):
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and "head" in err
         assert "Traceback" not in err
+
+
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=modernbert(), local=st.integers(2, 12), seq=st.integers(2, 20))
+def test_modernbert_local_attention_model_flops(raw, local, seq):
+    """ModernBERT's local layers attend within local_attention // 2 tokens either side: the
+    model FLOPs skip the masked pairs, counted here from the attention probabilities HF's
+    eager forward gives (tiny CPU model, output_attentions); the executed FLOPs are the dense
+    kernel's (every pair: FlopCounterMode, test above)."""
+    raw = dict(raw, local_attention=local)
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none", "cpu")
+    with torch.no_grad():
+        probs = model(input_ids=torch.zeros(1, seq, dtype=torch.long),
+                      output_attentions=True).attentions
+    h, hd = cfg.n_heads, cfg.head_dim
+    # per layer, the skipped pairs of one head: scores and context, forward + 2x backward
+    skipped = sum(seq * seq - int((p[0, 0] > 0).sum()) for p in probs)
+    f = count_flops(cfg, Workload(batch=1, seq=seq))
+    assert f.forward + f.backward - f.model == 3 * 2 * 2 * h * hd * skipped
+    assert [cfg.window(i) for i in range(cfg.n_layers)] == [
+        local // 2 if t == "sliding_attention" else 0 for t in model.config.layer_types]
+
+
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=nomic_bert(), hidden=st.sampled_from([0.0, 0.1]), probs=st.sampled_from([0.0, 0.1]),
+       seq=st.integers(2, 10))
+def test_nomic_bert_dropout_masks_equal_hf(raw, hidden, probs, seq):
+    """Nomic BERT's dropout (hidden_dropout_prob on the embeddings and both sub-block outputs,
+    attention_probs_dropout_prob on the probabilities): the bytes a training step saves beyond
+    the same step in eval mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``;
+    its eager softmax runs in the activation dtype)."""
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    raw = dict(raw, hidden_dropout_prob=hidden, attention_probs_dropout_prob=probs)
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none").to(torch.bfloat16)
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
+        return sum(per_module.values())
+    model.train()
+    on = measured()
+    model.eval()
+    off = measured()
+
+    def act(dropout: bool) -> int:
+        w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",
+                     softmax_fp32=False)
+        return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
+    assert act(True) - act(False) == on - off

@@ -313,9 +313,12 @@ def test_params_equal_hf(model_type, data):
     model = hf_model(raw)
     cfg = from_hf_dict(raw)
     counts = txcalc.params(cfg)
-    assert counts.total == language_params(raw, model)
+    # issue 12 item 3: VL types count the whole HF model; less the vision tower and merger
+    # (vision_params) it is the language model
+    assert counts.total - cfg.vision_params == language_params(raw, model)
+    assert counts.total == numel(model)
     if model_type in MOE:
-        assert counts.active == expected_active(raw, model)
+        assert counts.active - cfg.vision_params == expected_active(raw, model)
     assert [cfg.window(i) for i in range(cfg.n_layers)] == layer_windows(model)
 
 

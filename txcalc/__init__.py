@@ -36,7 +36,8 @@ def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfi
     or a config.
 
     ``head`` (a config.json of an encoder): none (the base model, the default), mlm,
-    seq_cls, token_cls, or auto (the class named by ``architectures``); see hf.from_hf_dict."""
+    seq_cls, token_cls, discriminator (ELECTRA's), or auto (the class named by
+    ``architectures``); see hf.from_hf_dict."""
     if head is not None and not isinstance(model, (str, os.PathLike)):
         raise ConfigError(f"head ({head!r}) applies to a HF config.json, not to a "
                           f"{type(model).__name__}")

@@ -135,7 +135,9 @@ class ParamCounts:
         return {"model": self.cfg.name, "total_params": self.total, "active_params": self.active,
                 "embedding_params": self.embedding,
                 "non_embedding_params": self.total - self.embedding,
-                "by_component": self.by_component(), "by_layer_type": self.by_layer_type()}
+                "by_component": self.by_component(), "by_layer_type": self.by_layer_type()} | (
+                    {"language_model_params": self.total - self.cfg.vision_params,
+                     "vision_params": self.cfg.vision_params} if self.cfg.vision_params else {})
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:

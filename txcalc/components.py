@@ -49,6 +49,9 @@ def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     if cfg.type_vocab_size:
         yield embedding("embed.token_types", top, "embed.token_types", cfg.type_vocab_size,
                         _embed_width(cfg))
+    if cfg.vision_params:  # a VLM's vision tower and projector: parameters only
+        yield Op("vision", "params", "", -1, "vision", params=cfg.vision_params,
+                 d_in=cfg.vision_params, stream="first", placement="pre")
 
 
 def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
@@ -67,22 +70,22 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
                               ((1, "i64"),), stream="src")
     width = _embed_width(cfg)
     if cfg.pos_type == "learned" and stack == "encoder" and cfg.audio_mels:
-        # Whisper: a frozen (sinusoidal) table: nothing saved (its gradient and optimizer
-        # states are counted, as for Marian's tables above)
+        # Whisper: a frozen (sinusoidal) table (requires_grad False in HF): nothing saved, no
+        # gradient, no optimizer states
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
-                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=())
+                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=(),
+            trainable=False)
     elif cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
                         cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
     if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen nn.Embedding per stack
-        # frozen in HF (no gradient, nothing saved); counted as trainable for gradients and
-        # optimizer states, as the planner has no frozen parameters yet (a small over-count)
+        # frozen in HF (requires_grad False): no gradient, no optimizer states, nothing saved
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
                       cfg.max_position + cfg.position_offset, width,
-                      stream=_pos_stream(stack)), saved=())
+                      stream=_pos_stream(stack)), saved=(), trainable=False)
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:
@@ -151,11 +154,13 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     q_stream = _stream(stack)
     causal = cfg.family != "encoder" and stack != "encoder" and not cross
     heads = cfg.stack_heads(stack)
+    # an encoder's local layers (ModernBERT): a bidirectional window, model FLOPs only
+    local = cfg.window(layer) if cfg.family == "encoder" else 0
     return attention_core(f"{c}core", where, f"{comp}core", heads=heads,
                           kv_heads=heads if cfg.is_mla else cfg.stack_kv_heads(stack),
                           qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
-                          causal=causal, window=cfg.window(layer) if causal else 0,
+                          causal=causal, window=cfg.window(layer) if causal else local,
                           dropout=cfg.attn_dropout, chunk=cfg.chunk(layer) if causal else 0,
                           sinks=cfg.attn_sinks and not cross)
 
@@ -179,11 +184,15 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream,
                  tp="colwise")
     # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
-    yield linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h,
-                 cfg.qkv_bias and cfg.k_proj_bias, stream=kv_stream,
-                 shares_input=not cross or where[1] > 0, tp="colwise")
-    yield linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
-                 shares_input=True, tp="colwise")
+    k = linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h,
+               cfg.qkv_bias and cfg.k_proj_bias, stream=kv_stream,
+               shares_input=not cross or where[1] > 0, tp="colwise")
+    v = linear(f"{p}{c}v_proj", where, c + "v_proj", D, K * h, cfg.qkv_bias, stream=kv_stream,
+               shares_input=True, tp="colwise")
+    if cross and cfg.encoder_states_given:  # encoder states given as input: no dX for them
+        k, v = (dataclasses.replace(op, input_grad=False) for op in (k, v))
+    yield k
+    yield v
     if not cross and where[1] == _first_rotary(cfg, where[0]):
         yield rotary(p + c, where, c, h, _pos_stream(where[0]))
     if not cross:

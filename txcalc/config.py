@@ -179,6 +179,20 @@ class ModelConfig:
     rel_norm: bool = False  #: a LayerNorm on the relative embeddings (``norm_rel_ebd``)
     encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
     encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
+    #: an encoder-decoder's decoder alone (WhisperForCausalLM): no encoder stack; its
+    #: cross-attention reads ``src_seq`` rows of encoder states given as an input that needs
+    #: no gradient (n_encoder_layers 0)
+    encoder_states_given: bool = False
+    # --- multimodal configs (issue 12 item 3) -------------------------------------------------
+    #: parameters of the vision tower and projector of a vision-language model (one params-only
+    #: op: weights, gradients, optimizer states; its FLOPs and activations are not modelled)
+    vision_params: int = 0
+    #: language-model tokens one image becomes (0: the config implies no fixed count, as for
+    #: Qwen-VL's dynamic resolution; see hf._vision_parts for the rule per family)
+    image_tokens: int = 0
+    #: dynamic resolution (Qwen-VL): pixels per LM token side (patch_size x spatial_merge_size);
+    #: an image of side P becomes round(P / this)^2 tokens (image_tokens is 0)
+    image_token_px: int = 0
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -236,6 +250,8 @@ class ModelConfig:
     @property
     def stacks(self) -> tuple[tuple[str, int], ...]:
         """(stack name, depth) in forward order; the stack name prefixes op paths."""
+        if self.family == "encoder-decoder" and self.encoder_states_given:
+            return (("decoder", self.n_layers),)
         if self.family == "encoder-decoder":
             return (("encoder", self.n_encoder_layers), ("decoder", self.n_layers))
         return (("", self.n_layers),)
@@ -296,6 +312,21 @@ class ModelConfig:
             and layer not in self.dense_layers
             and (layer + 1) % self.moe_every == 0
         )
+
+    def image_seq_tokens(self, images: int, side: int = 0) -> int:
+        """Language-model tokens of ``images`` images (of ``side`` pixels, square, where the
+        family's count depends on it): the rule per family is in hf._vision_parts."""
+        from .errors import WorkloadError
+        if images and not self.vision_params:
+            raise WorkloadError(f"--images ({images}): {self.name} has no vision tower (a "
+                                "vision-language config.json has one)")
+        if self.image_tokens:
+            return images * self.image_tokens
+        if images and side <= 0:
+            raise WorkloadError(f"--images ({images}): {self.name} sizes images dynamically "
+                                f"(Qwen-VL: one token per {self.image_token_px} x "
+                                f"{self.image_token_px} pixels); give --image-size PX")
+        return images * max(1, round(side / self.image_token_px)) ** 2 if images else 0
 
     def window(self, layer: int) -> int:
         """Attention window of block ``layer`` in tokens (0 = full attention)."""
@@ -371,13 +402,15 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
-                      "attn_chunk", "shared_groups", "audio_mels", "rel_span")
+                      "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
+                      "image_tokens", "image_token_px")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
                 "tie_embeddings", "lm_head_bias", "attn_sinks", "expert_bias", "cls_dense", "head_norm",
                 "head_dense_bias", "embed_factorised", "extra_rel_bias", "contact_head",
                 "k_proj_bias", "rel_c2p", "rel_p2c", "rel_share_key", "rel_norm",
+                "encoder_states_given",
                 "rel_bias_every_layer", "first_attn_norm")
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
@@ -406,6 +439,7 @@ _BOUNDS = {
     **{k: MAX_LAYERS for k in ("n_layers", "n_encoder_layers", "first_k_dense")},
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
     "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
+    "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION, "image_token_px": MAX_WIDTH,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -581,9 +615,15 @@ def validate(cfg: ModelConfig) -> None:
     elif cfg.n_heads % cfg.n_kv_heads:
         problems.append(f"n_heads ({cfg.n_heads}) must be divisible by n_kv_heads "
                         f"({cfg.n_kv_heads})")
-    if cfg.family == "encoder-decoder" and cfg.n_encoder_layers <= 0:
+    if cfg.family == "encoder-decoder" and cfg.n_encoder_layers <= 0 \
+            and not cfg.encoder_states_given:
         problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) must be positive for an "
                         "encoder-decoder model")
+    if cfg.encoder_states_given and (cfg.family != "encoder-decoder" or cfg.n_encoder_layers
+                                     or cfg.audio_mels):
+        problems.append(f"encoder_states_given (a decoder alone) needs family 'encoder-decoder' "
+                        f"(not {cfg.family!r}), n_encoder_layers 0 ({cfg.n_encoder_layers}) and "
+                        f"no audio stem (audio_mels {cfg.audio_mels})")
     if cfg.family != "encoder-decoder" and cfg.n_encoder_layers:
         problems.append(f"n_encoder_layers ({cfg.n_encoder_layers}) is only for encoder-decoder "
                         f"models, not family {cfg.family!r}")

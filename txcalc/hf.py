@@ -165,8 +165,8 @@ def _window_layout(window: int, sliding: list[bool]) -> dict[str, Any]:
 
 #: Dropout probabilities as each type's modeling code applies them: model_type -> {our field:
 #: (HF field, HF default)}. Llama-shaped types only drop attention probabilities. Not read
-#: (treated as 0, so a dropout-on training step under-counts their masks): OPT, BART, Falcon,
-#: BLOOM, and Phi-3's and Starcoder2's residual/embedding dropout.
+#: (treated as 0, so a dropout-on training step under-counts their masks): OPT, Falcon,
+#: BLOOM, and Phi-3's and Starcoder2's residual/embedding dropout (BART's: below).
 _DROPOUT: dict[str, dict[str, tuple[str, float]]] = {
     "gpt2": {"embed_dropout": ("embd_pdrop", 0.1), "attn_dropout": ("attn_pdrop", 0.1),
              "resid_dropout": ("resid_pdrop", 0.1)},
@@ -432,9 +432,14 @@ def _t5(f):
 # --- encoders of issue 13 and their heads; unequal encoder-decoder stacks ---------------------
 #: HF class-name suffix -> txcalc head, for ``head="auto"`` (the class config.json names)
 _HEAD_SUFFIXES = (("ForMaskedLM", "mlm"), ("ForSequenceClassification", "seq_cls"),
-                  ("ForTokenClassification", "token_cls"), ("Model", "none"))
-#: ``head`` arguments of from_hf_dict / load_hf_config
-ENCODER_HEADS = ("none", "mlm", "seq_cls", "token_cls", "auto")
+                  ("ForTokenClassification", "token_cls"), ("ForPreTraining", "discriminator"),
+                  ("Model", "none"))
+#: ``head`` arguments of from_hf_dict / load_hf_config. ELECTRA's generator is its masked-LM
+#: head ("mlm", ElectraForMaskedLM); "discriminator" is ElectraForPreTraining's replaced-token
+#: detector: Linear(D, D) + activation, then Linear(D, 1), on every token.
+ENCODER_HEADS = ("none", "mlm", "seq_cls", "token_cls", "discriminator", "auto")
+#: types with a discriminator head
+_DISCRIMINATOR_TYPES = frozenset({"electra"})
 
 #: How each encoder type builds its heads (HF 5.x ``*For*`` classes):
 #:   base_pooler  the base model (AutoModel) has a pooler
@@ -449,6 +454,7 @@ _HEAD_STYLES = {
     "distilbert": dict(base_pooler=False, cls="dense"),
     "deberta-v2": dict(base_pooler=False, cls="dense"),
     "modernbert": dict(base_pooler=False, cls="dense", norm=True),
+    "nomic_bert": dict(base_pooler=False, cls="pooler"),
 }
 
 
@@ -484,6 +490,12 @@ def _with_head(f: _Fields, out: dict[str, Any], model_type: str) -> dict[str, An
         out["pooler"] = style["base_pooler"]
     elif head == "mlm":
         out["lm_head_bias"] = True  # every MLM decoder has a vocabulary bias of its own
+    elif head == "discriminator":
+        if model_type not in _DISCRIMINATOR_TYPES:
+            raise ConfigError(f"{f.where}: head 'discriminator' is ELECTRA's (ForPreTraining); "
+                              f"{model_type} has none")
+        # one logit per token, behind a dense layer: a token classifier of one label
+        out.update(head="token_cls", n_labels=1, cls_dense=True, head_norm=False)
     else:
         out["n_labels"] = _labels(f)
         if head == "seq_cls" and style["cls"] == "pooler":
@@ -579,6 +591,15 @@ def _modernbert(f):
                norm_position="pre", final_norm=True, embed_norm=True, first_attn_norm=False,
                head_dense_bias=f.bool("classifier_bias", False),
                tie_embeddings=f.bool("tie_word_embeddings", True))
+    # local layers: layer_types, else every layer but each global_attn_every_n_layers-th
+    # (0, k, 2k, ...) attends within local_attention // 2 tokens either side (model FLOPs
+    # skip the rest; the dense kernel HF runs computes every pair)
+    n = out["n_layers"]
+    sliding = _sliding_flags(f, n)
+    if sliding is None:
+        every = f.int("global_attn_every_n_layers", 3)
+        sliding = [bool(i % every) for i in range(n)] if every > 0 else [False] * n
+    out.update(_window_layout(f.int("local_attention", 128) // 2, sliding))
     out = _with_head(f, out, "modernbert")
     if out["head"] == "mlm":
         out["lm_head_bias"] = f.bool("decoder_bias", True)
@@ -603,6 +624,22 @@ def _esm(f):
                final_norm=True, embed_norm=bool(f.get("emb_layer_norm_before", False)),
                contact_head=True, tie_embeddings=f.bool("tie_word_embeddings", True))
     return _with_head(f, out, "esm")
+
+
+def _nomic_bert(f):
+    """Nomic BERT (nomic-embed-text): BERT's post-norm blocks and token-type embeddings with
+    rotary positions (no position table), bias-free q/k/v/o and a bias-free gated MLP
+    (SwiGLU by default); the base model has no pooler, the classifier adds BERT's."""
+    _no_cross_attention(f)
+    d, h = f.int("hidden_size", 768), f.int("num_attention_heads", 12)
+    out = dict(family="encoder", n_layers=f.int("num_hidden_layers", 12), d_model=d,
+               n_heads=h, head_dim=f.heads(d, h), vocab_size=f.int("vocab_size", 30528),
+               d_ff=f.int("intermediate_size", 3072),
+               max_position=f.int("max_position_embeddings", 2048),
+               type_vocab_size=f.int("type_vocab_size", 2), pos_type="rotary",
+               activation=_GATED[f.act("hidden_act", "silu")], qkv_bias=False, out_bias=False,
+               mlp_bias=False, norm_position="post", final_norm=False, embed_norm=True)
+    return _with_head(f, out, "nomic_bert")
 
 
 def _seq2seq(f: _Fields, *, d_model: int, pre_norm: bool, embed_norm: bool,
@@ -724,7 +761,9 @@ def _deberta_v2(f):
 def _whisper(f):
     """Whisper (WhisperForConditionalGeneration): the conv audio stem, a pre-norm encoder over
     ``max_source_positions`` frames with a frozen position table, a pre-norm decoder with
-    learned positions, final norms, k_proj without bias, the lm_head tied to the tokens."""
+    learned positions, final norms, k_proj without bias, the lm_head tied to the tokens.
+    With ``architectures`` ["WhisperForCausalLM"]: the text decoder alone, cross-attending to
+    encoder states given as input."""
     if f.int("encoder_layers", 4) <= 0:
         raise ConfigError(f"{f.where}: field 'encoder_layers' must be positive")
     out = _seq2seq(f, d_model=384, pre_norm=True, embed_norm=False, positions="learned",
@@ -736,6 +775,11 @@ def _whisper(f):
                max_position=f.int("max_target_positions", 448),
                encoder_max_position=f.int("max_source_positions", 1500),
                audio_mels=f.int("num_mel_bins", 80), k_proj_bias=False)
+    archs = f.get("architectures") or []
+    if isinstance(archs, list) and archs and archs[0] == "WhisperForCausalLM":
+        # the text decoder alone (distil-whisper's assistant models): no encoder, no audio
+        # stem; its cross-attention reads --src-seq encoder frames given as input
+        out.update(n_encoder_layers=0, audio_mels=0, encoder_states_given=True)
     return out
 
 
@@ -743,7 +787,21 @@ _DROPOUT.update({
     **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet",
                                       "deberta-v2")},
     **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
+    # Nomic BERT: BERT's three places, off by default
+    "nomic_bert": {"embed_dropout": ("hidden_dropout_prob", 0.0),
+                   "attn_dropout": ("attention_probs_dropout_prob", 0.0),
+                   "resid_dropout": ("hidden_dropout_prob", 0.0)},
+    # BART and its kin: ``dropout`` on the (normalised) embeddings and after every attention
+    # and fc2, ``attention_dropout`` on the probabilities (self and cross), and
+    # ``activation_dropout`` after the MLP's activation; the HF class defaults per type
+    **{t: {"embed_dropout": ("dropout", d), "attn_dropout": ("attention_dropout", a),
+           "resid_dropout": ("dropout", d), "mlp_dropout": ("activation_dropout", 0.0)}
+       for t, d, a in (("bart", 0.1, 0.0), ("mbart", 0.1, 0.0), ("marian", 0.1, 0.0),
+                       ("pegasus", 0.1, 0.0), ("m2m_100", 0.1, 0.1), ("whisper", 0.0, 0.0))},
 })
+# not read (a training step with dropout on under-counts their masks): DistilBERT (no dropout
+# after its attention output), ALBERT, ModernBERT, ESM (token dropout) place theirs
+# differently from the engine's three places
 
 ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "xlm-roberta": _bert_alias("xlm-roberta"), "camembert": _bert_alias("camembert"),
@@ -751,7 +809,7 @@ ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "modernbert": _modernbert, "esm": _esm,
     "mbart": _mbart, "marian": _marian, "pegasus": _pegasus, "m2m_100": _m2m_100,
     "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True), "whisper": _whisper,
-    "deberta-v2": _deberta_v2,
+    "deberta-v2": _deberta_v2, "nomic_bert": _nomic_bert,
 }
 ENCODER_ALIASES: dict[str, dict[str, str]] = {
     "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads",
@@ -796,6 +854,251 @@ _ALIASES: dict[str, dict[str, str]] = {
     **ENCODER_ALIASES,
 }
 
+
+# --- multimodal configs (issue 12 item 3): vision towers and projectors, image tokens --------
+# Each vision-language type reads its language model from ``text_config`` (the converters
+# above) and sizes its vision tower and projector from ``vision_config`` exactly as the HF
+# ``*ForConditionalGeneration`` class builds them (transformers 5.x). The tower's parameters
+# are one params-only op (``vision``: weights, gradients and optimizer states; its own FLOPs
+# and activations are not modelled); the language model sees ``image_tokens`` per image.
+# A sub-config given as a dict takes its class's defaults (``_VISION_DEFAULTS``); an absent
+# one the composite class's ``init_kwargs`` (``_VLM``), as HF's SubConfigSpec does.
+#
+# Image tokens per image (``--images N``; what the processor inserts into the prompt):
+#   llava, llava_next  (image_size / patch_size)^2 (+ 1: CLIP's class token; - 1 with
+#                      vision_feature_select_strategy "default": 576 for CLIP-L/336);
+#                      llava_next: the base image only (its anyres tiles depend on the
+#                      image's shape and are not counted)
+#   paligemma          (image_size / patch_size)^2 (256 at 224 px)
+#   gemma3             mm_tokens_per_image (256)
+#   idefics3, smolvlm  (image_size / patch_size)^2 / scale_factor^2 per tile (N counts tiles)
+#   mistral3 (pixtral) (image_size / patch / merge)^2 + one [IMG_BREAK]/[IMG_END] per row,
+#                      at the config's image_size
+#   internvl           (image_size / patch_size)^2 x downsample_ratio^2 per tile (256 at
+#                      448 px, patch 14, ratio 0.5)
+#   qwen2_vl, qwen2_5_vl, qwen3_vl(_moe)  round(P / (patch_size x spatial_merge_size))^2 for
+#                      a P x P image (``--image-size P``; the processor's min/max-pixel clamp
+#                      is not applied)
+_VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                              num_channels=3, image_size=224, patch_size=32),
+    "siglip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                                num_channels=3, image_size=224, patch_size=16,
+                                vision_use_head=True),
+    "idefics3_vision": dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=12,
+                            num_channels=3, image_size=224, patch_size=32),
+    "smolvlm_vision": dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=12,
+                           num_channels=3, image_size=224, patch_size=32),
+    "pixtral": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                    num_channels=3, image_size=1024, patch_size=16),
+    "internvl_vision": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                            num_channels=3, image_size=448, patch_size=14, attention_bias=False,
+                            use_qk_norm=False, layer_scale_init_value=0.1,
+                            use_absolute_position_embeddings=True, use_mean_pooling=True),
+    "qwen2_vl_vision": dict(depth=32, embed_dim=1280, hidden_size=3584, mlp_ratio=4, in_channels=3,
+                     patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+    "qwen2_5_vl_vision": dict(depth=32, hidden_size=3584, intermediate_size=3420, in_channels=3,
+                       patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                       out_hidden_size=3584),
+    "qwen3_vl_vision": dict(depth=27, hidden_size=1152, intermediate_size=4304, in_channels=3,
+                     patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                     out_hidden_size=3584, num_position_embeddings=2304,
+                     deepstack_visual_indexes=[8, 16, 24]),
+}
+_VISION_DEFAULTS["qwen3_vl_moe_vision"] = _VISION_DEFAULTS["qwen3_vl_vision"]
+_CLIP_LLAVA = dict(model_type="clip_vision_model", hidden_size=1024, intermediate_size=4096,
+                   patch_size=14, image_size=336, num_hidden_layers=24)
+#: model_type -> (vision model_type when vision_config has none, init_kwargs when absent,
+#:               text model_type when text_config has none)
+_VLM = {
+    "llava": ("clip_vision_model", _CLIP_LLAVA, "llama"),
+    "llava_next": ("clip_vision_model", _CLIP_LLAVA, "llama"),
+    "paligemma": ("siglip_vision_model", dict(
+        hidden_size=1152, intermediate_size=4096, patch_size=14, image_size=224,
+        num_hidden_layers=27, vision_use_head=False), "gemma"),
+    "gemma3": ("siglip_vision_model", {}, "gemma3_text"),
+    "idefics3": ("idefics3_vision", {}, "llama"),
+    "smolvlm": ("smolvlm_vision", {}, "llama"),
+    "mistral3": ("pixtral", dict(hidden_size=1024, intermediate_size=4096, patch_size=14,
+                                 image_size=1540, num_hidden_layers=24), "mistral"),
+    "internvl": ("internvl_vision", {}, "qwen2"),
+    "qwen2_vl": ("qwen2_vl_vision", {}, ""), "qwen2_5_vl": ("qwen2_5_vl_vision", {}, ""),
+    "qwen3_vl": ("qwen3_vl_vision", {}, ""), "qwen3_vl_moe": ("qwen3_vl_moe_vision", {}, ""),
+}
+
+
+def _sub(f: _Fields, key: str, kind: str, absent: dict[str, Any]) -> _Fields:
+    """A sub-config with its class defaults filled in (``absent`` when the key is missing)."""
+    sub = f.raw.get(key)
+    if sub is None:
+        sub = absent
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{f.where}: field {key!r} ({_show(sub)}) must be an object")
+    kind = sub.get("model_type") or kind
+    if kind not in _VISION_DEFAULTS:
+        raise ConfigError(f"{f.where}: {key}.model_type ({_show(kind)}) is not a vision tower "
+                          f"txcalc sizes ({', '.join(sorted(_VISION_DEFAULTS))})")
+    return _Fields(_VISION_DEFAULTS[kind] | {k: v for k, v in sub.items() if v is not None},
+                   f"{f.where} ({key})")
+
+
+def _side(v: _Fields, key: str) -> int:
+    """image_size / patch_size: an int or a square [h, w] (InternVL, Pixtral)."""
+    x = v.get(key)
+    if isinstance(x, (list, tuple)) and len(x) == 2 and x[0] == x[1]:
+        return _positive(v, key, x[0])
+    return v.int(key)
+
+
+def _positive(v: _Fields, key: str, x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
+        raise ConfigError(f"{v.where}: field {key!r} ({_show(x)}) must be a positive integer")
+    return x
+
+
+def _vit_layers(L: int, D: int, F: int, *, bias: bool = True, gated: bool = False,
+                norm: int = 2) -> int:
+    """L pre-norm ViT blocks: q, k, v, o (D x D), an MLP (D x F and back; gated: 3 matrices),
+    two norms of ``norm`` x D parameters each."""
+    attn = 4 * D * D + (4 * D if bias else 0)
+    mlp = (3 if gated else 2) * D * F + ((2 * F + D) if gated else F + D) * bias
+    return L * (attn + mlp + 2 * norm * D)
+
+
+def _vision_feature_layers(f: _Fields, default: int) -> int:
+    layers = f.get("vision_feature_layer", default)
+    return len(layers) if isinstance(layers, list) else 1
+
+
+def _vision_parts(f: _Fields, model_type: str, text_d: int) -> tuple[int, int]:
+    """(vision tower + projector parameters, LM tokens per image) of a VLM config."""
+    kind, absent, _ = _VLM[model_type]
+    v = _sub(f, "vision_config", kind, absent)
+    vt = v.raw.get("model_type") or kind
+    if vt.startswith("qwen"):  # dynamic resolution: (patch x merge) pixels per token side
+        return _qwen_vision(v, vt), 0
+    D, F, L = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_hidden_layers")
+    C, P, S = v.int("num_channels"), _side(v, "patch_size"), _side(v, "image_size")
+    n = (S // P) ** 2  # patches per image
+    if vt == "clip_vision_model":  # class token, bias-free patch conv, pre and post LayerNorm
+        tower = D + C * P * P * D + (n + 1) * D + 2 * D + _vit_layers(L, D, F) + 2 * D
+    elif vt in ("siglip_vision_model", "idefics3_vision", "smolvlm_vision"):
+        tower = C * P * P * D + D + n * D + _vit_layers(L, D, F) + 2 * D
+        if vt == "siglip_vision_model" and v.bool("vision_use_head", True):
+            # multi-head attention pooling: probe, in_proj (3D x D), out_proj, norm, MLP
+            tower += D + 3 * D * D + 3 * D + D * D + D + 2 * D + 2 * D * F + F + D
+    elif vt == "pixtral":  # RMSNorms, bias-free attention and gated MLP
+        tower = C * P * P * D + D + _vit_layers(L, D, F, bias=False, gated=True, norm=1)
+    else:  # internvl_vision: class token, absolute positions, layer scales
+        bias = v.bool("attention_bias", False)
+        tower = D + C * P * P * D + D
+        if v.bool("use_absolute_position_embeddings", True):
+            tower += (n + 1) * D
+        # two LayerNorms and two layer-scale vectors (built whatever layer_scale_init_value)
+        per = 3 * D * D + (3 * D if bias else 0) + D * D + D + 2 * D * F + F + D + 6 * D
+        per += 2 * D if v.get("use_qk_norm", False) else 0
+        tower += L * per
+        if not v.bool("use_mean_pooling", True):
+            tower += 2 * D
+    T = text_d
+    if model_type in ("llava", "llava_next"):
+        b = f.bool("multimodal_projector_bias", True)
+        din = D * _vision_feature_layers(f, -2)
+        proj = din * T + T * T + (2 * T if b else 0)
+        proj += T if model_type == "llava_next" else 0  # image_newline
+        # the tower's rows (a class token with CLIP), less the first with "default" (HF drops
+        # it whatever it is: a SigLIP tower loses a patch)
+        strategy = f.get("vision_feature_select_strategy", "default")
+        return tower + proj, n + (vt == "clip_vision_model") - (strategy == "default")
+    if model_type == "paligemma":
+        pd = f.int("projection_dim", 2048)
+        return tower + D * pd + pd, n
+    if model_type == "gemma3":  # mm_input_projection_weight and a Gemma RMSNorm on the tower
+        return tower + D * T + D, f.int("mm_tokens_per_image", 256)
+    if model_type in ("idefics3", "smolvlm"):  # pixel shuffle by scale_factor, one Linear
+        s = f.int("scale_factor", 2)
+        return tower + D * s * s * T, n // (s * s)
+    if model_type == "mistral3":
+        m = f.int("spatial_merge_size", 2)
+        b = f.bool("multimodal_projector_bias", False)
+        din = D * _vision_feature_layers(f, -1)
+        proj = din + din * m * m * din + din * T + T * T + (2 * T if b else 0)
+        return tower + proj, (S // P // m) ** 2 + S // P // m  # + one [IMG_BREAK] per row
+    # internvl: pixel shuffle by downsample_ratio, LayerNorm, two Linears
+    r = f.get("downsample_ratio", 0.5)
+    k = round(1 / float(r)) ** 2
+    din = D * k  # HF's InternVL projector reads one feature layer's width
+    proj = 2 * din + din * T + T + T * T + T
+    return tower + proj, n // k  # the class token dropped, then the pixel shuffle
+
+
+def _qwen_vision(v: _Fields, vt: str) -> int:
+    """Qwen-VL towers: a Conv3d patch embedding over temporal_patch_size frames, ``depth``
+    blocks, and a patch merger (spatial_merge_size^2 patches -> one LM token)."""
+    C, P, t, m = (v.int("in_channels"), v.int("patch_size"), v.int("temporal_patch_size"),
+                  v.int("spatial_merge_size"))
+    L = v.int("depth")
+    if vt == "qwen2_vl_vision":  # LayerNorm, fused qkv with bias, GELU MLP of mlp_ratio x E
+        E = v.int("embed_dim")
+        F = int(E * float(v.get("mlp_ratio", 4)))
+        out, H = v.int("hidden_size"), E * m * m
+        return (C * t * P * P * E + _vit_layers(L, E, F) + 2 * E + H * H + H + H * out + out)
+    E, F, out = v.int("hidden_size"), v.int("intermediate_size"), v.int("out_hidden_size")
+    H = E * m * m
+    if vt == "qwen2_5_vl_vision":  # RMSNorm, gated MLP with biases
+        return (C * t * P * P * E + _vit_layers(L, E, F, gated=True, norm=1) + E
+                + H * H + H + H * out + out)
+    # qwen3_vl: biased patch conv, learned positions, deepstack mergers (post-shuffle norms)
+    deep = v.get("deepstack_visual_indexes", [8, 16, 24])
+    merger = H * H + H + H * out + out
+    return (C * t * P * P * E + E + v.int("num_position_embeddings") * E
+            + _vit_layers(L, E, F) + 2 * E + merger
+            + (len(deep) if isinstance(deep, list) else 0) * (2 * H + merger))
+
+
+def _vlm(model_type: str):
+    """Converter of a vision-language type: its language model (``text_config``) plus the
+    vision tower's parameters and the image tokens per image."""
+    def convert(f: _Fields) -> dict[str, Any]:
+        text = f.get("text_config", {})
+        if not isinstance(text, dict):
+            raise ConfigError(f"{f.where}: field 'text_config' ({_show(text)}) must be an "
+                              "object")
+        text_type = text.get("model_type") or _VLM[model_type][2]
+        if text_type not in CONVERTERS or text_type in _VLM:
+            raise ConfigError(f"{f.where}: text_config.model_type ({_show(text_type)}) is not "
+                              "a language model txcalc converts")
+        sub = _Fields(_resolve_aliases(text_type, text), f"{f.where} (text_config)")
+        try:
+            out = CONVERTERS[text_type](sub) | _dropouts(sub, text_type)
+        finally:
+            f.problems += sub.problems
+        default_tie = {"llava": False, "llava_next": False, "idefics3": False,
+                       "smolvlm": False}.get(model_type, True)
+        tie = f.bool("tie_word_embeddings", default_tie)
+        if model_type in ("llava", "llava_next"):  # LlavaConfig: a tied text_config ties too
+            tie = tie or sub.bool("tie_word_embeddings", False)
+        return out | {"tie_embeddings": tie}
+    return convert
+
+
+def _vision_fields(f: _Fields, model_type: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """vision_params and image_tokens of a VLM config (from_hf_dict's last step)."""
+    if model_type not in _VLM:
+        return {}
+    params, tokens = _vision_parts(f, model_type, fields["d_model"])
+    out = {"vision_params": params, "image_tokens": tokens}
+    if not tokens:
+        v = _sub(f, "vision_config", _VLM[model_type][0], {})
+        out["image_token_px"] = v.int("patch_size") * v.int("spatial_merge_size")
+    return out
+
+
+VLM_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    t: _vlm(t) for t in ("llava", "llava_next", "paligemma", "idefics3", "smolvlm", "mistral3",
+                         "internvl")}
+# --- end of the multimodal block -----------------------------------------------------------
+CONVERTERS.update(VLM_CONVERTERS)
 
 # --- more decoder types: aliases and small converters over the structures above ---------------
 # Each states what of its HF class changes the parameter and FLOP structure; multipliers and
@@ -1074,8 +1377,8 @@ def _vl_text(convert: Callable[[_Fields], dict[str, Any]], inner_tie: bool = Fal
 
     def language_model(f: _Fields) -> dict[str, Any]:
         model_type = f.raw.get("model_type")
-        return read(f) | {"source": f"HF config.json ({model_type}: the language model; its "
-                                    "vision tower is not counted)"}
+        return read(f) | {"source": f"HF config.json ({model_type}: the language model and "
+                                    "the vision tower's parameters)"}
     return language_model
 
 
@@ -1527,6 +1830,7 @@ def from_hf_dict(raw: Any, name: str = "config.json", head: str | None = None) -
         fields = CONVERTERS[model_type](f)
         fields.update(_windows(f, fields["n_layers"], model_type))
         fields.update(_dropouts(f, model_type))
+        fields.update(_vision_fields(f, model_type, fields))
     except TxcalcError as e:
         if f.problems:
             raise ConfigError("; ".join([str(e)] + f.problems)) from None

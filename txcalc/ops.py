@@ -144,6 +144,8 @@ class Op:
     def pairs(self, w: Workload, model: bool = False) -> int:
         """(query, key) pairs per sequence and head: all of them, or only the attended ones."""
         s_q, s_k = w.length(self.stream), w.length(self.kv_stream)
+        if model and not self.causal and self.window:
+            return bidirectional_pairs(s_q, self.window)
         if not model or not self.causal:
             return s_q * s_k
         return causal_pairs(s_q, self.window, self.chunk)
@@ -340,6 +342,15 @@ def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int
     padded = batch * c * chunk * heads * (3 * n + 2 * p + 3 * chunk + 2)
     chunks = batch * heads * ((c + 1) ** 2 + (2 * c + 1) * p * n)
     return 4 * (padded + chunks) + chunk * chunk + (c + 1) ** 2
+
+
+def bidirectional_pairs(s: int, half: int) -> int:
+    """Attended pairs of a bidirectional local window over s tokens, |i - j| <= half (an
+    encoder's local layer; ModernBERT: half = local_attention // 2): s^2 when half >= s - 1,
+    else s(2 half + 1) - half(half + 1) (each edge row loses the keys past the sequence)."""
+    if half >= s - 1:
+        return s * s
+    return s * (2 * half + 1) - half * (half + 1)
 
 
 def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:

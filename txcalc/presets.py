@@ -180,7 +180,10 @@ PRESETS: dict[str, ModelConfig] = {
     "modernbert-large": M(name="modernbert-large", family="encoder", n_layers=28, d_model=1024,
                           n_heads=16, d_ff=2624, vocab_size=50368, max_position=8192,
                           activation="geglu", norm_bias=False, embed_norm=True,
-                          first_attn_norm=False, head="none", head_dense_bias=False),
+                          first_attn_norm=False, head="none", head_dense_bias=False,
+                          # local_attention 128 (64 either side) but on every third layer
+                          sliding_window=64,
+                          sliding_layers=tuple(i for i in range(28) if i % 3)),
     # facebook/nllb-200-3.3B config.json (NLLB team 2022, arXiv:2207.04672)
     "nllb-200-3.3b": M(name="nllb-200-3.3b", family="encoder-decoder", n_layers=24,
                        n_encoder_layers=24, d_model=2048, n_heads=16, d_ff=8192,

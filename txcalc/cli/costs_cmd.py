@@ -17,6 +17,16 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
                     dropout=dropout)
 
 
+IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
+               "config's family) join --seq / --context.")
+IMAGE_SIZE_HELP = "With --images on Qwen-VL (dynamic resolution): the images' side in pixels."
+
+
+def _image_tokens(cfg, images: int, image_size: int) -> int:
+    """Tokens ``images`` images add to each sequence (0 without --images)."""
+    return cfg.image_seq_tokens(images, image_size) if images else 0
+
+
 _LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
 _PEAK_PARTS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
@@ -45,6 +55,8 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
+          images: int = typer.Option(0, "--images", help=IMAGES_HELP),
+          image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
@@ -53,8 +65,10 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..workload import check_fits
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
-                      context=context)["context"]
+                      context=context, images=images, image_size=image_size)["context"]
     cfg = load(model) if head is None else load(model, head)
+    extra = _image_tokens(cfg, images, image_size)
+    seq = options(seq=seq + extra)["seq"]
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
@@ -66,6 +80,8 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
         out["finetune"] = ft.describe()
         out["dequant_bytes_per_step"] = dequant_bytes_moved(f.ops, 2, recompute)
     out["prefill_flops"] = f.prefill()
+    if images:
+        out["image_tokens"] = extra
     if context:
         if cfg.family == "encoder":
             from ..errors import WorkloadError
@@ -122,6 +138,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            base_format: str = FT_OPTS["base_format"],
            offload: str = FT_OPTS["offload"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
+           images: int = typer.Option(0, "--images", help=IMAGES_HELP),
+           image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
@@ -130,6 +148,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     opts = options(params=params, batch=batch, seq=seq, src_seq=src_seq, precision=precision,
                    optimizer=optimizer, attn=attn, recompute=recompute, context=context,
                    concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb, gpu_file=gpu_file,
+                   images=images, image_size=image_size,
                    **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
     from ..hardware import gpu_memory
@@ -144,6 +163,15 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     if weights is not None and not inference:
         raise WorkloadError(f"--weights ({weights!r:.60}) applies to --inference; training with "
                             "quantised frozen weights is QLoRA (txcalc's fine-tuning commands)")
+    extra = 0
+    if images:
+        if model is None:
+            raise WorkloadError(f"--images ({images}) needs MODEL (a vision-language config)")
+        from .. import load
+        extra = _image_tokens(load(model) if head is None else load(model, head), images,
+                              image_size)
+        seq = options(seq=seq + extra)["seq"]
+        context = options(context=str(context + extra))["context"] if context else 0
     if params is not None:
         out = _states_only(opts["params"], precision, optimizer)
     elif inference:
@@ -156,6 +184,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                            trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
                         dropout, ft, offload, head)
+    if images:
+        out["image_tokens"] = extra
     out["gpu"] = gpu_label
     out["gpu_bytes"] = gpu
     out["fits_one_gpu"] = out["total_bytes"] <= gpu

@@ -12,6 +12,7 @@ MODEL_HELP = ("A preset name (see `txcalc presets`), a path to a Hugging Face co
 WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
                 "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
 HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
+             "discriminator (ELECTRA's ForPreTraining; its generator is mlm) | "
              "auto (the class its 'architectures' names).")
 
 

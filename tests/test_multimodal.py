@@ -1,0 +1,290 @@
+"""Multimodal configs (issue 12 item 3) against Hugging Face, drawn configs, meta device.
+
+For each vision-language family a hypothesis strategy draws a tiny config.json (a
+``text_config``, a ``vision_config`` and the projector's top-level fields). txcalc's total
+must equal the numel of the ``*ForConditionalGeneration`` class (vision tower and projector
+included, tied weights once) built on the meta device, and its language-model count the numel
+of that model's language model and lm_head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import txcalc
+from txcalc.accounting import count_flops
+from txcalc.errors import ConfigError
+from txcalc.hf import from_hf_dict
+from txcalc.workload import Workload
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "15"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    derandomize="TXCALC_HF_EXAMPLES" not in os.environ,
+                    suppress_health_check=list(HealthCheck))
+
+
+def maybe(draw, raw: dict, key: str, strategy) -> None:
+    if draw(st.booleans()):
+        raw[key] = draw(strategy)
+
+
+@st.composite
+def text(draw, head_dim: bool = True) -> dict:
+    heads = draw(st.sampled_from([2, 4]))
+    kv = draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0]))
+    out = {"hidden_size": heads * 8, "num_attention_heads": heads, "num_key_value_heads": kv,
+           "num_hidden_layers": draw(st.integers(1, 2)), "intermediate_size": draw(
+               st.integers(8, 40)), "vocab_size": draw(st.integers(64, 200)), "pad_token_id": 0}
+    if head_dim:
+        out["head_dim"] = 8
+    return out
+
+
+@st.composite
+def vit(draw, patch_sizes=(2, 4)) -> dict:
+    patch = draw(st.sampled_from(list(patch_sizes)))
+    return {"hidden_size": draw(st.sampled_from([8, 16])), "num_attention_heads": 2,
+            "intermediate_size": draw(st.integers(8, 32)),
+            "num_hidden_layers": draw(st.integers(1, 2)), "patch_size": patch,
+            "image_size": patch * draw(st.sampled_from([2, 4])),
+            "num_channels": draw(st.sampled_from([1, 3]))}
+
+
+@st.composite
+def llava(draw, model_type: str) -> dict:
+    raw = {"model_type": model_type, "text_config": draw(text(False)),
+           "vision_config": draw(vit()) | {"model_type": draw(st.sampled_from(
+               ["clip_vision_model", "siglip_vision_model"]))}}
+    maybe(draw, raw, "multimodal_projector_bias", st.booleans())
+    maybe(draw, raw, "vision_feature_layer", st.sampled_from([-1, -2, [-2, -1]]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    maybe(draw, raw, "vision_feature_select_strategy", st.sampled_from(["default", "full"]))
+    if raw["vision_config"]["model_type"] == "siglip_vision_model":
+        maybe(draw, raw["vision_config"], "vision_use_head", st.booleans())
+    return raw
+
+
+@st.composite
+def paligemma(draw) -> dict:
+    raw = {"model_type": "paligemma", "text_config": draw(text()),
+           "vision_config": draw(vit())}
+    maybe(draw, raw["vision_config"], "vision_use_head", st.booleans())
+    maybe(draw, raw, "projection_dim", st.integers(4, 24))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def gemma3(draw) -> dict:
+    raw = {"model_type": "gemma3", "text_config": draw(text()), "vision_config": draw(vit())}
+    maybe(draw, raw["vision_config"], "vision_use_head", st.booleans())
+    maybe(draw, raw, "mm_tokens_per_image", st.sampled_from([4, 16]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def idefics3(draw, model_type: str) -> dict:
+    raw = {"model_type": model_type, "text_config": draw(text(False)),
+           "vision_config": draw(vit())}
+    maybe(draw, raw, "scale_factor", st.sampled_from([1, 2]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def mistral3(draw) -> dict:
+    v = draw(vit()) | {"head_dim": 4}
+    v["hidden_size"] = 8
+    raw = {"model_type": "mistral3", "text_config": draw(text()), "vision_config": v}
+    maybe(draw, raw, "multimodal_projector_bias", st.booleans())
+    maybe(draw, raw, "spatial_merge_size", st.sampled_from([1, 2]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def internvl(draw) -> dict:
+    v = draw(vit())
+    for key in ("attention_bias", "use_qk_norm", "use_absolute_position_embeddings",
+                "use_mean_pooling"):
+        maybe(draw, v, key, st.booleans())
+    maybe(draw, v, "layer_scale_init_value", st.sampled_from([0.0, 0.1]))
+    raw = {"model_type": "internvl", "text_config": draw(text(False)), "vision_config": v}
+    maybe(draw, raw, "vision_feature_layer", st.sampled_from([-1, [-2, -1]]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def qwen_vl(draw, model_type: str) -> dict:
+    t = draw(text(model_type.startswith("qwen3")))
+    if model_type == "qwen3_vl_moe":
+        t.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
+    v = {"depth": draw(st.integers(1, 2)), "num_heads": 2, "patch_size": 2,
+         "temporal_patch_size": draw(st.sampled_from([1, 2])),
+         "spatial_merge_size": draw(st.sampled_from([1, 2])),
+         "in_channels": draw(st.sampled_from([1, 3]))}
+    if model_type == "qwen2_vl":
+        v.update(embed_dim=draw(st.sampled_from([8, 16])), hidden_size=t["hidden_size"])
+        maybe(draw, v, "mlp_ratio", st.sampled_from([2, 4]))
+    else:
+        v.update(hidden_size=draw(st.sampled_from([8, 16])), intermediate_size=draw(
+            st.integers(8, 24)), out_hidden_size=t["hidden_size"])
+    if model_type.startswith("qwen3"):
+        v.update(num_position_embeddings=16, deepstack_visual_indexes=draw(
+            st.sampled_from([[], [0]])))
+    raw = {"model_type": model_type, "text_config": t, "vision_config": v}
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+STRATEGIES = {
+    "llava": llava("llava"), "llava_next": llava("llava_next"), "paligemma": paligemma(),
+    "gemma3": gemma3(), "idefics3": idefics3("idefics3"), "smolvlm": idefics3("smolvlm"),
+    "mistral3": mistral3(), "internvl": internvl(), "qwen2_vl": qwen_vl("qwen2_vl"),
+    "qwen2_5_vl": qwen_vl("qwen2_5_vl"), "qwen3_vl": qwen_vl("qwen3_vl"),
+    "qwen3_vl_moe": qwen_vl("qwen3_vl_moe"),
+}
+
+
+def hf_model(raw: dict, device: str = "meta"):
+    from transformers.models.auto import modeling_auto
+    raw = json.loads(json.dumps(raw))
+    model_type = raw.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.AutoConfig.for_model(model_type, **raw)
+        cls = getattr(transformers,
+                      modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type])
+        with torch.device(device):
+            return cls._from_config(cfg)
+
+
+def language_model_numel(model) -> int:
+    """The language model and lm_head of a HF VLM (tied weights once)."""
+    seen, n = set(), 0
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if not ("language_model" in name or "text_model" in name or name.startswith("lm_head")):
+            continue
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@SETTINGS
+@given(data=st.data())
+def test_params_equal_the_whole_hf_model(model_type, data):
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    model = hf_model(raw)
+    cfg = from_hf_dict(raw)
+    counts = txcalc.params(cfg)
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    assert counts.total - cfg.vision_params == language_model_numel(model)
+    assert cfg.vision_params > 0
+
+
+def hf_image_rows(model_type: str, raw: dict, model) -> int:
+    """Rows the HF model's get_image_features gives for one image (tiny, on the CPU): the LM
+    tokens an image becomes, besides text tokens the processor adds (Pixtral's row breaks)."""
+    v = raw["vision_config"]
+    if model_type.startswith("qwen"):  # a 3 x 3-token image, as the processor flattens it
+        p, t, m = v["patch_size"], v["temporal_patch_size"], v["spatial_merge_size"]
+        side = 3 * m
+        pix = torch.ones(side * side, v["in_channels"] * t * p * p)
+        out = model.model.get_image_features(pix, torch.tensor([[1, side, side]]))
+    else:
+        S = v["image_size"]
+        pix = torch.ones(1, v["num_channels"], S, S)
+        kw = {"image_sizes": torch.tensor([[S, S]])} if model_type == "mistral3" else {}
+        if model_type in ("idefics3", "smolvlm"):
+            pix = pix[:, None]  # (batch, tiles, C, S, S)
+        out = model.model.get_image_features(pix, **kw)
+    feats = out.pooler_output if getattr(out, "pooler_output", None) is not None else out
+    if isinstance(feats, (list, tuple)):
+        feats = feats[0]
+    rows = feats.shape[-2]
+    if model_type == "mistral3":  # [IMG_BREAK] after each row of merged patches, [IMG_END]
+        rows += v["image_size"] // v["patch_size"] // raw.get("spatial_merge_size", 2)
+    return rows
+
+
+@pytest.mark.parametrize("model_type", sorted(set(STRATEGIES) - {"llava_next"}))
+@settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_image_tokens_equal_hf_image_features(model_type, data):
+    """``--images``: the LM tokens per image (hf._vision_parts states the rule per family)
+    equal the rows HF's vision tower and projector produce for one image (Qwen-VL: an image of
+    3 x 3 merged patches, ``--image-size`` = 3 x patch x merge pixels)."""
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    if model_type == "gemma3":  # its pooling needs a square token grid dividing the patches
+        side = raw["vision_config"]["image_size"] // raw["vision_config"]["patch_size"]
+        raw["mm_tokens_per_image"] = data.draw(st.sampled_from(
+            [k * k for k in range(1, side + 1) if side % k == 0]), label="mm_tokens_per_image")
+    if model_type == "mistral3":  # HF's Pixtral splits the image into whole merged patches
+        raw["vision_config"]["image_size"] = 4 * raw["vision_config"]["patch_size"]
+    cfg = from_hf_dict(raw)
+    v = raw["vision_config"]
+    side = 3 * v["patch_size"] * v["spatial_merge_size"] if model_type.startswith("qwen") else 0
+    model = hf_model(raw, "cpu")
+    assert cfg.image_seq_tokens(1, side) == hf_image_rows(model_type, raw, model) > 0
+    assert cfg.image_seq_tokens(3, side) == 3 * cfg.image_seq_tokens(1, side)
+
+
+def test_images_join_the_sequence_on_the_cli(tmp_path, capsys):
+    """``txcalc flops/memory --images N``: the FLOPs and bytes of seq + N x image tokens;
+    ``params --json`` adds language_model_params; bad uses exit 2 with one line."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    from txcalc.memory import TrainingMemory
+    raw = {"model_type": "llava", "text_config": {
+        "hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
+        "intermediate_size": 8, "vocab_size": 64}, "vision_config": {
+        "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+        "intermediate_size": 8, "image_size": 8, "patch_size": 2}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    cfg = from_hf_dict(raw)
+    assert cfg.image_tokens == 16
+
+    def run(*argv):
+        return CliRunner().invoke(app, [str(a) for a in argv])
+    r = run("flops", path, "--seq", 10, "--images", 2, "--json")
+    out = json.loads(r.stdout)
+    f = count_flops(cfg, Workload(batch=1, seq=10 + 2 * 16))
+    assert (out["forward_flops"], out["image_tokens"], out["seq"]) == (f.forward, 32, 42)
+    r = run("memory", path, "--seq", 10, "--images", 2, "--json")
+    want = TrainingMemory(cfg, Workload(batch=1, seq=42, attn_impl="flash"), "bf16-mixed")
+    assert json.loads(r.stdout)["activations_bytes"] == want.to_json()["activations_bytes"]
+    r = run("memory", path, "--inference", "--context", 100, "--images", 1, "--json")
+    assert json.loads(r.stdout)["context"] == 116
+    p = json.loads(run("params", path, "--json").stdout)
+    assert p["language_model_params"] + p["vision_params"] == p["total_params"]
+    for argv in (["flops", "llama-3-8b", "--images", "1"],
+                 ["flops", str(path), "--images", "-1"],
+                 ["flops", str(tmp_path / "q.json"), "--images", "1"]):
+        if "q.json" in argv[1]:
+            (tmp_path / "q.json").write_text(json.dumps({
+                "model_type": "qwen2_vl", "hidden_size": 16, "num_attention_heads": 2,
+                "num_key_value_heads": 2,
+                "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 64,
+                "vision_config": {"depth": 1, "embed_dim": 8, "num_heads": 2,
+                                  "hidden_size": 16}}))
+        from txcalc.cli import main
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and "--image" in err, argv
