@@ -146,6 +146,44 @@ def short_conv(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
     yield linear(c + "out_proj", where, "conv.out_proj", D, D, bias)
 
 
+def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
+    """Qwen3-Next's Gated DeltaNet (Yang, Kautz and Hatamizadeh 2024, arXiv:2412.06464) under
+    ``layers.{i}.linear_attn.*``, in forward order. Legend: Hk key heads (``ssm_groups``) of
+    dk (``ssm_state``), Hv value heads (``ssm_heads``) of dv (``ssm_head_dim``), conv width
+    C = 2 Hk dk + Hv dv, kernel k, chunk Q (``ssm_chunk``: HF's 64).
+
+        op           | operation                          | params         | forward FLOPs
+        -------------|------------------------------------|----------------|----------------
+        in_proj_qkvz | D -> q, k (Hk dk each), v, z (Hv dv)| D(2Hk dk+2Hv dv)| 2T D (..)
+        in_proj_ba   | D -> beta, a (Hv each)             | 2 D Hv         | 2T D 2Hv
+        conv1d       | depthwise causal conv over q, k, v | C k (no bias)  | 2B (S+k-1) C k
+        scan         | chunked gated delta rule           | dt_bias, A_log | ``ops.gdn_flops``
+        norm         | RMSNorm over dv, * silu(z)         | dv             | -
+        out_proj     | Hv dv -> D                         | Hv dv D        | 2T Hv dv D
+
+    The decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b) are elementwise.
+    Serving state (HF's cache): the conv's last k inputs (C x k) and the recurrent state
+    (Hv x dk x dv, which HF's torch path and FLA keep in fp32 whatever the model dtype:
+    ``kv_cache_bytes`` stores all state in the KV dtype, so it is exact for fp32 caches and
+    under-counts this state by half in bf16)."""
+    D, k = cfg.d_model, cfg.ssm_conv
+    Hv, dv, Hk, dk = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state
+    C = 2 * Hk * dk + Hv * dv
+    c = p + "linear_attn."
+    yield linear(c + "in_proj_qkvz", where, "linear_attn.in_proj_qkvz", D,
+                 2 * Hk * dk + 2 * Hv * dv, False)
+    yield linear(c + "in_proj_ba", where, "linear_attn.in_proj_ba", D, 2 * Hv, False,
+                 shares_input=True)
+    yield conv1d(c + "conv1d", where, "linear_attn.conv1d", C, k, False,
+                 saved=_GDN_CONV_SAVED(C))
+    yield Op(c + "scan", "gdn_scan", where[0], where[1], "linear_attn.scan", 2 * Hv, 1, 1,
+             dk, dv, heads=Hv, chunk=cfg.ssm_chunk, saved=_gdn_scan_saved(Hv, Hk, dk, dv),
+             state=Hv * dk * dv, **_roles("gdn_scan", where[1]))
+    op = norm(c + "norm", where, "linear_attn.norm", dv, "rmsnorm", False, True)
+    yield dataclasses.replace(op, saved=_gdn_norm_saved(Hv, dv))
+    yield linear(c + "out_proj", where, "linear_attn.out_proj", Hv * dv, D, False)
+
+
 def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
     """Elementwise FLOPs of one Mamba scan forward over ``tokens`` tokens, not in the matmul
     FLOPs (a convention, stated for those who count them): per (token, channel, state) dt*A,
@@ -153,3 +191,19 @@ def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
     multiply-add and the gate's multiply (3)."""
     E, N = cfg.ssm_d_inner, cfg.ssm_state
     return tokens * (6 * E * N + 3 * E)
+
+
+def _GDN_CONV_SAVED(C: int) -> tuple[tuple[int, str], ...]:
+    """Gated DeltaNet's conv1d: its input (q, k, v gathered out of in_proj_qkvz: C) and the
+    SiLU's input (C)."""
+    return ((C, "a"), (C, "a"))
+
+
+def _gdn_scan_saved(Hv: int, Hk: int, dk: int, dv: int) -> tuple[tuple[int, str], ...]:
+    """Per token, what the scan's inputs keep (set from the reference, see reference.model
+    ``GDNScan``); the chunk-shaped temporaries are ``ops.gdn_saved_bytes``."""
+    return ()
+
+
+def _gdn_norm_saved(Hv: int, dv: int) -> tuple[tuple[int, str], ...]:
+    return ()

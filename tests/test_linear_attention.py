@@ -1,0 +1,90 @@
+"""Linear-attention hybrids (issue 12): Qwen3-Next's Gated DeltaNet layers and gated
+attention, against HF.
+
+References, all independent of txcalc (as in tests/test_hybrids.py, whose helpers this file
+reuses): parameters, HF's model on the meta device; one training step's FLOPs,
+FlopCounterMode on that model (HF's torch path: ``torch_chunk_gated_delta_rule``, with the
+depthwise-conv backward correction); serving state, the bytes HF's cache holds after
+``generate()`` on tiny fp32 CPU models.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from txcalc.accounting import count_flops, count_params
+from txcalc.hf import from_hf_dict
+from txcalc.workload import Workload
+
+from .hf_models import numel
+from .test_hybrids import (EXAMPLES, LAYERS, SETTINGS, VOCAB, cache_bytes, hf_causal_lm,
+                           hf_train_step_flops, maybe)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def _heads(draw):
+    heads = draw(st.integers(1, 4))
+    return heads, draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+
+
+@st.composite
+def qwen3_next(draw):
+    heads, kv = _heads(draw)
+    layers = draw(LAYERS)
+    k_heads = draw(st.integers(1, 3))
+    raw = {"model_type": "qwen3_next", "hidden_size": draw(st.integers(2, 24)),
+           "num_attention_heads": heads, "num_key_value_heads": kv,
+           "head_dim": 4 * draw(st.integers(1, 3)),  # partial rotary 0.25 of an even width
+           "num_hidden_layers": layers, "intermediate_size": draw(st.integers(2, 24)),
+           "vocab_size": draw(VOCAB), "linear_num_key_heads": k_heads,
+           "linear_num_value_heads": k_heads * draw(st.integers(1, 3)),
+           "linear_key_head_dim": draw(st.integers(1, 6)),
+           "linear_value_head_dim": draw(st.integers(1, 6))}
+    # at least one attention layer: HF's cache (built even in training) needs one
+    if draw(st.booleans()):
+        types = draw(st.lists(st.sampled_from(["linear_attention", "full_attention"]),
+                              min_size=layers, max_size=layers))
+        types[draw(st.integers(0, layers - 1))] = "full_attention"
+        raw["layer_types"] = types
+    else:
+        raw["full_attention_interval"] = draw(st.integers(1, layers))
+    experts = draw(st.integers(0, 4))
+    raw["num_experts"] = experts
+    if experts:
+        raw |= {"num_experts_per_tok": draw(st.integers(1, experts)),
+                "moe_intermediate_size": draw(st.integers(1, 12)),
+                "shared_expert_intermediate_size": draw(st.integers(1, 12))}
+        maybe(draw, raw, "decoder_sparse_step", st.integers(1, 3))
+        maybe(draw, raw, "mlp_only_layers", st.lists(st.integers(0, layers), max_size=2))
+    maybe(draw, raw, "linear_conv_kernel_dim", st.integers(1, 5))
+    maybe(draw, raw, "attention_bias", st.booleans())
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+STRATEGIES = {"qwen3_next": qwen3_next()}
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@SETTINGS
+@given(data=st.data())
+def test_params_and_training_flops_equal_hf(model_type, data):
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    cfg = from_hf_dict(raw)
+    assert count_params(cfg).total == numel(hf_causal_lm(raw))
+    batch = data.draw(st.integers(1, 2), label="batch")
+    # one to three 64-token chunks; HF's cache pads a prompt shorter than the conv kernel to
+    # k tokens (a decoding artefact, see tests/test_hybrids.py): at least k tokens
+    seq = data.draw(st.integers(cfg.ssm_conv, 140), label="seq")
+    f = count_flops(cfg, Workload(batch=batch, seq=seq))
+    assert f.forward + f.backward == hf_train_step_flops(raw, batch, seq)
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+def test_a_config_of_defaults_counts_what_hf_builds(model_type):
+    raw = {"model_type": model_type}
+    assert count_params(from_hf_dict(raw)).total == numel(hf_causal_lm(raw))
