@@ -11,11 +11,12 @@ depthwise-conv backward correction); serving state, the bytes HF's cache holds a
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txcalc.accounting import count_flops, count_params
 from txcalc.hf import from_hf_dict
+from txcalc.memory import kv_cache_bytes
 from txcalc.workload import Workload
 
 from .hf_models import numel
@@ -88,3 +89,28 @@ def test_params_and_training_flops_equal_hf(model_type, data):
 def test_a_config_of_defaults_counts_what_hf_builds(model_type):
     raw = {"model_type": model_type}
     assert count_params(from_hf_dict(raw)).total == numel(hf_causal_lm(raw))
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@settings(max_examples=max(3, EXAMPLES // 2), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_serving_state_after_generate_equals_hf_cache(model_type, data):
+    """KV of the attention layers + each Gated DeltaNet layer's conv state (C x k) and
+    recurrent state (Hv x dk x dv): the bytes HF's cache holds after generate() (tiny fp32
+    models on the CPU)."""
+    import warnings
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    cfg = from_hf_dict(raw)
+    batch = data.draw(st.integers(1, 2), label="batch")
+    prompt = data.draw(st.integers(1, 6), label="prompt")
+    new = data.draw(st.integers(1, 3), label="new tokens")
+    torch.manual_seed(0)
+    model = hf_causal_lm(raw, "cpu").eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                             return_dict_in_generate=True, pad_token_id=0)
+    context = prompt + new - 1  # the last token generated is never fed back
+    assert cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, context, batch, "fp32")
