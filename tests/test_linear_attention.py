@@ -114,3 +114,73 @@ def test_serving_state_after_generate_equals_hf_cache(model_type, data):
                              return_dict_in_generate=True, pad_token_id=0)
     context = prompt + new - 1  # the last token generated is never fed back
     assert cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, context, batch, "fp32")
+
+
+# --- the reference model (reference/model.py) builds the same mixers under the engine's paths --
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@settings(max_examples=max(3, EXAMPLES // 2), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_type, data):
+    import dataclasses
+
+    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
+    from reference.model import build
+    from txcalc.memory import TrainingMemory
+
+    cfg = from_hf_dict(data.draw(STRATEGIES[model_type], label="config.json"))
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(1, 140), label="seq")  # one chunk of 64 or several
+    work = Workload(batch=batch, seq=seq)
+    model = build(cfg, torch.bfloat16, "meta")
+    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
+    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
+    f = count_flops(cfg, work)
+    assert (fwd, bwd) == (f.forward, f.backward)
+    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
+        for recompute in ("none", "full"):
+            model = build(cfg, dtype, "meta", recompute=recompute)
+            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
+            w = dataclasses.replace(work, recompute=recompute)
+            predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
+            assert predicted == by_layer(measured), (precision, recompute)
+
+
+@pytest.mark.parametrize("S", [5, 64, 150])
+def test_reference_gated_delta_rule_computes_what_hf_computes(S):
+    """The reference's chunked gated delta rule is the real algorithm: its output equals HF's
+    torch path (``torch_chunk_gated_delta_rule``, L2-normed q and k) on random CPU values,
+    with grouped key heads (Hk = 2 serving Hv = 4 value heads), over one or several chunks."""
+    import torch.nn.functional as F
+    from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
+
+    from reference.model import GDNScan
+    torch.manual_seed(0)
+    b, Hv, Hk, dk, dv = 2, 4, 2, 3, 5
+    scan = GDNScan(Hv, Hk, dk, dv, 64, torch.float32)
+    with torch.no_grad():
+        scan.dt_bias.normal_(), scan.A_log.uniform_(0, 1)
+    q, k = torch.randn(b, S, Hk, dk), torch.randn(b, S, Hk, dk)
+    v, a, beta_in = torch.randn(b, S, Hv, dv), torch.randn(b, S, Hv), torch.randn(b, S, Hv)
+    g = -scan.A_log.float().exp() * F.softplus(a + scan.dt_bias)
+    hf, _ = torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta_in.sigmoid(),
+                                         use_qk_l2norm_in_kernel=True)
+    torch.testing.assert_close(scan(q, k, v, a, beta_in), hf)
+
+
+BAD_CONFIGS = [
+    ({"model_type": "qwen3_next", "num_hidden_layers": 2,
+      "layer_types": ["linear_attention", "sliding_attention"]}, "layer_types"),
+    ({"model_type": "qwen3_next", "linear_num_key_heads": 3, "linear_num_value_heads": 4},
+     r"ssm_heads \(4: value heads\) must be divisible by ssm_groups \(3: key heads\)"),
+    ({"model_type": "qwen3_next", "linear_key_head_dim": 0}, "linear_key_head_dim"),
+]
+
+
+@pytest.mark.parametrize("raw,match", BAD_CONFIGS, ids=[m[:20] for _, m in BAD_CONFIGS])
+def test_bad_configs_are_config_errors_naming_the_field(raw, match):
+    from txcalc.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        from_hf_dict(raw)

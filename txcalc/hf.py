@@ -1859,6 +1859,10 @@ def _qwen3_next(f: _Fields) -> dict[str, Any]:
     return out | moe | {"ffns": ffns}
 
 
+#: sizes of this block's types that must be positive when given (read by ``_Fields.int``)
+_POSITIVE = _POSITIVE | {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                         "linear_value_head_dim", "linear_conv_kernel_dim",
+                         "full_attention_interval"}
 #: model_type -> converter of this block, merged into ``hf.CONVERTERS``
 LINEAR_ATTENTION_CONVERTERS = {"qwen3_next": _qwen3_next}
 CONVERTERS.update(LINEAR_ATTENTION_CONVERTERS)

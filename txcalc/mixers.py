@@ -176,9 +176,11 @@ def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
                  shares_input=True)
     yield conv1d(c + "conv1d", where, "linear_attn.conv1d", C, k, False,
                  saved=_GDN_CONV_SAVED(C))
+    # once per forward: exp(A_log) and -exp(A_log) (Hv each, fp32)
     yield Op(c + "scan", "gdn_scan", where[0], where[1], "linear_attn.scan", 2 * Hv, 1, 1,
              dk, dv, heads=Hv, chunk=cfg.ssm_chunk, saved=_gdn_scan_saved(Hv, Hk, dk, dv),
-             state=Hv * dk * dv, **_roles("gdn_scan", where[1]))
+             saved_once=((2 * Hv, "f32"),), state=Hv * dk * dv,
+             **_roles("gdn_scan", where[1]))
     op = norm(c + "norm", where, "linear_attn.norm", dv, "rmsnorm", False, True)
     yield dataclasses.replace(op, saved=_gdn_norm_saved(Hv, dv))
     yield linear(c + "out_proj", where, "linear_attn.out_proj", Hv * dv, D, False)
@@ -200,10 +202,15 @@ def _GDN_CONV_SAVED(C: int) -> tuple[tuple[int, str], ...]:
 
 
 def _gdn_scan_saved(Hv: int, Hk: int, dk: int, dv: int) -> tuple[tuple[int, str], ...]:
-    """Per token, what the scan's inputs keep (set from the reference, see reference.model
-    ``GDNScan``); the chunk-shaped temporaries are ``ops.gdn_saved_bytes``."""
-    return ()
+    """Per token, what the scan (reference/model.py ``GDNScan``, fp32 inside) keeps besides its
+    chunk-shaped temporaries (``ops.gdn_saved_bytes``): beta = sigmoid(b), softplus's input
+    and output (Hv each), and each L2 norm's input and 1/|x| over the Hv heads (q and k
+    repeated from the Hk key heads: Hv (dk + 1) each)."""
+    return ((3 * Hv + 2 * Hv * (dk + 1), "f32"),)
 
 
 def _gdn_norm_saved(Hv: int, dv: int) -> tuple[tuple[int, str], ...]:
-    return ()
+    """Per token, the gated RMSNorm over each value head (``GDNNorm``): its fp32 input, 1/rms
+    per head and the fp32 gate z (fp32 copies, or in an fp32 model the tensors themselves),
+    the normalised input and the scaled one in the activation dtype, silu(z) in fp32."""
+    return ((Hv * (3 * dv + 1), "f32"), (2 * Hv * dv, "a"))

@@ -290,6 +290,9 @@ class Op:
         if self.kind == "ssd_scan":
             total += ssd_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
                                      self.chunk)
+        if self.kind == "gdn_scan":
+            total += gdn_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
+                                     self.chunk)
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
@@ -362,6 +365,27 @@ def gdn_flops(batch: int, seq: int, heads: int, dk: int, dv: int, chunk: int) ->
     return fwd, 2 * fwd + solve - 4 * 2 * batch * heads * chunk * dk * dv
 
 
+def gdn_saved_bytes(batch: int, seq: int, heads: int, dk: int, dv: int, chunk: int) -> int:
+    """Bytes the chunked gated delta rule (reference/model.py ``GDNScan``, fp32 inside) keeps
+    for backward beyond its per-token inputs (``Op.saved``), over c = ceil(S/Q) chunks of Q
+    positions, H value heads:
+
+        per padded position (B c Q) and head, fp32: k, q, beta k, the solve's w (dk each);
+        v, the solve's u, u - w S (dv each); beta and two decay vectors (for beta k and q)
+        per chunk and head, fp32: the Q x Q decays, both raw products ((beta k) k^T, q k^T),
+        the UT system and the masked scores (5 Q^2); the state entering the chunk (dk dv)
+        with more than one chunk (c > 1), besides: the decayed q and k (dk each per padded
+        position), k's decay vector (1) and each chunk's total decay (1 per chunk): chunk 0
+        reads a zero state (which needs no gradient of q) and the last state update feeds
+        nothing, so with one chunk nothing keeps them
+        once: the Q x Q causal mask (bool)
+    """
+    c = -(-seq // chunk)
+    padded = batch * c * chunk * heads * ((4 + 2 * (c > 1)) * dk + 3 * dv + 3 + (c > 1))
+    chunks = batch * c * heads * (5 * chunk * chunk + (c > 1) + dk * dv)
+    return 4 * (padded + chunks) + chunk * chunk
+
+
 def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> int:
     """Bytes the chunked SSD (reference/model.py ``SSDScan``, fp32 inside) keeps for backward
     beyond its per-token inputs (``Op.saved``), over c = ceil(S/Q) chunks of Q positions:
@@ -393,9 +417,8 @@ def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
 
 
 #: op kinds with matmul-like FLOPs (FlopCounterMode counts them: mm, bmm, convolution)
-FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan", "gdn_scan",
-              "rel_scores",
-              "weight_product")
+FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan",
+              "gdn_scan", "rel_scores", "weight_product")
 
 #: op kinds whose saved tensors live inside a TP region (split over t in any case)
 TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")
