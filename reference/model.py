@@ -1027,8 +1027,13 @@ class GatedDeltaNet(nn.Module):
         Hv, dv, Hk, dk = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state
         self.split = [Hk * dk, Hk * dk, Hv * dv, Hv * dv]
         self.shape = (Hv, dv, Hk, dk)
-        self.in_proj_qkvz = nn.Linear(D, 2 * Hk * dk + 2 * Hv * dv, bias=False, dtype=dtype)
-        self.in_proj_ba = nn.Linear(D, 2 * Hv, bias=False, dtype=dtype)
+        lin = lambda o: nn.Linear(D, o, bias=False, dtype=dtype)  # noqa: E731
+        self.fused = not cfg.gdn_split_proj
+        if self.fused:  # Qwen3-Next
+            self.in_proj_qkvz, self.in_proj_ba = lin(2 * Hk * dk + 2 * Hv * dv), lin(2 * Hv)
+        else:  # Qwen3.5
+            self.in_proj_qkv, self.in_proj_z = lin(2 * Hk * dk + Hv * dv), lin(Hv * dv)
+            self.in_proj_b, self.in_proj_a = lin(Hv), lin(Hv)
         self.conv1d = CausalConv1d(2 * Hk * dk + Hv * dv, k, False, dtype)
         self.scan = GDNScan(Hv, Hk, dk, dv, cfg.ssm_chunk, dtype)
         self.norm = GDNNorm(dv, dtype)
@@ -1037,9 +1042,14 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x):
         B, S = x.shape[:2]
         Hv, dv, Hk, dk = self.shape
-        q, k, v, z = self.in_proj_qkvz(x).split(self.split, dim=-1)
-        b, a = self.in_proj_ba(x).chunk(2, dim=-1)
-        q, k, v = self.conv1d(torch.cat((q, k, v), dim=-1)).split(self.split[:3], dim=-1)
+        if self.fused:
+            q, k, v, z = self.in_proj_qkvz(x).split(self.split, dim=-1)
+            b, a = self.in_proj_ba(x).chunk(2, dim=-1)
+            qkv = torch.cat((q, k, v), dim=-1)
+        else:
+            qkv, z, b, a = (self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x),
+                            self.in_proj_a(x))
+        q, k, v = self.conv1d(qkv).split(self.split[:3], dim=-1)
         y = self.scan(q.view(B, S, Hk, dk), k.view(B, S, Hk, dk), v.view(B, S, Hv, dv), a, b)
         y = self.norm(y.to(x.dtype), _copy(z.view(B, S, Hv, dv)))
         return self.out_proj(y.reshape(B, S, Hv * dv))

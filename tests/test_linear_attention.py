@@ -67,7 +67,63 @@ def qwen3_next(draw):
     return raw
 
 
-STRATEGIES = {"qwen3_next": qwen3_next()}
+@st.composite
+def qwen3_5_text(draw, moe: bool = False):
+    """Qwen3.5 (dense) or Qwen3.5-MoE text configs: Qwen3-Next's layer fields, their own FFN."""
+    raw = draw(qwen3_next())
+    for key in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"):
+        raw.pop(key, None)
+    raw["model_type"] = "qwen3_5_moe_text" if moe else "qwen3_5_text"
+    if moe:
+        del raw["intermediate_size"]
+        experts = draw(st.integers(1, 4))
+        raw |= {"num_experts": experts, "num_experts_per_tok": draw(st.integers(1, experts)),
+                "moe_intermediate_size": draw(st.integers(1, 12)),
+                "shared_expert_intermediate_size": draw(st.integers(1, 12))}
+    return raw
+
+
+@st.composite
+def multimodal(draw, moe: bool = False):
+    """The multimodal config (qwen3_5, qwen3_5_moe): the text fields in text_config."""
+    text = draw(qwen3_5_text(moe))
+    tie = text.pop("tie_word_embeddings", None)
+    raw = {"model_type": "qwen3_5_moe" if moe else "qwen3_5", "text_config": text}
+    if tie is not None:
+        raw["tie_word_embeddings"] = tie
+    return raw
+
+
+STRATEGIES = {"qwen3_next": qwen3_next(), "qwen3_5_text": qwen3_5_text(),
+              "qwen3_5_moe_text": qwen3_5_text(moe=True)}
+#: multimodal configs whose language model txcalc reads (vision towers are not counted)
+MULTIMODAL = {"qwen3_5": multimodal(), "qwen3_5_moe": multimodal(moe=True)}
+
+
+def language_model_numel(raw: dict) -> int:
+    """Parameters of the checkpoint's class (``*ForConditionalGeneration``, which ties the
+    head as the top-level ``tie_word_embeddings`` says) without its vision tower."""
+    import warnings
+
+    from .hf_models import hf_config
+    cls = {"qwen3_5": "Qwen3_5ForConditionalGeneration",
+           "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}[raw["model_type"]]
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(transformers, cls)(hf_config(raw))
+    return numel(model) - sum(p.numel() for n, p in model.named_parameters()
+                              if n.startswith("model.visual."))
+
+
+@pytest.mark.parametrize("model_type", sorted(MULTIMODAL))
+@SETTINGS
+@given(data=st.data())
+def test_multimodal_language_model_params_equal_hf(model_type, data):
+    raw = data.draw(MULTIMODAL[model_type], label="config.json")
+    assert count_params(from_hf_dict(raw)).total == language_model_numel(raw)
+    assert count_params(from_hf_dict({"model_type": model_type})).total == \
+        language_model_numel({"model_type": model_type})
 
 
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))

@@ -138,6 +138,9 @@ class ModelConfig:
     #: a sigmoid gate on the attention output, from a second half of q_proj (Qwen3-Next's
     #: gated attention: q_proj D -> 2 H h, o_proj reads core * sigmoid(gate))
     attn_out_gate: bool = False
+    #: Gated DeltaNet input projections as four Linears (Qwen3.5: in_proj_qkv, in_proj_z,
+    #: in_proj_b, in_proj_a) instead of two (Qwen3-Next: in_proj_qkvz, in_proj_ba)
+    gdn_split_proj: bool = False
     # --- structures of issue 12 part 1 (Gemma 3, Llama 4, gpt-oss, OLMo 2/3, EXAONE 4, Cohere) -----
     nope_layers: tuple[int, ...] = ()  #: layers without rotary positions (Llama 4 NoPE layers)
     attn_sinks: bool = False  #: a learned sink logit per head in every softmax (gpt-oss)
@@ -454,7 +457,7 @@ _SSM_INTS = {"ssm_d_inner": (0, MAX_WIDTH), "ssm_state": (0, MAX_WIDTH),
              "ssm_heads": (0, MAX_HEADS), "ssm_groups": (1, MAX_HEADS),
              "ssm_chunk": (1, MAX_WIDTH), "ssm_conv": (1, MAX_SMALL)}
 _SSM_BOOLS = ("ssm_conv_bias", "ssm_bias", "ssm_out_bias", "ssm_dt_norms", "ssm_gated_norm",
-              "attn_out_gate")
+              "attn_out_gate", "gdn_split_proj")
 
 
 def _hybrid_problems(cfg: ModelConfig) -> list[str]:

@@ -1830,7 +1830,24 @@ def _qwen3_next(f: _Fields) -> dict[str, Any]:
     ``decoder_sparse_step`` say (or with 0 experts)."""
     _defaults(f, hidden_size=2048, intermediate_size=5632, num_hidden_layers=48,
               num_attention_heads=16, vocab_size=151936)
-    out = _llama_like(f, max_pos=32768, kv_heads=2, head_dim=256)
+    out = _qwen3_next_layers(f, _llama_like(f, max_pos=32768, kv_heads=2, head_dim=256))
+    n = out["n_layers"]
+    _defaults(f, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+              shared_expert_intermediate_size=512)
+    moe = _moe_qwen(f, n, shared=True)  # {} with 0 experts: every layer dense
+    dense = set(moe.get("dense_layers", ()))
+    step = moe.get("moe_every", 1)
+    ffns = tuple("moe" if moe and i not in dense and (i + 1) % step == 0 else "mlp"
+                 for i in range(n))
+    if "moe" not in ffns:
+        moe = {}
+    return out | moe | {"ffns": ffns}
+
+
+def _qwen3_next_layers(f: _Fields, out: dict[str, Any]) -> dict[str, Any]:
+    """The mixers of Qwen3-Next and Qwen3.5: ``layer_types``, else every
+    ``full_attention_interval``-th layer (default 4) attends (gated attention, per-head q/k
+    RMSNorms) and the others are Gated DeltaNet layers."""
     n = out["n_layers"]
     interval = f.int("full_attention_interval", 4)
     types = f.get("layer_types", ["linear_attention" if (i + 1) % interval else "full_attention"
@@ -1847,16 +1864,33 @@ def _qwen3_next(f: _Fields) -> dict[str, Any]:
                ssm_heads=hv, ssm_head_dim=dv, ssm_groups=hk, ssm_state=dk,
                ssm_d_inner=hv * dv, ssm_conv=f.int("linear_conv_kernel_dim", 4),
                ssm_chunk=64)  # torch_chunk_gated_delta_rule's chunk_size, not a config field
-    _defaults(f, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
-              shared_expert_intermediate_size=512)
-    moe = _moe_qwen(f, n, shared=True)  # {} with 0 experts: every layer dense
-    dense = set(moe.get("dense_layers", ()))
-    step = moe.get("moe_every", 1)
-    ffns = tuple("moe" if moe and i not in dense and (i + 1) % step == 0 else "mlp"
-                 for i in range(n))
-    if "moe" not in ffns:
-        moe = {}
-    return out | moe | {"ffns": ffns}
+    return out
+
+
+def _qwen3_5_text(f):
+    """Qwen3.5's language model: Qwen3-Next's layers (Gated DeltaNet every layer but each
+    ``full_attention_interval``-th, gated attention) with the DeltaNet's input projected by
+    four Linears, and a dense SwiGLU MLP in every layer."""
+    _defaults(f, hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
+              num_attention_heads=16, vocab_size=248320)
+    out = _qwen3_next_layers(f, _llama_like(f, max_pos=32768, kv_heads=4, head_dim=256))
+    return out | {"gdn_split_proj": True, "ffns": ("mlp",) * out["n_layers"]}
+
+
+def _qwen3_5_moe_text(f):
+    """Qwen3.5-MoE's language model: as Qwen3.5, with a MoE of SwiGLU experts and a gated
+    shared expert in every layer (no dense layers, ``intermediate_size`` unused)."""
+    _defaults(f, hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
+              vocab_size=248320, num_experts=256, num_experts_per_tok=8,
+              moe_intermediate_size=512, shared_expert_intermediate_size=512)
+    f.raw.setdefault("intermediate_size", f.raw["moe_intermediate_size"])  # read, unused
+    out = _qwen3_next_layers(f, _llama_like(f, max_pos=32768, kv_heads=2, head_dim=256))
+    n = out["n_layers"]
+    return out | {"gdn_split_proj": True, "ffns": ("moe",) * n, "n_experts": f.int("num_experts"),
+                  "top_k": f.int("num_experts_per_tok"),
+                  "moe_d_ff": f.int("moe_intermediate_size"),
+                  "shared_d_ff": f.int("shared_expert_intermediate_size"),
+                  "shared_expert_gate": True}
 
 
 #: sizes of this block's types that must be positive when given (read by ``_Fields.int``)
@@ -1864,5 +1898,9 @@ _POSITIVE = _POSITIVE | {"linear_num_key_heads", "linear_num_value_heads", "line
                          "linear_value_head_dim", "linear_conv_kernel_dim",
                          "full_attention_interval"}
 #: model_type -> converter of this block, merged into ``hf.CONVERTERS``
-LINEAR_ATTENTION_CONVERTERS = {"qwen3_next": _qwen3_next}
+LINEAR_ATTENTION_CONVERTERS = {
+    "qwen3_next": _qwen3_next, "qwen3_5_text": _qwen3_5_text,
+    "qwen3_5_moe_text": _qwen3_5_moe_text,
+    # the multimodal configs: their text_config's language model (as qwen3_vl's)
+    "qwen3_5": _vl_text(_qwen3_5_text), "qwen3_5_moe": _vl_text(_qwen3_5_moe_text)}
 CONVERTERS.update(LINEAR_ATTENTION_CONVERTERS)

@@ -154,14 +154,17 @@ def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
 
         op           | operation                          | params         | forward FLOPs
         -------------|------------------------------------|----------------|----------------
-        in_proj_qkvz | D -> q, k (Hk dk each), v, z (Hv dv)| D(2Hk dk+2Hv dv)| 2T D (..)
+        in_proj_qkvz | D -> q, k (Hk dk each), v, z (Hv dv)| D(C + Hv dv)   | 2T D (C + Hv dv)
         in_proj_ba   | D -> beta, a (Hv each)             | 2 D Hv         | 2T D 2Hv
         conv1d       | depthwise causal conv over q, k, v | C k (no bias)  | 2B (S+k-1) C k
         scan         | chunked gated delta rule           | dt_bias, A_log | ``ops.gdn_flops``
         norm         | RMSNorm over dv, * silu(z)         | dv             | -
         out_proj     | Hv dv -> D                         | Hv dv D        | 2T Hv dv D
 
-    The decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b) are elementwise.
+    Qwen3.5 (``gdn_split_proj``) projects with four Linears instead: in_proj_qkv (D -> C),
+    in_proj_z (D -> Hv dv), in_proj_b and in_proj_a (D -> Hv each): the same parameters and
+    FLOPs. The decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b) are
+    elementwise.
     Serving state (HF's cache): the conv's last k inputs (C x k) and the recurrent state
     (Hv x dk x dv, which HF's torch path and FLA keep in fp32 whatever the model dtype:
     ``kv_cache_bytes`` stores all state in the KV dtype, so it is exact for fp32 caches and
@@ -170,10 +173,11 @@ def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
     Hv, dv, Hk, dk = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state
     C = 2 * Hk * dk + Hv * dv
     c = p + "linear_attn."
-    yield linear(c + "in_proj_qkvz", where, "linear_attn.in_proj_qkvz", D,
-                 2 * Hk * dk + 2 * Hv * dv, False)
-    yield linear(c + "in_proj_ba", where, "linear_attn.in_proj_ba", D, 2 * Hv, False,
-                 shares_input=True)
+    widths = (("in_proj_qkv", C), ("in_proj_z", Hv * dv), ("in_proj_b", Hv), ("in_proj_a", Hv)) \
+        if cfg.gdn_split_proj else (("in_proj_qkvz", C + Hv * dv), ("in_proj_ba", 2 * Hv))
+    for n, (name, width) in enumerate(widths):  # the later ones read the first one's input
+        yield linear(c + name, where, "linear_attn." + name, D, width, False,
+                     shares_input=n > 0)
     yield conv1d(c + "conv1d", where, "linear_attn.conv1d", C, k, False,
                  saved=_GDN_CONV_SAVED(C))
     # once per forward: exp(A_log) and -exp(A_log) (Hv each, fp32)
