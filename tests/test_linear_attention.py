@@ -240,3 +240,49 @@ def test_bad_configs_are_config_errors_naming_the_field(raw, match):
     from txcalc.errors import ConfigError
     with pytest.raises(ConfigError, match=match):
         from_hf_dict(raw)
+
+
+# --- config files holding Infinity (transformers writes time_step_limit [0.0, Infinity]) ------
+
+
+DATA = __import__("pathlib").Path(__file__).parent / "data" / "hf"
+
+
+@pytest.mark.parametrize("name", ["falcon-h1-34b", "nemotron-h-56b"])
+def test_a_real_config_with_infinity_loads_and_equals_its_preset(name, capsys):
+    """Mamba-2 hybrids' configs hold ``"time_step_limit": [0.0, Infinity]`` (Python's
+    json.dumps of HF's default): the CLI reads them; the count equals the preset's and HF's."""
+    import json
+
+    import txcalc
+    from txcalc.cli import main
+
+    from .hf_models import hf_model
+    text = (DATA / f"{name}.json").read_text()
+    assert "Infinity" in text
+    assert main(["params", str(DATA / f"{name}.json"), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)
+    assert txcalc.params(txcalc.load(DATA / f"{name}.json")).total == txcalc.params(name).total
+    assert txcalc.params(name).total == numel(hf_model(json.loads(text)))
+    assert total  # a JSON answer, strict (no Infinity reaches stdout)
+
+
+@pytest.mark.parametrize("field,token", [("hidden_size", "Infinity"),
+                                         ("mamba_d_state", "-Infinity"),
+                                         ("attention_dropout", "Infinity"),
+                                         ("time_step_limit", "NaN")])
+def test_infinity_in_a_field_txcalc_reads_is_refused_naming_it(tmp_path, capsys, field, token):
+    """An infinity is accepted only where txcalc reads nothing (time_step_limit): in a size or
+    a probability it is a one-line error naming the field and the value as the file spells
+    it; NaN is refused everywhere (no HF default is NaN)."""
+    import json
+
+    from txcalc.cli import main
+    raw = json.loads((DATA / "falcon-h1-34b.json").read_text())
+    raw[field] = "@TOKEN@"
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(raw).replace('"@TOKEN@"', token))
+    assert main(["params", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert token in err and (field in err or token == "NaN"), err
