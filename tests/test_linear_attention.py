@@ -269,7 +269,7 @@ def test_a_real_config_with_infinity_loads_and_equals_its_preset(name, capsys):
 
 @pytest.mark.parametrize("field,token", [("hidden_size", "Infinity"),
                                          ("mamba_d_state", "-Infinity"),
-                                         ("attention_dropout", "Infinity"),
+                                         ("num_key_value_heads", "Infinity"),
                                          ("time_step_limit", "NaN")])
 def test_infinity_in_a_field_txcalc_reads_is_refused_naming_it(tmp_path, capsys, field, token):
     """An infinity is accepted only where txcalc reads nothing (time_step_limit): in a size or
