@@ -20,8 +20,8 @@ from txcalc.memory import kv_cache_bytes
 from txcalc.workload import Workload
 
 from .hf_models import numel
-from .test_hybrids import (EXAMPLES, LAYERS, SETTINGS, VOCAB, cache_bytes, hf_causal_lm,
-                           hf_train_step_flops, maybe)
+from .test_hybrids import (EXAMPLES, HYBRID_STRATEGIES, LAYERS, SETTINGS, VOCAB, cache_bytes,
+                           hf_causal_lm, hf_train_step_flops, maybe)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -170,6 +170,31 @@ def test_serving_state_after_generate_equals_hf_cache(model_type, data):
                              return_dict_in_generate=True, pad_token_id=0)
     context = prompt + new - 1  # the last token generated is never fed back
     assert cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, context, batch, "fp32")
+
+
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES) + sorted(HYBRID_STRATEGIES))
+@settings(max_examples=max(3, EXAMPLES // 4), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_bf16_serving_state_keeps_the_recurrent_state_in_fp32(model_type, data):
+    """A bf16 model's cache: keys, values and conv states in bf16, the SSM / recurrent state
+    in fp32 (HF's cache; the Mamba kernels and FLA do the same), for every hybrid type."""
+    import warnings
+    strategy = STRATEGIES.get(model_type) or HYBRID_STRATEGIES[model_type]
+    raw = data.draw(strategy, label="config.json")
+    cfg = from_hf_dict(raw)
+    batch = data.draw(st.integers(1, 2), label="batch")
+    prompt = data.draw(st.integers(1, 6), label="prompt")
+    new = data.draw(st.integers(1, 3), label="new tokens")
+    torch.manual_seed(0)
+    model = hf_causal_lm(raw, "cpu").to(torch.bfloat16).eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                             return_dict_in_generate=True, pad_token_id=0)
+    assert cache_bytes(out.past_key_values) == \
+        kv_cache_bytes(cfg, prompt + new - 1, batch, "bf16")
 
 
 # --- the reference model (reference/model.py) builds the same mixers under the engine's paths --

@@ -48,9 +48,10 @@ E x N fp32 tensors per token (exp(dt A) and h_t), ``_mamba_scan_saved``; Mamba-2
 keeps chunk-shaped temporaries, ``ops.ssd_saved_bytes``. Fused kernels (mamba_ssm) keep far
 less; they are not modelled.
 
-Serving state (``Op.state``, elements per sequence, constant in context): the conv1d keeps its
-last k inputs (HF's cache: conv_state [B, C, k]), the scan its SSM state (Mamba: E x N;
-Mamba-2: H x P x N).
+Serving state (elements per sequence, constant in context): the conv1d keeps its last k inputs
+(HF's cache: conv_state [B, C, k], ``Op.state``, in the KV dtype), the scan its SSM state
+(Mamba: E x N; Mamba-2: H x P x N; ``Op.state_fp32``), which HF's cache keeps in fp32 whatever
+the model's dtype (as the Mamba kernels' reference path and FLA do).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def mamba(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) ->
             yield norm(c + name, where, "mamba." + name, width, "rmsnorm", False, True)
     yield linear(c + "dt_proj", where, "mamba.dt_proj", R, E, True)
     yield Op(c + "scan", "ssm_scan", where[0], where[1], "mamba.scan", E * N + E, 1, 1, E, N,
-             saved=_mamba_scan_saved(E, N), saved_once=((2 * E * N, "f32"),), state=E * N,
+             saved=_mamba_scan_saved(E, N), saved_once=((2 * E * N, "f32"),), state_fp32=E * N,
              **_roles("ssm_scan", where[1]))
     yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
@@ -118,7 +119,8 @@ def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -
     # temporaries: ops.ssd_saved_bytes; once: exp(A_log) and A (H each)
     yield Op(c + "scan", "ssd_scan", where[0], where[1], "mamba.scan", 3 * H, 1, 1, P, N,
              heads=H, chunk=cfg.ssm_chunk, saved=((H, "a"), (H + E, "f32")),
-             saved_once=((2 * H, "f32"),), state=H * P * N, **_roles("ssd_scan", where[1]))
+             saved_once=((2 * H, "f32"),), state_fp32=H * P * N,
+             **_roles("ssd_scan", where[1]))
     # y * silu(z) in fp32 (z upcast: a copy unless fp32, where z is part of in_proj's output,
     # already saved), then RMSNorm over G groups: y, silu(z), their product, 1/rms per group,
     # the normalised product in the activation dtype for the scale
@@ -165,10 +167,8 @@ def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
     in_proj_z (D -> Hv dv), in_proj_b and in_proj_a (D -> Hv each): the same parameters and
     FLOPs. The decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b) are
     elementwise.
-    Serving state (HF's cache): the conv's last k inputs (C x k) and the recurrent state
-    (Hv x dk x dv, which HF's torch path and FLA keep in fp32 whatever the model dtype:
-    ``kv_cache_bytes`` stores all state in the KV dtype, so it is exact for fp32 caches and
-    under-counts this state by half in bf16)."""
+    Serving state (HF's cache): the conv's last k inputs (C x k, in the KV dtype) and the
+    recurrent state (Hv x dk x dv), in fp32 whatever the model dtype (HF's torch path, FLA)."""
     D, k = cfg.d_model, cfg.ssm_conv
     Hv, dv, Hk, dk = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state
     C = 2 * Hk * dk + Hv * dv
@@ -183,7 +183,7 @@ def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
     # once per forward: exp(A_log) and -exp(A_log) (Hv each, fp32)
     yield Op(c + "scan", "gdn_scan", where[0], where[1], "linear_attn.scan", 2 * Hv, 1, 1,
              dk, dv, heads=Hv, chunk=cfg.ssm_chunk, saved=_gdn_scan_saved(Hv, Hk, dk, dv),
-             saved_once=((2 * Hv, "f32"),), state=Hv * dk * dv,
+             saved_once=((2 * Hv, "f32"),), state_fp32=Hv * dk * dv,
              **_roles("gdn_scan", where[1]))
     op = norm(c + "norm", where, "linear_attn.norm", dv, "rmsnorm", False, True)
     yield dataclasses.replace(op, saved=_gdn_norm_saved(Hv, dv))

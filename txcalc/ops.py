@@ -89,6 +89,9 @@ class Op:
     #: serving state this op keeps per sequence, in elements, constant in context: the
     #: conv1d's last inputs, the scan's SSM state (read by ``memory.kv_cache_bytes``)
     state: int = 0
+    #: serving state kept in fp32 whatever the KV dtype, elements per sequence: the recurrent
+    #: (SSM) state of a scan, which HF's cache, the Mamba kernels and FLA keep in fp32
+    state_fp32: int = 0
     #: saved for backward once per forward, not per row: a tensor derived from a parameter
     #: (Mamba's A = -exp(A_log), E x N); same (width, dtype tag) form as ``saved``
     saved_once: tuple[tuple[int, str], ...] = ()
