@@ -323,7 +323,8 @@ class Attention(nn.Module):
         h = cfg.stack_head_dim(stack)
         self.H, self.K, self.h, self.cross = H, K, h, cross
         lin = lambda i, o, b: nn.Linear(i, o, bias=b, dtype=dtype)  # noqa: E731
-        self.q_proj = lin(D, H * h, cfg.qkv_bias)
+        self.gate = cfg.attn_out_gate and not cross
+        self.q_proj = lin(D, (2 if self.gate else 1) * H * h, cfg.qkv_bias)
         self.k_proj = lin(D, K * h, cfg.qkv_bias and cfg.k_proj_bias)
         self.v_proj = lin(D, K * h, cfg.qkv_bias)
         self.rotary = Rotary() if rotary else None
@@ -361,6 +362,10 @@ class Attention(nn.Module):
                 causal: bool = False):
         B, S = x.shape[:2]
         q = self.q_proj(x)
+        gate = None
+        if self.gate:  # Qwen3-Next: per head, the query's h then its gate's h
+            q, gate = (_copy(t) for t in q.view(B, S, self.H, 2 * self.h).chunk(2, dim=-1))
+            q, gate = q.view(B, S, -1), torch.sigmoid(gate.view(B, S, -1))
         if self.qk_norm == "full":
             q = self.q_norm(q)
         q = q.view(B, S, self.H, self.h)
@@ -380,7 +385,10 @@ class Attention(nn.Module):
                     (k, v), k_pos = cache.update((k, v), ctx.q_pos)
                     bias, causal = ctx.bias_for(cache.window, k_pos), False
         out = attend(self.core, q, k, v, bias, causal, self.sinks)
-        return drop(self, self.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
+        out = out.transpose(1, 2).reshape(B, S, -1)
+        if gate is not None:  # the product keeps the core's output and the sigmoid's
+            out = _copy(out) * gate
+        return drop(self, self.o_proj(out))
 
 
 class HeadNorm(nn.Module):
@@ -926,6 +934,127 @@ class ShortConv(nn.Module):
         return self.out_proj(C * self.conv1d(B * xs))
 
 
+def _l2norm(x):
+    """q or k over its head width, as FLA and HF (eps 1e-6): saves x and 1/|x| (fp32)."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+class GDNScan(nn.Module):
+    """The chunked gated delta rule (Yang, Kautz and Hatamizadeh 2024, arXiv:2412.06464; the
+    algorithm of HF's ``torch_chunk_gated_delta_rule``, Qwen3-Next), in fp32, at chunk length
+    Q, with the products of ``ops.gdn_flops``: per chunk the UT system (beta k) k^T and the
+    scores q k^T (both masked by the decays), two unit-triangular solves, then a sequential
+    pass over the chunks (w S, q S, scores (u - w S), k^T (u - w S)). Owns dt_bias and A_log
+    (one per value head): the decay g = -exp(A_log) softplus(a + dt_bias), beta =
+    sigmoid(b)."""
+
+    def __init__(self, Hv: int, Hk: int, dk: int, dv: int, Q: int, dtype):
+        super().__init__()
+        self.Hv, self.Hk, self.dk, self.dv, self.Q = Hv, Hk, dk, dv, Q
+        self.dt_bias = nn.Parameter(torch.ones(Hv, dtype=dtype))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, Hv + 1, dtype=torch.float32)).to(dtype))
+
+    def forward(self, q, k, v, a, b):
+        # q, k: (B, S, Hk, dk); v: (B, S, Hv, dv); a, b: (B, S, Hv)
+        B, S = q.shape[:2]
+        H, Q, dk, dv = self.Hv, self.Q, self.dk, self.dv
+        c = -(-S // Q)
+        pad = c * Q - S
+        beta = torch.sigmoid(b.float())
+        g = -torch.exp(self.A_log.float()) * F.softplus(a.float() + self.dt_bias.float())
+        r = H // self.Hk
+        heads = lambda t: _copy(t.float().repeat_interleave(r, dim=2).transpose(1, 2))  # noqa
+        q = _l2norm(heads(q)) * dk ** -0.5  # (B, H, S, dk)
+        k = _l2norm(heads(k))
+        v = _copy(v.float().transpose(1, 2))  # (B, H, S, dv)
+        beta, g = beta.transpose(1, 2), g.transpose(1, 2)  # (B, H, S)
+        chunked = lambda t: F.pad(t, (0, 0, 0, pad)).view(B, H, c, Q, t.shape[-1])  # noqa
+        q, k, v = chunked(q), chunked(k), chunked(v)
+        beta = F.pad(beta, (0, pad)).view(B, H, c, Q, 1)
+        cum = torch.cumsum(F.pad(g, (0, pad)).view(B, H, c, Q), dim=-1)
+        k_beta, v_beta = k * beta, v * beta
+        keep = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=q.device))
+        decays = torch.exp((cum[..., :, None] - cum[..., None, :]).masked_fill(~keep, -torch.inf))
+        kt = k.transpose(-1, -2)
+        ut = torch.matmul(k_beta, kt) * decays
+        scores = torch.matmul(q, kt) * decays
+        u = torch.linalg.solve_triangular(ut, v_beta, upper=False, unitriangular=True)
+        w = torch.linalg.solve_triangular(ut, k_beta * torch.exp(cum)[..., None], upper=False,
+                                          unitriangular=True)
+        q = q * torch.exp(cum)[..., None]
+        # the state updates: with one chunk, only the last one, which feeds nothing in
+        # training; HF computes it all the same (its FLOPs count) and drops its graph at
+        # once: computed without one here
+        updates = torch.is_grad_enabled() and c > 1
+        with torch.set_grad_enabled(updates):
+            k = k * torch.exp(cum[..., -1:] - cum)[..., None]
+            ends = torch.exp(cum[..., -1])[..., None, None]  # (B, H, c, 1, 1)
+        state = torch.zeros(B, H, dk, dv, device=q.device)
+        outs = []
+        for i in range(c):
+            v_new = u[:, :, i] - torch.matmul(w[:, :, i], state)
+            outs.append(torch.matmul(q[:, :, i], state) + torch.matmul(scores[:, :, i], v_new))
+            with torch.set_grad_enabled(updates and i < c - 1):
+                state = state * ends[:, :, i] + torch.matmul(k[:, :, i].transpose(-1, -2),
+                                                             v_new)
+        y = torch.stack(outs, 2).view(B, H, c * Q, dv)[:, :, :S]
+        return _copy(y.transpose(1, 2))  # (B, S, H, dv), fp32
+
+
+class GDNNorm(nn.Module):
+    """Qwen3-Next's gated RMSNorm over each value head (dv): RMSNorm in fp32, the scale in the
+    activation dtype, then * silu(z) in fp32, cast back."""
+
+    def __init__(self, width: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype))
+
+    def forward(self, y, z):
+        dtype = z.dtype
+        y = y.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+        y = self.weight * y.to(dtype)
+        return (y * F.silu(z.float())).to(dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3-Next's linear attention under the engine's paths: ``linear_attn.{in_proj_qkvz,
+    in_proj_ba, conv1d, scan, norm, out_proj}`` (``txcalc.mixers.gated_deltanet``)."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, k = cfg.d_model, cfg.ssm_conv
+        Hv, dv, Hk, dk = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state
+        self.split = [Hk * dk, Hk * dk, Hv * dv, Hv * dv]
+        self.shape = (Hv, dv, Hk, dk)
+        lin = lambda o: nn.Linear(D, o, bias=False, dtype=dtype)  # noqa: E731
+        self.fused = not cfg.gdn_split_proj
+        if self.fused:  # Qwen3-Next
+            self.in_proj_qkvz, self.in_proj_ba = lin(2 * Hk * dk + 2 * Hv * dv), lin(2 * Hv)
+        else:  # Qwen3.5
+            self.in_proj_qkv, self.in_proj_z = lin(2 * Hk * dk + Hv * dv), lin(Hv * dv)
+            self.in_proj_b, self.in_proj_a = lin(Hv), lin(Hv)
+        self.conv1d = CausalConv1d(2 * Hk * dk + Hv * dv, k, False, dtype)
+        self.scan = GDNScan(Hv, Hk, dk, dv, cfg.ssm_chunk, dtype)
+        self.norm = GDNNorm(dv, dtype)
+        self.out_proj = nn.Linear(Hv * dv, D, bias=False, dtype=dtype)
+
+    def forward(self, x):
+        B, S = x.shape[:2]
+        Hv, dv, Hk, dk = self.shape
+        if self.fused:
+            q, k, v, z = self.in_proj_qkvz(x).split(self.split, dim=-1)
+            b, a = self.in_proj_ba(x).chunk(2, dim=-1)
+            qkv = torch.cat((q, k, v), dim=-1)
+        else:
+            qkv, z, b, a = (self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x),
+                            self.in_proj_a(x))
+        q, k, v = self.conv1d(qkv).split(self.split[:3], dim=-1)
+        y = self.scan(q.view(B, S, Hk, dk), k.view(B, S, Hk, dk), v.view(B, S, Hv, dv), a, b)
+        y = self.norm(y.to(x.dtype), _copy(z.view(B, S, Hv, dv)))
+        return self.out_proj(y.reshape(B, S, Hv * dv))
+
+
 class HybridBlock(nn.Module):
     """A block of a hybrid or state-space model (``cfg.mixers``/``cfg.ffns``; the engine's
     ``components.hybrid_block``): attn_norm -> attention and/or a Mamba mixer (their outputs
@@ -948,6 +1077,8 @@ class HybridBlock(nn.Module):
             self.mamba = Mamba2(cfg, dtype)
         elif kind == "conv":
             self.conv = ShortConv(cfg, dtype)
+        elif kind == "gdn":
+            self.linear_attn = GatedDeltaNet(cfg, dtype)
         if ffn != "none":
             self.mlp_norm = make_norm(cfg, D, dtype)
             if ffn == "moe":
@@ -975,6 +1106,8 @@ class HybridBlock(nn.Module):
                 out = m if out is None else out + m
             if hasattr(self, "conv"):
                 out = self.conv(h)
+            if hasattr(self, "linear_attn"):
+                out = self.linear_attn(h)
             x = x + out
         if hasattr(self, "mlp_norm"):
             m_in = self.mlp_norm(x)
@@ -982,7 +1115,7 @@ class HybridBlock(nn.Module):
         return x
 
     def new_caches(self):
-        if hasattr(self, "mamba") or hasattr(self, "conv"):
+        if hasattr(self, "mamba") or hasattr(self, "conv") or hasattr(self, "linear_attn"):
             from txcalc.errors import WorkloadError
             raise WorkloadError("the reference model does not decode state-space layers; "
                                 "tests/test_hybrids.py measures their state on HF's cache")

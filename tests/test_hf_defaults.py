@@ -25,8 +25,11 @@ from .test_hybrids import HYBRID_STRATEGIES as HYBRIDS
 from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES
 from .test_encoders import STRATEGIES as ENCODERS
 from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
+from .test_linear_attention import MULTIMODAL as LINEAR_MULTIMODAL
+from .test_linear_attention import STRATEGIES as LINEAR
 
-STRATEGIES = {**FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS, **SEQ2SEQ}
+STRATEGIES = {**FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS, **SEQ2SEQ, **LINEAR,
+              **LINEAR_MULTIMODAL}
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

@@ -56,6 +56,12 @@ PUBLISHED = [
     ("mixtral-8x7b", 47e9, 0.01),
     # Jamba-1.5 paper, arXiv:2408.12570, abstract and Table 1: 398B total (exact: 398.56B)
     ("jamba-1.5-large", 398e9, 0.002),
+    # Falcon-H1 report, arXiv:2507.22448, and model card: 34B (exact 33.64B: rounded, 1.1%)
+    ("falcon-h1-34b", 34e9, 0.011),
+    # Nemotron-H report, arXiv:2504.03624, and model card: 56B (exact 56.32B: rounded, 0.6%)
+    ("nemotron-h-56b", 56e9, 0.006),
+    # Qwen3-Next blog (qwenlm.github.io/blog/qwen3_next): 80B total (exact 79.67B, 0.4%)
+    ("qwen3-next-80b-a3b", 80e9, 0.005),
 ]
 
 

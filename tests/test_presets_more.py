@@ -60,11 +60,12 @@ LLAMA = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
 CLOSEST = [
     ({"model_type": "olmo4", **LLAMA}, ["olmo", "olmo2"], None),  # olmo2 is supported now
     ({"model_type": "llamma", **LLAMA}, ["llama"], None),
-    # Qwen3-Next's MoE fields are Qwen2-MoE's (shared expert with a gate, sparse step)
-    ({"model_type": "qwen3_next", **LLAMA, "num_experts": 8, "num_experts_per_tok": 2,
+    # Qwen3-Next's MoE fields are Qwen2-MoE's (shared expert with a gate, sparse step); a
+    # made-up successor (qwen3_next itself is supported now)
+    ({"model_type": "qwen4_next", **LLAMA, "num_experts": 8, "num_experts_per_tok": 2,
       "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
       "decoder_sparse_step": 1, "mlp_only_layers": [], "linear_num_value_heads": 4},
-     ["qwen3"], "qwen2_moe"),
+     ["qwen3_next"], "qwen2_moe"),
     # a GPT-2 file under another name: GPT-2's own field names
     ({"model_type": "my_gpt", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 128,
       "vocab_size": 100, "activation_function": "gelu_new"}, [], "gpt2"),

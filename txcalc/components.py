@@ -181,8 +181,9 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
     cross = name == "cross_attn"
     q_stream = _stream(where[0])
     kv_stream = "src" if cross else q_stream
-    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, cfg.qkv_bias, stream=q_stream,
-                 tp="colwise")
+    gate = cfg.attn_out_gate and not cross
+    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, (2 if gate else 1) * H * h,
+                 cfg.qkv_bias, stream=q_stream, tp="colwise")
     # cross-attention: every decoder block reads the same encoder output, saved once (block 0)
     k = linear(f"{p}{c}k_proj", where, c + "k_proj", D, K * h,
                cfg.qkv_bias and cfg.k_proj_bias, stream=kv_stream,
@@ -204,6 +205,10 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
                  recompute="full")
     if cfg.rel_span and not cross:
         yield from disentangled(cfg, p + c, where, c)
+    if gate:  # Qwen3-Next: core * sigmoid(gate); the product keeps both operands
+        yield dataclasses.replace(
+            elementwise(f"{p}{c}out_gate", where, c + "out_gate", "activation",
+                        ((2 * H * h, "a"),), q_stream), tp="colwise", act_split="tp")
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
                  tp="rowwise")
     if cfg.resid_dropout:
@@ -456,6 +461,8 @@ def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield from mixers.mamba2(cfg, p, where, shares_input=kind == "hybrid")
     elif kind == "conv":
         yield from mixers.short_conv(cfg, p, where)
+    elif kind == "gdn":
+        yield from mixers.gated_deltanet(cfg, p, where)
     if ffn == "none":
         return
     yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)

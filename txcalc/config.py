@@ -13,6 +13,7 @@ so every consumer reads plain integers.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
@@ -114,8 +115,9 @@ class ModelConfig:
     # --- state-space and hybrid layers (issue 12: Mamba, Mamba-2 and the hybrids) ------------
     #: per decoder layer, its token mixer: attention | mamba | mamba2 | hybrid (attention and
     #: Mamba-2 side by side on one norm, Falcon-H1) | conv (LFM2's gated short convolution,
-    #: kernel ssm_conv, bias ssm_bias) | none (an FFN-only layer, Nemotron-H); empty =
-    #: attention in every layer
+    #: kernel ssm_conv, bias ssm_bias) | gdn (Gated DeltaNet linear attention, Qwen3-Next:
+    #: ssm_heads value heads of ssm_head_dim, ssm_groups key heads of ssm_state, chunk
+    #: ssm_chunk) | none (an FFN-only layer, Nemotron-H); empty = attention in every layer
     mixers: tuple[str, ...] = ()
     #: per decoder layer, its FFN: mlp | moe | none (a mixer-only layer); empty = by the MoE
     #: fields (``is_moe_layer``)
@@ -133,6 +135,12 @@ class ModelConfig:
     ssm_out_bias: bool = False  #: bias on out_proj (Falcon-H1 ``projectors_bias``)
     ssm_dt_norms: bool = False  #: RMSNorms on dt, B and C after x_proj (Jamba)
     ssm_gated_norm: bool = True  #: Mamba-2: gated RMSNorm before out_proj (Falcon-H1 can drop it)
+    #: a sigmoid gate on the attention output, from a second half of q_proj (Qwen3-Next's
+    #: gated attention: q_proj D -> 2 H h, o_proj reads core * sigmoid(gate))
+    attn_out_gate: bool = False
+    #: Gated DeltaNet input projections as four Linears (Qwen3.5: in_proj_qkv, in_proj_z,
+    #: in_proj_b, in_proj_a) instead of two (Qwen3-Next: in_proj_qkvz, in_proj_ba)
+    gdn_split_proj: bool = False
     # --- structures of issue 12 part 1 (Gemma 3, Llama 4, gpt-oss, OLMo 2/3, EXAONE 4, Cohere) -----
     nope_layers: tuple[int, ...] = ()  #: layers without rotary positions (Llama 4 NoPE layers)
     attn_sinks: bool = False  #: a learned sink logit per head in every softmax (gpt-oss)
@@ -392,6 +400,8 @@ def _show(v) -> str:
         bits = abs(v).bit_length()  # str() of more than 4,300 digits raises: estimate those
         digits = len(str(abs(v))) if bits < 14000 else int(bits * 0.30103) + 1
         return f"{'-' if v < 0 else ''}about 10^{digits - 1}"
+    if isinstance(v, float) and not math.isfinite(v):  # as the JSON file spells it
+        return "NaN" if v != v else ("-Infinity" if v < 0 else "Infinity")
     text = repr(v)
     return text if len(text) <= 80 else text[:80] + "..."
 
@@ -471,7 +481,7 @@ def _size_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
-MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "none")
+MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "gdn", "none")
 FFNS = ("mlp", "moe", "none")
 
 
@@ -480,7 +490,8 @@ _SSM_INTS = {"ssm_d_inner": (0, MAX_WIDTH), "ssm_state": (0, MAX_WIDTH),
              "ssm_dt_rank": (0, MAX_WIDTH), "ssm_head_dim": (0, MAX_WIDTH),
              "ssm_heads": (0, MAX_HEADS), "ssm_groups": (1, MAX_HEADS),
              "ssm_chunk": (1, MAX_WIDTH), "ssm_conv": (1, MAX_SMALL)}
-_SSM_BOOLS = ("ssm_conv_bias", "ssm_bias", "ssm_out_bias", "ssm_dt_norms", "ssm_gated_norm")
+_SSM_BOOLS = ("ssm_conv_bias", "ssm_bias", "ssm_out_bias", "ssm_dt_norms", "ssm_gated_norm",
+              "attn_out_gate", "gdn_split_proj")
 
 
 def _hybrid_problems(cfg: ModelConfig) -> list[str]:
@@ -517,6 +528,17 @@ def _hybrid_problems(cfg: ModelConfig) -> list[str]:
                 out.append(f"{name} ({getattr(cfg, name)}) must be positive for Mamba layers")
     if "mamba" in kinds and cfg.ssm_dt_rank <= 0:
         out.append(f"ssm_dt_rank ({cfg.ssm_dt_rank}) must be positive for Mamba layers")
+    if "gdn" in kinds:
+        for name in ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups"):
+            if getattr(cfg, name) <= 0:
+                out.append(f"{name} ({getattr(cfg, name)}) must be positive for Gated "
+                           "DeltaNet layers")
+        if cfg.ssm_heads % cfg.ssm_groups:
+            out.append(f"ssm_heads ({cfg.ssm_heads}: value heads) must be divisible by "
+                       f"ssm_groups ({cfg.ssm_groups}: key heads) for Gated DeltaNet layers")
+        elif cfg.ssm_heads * cfg.ssm_head_dim != cfg.ssm_d_inner:
+            out.append(f"ssm_heads ({cfg.ssm_heads}) x ssm_head_dim ({cfg.ssm_head_dim}) must "
+                       f"equal ssm_d_inner ({cfg.ssm_d_inner}) for Gated DeltaNet layers")
     if kinds & {"mamba2", "hybrid"}:
         if cfg.ssm_heads * cfg.ssm_head_dim != cfg.ssm_d_inner:
             out.append(f"ssm_heads ({cfg.ssm_heads}) x ssm_head_dim ({cfg.ssm_head_dim}) must "

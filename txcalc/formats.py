@@ -598,7 +598,7 @@ def _compressed_tensors(qc: dict, where: str) -> Scheme:
 def scheme_from_config_file(path) -> tuple[Scheme | None, int]:
     """(the scheme of the file's quantization_config or None, num_nextn_predict_layers)."""
     from .safeio import read_json
-    raw = read_json(path, FormatError)
+    raw = read_json(path, FormatError, infinity=True)  # a HF config.json (see safeio)
     if not isinstance(raw, dict):
         return None, 0
     mtp = raw.get("num_nextn_predict_layers") or 0

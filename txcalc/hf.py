@@ -1856,7 +1856,7 @@ def load_hf_config(path: str | Path, head: str | None = None) -> ModelConfig:
     text = read_text(p, ConfigError)
     if not text.strip():
         raise ConfigError(f"{shown(p)}: empty file, expected a JSON object")
-    raw = parse_json(text, shown(p), ConfigError)
+    raw = parse_json(text, shown(p), ConfigError, infinity=True)
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown(p)}: expected a JSON object, got {type(raw).__name__}")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
@@ -1874,7 +1874,7 @@ import math  # noqa: E402
 def _number(f: _Fields, key: str, default: float) -> float:
     v = f.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{f.where}: field {key!r} ({v!r:.60}) must be a positive number")
+        raise ConfigError(f"{f.where}: field {key!r} ({_show(v)}) must be a positive number")
     return v
 
 
@@ -2120,3 +2120,91 @@ HYBRID_ALIASES: dict[str, dict[str, str]] = {
 
 CONVERTERS.update(HYBRID_CONVERTERS)
 _ALIASES.update(HYBRID_ALIASES)
+
+
+# === linear-attention hybrids (issue 12, branch arch): qwen3_next. Field names and defaults
+# are those of the transformers 5.x configuration classes; the costs live in txcalc/mixers.py
+# (``gated_deltanet``) and ops.py (``gdn_flops``). ============================================
+
+def _qwen3_next(f: _Fields) -> dict[str, Any]:
+    """Qwen3-Next: ``layer_types`` (else every ``full_attention_interval``-th layer, default
+    4, attends; the others are Gated DeltaNet), gated attention (q_proj doubled, sigmoid gate
+    on the output) with per-head q/k RMSNorms, and a Qwen2-MoE-style FFN: routed SwiGLU
+    experts plus a gated shared expert, dense where ``mlp_only_layers`` or
+    ``decoder_sparse_step`` say (or with 0 experts)."""
+    _defaults(f, hidden_size=2048, intermediate_size=5632, num_hidden_layers=48,
+              num_attention_heads=16, vocab_size=151936)
+    out = _qwen3_next_layers(f, _llama_like(f, max_pos=32768, kv_heads=2, head_dim=256))
+    n = out["n_layers"]
+    _defaults(f, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+              shared_expert_intermediate_size=512)
+    moe = _moe_qwen(f, n, shared=True)  # {} with 0 experts: every layer dense
+    dense = set(moe.get("dense_layers", ()))
+    step = moe.get("moe_every", 1)
+    ffns = tuple("moe" if moe and i not in dense and (i + 1) % step == 0 else "mlp"
+                 for i in range(n))
+    if "moe" not in ffns:
+        moe = {}
+    return out | moe | {"ffns": ffns}
+
+
+def _qwen3_next_layers(f: _Fields, out: dict[str, Any]) -> dict[str, Any]:
+    """The mixers of Qwen3-Next and Qwen3.5: ``layer_types``, else every
+    ``full_attention_interval``-th layer (default 4) attends (gated attention, per-head q/k
+    RMSNorms) and the others are Gated DeltaNet layers."""
+    n = out["n_layers"]
+    interval = f.int("full_attention_interval", 4)
+    types = f.get("layer_types", ["linear_attention" if (i + 1) % interval else "full_attention"
+                                  for i in range(n)] if interval > 0 else None)
+    if not isinstance(types, list) or len(types) != n or not all(
+            t in ("linear_attention", "full_attention") for t in types):
+        raise ConfigError(f"{f.where}: field 'layer_types' ({types!r:.120}) must list "
+                          f"'linear_attention' or 'full_attention' once for each of the {n} "
+                          "layers")
+    hk, hv = f.int("linear_num_key_heads", 16), f.int("linear_num_value_heads", 32)
+    dk, dv = f.int("linear_key_head_dim", 128), f.int("linear_value_head_dim", 128)
+    out.update(qk_norm="head", attn_out_gate=True,
+               mixers=tuple("gdn" if t == "linear_attention" else "attention" for t in types),
+               ssm_heads=hv, ssm_head_dim=dv, ssm_groups=hk, ssm_state=dk,
+               ssm_d_inner=hv * dv, ssm_conv=f.int("linear_conv_kernel_dim", 4),
+               ssm_chunk=64)  # torch_chunk_gated_delta_rule's chunk_size, not a config field
+    return out
+
+
+def _qwen3_5_text(f):
+    """Qwen3.5's language model: Qwen3-Next's layers (Gated DeltaNet every layer but each
+    ``full_attention_interval``-th, gated attention) with the DeltaNet's input projected by
+    four Linears, and a dense SwiGLU MLP in every layer."""
+    _defaults(f, hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
+              num_attention_heads=16, vocab_size=248320)
+    out = _qwen3_next_layers(f, _llama_like(f, max_pos=32768, kv_heads=4, head_dim=256))
+    return out | {"gdn_split_proj": True, "ffns": ("mlp",) * out["n_layers"]}
+
+
+def _qwen3_5_moe_text(f):
+    """Qwen3.5-MoE's language model: as Qwen3.5, with a MoE of SwiGLU experts and a gated
+    shared expert in every layer (no dense layers, ``intermediate_size`` unused)."""
+    _defaults(f, hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
+              vocab_size=248320, num_experts=256, num_experts_per_tok=8,
+              moe_intermediate_size=512, shared_expert_intermediate_size=512)
+    f.raw.setdefault("intermediate_size", f.raw["moe_intermediate_size"])  # read, unused
+    out = _qwen3_next_layers(f, _llama_like(f, max_pos=32768, kv_heads=2, head_dim=256))
+    n = out["n_layers"]
+    return out | {"gdn_split_proj": True, "ffns": ("moe",) * n, "n_experts": f.int("num_experts"),
+                  "top_k": f.int("num_experts_per_tok"),
+                  "moe_d_ff": f.int("moe_intermediate_size"),
+                  "shared_d_ff": f.int("shared_expert_intermediate_size"),
+                  "shared_expert_gate": True}
+
+
+#: sizes of this block's types that must be positive when given (read by ``_Fields.int``)
+_POSITIVE = _POSITIVE | {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                         "linear_value_head_dim", "linear_conv_kernel_dim",
+                         "full_attention_interval"}
+#: model_type -> converter of this block, merged into ``hf.CONVERTERS``
+LINEAR_ATTENTION_CONVERTERS = {
+    "qwen3_next": _qwen3_next, "qwen3_5_text": _qwen3_5_text,
+    "qwen3_5_moe_text": _qwen3_5_moe_text,
+    # the multimodal configs: their text_config's language model (as qwen3_vl's)
+    "qwen3_5": _vl_text(_qwen3_5_text), "qwen3_5_moe": _vl_text(_qwen3_5_moe_text)}
+CONVERTERS.update(LINEAR_ATTENTION_CONVERTERS)

@@ -673,9 +673,15 @@ def kv_cache_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
 
 
 def state_elements(ops) -> int:
-    """Serving state per sequence, in elements, that the ops declare (``Op.state``): conv and
-    SSM states of state-space mixers, constant in context."""
+    """Serving state per sequence, in elements, that the ops declare (``Op.state``: conv
+    states of state-space mixers, constant in context, in the KV dtype)."""
     return sum(op.state for op in ops)
+
+
+def state_fp32_elements(ops) -> int:
+    """Recurrent (SSM) state per sequence, in elements, kept in fp32 whatever the KV dtype
+    (``Op.state_fp32``: HF's cache holds it so, as the Mamba kernels and FLA do)."""
+    return sum(op.state_fp32 for op in ops)
 
 
 def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str = "bf16",
@@ -685,7 +691,8 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
     Sliding-window layers keep only the last ``window`` tokens, chunked layers the last
     ``attn_chunk``. Only layers that attend keep keys and values; state-space mixers keep
     their declared state instead (``state``: conv + SSM state per sequence, constant in
-    context, stored in ``kv_dtype`` as well)."""
+    context: the conv states in ``kv_dtype``, the SSM / recurrent states in fp32, as HF's
+    cache keeps them)."""
     from .inputs import CONFIG_HINT, MAX_BATCH, MAX_SEQ, instance, integer
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     context = integer("context", context, 1, MAX_SEQ)
@@ -708,6 +715,9 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
         elements += per_token * tokens
         if cfg.family == "encoder-decoder":
             elements += 2 * cfg.kv_dim * (src_seq or context)
+    fp32 = 0
     if state:
-        elements += state_elements(model_ops_tuple(cfg))
-    return cdiv(elements * batch * bits, 8)
+        ops = model_ops_tuple(cfg)
+        elements += state_elements(ops)
+        fp32 = state_fp32_elements(ops) * batch * 4
+    return cdiv(elements * batch * bits, 8) + fp32

@@ -48,9 +48,10 @@ E x N fp32 tensors per token (exp(dt A) and h_t), ``_mamba_scan_saved``; Mamba-2
 keeps chunk-shaped temporaries, ``ops.ssd_saved_bytes``. Fused kernels (mamba_ssm) keep far
 less; they are not modelled.
 
-Serving state (``Op.state``, elements per sequence, constant in context): the conv1d keeps its
-last k inputs (HF's cache: conv_state [B, C, k]), the scan its SSM state (Mamba: E x N;
-Mamba-2: H x P x N).
+Serving state (elements per sequence, constant in context): the conv1d keeps its last k inputs
+(HF's cache: conv_state [B, C, k], ``Op.state``, in the KV dtype), the scan its SSM state
+(Mamba: E x N; Mamba-2: H x P x N; ``Op.state_fp32``), which HF's cache keeps in fp32 whatever
+the model's dtype (as the Mamba kernels' reference path and FLA do).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def mamba(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) ->
             yield norm(c + name, where, "mamba." + name, width, "rmsnorm", False, True)
     yield linear(c + "dt_proj", where, "mamba.dt_proj", R, E, True)
     yield Op(c + "scan", "ssm_scan", where[0], where[1], "mamba.scan", E * N + E, 1, 1, E, N,
-             saved=_mamba_scan_saved(E, N), saved_once=((2 * E * N, "f32"),), state=E * N,
+             saved=_mamba_scan_saved(E, N), saved_once=((2 * E * N, "f32"),), state_fp32=E * N,
              **_roles("ssm_scan", where[1]))
     yield linear(c + "out_proj", where, "mamba.out_proj", E, D, cfg.ssm_out_bias)
 
@@ -118,7 +119,8 @@ def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -
     # temporaries: ops.ssd_saved_bytes; once: exp(A_log) and A (H each)
     yield Op(c + "scan", "ssd_scan", where[0], where[1], "mamba.scan", 3 * H, 1, 1, P, N,
              heads=H, chunk=cfg.ssm_chunk, saved=((H, "a"), (H + E, "f32")),
-             saved_once=((2 * H, "f32"),), state=H * P * N, **_roles("ssd_scan", where[1]))
+             saved_once=((2 * H, "f32"),), state_fp32=H * P * N,
+             **_roles("ssd_scan", where[1]))
     # y * silu(z) in fp32 (z upcast: a copy unless fp32, where z is part of in_proj's output,
     # already saved), then RMSNorm over G groups: y, silu(z), their product, 1/rms per group,
     # the normalised product in the activation dtype for the scale
@@ -146,6 +148,48 @@ def short_conv(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
     yield linear(c + "out_proj", where, "conv.out_proj", D, D, bias)
 
 
+def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
+    """Qwen3-Next's Gated DeltaNet (Yang, Kautz and Hatamizadeh 2024, arXiv:2412.06464) under
+    ``layers.{i}.linear_attn.*``, in forward order. Legend: Hk key heads (``ssm_groups``) of
+    dk (``ssm_state``), Hv value heads (``ssm_heads``) of dv (``ssm_head_dim``), conv width
+    C = 2 Hk dk + Hv dv, kernel k, chunk Q (``ssm_chunk``: HF's 64).
+
+        op           | operation                          | params         | forward FLOPs
+        -------------|------------------------------------|----------------|----------------
+        in_proj_qkvz | D -> q, k (Hk dk each), v, z (Hv dv)| D(C + Hv dv)   | 2T D (C + Hv dv)
+        in_proj_ba   | D -> beta, a (Hv each)             | 2 D Hv         | 2T D 2Hv
+        conv1d       | depthwise causal conv over q, k, v | C k (no bias)  | 2B (S+k-1) C k
+        scan         | chunked gated delta rule           | dt_bias, A_log | ``ops.gdn_flops``
+        norm         | RMSNorm over dv, * silu(z)         | dv             | -
+        out_proj     | Hv dv -> D                         | Hv dv D        | 2T Hv dv D
+
+    Qwen3.5 (``gdn_split_proj``) projects with four Linears instead: in_proj_qkv (D -> C),
+    in_proj_z (D -> Hv dv), in_proj_b and in_proj_a (D -> Hv each): the same parameters and
+    FLOPs. The decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b) are
+    elementwise.
+    Serving state (HF's cache): the conv's last k inputs (C x k, in the KV dtype) and the
+    recurrent state (Hv x dk x dv), in fp32 whatever the model dtype (HF's torch path, FLA)."""
+    D, k = cfg.d_model, cfg.ssm_conv
+    Hv, dv, Hk, dk = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state
+    C = 2 * Hk * dk + Hv * dv
+    c = p + "linear_attn."
+    widths = (("in_proj_qkv", C), ("in_proj_z", Hv * dv), ("in_proj_b", Hv), ("in_proj_a", Hv)) \
+        if cfg.gdn_split_proj else (("in_proj_qkvz", C + Hv * dv), ("in_proj_ba", 2 * Hv))
+    for n, (name, width) in enumerate(widths):  # the later ones read the first one's input
+        yield linear(c + name, where, "linear_attn." + name, D, width, False,
+                     shares_input=n > 0)
+    yield conv1d(c + "conv1d", where, "linear_attn.conv1d", C, k, False,
+                 saved=_GDN_CONV_SAVED(C))
+    # once per forward: exp(A_log) and -exp(A_log) (Hv each, fp32)
+    yield Op(c + "scan", "gdn_scan", where[0], where[1], "linear_attn.scan", 2 * Hv, 1, 1,
+             dk, dv, heads=Hv, chunk=cfg.ssm_chunk, saved=_gdn_scan_saved(Hv, Hk, dk, dv),
+             saved_once=((2 * Hv, "f32"),), state_fp32=Hv * dk * dv,
+             **_roles("gdn_scan", where[1]))
+    op = norm(c + "norm", where, "linear_attn.norm", dv, "rmsnorm", False, True)
+    yield dataclasses.replace(op, saved=_gdn_norm_saved(Hv, dv))
+    yield linear(c + "out_proj", where, "linear_attn.out_proj", Hv * dv, D, False)
+
+
 def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
     """Elementwise FLOPs of one Mamba scan forward over ``tokens`` tokens, not in the matmul
     FLOPs (a convention, stated for those who count them): per (token, channel, state) dt*A,
@@ -153,3 +197,24 @@ def scan_elementwise_flops(cfg: ModelConfig, tokens: int) -> int:
     multiply-add and the gate's multiply (3)."""
     E, N = cfg.ssm_d_inner, cfg.ssm_state
     return tokens * (6 * E * N + 3 * E)
+
+
+def _GDN_CONV_SAVED(C: int) -> tuple[tuple[int, str], ...]:
+    """Gated DeltaNet's conv1d: its input (q, k, v gathered out of in_proj_qkvz: C) and the
+    SiLU's input (C)."""
+    return ((C, "a"), (C, "a"))
+
+
+def _gdn_scan_saved(Hv: int, Hk: int, dk: int, dv: int) -> tuple[tuple[int, str], ...]:
+    """Per token, what the scan (reference/model.py ``GDNScan``, fp32 inside) keeps besides its
+    chunk-shaped temporaries (``ops.gdn_saved_bytes``): beta = sigmoid(b), softplus's input
+    and output (Hv each), and each L2 norm's input and 1/|x| over the Hv heads (q and k
+    repeated from the Hk key heads: Hv (dk + 1) each)."""
+    return ((3 * Hv + 2 * Hv * (dk + 1), "f32"),)
+
+
+def _gdn_norm_saved(Hv: int, dv: int) -> tuple[tuple[int, str], ...]:
+    """Per token, the gated RMSNorm over each value head (``GDNNorm``): its fp32 input, 1/rms
+    per head and the fp32 gate z (fp32 copies, or in an fp32 model the tensors themselves),
+    the normalised input and the scaled one in the activation dtype, silu(z) in fp32."""
+    return ((Hv * (3 * dv + 1), "f32"), (2 * Hv * dv, "a"))

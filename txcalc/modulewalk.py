@@ -484,4 +484,4 @@ def _raw(path: str) -> dict[str, Any]:
     from .safeio import check_path, read_json
 
     p = Path(check_path(path, ConfigError))
-    return read_json(p / "config.json" if p.is_dir() else p, ConfigError)
+    return read_json(p / "config.json" if p.is_dir() else p, ConfigError, infinity=True)

@@ -89,6 +89,9 @@ class Op:
     #: serving state this op keeps per sequence, in elements, constant in context: the
     #: conv1d's last inputs, the scan's SSM state (read by ``memory.kv_cache_bytes``)
     state: int = 0
+    #: serving state kept in fp32 whatever the KV dtype, elements per sequence: the recurrent
+    #: (SSM) state of a scan, which HF's cache, the Mamba kernels and FLA keep in fp32
+    state_fp32: int = 0
     #: saved for backward once per forward, not per row: a tensor derived from a parameter
     #: (Mamba's A = -exp(A_log), E x N); same (width, dtype tag) form as ``saved``
     saved_once: tuple[tuple[int, str], ...] = ()
@@ -120,6 +123,8 @@ class Op:
             return ((self.d_in, self.d_out, 2), (self.d_in, 1, 1))
         if self.kind == "ssd_scan":  # Mamba-2: dt_bias, A_log and D, one per head
             return ((self.heads, 1, 1),) * 3
+        if self.kind == "gdn_scan":  # Gated DeltaNet: dt_bias and A_log, one per value head
+            return ((self.heads, 1, 1),) * 2
         if self.params and self.kind == "norm" and self.heads:  # a (heads, h) scale per head
             return ((self.heads, self.d_in, 2),) * (self.params // (self.heads * self.d_in))
         if self.params:
@@ -167,6 +172,8 @@ class Op:
             return 2 * rows * keys * self.d_in * self.d_out
         if self.kind == "ssd_scan":  # ``keys``: positions per sequence
             return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)
+        if self.kind == "gdn_scan":  # ``keys``: positions per sequence
+            return gdn_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)[0]
         if self.kind == "weight_product":  # DoRA's B A as PEFT forms it, once a step:
             # lora_B(lora_A(eye(d_in))), A on the d_in x d_in identity, then B
             return 2 * self.d_in * self.heads * (self.d_in + self.d_out)
@@ -180,7 +187,7 @@ class Op:
             return self._matmul(w.rows(self.stream), self.fixed_rows)
         if self.kind == "conv1d":  # padded on both sides by k - 1, then cut to the S causal
             return self._matmul(w.batch, w.seq + self.d_out - 1)  # outputs (HF, Mamba's
-        if self.kind in ("ssm_scan", "ssd_scan"):  # reference code)
+        if self.kind in ("ssm_scan", "ssd_scan", "gdn_scan"):  # reference code)
             return self._matmul(w.batch, w.seq)
         return self._matmul(w.batch, self.pairs(w, model))
 
@@ -209,6 +216,8 @@ class Op:
             return self._matmul(batch, 1)
         if self.kind == "ssd_scan":  # one recurrence step: h_t C_t per head (a bmm)
             return 2 * batch * self.heads * self.d_in * self.d_out
+        if self.kind == "gdn_scan":  # one step: the state read by k_t and by q_t (see gdn_flops)
+            return 2 * 2 * batch * self.heads * self.d_in * self.d_out
         keys = src_seq if self.kv_stream == "src" else context
         if model and self.window and self.kv_stream != "src":
             keys = min(keys, self.window)
@@ -287,6 +296,9 @@ class Op:
         if self.kind == "ssd_scan":
             total += ssd_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
                                      self.chunk)
+        if self.kind == "gdn_scan":
+            total += gdn_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
+                                     self.chunk)
         return total
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
@@ -297,6 +309,8 @@ class Op:
             return fwd * 5 // 2
         if self.kind == "weight_product":
             return 0
+        if self.kind == "gdn_scan":
+            return gdn_flops(w.batch, w.seq, self.heads, self.d_in, self.d_out, self.chunk)[1]
         if self.kind == "linear" and not self.trainable:  # the input gradient only
             return fwd if self.input_grad else 0
         if not self.input_grad:  # the weight gradient only
@@ -324,6 +338,58 @@ def ssd_flops(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> i
     qn, qq = (n > 1) * c * chunk * p * n, (chunk > 1) * c * chunk
     return 2 * batch * heads * ((n > 1) * c * chunk * chunk * n + qq * chunk * p + qq * p * n
                                 + qn + (c + 1) ** 2 * p * n)
+
+
+def gdn_flops(batch: int, seq: int, heads: int, dk: int, dv: int, chunk: int) -> tuple[int, int]:
+    """(forward, backward) matmul FLOPs of the chunked gated delta rule (Yang, Kautz and
+    Hatamizadeh 2024, arXiv:2412.06464; HF ``torch_chunk_gated_delta_rule``, Qwen3-Next) over
+    c = ceil(S/Q) chunks of Q positions (the last one zero-padded), H value heads (the key
+    heads repeated to H), key width dk, value width dv, state dk x dv per head:
+
+        product (per chunk and head)       | what                          | forward FLOPs
+        -----------------------------------|-------------------------------|---------------
+        (beta k) k^T, masked by the decays | the UT system (Q x Q)         | 2 Q^2 dk
+        q k^T, masked by the decays        | intra-chunk scores            | 2 Q^2 dk
+        two unit-triangular solves         | new values u, decayed keys w  | not counted
+        w S                                | what the old state predicts   | 2 Q dk dv
+        q S                                | read of the old state         | 2 Q dk dv
+        scores (u - w S)                   | intra-chunk output            | 2 Q^2 dv
+        k^T (u - w S)                      | the state update              | 2 Q dk dv
+
+    Convention (FlopCounterMode's, as everywhere in txcalc): matmul work only. The triangular
+    solves (``torch.linalg.solve_triangular``, Q^2 (dk + dv) multiply-adds per chunk and head
+    in forward) are not matmuls to the counter and count 0, like the decays, the L2 norms of
+    q and k, beta, the gate and the padding; their backward's weight gradient is one: grad_A =
+    -grad_B X^T, 2 Q^2 (dk + dv) per chunk and head, counted. Backward is otherwise 2x forward,
+    less what HF's algorithm never runs: in chunk 0 the state is a constant zero (w S and q S
+    need only one gradient each) and the last chunk's state update feeds nothing (the final
+    state is dropped in training): 4 x 2 Q dk dv per head fewer."""
+    c = -(-seq // chunk)
+    fwd = 2 * batch * heads * c * (2 * chunk * chunk * dk + chunk * chunk * dv
+                                   + 3 * chunk * dk * dv)
+    solve = 2 * batch * heads * c * chunk * chunk * (dk + dv)
+    return fwd, 2 * fwd + solve - 4 * 2 * batch * heads * chunk * dk * dv
+
+
+def gdn_saved_bytes(batch: int, seq: int, heads: int, dk: int, dv: int, chunk: int) -> int:
+    """Bytes the chunked gated delta rule (reference/model.py ``GDNScan``, fp32 inside) keeps
+    for backward beyond its per-token inputs (``Op.saved``), over c = ceil(S/Q) chunks of Q
+    positions, H value heads:
+
+        per padded position (B c Q) and head, fp32: k, q, beta k, the solve's w (dk each);
+        v, the solve's u, u - w S (dv each); beta and two decay vectors (for beta k and q)
+        per chunk and head, fp32: the Q x Q decays, both raw products ((beta k) k^T, q k^T),
+        the UT system and the masked scores (5 Q^2); the state entering the chunk (dk dv)
+        with more than one chunk (c > 1), besides: the decayed q and k (dk each per padded
+        position), k's decay vector (1) and each chunk's total decay (1 per chunk): chunk 0
+        reads a zero state (which needs no gradient of q) and the last state update feeds
+        nothing, so with one chunk nothing keeps them
+        once: the Q x Q causal mask (bool)
+    """
+    c = -(-seq // chunk)
+    padded = batch * c * chunk * heads * ((4 + 2 * (c > 1)) * dk + 3 * dv + 3 + (c > 1))
+    chunks = batch * c * heads * (5 * chunk * chunk + (c > 1) + dk * dv)
+    return 4 * (padded + chunks) + chunk * chunk
 
 
 def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int) -> int:
@@ -366,8 +432,8 @@ def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
 
 
 #: op kinds with matmul-like FLOPs (FlopCounterMode counts them: mm, bmm, convolution)
-FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan", "rel_scores",
-              "weight_product")
+FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan",
+              "gdn_scan", "rel_scores", "weight_product")
 
 #: op kinds whose saved tensors live inside a TP region (split over t in any case)
 TP_REGION_KINDS = ("attn_scores", "attn_keys", "attn_context", "activation", "loss")

@@ -218,6 +218,41 @@ PRESETS["jamba-1.5-large"] = _llama(
     moe_d_ff=24576, ssm_d_inner=16384, ssm_state=16, ssm_conv=4, ssm_dt_rank=512,
     ssm_dt_norms=True)
 
+# --- hybrids of issue 12, branch arch -----------------------------------------------------------
+# tiiuae/Falcon-H1-34B-Instruct config.json, as Megatron-Bridge's FalconH1ModelProvider34B
+# (src/megatron/bridge/models/falcon_h1/falconh1_provider.py) copies it, head_dim 128 and
+# mamba_d_ssm 4096 (arXiv:2507.22448): attention (20 query, 4 KV heads) beside a Mamba-2 mixer
+# (32 heads of 128, 2 groups, d_state 256) in each of 72 layers; 34B published (33.64B exact)
+PRESETS["falcon-h1-34b"] = _llama(
+    name="falcon-h1-34b", n_layers=72, d_model=5120, n_heads=20, n_kv_heads=4, head_dim=128,
+    d_ff=21504, vocab_size=261120, max_position=262144, mixers=("hybrid",) * 72,
+    ffns=("mlp",) * 72, ssm_d_inner=4096, ssm_state=256, ssm_heads=32, ssm_head_dim=128,
+    ssm_groups=2, ssm_chunk=128)
+# nvidia/Nemotron-H-56B-Base-8K (arXiv:2504.03624, Table 1; Megatron-Bridge's
+# NemotronHModelProvider56B): 118 single-purpose blocks, 54 Mamba-2 (256 heads of 64, 8 groups,
+# d_state 256), 54 squared-ReLU MLPs (32768 wide), 10 attention (64 query, 8 KV heads, no
+# positions); 56B published (56.32B exact)
+_NEMOTRON_H_56B = ("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+                   "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
+PRESETS["nemotron-h-56b"] = M(
+    name="nemotron-h-56b", n_layers=118, d_model=8192, n_heads=64, n_kv_heads=8, head_dim=128,
+    d_ff=32768, vocab_size=131072, max_position=8192, activation="relu2", norm_type="rmsnorm",
+    pos_type="none", tie_embeddings=False,
+    mixers=tuple({"M": "mamba2", "*": "attention", "-": "none"}[c] for c in _NEMOTRON_H_56B),
+    ffns=tuple("mlp" if c == "-" else "none" for c in _NEMOTRON_H_56B), ssm_d_inner=16384,
+    ssm_state=256, ssm_heads=256, ssm_head_dim=64, ssm_groups=8, ssm_chunk=128)
+# Qwen/Qwen3-Next-80B-A3B-Instruct config.json (the HF class defaults; blog qwenlm.github.io/
+# blog/qwen3_next): 48 layers, three Gated DeltaNet (16 key heads of 128, 32 value heads of 128)
+# to one gated attention layer (16 query, 2 KV heads of 256); 512 experts (top 10) of 512 plus a
+# gated shared expert in every layer; 80B total published (79.67B exact, the MTP layer, which HF
+# does not build, left out)
+PRESETS["qwen3-next-80b-a3b"] = _llama(
+    name="qwen3-next-80b-a3b", n_layers=48, d_model=2048, n_heads=16, n_kv_heads=2, head_dim=256,
+    d_ff=5120, vocab_size=151936, max_position=262144, qk_norm="head", attn_out_gate=True,
+    mixers=("gdn", "gdn", "gdn", "attention") * 12, ffns=("moe",) * 48, n_experts=512, top_k=10,
+    moe_d_ff=512, shared_d_ff=512, shared_expert_gate=True, ssm_d_inner=4096, ssm_state=128,
+    ssm_heads=32, ssm_head_dim=128, ssm_groups=16, ssm_chunk=64)
+
 
 def get_preset(name: str) -> ModelConfig:
     """The preset called ``name`` (case-insensitive), or a ConfigError with close matches."""

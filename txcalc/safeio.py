@@ -12,12 +12,21 @@ JSON), so that no input can hang it, exhaust its memory or raise from deep insid
     JSON nesting           | MAX_JSON_DEPTH (64) levels    | "nested deeper than 64 levels"
     JSON integers          | MAX_INT_DIGITS (64) digits    | "an integer of N digits"
     JSON numbers/constants | finite (strict JSON: no NaN,  | "non-finite number"
-                           |   Infinity, 1e400)            |
+                           |   Infinity, 1e400); a config  |
+                           |   may hold +-Infinity (below) |
 
 The file is checked with ``os.stat`` before it is opened (a FIFO would block ``open``) and
 opened with ``O_NONBLOCK``, then checked again on the open descriptor (the path may have been
 swapped in between). The largest file txcalc ships or writes as input (a 405B model's meta
 validation report) is about 0.5 MB; a HF config.json is a few KB.
+
+HF config.json files may hold the constants ``Infinity`` and ``-Infinity``: transformers writes
+them with Python's ``json.dumps`` (Mamba-2's and Falcon-H1's ``time_step_limit`` is
+``[0.0, Infinity]`` by default), so a strict reader would refuse real checkpoints. Config
+readers pass ``infinity=True``: the two constants become float infinities, and a field txcalc
+reads refuses them there, naming the field (every number it reads must be a finite size or
+probability). ``NaN`` and overflowing literals (``1e400``) stay refused everywhere: no HF
+default is NaN, and an overflow is a typo, not a limit.
 
 Errors are the caller's ``TxcalcError`` subclass, so a GPU file fails as a ``GpuError`` and a
 config as a ``ConfigError``; each names the path.
@@ -143,8 +152,10 @@ def _depth(text: str) -> int:
     return max(accumulate(steps, initial=0))
 
 
-def parse_json(text: str, where: str, error: type[TxcalcError] = TxcalcError) -> Any:
-    """Strict JSON: depth, integer size and finiteness limits; ``error`` naming ``where``."""
+def parse_json(text: str, where: str, error: type[TxcalcError] = TxcalcError,
+               infinity: bool = False) -> Any:
+    """Strict JSON: depth, integer size and finiteness limits; ``error`` naming ``where``.
+    ``infinity``: accept the constants ``Infinity`` and ``-Infinity`` (HF config files)."""
     depth = _depth(text)
     if depth > MAX_JSON_DEPTH:
         raise error(f"{where}: JSON nested {depth} levels deep, over the limit of "
@@ -164,6 +175,8 @@ def parse_json(text: str, where: str, error: type[TxcalcError] = TxcalcError) ->
         return v
 
     def parse_constant(s: str):
+        if infinity and s in ("Infinity", "-Infinity"):
+            return float(s[:-5])  # float("inf") / float("-inf")
         raise error(f"{where}: {s} is not a number in strict JSON")
 
     try:
@@ -177,6 +190,6 @@ def parse_json(text: str, where: str, error: type[TxcalcError] = TxcalcError) ->
 
 
 def read_json(path: str | os.PathLike, error: type[TxcalcError] = TxcalcError,
-              max_bytes: int = MAX_FILE_BYTES) -> Any:
+              max_bytes: int = MAX_FILE_BYTES, infinity: bool = False) -> Any:
     """The parsed contents of a JSON file (``read_text`` then ``parse_json``)."""
-    return parse_json(read_text(path, error, max_bytes), shown(path), error)
+    return parse_json(read_text(path, error, max_bytes), shown(path), error, infinity)

@@ -75,7 +75,7 @@ class ProfileError(TxcalcError):
 
 
 def op_class(op: Op) -> str:
-    if op.kind in ("linear", "conv1d", "ssm_scan", "ssd_scan"):
+    if op.kind in ("linear", "conv1d", "ssm_scan", "ssd_scan", "gdn_scan"):
         return "matmul"
     if op.kind in ("attn_scores", "attn_context"):
         return "attention"
