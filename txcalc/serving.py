@@ -180,6 +180,19 @@ def _weights_per_gpu(cfg: ModelConfig, model, ops, tp: int, pp: int, weights: st
                    for op in st if op.params_total) for st in stages)
 
 
+def cached_prefix_tokens(input_len, prefix_hit_rate: float, block_size: int = 16):
+    """Tokens of each prompt served from the prefix cache (a numpy int64 array): hit rate x
+    prompt, cut to whole blocks (the cache hashes full blocks) and to prompt - 1 (vLLM always
+    computes the last prompt token, whose logits it needs)."""
+    import numpy as np
+    from . import inputs as I
+    h = I.number("prefix_hit_rate", prefix_hit_rate, 0, 1, lo_open=False, hi_open=True)
+    b = I.integer("block_size", block_size, 1, 256)
+    ins = np.asarray(input_len, dtype=np.int64)
+    whole = (np.floor(ins * h).astype(np.int64) // b) * b
+    return np.minimum(whole, ins - 1)
+
+
 def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                 precision: str = "bf16", weights: str | None = None,
                 gpu_memory_utilization: float = DEFAULT_UTILIZATION,
@@ -257,7 +270,6 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
             f"= {kv / GB:.2f} GB")
     blocks = kv // block
     tokens = blocks * block_size
-    from .serving_sim import cached_prefix_tokens
     shared = int(cached_prefix_tokens([max_model_len], prefix_hit_rate, block_size)[0])
     return KvCapacity(cfg.name, g.name, tp, pp, gpu_memory_utilization, block_size,
                       max_model_len, batched, max_num_seqs, total, budget, w, act, non_torch,

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import TxcalcError
+from .serving import cached_prefix_tokens
 
 #: CPU time per engine step outside the GPU kernels (scheduling, sampling, input preparation,
 #: launch gaps): an assumed figure, not a measurement; one of the two efficiency parameters a
@@ -490,18 +491,6 @@ def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
     return SimResult(n, t - start, np.asarray(ttft), np.asarray(tpot), vals, wts,
                      out_tokens, int(ins.sum()), step, max_running, offered,
                      int(cached.sum()), -(-shared // block_size))
-
-
-def cached_prefix_tokens(input_len, prefix_hit_rate: float, block_size: int = 16) -> np.ndarray:
-    """Tokens of each prompt served from the prefix cache: hit rate x prompt, cut to whole
-    blocks (the cache hashes full blocks) and to prompt - 1 (vLLM always computes the last
-    prompt token, whose logits it needs)."""
-    from . import inputs as I
-    h = I.number("prefix_hit_rate", prefix_hit_rate, 0, 1, lo_open=False, hi_open=True)
-    b = I.integer("block_size", block_size, 1, 256)
-    ins = np.asarray(input_len, dtype=np.int64)
-    whole = (np.floor(ins * h).astype(np.int64) // b) * b
-    return np.minimum(whole, ins - 1)
 
 
 def prefix_savings(sm: StepModel, input_len: int, prefix_hit_rate: float,

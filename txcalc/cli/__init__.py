@@ -26,11 +26,8 @@ def _load() -> None:
     if "_click" in g:
         return
     import typer
-    try:  # typer >= 0.2x vendors its own click; older ones use the click package
-        from typer._click import exceptions as _click
-    except ImportError:  # pragma: no cover
-        from click import exceptions as _click
-    from .typer_app import app
+    from .typer_app import app, click_exceptions
+    _click = click_exceptions()
     from . import (calibrate_cmd, costs_cmd, fit_cmd, params_cmd, plan_cmd,  # noqa: F401
                    report_cmd, validate_cmd)
     from . import compare_cmd  # noqa: F401

@@ -78,8 +78,8 @@ def option_argv(cmd: list[str], shared: list[str], own: list[str]) -> list[str]:
 
 def run_option(argv: list[str], label: str) -> dict:
     """One option's JSON: the command run in this process, its stdout captured."""
-    from . import _click
-    from .typer_app import app as the_app
+    from .typer_app import app as the_app, click_exceptions
+    _click = click_exceptions()
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
