@@ -51,7 +51,7 @@ from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
 from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout, joint_rules
-from .timing import DeviceProfile
+from .timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
 from .units import cdiv
 
 DAY_S = 86400.0
@@ -660,8 +660,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                 moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
                 p = prof
                 if sch is not None and wonly:  # dequantising kernels lose speed past the knee
-                    p = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
-                        "matmul", 0.55) * weight_only_factor(prof, batch)})
+                    base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
+                    p = prof.replace(flop_efficiency={
+                        "matmul": base * weight_only_factor(prof, batch)})
                 t = roofline_s(flops, moved, p, "matmul", dtype_decode)
                 ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
                                        2 * most_blocks)
@@ -768,8 +769,9 @@ def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> floa
         return op_times(op, w, prof, dtype, wbytes, wbytes, split)[0]
     run = Q.compute_dtype(qop, prof.peak_flops, dtype)
     if Q.is_weight_only(qop, prof.peak_flops):
-        prof = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
-            "matmul", 0.55) * weight_only_factor(prof, w.rows(op.stream))})
+        base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
+        prof = prof.replace(flop_efficiency={
+            "matmul": base * weight_only_factor(prof, w.rows(op.stream))})
     return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 
