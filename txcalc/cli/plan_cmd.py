@@ -79,9 +79,17 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
         console.print(f"  GPUs to finish within {p.days_limit:g} days: "
                       f"[bold]{p.gpus_for_deadline:,}[/bold]")
     cost = f", cost {b.cost:,.0f}" if b.cost is not None else ""
+    (d_lo, d_hi), (h_lo, h_hi), (m_lo, m_hi) = b.days_band, b.gpu_hours_band, b.mfu_band
     console.print(f"  best: {b.layout.short()} on [bold]{b.gpus:,}[/bold] GPUs: "
                   f"{b.days:,.1f} days, {b.gpu_hours:,.0f} GPU-hours{cost}, MFU {b.mfu:.1%}, "
                   f"{b.tokens_per_s:,.0f} tokens/s")
+    band = out["band"]
+    if band["runs"]:
+        console.print(f"  band ({band['coverage']:.0%} of {band['runs']} published test runs "
+                      f"fell inside): {d_lo:,.1f}-{d_hi:,.1f} days, {h_lo:,.0f}-{h_hi:,.0f} "
+                      f"GPU-hours, MFU {m_lo:.1%}-{m_hi:.1%}"
+                      + (f", cost {b.cost_band[0]:,.0f}-{b.cost_band[1]:,.0f}"
+                         if b.cost is not None else ""))
     for note in p.notes:
         console.print(f"  note: {note}")
     console.print("  memory per GPU of the best layout (fullest stage): " + ", ".join(
@@ -94,7 +102,10 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                               f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
                              for dim, c in b.communication.items()]))
     t = Table(title=f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
-                    "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)",
+                    "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch"
+                    + (f"; band of step s, days, GPU-hours: x{b.band[0]:.3f} to "
+                       f"x{b.band[1]:.3f}, of MFU: /{b.band[1]:.3f} to /{b.band[0]:.3f}"
+                       if band["runs"] else "") + ")",
               title_justify="left")
     cols = ["GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
         ["cost"] if b.cost is not None else [])

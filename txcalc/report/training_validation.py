@@ -135,8 +135,9 @@ def render(data: dict) -> str:
             f"{GOAL_THROUGHPUT:.0%}: **{'met' if ok_t else 'not met'}**; every memory figure "
             f"within {GOAL_MEMORY:.0%}: **{'met' if ok_m else 'not met'}**.", "",
             "## Rows", "",
-            "| run | split | GPU | GPUs | TP/PP/DP/CP | seq | batch | recompute | measured tok/s/GPU "
-            "| before | err | after | err | measured GiB | predicted GiB | mem err | status |",
+            "| run | split | GPU | GPUs | TP/PP/DP/CP | seq | batch | recompute | "
+            "measured tok/s/GPU | before | err | after | err | measured GiB | predicted GiB | "
+            "mem err | status |",
             "|---|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for b, a in zip(before, after):
         s = a.run.setup
