@@ -10,8 +10,8 @@ import re
 import pytest
 
 from txcalc import timing
-from txcalc.published_runs import (RunsError, band, evaluate_runs, fit_efficiencies,
-                                   load_runs, median_abs, pending_reason)
+from txcalc.published_runs import (RunsError, band, fit_efficiencies_cached, load_runs,
+                                   median_abs, pending_reason)
 from txcalc.report import training_validation as tv
 
 
@@ -109,7 +109,7 @@ def test_test_runs_fall_inside_the_band_at_the_claimed_rate(data):
 def test_fitted_constants_are_the_fit_sets_answer():
     """timing.GPU_EFFICIENCY's matmul entries and MATMUL_HALF_DIM are what fitting the fit
     rows gives (to the search's resolution), so nobody tunes them by hand."""
-    f = fit_efficiencies(load_runs())
+    f = fit_efficiencies_cached()
     assert f["runs"] >= 5
     assert f["matmul_half_dim"] == timing.MATMUL_HALF_DIM
     for gpu, eff in f["matmul"].items():

@@ -309,6 +309,18 @@ def fit_efficiencies(runs: list[Run]) -> dict:
     return best
 
 
+_FIT_CACHE: dict = {}
+
+
+def fit_efficiencies_cached(path: str | Path | None = None) -> dict:
+    """``fit_efficiencies`` of a runs file, computed once per file and process (a fit takes
+    tens of seconds)."""
+    key = str(path or runs_path())
+    if key not in _FIT_CACHE:
+        _FIT_CACHE[key] = fit_efficiencies(load_runs(path))
+    return _FIT_CACHE[key]
+
+
 def band(rows: list[Row], split: str = "test", coverage: float = 0.8) -> tuple[float, float, int]:
     """(low, high, n): the (1 - coverage)/2 and (1 + coverage)/2 quantiles of measured /
     predicted step time over the split's non-pending rows (linear interpolation)."""
