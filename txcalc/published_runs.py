@@ -233,7 +233,7 @@ def evaluate_runs(runs: list[Run], profile_for=None) -> list[Row]:
         pred = None
         try:
             pred = predict(run, profile_for(run.gpu) if profile_for else None)
-        except TxcalcError as e:
+        except (TxcalcError, TypeError, ValueError) as e:  # a flag value it does not take
             reason = reason or f"pending: the engine cannot express it ({e})"
         step = measured_step_time_s(run, None, pred["model_flops_step"] if pred else None) \
             if pred is not None or run.measured["kind"] not in ("mfu",) else None
