@@ -276,7 +276,7 @@ def _loss(runs: list[Run], measured: dict, prof) -> float:
 
 #: the search ranges of the fitted constants
 MATMUL_RANGE = (0.2, 1.0)
-HALF_DIM_GRID = (0.0, 64.0, 128.0, 256.0, 512.0)
+HALF_DIM_GRID = (0.0, 16.0, 32.0, 48.0, 64.0, 128.0, 256.0)
 
 
 def fit_efficiencies(runs: list[Run]) -> dict:
