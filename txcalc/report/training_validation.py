@@ -107,9 +107,10 @@ def render(data: dict) -> str:
         out.append(f"| {gpu} | {e['matmul']:.3f} | {how} | {e['attention']:.3f} (sourced) |")
     out += ["", f"MATMUL_HALF_DIM = {timing.MATMUL_HALF_DIM:g} (smallest GEMM dimension after "
             "TP at which a matmul keeps half its large-GEMM efficiency), the best of the "
-            "searched grid; the fit runs hardly constrain it (their local GEMMs are at least "
-            "768 wide, where a half dimension of 64 or less changes a step by under 1%), so "
-            "shape dependence stays off until runs with narrower GEMMs are fitted.", "",
+            "searched grid; the fit runs hardly constrain it: the fit's loss is flat within "
+            "1% from 0 to 64 (the large-GEMM efficiency absorbs it; their local GEMMs are at "
+            "least 768 wide), so shape dependence stays off until runs with narrower GEMMs "
+            "are fitted.", "",
             "## Error band", "",
             f"Measured / predicted step time over the {n} test rows: 10th percentile "
             f"{lo:.3f}, 90th percentile {hi:.3f} (`timing.TIME_RATIO_BAND` = "
