@@ -48,7 +48,9 @@ that a calibration (fitting the efficiencies to measured step times) can be stor
     >>> prof.save("h100-calibrated.json"); DeviceProfile.load("h100-calibrated.json")
 
 JSON keys: ``name``, ``peak_flops`` ({dtype: FLOP/s}), ``hbm_bytes_per_s``,
-``flop_efficiency`` ({class: fraction}), ``bw_efficiency`` (fraction), ``source`` (free text).
+``flop_efficiency`` ({class: fraction}), ``bw_efficiency`` (fraction), ``source`` (free text),
+``matmul_half_dim`` (GEMM dimension; absent: 0, no shape dependence) and ``attention_shape``
+(true/false; absent: false): a profile saved before shapes mattered loads as it was fitted.
 """
 
 from __future__ import annotations
