@@ -64,10 +64,16 @@ def test_quoted_table_row_matches_the_setup(run):
         assert float(c[10].rstrip("%")) == pytest.approx(float(c[9]) / 989.4 * 100, abs=0.6)
 
 
-def test_torchtitan_rows_quote_their_throughput():
+def test_token_rate_rows_quote_their_throughput_and_setup():
     for r in load_runs():
         if r.measured["kind"] == "tokens_per_s_per_gpu":
-            assert re.search(rf"\| {r.measured['tokens_per_s_per_gpu']} \|", r.quote), r.id
+            c = _cells(r.quote)
+            assert re.search(rf"\b{r.measured['tokens_per_s_per_gpu']}\b", r.quote), r.id
+            if r.id.startswith("fms-fsdp"):  # Size | Hardware | Sharding | AC | Batch | Tok/s
+                assert c[1] == f"{r.setup['gpus']} * A100" and int(c[4]) == \
+                    r.setup["micro_batch"] and (c[3] == "True") == (
+                        r.setup["recompute"] == "full") and (c[2] == "HSDP") == \
+                    r.setup["hybrid_shard"], r.id
 
 
 def test_test_set_median_throughput_error_under_10_percent(data):

@@ -146,7 +146,7 @@ def setting_and_layout(run: Run, profile=None):
                            s["precision"], "adamw", s["attn_impl"], profile, **extra_s)
     layout = Layout(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s.get("cp", 1), zero=s["zero"],
                     sp=s["sp"], micro_batch=s["micro_batch"], recompute=s["recompute"],
-                    **extra_l)
+                    hybrid_shard=s.get("hybrid_shard", False), **extra_l)
     return setting, layout
 
 
