@@ -174,6 +174,18 @@ def _kernel_times(one_step, cuda: bool) -> list[dict]:
     return rows[:30]
 
 
+def peak_error_summary(results: list[dict]) -> dict:
+    """Per phase (forward, backward, step): the largest |peak error %| over the measured cases
+    and the case it came from (goal: 5%, issue 17). Empty on a dry run (nothing measured)."""
+    out = {}
+    for r in results:
+        for phase, err in (r.get("peak_error_pct") or {}).items():
+            if phase not in out or abs(err) > abs(out[phase]["error_pct"]):
+                out[phase] = {"error_pct": err, "case": f"{r['model']} s{r['seq']} "
+                                                        f"{r['attn_impl']} {r['recompute']}"}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -199,7 +211,9 @@ def main(argv=None) -> int:
                                                           "peak_error_pct")}), flush=True)
     report = {"device": torch.cuda.get_device_name() if cuda else "cpu (dry run)",
               "torch": torch.__version__, "python": platform.python_version(),
-              "dry_run": not cuda, "seconds": time.perf_counter() - t0, "cases": results}
+              "dry_run": not cuda, "seconds": time.perf_counter() - t0, "cases": results,
+              "peak_error_pct_worst": peak_error_summary(results)}
+    print(json.dumps({"peak_error_pct_worst": report["peak_error_pct_worst"]}), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_validation.json").write_text(json.dumps(report, indent=1))
     return 0

@@ -51,7 +51,7 @@ from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
 from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout, joint_rules
-from .timing import DeviceProfile
+from .timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
 from .units import cdiv
 
 DAY_S = 86400.0
@@ -101,11 +101,53 @@ class TrainRow:
     hardware_flops_step: int = 0
     #: per parallel dimension: collective, link, bytes sent per GPU per step, seconds, exposed
     communication: dict = field(default_factory=dict)
+    #: measured / predicted step time the answer may be off by (timing.TIME_RATIO_BAND: the
+    #: 10th-90th percentile over the published test runs); (1, 1) for a given throughput
+    band: tuple[float, float] = (1.0, 1.0)
+
+    def _low_high(self, value: float | None, inverse: bool = False):
+        if value is None:
+            return None, None
+        lo, hi = self.band
+        return (value / hi, value / lo) if inverse else (value * lo, value * hi)
+
+    @property
+    def step_time_s_band(self) -> tuple[float, float]:
+        return self._low_high(self.step_time_s)
+
+    @property
+    def days_band(self) -> tuple[float, float]:
+        return self._low_high(self.days)
+
+    @property
+    def gpu_hours_band(self) -> tuple[float, float]:
+        return self._low_high(self.gpu_hours)
+
+    @property
+    def cost_band(self) -> tuple[float | None, float | None]:
+        return self._low_high(self.cost)
+
+    @property
+    def mfu_band(self) -> tuple[float, float]:
+        return self._low_high(self.mfu, inverse=True)
+
+    @property
+    def tokens_per_s_band(self) -> tuple[float, float]:
+        return self._low_high(self.tokens_per_s, inverse=True)
+
+    def bands_json(self) -> dict:
+        """``{quantity}_low`` / ``{quantity}_high`` of every time, MFU, day, GPU-hour and cost
+        answer of the row."""
+        out = {}
+        for k in ("step_time_s", "days", "gpu_hours", "cost", "mfu", "tokens_per_s"):
+            out[f"{k}_low"], out[f"{k}_high"] = getattr(self, f"{k}_band")
+        return out
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
                                            "tokens_per_s", "days", "gpu_hours", "cost",
                                            "bubble_fraction")}
+        d.update(self.bands_json())
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
         d["memory_bytes"] = {k: int(v) for k, v in self.memory.items()}
@@ -195,6 +237,18 @@ class TrainPlan:
             recs.append(rec)
         return pd.DataFrame(recs)
 
+    def band_json(self) -> dict:
+        """Where the ``*_low`` / ``*_high`` figures come from."""
+        from .timing import TIME_BAND_COVERAGE, TIME_BAND_RUNS
+        lo, hi = self.best.band
+        if self.setting.achieved_flops_per_gpu:
+            return {"ratio_low": lo, "ratio_high": hi, "coverage": None, "runs": 0,
+                    "source": "the given achieved throughput: no band"}
+        return {"ratio_low": lo, "ratio_high": hi, "coverage": TIME_BAND_COVERAGE,
+                "runs": TIME_BAND_RUNS,
+                "source": "10th-90th percentile of measured / predicted step time over the "
+                          "published test runs (reports/training-validation.md)"}
+
     def to_json(self) -> dict:
         s, b = self.setting, self.best
         return {"model": s.cfg.name, "gpu": s.gpu.name, "tokens": self.tokens, "seq": s.seq,
@@ -203,7 +257,10 @@ class TrainPlan:
                 "min_gpus_to_fit": self.min_gpus_to_fit,
                 "gpus_for_deadline": self.gpus_for_deadline, "days_limit": self.days_limit,
                 "total_gpus": int(b.gpus), "gpu_hours": float(b.gpu_hours),
-                "days": float(b.days), "cost": b.cost,
+                "days": float(b.days), "cost": b.cost, "mfu": float(b.mfu),
+                **{f"{k}_{end}": v for k in ("days", "gpu_hours", "cost", "mfu")
+                   for end, v in zip(("low", "high"), getattr(b, f"{k}_band"))},
+                "band": self.band_json(),
                 "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
                 "price_per_gpu_hour": self.price_per_gpu_hour, "best": b.to_json(),
                 "layouts": [r.to_json() for r in self.rows],
@@ -367,7 +424,10 @@ class Screen:
 def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
              price: float | None) -> list[TrainRow]:
     """Exact evaluation (every stage) of chosen layouts."""
+    from .timing import TIME_RATIO_BAND
     r = evaluate_layouts(setting, layouts)
+    # a step time from the user's achieved throughput carries no calibration band
+    band = (1.0, 1.0) if setting.achieved_flops_per_gpu else TIME_RATIO_BAND
     out = []
     for i, lay in enumerate(layouts):
         step = float(r["step_time_s"][i])
@@ -383,6 +443,7 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             model_flops_step=int(r["model_flops_step"]),
                             hardware_flops_step=r["hardware_flops_seq"][
                                 RECOMPUTE.index(lay.recompute)] * setting.global_batch,
+                            band=band,
                             communication={
                                 dim: {"collective": str(c if isinstance(c, str) else c[i]),
                                       "link": str(r["links"][dim][i]),
@@ -693,8 +754,9 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                 moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
                 p = prof
                 if sch is not None and wonly:  # dequantising kernels lose speed past the knee
-                    p = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
-                        "matmul", 0.55) * weight_only_factor(prof, batch)})
+                    base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
+                    p = prof.replace(flop_efficiency={
+                        "matmul": base * weight_only_factor(prof, batch)})
                 t = roofline_s(flops, moved, p, "matmul", dtype_decode)
                 ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
                                        2 * most_blocks)
@@ -802,8 +864,9 @@ def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> floa
         return op_times(op, w, prof, dtype, wbytes, wbytes, split)[0]
     run = Q.compute_dtype(qop, prof.peak_flops, dtype)
     if Q.is_weight_only(qop, prof.peak_flops):
-        prof = prof.replace(flop_efficiency={"matmul": prof.flop_efficiency.get(
-            "matmul", 0.55) * weight_only_factor(prof, w.rows(op.stream))})
+        base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
+        prof = prof.replace(flop_efficiency={
+            "matmul": base * weight_only_factor(prof, w.rows(op.stream))})
     return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 

@@ -82,10 +82,10 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
         return
     _print_train(p, {"--gpus": gpus, "--max-gpus": max_gpus, "--tp": tp, "--pp": pp,
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
-                     "--recompute": recompute}, ft)
+                     "--recompute": recompute}, ft, out["band"])
 
 
-def _print_train(p, pins: dict, ft=None) -> None:
+def _print_train(p, pins: dict, ft=None, band=None) -> None:
     """The plan for people: summary lines that break only between phrases, tables that fold
     to key-value blocks when the terminal is narrow (txcalc.cli.narrow)."""
     from .narrow import fit_table, say
@@ -113,6 +113,14 @@ def _print_train(p, pins: dict, ft=None) -> None:
     say(console, [f"{b.days:,.1f} days", f"{b.gpu_hours:,.0f} GPU-hours", *cost,
                   f"MFU {b.mfu:.1%}", f"{b.tokens_per_s:,.0f} tokens/s"],
         first=f"  best: {b.layout.short()} on {b.gpus:,} GPUs: ")
+    (d_lo, d_hi), (h_lo, h_hi), (m_lo, m_hi) = b.days_band, b.gpu_hours_band, b.mfu_band
+    if band["runs"]:
+        say(console, [f"{d_lo:,.1f}-{d_hi:,.1f} days,", f"{h_lo:,.0f}-{h_hi:,.0f} GPU-hours,",
+                      f"MFU {m_lo:.1%}-{m_hi:.1%}"]
+            + ([f", cost {b.cost_band[0]:,.0f}-{b.cost_band[1]:,.0f}"]
+               if b.cost is not None else []),
+            first=f"  band ({band['coverage']:.0%} of {band['runs']} published test runs "
+                  f"fell inside): ", sep=" ")
     for note in p.notes:
         say(console, note.split(" "), first="  note: ", sep=" ")
     say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
@@ -124,10 +132,12 @@ def _print_train(p, pins: dict, ft=None) -> None:
                   [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
                     f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
                    for dim, c in b.communication.items()])
+    band_note = (f"; band of step s, days, GPU-hours: x{b.band[0]:.3f} to x{b.band[1]:.3f}, "
+                 f"of MFU: /{b.band[1]:.3f} to /{b.band[0]:.3f}" if band["runs"] else "")
     cols = ["layout", "GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
         ["cost"] if b.cost is not None else [])
     fit_table(console, f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
-                       "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)", cols,
+                       "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch" + band_note + ")", cols,
               [(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GB:,.1f}",
                 f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}", f"{r.days:,.1f}", f"{r.gpu_hours:,.0f}",
                 *((f"{r.cost:,.0f}",) if r.cost is not None else ())) for r in p.rows])

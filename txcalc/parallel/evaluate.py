@@ -272,7 +272,7 @@ def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str
     roofline of ``timing.ops_times`` with each op's work split over TP (and CP)."""
     w = s.work(micro_batch, recompute)
     return ops_times(ops, w, s.prof, s.dtype, s.bytes.act, s.bytes.weight,
-                     lambda op: _tp_split(op, tp, sp) * cp)
+                     lambda op: _tp_split(op, tp, sp) * cp, lambda op: _tp_split(op, tp, sp))
 
 
 def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:

@@ -26,7 +26,9 @@ def _row(r) -> dict:
     return {"layout": r.layout.short(), "gpus": int(r.gpus), "memory": dict(r.memory),
             "total_bytes": int(r.total_bytes), "step_time_s": r6(r.step_time_s),
             "mfu": r6(r.mfu), "days": r6(r.days), "gpu_hours": r6(r.gpu_hours),
-            "cost": r6(r.cost), "tokens_per_s": r6(r.tokens_per_s)}
+            "cost": r6(r.cost), "tokens_per_s": r6(r.tokens_per_s),
+            **{k: r6(v) for k, v in r.bands_json().items()
+               if k.rsplit("_", 1)[0] in ("days", "gpu_hours", "cost", "mfu")}}
 
 
 def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> dict:
@@ -164,6 +166,22 @@ def layout_in_words(short: str) -> str:
     return "; ".join(words)
 
 
+def _range(row: dict, key: str, fmt: str) -> str:
+    """" (low-high)" of a banded answer, "" when the row has no band (a given throughput)."""
+    lo, hi = row.get(f"{key}_low"), row.get(f"{key}_high")
+    if lo is None or hi is None or lo == hi:
+        return ""
+    return f" ({lo:{fmt}}-{hi:{fmt}})"
+
+
+def _band_text(b: dict) -> str:
+    if b.get("days_low") is None or b["days_low"] == b["days_high"]:
+        return ""
+    return (f" Error band: {b['days_low']:,.1f} to {b['days_high']:,.1f} days, MFU "
+            f"{b['mfu_low']:.1%} to {b['mfu_high']:.1%} (the 10th-90th percentile of measured / "
+            "predicted step time over published test runs, reports/training-validation.md).")
+
+
 def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[list[str]]]:
     """Paragraphs and key-figure rows of a planned training answer."""
     b = plan["best"]
@@ -176,7 +194,8 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
                     f"**{plural(plan['gpus_for_deadline'], 'GPU')}**.")
     paras = [f"**Train {name} on {plan['tokens']:,} tokens: "
              f"{plural(b['gpus'], plan['gpu'] + ' GPU')} for {b['days']:,.1f} days** "
-             f"({b['gpu_hours']:,.0f} GPU-hours{cost}), layout `{b['layout']}`.",
+             f"({b['gpu_hours']:,.0f} GPU-hours{cost}), layout `{b['layout']}`."
+             + _band_text(b),
              f"The layout `{b['layout']}` in words: {layout_in_words(b['layout'])}.",
              f"Training fits on as few as **{plural(plan['min_gpus_to_fit'], 'GPU')}** "
              f"({gb(plan['gpu_memory_bytes'])} each).{deadline} On one GPU with no "
@@ -191,10 +210,12 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
             ["fewest GPUs that fit", f"{plan['min_gpus_to_fit']:,}"],
             ["GPUs for the deadline", "no deadline given" if plan["gpus_for_deadline"] is None
              else f"{plan['gpus_for_deadline']:,}"],
-            ["layout", b["layout"]], ["days", f"{b['days']:,.1f}"],
-            ["GPU-hours", f"{b['gpu_hours']:,.0f}"],
+            ["layout", b["layout"]],
+            ["days", f"{b['days']:,.1f}" + _range(b, "days", ",.1f")],
+            ["GPU-hours", f"{b['gpu_hours']:,.0f}" + _range(b, "gpu_hours", ",.0f")],
             ["cost", "no price given" if b["cost"] is None else f"{b['cost']:,.0f}"],
-            ["MFU", f"{b['mfu']:.1%}"], ["memory per GPU", gb(b["total_bytes"])]]
+            ["MFU", f"{b['mfu']:.1%}" + _range(b, "mfu", ".1%")],
+            ["memory per GPU", gb(b["total_bytes"])]]
     return paras, rows
 
 

@@ -196,6 +196,11 @@ def _frontier(report: dict):
     ax = fig.subplots()
     ax.plot([p["gpus"] for p in pts], [p["days"] for p in pts], marker="o",
             label="fastest layout on that many GPUs")
+    if all(p.get("days_low") is not None for p in pts) and any(
+            p["days_low"] != p["days_high"] for p in pts):
+        ax.fill_between([p["gpus"] for p in pts], [p["days_low"] for p in pts],
+                        [p["days_high"] for p in pts], alpha=0.2, linewidth=0,
+                        label="10th-90th percentile of published test runs")
     b = plan["best"]
     ax.plot([b["gpus"]], [b["days"]], marker="*", markersize=16, color="black",
             linestyle="none", label=f"chosen: {plural(b['gpus'], 'GPU')}, {b['days']:,.1f} days")

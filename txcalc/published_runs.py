@@ -1,0 +1,346 @@
+"""Published measured training runs, the planner's predictions for them, and the fit of the
+time model's efficiencies (txcalc.timing) to them.
+
+The runs live in ``txcalc/data/training_runs.json``: each has its source, the exact table row
+(``quote``), the setup (model, GPU, TP/PP/DP/CP, sequence, global batch, recompute,
+precision), what had to be assumed where the source is silent, the measured figure and
+``split``: ``fit`` (the efficiencies are fitted on these) or ``test`` (never fitted: its
+ratios are the error band ``timing.TIME_RATIO_BAND``).
+
+    measured kind          | step time of the run (N GPUs, B sequences of S tokens)
+    -----------------------|----------------------------------------------------------------
+    megatron_2021_tflops   | 96 B S l h^2 (1 + S/(6h) + V/(16 l h)) / (N X): Narayanan et
+                           |   al. 2021, eq. (3), the FLOPs their achieved X counts
+    megatron_core_tflops   | Megatron-LM's num_floating_point_operations (training.py at the
+                           |   quoted commit): 12 B S l h^2 ((1 + g/a + S/h) q/h + f/h x 3/2
+                           |   if SwiGLU + V/(2 l h)) / (N X)
+    tokens_per_s_per_gpu   | B S / (N x tokens/s per GPU)
+    mfu                    | txcalc's model FLOPs per step / (N x dense peak x MFU)
+    memory_only            | none (only the peak memory is compared)
+
+A run's ``flags`` (``setup.flags``) name setup features beyond the Layout (a kernel stack,
+partial recompute, communication overlap); ``apply_flags`` applies each one the library
+supports (a field of TrainSetting or Layout of that name). A required flag the library lacks
+makes the run pending (kept in the table, left out of the statistics); ``optional_flags`` are
+applied when supported and otherwise listed as not applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .errors import TxcalcError
+
+SPLITS = ("fit", "test")
+MEASURED_KINDS = ("megatron_2021_tflops", "megatron_core_tflops", "tokens_per_s_per_gpu", "mfu",
+                  "memory_only")
+GiB = 2**30
+
+
+class RunsError(TxcalcError):
+    """A training-runs file that cannot be read or holds an impossible run."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One published run (see the module doc)."""
+
+    id: str
+    split: str
+    source: str
+    quote: str
+    model: dict = field(hash=False)
+    setup: dict = field(hash=False)
+    measured: dict = field(hash=False)
+    assumed: str = ""
+    pending: str = ""
+    optional_flags: tuple[str, ...] = ()
+
+    @property
+    def gpu(self) -> str:
+        return self.setup["gpu"]
+
+    def config(self):
+        from . import load
+        from .config import ModelConfig
+        if "preset" in self.model:
+            return load(self.model["preset"])
+        return ModelConfig(**self.model)
+
+
+def runs_path() -> Path:
+    return Path(str(resources.files("txcalc") / "data" / "training_runs.json"))
+
+
+def load_runs(path: str | Path | None = None) -> list[Run]:
+    """The runs of ``path`` (default: the package's training_runs.json), checked."""
+    from .safeio import parse_json, read_text
+    where = str(path or runs_path())
+    doc = parse_json(read_text(path or runs_path(), RunsError), f"cannot read {where}", RunsError)
+    try:
+        runs = [Run(id=str(r["id"]), split=r["split"], source=str(r["source"]),
+                    quote=str(r["quote"]), model=dict(r["model"]), setup=dict(r["setup"]),
+                    measured=dict(r["measured"]), assumed=str(r.get("assumed", "")),
+                    pending=str(r.get("pending", "")),
+                    optional_flags=tuple(r.get("optional_flags", ())))
+                for r in doc["runs"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RunsError(f"cannot read {where}: {e.__class__.__name__} {e}") from None
+    bad = [f"{r.id}: split {r.split!r}" for r in runs if r.split not in SPLITS]
+    bad += [f"{r.id}: measured kind {r.measured.get('kind')!r}" for r in runs
+            if r.measured.get("kind") not in MEASURED_KINDS]
+    ids = [r.id for r in runs]
+    bad += [f"{i}: given twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    if bad:
+        raise RunsError(f"{where}: " + "; ".join(bad))
+    return runs
+
+
+# --- flags --------------------------------------------------------------------------------------
+def _fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def apply_flags(run: Run) -> tuple[dict, dict, list[str], list[str]]:
+    """(TrainSetting extras, Layout extras, flags applied, required flags not supported)."""
+    from .parallel.evaluate import TrainSetting
+    from .parallel.layout import Layout
+    setting, layout, applied, missing = {}, {}, [], []
+    for name, value in run.setup.get("flags", {}).items():
+        if name in _fields(TrainSetting):
+            setting[name] = value
+        elif name in _fields(Layout):
+            layout[name] = value
+        elif name not in run.optional_flags:
+            missing.append(name)
+            continue
+        else:
+            continue
+        applied.append(name)
+    return setting, layout, applied, missing
+
+
+def pending_reason(run: Run) -> str:
+    """Why the run is left out of the statistics ("" when it is not): a required flag the
+    library lacks, or the run's own note while any of its flags is missing."""
+    missing = apply_flags(run)[3]
+    if missing:
+        return run.pending or f"pending: needs {', '.join(missing)}"
+    return ""
+
+
+# --- predictions --------------------------------------------------------------------------------
+def setting_and_layout(run: Run, profile=None):
+    """The planner's TrainSetting and Layout of the run (flags applied)."""
+    from .hardware import get_gpu
+    from .parallel.evaluate import TrainSetting
+    from .parallel.layout import Layout
+    s = run.setup
+    extra_s, extra_l, _, _ = apply_flags(run)
+    setting = TrainSetting(run.config(), get_gpu(s["gpu"]), s["seq"], s["global_batch"],
+                           s["precision"], "adamw", s["attn_impl"], profile, **extra_s)
+    layout = Layout(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s.get("cp", 1), zero=s["zero"],
+                    sp=s["sp"], micro_batch=s["micro_batch"], recompute=s["recompute"],
+                    hybrid_shard=s.get("hybrid_shard", False), **extra_l)
+    return setting, layout
+
+
+def predict(run: Run, profile=None) -> dict:
+    """The planner's step time, tokens/s per GPU, MFU and peak bytes per GPU for the run."""
+    from .parallel.evaluate import evaluate_layouts
+    setting, layout = setting_and_layout(run, profile)
+    r = evaluate_layouts(setting, [layout])
+    step = float(r["step_time_s"][0])
+    return {"step_time_s": step, "tokens_per_s_per_gpu": float(r["tokens_per_s"][0]) / layout.gpus,
+            "mfu": float(r["mfu"][0]), "peak_bytes": int(r["total_bytes"][0]),
+            "model_flops_step": float(r["model_flops_step"])}
+
+
+def measured_step_time_s(run: Run, cfg=None, model_flops_step: float | None = None) -> float | None:
+    """The run's measured step time (module doc), None for a memory-only run."""
+    m, s = run.measured, run.setup
+    n, b, seq = s["gpus"], s["global_batch"], s["seq"]
+    kind = m["kind"]
+    if kind == "memory_only":
+        return None
+    if kind == "tokens_per_s_per_gpu":
+        return b * seq / (n * m["tokens_per_s_per_gpu"])
+    cfg = cfg or run.config()
+    if kind == "mfu":
+        from .hardware import get_gpu
+        from .timing import COMPUTE_DTYPE
+        peak = get_gpu(s["gpu"]).peak(COMPUTE_DTYPE[s["precision"]])
+        return model_flops_step / (n * peak * m["mfu"])
+    l, h, V = cfg.n_layers, cfg.d_model, cfg.vocab_size
+    if kind == "megatron_2021_tflops":
+        flops = 96 * b * seq * l * h * h * (1 + seq / (6 * h) + V / (16 * l * h))
+    else:  # megatron_core_tflops
+        a, g = cfg.n_heads, cfg.n_kv_heads
+        q = cfg.head_dim * a / h
+        gated = 1.5 if cfg.activation in ("swiglu", "geglu") else 1.0
+        flops = 12 * b * seq * l * h * h * ((1 + g / a + seq / h) * q + cfg.d_ff / h * gated
+                                            + V / (2 * l * h))
+    return flops / (n * m["tflops_per_gpu"] * 1e12)
+
+
+def measured_peak_bytes(run: Run) -> int | None:
+    gib = run.measured.get("peak_gib")
+    return None if gib is None else int(gib * GiB)
+
+
+@dataclass
+class Row:
+    """A run's prediction against its measurement."""
+
+    run: Run
+    pending: str
+    predicted: dict | None
+    measured_step_s: float | None
+    measured_peak: int | None
+    applied_flags: list[str]
+
+    @property
+    def time_ratio(self) -> float | None:
+        """measured / predicted step time (> 1: the planner is optimistic)."""
+        if self.pending or self.measured_step_s is None or self.predicted is None:
+            return None
+        return self.measured_step_s / self.predicted["step_time_s"]
+
+    @property
+    def throughput_error(self) -> float | None:
+        """predicted / measured throughput - 1."""
+        r = self.time_ratio
+        return None if r is None else r - 1.0
+
+    @property
+    def memory_error(self) -> float | None:
+        if self.pending or self.measured_peak is None or self.predicted is None:
+            return None
+        return self.predicted["peak_bytes"] / self.measured_peak - 1.0
+
+
+def evaluate_runs(runs: list[Run], profile_for=None) -> list[Row]:
+    """Predict every run (pending ones too, where the engine can; ``profile_for(gpu_name)``:
+    the DeviceProfile to use, default the GPU's defaults)."""
+    rows = []
+    for run in runs:
+        reason = pending_reason(run)
+        pred = None
+        try:
+            pred = predict(run, profile_for(run.gpu) if profile_for else None)
+        except (TxcalcError, TypeError, ValueError) as e:  # a flag value it does not take
+            reason = reason or f"pending: the engine cannot express it ({e})"
+        step = measured_step_time_s(run, None, pred["model_flops_step"] if pred else None) \
+            if pred is not None or run.measured["kind"] not in ("mfu",) else None
+        rows.append(Row(run, reason, pred, step, measured_peak_bytes(run),
+                        apply_flags(run)[2]))
+    return rows
+
+
+# --- fitting ------------------------------------------------------------------------------------
+def profile_with(gpu_name: str, matmul: float, half_dim: float):
+    from .hardware import get_gpu
+    from .timing import DeviceProfile
+    base = DeviceProfile.from_gpu(get_gpu(gpu_name))
+    return base.replace(flop_efficiency={"matmul": matmul}, matmul_half_dim=half_dim)
+
+
+def _golden(f, lo: float, hi: float, iters: int = 14) -> float:
+    """argmin of a unimodal f on [lo, hi] (golden-section search)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def _loss(runs: list[Run], measured: dict, prof) -> float:
+    """Mean squared log ratio of predicted to measured step time."""
+    return sum(math.log(predict(r, prof)["step_time_s"] / measured[r.id]) ** 2
+               for r in runs) / len(runs)
+
+
+#: the search ranges of the fitted constants
+MATMUL_RANGE = (0.2, 1.0)
+HALF_DIM_GRID = (0.0, 16.0, 32.0, 48.0, 64.0, 128.0, 256.0)
+
+
+def fit_efficiencies(runs: list[Run]) -> dict:
+    """Fit timing.GPU_EFFICIENCY's matmul entry per GPU and MATMUL_HALF_DIM (shared) on the
+    fit runs that are not pending and have a measured time: for each half dimension of
+    HALF_DIM_GRID, each GPU's matmul efficiency by golden-section search of the mean squared
+    log ratio; the half dimension with the lowest total loss wins.
+
+    Returns {"matmul": {gpu: efficiency}, "matmul_half_dim": float, "loss": float, "runs": n}."""
+    fit = [r for r in runs if r.split == "fit" and not pending_reason(r)
+           and r.measured["kind"] != "memory_only"]
+    if not fit:
+        raise RunsError("no fit runs with a measured time")
+    measured = {}
+    for r in fit:
+        measured[r.id] = measured_step_time_s(r, None, predict(r)["model_flops_step"])
+    by_gpu: dict[str, list[Run]] = {}
+    for r in fit:
+        by_gpu.setdefault(r.gpu, []).append(r)
+    best = None
+    for half in HALF_DIM_GRID:
+        effs, total = {}, 0.0
+        for gpu, rs in sorted(by_gpu.items()):
+            e = _golden(lambda x: _loss(rs, measured, profile_with(gpu, x, half)), *MATMUL_RANGE)
+            effs[gpu] = e
+            total += _loss(rs, measured, profile_with(gpu, e, half)) * len(rs)
+        if best is None or total < best["loss"] - 1e-12:
+            best = {"matmul": effs, "matmul_half_dim": half, "loss": total / len(fit),
+                    "runs": len(fit)}
+    return best
+
+
+_FIT_CACHE: dict = {}
+
+
+def fit_efficiencies_cached(path: str | Path | None = None) -> dict:
+    """``fit_efficiencies`` of a runs file, computed once per file and process (a fit takes
+    tens of seconds)."""
+    key = str(path or runs_path())
+    if key not in _FIT_CACHE:
+        _FIT_CACHE[key] = fit_efficiencies(load_runs(path))
+    return _FIT_CACHE[key]
+
+
+def band(rows: list[Row], split: str = "test", coverage: float = 0.8) -> tuple[float, float, int]:
+    """(low, high, n): the (1 - coverage)/2 and (1 + coverage)/2 quantiles of measured /
+    predicted step time over the split's non-pending rows (linear interpolation)."""
+    ratios = sorted(r.time_ratio for r in rows if r.run.split == split
+                    and r.time_ratio is not None)
+    if not ratios:
+        raise RunsError(f"no {split} runs with a measured time")
+    return _quantile(ratios, (1 - coverage) / 2), _quantile(ratios, (1 + coverage) / 2), len(ratios)
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """numpy.percentile's default (linear) on a sorted list."""
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
+
+
+def median_abs(xs) -> float | None:
+    xs = sorted(abs(x) for x in xs if x is not None)
+    if not xs:
+        return None
+    return _quantile(xs, 0.5)
