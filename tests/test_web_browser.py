@@ -182,7 +182,7 @@ def assert_page_is_cli(pg, expected: dict[str, list[str]], must_show: set[str]) 
     return len(shown)
 
 
-H100 = ["--gpu-gb", "85.89934592"]  # the catalog's 80 GiB: 85,899,345,920 bytes
+H100 = ["--gpu", "h100-sxm"]
 TRAIN_SHOWS = {"memory.total_bytes", "memory.gpu_bytes", "memory.peak_by_category.opt",
                "answer.min_gpus_to_fit", "answer.best.gpus", "answer.best.days",
                "answer.best.memory_bytes.weights", "params.total_params",

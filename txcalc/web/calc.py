@@ -102,24 +102,10 @@ def _context(form: dict) -> str:
                + parse_context(form["output_len"], "--output-len", zero=False))
 
 
-def gpu_gb_text(memory_bytes: int) -> str:
-    """A ``--gpu-gb`` value that the memory command reads back as exactly ``memory_bytes``
-    (it takes ``int(gpu_gb * 1e9)``): the shortest decimal of memory_bytes / 1e9 that does."""
-    x = memory_bytes / 10**9
-    for digits in range(1, 18):
-        text = f"{x:.{digits}g}"
-        if int(float(text) * 10**9) == memory_bytes:
-            return text
-    import math
-    up = math.nextafter(x, math.inf)  # int() truncates: one ulp up lands on the byte
-    return repr(up)
-
-
 def _gpu_gb(form: dict) -> list[str]:
-    """The chosen GPU's memory for ``memory``'s fit check (an unknown GPU: the catalog's
-    GpuError, with its close matches)."""
-    from ..hardware import get_gpu
-    return ["--gpu-gb", gpu_gb_text(get_gpu(form["gpu"]).memory_bytes)]
+    """The chosen GPU for ``memory``'s fit check (an unknown GPU: the catalog's GpuError,
+    with its close matches)."""
+    return ["--gpu", form["gpu"]]
 
 
 def commands(form: dict) -> dict[str, list[str]]:
