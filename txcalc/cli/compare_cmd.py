@@ -78,7 +78,10 @@ def option_argv(cmd: list[str], shared: list[str], own: list[str]) -> list[str]:
 
 def run_option(argv: list[str], label: str) -> dict:
     """One option's JSON: the command run in this process, its stdout captured."""
-    from . import _click
+    try:  # as txcalc.cli does: typer >= 0.2x vendors its own click
+        from typer._click import exceptions as _click
+    except ImportError:  # pragma: no cover
+        from click import exceptions as _click
     from .typer_app import app as the_app
     buf = io.StringIO()
     try:
