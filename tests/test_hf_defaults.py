@@ -25,8 +25,10 @@ from .test_hybrids import HYBRID_STRATEGIES as HYBRIDS
 from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES
 from .test_encoders import STRATEGIES as ENCODERS
 from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
+from .test_multimodal import STRATEGIES as MULTIMODAL  # the types above keep their own
 
-STRATEGIES = {**FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS, **SEQ2SEQ}
+STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
+              **SEQ2SEQ}
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 
