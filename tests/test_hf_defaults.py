@@ -27,9 +27,10 @@ from .test_encoders import STRATEGIES as ENCODERS
 from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
 from .test_linear_attention import MULTIMODAL as LINEAR_MULTIMODAL
 from .test_linear_attention import STRATEGIES as LINEAR
+from .test_multimodal import STRATEGIES as MULTIMODAL  # the types above keep their own
 
-STRATEGIES = {**FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS, **SEQ2SEQ, **LINEAR,
-              **LINEAR_MULTIMODAL}
+STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
+              **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL}
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

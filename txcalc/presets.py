@@ -189,7 +189,9 @@ PRESETS: dict[str, ModelConfig] = {
                        n_encoder_layers=24, d_model=2048, n_heads=16, d_ff=8192,
                        vocab_size=256206, max_position=1024, position_offset=2,
                        pos_type="sinusoidal", sinusoidal_table="buffer", activation="relu",
-                       qkv_bias=True, out_bias=True, mlp_bias=True),
+                       qkv_bias=True, out_bias=True, mlp_bias=True,
+                       # dropout 0.1, attention_dropout 0.1 (activation_dropout 0.0)
+                       embed_dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
     # openai/whisper-large-v3 config.json (Radford et al. 2022, arXiv:2212.04356): the whole
     # WhisperForConditionalGeneration, conv audio stem and frozen encoder positions included
     "whisper-large-v3": M(name="whisper-large-v3", family="encoder-decoder", n_layers=32,
