@@ -59,7 +59,7 @@ from pathlib import Path
 
 from .errors import TxcalcError
 from .hardware import Gpu
-from .ops import Op
+from .ops import Op, rerun_ops
 from .workload import Workload
 
 DEFAULT_FLOP_EFFICIENCY = {"matmul": 0.55, "attention": 0.45}
@@ -236,11 +236,13 @@ def ops_times(ops, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: int,
     core's forward + backward) seconds. ``split(op)``: how many ways the op's work is divided
     (TP x CP in the planner; 1 on one GPU)."""
     total = bwd_total = attn = 0.0
+    ops = tuple(ops)
+    again = {id(op) for op in rerun_ops(ops, w)}
     for op in ops:
         if op.kind == "checkpoint":
             continue
         f, b = op_times(op, w, prof, dtype, act_bytes, weight_bytes, split(op))
-        total += f + b + (f if op.reruns(w.recompute) else 0.0)
+        total += f + b + (f if id(op) in again else 0.0)
         bwd_total += b
         if op.kind in ("attn_scores", "attn_context"):
             attn += f + b
