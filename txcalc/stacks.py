@@ -110,11 +110,14 @@ def check_overlap(overlap) -> tuple[str, ...]:
     """``overlap`` as a tuple of OVERLAPS items (a comma-separated string, a sequence, or
     "none"); refuses unknown items, naming them."""
     from .inputs import show
+    given = overlap
     if isinstance(overlap, str):
         overlap = () if overlap.strip() in ("", "none") else \
             tuple(x.strip() for x in overlap.split(","))
     if not isinstance(overlap, (tuple, list)) or any(x not in OVERLAPS for x in overlap):
-        raise WorkloadError(f"overlap ({show(overlap)}) must list items of "
-                            f"{', '.join(OVERLAPS)} (or be 'none')")
+        bad = [x for x in overlap if x not in OVERLAPS] if isinstance(overlap, (tuple, list)) \
+            else []
+        raise WorkloadError(f"overlap ({show(given)}) must list items of {', '.join(OVERLAPS)} "
+                            f"(or be 'none')" + (f"; unknown: {', '.join(map(show, bad))}"
+                                                 if bad else ""))
     return tuple(x for x in OVERLAPS if x in overlap)
-

@@ -44,8 +44,11 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           ep: int = typer.Option(None, "--ep", help="Pin the expert-parallel degree."),
           zero: int = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
-          recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
-          attn: str = typer.Option("flash", "--attn", help="Attention kernel: eager | sdpa | flash."),
+          recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full | op (torchtitan's op-level)."),
+          recompute_layers: int = typer.Option(None, "--recompute-layers", help="Pin partial recompute: only the first N blocks of each stage (Megatron --recompute-num-layers N, block method; 0: every block)."),
+          attn: str = typer.Option(None, "--attn", help="Attention kernel: eager | sdpa | flash (default flash, or the stack's)."),
+          stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (its fused kernels and overlapped collectives; default: flash attention, HF's other kernels, gradient reduction overlapped)."),
+          overlap: str = typer.Option(None, "--overlap", help="Collectives hidden behind compute, comma-separated: tp, param_gather, grad_reduce, pp, or none (default the stack's)."),
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -57,15 +60,19 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    price=price, achieved_tflops=achieved_tflops, gpu_file=gpu_file,
                    cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
-                   micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn)
+                   micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
+                   stack=stack, overlap=overlap, recompute_layers=recompute_layers)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn,
+                   stack=stack, overlap=overlap,
                    overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
-                                           ("recompute", recompute)) if v is not None})
+                                           ("recompute", recompute),
+                                           ("recompute_layers", recompute_layers))
+                         if v is not None})
     out = p.to_json()
     if json_out:
         emit_json(out)
@@ -89,10 +96,14 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
         + f"; total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB")
     if b.communication:
         console.print(table("communication of the best layout, per GPU per step",
-                            ["dim", "collective", "link", "GB sent", "time s", "exposed s"],
+                            ["dim", "collective", "link", "GB sent", "time s", "exposed s",
+                             "hidden s"],
                             [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
-                              f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
+                              f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}",
+                              f"{c['hidden_s']:,.3f}")
                              for dim, c in b.communication.items()]))
+        console.print(f"  overlap assumed: {', '.join(s.overlap) or 'none'}"
+                      + (f"; fused kernels: {', '.join(s.fused)}" if s.fused else ""))
     t = Table(title=f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
                     "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch)",
               title_justify="left")
