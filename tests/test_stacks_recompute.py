@@ -240,3 +240,21 @@ def test_cli_stack_and_recompute_layers(capsys):
         out = capsys.readouterr()
         assert rc == 2 and name in out.err and "Traceback" not in out.err
         assert len(out.err.strip().splitlines()) == 1
+
+
+def test_offloaded_checkpoints_one_gpu_equal_engine():
+    """Full recompute with its checkpoints in host memory: the planner's host bytes on one
+    GPU are the engine's offloaded checkpoints (TrainingMemory offload "activations"), and
+    the GPU's activations shrink by exactly that much."""
+    import txcalc
+    from txcalc.hardware import get_gpu
+    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.parallel.layout import Layout
+    cfg = txcalc.load("llama-3-8b")
+    s = TrainSetting(cfg, get_gpu("h100"), 4096, 4)
+    r = evaluate_layouts(s, [Layout(recompute="full"),
+                             Layout(recompute="full", offload_checkpoints=True)])
+    m = TrainingMemory(cfg, Workload(batch=1, seq=4096, attn_impl="flash", recompute="full"),
+                       offload="activations")
+    assert r["host_bytes"][1] == m.offloaded_activations > 0 and r["host_bytes"][0] == 0
+    assert r["activations_bytes"][0] - r["activations_bytes"][1] == m.offloaded_activations

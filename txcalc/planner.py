@@ -102,11 +102,13 @@ class TrainRow:
     hardware_flops_step: int = 0
     #: per parallel dimension: collective, link, bytes sent per GPU per step, seconds, exposed
     communication: dict = field(default_factory=dict)
+    #: host memory per GPU for offloaded recompute checkpoints (Layout.offload_checkpoints)
+    host_bytes: int = 0
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
                                            "tokens_per_s", "days", "gpu_hours", "cost",
-                                           "bubble_fraction")}
+                                           "bubble_fraction", "host_bytes")}
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
         d["memory_bytes"] = {k: int(v) for k, v in self.memory.items()}
@@ -213,7 +215,8 @@ class TrainPlan:
 
 # --- the grid ------------------------------------------------------------------------------------
 #: Layout fields a search can be pinned to (``plan_train(only={"tp": 8, "recompute": "full"})``)
-PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "recompute_layers")
+PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "recompute_layers",
+            "offload_checkpoints")
 
 
 def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpus: int,
@@ -252,8 +255,9 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     def A(xs, k):  # the values of axis k, shaped to broadcast against the grid
         return np.array(xs, dtype=np.int64).reshape([-1 if i == k else 1 for i in range(10)])
     tp, pp, cp, ep, mb, dp, zero, v, sp, pol = (A(xs, k) for k, xs in enumerate(lists))
-    rc = A([r for r, _ in policies], 9)
-    rl = A([n for _, n in policies], 9)
+    rc = A([r for r, _, _ in policies], 9)
+    rl = A([n for _, n, _ in policies], 9)
+    off = A([o for _, _, o in policies], 9).astype(bool)
     hybrid = A([h for _, h in zeros], 6).astype(bool)
     n = tp * pp * cp * dp
     ok = np.broadcast_to((n <= max_gpus) & (global_batch % (dp * mb) == 0), shape).copy()
@@ -266,7 +270,8 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
     ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
     pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
-              "micro_batch": mb, "recompute": rc, "recompute_layers": rl}
+              "micro_batch": mb, "recompute": rc, "recompute_layers": rl,
+              "offload_checkpoints": off}
     for key, value in (only or {}).items():
         if key not in PINNABLE:
             raise PlanError(f"cannot pin {key!r}; choose from {', '.join(PINNABLE)}")
@@ -279,11 +284,14 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
         ok &= pinned[key] == value
     if "recompute" in (only or {}) and "recompute_layers" not in only:
         ok &= rl == 0  # a pinned mode means every block, unless N is pinned too
+    if "offload_checkpoints" not in (only or {}) and "recompute" in (only or {}):
+        ok &= ~off  # ... and checkpoints on the GPU, unless offload is pinned too
     ti, pi, ci, ei, mi, di, zi, vi, si, ri = np.nonzero(ok)  # in the grid's C order
     g = dict(tp=tp.ravel()[ti], pp=pp.ravel()[pi], dp=dp.ravel()[di], cp=cp.ravel()[ci],
              ep=ep.ravel()[ei], zero=zero.ravel()[zi], hybrid=hybrid.ravel()[zi],
              sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=rc.ravel()[ri],
-             rl=rl.ravel()[ri], pol=ri, ti=ti, pi=pi, ci=ci, ei=ei, mi=mi)
+             rl=rl.ravel()[ri], off=off.ravel()[ri], pol=ri, ti=ti, pi=pi, ci=ci, ei=ei,
+             mi=mi)
     return g, (tps, eps, cps, mbs, pps)
 
 
@@ -294,7 +302,7 @@ def _layout_at(g: dict, i: int) -> Layout:
                   hybrid_shard=bool(g["hybrid"][i]), sp=bool(g["sp"][i]),
                   schedule="interleaved" if v > 1 else "1f1b", virtual=v,
                   micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])],
-                  recompute_layers=int(g["rl"][i]))
+                  recompute_layers=int(g["rl"][i]), offload_checkpoints=bool(g["off"][i]))
 
 
 def _ranked(cand, day_arr, hours, n, deadline: bool):
@@ -380,6 +388,7 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             tokens_per_s=float(r["tokens_per_s"][i]), days=days,
                             gpu_hours=hours, cost=None if price is None else hours * price,
                             bubble_fraction=float(r["bubble_fraction"][i]),
+                            host_bytes=int(r["host_bytes"][i]),
                             model_flops_step=int(r["model_flops_step"]),
                             hardware_flops_step=int(r["hardware_flops_seq"][i])
                             * setting.global_batch,
@@ -453,6 +462,10 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         I.choice("only key", key, PINNABLE)
         if key == "recompute":
             I.choice("only['recompute']", value, RECOMPUTE)
+        elif key == "offload_checkpoints":
+            if not isinstance(value, bool):
+                raise I.InputError(f"only['offload_checkpoints'] ({I.show(value)}) must be "
+                                   "True or False")
         else:
             I.integer(f"only[{key!r}]", value, 0 if key in ("zero", "recompute_layers") else 1,
                       3 if key == "zero" else I.MAX_GPUS if key != "micro_batch"

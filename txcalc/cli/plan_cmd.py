@@ -46,6 +46,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
           recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full | op (torchtitan's op-level)."),
           recompute_layers: int = typer.Option(None, "--recompute-layers", help="Pin partial recompute: only the first N blocks of each stage (Megatron --recompute-num-layers N, block method; 0: every block)."),
+          offload_checkpoints: bool = typer.Option(None, "--offload-checkpoints/--keep-checkpoints", help="Pin full recompute's checkpoints to host memory (over PCIe) or to the GPU."),
           attn: str = typer.Option(None, "--attn", help="Attention kernel: eager | sdpa | flash (default flash, or the stack's)."),
           stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (its fused kernels and overlapped collectives; default: flash attention, HF's other kernels, gradient reduction overlapped)."),
           overlap: str = typer.Option(None, "--overlap", help="Collectives hidden behind compute, comma-separated: tp, param_gather, grad_reduce, pp, or none (default the stack's)."),
@@ -71,7 +72,8 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
                                            ("recompute", recompute),
-                                           ("recompute_layers", recompute_layers))
+                                           ("recompute_layers", recompute_layers),
+                                           ("offload_checkpoints", offload_checkpoints))
                          if v is not None})
     out = p.to_json()
     if json_out:
@@ -93,7 +95,9 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
         console.print(f"  note: {note}")
     console.print("  memory per GPU of the best layout (fullest stage): " + ", ".join(
         f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v)
-        + f"; total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB")
+        + f"; total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB"
+        + (f"; host memory (offloaded checkpoints) {b.host_bytes / GB:,.1f} GB"
+           if b.host_bytes else ""))
     if b.communication:
         console.print(table("communication of the best layout, per GPU per step",
                             ["dim", "collective", "link", "GB sent", "time s", "exposed s",

@@ -339,10 +339,11 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
                  policies=None) -> Tables:
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
 
-    ``policies``: the recompute policies of the grid, (mode index into RECOMPUTE, N): the
-    first N blocks of each stage run the mode and the rest none (Megatron's block method,
-    ``Workload.recompute_layers``; N = 0: every block); default the planner's grid's
-    (layout.RECOMPUTE_POLICIES).
+    ``policies``: the recompute policies of the grid, (mode index into RECOMPUTE, N,
+    offloaded): the first N blocks of each stage run the mode and the rest none (Megatron's
+    block method, ``Workload.recompute_layers``; N = 0: every block); offloaded: what the
+    recomputed blocks keep (their checkpoints) lives in host memory (``act_host``); default
+    the planner's grid's (layout.RECOMPUTE_POLICIES).
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
     (the most micro-batches in flight after the first), last, and the stage with the most
@@ -449,27 +450,35 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
                     out[pi, k, block_group[b]] += 1
                 out[pi, k, G - 2:] = C[pi, k, G - 2:]
         return out
-    C_rec = {rl: recomputed(rl) for rl in sorted({rl for _, rl in policies})}
+    C_rec = {rl: recomputed(rl) for rl in sorted({p[1] for p in policies})}
 
-    def by_policy(table, sub):  # table[..., mode] contracted per policy: [.., policy, ..]
-        return np.stack([np.einsum(sub, C_rec[rl], table[..., mi])
-                         + np.einsum(sub, C - C_rec[rl], table[..., none])
-                         for mi, rl in policies], axis=-1)
-    act_stage = np.moveaxis(by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb"), -1, 4)
+    def by_policy(table, sub, part="all"):  # table[..., mode] per policy: [.., policy, ..]
+        """part: all (times), gpu (saved bytes on the GPU), host (offloaded checkpoints)."""
+        out = []
+        for mi, rl, off in policies:
+            blocks = C_rec[rl].copy()
+            blocks[:, :, G - 2:] = 0  # what the recomputed blocks keep: their checkpoints
+            host = np.einsum(sub, blocks, table[..., mi]) * (off and part != "all")
+            out.append(host if part == "host" else np.einsum(sub, C_rec[rl], table[..., mi])
+                       + np.einsum(sub, C - C_rec[rl], table[..., none]) - host)
+        return np.stack(out, axis=-1)
     # saved bytes are linear in the micro-batch (position tables aside: the intercept); CP
-    # splits them: [p, slot, tp, sp, rc, mb, cp]
-    a1, a2 = act_stage[..., 0], act_stage[..., 1]
+    # splits them: [p, slot, tp, sp, rc, mb, cp]; "act_host": offloaded checkpoints
     mb_arr = np.array(mbs, dtype=np.int64)[:, None]
     cp_arr = np.array(cps, dtype=np.int64)[None, :]
-    arrays["act"] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
-                      // cp_arr)
+    for name, part in (("act", "gpu"), ("act_host", "host")):
+        act_stage = np.moveaxis(by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb", part),
+                                -1, 4)
+        a1, a2 = act_stage[..., 0], act_stage[..., 1]
+        arrays[name] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
+                         // cp_arr)
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = by_policy(times[i], "psg,gtxcm->pstxcm")
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
     # TP collectives of the recomputed blocks, run again in backward [p, slot, policy]
     arrays["tp_rerun"] = np.stack([np.einsum("psg,g->ps", C_rec[rl], counts[:, 0])
                                    * (RECOMPUTE[mi] in ("full", "op"))
-                                   for mi, rl in policies], axis=-1)
+                                   for mi, rl, _ in policies], axis=-1)
     # k and v per token as the attention core reads them (its keys op: K heads, or H for MLA's
     # decompressed keys, of the q/k and the v width): what context parallelism rings around
     arrays["kv_width"] = max((op.kv_heads * (op.d_in + op.d_out) for ops in groups for op in ops
@@ -490,7 +499,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     # executed FLOPs per sequence for each pipeline depth and policy, over every stage
     hw = np.zeros((len(pps), len(policies)))
     for pi, pp in enumerate(pps):
-        for j, (mi, rl) in enumerate(policies):
+        for j, (mi, rl, _) in enumerate(policies):
             total = sum(f[1][mi] for f in flops[G - 2:])
             for blocks_of in stage_blocks(s.n_blocks, pp):
                 for i, b in enumerate(blocks_of):
@@ -532,7 +541,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # flat views: one np.take per table instead of many-index fancy indexing
     flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
                                           "t_attn", "o_dense", "o_exp", "tensors",
-                                          "root_params", "fp8")}
+                                          "root_params", "fp8", "act_host")}
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
     # per-collective times (the counts differ per stage; latency is per collective)
@@ -569,6 +578,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # recomputed under full or op-level recompute (A["tp_rerun"])
     best = None
     fwd_first = np.zeros(len(n))  # forward (+ recompute) seconds of a micro-batch, stage 0
+    host = np.zeros(len(n), dtype=np.int64)  # offloaded checkpoints in host memory, per GPU
     t_mb = np.zeros(len(n))
     t_bwd = np.zeros(len(n))
     p_max = np.zeros(len(n), dtype=np.int64)
@@ -614,6 +624,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
         inflight = pp - stage + extra * (v > 1)
         cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
+        # offloaded checkpoints: in host memory for every micro-batch in flight; out over
+        # PCIe in forward, back in backward, behind the stage's compute
+        host_mb = flat["act_host"].take(act0 + k * s_act)
+        host = np.maximum(host, host_mb * np.maximum(1, np.minimum(inflight, m)))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
@@ -645,8 +659,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         tp_s = n_tp_k * unit_tp
         tp_x = np.maximum(0.0, tp_s - (comp - attn_k)) if "tp" in hide else tp_s
         pp_x = np.maximum(0.0, t_pp - comp) if "pp" in hide else t_pp
+        pcie_x = np.maximum(0.0, 2 * host_mb / comm.PCIE_BYTES_PER_S - comp)
         t_stage = (comp + tp_x + np.maximum(0.0, 3 * cnt[:, 2].take(pi) * unit_cp - attn_k)
-                   + pp_x)
+                   + pp_x + pcie_x)
         if moe:
             t_stage = t_stage + 4 * cnt[:, 1].take(pi) * unit_ep
         bwd = flat["t_bwd"].take(t_base)
@@ -717,6 +732,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                                       m * (2 * t_ag + t_rs) + t_rep)),
                    exposed),
         }
+        out["host_bytes"] = host
         out["links"] = {name: np.where(size * stride <= gpu.gpus_per_node, "intra-node",
                                        "inter-node")
                         for name, size, stride in (("tp", tp, 1), ("cp", cp, tp),
@@ -739,7 +755,8 @@ def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict,
     tps = sorted({l.tp for l in layouts}); eps = sorted({l.ep for l in layouts})
     cps = sorted({l.cp for l in layouts}); mbs = sorted({l.micro_batch for l in layouts})
     pps = sorted({l.pp for l in layouts})
-    policies = sorted({(RECOMPUTE.index(l.recompute), l.recompute_layers) for l in layouts})
+    policies = sorted({(RECOMPUTE.index(l.recompute), l.recompute_layers,
+                        l.offload_checkpoints) for l in layouts})
     arr = lambda f: np.array([f(l) for l in layouts])
     g = dict(tp=arr(lambda l: l.tp), pp=arr(lambda l: l.pp), dp=arr(lambda l: l.dp),
              cp=arr(lambda l: l.cp), ep=arr(lambda l: l.ep), zero=arr(lambda l: l.zero),
@@ -747,7 +764,7 @@ def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict,
              v=arr(lambda l: l.virtual), mb=arr(lambda l: l.micro_batch),
              rc=arr(lambda l: RECOMPUTE.index(l.recompute)),
              pol=arr(lambda l: policies.index((RECOMPUTE.index(l.recompute),
-                                               l.recompute_layers))),
+                                               l.recompute_layers, l.offload_checkpoints))),
              ti=arr(lambda l: tps.index(l.tp)), pi=arr(lambda l: pps.index(l.pp)),
              ci=arr(lambda l: cps.index(l.cp)), ei=arr(lambda l: eps.index(l.ep)),
              mi=arr(lambda l: mbs.index(l.micro_batch)))

@@ -31,10 +31,12 @@ from ..workload import RECOMPUTE  # noqa: F401  (the one list of recompute modes
 SCHEDULES = ("1f1b", "interleaved")
 #: partial recompute the planner tries: full recompute of the first N blocks of each stage
 #: (Megatron --recompute-method block --recompute-num-layers N), N below the stage's blocks
-PARTIAL_LAYERS = (1, 2, 3, 4, 6, 8, 12, 16)
-#: the search's recompute axis: (mode index into RECOMPUTE, N) (N = 0: every block)
-RECOMPUTE_POLICIES = tuple((r, 0) for r in range(len(RECOMPUTE))) + tuple(
-    (RECOMPUTE.index("full"), n) for n in PARTIAL_LAYERS)
+PARTIAL_LAYERS = (1, 2, 4, 8, 16)
+#: the search's recompute axis: (mode index into RECOMPUTE, N, checkpoints offloaded to the
+#: host) (N = 0: every block); full recompute with its checkpoints in host memory
+RECOMPUTE_POLICIES = tuple((r, 0, False) for r in range(len(RECOMPUTE))) + tuple(
+    (RECOMPUTE.index("full"), n, False) for n in PARTIAL_LAYERS) + (
+    (RECOMPUTE.index("full"), 0, True),)
 
 
 class LayoutError(TxcalcError):
@@ -57,6 +59,10 @@ class Layout:
     recompute: str = "none"
     #: the first N blocks of each stage recompute (0: every block; Workload.recompute_layers)
     recompute_layers: int = 0
+    #: the recomputed blocks' checkpoints (their inputs) live in host memory, crossing PCIe
+    #: out in forward and back in backward (full recompute; TrainingMemory's offload
+    #: "activations" on one GPU)
+    offload_checkpoints: bool = False
 
     @property
     def gpus(self) -> int:
@@ -78,7 +84,8 @@ class Layout:
         parts.append(f"mb{self.micro_batch}")
         if self.recompute != "none":
             parts.append({"selective": "sel", "full": "full", "op": "opsac"}[self.recompute]
-                         + (f"{self.recompute_layers}" if self.recompute_layers else ""))
+                         + (f"{self.recompute_layers}" if self.recompute_layers else "")
+                         + ("+cpu" if self.offload_checkpoints else ""))
         return " ".join(parts)
 
     def to_json(self) -> dict:
@@ -122,6 +129,10 @@ def check_layout(cfg: ModelConfig, lay: Layout, seq: int) -> None:
         problems.append(f"recompute_layers ({n!r}) must be a non-negative integer")
     elif n and lay.recompute == "none":
         problems.append(f"recompute_layers ({n}) needs a recompute mode, not 'none'")
+    if lay.offload_checkpoints is not False and (lay.offload_checkpoints is not True
+                                                 or lay.recompute != "full"):
+        problems.append(f"offload_checkpoints ({lay.offload_checkpoints!r}) needs recompute "
+                        f"'full', not {lay.recompute!r}")
     if lay.tp > 1:
         if cfg.n_heads % lay.tp:
             problems.append(f"TP degree ({lay.tp}) must divide n_heads ({cfg.n_heads})")
