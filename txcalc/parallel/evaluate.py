@@ -32,9 +32,27 @@ checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The s
 screens the first, second, last and most-parameter pipeline stages; ``evaluate_layouts``
 (used for the layouts a plan reports) evaluates every stage.
 
+Recompute policies (``build_tables``): a mode (none, selective, full, op) for the first N
+blocks of each stage and none for the rest (N = 0: every block; Megatron's block method), and
+full recompute with its checkpoints in host memory (``Layout.offload_checkpoints``: the
+recomputed blocks' saved bytes move to ``host_bytes``, crossing PCIe twice a micro-batch).
+
 Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
-EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
-fraction (pp - 1) / (v m) (Narayanan et al., arXiv:2104.04473, section 2.2). With an achieved
+EP, CP and PP communication and offload traffic), plus exposed DP communication and the
+optimizer step; bubble fraction (pp - 1) / (v m) (Narayanan et al., arXiv:2104.04473, section
+2.2). What is exposed follows ``TrainSetting.overlap`` (txcalc.stacks.OVERLAPS), each a stated
+assumption:
+
+    collective           | exposed without overlap | with overlap
+    ---------------------|-------------------------|------------------------------------------
+    TP (per micro-batch) | all                     | "tp": max(0, TP s - stage compute outside
+                         |                         |   the attention core)
+    PP sends             | all                     | "pp": max(0, PP s - stage compute)
+    DP grad reduction    | all                     | "grad_reduce": max(0, s - last backward)
+    ZeRO-1/2 all-gather  | all                     | "param_gather": max(0, s - stage 0's
+                         |                         |   forward of one micro-batch)
+    ZeRO-3 gathers       | prefetched always: m x max(0, 2 AG + RS - micro-batch time)
+    offloaded checkpoints| max(0, 2 x bytes / PCIe - stage compute) With an achieved
 throughput given (``achieved_flops_per_gpu``, FLOP/s of hardware work per GPU) the step time
 is hardware FLOPs / (GPUs x achieved) instead, as in that paper's end-to-end estimate.
 """
