@@ -20,6 +20,7 @@ for Adam).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -314,7 +315,12 @@ def saved_rows(ops, work: Workload, act_bytes: int):
             continue
         if mode in ("full", "op") and op.reruns("full"):
             if op.path in kept:
-                yield op.path, op, op.output_bytes(work, act_bytes)
+                # the output, not the input: a colwise Linear's is split over TP, a rowwise
+                # one's is the residual stream (split only with SP)
+                split = "tp" if op.tp in ("colwise", "vocab") or op.kind != "linear" else \
+                    "residual"
+                yield op.path, dataclasses.replace(op, act_split=split), \
+                    op.output_bytes(work, act_bytes)
             continue
         yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective")
 

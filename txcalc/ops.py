@@ -384,8 +384,10 @@ def op_level_kept(ops, w: Workload) -> set[str]:
     and ``_custom_policy``, 2024-2025): inside each checkpointed block, the outputs of
     ``aten.mm`` (every Linear), of the fused attention kernels
     (``_scaled_dot_product_flash_attention`` / ``_efficient_attention``) and of TP's
-    reduce-scatter are saved, "except every second mm": the 1st, 3rd, 5th ... Linear of the
-    block in forward order is kept, the 2nd, 4th ... recomputed. Routed experts run grouped
+    reduce-scatter (under SP; not modelled) are saved, "except every second mm": the 1st, 3rd,
+    5th ... Linear of the block in forward order is kept, the 2nd, 4th ... recomputed. Under
+    TP a kept colwise output is split over the ranks, a rowwise one is the residual stream
+    (``memory.saved_rows``). Routed experts run grouped
     GEMMs (not ``aten.mm``): neither counted nor kept. Eager attention (bmm) is recomputed.
     Everything else in the block is recomputed; the block keeps its input (a checkpoint)."""
     kept: set[str] = set()
