@@ -361,7 +361,9 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     offloaded): the first N blocks of each stage run the mode and the rest none (Megatron's
     block method, ``Workload.recompute_layers``; N = 0: every block); offloaded: what the
     recomputed blocks keep (their checkpoints) lives in host memory (``act_host``); default
-    the planner's grid's (layout.RECOMPUTE_POLICIES).
+    the planner's grid's (layout.RECOMPUTE_POLICIES). The rotary tables shared by all blocks
+    are counted with block 0 and go with its policy (2 x S x h elements; on one device
+    ``memory.saved_rows`` keeps them while any block is not recomputed).
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
     (the most micro-batches in flight after the first), last, and the stage with the most
