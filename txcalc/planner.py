@@ -420,7 +420,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                precision: str = "bf16-mixed", optimizer: str = "adamw",
                price_per_gpu_hour: float | None = None, gpu_file=None,
                profile: DeviceProfile | None = None, overheads: Overheads | None = None,
-               achieved_tflops: float | None = None, attn_impl: str | None = None,
+               achieved_tflops: float | None = None, attn_impl: str = "flash",
                only: dict | None = None, n_rows: int = 10, stack: str | None = None,
                overlap=None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
@@ -431,7 +431,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     ``stack``: a framework profile (txcalc.stacks: its attention kernel, fused kernels and
     overlapped collectives); without one, flash attention, HF's other kernels and
     ``stacks.DEFAULT_OVERLAP``. ``attn_impl`` and ``overlap`` (items of stacks.OVERLAPS, or
-    "none") replace the profile's.
+    "none") replace the profile's (``attn_impl`` when it is not the default "flash": only
+    hf-eager's kernel differs).
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -450,9 +451,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
     from .stacks import DEFAULT_OVERLAP, check_overlap, get_stack
     prof_stack = get_stack(stack) if stack is not None else None
-    if attn_impl is None:
-        attn_impl = prof_stack.attn_impl if prof_stack else "flash"
     I.choice("attn_impl", attn_impl, ATTN_IMPLS)
+    if prof_stack and attn_impl == "flash":
+        attn_impl = prof_stack.attn_impl
     overlap = check_overlap(overlap) if overlap is not None else \
         (prof_stack.overlap if prof_stack else DEFAULT_OVERLAP)
     _check_common(gpu, gpu_file, profile, overheads)
