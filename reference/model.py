@@ -79,12 +79,55 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(width, dtype=dtype)) if affine else None
 
+    fused = False  #: run the torch.compile'd kernel (use_kernels): keeps x and 1/rms only
+
     def forward(self, x):
-        dtype = x.dtype
-        xf = x.float()
-        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
-        xn = xn.to(dtype)
-        return self.weight * xn if self.weight is not None else xn
+        if self.fused:
+            return compiled("rms_norm")(x, self.weight) if self.weight is not None \
+                else compiled("rms_norm_plain")(x)
+        return _rms_norm(x, self.weight)
+
+
+def _rms_norm(x, weight=None):
+    dtype = x.dtype
+    xf = x.float()
+    xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+    xn = xn.to(dtype)
+    return weight * xn if weight is not None else xn
+
+
+def _swiglu(gate, up):
+    return F.silu(gate) * up
+
+
+def _gelu_new(a):
+    return 0.5 * a * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * torch.pow(a, 3.0))))
+
+
+def _cross_entropy(logits, labels):
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=-100)
+
+
+#: the kernels a framework profile fuses (txcalc.workload.FUSED_KERNELS), as the code torch.compile
+#: (inductor) turns into one kernel each, what torchtitan runs
+_KERNELS = {"rms_norm": _rms_norm, "rms_norm_plain": _rms_norm, "swiglu": _swiglu,
+            "gelu_new": _gelu_new, "cross_entropy": _cross_entropy}
+_COMPILED: dict = {}
+
+
+def compiled(name: str):
+    """``torch.compile`` of one of _KERNELS, built once (inductor on CPU: a C++ compiler)."""
+    if name not in _COMPILED:
+        import sys
+        try:  # a module named z3 that is not the solver breaks dynamo's optional import
+            import z3
+            if not hasattr(z3, "ExprRef"):
+                sys.modules["z3"] = None
+        except ImportError:
+            pass
+        _COMPILED[name] = torch.compile(_KERNELS[name], dynamic=False, fullgraph=True)
+    return _COMPILED[name]
 
 
 def make_norm(cfg: ModelConfig, width: int, dtype, norm_type: str | None = None,
@@ -492,8 +535,14 @@ class Act(nn.Module):
         super().__init__()
         self.name = name
 
+    fused = False  #: gated silu and gelu_new run torch.compile'd (use_kernels)
+
     def forward(self, a, up=None):
         n = self.name
+        if self.fused and n in ("silu", "swiglu") and up is not None:
+            return compiled("swiglu")(a, up)
+        if self.fused and n == "gelu_new" and up is None:
+            return compiled("gelu_new")(a)
         if n in ("relu", "reglu"):
             y = F.relu(a)
         elif n in ("gelu", "geglu"):
@@ -692,7 +741,11 @@ class Block(nn.Module):
     def ffn(self, x):
         return self.moe(x) if hasattr(self, "moe") else self.mlp(x)
 
+    op_level = False  #: op-level selective checkpointing of this block (apply_recompute)
+
     def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        if self.op_level and torch.is_grad_enabled() and not caches:
+            return op_level_checkpoint(lambda h: self.run(h, ctx, enc), x)
         if self.full_recompute and torch.is_grad_enabled() and not caches:
             return _checkpoint_block(self, ctx, x, enc)
         return self.run(x, ctx, enc, caches)
@@ -1143,11 +1196,13 @@ class Head(nn.Module):
 
 
 class Loss(nn.Module):
-    """Cross-entropy on fp32 logits: saves the fp32 log-probabilities and the int64 labels."""
+    """Cross-entropy on fp32 logits: saves the fp32 log-probabilities and the int64 labels
+    (fused, torch.compile'd: the logits as given, two fp32 row statistics, the labels)."""
+
+    fused = False
 
     def forward(self, logits, labels):
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                               ignore_index=-100)
+        return (compiled("cross_entropy") if self.fused else _cross_entropy)(logits, labels)
 
 
 class Pooler(nn.Module):
@@ -1375,10 +1430,22 @@ class ReferenceModel(nn.Module):
         x = drop(owner.embed, x)
         return self.embed.proj_in(x) if cfg.embed_factorised else x
 
+    uniform_layers = 0  #: Megatron's uniform method: N blocks one checkpoint (apply_recompute)
+
     def run_stack(self, stack: str, x, ctx: Ctx, enc=None, caches=None):
         owner = self._owner(stack)
-        for i, blk in enumerate(owner.layers):
-            x = blk(x, ctx, enc, caches[i] if caches else None)
+        n = self.uniform_layers
+        if n and torch.is_grad_enabled() and not caches:
+            def group(h, blocks):
+                for blk in blocks:
+                    h = blk.run(h, ctx, enc)
+                return h
+            for i in range(0, len(owner.layers), n):
+                blocks = list(owner.layers)[i:i + n]
+                x = checkpoint(lambda h, b=blocks: group(h, b), x, use_reentrant=True)
+        else:
+            for i, blk in enumerate(owner.layers):
+                x = blk(x, ctx, enc, caches[i] if caches else None)
         if self.cfg.final_norm:
             x = owner.final_norm(x)
         return drop(owner, x, "final_dropout")
@@ -1445,6 +1512,67 @@ class ReferenceModel(nn.Module):
             return self.loss(self.cls(feats), labels)
         labels = torch.zeros_like(ids) if labels is None else labels  # token_cls
         return self.loss(self.cls(h), labels)
+
+
+def use_kernels(model: nn.Module, fused) -> nn.Module:
+    """Run the kernels a framework profile fuses (txcalc.workload.FUSED_KERNELS): "norm" the
+    RMSNorms, "act" the gated MLP product (and gelu_new), "loss" the cross-entropy, each as
+    the single kernel torch.compile builds from the same code."""
+    for mod in model.modules():
+        if isinstance(mod, RMSNorm):
+            mod.fused = "norm" in fused
+        elif isinstance(mod, Act):
+            mod.fused = "act" in fused
+        elif isinstance(mod, Loss):
+            mod.fused = "loss" in fused
+    return model
+
+
+def apply_recompute(model: "ReferenceModel", work) -> "ReferenceModel":
+    """Set each block's recompute as a txcalc Workload says (``Workload.block_mode``: the
+    method and the number of layers): full checkpoints the block, selective its attention
+    core, op the block with torchtitan's op-level policy; uniform checkpoints groups of N
+    blocks (``run_stack``)."""
+    model.uniform_layers = work.recompute_layers if work.recompute_method == "uniform" else 0
+    for stack, _ in model.cfg.stacks:
+        for i, blk in enumerate(model._owner(stack).layers):
+            mode = work.block_mode(i)
+            blk.full_recompute = mode == "full" and not model.uniform_layers
+            blk.op_level = mode == "op"
+            for name in ("attn", "cross_attn"):
+                core = getattr(getattr(blk, name, None), "core", None)
+                if core is not None:
+                    core.recompute = mode
+    return model
+
+
+def op_level_checkpoint(run, x):
+    """torchtitan's op-level selective activation checkpointing of one block
+    (pytorch/torchtitan, torchtitan/models/llama3/infra/parallelize.py, ``_save_list`` and
+    ``_custom_policy``): non-reentrant checkpoint whose policy saves the outputs of mm, of the
+    fused attention kernels and of reduce-scatter, except every second mm (counted afresh in
+    each block). On CPU SDPA's fused kernel is ``_scaled_dot_product_flash_attention_for_cpu``,
+    the counterpart of the CUDA kernels in torchtitan's list."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    aten = torch.ops.aten
+    save = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default,
+            torch.ops._c10d_functional.reduce_scatter_tensor.default}
+
+    def context():
+        meta = defaultdict(int)
+
+        def policy(ctx, func, *args, **kwargs):
+            key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+            if func == aten.mm.default:
+                meta[key] += 1
+            keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+    return checkpoint(run, x, use_reentrant=False, context_fn=context, preserve_rng_state=False)
 
 
 def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):

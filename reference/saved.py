@@ -56,3 +56,40 @@ def saved_bytes_by_module(model: torch.nn.Module, run) -> tuple[dict[str, int], 
         for h in handles:
             h.remove()
     return dict(per_module), records
+
+
+def live_bytes_after(model: torch.nn.Module, run) -> tuple[int, object]:
+    """Bytes of the storages ``run()`` creates that are still alive when it returns, while
+    its result (the loss and, through it, the autograd graph) is held: what the forward keeps
+    for backward, whoever keeps it (autograd's saved tensors, a non-reentrant checkpoint's
+    inputs, selective checkpointing's cached outputs, which saved_tensors_hooks do not see).
+    Returns (bytes, result); the result's own storage is counted (the scalar loss).
+
+    Every op output's storage is watched through a weak reference
+    (torch.multiprocessing.reductions.StorageWeakRef); the model's parameters and buffers
+    (whose views, such as a weight's transpose, are op outputs too) and storages made before
+    ``run`` (the inputs) are not counted."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    watched: dict[int, tuple[StorageWeakRef, int]] = {}
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    st = t.untyped_storage()
+                    ref = watched.get(st._cdata)
+                    if ref is None or ref[0].expired():
+                        watched[st._cdata] = (StorageWeakRef(st), st.nbytes())
+            return out
+
+    state = {t.untyped_storage()._cdata for t in list(model.parameters()) + list(model.buffers())}
+    with Watch():
+        result = run()
+    import gc
+    gc.collect()
+    return sum(n for key, (ref, n) in watched.items() if key not in state
+               and not ref.expired()), result

@@ -12,7 +12,7 @@ from functools import cached_property
 
 from .components import model_ops
 from .config import ModelConfig
-from .ops import FLOP_KINDS, Op
+from .ops import FLOP_KINDS, Op, rerun_ops
 
 
 def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
@@ -249,7 +249,7 @@ def backward_flops(ops, work, model: bool = False) -> int:
 
 def recompute_flops(ops, work) -> int:
     """Forward FLOPs that the recompute policy runs again during backward."""
-    return sum(op.fwd_flops(work) for op in ops if op.reruns(work.recompute))
+    return sum(op.fwd_flops(work) for op in rerun_ops(ops, work))
 
 
 def count_flops(cfg: ModelConfig, work, finetune=None) -> FlopCounts:

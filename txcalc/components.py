@@ -252,8 +252,10 @@ def qk_norms(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
             if cfg.norm_type == "layernorm" and cfg.norm_affine:
                 saved = saved + ((h, "a"),)
         # inside the TP region: the heads split over t
+        fused = None if op.saved_fused is None or mode == "per_head" else \
+            tuple((w * rows, tag) for w, tag in op.saved_fused)
         yield dataclasses.replace(op, saved=tuple((w * rows, tag) for w, tag in saved),
-                                  act_split="tp", **extra)
+                                  act_split="tp", saved_fused=fused, **extra)
 
 
 def disentangled(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
@@ -350,8 +352,14 @@ def mlp(cfg: ModelConfig, c: str, comp: str, where: Where, d_ff: int, bias: bool
         n_saved = 2 if cfg.activation == "reglu" else 3
     else:
         n_saved = {"gelu_new": 4, "relu": 0}.get(cfg.activation, 1)
-    yield elementwise(f"{c}act", where, comp + "act", "activation",
-                      ((n_saved * d_ff * active, "a"),), stream=kw["stream"])
+    # fused (torch.compile, Megatron's bias_swiglu / TE): a gated product keeps gate and up
+    # only, an elementwise gelu_new its input only
+    n_fused = 2 if cfg.gated and cfg.activation != "reglu" else \
+        1 if cfg.activation == "gelu_new" else None
+    yield dataclasses.replace(
+        elementwise(f"{c}act", where, comp + "act", "activation",
+                    ((n_saved * d_ff * active, "a"),), stream=kw["stream"]),
+        saved_fused=None if n_fused is None else ((n_fused * d_ff * active, "a"),))
     if cfg.mlp_dropout and instances == 1:
         # inside the MLP's TP region: split over t
         yield dataclasses.replace(
@@ -520,8 +528,12 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
         # colwise over the vocabulary: vocab-parallel logits
         yield linear("lm_head", top, "lm_head", cfg.embed_dim, cfg.vocab_size, cfg.lm_head_bias,
                      tied=cfg.tie_embeddings, tp="colwise")
-        # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels
-        yield elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64")))
+        # cross-entropy on fp32 logits: keeps them (4 bytes each) and the int64 labels; fused
+        # (torch.compile's kernel): the logits as they come (activation dtype) and two fp32
+        # statistics per row (the max and the log-sum-exp), and the labels
+        yield dataclasses.replace(
+            elementwise("loss", top, "loss", "loss", ((cfg.vocab_size, "f32"), (1, "i64"))),
+            saved_fused=((cfg.vocab_size, "a"), (2, "f32"), (1, "i64")))
     if cfg.head == "mlm":
         yield from mlm_head(cfg)
     if cfg.pooler:  # saves its input and the tanh output

@@ -28,8 +28,7 @@ from .memory import TrainingMemory
 from .units import cdiv
 from .workload import Workload
 
-#: host link: PCIe 4.0 x16, 31.5 GB/s per direction (PCI-SIG), used for offload traffic
-PCIE_BYTES_PER_S = 31.5e9
+from .parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
 CUDA_CONTEXT_BYTES = 2**30  #: 1 GiB (2^30 bytes), parallel.evaluate.Overheads default
 FRAGMENTATION = 0.05
 

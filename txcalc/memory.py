@@ -20,6 +20,7 @@ for Adam).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -30,7 +31,7 @@ from .components import model_ops_tuple
 from .config import VOCAB_HEADS, ModelConfig
 from .errors import WorkloadError
 from .finetune import Finetune, apply_finetune, check_precision, op_weight_bytes
-from .ops import Op
+from .ops import Op, op_level_kept
 from .units import cdiv
 from .workload import Workload
 
@@ -281,25 +282,45 @@ def optimizer_bytes(ops, precision: str, optimizer: str) -> int:
 
 
 def saved_rows(ops, work: Workload, act_bytes: int):
-    """(row path, op, bytes) each op keeps for backward under ``work.recompute``.
+    """(row path, op, bytes) each op keeps for backward under the recompute mode of its block
+    (``Workload.block_mode``: partial recompute leaves some blocks at none).
 
     none: every op's ``saved_bytes``; selective: the attention core keeps only its inputs (no
-    S x S); full: block ops keep nothing, reported under their block's path; checkpoint ops
-    keep their input under the modes they declare (``Op.kept``; "fused": also with no
-    recompute under a fused kernel). Under full recompute a block op's bytes go to its
-    block's path.
+    S x S); full: block ops keep nothing, reported under their block's path; op (op-level
+    selective checkpointing): block ops keep only the outputs ``ops.op_level_kept`` names
+    (``Op.output_bytes``), as in full the block keeps its input. Checkpoint ops keep their
+    input under the modes they declare (``Op.kept``; "fused": also with no recompute under a
+    fused kernel; op-level checkpoints a whole block, so it keeps what full keeps; uniform
+    method: only the first block of each group keeps its input).
     """
-    mode = work.recompute
+    ops = tuple(ops)
+    kept = op_level_kept(ops, work) if work.recompute == "op" else set()
     for op in ops:
+        mode = work.block_mode(op.layer)
         if op.kind == "checkpoint":
+            whole = "full" if mode == "op" else mode  # op-level checkpoints the whole block
             # "fused": with no recompute a fused kernel keeps this input itself (T5's bias
             # is the attn_mask of SDPA's memory-efficient kernel, which saves it for backward)
-            if mode in op.kept or (mode == "none" and "fused" in op.kept
-                                   and work.attn_impl == "flash"):
-                path = op.block_path if mode == "full" else op.path
+            if (whole in op.kept and (op.layer < 0 or work.keeps_block_input(op.layer))) or (
+                    mode == "none" and "fused" in op.kept and work.attn_impl == "flash"):
+                path = op.block_path if whole == "full" else op.path
                 yield path, op, op.saved_bytes(work, act_bytes)
             continue
-        if mode == "full" and op.reruns("full"):
+        if op.kind == "rotary" and mode in ("full", "op") and any(
+                work.block_mode(o.layer) in ("none", "selective") for o in ops
+                if o.stack == op.stack and o.layer >= 0):
+            # the shared tables, counted in the first block, stay saved by any block that is
+            # not recomputed (partial recompute)
+            yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if mode in ("full", "op") and op.reruns("full"):
+            if op.path in kept:
+                # the output, not the input: a colwise Linear's is split over TP, a rowwise
+                # one's is the residual stream (split only with SP)
+                split = "tp" if op.tp in ("colwise", "vocab") or op.kind != "linear" else \
+                    "residual"
+                yield op.path, dataclasses.replace(op, act_split=split), \
+                    op.output_bytes(work, act_bytes)
             continue
         yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective")
 
@@ -623,6 +644,8 @@ class TrainingMemory:
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,
                 "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
+                "recompute_method": self.work.recompute_method,
+                "recompute_layers": self.work.recompute_layers, "fused": list(self.work.fused),
                 "attn_impl": self.work.attn_impl, "params": self.n_params,
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),

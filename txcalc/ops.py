@@ -99,6 +99,9 @@ class Op:
     #: rows that do not scale with the workload: a Linear over DeBERTa's 2 x span relative
     #: embeddings (computed once per forward), or the keys of a rel_scores op
     fixed_rows: int = 0
+    #: what a fused kernel keeps instead of ``saved`` when the workload runs it fused
+    #: (``Workload.fused`` holds FUSED_KIND[kind]); None: the same as ``saved``
+    saved_fused: tuple[tuple[int, str], ...] | None = None
 
     @property
     def block_path(self) -> str:
@@ -131,10 +134,14 @@ class Op:
             return ((self.d_in, 1, 1),) * (self.params // self.d_in)
         return ()
 
-    def reruns(self, recompute: str) -> bool:
-        """Whether backward runs this op's forward again under the recompute policy."""
+    def reruns(self, recompute: str, kept_output: bool = False) -> bool:
+        """Whether backward runs this op's forward again under the recompute mode of its block
+        (``Workload.block_mode``); ``kept_output``: op-level checkpointing keeps this op's
+        output (``op_level_kept``), so it does not run again."""
         if recompute == "full":
             return self.recompute in ("full", "selective")
+        if recompute == "op":
+            return self.recompute in ("full", "selective") and not kept_output
         return recompute == "selective" and self.recompute == "selective"
 
     @property
@@ -256,12 +263,15 @@ class Op:
         """
         if self.kind == "dropout" and not w.dropout:
             return 0
+        saved = self.saved
+        if self.saved_fused is not None and FUSED_KIND.get(self.kind) in w.fused:
+            saved = self.saved_fused
         fused = w.attn_impl == "flash"
         mask = 1 if w.dropout_mask == "bool" else act_bytes
         fp32 = act_bytes == 4
         size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask,
                 "cast": 0 if fp32 else act_bytes, "up32": 0 if fp32 else 4}
-        per_row = sum(width * size[tag] for width, tag in self.saved)
+        per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
         if self.kind == "attn_scores" and fused and pairs:
@@ -300,6 +310,17 @@ class Op:
             total += gdn_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
                                      self.chunk)
         return total
+
+    def output_bytes(self, w: Workload, act_bytes: int) -> int:
+        """Bytes of the output op-level checkpointing keeps (``op_level_kept``): a Linear's
+        output (rows x d_out x active); the fused attention kernel's output and its fp32
+        logsumexp (rows x H x (h_v x a + 4)). Other ops: 0."""
+        rows = w.rows(self.stream)
+        if self.kind == "linear":
+            return rows * self.d_out * self.active * act_bytes
+        if self.kind == "attn_scores" and w.attn_impl == "flash":
+            return rows * self.heads * (self.d_out * act_bytes + 4)
+        return 0
 
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
         """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x; a frozen
@@ -431,6 +452,45 @@ def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
     return window * (window + 1) // 2 + (s - window) * window
 
 
+#: op kind -> the fused kernel (``Workload.fused``) that swaps its ``saved`` for ``saved_fused``
+FUSED_KIND = {"norm": "norm", "activation": "act", "loss": "loss"}
+
+
+def op_level_kept(ops, w: Workload) -> set[str]:
+    """Paths of the block ops whose outputs op-level selective checkpointing keeps, torchtitan's
+    policy (pytorch/torchtitan, torchtitan/models/llama3/infra/parallelize.py, ``_save_list``
+    and ``_custom_policy``, 2024-2025): inside each checkpointed block, the outputs of
+    ``aten.mm`` (every Linear), of the fused attention kernels
+    (``_scaled_dot_product_flash_attention`` / ``_efficient_attention``) and of TP's
+    reduce-scatter (under SP; not modelled) are saved, "except every second mm": the 1st, 3rd,
+    5th ... Linear of the block in forward order is kept, the 2nd, 4th ... recomputed. Under
+    TP a kept colwise output is split over the ranks, a rowwise one is the residual stream
+    (``memory.saved_rows``). Routed experts run grouped
+    GEMMs (not ``aten.mm``): neither counted nor kept. Eager attention (bmm) is recomputed.
+    Everything else in the block is recomputed; the block keeps its input (a checkpoint)."""
+    kept: set[str] = set()
+    count: dict[tuple[str, int], int] = {}
+    for op in ops:
+        if op.layer < 0 or op.recompute == "none":
+            continue
+        if op.kind == "linear" and op.instances == 1:
+            key = (op.stack, op.layer)
+            count[key] = count.get(key, 0) + 1
+            if count[key] % 2 == 1:
+                kept.add(op.path)
+        elif op.kind == "attn_scores" and w.attn_impl == "flash":
+            kept.add(op.path)
+    return kept
+
+
+def rerun_ops(ops, w: Workload) -> list[Op]:
+    """The ops whose forward backward runs again under the workload's recompute: each
+    block's own mode (``Workload.block_mode``), op-level's kept outputs excluded."""
+    ops = tuple(ops)
+    kept = op_level_kept(ops, w) if w.recompute == "op" else set()
+    return [op for op in ops if op.reruns(w.block_mode(op.layer), op.path in kept)]
+
+
 #: op kinds with matmul-like FLOPs (FlopCounterMode counts them: mm, bmm, convolution)
 FLOP_KINDS = ("linear", "attn_scores", "attn_context", "conv1d", "ssm_scan", "ssd_scan",
               "gdn_scan", "rel_scores", "weight_product")
@@ -538,7 +598,11 @@ def norm(path: str, where: tuple[str, int], component: str, width: int, norm_typ
         # (the normalised input is saved by the scale's multiply; without a scale, the next
         # op saves it as its own input)
         saved = ((width, "f32"), (1, "f32")) + (((width, "a"),) if affine else ())
-    else:  # native layer_norm: input, mean, 1/std
-        saved = ((width, "a"), (1, "f32"), (1, "f32"))
+        # fused (Apex FusedRMSNorm, TransformerEngine's RMSNorm, torch.compile's kernel): the
+        # input in the activation dtype and the fp32 1/rms; the scale is applied inside
+        fused = ((width, "a"), (1, "f32"))
+    else:  # native layer_norm (already one fused kernel): input, mean, 1/std
+        saved, fused = ((width, "a"), (1, "f32"), (1, "f32")), None
     return Op(path, "norm", where[0], where[1], component, per_feature * width, 1, 1, width, width,
-              stream, saved=saved, bias=per_feature == 2, **_roles("norm", where[1]))
+              stream, saved=saved, bias=per_feature == 2, saved_fused=fused,
+              **_roles("norm", where[1]))

@@ -50,7 +50,8 @@ from .hardware import Gpu, get_gpu
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
-from .parallel.layout import RECOMPUTE, Layout, LayoutError, check_layout, joint_rules
+from .parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
+                              joint_rules)
 from .timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
 from .units import cdiv
 
@@ -101,6 +102,8 @@ class TrainRow:
     hardware_flops_step: int = 0
     #: per parallel dimension: collective, link, bytes sent per GPU per step, seconds, exposed
     communication: dict = field(default_factory=dict)
+    #: host memory per GPU for offloaded recompute checkpoints (Layout.offload_checkpoints)
+    host_bytes: int = 0
     #: measured / predicted step time the answer may be off by (timing.TIME_RATIO_BAND: the
     #: 10th-90th percentile over the published test runs); (1, 1) for a given throughput
     band: tuple[float, float] = (1.0, 1.0)
@@ -146,7 +149,7 @@ class TrainRow:
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
                                            "tokens_per_s", "days", "gpu_hours", "cost",
-                                           "bubble_fraction")}
+                                           "bubble_fraction", "host_bytes")}
         d.update(self.bands_json())
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
@@ -270,7 +273,8 @@ class TrainPlan:
 
 # --- the grid ------------------------------------------------------------------------------------
 #: Layout fields a search can be pinned to (``plan_train(only={"tp": 8, "recompute": "full"})``)
-PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute")
+PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "recompute_layers",
+            "offload_checkpoints")
 
 
 def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpus: int,
@@ -301,12 +305,17 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     vs = [1, 2, 4]
     # the masks are taken on the degrees broadcast along their own axis of the grid (not on
     # the full grid: far less memory), and only the kept points are gathered at the end
-    lists = (tps, pps, cps, eps, mbs, dps, [z for z, _ in zeros], vs, [0, 1], [0, 1, 2])
+    policies = RECOMPUTE_POLICIES
+    lists = (tps, pps, cps, eps, mbs, dps, [z for z, _ in zeros], vs, [0, 1],
+             list(range(len(policies))))
     shape = tuple(len(x) for x in lists)  # ... sp, recompute
 
     def A(xs, k):  # the values of axis k, shaped to broadcast against the grid
         return np.array(xs, dtype=np.int64).reshape([-1 if i == k else 1 for i in range(10)])
-    tp, pp, cp, ep, mb, dp, zero, v, sp, rc = (A(xs, k) for k, xs in enumerate(lists))
+    tp, pp, cp, ep, mb, dp, zero, v, sp, pol = (A(xs, k) for k, xs in enumerate(lists))
+    rc = A([r for r, _, _ in policies], 9)
+    rl = A([n for _, n, _ in policies], 9)
+    off = A([o for _, _, o in policies], 9).astype(bool)
     hybrid = A([h for _, h in zeros], 6).astype(bool)
     n = tp * pp * cp * dp
     ok = np.broadcast_to((n <= max_gpus) & (global_batch % (dp * mb) == 0), shape).copy()
@@ -317,8 +326,10 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
         ok &= rule
     ok &= (v == 1) | (m % pp == 0)  # interleaving needs micro-batches in multiples of pp
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
+    ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
     pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
-              "micro_batch": mb, "recompute": rc}
+              "micro_batch": mb, "recompute": rc, "recompute_layers": rl,
+              "offload_checkpoints": off}
     for key, value in (only or {}).items():
         if key not in PINNABLE:
             raise PlanError(f"cannot pin {key!r}; choose from {', '.join(PINNABLE)}")
@@ -329,11 +340,16 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
         if key == "recompute":
             value = RECOMPUTE.index(value)
         ok &= pinned[key] == value
+    if "recompute" in (only or {}) and "recompute_layers" not in only:
+        ok &= rl == 0  # a pinned mode means every block, unless N is pinned too
+    if "offload_checkpoints" not in (only or {}) and "recompute" in (only or {}):
+        ok &= ~off  # ... and checkpoints on the GPU, unless offload is pinned too
     ti, pi, ci, ei, mi, di, zi, vi, si, ri = np.nonzero(ok)  # in the grid's C order
     g = dict(tp=tp.ravel()[ti], pp=pp.ravel()[pi], dp=dp.ravel()[di], cp=cp.ravel()[ci],
              ep=ep.ravel()[ei], zero=zero.ravel()[zi], hybrid=hybrid.ravel()[zi],
-             sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=ri, ti=ti, pi=pi,
-             ci=ci, ei=ei, mi=mi)
+             sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=rc.ravel()[ri],
+             rl=rl.ravel()[ri], off=off.ravel()[ri], pol=ri, ti=ti, pi=pi, ci=ci, ei=ei,
+             mi=mi)
     return g, (tps, eps, cps, mbs, pps)
 
 
@@ -343,7 +359,8 @@ def _layout_at(g: dict, i: int) -> Layout:
                   cp=int(g["cp"][i]), ep=int(g["ep"][i]), zero=int(g["zero"][i]),
                   hybrid_shard=bool(g["hybrid"][i]), sp=bool(g["sp"][i]),
                   schedule="interleaved" if v > 1 else "1f1b", virtual=v,
-                  micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])])
+                  micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])],
+                  recompute_layers=int(g["rl"][i]), offload_checkpoints=bool(g["off"][i]))
 
 
 def _ranked(cand, day_arr, hours, n, deadline: bool, simpler=None):
@@ -440,15 +457,17 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             tokens_per_s=float(r["tokens_per_s"][i]), days=days,
                             gpu_hours=hours, cost=None if price is None else hours * price,
                             bubble_fraction=float(r["bubble_fraction"][i]),
+                            host_bytes=int(r["host_bytes"][i]),
                             model_flops_step=int(r["model_flops_step"]),
-                            hardware_flops_step=r["hardware_flops_seq"][
-                                RECOMPUTE.index(lay.recompute)] * setting.global_batch,
+                            hardware_flops_step=int(r["hardware_flops_seq"][i])
+                            * setting.global_batch,
                             band=band,
                             communication={
                                 dim: {"collective": str(c if isinstance(c, str) else c[i]),
                                       "link": str(r["links"][dim][i]),
                                       "bytes_per_step": float(b[i]), "time_s": float(t[i]),
-                                      "exposed_s": float(x[i])}
+                                      "exposed_s": float(x[i]),
+                                      "hidden_s": float(t[i]) - float(x[i])}
                                 for dim, (c, b, t, x) in r["comm"].items() if float(b[i]) > 0}))
     return out
 
@@ -472,7 +491,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                price_per_gpu_hour: float | None = None, gpu_file=None,
                profile: DeviceProfile | None = None, overheads: Overheads | None = None,
                achieved_tflops: float | None = None, attn_impl: str = "flash",
-               only: dict | None = None, n_rows: int = 10, finetune=None) -> TrainPlan:
+               only: dict | None = None, n_rows: int = 10, finetune=None,
+               stack: str | None = None, overlap=None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
@@ -481,6 +501,11 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     ``gpus``: only layouts on exactly this many GPUs. ``achieved_tflops``: the hardware
     TFLOP/s each GPU sustains (overrides the roofline step time, as in published estimates).
     ``only``: pin layout fields (``PINNABLE``), e.g. ``{"tp": 8, "recompute": "full"}``.
+    ``stack``: a framework profile (txcalc.stacks: its attention kernel, fused kernels and
+    overlapped collectives); without one, flash attention, HF's other kernels and
+    ``stacks.DEFAULT_OVERLAP``. ``attn_impl`` and ``overlap`` (items of stacks.OVERLAPS, or
+    "none") replace the profile's (``attn_impl`` when it is not the default "flash": only
+    hf-eager's kernel differs).
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -497,7 +522,13 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     achieved_tflops = I.number("achieved_tflops", achieved_tflops, *I.TFLOPS_RANGE,
                                lo_open=False, none=True)
     n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
+    from .stacks import DEFAULT_OVERLAP, check_overlap, get_stack
+    prof_stack = get_stack(stack) if stack is not None else None
     I.choice("attn_impl", attn_impl, ATTN_IMPLS)
+    if prof_stack and attn_impl == "flash":
+        attn_impl = prof_stack.attn_impl
+    overlap = check_overlap(overlap) if overlap is not None else \
+        (prof_stack.overlap if prof_stack else DEFAULT_OVERLAP)
     _check_common(gpu, gpu_file, profile, overheads)
     if only is not None and not isinstance(only, dict):
         raise I.InputError(f"only ({I.show(only)}) must be a dict of pinned layout fields")
@@ -505,8 +536,12 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         I.choice("only key", key, PINNABLE)
         if key == "recompute":
             I.choice("only['recompute']", value, RECOMPUTE)
+        elif key == "offload_checkpoints":
+            if not isinstance(value, bool):
+                raise I.InputError(f"only['offload_checkpoints'] ({I.show(value)}) must be "
+                                   "True or False")
         else:
-            I.integer(f"only[{key!r}]", value, 0 if key == "zero" else 1,
+            I.integer(f"only[{key!r}]", value, 0 if key in ("zero", "recompute_layers") else 1,
                       3 if key == "zero" else I.MAX_GPUS if key != "micro_batch"
                       else I.MAX_BATCH)
     cfg = load(model)
@@ -533,7 +568,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     setting = TrainSetting(cfg, gpu, seq, global_batch, precision, optimizer, attn_impl,
                            profile, overheads or Overheads(),
                            achieved_tflops * 1e12 if achieved_tflops else None,
-                           finetune=finetune)
+                           finetune=finetune,
+                           softmax_fp32=prof_stack.softmax_fp32 if prof_stack else True,
+                           fused=prof_stack.fused if prof_stack else (), overlap=overlap)
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
@@ -681,7 +718,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     from .accounting import FlopCounts
     from .parallel import comm
     from .parallel.sharding import assign_stages, local_params, tp_style
-    from .timing import COMPUTE_DTYPE, op_times, roofline_s
+    from .timing import COMPUTE_DTYPE, roofline_s
     from .workload import Workload
     from . import inputs as I
 

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from .errors import TxcalcError
 from .hardware import Gpu
-from .ops import Op
+from .ops import Op, rerun_ops
 from .workload import Workload
 
 #: GPUs with no published runs in the fit set: large bf16 GEMMs reach 70-80% of peak in
@@ -372,11 +372,13 @@ def ops_times(ops, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: int,
     core's forward + backward) seconds. ``split(op)``: how many ways the op's work is divided
     (TP x CP in the planner; 1 on one GPU); ``tp(op)``: the TP part of it."""
     total = bwd_total = attn = 0.0
+    ops = tuple(ops)
+    again = {id(op) for op in rerun_ops(ops, w)}
     for op in ops:
         if op.kind == "checkpoint":
             continue
         f, b = op_times(op, w, prof, dtype, act_bytes, weight_bytes, split(op), tp(op))
-        total += f + b + (f if op.reruns(w.recompute) else 0.0)
+        total += f + b + (f if id(op) in again else 0.0)
         bwd_total += b
         if op.kind in ("attn_scores", "attn_context"):
             attn += f + b

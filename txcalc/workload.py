@@ -20,11 +20,43 @@ class AttnKernel(StrEnum):
 
 
 class Recompute(StrEnum):
-    """Activation recomputation: none; selective (the attention core is checkpointed:
-    Korthikanti et al. arXiv:2205.05198); full (each block keeps only its input)."""
+    """Activation recomputation of a block: none; selective (Megatron's: the attention core
+    is checkpointed, Korthikanti et al. arXiv:2205.05198; under a fused kernel it keeps the
+    same as none but the logsumexp); full (each block keeps only its input); op (torchtitan's
+    op-level selective checkpointing: the block is checkpointed and keeps its input, the
+    output of every other matmul and the fused attention kernel's outputs,
+    ``ops.op_level_saved``)."""
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+    OP = "op"
+
+
+class RecomputeMethod(StrEnum):
+    """Which blocks ``Workload.recompute`` applies to, with ``recompute_layers`` = N (0: all):
+
+        method  | blocks recomputed                       | source
+        --------|-----------------------------------------|-----------------------------------
+        block   | the first N blocks of each pipeline      | Megatron-LM --recompute-method
+                |   stage (one device: of each stack); the |   block --recompute-num-layers N
+                |   rest keep everything (none)            |
+        uniform | every block, N consecutive blocks one    | --recompute-method uniform
+                |   checkpoint: only each group's input is |   --recompute-num-layers N
+                |   kept (full recompute only)             |
+        every   | every N-th block (blocks N-1, 2N-1, ...),| torchtitan activation_checkpoint
+                |   the rest none                          |   selective_ac_option = "N"
+    """
+    BLOCK = "block"
+    UNIFORM = "uniform"
+    EVERY = "every"
+
+
+#: kernels a framework may fuse (txcalc.stacks): what each changes is declared per op
+#: (``Op.saved_fused``): norm (RMSNorm keeping its input and 1/rms), act (the gated MLP's
+#: act(gate) * up keeping gate and up only), loss (cross-entropy keeping the logits in the
+#: activation dtype and two fp32 statistics per row, not fp32 log-probabilities)
+FUSED_KERNELS = ("norm", "act", "loss")
+RECOMPUTE_METHODS = tuple(m.value for m in RecomputeMethod)
 
 
 DEFAULT_ATTN = AttnKernel.FLASH.value
@@ -59,6 +91,11 @@ class Workload:
     #: q, k and v come out of one fused projection (HF GPT-2's c_attn): under a fused
     #: attention kernel the saved q is a view that keeps the whole (H + 2K) * h output alive
     fused_qkv: bool = False
+    #: kernels run fused (FUSED_KERNELS; a framework profile's, txcalc.stacks)
+    fused: tuple[str, ...] = ()
+    #: which blocks ``recompute`` applies to (RecomputeMethod) and N (0: every block)
+    recompute_method: str = "block"
+    recompute_layers: int = 0
 
     def __post_init__(self) -> None:
         from .inputs import MAX_BATCH, MAX_SEQ, show
@@ -80,10 +117,38 @@ class Workload:
         if self.recompute not in RECOMPUTE:
             problems.append(f"recompute ({show(self.recompute)}) must be one of "
                             f"{', '.join(RECOMPUTE)}")
+        if not isinstance(self.fused, tuple) or any(k not in FUSED_KERNELS for k in self.fused):
+            problems.append(f"fused ({show(self.fused)}) must be a tuple of "
+                            f"{', '.join(FUSED_KERNELS)}")
+        if self.recompute_method not in RECOMPUTE_METHODS:
+            problems.append(f"recompute_method ({show(self.recompute_method)}) must be one of "
+                            f"{', '.join(RECOMPUTE_METHODS)}")
+        n = self.recompute_layers
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_BATCH:
+            problems.append(f"recompute_layers ({show(n)}) must be an integer between 0 and "
+                            f"{MAX_BATCH:,}")
+        elif self.recompute_method == "uniform" and n and self.recompute != "full":
+            problems.append(f"recompute_method 'uniform' checkpoints groups of whole blocks: "
+                            f"it needs recompute 'full', not {self.recompute!r}")
         if problems:
             raise WorkloadError("; ".join(problems))
         if self.src_seq == 0:
             object.__setattr__(self, "src_seq", self.seq)
+
+    def block_mode(self, layer: int) -> str:
+        """The recompute mode of block ``layer`` (RecomputeMethod); outside the blocks
+        (layer -1) the mode asked."""
+        n, method = self.recompute_layers, self.recompute_method
+        if layer < 0 or not n or method == "uniform":
+            return self.recompute
+        if method == "block":
+            return self.recompute if layer < n else "none"
+        return self.recompute if (layer + 1) % n == 0 else "none"
+
+    def keeps_block_input(self, layer: int) -> bool:
+        """Uniform method: only the first block of each group of N keeps its input."""
+        n = self.recompute_layers
+        return not (n and self.recompute_method == "uniform") or layer % n == 0
 
     def rows(self, stream: str) -> int:
         """Rows (tokens) an op processes: ``seq`` tokens, ``src`` tokens, or one per sequence."""

@@ -11,10 +11,18 @@ from .params_cmd import HEAD_HELP, MODEL_HELP, WEIGHTS_HELP
 from .fit_cmd import FT_OPTS, make_finetune
 
 
-def _workload(batch, seq, src_seq, attn, recompute, dropout=False):
+def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
+              recompute_method="block", recompute_layers=0):
+    """The workload of flops / memory; ``stack`` (txcalc.stacks) sets the fused kernels and,
+    when ``attn`` is None, the attention kernel (else flash)."""
+    from ..stacks import get_stack
     from ..workload import Workload
+    prof = get_stack(stack) if stack is not None else None
+    attn = attn or (prof.attn_impl if prof else "flash")
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
-                    dropout=dropout)
+                    dropout=dropout, fused=prof.fused if prof else (),
+                    softmax_fp32=prof.softmax_fp32 if prof else True,
+                    recompute_method=recompute_method, recompute_layers=recompute_layers)
 
 
 IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
@@ -118,8 +126,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
            optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
-           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
-           recompute: str = typer.Option("none", help="none | selective | full."),
+           attn: str = typer.Option(None, help="Attention kernel: eager | sdpa | flash (fused SDPA, the default; or the stack's)."),
+           recompute: str = typer.Option("none", help="none | selective | full | op (torchtitan's op-level)."),
+           recompute_method: str = typer.Option("block", "--recompute-method", help="Which blocks recompute: block (the first N), uniform (all, N per checkpoint), every (every N-th)."),
+           recompute_layers: int = typer.Option(0, "--recompute-layers", help="N of --recompute-method (0: every block)."),
+           stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (fused kernels; default HF's kernels)."),
            dropout: bool = typer.Option(False, "--dropout", help="Train with the model's dropout on: its masks are saved (1 byte per element, CUDA)."),
            inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
            weights: str = typer.Option(None, "--weights", help="Inference: " + WEIGHTS_HELP),
@@ -148,7 +159,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     opts = options(params=params, batch=batch, seq=seq, src_seq=src_seq, precision=precision,
                    optimizer=optimizer, attn=attn, recompute=recompute, context=context,
                    concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb, gpu_file=gpu_file,
-                   images=images, image_size=image_size,
+                   images=images, image_size=image_size, stack=stack,
+                   recompute_method=recompute_method, recompute_layers=recompute_layers,
                    **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
     from ..hardware import gpu_memory
@@ -183,7 +195,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout, ft, offload, head)
+                        dropout, ft, offload, head, stack, recompute_method, recompute_layers)
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label
@@ -233,13 +245,15 @@ def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
 
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-              dropout=False, ft=None, offload="none", head=None) -> dict:
+              dropout=False, ft=None, offload="none", head=None, stack=None,
+              recompute_method="block", recompute_layers=0) -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
     cfg = load(model) if head is None else load(model, head)
-    work = _workload(batch, seq, src_seq, attn, recompute, dropout)
+    work = _workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
+                     recompute_layers)
     check_fits(cfg, work)
     m = TrainingMemory(cfg, work, precision, optimizer, ft, offload)
     return m.to_json() | m.finetune_json()

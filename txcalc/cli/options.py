@@ -8,7 +8,8 @@ from ..inputs import (GPU_GB_RANGE, MAX_BATCH, MAX_DAYS, MAX_GPUS, MAX_KV_TOKENS
                       TOKENS_PER_S_MAX, choice, integer, number, parse_context, parse_count,
                       path_text, text)
 from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
-from ..workload import ATTN_IMPLS, RECOMPUTE
+from ..stacks import STACKS
+from ..workload import ATTN_IMPLS, RECOMPUTE, RECOMPUTE_METHODS
 
 
 # --- the CLI's options: one table, one name per option ------------------------------------------
@@ -33,6 +34,9 @@ def _option_specs() -> dict:
                             " GiB (it sets Overheads.comm_buffer_bytes)"),
         "fragmentation": ("float", 0, 1, "[)", " (a fraction of the tensors' bytes)"),
         "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
+        "stack": ("choice", tuple(STACKS)), "overlap": ("text", 200),
+        "recompute_method": ("choice", RECOMPUTE_METHODS),
+        "recompute_layers": ("int", 0, MAX_BATCH),
         "precision": ("choice", tuple(PRECISIONS)), "optimizer": ("choice", OPTIMIZERS),
         "kv_dtype": ("choice", tuple(KV_DTYPES)), "device": ("choice", ("meta", "cpu", "cuda")),
         "tokens": ("count", MAX_TOKENS), "params": ("count", MAX_PARAMS),

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from ..units import GB
 from .typer_app import app
-from .output import console, emit_json, table
+from .output import console, emit_json
 from .params_cmd import MODEL_HELP, WEIGHTS_HELP
 from .fit_cmd import FT_OPTS, make_finetune
 
@@ -45,8 +44,12 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           ep: int = typer.Option(None, "--ep", help="Pin the expert-parallel degree."),
           zero: int = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
-          recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
-          attn: str = typer.Option("flash", "--attn", help="Attention kernel: eager | sdpa | flash."),
+          recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full | op (torchtitan's op-level)."),
+          recompute_layers: int = typer.Option(None, "--recompute-layers", help="Pin partial recompute: only the first N blocks of each stage (Megatron --recompute-num-layers N, block method; 0: every block)."),
+          offload_checkpoints: bool = typer.Option(None, "--offload-checkpoints/--keep-checkpoints", help="Pin full recompute's checkpoints to host memory (over PCIe) or to the GPU."),
+          attn: str = typer.Option(None, "--attn", help="Attention kernel: eager | sdpa | flash (default flash, or the stack's)."),
+          stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (its fused kernels and overlapped collectives; default: flash attention, HF's other kernels, gradient reduction overlapped)."),
+          overlap: str = typer.Option(None, "--overlap", help="Collectives hidden behind compute, comma-separated: tp, param_gather, grad_reduce, pp, or none (default the stack's)."),
           finetune: str = FT_OPTS["finetune"],
           lora_rank: int = FT_OPTS["lora_rank"],
           lora_alpha: float = FT_OPTS["lora_alpha"],
@@ -65,24 +68,30 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    price=price, achieved_tflops=achieved_tflops, gpu_file=gpu_file,
                    cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
-                   micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn)
+                   micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
+                   stack=stack, overlap=overlap, recompute_layers=recompute_layers)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
-                   achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn,
-                   overheads=_overheads(context_gib, comm_gib, fragmentation), finetune=ft,
+                   achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
+                   stack=stack, overlap=overlap, finetune=ft,
+                   overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
-                                           ("recompute", recompute)) if v is not None})
+                                           ("recompute", recompute),
+                                           ("recompute_layers", recompute_layers),
+                                           ("offload_checkpoints", offload_checkpoints))
+                         if v is not None})
     out = p.to_json()
     if json_out:
         emit_json(out)
         return
     _print_train(p, {"--gpus": gpus, "--max-gpus": max_gpus, "--tp": tp, "--pp": pp,
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
-                     "--recompute": recompute}, ft, out["band"])
+                     "--recompute": recompute, "--recompute-layers": recompute_layers,
+                     "--stack": stack, "--overlap": overlap}, ft, out["band"])
 
 
 def _print_train(p, pins: dict, ft=None, band=None) -> None:
@@ -124,14 +133,19 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     for note in p.notes:
         say(console, note.split(" "), first="  note: ", sep=" ")
     say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
-        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB"],
+        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB"]
+        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GB:,.1f} GB"]
+           if b.host_bytes else []),
         first="  memory per GPU of the best layout (fullest stage): ")
     if b.communication:
         fit_table(console, "communication of the best layout, per GPU per step",
-                  ["dim", "collective", "link", "GB sent", "time s", "exposed s"],
+                  ["dim", "collective", "link", "GB sent", "time s", "exposed s", "hidden s"],
                   [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
-                    f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}")
+                    f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}", f"{c['hidden_s']:,.3f}")
                    for dim, c in b.communication.items()])
+        say(console, [", ".join(s.overlap) or "none"]
+            + ([f"; fused kernels: {', '.join(s.fused)}"] if s.fused else []),
+            first="  overlap assumed: ", sep="")
     band_note = (f"; band of step s, days, GPU-hours: x{b.band[0]:.3f} to x{b.band[1]:.3f}, "
                  f"of MFU: /{b.band[1]:.3f} to /{b.band[0]:.3f}" if band["runs"] else "")
     cols = ["layout", "GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (

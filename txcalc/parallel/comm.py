@@ -15,16 +15,21 @@ in one node (group size x rank stride <= GPUs per node), else the inter-node one
 its own NIC, so a ring across nodes runs at one NIC's speed). Latency: 10 us a collective
 inside a node, 20 us across nodes (order of NCCL's measured small-message latency).
 
-Overlap assumptions (used by ``parallel.evaluate``): TP/SP and EP collectives sit on the
-critical path (not overlapped); the CP ring overlaps the attention compute of its layer;
-DP gradient reduction overlaps the backward of the last micro-batch; ZeRO-3 gathers overlap
-the compute of the micro-batch they serve; PP sends are exposed.
+Overlap assumptions (used by ``parallel.evaluate``): the CP ring overlaps the attention
+compute of its layer; ZeRO-3 gathers overlap the compute of the micro-batch they serve; EP
+all-to-alls sit on the critical path. TP/SP traffic, ZeRO-1/2's parameter all-gather, DP
+gradient reduction and PP sends overlap only as ``TrainSetting.overlap`` says (the switches of
+txcalc.stacks: by default gradient reduction behind the last micro-batch's backward only).
+Offloaded recompute checkpoints cross the host link (``PCIE_BYTES_PER_S``) out in forward and
+back in backward, behind the stage's compute.
 
 All functions take numbers or numpy arrays.
 """
 
 from __future__ import annotations
 
+#: host link: PCIe 4.0 x16, 31.5 GB/s per direction (PCI-SIG), used for offload traffic
+PCIE_BYTES_PER_S = 31.5e9
 LATENCY_INTRA_S = 10e-6
 LATENCY_INTER_S = 20e-6
 FACTOR = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0, "all_to_all": 1.0}

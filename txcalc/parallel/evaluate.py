@@ -32,9 +32,27 @@ checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The s
 screens the first, second, last and most-parameter pipeline stages; ``evaluate_layouts``
 (used for the layouts a plan reports) evaluates every stage.
 
+Recompute policies (``build_tables``): a mode (none, selective, full, op) for the first N
+blocks of each stage and none for the rest (N = 0: every block; Megatron's block method), and
+full recompute with its checkpoints in host memory (``Layout.offload_checkpoints``: the
+recomputed blocks' saved bytes move to ``host_bytes``, crossing PCIe twice a micro-batch).
+
 Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
-EP, CP and PP communication), plus exposed DP communication and the optimizer step; bubble
-fraction (pp - 1) / (v m) (Narayanan et al., arXiv:2104.04473, section 2.2). With an achieved
+EP, CP and PP communication and offload traffic), plus exposed DP communication and the
+optimizer step; bubble fraction (pp - 1) / (v m) (Narayanan et al., arXiv:2104.04473, section
+2.2). What is exposed follows ``TrainSetting.overlap`` (txcalc.stacks.OVERLAPS), each a stated
+assumption:
+
+    collective           | exposed without overlap | with overlap
+    ---------------------|-------------------------|------------------------------------------
+    TP (per micro-batch) | all                     | "tp": max(0, TP s - stage compute outside
+                         |                         |   the attention core)
+    PP sends             | all                     | "pp": max(0, PP s - stage compute)
+    DP grad reduction    | all                     | "grad_reduce": max(0, s - last backward)
+    ZeRO-1/2 all-gather  | all                     | "param_gather": max(0, s - stage 0's
+                         |                         |   forward of one micro-batch)
+    ZeRO-3 gathers       | prefetched always: m x max(0, 2 AG + RS - micro-batch time)
+    offloaded checkpoints| max(0, 2 x bytes / PCIe - stage compute) With an achieved
 throughput given (``achieved_flops_per_gpu``, FLOP/s of hardware work per GPU) the step time
 is hardware FLOPs / (GPUs x achieved) instead, as in that paper's end-to-end estimate.
 """
@@ -57,7 +75,8 @@ from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
 from ..workload import Workload
 from . import comm
-from .layout import RECOMPUTE, Layout, check_layout
+from ..stacks import DEFAULT_OVERLAP
+from .layout import RECOMPUTE, RECOMPUTE_POLICIES, Layout, check_layout
 from .sharding import assign_stages, block_index, local_tensors, stage_blocks
 
 GiB = 2**30
@@ -152,6 +171,10 @@ class TrainSetting:
     dropout: bool = False  #: train with the model's dropout (masks saved), Workload.dropout
     softmax_fp32: bool = True  #: eager softmax upcast to fp32 (Megatron's kernels: False)
     finetune: object = None  #: a finetune.Finetune (None: every parameter trains)
+    #: kernels run fused (workload.FUSED_KERNELS: a framework profile's, txcalc.stacks)
+    fused: tuple[str, ...] = ()
+    #: collectives hidden behind compute (stacks.OVERLAPS), a stated assumption
+    overlap: tuple[str, ...] = DEFAULT_OVERLAP
 
     @property
     def prof(self) -> DeviceProfile:
@@ -168,7 +191,7 @@ class TrainSetting:
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
                         recompute=recompute, dropout=self.dropout,
-                        softmax_fp32=self.softmax_fp32)
+                        softmax_fp32=self.softmax_fp32, fused=self.fused)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -345,8 +368,17 @@ def stage_counts(s: TrainSetting, n_groups: int, block_group: list[int], pp: int
     return c
 
 
-def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None) -> Tables:
+def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None,
+                 policies=None) -> Tables:
     """Per-group costs for every TP/EP/CP/micro-batch value, contracted to stage tables.
+
+    ``policies``: the recompute policies of the grid, (mode index into RECOMPUTE, N,
+    offloaded): the first N blocks of each stage run the mode and the rest none (Megatron's
+    block method, ``Workload.recompute_layers``; N = 0: every block); offloaded: what the
+    recomputed blocks keep (their checkpoints) lives in host memory (``act_host``); default
+    the planner's grid's (layout.RECOMPUTE_POLICIES). The rotary tables shared by all blocks
+    are counted with block 0 and go with its policy (2 x S x h elements; on one device
+    ``memory.saved_rows`` keeps them while any block is not recomputed).
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
     (the most micro-batches in flight after the first), last, and the stage with the most
@@ -379,8 +411,10 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
                     with_copy = once(group_states, gi, tp, ep, tied_copy=True)
                     for k, v in with_copy.items():
                         st_copy[k][ti, ei] = v - st[k][gi, ti, ei]
-    act = np.zeros((G, n_tp, 2, 3, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
-    times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, 3))  # compute, backward, attention
+    NM = len(RECOMPUTE)
+    policies = list(policies or RECOMPUTE_POLICIES)
+    act = np.zeros((G, n_tp, 2, NM, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
+    times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, NM))  # compute, backward, attention
     for gi in range(G):
         for ti, tp in enumerate(tps):
             for si, sp in enumerate((False, True)):
@@ -446,17 +480,48 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
         pads["tdense"], pads["texp"] = pads["dense"], pads["exp"]
     arrays["pad_dense"], arrays["pad_exp"] = pads["dense"], pads["exp"]
     arrays["pad_tdense"], arrays["pad_texp"] = pads["tdense"], pads["texp"]
-    act_stage = np.einsum("psg,gtxrb->pstxrb", C, act)
+    # each policy: the stage's first N blocks under its mode, the rest under none
+    none = RECOMPUTE.index("none")
+
+    def recomputed(rl):  # [p, slot, g]: blocks of each group among the first rl of the stage
+        if rl == 0:
+            return C
+        out = np.zeros_like(C)
+        for pi, pp in enumerate(pps):
+            for k, stage in enumerate(slots_of(pp)):
+                for b in stage_blocks(s.n_blocks, pp)[stage][:rl]:
+                    out[pi, k, block_group[b]] += 1
+                out[pi, k, G - 2:] = C[pi, k, G - 2:]
+        return out
+    C_rec = {rl: recomputed(rl) for rl in sorted({p[1] for p in policies})}
+
+    def by_policy(table, sub, part="all"):  # table[..., mode] per policy: [.., policy, ..]
+        """part: all (times), gpu (saved bytes on the GPU), host (offloaded checkpoints)."""
+        out = []
+        for mi, rl, off in policies:
+            blocks = C_rec[rl].copy()
+            blocks[:, :, G - 2:] = 0  # what the recomputed blocks keep: their checkpoints
+            host = np.einsum(sub, blocks, table[..., mi]) * (off and part != "all")
+            out.append(host if part == "host" else np.einsum(sub, C_rec[rl], table[..., mi])
+                       + np.einsum(sub, C - C_rec[rl], table[..., none]) - host)
+        return np.stack(out, axis=-1)
     # saved bytes are linear in the micro-batch (position tables aside: the intercept); CP
-    # splits them: [p, slot, tp, sp, rc, mb, cp]
-    a1, a2 = act_stage[..., 0], act_stage[..., 1]
+    # splits them: [p, slot, tp, sp, rc, mb, cp]; "act_host": offloaded checkpoints
     mb_arr = np.array(mbs, dtype=np.int64)[:, None]
     cp_arr = np.array(cps, dtype=np.int64)[None, :]
-    arrays["act"] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
-                      // cp_arr)
+    for name, part in (("act", "gpu"), ("act_host", "host")):
+        act_stage = np.moveaxis(by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb", part),
+                                -1, 4)
+        a1, a2 = act_stage[..., 0], act_stage[..., 1]
+        arrays[name] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
+                         // cp_arr)
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
-        arrays[k] = np.einsum("psg,gtxcmr->pstxcmr", C, times[i])
+        arrays[k] = by_policy(times[i], "psg,gtxcm->pstxcm")
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
+    # TP collectives of the recomputed blocks, run again in backward [p, slot, policy]
+    arrays["tp_rerun"] = np.stack([np.einsum("psg,g->ps", C_rec[rl], counts[:, 0])
+                                   * (RECOMPUTE[mi] in ("full", "op"))
+                                   for mi, rl, _ in policies], axis=-1)
     # k and v per token as the attention core reads them (its keys op: K heads, or H for MLA's
     # decompressed keys, of the q/k and the v width): what context parallelism rings around
     arrays["kv_width"] = max((op.kv_heads * (op.d_in + op.d_out) for ops in groups for op in ops
@@ -480,7 +545,16 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
         key=lambda a: int(a.max()), default=np.zeros((n_tp, n_ep), dtype=np.int64))
     blocks = [block_group.count(gi) for gi in range(len(groups))] + [1, 1]
     arrays["model_flops_seq"] = sum(n * f[0] for n, f in zip(blocks, flops))
-    arrays["hw_flops_seq"] = [sum(n * f[1][r] for n, f in zip(blocks, flops)) for r in range(3)]
+    # executed FLOPs per sequence for each pipeline depth and policy, over every stage
+    hw = np.zeros((len(pps), len(policies)))
+    for pi, pp in enumerate(pps):
+        for j, (mi, rl, _) in enumerate(policies):
+            total = sum(f[1][mi] for f in flops[G - 2:])
+            for blocks_of in stage_blocks(s.n_blocks, pp):
+                for i, b in enumerate(blocks_of):
+                    total += flops[block_group[b]][1][mi if not rl or i < rl else none]
+            hw[pi, j] = total
+    arrays["hw_flops_seq"] = hw
     return Tables(list(tps), list(eps), list(cps), list(mbs), list(pps), shards, arrays)
 
 
@@ -500,6 +574,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     tp, pp, dp, cp, v, mbatch, zero = (g[k] for k in ("tp", "pp", "dp", "cp", "v", "mb", "zero"))
     n = tp * pp * dp * cp
     ti, pi, ci, ei, mi, rc = g["ti"], g["pi"], g["ci"], g["ei"], g["mi"], g["rc"]
+    pol = g.get("pol", rc)  # the recompute policy (build_tables' policies)
+    n_pol = A["t_compute"].shape[-1]
+    hide = set(s.overlap)
     sp = g["sp"].astype(np.int64)
     shard, shard_e = shard_groups(g, gpu)
     si_d, si_e = np.searchsorted(t.shards, shard), np.searchsorted(t.shards, shard_e)
@@ -514,7 +591,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     flat = {k: A[k].reshape(-1) for k in ("pad_dense", "pad_exp", "act", "t_compute", "t_bwd",
                                           "t_attn", "o_dense", "o_exp", "tensors",
                                           "root_params", "fp8", "pad_tdense", "pad_texp",
-                                          "wf_dense", "wf_exp", "w_all", "root_wbytes")}
+                                          "wf_dense", "wf_exp", "w_all", "root_wbytes",
+                                          "act_host")}
     tuned = bool(A["wf_dense"].any() or A["wf_exp"].any())  # a frozen base (fine-tuning)
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
@@ -547,8 +625,11 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     gather_d, gather_e = np.where(z2, shard, 1), np.where(z2, shard_e, 1)
     pow2 = bool(np.all((v & (v - 1)) == 0))  # then // v is a (much faster) shift
     v_shift = np.log2(v).astype(np.int64) if pow2 else None
-    tp_colls = 2 + (rc == 2)  # forward + backward, and the forward again under full recompute
+    # TP collectives: forward + backward of every block, and the forward again of the blocks
+    # recomputed under full or op-level recompute (A["tp_rerun"])
     best = None
+    fwd_first = np.zeros(len(n))  # forward (+ recompute) seconds of a micro-batch, stage 0
+    host = np.zeros(len(n), dtype=np.int64)  # offloaded checkpoints in host memory, per GPU
     t_mb = np.zeros(len(n))
     t_bwd = np.zeros(len(n))
     p_max = np.zeros(len(n), dtype=np.int64)
@@ -558,10 +639,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     held0 = {lvl: (base0 * n_sh + d, base0 * n_sh + e) for lvl, (d, e) in shard_idx.items()}
     one0 = base0 * n_sh + one
     pst0 = (pi * n_slots * n_tp + ti) * 2 + sp  # [p, slot, tp, sp]
-    act0 = ((pst0 * 3 + rc) * n_mb + mi) * n_cp + ci  # [p, slot, tp, sp, rc, mb, cp]
-    time0 = ((pst0 * n_cp + ci) * n_mb + mi) * 3 + rc  # [p, slot, tp, sp, cp, mb, rc]
+    act0 = ((pst0 * n_pol + pol) * n_mb + mi) * n_cp + ci  # [p, slot, tp, sp, pol, mb, cp]
+    time0 = ((pst0 * n_cp + ci) * n_mb + mi) * n_pol + pol  # [p, slot, tp, sp, cp, mb, pol]
     s_base, s_pad = n_tp * n_ep, n_tp * n_ep * n_sh
-    s_act, s_time = n_tp * 2 * 3 * n_mb * n_cp, n_tp * 2 * n_cp * n_mb * 3
+    s_act, s_time = n_tp * 2 * n_pol * n_mb * n_cp, n_tp * 2 * n_cp * n_mb * n_pol
 
     def frozen(k, base):
         """Frozen weights in their format (finetune.op_weight_bytes) on the GPU: FSDP shards
@@ -578,6 +659,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
             out = out + held_f * np.where(z2, 1 + (gather_d if j == 0 else gather_e), 1)
         return out
 
+    rerun_flat = A["tp_rerun"].reshape(-1)
+    n_slots_p = A["tp_rerun"].shape[1]
     for k in range(n_slots):
         base = base0 + k * s_base
 
@@ -612,6 +695,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
         inflight = pp - stage + extra * (v > 1)
         cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
+        # offloaded checkpoints: in host memory for every micro-batch in flight; out over
+        # PCIe in forward, back in backward, behind the stage's compute
+        host_mb = flat["act_host"].take(act0 + k * s_act)
+        host = np.maximum(host, host_mb * np.maximum(1, np.minimum(inflight, m)))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
@@ -634,13 +721,18 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
             best_total = np.maximum(total, best_total)
             best_states = np.maximum(states, best_states)
         # one micro-batch on this stage: compute + exposed TP, EP, CP (beyond the attention
-        # it overlaps) and PP communication
+        # it overlaps) and PP communication; with "tp" / "pp" overlap (stacks.OVERLAPS) TP
+        # traffic hides behind the compute outside the attention core, PP sends behind all
         t_base = time0 + k * s_time
         cnt = A["counts"][:, k]
-        t_stage = (flat["t_compute"].take(t_base) + tp_colls * cnt[:, 0].take(pi) * unit_tp
-                   + np.maximum(0.0, 3 * cnt[:, 2].take(pi) * unit_cp
-                                - flat["t_attn"].take(t_base))
-                   + t_pp)
+        n_tp_k = 2 * cnt[:, 0].take(pi) + rerun_flat.take((pi * n_slots_p + k) * n_pol + pol)
+        comp, attn_k = flat["t_compute"].take(t_base), flat["t_attn"].take(t_base)
+        tp_s = n_tp_k * unit_tp
+        tp_x = np.maximum(0.0, tp_s - (comp - attn_k)) if "tp" in hide else tp_s
+        pp_x = np.maximum(0.0, t_pp - comp) if "pp" in hide else t_pp
+        pcie_x = np.maximum(0.0, 2 * host_mb / comm.PCIE_BYTES_PER_S - comp)
+        t_stage = (comp + tp_x + np.maximum(0.0, 3 * cnt[:, 2].take(pi) * unit_cp - attn_k)
+                   + pp_x + pcie_x)
         if moe:
             t_stage = t_stage + 4 * cnt[:, 1].take(pi) * unit_ep
         bwd = flat["t_bwd"].take(t_base)
@@ -649,9 +741,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
             pe = 0
         if detail:  # the collectives of the slowest stage, for the breakdown
             slower = t_stage >= t_mb
-            now = (cnt[:, 0].take(pi), cnt[:, 1].take(pi), cnt[:, 2].take(pi),
-                   flat["t_attn"].take(t_base))
+            now = (n_tp_k, cnt[:, 1].take(pi), cnt[:, 2].take(pi), attn_k, tp_x, pp_x)
             slow = now if k == 0 else tuple(np.where(slower, a, b) for a, b in zip(now, slow))
+        fwd_first = np.maximum(fwd_first, comp - bwd) if k == 0 else fwd_first
         t_mb = np.maximum(t_mb, t_stage)
         t_bwd = np.maximum(t_bwd, bwd)
         p_max = np.maximum(p_max, pd + pe)
@@ -668,24 +760,29 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # hybrid shard: the shard group's result is then all-reduced across nodes
     replicas = dp * cp // shard
     t_rep = comm.collective_s("all_reduce", _cdiv(grad_bytes, shard), replicas, tp * shard, gpu)
+    # DP: the gradient reduction behind the last micro-batch's backward ("grad_reduce"), ZeRO-1/2's
+    # all-gather of the updated parameters behind the next step's first forward on stage 0
+    # ("param_gather"); ZeRO-3's per-micro-batch gathers always prefetched (stacks module doc)
+    hide_g = "grad_reduce" in hide
+    ag_x = np.maximum(0.0, t_ag - fwd_first) if "param_gather" in hide else t_ag
     exposed = np.where(
-        zero == 0, np.maximum(0.0, t_ar - t_bwd),
-        np.where(zero < 3, np.maximum(0.0, t_rs - t_bwd) + t_ag,
+        zero == 0, np.maximum(0.0, t_ar - t_bwd) if hide_g else t_ar,
+        np.where(zero < 3, (np.maximum(0.0, t_rs - t_bwd) if hide_g else t_rs) + ag_x,
                  m * np.maximum(0.0, 2 * t_ag3 + t_rs - t_mb) + t_rep))
     # the optimizer step reads and writes every state once (the stage with the most states)
     step = pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
-    hw_seq = np.array(A["hw_flops_seq"], dtype=float)[rc]
+    hw_seq = A["hw_flops_seq"][pi, pol]
     if s.achieved_flops_per_gpu:
         step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
     peak = s.gpu.peak(s.dtype)
     out = {f"{k}_bytes": x for k, x in best.items()} if detail else {}
     if detail:
-        n_tp_c, n_moe, n_attn, t_attn = slow
+        n_tp_c, n_moe, n_attn, t_attn, tp_x, pp_x = slow
         per_mb = lambda kind, size, n, count: comm.bytes_sent(kind, size, n) * count
         out["comm"] = {  # per GPU per step: (collective, bytes sent, seconds, exposed seconds)
             "tp": (np.where(sp == 1, "reduce-scatter + all-gather (SP)", "all-reduce"),
-                   m * per_mb("all_reduce", act_size, tp, tp_colls * n_tp_c),
-                   m * tp_colls * n_tp_c * unit_tp, m * tp_colls * n_tp_c * unit_tp),
+                   m * per_mb("all_reduce", act_size, tp, n_tp_c),
+                   m * n_tp_c * unit_tp, m * tp_x),
             "ep": ("all-to-all", m * per_mb("all_to_all", act_size * max(cfg.top_k, 1),
                                             g["ep"], 4 * n_moe),
                    m * 4 * n_moe * unit_ep, m * 4 * n_moe * unit_ep),
@@ -695,7 +792,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                    m * np.maximum(0.0, 3 * n_attn * unit_cp - t_attn)),
             "pp": ("point-to-point (activations and their gradients)",
                    m * 2 * v * act_size / np.where(sp == 1, tp, 1) * (pp > 1), m * t_pp,
-                   m * t_pp),
+                   m * pp_x),
             "dp": (np.where(zero == 0, "all-reduce", np.where(
                        zero < 3, "reduce-scatter + all-gather",
                        "per micro-batch 2 all-gathers + reduce-scatter")),
@@ -710,6 +807,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                                       m * (2 * t_ag3 + t_rs) + t_rep)),
                    exposed),
         }
+        out["host_bytes"] = host
         out["links"] = {name: np.where(size * stride <= gpu.gpus_per_node, "intra-node",
                                        "inter-node")
                         for name, size, stride in (("tp", tp, 1), ("cp", cp, tp),
@@ -722,26 +820,30 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                exposed_dp_comm_s=exposed, micro_batch_time_s=t_mb,
                tokens_per_s=s.global_batch * s.seq / step,
                model_flops_step=A["model_flops_seq"] * s.global_batch,
-               hardware_flops_seq=A["hw_flops_seq"])
+               hardware_flops_seq=hw_seq)
     return out
 
 
-def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict]:
-    """Table axes and index arrays for explicit layouts."""
+def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict, list]:
+    """Table axes, index arrays and recompute policies for explicit layouts."""
     import numpy as np
     tps = sorted({l.tp for l in layouts}); eps = sorted({l.ep for l in layouts})
     cps = sorted({l.cp for l in layouts}); mbs = sorted({l.micro_batch for l in layouts})
     pps = sorted({l.pp for l in layouts})
+    policies = sorted({(RECOMPUTE.index(l.recompute), l.recompute_layers,
+                        l.offload_checkpoints) for l in layouts})
     arr = lambda f: np.array([f(l) for l in layouts])
     g = dict(tp=arr(lambda l: l.tp), pp=arr(lambda l: l.pp), dp=arr(lambda l: l.dp),
              cp=arr(lambda l: l.cp), ep=arr(lambda l: l.ep), zero=arr(lambda l: l.zero),
              hybrid=arr(lambda l: l.hybrid_shard), sp=arr(lambda l: l.sp),
              v=arr(lambda l: l.virtual), mb=arr(lambda l: l.micro_batch),
              rc=arr(lambda l: RECOMPUTE.index(l.recompute)),
+             pol=arr(lambda l: policies.index((RECOMPUTE.index(l.recompute),
+                                               l.recompute_layers, l.offload_checkpoints))),
              ti=arr(lambda l: tps.index(l.tp)), pi=arr(lambda l: pps.index(l.pp)),
              ci=arr(lambda l: cps.index(l.cp)), ei=arr(lambda l: eps.index(l.ep)),
              mi=arr(lambda l: mbs.index(l.micro_batch)))
-    return tps, eps, cps, mbs, pps, g
+    return tps, eps, cps, mbs, pps, g, policies
 
 
 def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None) -> dict:
@@ -753,8 +855,8 @@ def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None) -> dic
         if s.global_batch % (lay.dp * lay.micro_batch):
             raise WorkloadError(f"global batch ({s.global_batch}) must be a multiple of dp x "
                                 f"micro_batch ({lay.dp} x {lay.micro_batch})")
-    tps, eps, cps, mbs, pps, g = grid_for(layouts)
+    tps, eps, cps, mbs, pps, g, policies = grid_for(layouts)
     slots = stages or (lambda pp: list(range(pp)))
     shard, shard_e = shard_groups(g, s.gpu)
-    t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots)
+    t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots, policies)
     return evaluate(s, t, g)

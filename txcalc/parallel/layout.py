@@ -12,7 +12,9 @@
     hybrid_shard | zero 3 shards inside a node and replicates across nodes (FSDP HYBRID_SHARD)
     sp           | sequence parallel: norms/dropout regions split over tp (Korthikanti et al.)
     schedule     | 1f1b or interleaved (with ``virtual`` model chunks per stage)
-    micro_batch  | sequences per micro-batch; recompute: none | selective | full
+    micro_batch  | sequences per micro-batch; recompute: none | selective | full | op
+    recompute_layers | N > 0: only the first N blocks of each stage recompute (Megatron's
+                 |   --recompute-method block --recompute-num-layers N), the rest keep all
 
 GPUs = tp * cp * dp * pp. Ranks are numbered tp fastest, then cp, dp, pp (Megatron-LM's
 order), which decides whether a group's ring stays inside a node (see ``parallel.comm``).
@@ -27,6 +29,14 @@ from ..errors import TxcalcError
 from ..workload import RECOMPUTE  # noqa: F401  (the one list of recompute modes)
 
 SCHEDULES = ("1f1b", "interleaved")
+#: partial recompute the planner tries: full recompute of the first N blocks of each stage
+#: (Megatron --recompute-method block --recompute-num-layers N), N below the stage's blocks
+PARTIAL_LAYERS = (1, 2, 4, 8, 16)
+#: the search's recompute axis: (mode index into RECOMPUTE, N, checkpoints offloaded to the
+#: host) (N = 0: every block); full recompute with its checkpoints in host memory
+RECOMPUTE_POLICIES = tuple((r, 0, False) for r in range(len(RECOMPUTE))) + tuple(
+    (RECOMPUTE.index("full"), n, False) for n in PARTIAL_LAYERS) + (
+    (RECOMPUTE.index("full"), 0, True),)
 
 
 class LayoutError(TxcalcError):
@@ -47,6 +57,12 @@ class Layout:
     virtual: int = 1
     micro_batch: int = 1
     recompute: str = "none"
+    #: the first N blocks of each stage recompute (0: every block; Workload.recompute_layers)
+    recompute_layers: int = 0
+    #: the recomputed blocks' checkpoints (their inputs) live in host memory, crossing PCIe
+    #: out in forward and back in backward (full recompute; TrainingMemory's offload
+    #: "activations" on one GPU)
+    offload_checkpoints: bool = False
 
     @property
     def gpus(self) -> int:
@@ -67,7 +83,9 @@ class Layout:
             parts.append(f"v{self.virtual}")
         parts.append(f"mb{self.micro_batch}")
         if self.recompute != "none":
-            parts.append({"selective": "sel", "full": "full"}[self.recompute])
+            parts.append({"selective": "sel", "full": "full", "op": "opsac"}[self.recompute]
+                         + (f"{self.recompute_layers}" if self.recompute_layers else "")
+                         + ("+cpu" if self.offload_checkpoints else ""))
         return " ".join(parts)
 
     def to_json(self) -> dict:
@@ -106,6 +124,15 @@ def check_layout(cfg: ModelConfig, lay: Layout, seq: int) -> None:
         problems.append(f"schedule ({lay.schedule!r}) must be one of {', '.join(SCHEDULES)}")
     if lay.recompute not in RECOMPUTE:
         problems.append(f"recompute ({lay.recompute!r}) must be one of {', '.join(RECOMPUTE)}")
+    n = lay.recompute_layers
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        problems.append(f"recompute_layers ({n!r}) must be a non-negative integer")
+    elif n and lay.recompute == "none":
+        problems.append(f"recompute_layers ({n}) needs a recompute mode, not 'none'")
+    if lay.offload_checkpoints is not False and (lay.offload_checkpoints is not True
+                                                 or lay.recompute != "full"):
+        problems.append(f"offload_checkpoints ({lay.offload_checkpoints!r}) needs recompute "
+                        f"'full', not {lay.recompute!r}")
     if lay.tp > 1:
         if cfg.n_heads % lay.tp:
             problems.append(f"TP degree ({lay.tp}) must divide n_heads ({cfg.n_heads})")
