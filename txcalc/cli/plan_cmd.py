@@ -91,7 +91,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
     _print_train(p, {"--gpus": gpus, "--max-gpus": max_gpus, "--tp": tp, "--pp": pp,
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
                      "--recompute": recompute, "--recompute-layers": recompute_layers,
-                     "--stack": stack, "--overlap": overlap}, ft, out["band"])
+                     "--offload-checkpoints": offload_checkpoints}, ft, out["band"])
 
 
 def _print_train(p, pins: dict, ft=None, band=None) -> None:
@@ -143,9 +143,9 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
                   [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
                     f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}", f"{c['hidden_s']:,.3f}")
                    for dim, c in b.communication.items()])
-        say(console, [", ".join(s.overlap) or "none"]
-            + ([f"; fused kernels: {', '.join(s.fused)}"] if s.fused else []),
-            first="  overlap assumed: ", sep="")
+        say(console, [f"overlap assumed: {', '.join(s.overlap) or 'none'}"]
+            + ([f"fused kernels: {', '.join(s.fused)}"] if s.fused else []),
+            first="  ", sep="; ")
     band_note = (f"; band of step s, days, GPU-hours: x{b.band[0]:.3f} to x{b.band[1]:.3f}, "
                  f"of MFU: /{b.band[1]:.3f} to /{b.band[0]:.3f}" if band["runs"] else "")
     cols = ["layout", "GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
