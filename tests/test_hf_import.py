@@ -367,8 +367,10 @@ def test_every_converter_has_a_strategy():
     from .test_encoders import STRATEGIES as ENCODER_STRATEGIES
     from .test_hybrids import HYBRID_STRATEGIES
     from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES  # issue 12 part 1
+    from .test_linear_attention import MULTIMODAL, STRATEGIES as LINEAR  # qwen3_next, qwen3_5
     assert (set(STRATEGIES) | set(HYBRID_STRATEGIES) | set(NEW_STRUCTURES)
-            | set(ENCODER_STRATEGIES) | set(SEQ2SEQ_STRATEGIES)) == \
+            | set(ENCODER_STRATEGIES) | set(SEQ2SEQ_STRATEGIES) | set(LINEAR)
+            | set(MULTIMODAL)) == \
         set(CONVERTERS) - set(_MORE_CONVERTERS)
 
 
