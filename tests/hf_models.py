@@ -18,7 +18,7 @@ ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electr
 SEQ2SEQ = {"t5", "bart", "mbart", "marian", "pegasus", "m2m_100", "mt5", "umt5"}
 SPEECH = {"whisper"}  # AutoModelForSpeechSeq2Seq: WhisperForConditionalGeneration
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss",
-       "jamba", "granitemoehybrid", "nemotron_h"}
+       "jamba", "granitemoehybrid", "nemotron_h", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
 
 
 def hf_config(raw: dict):
