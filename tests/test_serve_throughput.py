@@ -8,13 +8,20 @@ of the device profile are fitted (grid, least worst log error) on the 8B rows 12
 128/4096, 1000/1000, 2048/128, 5000/500; every other row (the other five 8B rows and all ten
 70B rows, 70B at TP2 on H100, TP1 on H200) is then predicted.
 
-Measured (this commit): H100 fit (matmul 0.45, bandwidth 0.8), H200 fit (0.45, 0.65); over the
-30 held-out rows the median error is 14 % (H100) and 15 % (H200), 25 of 30 rows are within
-25 %; outside: 70B H100 128/2048 +37 %, 500/2000 +33 %, 1000/1000 +26 %, 8B H200 128/2048
-+34 %, 20000/2000 -26 %: short prompts with long outputs
-come out fast (no per-step scheduling/sampling overhead is modelled), 20k-token prompts slow
-(attention prefill in bf16 at the default 0.45). The issue's 25 % on every row is NOT met;
-this test pins the current accuracy (every row within 40 %, median within 20 %).
+Time model: each decode step carries serving_sim.STEP_OVERHEAD_S (4 ms, the simulator's own
+constant: scheduling, sampling, launch gaps), prefill runs at peak x timing.op_efficiency
+(FlashAttention's speed by prompt length and head dim for the attention core, bf16: fp8
+context FMHA is an opt-in build flag of TensorRT-LLM's TensorRT backend,
+``use_fp8_context_fmha``, applied only to FP8 checkpoints, tensorrt_llm/builder.py; what the
+PyTorch backend of these tables runs is not documented that we could find).
+
+Measured (this commit): H100 fit (matmul 0.45, bandwidth 0.8), H200 fit (0.45, 0.8); 28 of
+the 30 held-out rows within 25 % (before the step overhead and the shaped attention
+efficiency: 25 of 30, worst +37 %); outside: 8B H200 128/2048 +38 %, 500/2000 +28 %
+(worst on H100: 70B 128/2048 +19 %; 20k-token prompts now -23 % / -24 % for 8B, they were
+-16 % / -28 %). With fp8 attention the same two rows stay outside (+38 %, +28 %) and the
+20k rows come to -17 % / -15 %. The issue's 25 % on every row is NOT met (the strict xfail
+below); this test pins the current accuracy (every row within 40 %, median within 20 %).
 """
 
 import itertools
@@ -24,8 +31,10 @@ from pathlib import Path
 
 import pytest
 
+from txcalc.errors import TxcalcError
 from txcalc.hardware import get_gpu
-from txcalc.planner import serve_throughput
+from txcalc.planner import PlanError, serve_throughput
+from txcalc.serving_sim import STEP_OVERHEAD_S, step_model
 from txcalc.timing import DeviceProfile
 
 #: TensorRT-LLM's published perf-overview rows (tests/data/trtllm_perf_overview.json, one copy)
@@ -40,8 +49,8 @@ def _tok_s(model, gpu, tp, isl, osl, prof):
                             profile=prof)["output_tokens_per_s"]
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200"])
-def test_fp8_throughput_vs_tensorrt_llm(gpu):
+def _held_out_errors(gpu):
+    """(fitted profile, sorted |error| of the 15 held-out rows) of one GPU."""
     base = DeviceProfile.from_gpu(get_gpu(gpu))
     fit = [("llama-3-8b", 1, ISL_OSL[i], LLAMA_31_8B[gpu][i]) for i in range(0, 10, 2)]
     held = [("llama-3-8b", 1, ISL_OSL[i], LLAMA_31_8B[gpu][i]) for i in range(1, 10, 2)] + \
@@ -53,8 +62,13 @@ def test_fp8_throughput_vs_tensorrt_llm(gpu):
     grid = [base.replace(flop_efficiency={"matmul": mm}, bw_efficiency=bw)
             for mm, bw in itertools.product((0.3, 0.45, 0.6), (0.55, 0.65, 0.8))]
     prof = min(grid, key=lambda p: worst(p, fit))
-    errors = sorted(abs(_tok_s(m, gpu, tp, i, o, prof) / pub - 1)
-                    for m, tp, (i, o), pub in held)
+    return prof, sorted(abs(_tok_s(m, gpu, tp, i, o, prof) / pub - 1)
+                        for m, tp, (i, o), pub in held)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_fp8_throughput_vs_tensorrt_llm(gpu):
+    _, errors = _held_out_errors(gpu)
     assert errors[-1] <= 0.40
     assert errors[len(errors) // 2] <= 0.20
 
@@ -64,3 +78,41 @@ def test_serve_throughput_prefill_bound_row_uncalibrated():
     of TensorRT-LLM's 3,450 tokens/s on one H100 with the default profile."""
     r = serve_throughput("llama-3-8b", "h100", 2048, 128, weights="fp8", kv_dtype="fp8")
     assert abs(r["output_tokens_per_s"] / 3450 - 1) <= 0.10
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15's 25 % on every held-out row is not met: "
+                   "8B H200 128/2048 +38 %, 500/2000 +28 % (the other 28 of 30 rows are)")
+def test_fp8_throughput_every_held_out_row_within_25_percent():
+    assert max(_held_out_errors(gpu)[1][-1] for gpu in ("h100", "h200")) <= 0.25
+
+
+@pytest.mark.parametrize("model,gpu,tp,isl,osl", [("llama-3-8b", "h100", 1, 1000, 1000),
+                                                  ("llama-3.1-70b", "h100", 2, 128, 2048),
+                                                  ("llama-3.1-70b", "h200", 1, 5000, 500)])
+def test_decode_step_agrees_with_the_step_simulator(model, gpu, tp, isl, osl):
+    """serve_throughput's decode step (plan_infer's roofline + the step overhead) against the
+    step simulator's StepModel (coefficients read from the engine separately) at the same
+    batch and mean context: within 2 % (measured 0.03-0.4 %), both with the one constant
+    serving_sim.STEP_OVERHEAD_S; without it serve_throughput's step is that much shorter."""
+    r = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8")
+    b, ctx = r["batch"], isl + osl // 2
+    sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8", max_model_len=isl + osl)
+    assert r["step_overhead_s"] == sm.overhead_s == STEP_OVERHEAD_S
+    assert abs(r["decode_step_s"] / sm.step_s(b, b, b * ctx, b * ctx) - 1) <= 0.02
+    r0 = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8",
+                          overhead_s=0)
+    assert r0["decode_step_s"] == pytest.approx(r["decode_step_s"] - STEP_OVERHEAD_S)
+    assert r0["output_tokens_per_s"] > r["output_tokens_per_s"]
+
+
+def test_serve_throughput_attention_dtype():
+    """fp8 attention speeds a long prompt's prefill (the attention core on the fp8 peak);
+    a dtype the GPU has no peak for is refused, naming it."""
+    kw = dict(weights="fp8", kv_dtype="fp8")
+    bf16 = serve_throughput("llama-3-8b", "h100", 20000, 2000, **kw)
+    fp8 = serve_throughput("llama-3-8b", "h100", 20000, 2000, attention_dtype="fp8", **kw)
+    assert fp8["prefill_s_per_request"] < bf16["prefill_s_per_request"]
+    with pytest.raises(PlanError, match="fp4"):
+        serve_throughput("llama-3-8b", "a100", 128, 128, attention_dtype="fp4")
+    with pytest.raises(TxcalcError, match=r"overhead_s \(-1\)"):
+        serve_throughput("llama-3-8b", "h100", 128, 128, overhead_s=-1)

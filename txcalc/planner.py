@@ -838,28 +838,39 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
                      weights: str | None = None, kv_dtype: str = "bf16",
                      precision: str = "bf16", profile: DeviceProfile | None = None,
                      max_batch: int = SERVE_MAX_BATCH, gpu_file=None,
-                     overheads: Overheads | None = None) -> dict:
+                     overheads: Overheads | None = None, overhead_s: float | None = None,
+                     attention_dtype: str | None = None) -> dict:
     """Output tokens/s of one tp x pp replica at maximum load (an offline benchmark such as
     ``trtllm-bench throughput``: every request queued at once, in-flight batching).
 
     B = min(max_batch, the sequences whose KV cache of isl + osl tokens fits, ``plan_infer``);
     every decode step serves B sequences at the mean context isl + osl / 2 (``plan_infer``'s
-    decode step); each request's prompt is prefilled in batched chunks, compute-bound: its
-    prefill FLOPs (the engine's, output head on the last token) at each op's tensor-core rate
-    (quantised Linears on their format's dtype, attention in ``precision``'s), over tp x pp.
+    decode step) plus the engine's fixed time per step outside the GPU kernels
+    (``overhead_s``, default ``serving_sim.STEP_OVERHEAD_S``: the one constant the step
+    simulator uses too); each request's prompt is prefilled in batched chunks that ride in
+    those same steps, compute-bound: its prefill FLOPs (the engine's, output head on the last
+    token, causal pairs only under the fused kernel) at each op's tensor-core rate, peak x
+    ``timing.op_efficiency`` (the GPU's large-GEMM efficiency for Linears; FlashAttention's
+    measured speed by prompt length and head dimension for the attention core), quantised
+    Linears on their format's dtype, attention in ``attention_dtype`` (default
+    ``precision``'s), over tp x pp.
 
+        step_s(B) = plan_infer decode step at batch B + overhead_s
         seconds per request (of one sequence slot) = prefill_s + osl x step_s(B) / B
         output tokens/s = osl / seconds per request
     """
     from . import formats as Q
     from . import inputs as I
     from .components import model_ops_tuple
-    from .timing import COMPUTE_DTYPE, op_class, weight_only_factor
+    from .serving_sim import STEP_OVERHEAD_S
+    from .timing import COMPUTE_DTYPE, op_efficiency, weight_only_factor
     from .workload import Workload
     from . import load
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
     max_batch = I.integer("max_batch", max_batch, 1, I.MAX_BATCH)
+    overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
+        I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     cfg = load(model)
     sch, _ = Q.resolve(model, weights)
     name = sch.name if sch is not None else None
@@ -868,9 +879,13 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     full = plan_infer(cfg, gpu, isl + osl, 1, **kw).best
     batch = min(max_batch, full.max_concurrency_per_replica)
     row = plan_infer(cfg, gpu, isl + osl // 2, batch, **kw).best
-    step = 1 / row.decode_tokens_per_s_per_seq
+    step = 1 / row.decode_tokens_per_s_per_seq + overhead_s
     prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
+    attn_dtype = dtype if attention_dtype is None else attention_dtype
+    if prof.peak_flops.get(attn_dtype, 0.0) <= 0:
+        raise PlanError(f"attention_dtype ({attention_dtype!r}): {prof.name} has no "
+                        f"{attn_dtype} peak (it has {', '.join(sorted(prof.peak_flops))})")
     ops = model_ops_tuple(cfg)
     qops = Q.assign(ops, sch, cfg) if sch is not None else ops
     w = Workload(batch=1, seq=isl, attn_impl="flash")
@@ -879,7 +894,9 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
         flops = op.prefill_flops(w, model=True)
         if not flops:
             continue
-        rate = prof.flops_per_s(op_class(op), Q.compute_dtype(q, prof.peak_flops, dtype))
+        attn = op.kind in ("attn_scores", "attn_context")
+        run = attn_dtype if attn else Q.compute_dtype(q, prof.peak_flops, dtype)
+        rate = prof.peak_flops[run] * op_efficiency(op, w, prof, tp)
         if Q.is_weight_only(q, prof.peak_flops):
             rate *= weight_only_factor(prof, isl)
         prefill += flops / rate
@@ -887,8 +904,8 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     per_request = prefill + osl * step / batch
     return {"model": cfg.name, "gpu": get_gpu(gpu, gpu_file).name,
             "isl": isl, "osl": osl, "tp": tp, "pp": pp, "weights": name or precision,
-            "batch": batch, "decode_step_s": step, "prefill_s_per_request": prefill,
-            "output_tokens_per_s": osl / per_request}
+            "batch": batch, "decode_step_s": step, "step_overhead_s": overhead_s,
+            "prefill_s_per_request": prefill, "output_tokens_per_s": osl / per_request}
 
 
 def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:
