@@ -368,12 +368,18 @@ def fit_efficiencies_cached(path: str | Path | None = None) -> dict:
 
 def band(rows: list[Row], split: str = "test", coverage: float = 0.8) -> tuple[float, float, int]:
     """(low, high, n): the (1 - coverage)/2 and (1 + coverage)/2 quantiles of measured /
-    predicted step time over the split's non-pending rows (linear interpolation)."""
+    predicted step time over the split's non-pending rows, each rounded outward to a
+    measured ratio (numpy.percentile's "lower" and "higher" methods), so the band holds at
+    least ``coverage`` of the rows it comes from (linear interpolation between two ratios
+    would leave both of them outside: 16 of 22 test rows for an 80% band)."""
     ratios = sorted(r.time_ratio for r in rows if r.run.split == split
                     and r.time_ratio is not None)
     if not ratios:
         raise RunsError(f"no {split} runs with a measured time")
-    return _quantile(ratios, (1 - coverage) / 2), _quantile(ratios, (1 + coverage) / 2), len(ratios)
+    last = len(ratios) - 1
+    lo = ratios[math.floor((1 - coverage) / 2 * last + 1e-9)]
+    hi = ratios[math.ceil((1 + coverage) / 2 * last - 1e-9)]
+    return lo, hi, len(ratios)
 
 
 def _quantile(xs: list[float], q: float) -> float:
