@@ -89,6 +89,14 @@ GPU_EFFICIENCY = {
     "a100-80gb": {"matmul": 0.665, "attention": 0.615},
     "h100-sxm": {"matmul": 0.580, "attention": 0.374},
 }
+#: goodput: the fraction of a production run's wall-clock time spent on useful training
+#: (restarts after failures, checkpoint loads and maintenance take the rest). Grattafiori et
+#: al. 2024 (arXiv:2407.21783), section 3.3.4: "for Llama 3, we achieved higher than 90%
+#: effective training time ... The effective training time measures the time spent on useful
+#: training over the elapsed time." The planner's days, GPU-hours and cost are throughput time
+#: / GOODPUT; step time, MFU and tokens/s are throughput (published benchmark runs, as in
+#: txcalc.published_runs, are compared without it).
+GOODPUT = 0.90
 GPU_EFFICIENCY_ALIAS = {"a100-40gb": "a100-80gb", "h200": "h100-sxm", "h800": "h100-sxm"}
 #: smallest GEMM dimension (after TP) at which a matmul runs at half its large-GEMM efficiency:
 #: tensor-core tiles (128 x 256 on A100/H100 cuBLAS kernels) are partly empty and waves
