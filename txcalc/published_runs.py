@@ -18,11 +18,13 @@ ratios are the error band ``timing.TIME_RATIO_BAND``).
     mfu                    | txcalc's model FLOPs per step / (N x dense peak x MFU)
     memory_only            | none (only the peak memory is compared)
 
-A run's ``flags`` (``setup.flags``) name setup features beyond the Layout (a kernel stack,
-partial recompute, communication overlap); ``apply_flags`` applies each one the library
-supports (a field of TrainSetting or Layout of that name). A required flag the library lacks
-makes the run pending (kept in the table, left out of the statistics); ``optional_flags`` are
-applied when supported and otherwise listed as not applied.
+A run's ``flags`` (``setup.flags``) name setup features beyond the Layout in the planner's
+own words (``FLAGS``: a kernel stack, communication overlap, partial recompute);
+``apply_flags`` turns them into TrainSetting and Layout fields as ``plan_train`` does. A flag
+outside FLAGS makes the run pending (kept in the table, left out of the statistics), and so
+does a run's own ``pending`` note; ``optional_flags`` outside FLAGS are listed as not applied.
+Predictions are benchmark throughput: TrainSetting.goodput stays 1 (timing.GOODPUT is for the
+planner's wall-clock days).
 """
 
 from __future__ import annotations
