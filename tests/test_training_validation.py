@@ -122,14 +122,19 @@ def test_fitted_constants_are_the_fit_sets_answer():
         assert timing.GPU_EFFICIENCY[gpu]["matmul"] == pytest.approx(eff, abs=0.01), gpu
 
 
-def test_the_two_runs_issue_17_names_are_in_the_table():
+def test_the_two_runs_issue_17_names_are_in_the_table(data):
     """Llama 3 405B (Table 4) and Llama 2 13B without checkpointing under FSDP: in the table
-    with the setup features they need as flags; pending until the library has them."""
+    with the setup features they need as flags (a stack, partial recompute), expressible now:
+    live rows with a prediction that fits the GPU and a throughput error."""
     runs = {r.id: r for r in load_runs()}
     for rid in ("llama3-405b-table4-8192gpu", "torchtitan-2024-a100-llama2-13b-no-ac"):
         r = runs[rid]
         assert r.setup["flags"]
-        assert pending_reason(r) == "" or pending_reason(r).startswith("pending")
+        assert pending_reason(r) == ""
+    rows = {r.run.id: r for r in data["after"]}
+    for rid in ("llama3-405b-table4-8192gpu", "torchtitan-2024-a100-llama2-13b-no-ac"):
+        row = rows[rid]
+        assert row.throughput_error is not None and row.predicted["peak_bytes"] <= 80 * 2**30
 
 
 def test_bad_runs_file_is_a_runs_error(tmp_path):

@@ -164,7 +164,7 @@ def fit(cases: list[Case], prof: DeviceProfile) -> tuple[DeviceProfile, dict]:
     factors = {k: prof.flop_efficiency.get(k, DEFAULT_FLOP_EFFICIENCY[k])
                for k in ("matmul", "attention")} | {"bandwidth": prof.bw_efficiency}
     best = _loss(cases, prof)
-    for ratio in (1.5, 1.15, 1.03):  # geometric grid, refined
+    for ratio in (1.5, 1.15, 1.03, 1.005):  # geometric grid, refined
         for _ in range(6):
             moved = False
             for name in FACTORS:

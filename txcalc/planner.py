@@ -32,8 +32,9 @@ about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention a
 
 Figures of merit: MFU = model FLOPs (the engine's: causally masked attention pairs skipped)
 / (step time x GPUs x the dense peak of the compute dtype); HFU uses the FLOPs executed
-(full S x S attention, recompute included). days = tokens / (global batch x seq) x step time;
-GPU-hours = days x 24 x GPUs; cost = GPU-hours x price per GPU-hour.
+(full S x S attention, recompute included). days = tokens / (global batch x seq) x step time
+/ goodput (timing.GOODPUT, 0.90: production runs lose time to restarts; MFU and tokens/s are
+throughput, without it); GPU-hours = days x 24 x GPUs; cost = GPU-hours x price per GPU-hour.
 """
 
 from __future__ import annotations
@@ -265,7 +266,8 @@ class TrainPlan:
                    for end, v in zip(("low", "high"), getattr(b, f"{k}_band"))},
                 "band": self.band_json(),
                 "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
-                "price_per_gpu_hour": self.price_per_gpu_hour, "best": b.to_json(),
+                "price_per_gpu_hour": self.price_per_gpu_hour, "goodput": s.goodput,
+                "best": b.to_json(),
                 "layouts": [r.to_json() for r in self.rows],
                 "layouts_evaluated": self.layouts_evaluated, "notes": self.notes,
                 "finetune": s.finetune.describe() if s.finetune else "full"}
@@ -448,7 +450,7 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
     out = []
     for i, lay in enumerate(layouts):
         step = float(r["step_time_s"][i])
-        days = tokens / (setting.global_batch * setting.seq) * step / DAY_S
+        days = tokens / (setting.global_batch * setting.seq) * step / DAY_S / setting.goodput
         hours = days * 24 * lay.gpus
         out.append(TrainRow(layout=lay, gpus=lay.gpus,
                             memory={c: int(r[f"{c}_bytes"][i]) for c in CATEGORIES},
@@ -492,7 +494,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                profile: DeviceProfile | None = None, overheads: Overheads | None = None,
                achieved_tflops: float | None = None, attn_impl: str = "flash",
                only: dict | None = None, n_rows: int = 10, finetune=None,
-               stack: str | None = None, overlap=None) -> TrainPlan:
+               stack: str | None = None, overlap=None,
+               goodput: float | None = None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
@@ -505,7 +508,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     overlapped collectives); without one, flash attention, HF's other kernels and
     ``stacks.DEFAULT_OVERLAP``. ``attn_impl`` and ``overlap`` (items of stacks.OVERLAPS, or
     "none") replace the profile's (``attn_impl`` when it is not the default "flash": only
-    hf-eager's kernel differs).
+    hf-eager's kernel differs). ``goodput``: the fraction of wall-clock time spent training
+    (0 < G <= 1, default timing.GOODPUT): days, GPU-hours and cost are divided by it.
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -522,6 +526,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     achieved_tflops = I.number("achieved_tflops", achieved_tflops, *I.TFLOPS_RANGE,
                                lo_open=False, none=True)
     n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
+    from .timing import GOODPUT
+    goodput = GOODPUT if goodput is None else I.number("goodput", goodput, 0, 1)
     from .stacks import DEFAULT_OVERLAP, check_overlap, get_stack
     prof_stack = get_stack(stack) if stack is not None else None
     I.choice("attn_impl", attn_impl, ATTN_IMPLS)
@@ -570,7 +576,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            achieved_tflops * 1e12 if achieved_tflops else None,
                            finetune=finetune,
                            softmax_fp32=prof_stack.softmax_fp32 if prof_stack else True,
-                           fused=prof_stack.fused if prof_stack else (), overlap=overlap)
+                           fused=prof_stack.fused if prof_stack else (), overlap=overlap,
+                           goodput=goodput)
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
@@ -590,7 +597,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
             f"layout with " + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
             + f" GPUs: the smallest per-GPU need is {smallest / 2**30:.1f} GiB")
     steps = tokens / (global_batch * seq)
-    day_arr = steps * r["step_time_s"] / DAY_S
+    day_arr = steps * r["step_time_s"] / DAY_S / setting.goodput
     hours = day_arr * 24 * r["gpus"]
     n = r["gpus"]
     min_fit = int(n[fits].min())

@@ -18,11 +18,13 @@ ratios are the error band ``timing.TIME_RATIO_BAND``).
     mfu                    | txcalc's model FLOPs per step / (N x dense peak x MFU)
     memory_only            | none (only the peak memory is compared)
 
-A run's ``flags`` (``setup.flags``) name setup features beyond the Layout (a kernel stack,
-partial recompute, communication overlap); ``apply_flags`` applies each one the library
-supports (a field of TrainSetting or Layout of that name). A required flag the library lacks
-makes the run pending (kept in the table, left out of the statistics); ``optional_flags`` are
-applied when supported and otherwise listed as not applied.
+A run's ``flags`` (``setup.flags``) name setup features beyond the Layout in the planner's
+own words (``FLAGS``: a kernel stack, communication overlap, partial recompute);
+``apply_flags`` turns them into TrainSetting and Layout fields as ``plan_train`` does. A flag
+outside FLAGS makes the run pending (kept in the table, left out of the statistics), and so
+does a run's own ``pending`` note; ``optional_flags`` outside FLAGS are listed as not applied.
+Predictions are benchmark throughput: TrainSetting.goodput stays 1 (timing.GOODPUT is for the
+planner's wall-clock days).
 """
 
 from __future__ import annotations
@@ -102,26 +104,59 @@ def load_runs(path: str | Path | None = None) -> list[Run]:
 
 
 # --- flags --------------------------------------------------------------------------------------
-def _fields(cls) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
+#: the setup features a run's ``flags`` may name, in the planner's own words (plan_train's
+#: ``stack`` and ``overlap``, the Layout's ``recompute_layers`` and ``offload_checkpoints``):
+#:
+#:     flag                | value                  | becomes
+#:     --------------------|------------------------|------------------------------------------
+#:     stack               | a txcalc.stacks name   | TrainSetting.fused / softmax_fp32 / overlap
+#:                         |                        |   and the attention kernel, as plan_train
+#:     overlap             | items of OVERLAPS or   | TrainSetting.overlap (replaces the stack's)
+#:                         |   "none"               |
+#:     recompute_layers    | N > 0, or "fewest that | Layout.recompute_layers (Megatron's block
+#:                         |   fit" (the smallest N |   method: the first N blocks of each stage)
+#:                         |   whose peak fits)     |
+#:     recompute_every     | N: every N-th block    | torchtitan's layer checkpointing; with one
+#:                         |   fully recomputed     |   pipeline stage the same count of blocks
+#:                         |                        |   as Layout.recompute_layers = blocks // N
+#:                         |                        |   (which blocks does not change the sums)
+#:     offload_checkpoints | bool                   | Layout.offload_checkpoints
+FLAGS = ("stack", "overlap", "recompute_layers", "recompute_every", "offload_checkpoints")
+FEWEST_THAT_FIT = "fewest that fit"
 
 
 def apply_flags(run: Run) -> tuple[dict, dict, list[str], list[str]]:
-    """(TrainSetting extras, Layout extras, flags applied, required flags not supported)."""
-    from .parallel.evaluate import TrainSetting
-    from .parallel.layout import Layout
+    """(TrainSetting extras, Layout extras, flags applied, required flags not supported).
+
+    The Layout extras may hold ``recompute_layers`` = FEWEST_THAT_FIT, resolved by
+    ``setting_and_layout``."""
+    from .stacks import check_overlap, get_stack
+    s = run.setup
     setting, layout, applied, missing = {}, {}, [], []
-    for name, value in run.setup.get("flags", {}).items():
-        if name in _fields(TrainSetting):
-            setting[name] = value
-        elif name in _fields(Layout):
-            layout[name] = value
-        elif name not in run.optional_flags:
-            missing.append(name)
+    flags = s.get("flags", {})
+    for name, value in flags.items():
+        if name not in FLAGS:
+            if name not in run.optional_flags:
+                missing.append(name)
             continue
+        if name == "stack":
+            st = get_stack(value)
+            setting.update(fused=st.fused, softmax_fp32=st.softmax_fp32, overlap=st.overlap)
+            if s["attn_impl"] == "flash":
+                setting["attn_impl"] = st.attn_impl
+        elif name == "overlap":
+            pass  # below: it replaces the stack's
+        elif name == "recompute_every":
+            if s["pp"] != 1:
+                missing.append(f"{name} with pp > 1")
+                continue
+            n_blocks = sum(depth for _, depth in run.config().stacks)
+            layout["recompute_layers"] = n_blocks // int(value)
         else:
-            continue
+            layout[name] = value
         applied.append(name)
+    if "overlap" in flags:
+        setting["overlap"] = check_overlap(flags["overlap"])
     return setting, layout, applied, missing
 
 
@@ -131,22 +166,34 @@ def pending_reason(run: Run) -> str:
     missing = apply_flags(run)[3]
     if missing:
         return run.pending or f"pending: needs {', '.join(missing)}"
-    return ""
+    return run.pending
 
 
 # --- predictions --------------------------------------------------------------------------------
 def setting_and_layout(run: Run, profile=None):
-    """The planner's TrainSetting and Layout of the run (flags applied)."""
+    """The planner's TrainSetting and Layout of the run (flags applied; a FEWEST_THAT_FIT
+    recompute_layers resolved to the smallest N whose every stage fits the GPU, else every
+    block)."""
     from .hardware import get_gpu
-    from .parallel.evaluate import TrainSetting
+    from .parallel.evaluate import TrainSetting, evaluate_layouts
     from .parallel.layout import Layout
     s = run.setup
     extra_s, extra_l, _, _ = apply_flags(run)
+    kw = dict(attn_impl=s["attn_impl"], **extra_s) if "attn_impl" not in extra_s else extra_s
     setting = TrainSetting(run.config(), get_gpu(s["gpu"]), s["seq"], s["global_batch"],
-                           s["precision"], "adamw", s["attn_impl"], profile, **extra_s)
-    layout = Layout(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s.get("cp", 1), zero=s["zero"],
-                    sp=s["sp"], micro_batch=s["micro_batch"], recompute=s["recompute"],
-                    hybrid_shard=s.get("hybrid_shard", False), **extra_l)
+                           s["precision"], "adamw", profile=profile, **kw)
+    base = dict(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s.get("cp", 1), zero=s["zero"],
+                sp=s["sp"], micro_batch=s["micro_batch"], recompute=s["recompute"],
+                hybrid_shard=s.get("hybrid_shard", False))
+    if extra_l.get("recompute_layers") == FEWEST_THAT_FIT:
+        per_stage = -(-setting.n_blocks // s["pp"])
+        tries = [Layout(**base, **dict(extra_l, recompute_layers=n))
+                 for n in range(1, per_stage)]
+        r = evaluate_layouts(setting, tries) if tries else None
+        fits = [lay for i, lay in enumerate(tries)
+                if int(r["total_bytes"][i]) <= setting.gpu.memory_bytes]
+        extra_l = dict(extra_l, recompute_layers=fits[0].recompute_layers if fits else 0)
+    layout = Layout(**base, **extra_l)
     return setting, layout
 
 
@@ -323,12 +370,18 @@ def fit_efficiencies_cached(path: str | Path | None = None) -> dict:
 
 def band(rows: list[Row], split: str = "test", coverage: float = 0.8) -> tuple[float, float, int]:
     """(low, high, n): the (1 - coverage)/2 and (1 + coverage)/2 quantiles of measured /
-    predicted step time over the split's non-pending rows (linear interpolation)."""
+    predicted step time over the split's non-pending rows, each rounded outward to a
+    measured ratio (numpy.percentile's "lower" and "higher" methods), so the band holds at
+    least ``coverage`` of the rows it comes from (linear interpolation between two ratios
+    would leave both of them outside: 16 of 22 test rows for an 80% band)."""
     ratios = sorted(r.time_ratio for r in rows if r.run.split == split
                     and r.time_ratio is not None)
     if not ratios:
         raise RunsError(f"no {split} runs with a measured time")
-    return _quantile(ratios, (1 - coverage) / 2), _quantile(ratios, (1 + coverage) / 2), len(ratios)
+    last = len(ratios) - 1
+    lo = ratios[math.floor((1 - coverage) / 2 * last + 1e-9)]
+    hi = ratios[math.ceil((1 + coverage) / 2 * last - 1e-9)]
+    return lo, hi, len(ratios)
 
 
 def _quantile(xs: list[float], q: float) -> float:

@@ -33,6 +33,7 @@ def _option_specs() -> dict:
         "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
                             " GiB (it sets Overheads.comm_buffer_bytes)"),
         "fragmentation": ("float", 0, 1, "[)", " (a fraction of the tensors' bytes)"),
+        "goodput": ("float", 0, 1, "(]", " (the fraction of wall-clock time spent training)"),
         "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
         "stack": ("choice", tuple(STACKS)), "overlap": ("text", 200),
         "recompute_method": ("choice", RECOMPUTE_METHODS),

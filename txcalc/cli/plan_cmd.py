@@ -49,6 +49,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           offload_checkpoints: bool = typer.Option(None, "--offload-checkpoints/--keep-checkpoints", help="Pin full recompute's checkpoints to host memory (over PCIe) or to the GPU."),
           attn: str = typer.Option(None, "--attn", help="Attention kernel: eager | sdpa | flash (default flash, or the stack's)."),
           stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (its fused kernels and overlapped collectives; default: flash attention, HF's other kernels, gradient reduction overlapped)."),
+          goodput: float = typer.Option(None, "--goodput", help="Fraction of wall-clock time spent training, 0 < G <= 1 (default 0.90: Llama 3's 'higher than 90% effective training time'); days and GPU-hours are divided by it."),
           overlap: str = typer.Option(None, "--overlap", help="Collectives hidden behind compute, comma-separated: tp, param_gather, grad_reduce, pp, or none (default the stack's)."),
           finetune: str = FT_OPTS["finetune"],
           lora_rank: int = FT_OPTS["lora_rank"],
@@ -69,14 +70,15 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
                    micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
-                   stack=stack, overlap=overlap, recompute_layers=recompute_layers)
+                   stack=stack, overlap=overlap, recompute_layers=recompute_layers,
+                   goodput=goodput)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
-                   stack=stack, overlap=overlap, finetune=ft,
+                   stack=stack, overlap=overlap, finetune=ft, goodput=goodput,
                    overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
@@ -122,6 +124,8 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     say(console, [f"{b.days:,.1f} days", f"{b.gpu_hours:,.0f} GPU-hours", *cost,
                   f"MFU {b.mfu:.1%}", f"{b.tokens_per_s:,.0f} tokens/s"],
         first=f"  best: {b.layout.short()} on {b.gpus:,} GPUs: ")
+    say(console, (f"days and GPU-hours at goodput {s.goodput:.0%} (the wall-clock time spent "
+                  "training; MFU and tokens/s are throughput)").split(" "), first="  ", sep=" ")
     (d_lo, d_hi), (h_lo, h_hi), (m_lo, m_hi) = b.days_band, b.gpu_hours_band, b.mfu_band
     if band["runs"]:
         say(console, [f"{d_lo:,.1f}-{d_hi:,.1f} days,", f"{h_lo:,.0f}-{h_hi:,.0f} GPU-hours,",

@@ -175,6 +175,9 @@ class TrainSetting:
     fused: tuple[str, ...] = ()
     #: collectives hidden behind compute (stacks.OVERLAPS), a stated assumption
     overlap: tuple[str, ...] = DEFAULT_OVERLAP
+    #: useful training time / wall-clock time: the planner's days and GPU-hours are throughput
+    #: time / goodput (timing.GOODPUT; 1: benchmark throughput, no interruptions)
+    goodput: float = 1.0
 
     @property
     def prof(self) -> DeviceProfile:

@@ -48,7 +48,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
             "tokens": tokens, "seq": s.seq, "global_batch": s.global_batch,
             "min_gpus_to_fit": p.min_gpus_to_fit, "gpus_for_deadline": p.gpus_for_deadline,
             "days_limit": req.days, "price_per_gpu_hour": req.price,
-            "layouts_evaluated": p.layouts_evaluated,
+            "layouts_evaluated": p.layouts_evaluated, "goodput": s.goodput,
             "model_flops": r6(p.model_flops), "hardware_flops": r6(p.hardware_flops),
             "best": _row(p.best), "layouts": [_row(r) for r in p.rows],
             "communication": [{"group": g, "collective": c["collective"], "link": c["link"],
@@ -204,7 +204,11 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
              f"{plan['global_batch']:,} x {plan['seq']:,} tokens, MFU {b['mfu']:.1%}, "
              f"{b['tokens_per_s']:,.0f} tokens/s; the whole run is "
              f"{human(plan['model_flops'], 'FLOP')} (model FLOPs; "
-             f"{plan['layouts_evaluated']:,} layouts searched)."]
+             f"{plan['layouts_evaluated']:,} layouts searched).",
+             f"Days, GPU-hours and cost are wall-clock: the throughput time divided by a "
+             f"goodput of {plan['goodput']:.0%} (the share of elapsed time spent on useful "
+             f"training: Llama 3's \"higher than 90% effective training time\", "
+             f"arXiv:2407.21783 section 3.3.4); step time, MFU and tokens/s are throughput."]
     paras += plan["notes"]
     rows = [["GPUs (best layout)", f"{b['gpus']:,}"],
             ["fewest GPUs that fit", f"{plan['min_gpus_to_fit']:,}"],

@@ -95,8 +95,15 @@ def render(data: dict) -> str:
            "`timing.GPU_EFFICIENCY` (matmul fitted per GPU on the fit rows), "
            "`timing.MATMUL_HALF_DIM` (fitted), FlashAttention-2's speed by sequence length and "
            "head dimension (sourced tables). Fit rows were used to fit; test rows never were. "
-           "Pending rows need setup features today's engine lacks (a kernel stack, partial "
-           "recompute): they are predicted where possible but left out of every statistic.", "",
+           "Each row's `flags` name its setup features in the planner's words (a kernel stack "
+           "`txcalc.stacks`, communication overlap, partial or every-N-th-block recompute; "
+           "`published_runs.FLAGS`); the status column lists those applied. A pending row "
+           "(none today) would be predicted where possible but left out of every statistic. "
+           "Fit and test rows alternate by model size within each published table (the "
+           "split was fixed before any test result was looked at); the H100's fit rows are "
+           "the 1.7B, 16B, 70B, 177B and 462B Megatron-Core rows. Throughput figures are "
+           "benchmark step times: no goodput factor (`timing.GOODPUT` applies to the "
+           "planner's wall-clock days and GPU-hours only).", "",
            "## Fitted constants", "",
            "| GPU | matmul (large GEMM) | fitted on | fused attention (hd 128, 8k) |",
            "|---|---:|---|---:|"]
@@ -107,19 +114,18 @@ def render(data: dict) -> str:
         out.append(f"| {gpu} | {e['matmul']:.3f} | {how} | {e['attention']:.3f} (sourced) |")
     out += ["", f"MATMUL_HALF_DIM = {timing.MATMUL_HALF_DIM:g} (smallest GEMM dimension after "
             "TP at which a matmul keeps half its large-GEMM efficiency), the best of the "
-            "searched grid; the fit runs hardly constrain it: the fit's loss is flat within "
-            "1% from 0 to 64 (the large-GEMM efficiency absorbs it; their local GEMMs are at "
-            "least 768 wide), so shape dependence stays off until runs with narrower GEMMs "
-            "are fitted.", "",
+            "searched grid (`published_runs.HALF_DIM_GRID`); the fit runs hardly constrain it "
+            "(the large-GEMM efficiency absorbs it; their local GEMMs are wide), so shape "
+            "dependence stays off until runs with narrower GEMMs are fitted.", "",
             "## Error band", "",
-            f"Measured / predicted step time over the {n} test rows: 10th percentile "
+            f"Measured / predicted step time over the {n} test rows: 10th percentile (rounded outward to a measured ratio) "
             f"{lo:.3f}, 90th percentile {hi:.3f} (`timing.TIME_RATIO_BAND` = "
             f"({timing.TIME_RATIO_BAND[0]:.3f}, {timing.TIME_RATIO_BAND[1]:.3f}) from "
             f"{timing.TIME_BAND_RUNS} rows). A time, day or GPU-hour answer T is given as "
             "[T x low, T x high]; an MFU or throughput M as [M / high, M / low]. The band is "
             "taken from the test rows themselves, so their coverage (below) checks the "
             "wiring rather than proving the band; the fit rows are the out-of-band check "
-            "(fitted, so tighter), and pending rows will be the first fresh test once enabled.",
+            "(fitted, so tighter).",
             ""]
     for split in ("test", "fit"):
         k, m = inside_band(after, split, lo, hi)
