@@ -2,9 +2,9 @@
 
 Imports stay light on purpose: no pandas, torch or matplotlib on the CLI path (a query must
 answer in well under half a second). Every user error prints as one line and exits 2.
-typer, rich and the commands (most of the start-up) are imported by ``main`` once its
-signal handlers are in place (``_load``), so Ctrl-C during start-up is one line and 130 too;
-``txcalc.cli.app`` imports them on first use.
+typer and the app are imported by ``main`` once its signal handlers are in place (``_load``),
+so Ctrl-C during start-up is one line and 130 too; a command's module (and rich, and the
+engine) load when that command runs; ``txcalc.cli.app`` imports every command on first use.
 """
 
 from __future__ import annotations
@@ -19,27 +19,27 @@ from ..errors import TxcalcError
 
 
 def _load() -> None:
-    """Import typer, the app and its commands (each registers itself on import, one module
-    per command) into this module's namespace; an ``app`` already there is kept (tests
-    replace it)."""
+    """Import typer and the app (main's start-up, once its signal handlers are in place). The
+    commands' modules load as a command is looked up (txcalc.cli.typer_app.LazyGroup)."""
     g = globals()
     if "_click" in g:
         return
     import typer
     from .typer_app import app, click_exceptions
-    _click = click_exceptions()
-    from . import (calibrate_cmd, costs_cmd, fit_cmd, params_cmd, plan_cmd,  # noqa: F401
-                   report_cmd, validate_cmd)
-    from . import compare_cmd  # noqa: F401
-    g.setdefault("app", app)
+    g["_app"] = app
     g["typer"] = typer
-    g["_click"] = _click
-    from . import serve_cmd  # noqa: F401  (txcalc serve: the what-if page, txcalc.web)
+    g["_click"] = click_exceptions()
 
 
 def __getattr__(name: str):
+    """``txcalc.cli.app``: the app with every command registered (what a test walks);
+    ``txcalc.cli.typer``."""
     if name in ("app", "typer"):
         _load()
+        if name == "app":
+            from .typer_app import load_command_modules
+            load_command_modules()
+            globals().setdefault("app", _app)
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     try:
-        rv = app(args=argv, prog_name="txcalc", standalone_mode=False)
+        # txcalc.cli.app when set (a test may replace it), else the lazily loading app
+        rv = globals().get("app", _app)(args=argv, prog_name="txcalc", standalone_mode=False)
     except TxcalcError as e:
         _say(f"txcalc: error: {_one_line(str(e))}")
         return 2

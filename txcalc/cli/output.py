@@ -5,13 +5,44 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from rich.console import Console
-from rich.table import Table
-
 from ..errors import TxcalcError
 from ..units import human  # noqa: F401  (re-exported for the commands)
 
-console = Console()
+
+
+class _Console:
+    """rich's Console, made on first use: a command that prints only JSON never imports rich
+    (a third of a simple command's start-up). Attributes read and set pass through, so
+    ``console.print``, ``console.width`` and a test's ``monkeypatch.setattr(console,
+    "_width", 80)`` act on the one real Console."""
+
+    __slots__ = ()
+    _made = None
+
+    def real(self):
+        if _Console._made is None:
+            from rich.console import Console
+            _Console._made = Console()
+        return _Console._made
+
+    def __getattr__(self, name):
+        return getattr(self.real(), name)
+
+    def __setattr__(self, name, value):
+        setattr(self.real(), name, value)
+
+    def __delattr__(self, name):
+        delattr(self.real(), name)
+
+    # special methods bypass __getattr__: rich's Live enters its console
+    def __enter__(self):
+        return self.real().__enter__()
+
+    def __exit__(self, *exc):
+        return self.real().__exit__(*exc)
+
+
+console = _Console()
 
 
 def strict_json(obj, **kw) -> str:

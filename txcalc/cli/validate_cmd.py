@@ -77,7 +77,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
         _check_memory(cfg, work, precision, device, cuda_free_bytes(),
                       "free on the CUDA device")
     check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
-    with Progress(console=console, transient=True, disable=json_out) as progress:
+    with Progress(console=console.real(), transient=True, disable=json_out) as progress:
         task = progress.add_task(f"validate {cfg.name}", total=len(STEPS))
 
         def step(name: str) -> None:

@@ -1,0 +1,183 @@
+"""What a simple command loads (issue 18: simple commands under 0.1 s over ``python -c pass``;
+the times themselves are measured by benchmarks/cli_speed.py, not here): counted modules, not
+seconds. Also the two things that keep start-up short without changing a byte of output: the
+lazily loading command group and the pydantic-free coercion of plain option values."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHECK = """
+import json, sys
+from txcalc.cli import main
+rc = main(sys.argv[1:])
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+sys.exit(rc)
+"""
+
+#: never on a simple command's path: the engine's heavy optional libraries, typer's pydantic
+#: adapters (a third of the start-up), the web page, the planner
+NEVER = ("pydantic", "typer._adapters", "pandas", "numpy", "matplotlib", "torch",
+         "transformers", "txcalc.web", "txcalc.planner", "txcalc.parallel")
+SIMPLE = [["presets"], ["params", "gpt2"], ["params", "llama-3.1-405b", "--json"],
+          ["flops", "llama-3-8b", "--seq", "4096"], ["memory", "llama-3-8b", "--seq", "4096"],
+          ["memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"]]
+
+
+def loaded(argv) -> set[str]:
+    r = subprocess.run([sys.executable, "-c", CHECK, *argv], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert r.returncode == 0, r.stderr
+    import json
+    return set(json.loads(r.stderr.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("argv", SIMPLE, ids=" ".join)
+def test_simple_command_loads_only_its_own_module(argv):
+    from txcalc.cli.typer_app import COMMAND_MODULES
+
+    mods = loaded(argv)
+    heavy = sorted(m for m in mods if m.split(".")[0] in NEVER or m in NEVER
+                   or any(m.startswith(n + ".") for n in NEVER))
+    assert heavy == [], heavy
+    commands = {m.rsplit(".", 1)[1] for m in mods
+                if m.startswith("txcalc.cli.") and m.endswith("_cmd")}
+    own = COMMAND_MODULES[argv[0]]
+    # costs_cmd shares params_cmd's help texts and fit_cmd's fine-tuning options
+    allowed = {own} | ({"params_cmd", "fit_cmd"} if own == "costs_cmd" else set())
+    assert own in commands and commands <= allowed, commands
+    # rich only for output meant for people
+    assert ("rich.console" in mods) == ("--json" not in argv), argv
+
+
+def test_help_lists_every_command_and_loads_them():
+    """``txcalc --help`` imports every command module and lists each command once, in the
+    table's order."""
+    from txcalc.cli.typer_app import COMMAND_MODULES
+
+    r = subprocess.run([sys.executable, "-m", "txcalc", "--help"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"),
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    listed = [line.split()[1] for line in r.stdout.splitlines()
+              if line.startswith("│ ") and len(line.split()) > 2
+              and line.split()[1] in COMMAND_MODULES]
+    assert listed == list(COMMAND_MODULES)
+
+
+def test_command_table_names_the_module_that_registers_each_command():
+    """COMMAND_MODULES is complete and right: with every module imported, the commands
+    registered on the app are exactly its keys, each from the module it names."""
+    import typer
+
+    from txcalc.cli import app
+    from txcalc.cli.typer_app import COMMAND_MODULES
+
+    registered = {}
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        registered[name] = info.callback.__module__
+    for group in app.registered_groups:
+        registered[group.name] = group.typer_instance.registered_commands[0].callback.__module__
+    assert {n: m.rsplit(".", 1)[1] for n, m in registered.items()} == COMMAND_MODULES
+    assert list(typer.main.get_command(app).commands) == list(COMMAND_MODULES)
+
+
+def test_mistyped_command_suggests_from_every_command():
+    """In a fresh process (no command module loaded yet) the suggestions still come from
+    every command."""
+    r = subprocess.run([sys.executable, "-m", "txcalc", "valdate", "gpt2"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == ("txcalc: error (txcalc): No such command 'valdate'. Did you mean "
+                        "'validate', 'calibrate'?\n")
+
+
+def test_stack_help_is_one_text_from_the_stacks_table():
+    import typer
+
+    from txcalc.cli import app
+    from txcalc.stacks import STACKS
+
+    group = typer.main.get_command(app)
+    helps = {name: next(p.help for p in cmd.params if p.name == "stack")
+             for name, cmd in (("memory", group.commands["memory"]),
+                               ("plan train", group.commands["plan"].commands["train"]))}
+    assert len(set(helps.values())) == 1, helps
+    assert f"Framework profile: {' | '.join(STACKS)} (" in helps["memory"]
+
+
+# -------------------------------------------------------------------------------------------
+# plain option values: the same as typer's pydantic coercion, or handed to it
+# -------------------------------------------------------------------------------------------
+
+def _typer_coerce(annotation, value):
+    """What typer's own (pydantic) coercion makes of ``value``: ("ok", v) or ("error",)."""
+    from pydantic import ValidationError
+    from typer._adapters import build_adapter
+    from typer.models import OptionInfo
+
+    try:
+        return ("ok", build_adapter(annotation, OptionInfo()).validate_python(value))
+    except ValidationError:
+        return ("error",)
+
+
+NUMBERISH = st.text(alphabet="0123456789+-.eE _１٣\u00a0infa", max_size=24)
+VALUES = st.one_of(NUMBERISH, st.text(max_size=12), st.integers(-2 ** 70, 2 ** 70),
+                   st.floats(allow_nan=True, allow_infinity=True))
+
+
+@settings(max_examples=400, deadline=None)
+@given(annotation=st.sampled_from([int, float, str]), value=VALUES)
+def test_plain_values_coerce_as_typer_does(annotation, value):
+    from txcalc.cli.typer_app import plain_value
+
+    ok, v = plain_value(annotation, value)
+    if not ok:
+        return  # typer's own coercion answers (and words any error)
+    want = _typer_coerce(annotation, value)
+    assert want[0] == "ok", (annotation, value)
+    assert type(v) is type(want[1]) and (v == want[1] or (math.isnan(v) and math.isnan(want[1])))
+
+
+@pytest.mark.parametrize("annotation,value,expect", [
+    (int, "4096", 4096), (int, "+7", 7), (int, "007", 7), (int, "-0", 0), (int, 3, 3),
+    (float, "1e3", 1000.0), (float, ".5", 0.5), (float, "5.", 5.0), (float, "-2.5E-3", -0.0025),
+    (float, 2, 2.0), (float, 0.25, 0.25), (str, "a\udcffb", "a\udcffb"),
+    (list[str], ("a", "b"), ["a", "b"])])
+def test_plain_values_answered_here(annotation, value, expect):
+    from txcalc.cli.typer_app import plain_value
+
+    assert plain_value(annotation, value) == (True, expect)
+    assert _typer_coerce(annotation, value) == ("ok", expect)
+
+
+@pytest.mark.parametrize("annotation,value", [
+    (int, "3.5"), (int, " 5"), (int, "1_000"), (int, "１２"), (int, "9" * 40), (int, True),
+    (float, "inf"), (float, "nan"), (float, "1e400"), (float, " 2"), (float, float("inf")),
+    (str, 5), (str, b"x")])
+def test_other_values_go_to_typer(annotation, value):
+    from txcalc.cli.typer_app import plain_value
+
+    assert plain_value(annotation, value) == (False, None)
+
+
+def test_a_bad_value_reads_as_typer_words_it(capsys):
+    """A value plain_value does not answer is typer's to refuse: its message, the value."""
+    from txcalc.cli import main
+
+    assert main(["memory", "llama-3-8b", "--seq", "3.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txcalc: error (txcalc memory): Invalid value for '--seq'") and \
+        "'3.5'" in err and err.count("\n") == 1, err
