@@ -7,7 +7,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, human, table
-from .params_cmd import HEAD_HELP, MODEL_HELP, WEIGHTS_HELP
+from .params_cmd import HEAD_HELP, MODEL_HELP, STACK_HELP, WEIGHTS_HELP
 from .fit_cmd import FT_OPTS, make_finetune
 
 
@@ -130,7 +130,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            recompute: str = typer.Option("none", help="none | selective | full | op (torchtitan's op-level)."),
            recompute_method: str = typer.Option("block", "--recompute-method", help="Which blocks recompute: block (the first N), uniform (all, N per checkpoint), every (every N-th)."),
            recompute_layers: int = typer.Option(0, "--recompute-layers", help="N of --recompute-method (0: every block)."),
-           stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (fused kernels; default HF's kernels)."),
+           stack: str = typer.Option(None, "--stack", help=STACK_HELP),
            dropout: bool = typer.Option(False, "--dropout", help="Train with the model's dropout on: its masks are saved (1 byte per element, CUDA)."),
            inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
            weights: str = typer.Option(None, "--weights", help="Inference: " + WEIGHTS_HELP),

@@ -7,7 +7,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json
-from .params_cmd import MODEL_HELP, WEIGHTS_HELP
+from .params_cmd import MODEL_HELP, STACK_HELP, WEIGHTS_HELP
 from .fit_cmd import FT_OPTS, make_finetune
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
@@ -48,7 +48,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           recompute_layers: int = typer.Option(None, "--recompute-layers", help="Pin partial recompute: only the first N blocks of each stage (Megatron --recompute-num-layers N, block method; 0: every block)."),
           offload_checkpoints: bool = typer.Option(None, "--offload-checkpoints/--keep-checkpoints", help="Pin full recompute's checkpoints to host memory (over PCIe) or to the GPU."),
           attn: str = typer.Option(None, "--attn", help="Attention kernel: eager | sdpa | flash (default flash, or the stack's)."),
-          stack: str = typer.Option(None, "--stack", help="Framework profile: hf-eager | hf-sdpa | torchtitan | megatron | deepspeed (its fused kernels and overlapped collectives; default: flash attention, HF's other kernels, gradient reduction overlapped)."),
+          stack: str = typer.Option(None, "--stack", help=STACK_HELP),
           goodput: float = typer.Option(None, "--goodput", help="Fraction of wall-clock time spent training, 0 < G <= 1 (default 0.90: Llama 3's 'higher than 90% effective training time'); days and GPU-hours are divided by it."),
           overlap: str = typer.Option(None, "--overlap", help="Collectives hidden behind compute, comma-separated: tp, param_gather, grad_reduce, pp, or none (default the stack's)."),
           finetune: str = FT_OPTS["finetune"],
