@@ -111,3 +111,72 @@ def test_vary_is_the_same_as_vs(capsys):
                             "params"])
     assert [o["result"]["total_params"] for o in models["options"]] == [124_439_808,
                                                                         354_823_168]
+
+
+# --- the report's --compare section (one source: txcalc.report.compare) ----------------------
+def _report(capsys, tmp_path, argv):
+    out = tmp_path / "rep"
+    capsys.readouterr()
+    assert main(["report", *argv, "--out", str(out), "--json"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_report_compare_section_is_the_compare_commands_table(capsys, tmp_path):
+    """A serving report's --compare gpu=h100,h200 runs plan infer per GPU with the report's
+    settings: its numbers are the single commands', its table and chart are in the report."""
+    serve = ["llama-3-8b", "--inference", "--context", "8k", "--concurrency", "16"]
+    out, rep = _report(capsys, tmp_path, [*serve, "--compare", "gpu=h100,h200"])
+    cmp = rep["data"]["compare"]
+    alone = [_json(capsys, ["plan", "infer", "llama-3-8b", "--context", "8192",
+                            "--concurrency", "16", "--gpu", g, "--json"]) for g in ("h100", "h200")]
+    rows = cmp["rows"]
+    assert [o["result"] for o in cmp["options"]] == [
+        {k: a[k] for k in rows if k in a} for a in alone]
+    assert [o["label"] for o in cmp["options"]] == ["--gpu h100", "--gpu h200"]
+    assert {"gpu", "kv_cache_bytes"} <= set(cmp["differ"]) and "model" not in cmp["differ"]
+    assert rep["data"]["request"]["compare"] == "gpu=h100,h200"
+    assert "--compare gpu=h100,h200" in rep["command"]
+    # the section: second, right after the answer; the same rows as txcalc compare's table
+    sec = rep["sections"][1]
+    assert (sec["id"], sec["title"]) == ("compare", "Side by side: gpu")
+    from txcalc.report.compare import table_rows
+    assert sec["tables"][0]["rows"] == table_rows(cmp)
+    assert sec["tables"][0]["columns"] == ["quantity", "--gpu h100", "--gpu h200"]
+    assert [p["file"] for p in sec["plots"]] == ["compare.png"]
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text()
+    assert "## Side by side: gpu" in md and "| **kv_cache_bytes** |" in md
+    assert "Side by side: gpu" in (out / "report.html").read_text()
+
+
+def test_report_compare_training_runs_memory_with_the_reports_settings(capsys, tmp_path):
+    _, rep = _report(capsys, tmp_path, ["llama-3-8b", "--seq", "1024", "--batch", "2",
+                                        "--compare", "precision=bf16-mixed,fp8-mixed"])
+    cmp = rep["data"]["compare"]
+    assert cmp["command"] == "memory"
+    alone = [_json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--batch", "2",
+                            "--precision", p, "--json"]) for p in ("bf16-mixed", "fp8-mixed")]
+    assert [o["result"]["total_bytes"] for o in cmp["options"]] == [
+        a["total_bytes"] for a in alone]
+    assert alone[0]["total_bytes"] != alone[1]["total_bytes"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["gpt2", "--compare", "gpu=h100"], "2 to 6 values"),
+    (["gpt2", "--compare", "gpu"], "KEY=V1,V2"),
+    (["gpt2", "--compare", "out=a,b"], "would write files"),
+    (["gpt2", "--compare", "gpu=h100,h100"], "twice"),
+    (["gpt2", "--seq", "64", "--compare", "gpu=h100,h9"], "option '--gpu h9'"),
+    (["gpt2", "--inference", "--gpu-gb", "80", "--compare", "gpu=h100,h200"],
+     "plan infer, which has no --gpu-gb"),
+])
+def test_bad_report_compare_is_one_line_and_writes_nothing(capsys, tmp_path, argv, match):
+    out = tmp_path / "rep"
+    capsys.readouterr()
+    # --json: no progress bar (rich's transient bar leaves a newline on a non-terminal stdout
+    # whatever the error, as before --compare)
+    assert main(["report", *argv, "--out", str(out), "--json"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and match in cap.err, cap.err
+    assert not out.exists()

@@ -20,23 +20,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shlex
 
 import typer
 
 from ..errors import TxcalcError
-from ..units import GB, human
+from ..report.compare import (MAX_OPTIONS, MIN_OPTIONS, CompareError, labelled_argvs,
+                              numeric_differ, panel_grid, run, show, table_rows, vary_options)
 from .output import console, emit_json
 from .typer_app import app
 
 #: commands whose JSON compare can read (every one of them has --json)
 COMMANDS = ("params", "flops", "memory", "fit", "plan train", "plan infer")
-MIN_OPTIONS, MAX_OPTIONS = 2, 6
-
-
-class CompareError(TxcalcError):
-    """A compare request that names no command, too few or too many options, or an option
-    whose command fails (the message names the option)."""
 
 
 def _split(words: list[str]) -> tuple[list[str], list[str]]:
@@ -49,35 +43,9 @@ def _split(words: list[str]) -> tuple[list[str], list[str]]:
     return cmd, words[n:]
 
 
-def _positional_at(args: list[str]) -> int | None:
-    """Index of the first positional word (the model) in an argument list, or None. An option
-    takes the next word as its value unless it is a flag (no value) or written --opt=value."""
-    flags = {"--json", "--inference", "--dropout", "--all"}
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if not a.startswith("-") or a == "-":
-            return i
-        i += 1 if ("=" in a or a in flags) else 2
-    return None
-
-
-def option_argv(cmd: list[str], shared: list[str], own: list[str]) -> list[str]:
-    """The full argv of one option: the command, the shared arguments with the option's
-    leading model word (if any) in place of the shared one, then the option's flags."""
-    args = list(shared)
-    if own and not own[0].startswith("-"):
-        at = _positional_at(args)
-        if at is None:
-            args.insert(0, own[0])
-        else:
-            args[at] = own[0]
-        own = own[1:]
-    return cmd + args + own + ["--json"]
-
-
 def run_option(argv: list[str], label: str) -> dict:
-    """One option's JSON: the command run in this process, its stdout captured."""
+    """One option's JSON: the command run in this process, its stdout captured (the runner
+    of txcalc.report.compare: also the report's --compare section's)."""
     from .typer_app import app as the_app, click_exceptions
     _click = click_exceptions()
     buf = io.StringIO()
@@ -95,46 +63,6 @@ def run_option(argv: list[str], label: str) -> dict:
     if not isinstance(out, dict):
         raise CompareError(f"option {label!r}: expected a JSON object")
     return out
-
-
-def scalar_rows(results: list[dict]) -> list[str]:
-    """Keys of the scalars (numbers, strings, booleans, null) of the options' JSON, in the order
-    they first appear; nested lists and objects are left to --json."""
-    keys: list[str] = []
-    for r in results:
-        for k, v in r.items():
-            if k not in keys and (v is None or isinstance(v, (int, float, str, bool))):
-                keys.append(k)
-    return keys
-
-
-def show(key: str, v) -> str:
-    """A value for people: bytes in GB (1e9), FLOPs with a prefix, seconds, exact counts."""
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, str):
-        return v
-    if "_bytes" in key and "per_token" not in key:
-        return f"{v / GB:,.2f} GB"
-    if "flops" in key:
-        return human(v, "FLOP")
-    if key.endswith("_s") and "per_s" not in key:
-        return f"{v * 1e3:,.1f} ms" if abs(v) < 1 else f"{v:,.2f} s"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-
-
-def compare_data(command: str, labels: list[str], argvs: list[list[str]],
-                 results: list[dict]) -> dict:
-    keys = scalar_rows(results)
-    differ = [k for k in keys if len({json.dumps(r.get(k)) for r in results}) > 1]
-    return {"command": command,
-            "options": [{"label": lab, "argv": ["txcalc", *a], "result": r}
-                        for lab, a, r in zip(labels, argvs, results)],
-            "rows": keys, "differ": differ}
 
 
 def render(data: dict, width: int, all_rows: bool = True) -> list:
@@ -175,6 +103,8 @@ def render(data: dict, width: int, all_rows: bool = True) -> list:
 def write_out(data: dict, folder: str) -> list[str]:
     """compare.json, compare.md and, when numbers differ, compare.png (one bar chart per
     differing number), all written atomically (txcalc.atomic.write_files)."""
+    import shlex
+
     from ..atomic import write_files
     from .output import strict_json
     opts = data["options"]
@@ -184,15 +114,9 @@ def write_out(data: dict, folder: str) -> list[str]:
     lines += [f"- **{o['label']}**: `{shlex.join(o['argv'])}`" for o in opts]
     lines += ["", "| quantity | " + " | ".join(o["label"] for o in opts) + " |",
               "|---|" + "---:|" * len(opts)]
-    for k in data["rows"]:
-        mark = k in data["differ"]
-        vals = [show(k, o["result"].get(k)) for o in opts]
-        row = (f"**{k}**" if mark else k, *(f"**{v}**" if mark else v for v in vals))
-        lines.append("| " + " | ".join(row).replace("\n", " ") + " |")
+    lines += ["| " + " | ".join(row).replace("\n", " ") + " |" for row in table_rows(data)]
     files: dict[str, bytes | str] = {"compare.json": strict_json(data, indent=2) + "\n"}
-    numeric = [k for k in data["differ"]
-               if all(isinstance(o["result"].get(k), (int, float))
-                      and not isinstance(o["result"].get(k), bool) for o in opts)]
+    numeric = numeric_differ(data)
     if numeric:
         files["compare.png"] = _plot(data, numeric)
         lines += ["", "![the differing quantities, one panel each](compare.png)"]
@@ -208,39 +132,15 @@ def _plot(data: dict, keys: list[str]) -> bytes:
     except ImportError:
         raise CompareError("--out draws its charts with matplotlib: python3 -m pip install "
                            "'txcalc[plots]'") from None
-    opts = data["options"]
-    n = len(keys)
-    cols = min(3, n)
-    nrows = -(-n // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 2.8 * nrows), squeeze=False)
-    for ax, k in zip(axes.flat, keys):
-        vals = [o["result"][k] for o in opts]
-        div, unit = (GB, " (GB)") if k.endswith("_bytes") else (1, "")
-        ax.bar(range(len(opts)), [v / div for v in vals], color="tab:blue")
-        ax.set_xticks(range(len(opts)), [o["label"] for o in opts], rotation=20, ha="right",
-                      fontsize=7)
-        ax.set_title(k + unit, fontsize=8)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
+    from ..report.compare import draw_panels
+    nrows, cols = panel_grid(len(keys))
+    fig = plt.figure(figsize=(4.2 * cols, 2.8 * nrows))
+    draw_panels(fig, data, keys)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
-
-
-def vary_options(vary: str) -> list[str]:
-    """``--vary KEY=V1,V2,...`` as --vs strings: ``model=a,b`` -> ["a", "b"]; ``gpu=h100,h200``
-    -> ["--gpu h100", "--gpu h200"]."""
-    key, sep, values = vary.partition("=")
-    key = key.strip().lstrip("-")
-    vals = [v.strip() for v in values.split(",") if v.strip()]
-    if not sep or not key or not vals:
-        raise CompareError(f"--vary ({vary!r:.80}) must be KEY=V1,V2,... (gpu=h100,h200; "
-                           "model=llama-3-8b,llama-3.1-70b)")
-    if key == "model":
-        return [shlex.quote(v) for v in vals]
-    return [f"--{key} {shlex.quote(v)}" for v in vals]
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
@@ -262,18 +162,8 @@ def compare(words: list[str] = typer.Argument(None, help="A command (params, flo
                            f"(got {len(vs)})")
     if out is not None:
         options(out=out)
-    labels, argvs = [], []
-    for v in vs:
-        try:
-            own = shlex.split(v)
-        except ValueError as e:
-            raise CompareError(f"--vs {v!r}: {e}") from None
-        labels.append(" ".join(own) or "(shared)")
-        argvs.append(option_argv(cmd, shared, own))
-    if len(set(labels)) != len(labels):
-        raise CompareError(f"two --vs options are the same ({', '.join(labels)})")
-    results = [run_option(a, lab) for a, lab in zip(argvs, labels)]
-    data = compare_data(" ".join(cmd), labels, argvs, results)
+    labels, argvs = labelled_argvs(cmd, shared, vs)
+    data = run(" ".join(cmd), labels, argvs, run_option)
     written = write_out(data, out) if out is not None else []
     if json_out:
         emit_json(data | ({"written": written} if written else {}))

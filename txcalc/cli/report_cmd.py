@@ -42,6 +42,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            lora_dropout: float = FT_OPTS["lora_dropout"],
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
+           compare: str = typer.Option(None, "--compare", help="A section with options side by side: KEY=V1,V2,... (gpu=h100,h200; precision=bf16-mixed,fp8-mixed; model=a,b; 2 to 6 values), each the report's command (plan infer, plan train with --tokens, else memory) run as txcalc compare runs it."),
            validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports."),
            json_out: bool = typer.Option(False, "--json", help="Print the answer and the files written as JSON (no progress bar).")):
     """Write a capacity report: the answer, breakdowns, plots, assumptions (md, html, png)."""
@@ -74,9 +75,10 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         weights=weights, finetune=finetune, lora_rank=lora_rank,
                         lora_alpha=lora_alpha, lora_targets=lora_targets,
                         lora_dropout=lora_dropout, trainable=trainable,
-                        base_format=base_format)
+                        base_format=base_format, compare=compare)
+    from .compare_cmd import run_option
     if json_out:
-        rep = write_report(req, out, validation_dir=validation_dir)
+        rep = write_report(req, out, validation_dir=validation_dir, runner=run_option)
         emit_json({"title": rep["title"], "out": str(out),
                    "files": sorted(["report.md", "report.html", "report.json"]
                                    + [p["file"] for s in rep["sections"] for p in s["plots"]]),
@@ -84,13 +86,14 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         return
     with Progress(TextColumn("{task.description:<40}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+                  console=console.real(), transient=True) as bar:
         task = bar.add_task("report", total=None)
 
         def progress(desc: str, done: int, total: int | None) -> None:
             bar.update(task, description=desc, completed=done, total=total)
 
-        rep = write_report(req, out, validation_dir=validation_dir, progress=progress)
+        rep = write_report(req, out, validation_dir=validation_dir, progress=progress,
+                           runner=run_option)
     files = [p["file"] for s in rep["sections"] for p in s["plots"]]
     # user strings (a model name, a path) are printed as plain text, never as rich markup
     console.print(Text(rep["title"], style="bold"))

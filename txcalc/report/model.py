@@ -58,8 +58,9 @@ def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None
 
 # --- the whole report -------------------------------------------------------------------------
 def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
-                 progress: Progress = _quiet) -> dict:
-    """The report of ``req`` as plain data (see the module docstring)."""
+                 progress: Progress = _quiet, runner=None) -> dict:
+    """The report of ``req`` as plain data (see the module docstring). ``runner(argv,
+    label) -> dict`` answers the options of ``req.compare`` (txcalc.report.compare)."""
     from .. import load
     from ..workload import parse_count
 
@@ -96,6 +97,8 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     request = dataclasses.asdict(req)
     if request.get("weights") is None:  # reports without a weight format read as before
         request.pop("weights", None)
+    if request.get("compare") is None:  # and reports without --compare
+        request.pop("compare", None)
     if request.get("finetune") == "full":  # and training reports without fine-tuning too
         for k in ("finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
                   "trainable", "base_format"):
@@ -103,6 +106,10 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     data = {"model": model, "gpu": gpu, "request": request, **data}
     if plan is not None:
         data["plan"] = plan
+    if req.compare is not None:
+        from .compare import compare_report
+        progress(f"side by side: {req.compare}")
+        data["compare"] = compare_report(req, runner)
     progress("assembling sections")
     if req.inference:
         answer = text.answer_serving(data, req, gpu, name, no_plan)
@@ -116,6 +123,9 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     kind = "serving" if req.inference else "training"
     sections = [answer] + ([text.components_section(data, req.inference)] if cfg is not None
                            else []) + [text.memory_section(data, gpu)]
+    if "compare" in data:
+        from .compare import section_for
+        sections.insert(1, section_for(data["compare"], req.compare.partition("=")[0].strip()))
     if "activations_vs_seq" in data:
         sections.append(text.activations_section(data))
     if cfg is not None:

@@ -311,9 +311,26 @@ def _serve_pareto(report: dict):
     return fig
 
 
+def _compare(report: dict):
+    """The report's --compare section: one bar chart per differing quantity, one bar per
+    option (txcalc.report.compare.draw_panels, as txcalc compare --out draws them)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .compare import draw_panels, numeric_differ, panel_grid
+
+    data = report["data"]["compare"]
+    keys = numeric_differ(data)
+    nrows, cols = panel_grid(len(keys))
+    fig = Figure(figsize=(4.2 * cols, 2.8 * nrows), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    draw_panels(fig, data, keys)
+    return fig
+
+
 DRAW = {"components": _components, "memory": _memory, "activations": _activations,
         "kv": _kv, "frontier": _frontier, "validation": _validation,
-        "serve_load": _serve_load, "serve_pareto": _serve_pareto}
+        "serve_load": _serve_load, "serve_pareto": _serve_pareto, "compare": _compare}
 
 
 def plot_specs(report: dict) -> list[dict]:

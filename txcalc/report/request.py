@@ -48,6 +48,8 @@ class ReportRequest:
     lora_dropout: float = 0.0  #: adapters' dropout
     trainable: str = "head"  #: freeze: what trains (last:N, head, norms, embeddings)
     base_format: str = "nf4"  #: qlora: the frozen base's format
+    compare: str | None = None  #: KEY=V1,V2,...: a section with these options side by side
+    #: (txcalc.report.compare: the command of the report's answer run once per value)
 
     @property
     def ft(self):
@@ -94,6 +96,9 @@ class ReportRequest:
         if self.finetune != "full" and self.inference:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) applies to training "
                                 "reports, not --inference")
+        if self.compare is not None:
+            from .compare import compare_options
+            compare_options(self.compare)  # a malformed --compare fails here, before any work
         if self.ft is not None and self.model is None:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
                                 "and frozen parts depend on its modules")

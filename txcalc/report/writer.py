@@ -160,8 +160,9 @@ def report_json(report: dict) -> str:
 
 
 def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_dir=None,
-                 progress: StepProgress = _quiet) -> dict:
-    """Build the report of ``req`` and write it to ``out_dir``; returns the report model."""
+                 progress: StepProgress = _quiet, runner=None) -> dict:
+    """Build the report of ``req`` and write it to ``out_dir``; returns the report model.
+    ``runner``: answers the options of ``req.compare`` (build_report)."""
     from . import plots, render
 
     out = check_out_dir(out_dir)
@@ -174,7 +175,7 @@ def write_report(req: ReportRequest, out_dir: str | os.PathLike, *, validation_d
         done += 1
 
     with plots.Painter() as painter:  # imports matplotlib while the report is built
-        report = build_report(req, str(out_dir), validation_dir, progress=step)
+        report = build_report(req, str(out_dir), validation_dir, progress=step, runner=runner)
         specs = plots.plot_specs(report)
         total = done + len(specs) + 1
         drawn = painter.draw_all(report, specs,
