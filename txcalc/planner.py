@@ -595,9 +595,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     # (the CUDA context, charged here as Overheads.cuda_context_bytes, comes out of CUDA's
     # total, not the datasheet's), but moving to it is one change across every command
     # (gpu_memory, the five checks here, published_runs, the report's GPU figures and text,
-    # --gpu-gb's meaning) and the committed reports: left for its own change (issue 18 item
-    # 4, reasoning in the h18 report). No published run's predicted peak lies within 3 % of
-    # its GPU, so the training fits there would not move; the 70B serving report's would.
+    # --gpu-gb's meaning) and the committed reports: left for a change of its own (issue 18,
+    # item 4). No published run's predicted peak lies within 3 % of its GPU, so the training
+    # fits there would not move; the 70B serving report's concurrency would.
     fits = r["total_bytes"] <= gpu.memory_bytes
     if not fits.any():
         smallest = int(r["total_bytes"].min())
