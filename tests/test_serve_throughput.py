@@ -34,6 +34,9 @@ import math
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from txcalc.cli import app
 
 from txcalc.errors import TxcalcError
 from txcalc.hardware import get_gpu
@@ -120,3 +123,57 @@ def test_serve_throughput_attention_dtype():
         serve_throughput("llama-3-8b", "a100", 128, 128, attention_dtype="fp4")
     with pytest.raises(TxcalcError, match=r"overhead_s \(-1\)"):
         serve_throughput("llama-3-8b", "h100", 128, 128, overhead_s=-1)
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, ["plan", "infer", *args])
+
+
+def test_cli_plan_infer_rate_inf_is_serve_throughput():
+    """``txcalc plan infer MODEL --weights fp8 --input-len I --output-len O --rate inf`` (the
+    offline max-throughput mode) answers serve_throughput's output tokens/s: for Llama 3.1 8B
+    fp8 on one H200 at 128/2048 (a held-out row) within 10 % of TensorRT-LLM's 26,221
+    tokens/s (perf-overview.md, Llama 3.1 8B table, H200 TP1 FP8) at the default efficiencies
+    (measured +0.4 %); unpinned, it picks TP 1 for the 8B and TP 2 for Llama 3.3 70B on H100,
+    the perf-overview's own layouts, 70B 128/2048 within 25 % of its 6,651 (measured +17 %)."""
+    r = _cli("llama-3-8b", "--gpu", "h200", "--weights", "fp8", "--kv-dtype", "fp8",
+             "--input-len", "128", "--output-len", "2048", "--rate", "inf", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    want = serve_throughput("llama-3-8b", "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
+    assert d["tp"] == 1 and d["rate"] == "inf"
+    assert d["output_tokens_per_s"] == want["output_tokens_per_s"]
+    assert abs(d["output_tokens_per_s"] / LLAMA_31_8B["h200"][ISL_OSL.index((128, 2048))] - 1) \
+        <= 0.10
+    r70 = _cli("llama-3.1-70b", "--gpu", "h100", "--weights", "fp8", "--kv-dtype", "fp8",
+               "--input-len", "128", "--output-len", "2048", "--rate", "inf", "--json")
+    assert r70.exit_code == 0, r70.output
+    d70 = json.loads(r70.output)
+    assert d70["tp"] == TP_70B["h100"] == 2
+    assert abs(d70["output_tokens_per_s"] / LLAMA_33_70B["h100"][1] - 1) <= 0.25
+    text = _cli("llama-3-8b", "--gpu", "h200", "--weights", "fp8", "--kv-dtype", "fp8",
+                "--input-len", "128", "--output-len", "2048", "--rate", "inf", "--tp", "1")
+    assert text.exit_code == 0 and "output tokens/s" in text.output
+
+
+def test_cli_plan_infer_rate_inf_bad_tp(capsys):
+    from tests.test_bad_input import check_cli_error
+    check_cli_error(capsys, ["plan", "infer", "llama-3-8b", "--gpu", "h200", "--input-len",
+                             "128", "--output-len", "2048", "--rate", "inf", "--tp", "3"],
+                    "tp (3)", "32 attention heads")
+
+
+def test_trtllm_bench_settings_h200_8b():
+    """trtllm-bench's heuristic by hand for Llama 3.1 8B fp8 (fp8 KV) on one H200 at 128/2048
+    (tensorrt_llm/bench/build/tuning.py): 2 x 32 layers x 8 KV heads x 128 x 1 byte = 64 KiB
+    per token; engine 8,030,261,248 parameters x 1 byte = 7.479 GiB; CUDA's total 0.99 x 141
+    GiB = 139.59 GiB; requests = (139.59 - 7.479) x 0.9 / (64 KiB x 2176 / GiB = 0.1328) =
+    895.2 -> max_bs 128 ceil(895.2 / 128) = 896 (below the 932 txcalc's KV cache holds);
+    tokens 895.2 x (1 + 128/2048) = 951 -> 2048 (its floor)."""
+    from txcalc.planner import trtllm_bench_settings
+    s = trtllm_bench_settings("llama-3-8b", "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
+    assert s["kv_cache_max_requests"] == pytest.approx(895.2, abs=0.05)
+    assert (s["max_batch_size"], s["max_num_tokens"]) == (896, 2048)
+    # a format trtllm-bench does not tune: TensorRT-LLM's BuildConfig defaults
+    d = trtllm_bench_settings("llama-3-8b", "h200", 128, 2048, weights="int4-g128")
+    assert (d["max_batch_size"], d["max_num_tokens"]) == (2048, 8192)

@@ -958,6 +958,10 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
         I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     cfg = load(model)
+    tp = I.integer("tp", tp, 1, I.MAX_GPUS)
+    pp = I.integer("pp", pp, 1, I.MAX_GPUS)
+    if cfg.n_heads % tp:
+        raise PlanError(f"tp ({tp}) must divide {cfg.name}'s {cfg.n_heads} attention heads")
     sch, _ = Q.resolve(model, weights)
     name = sch.name if sch is not None else None
     kw = dict(kv_dtype=kv_dtype, precision=precision, gpu_file=gpu_file, profile=profile,
