@@ -97,19 +97,49 @@ def test_fp8_throughput_every_held_out_row_within_25_percent():
                                                   ("llama-3.1-70b", "h100", 2, 128, 2048),
                                                   ("llama-3.1-70b", "h200", 1, 5000, 500)])
 def test_decode_step_agrees_with_the_step_simulator(model, gpu, tp, isl, osl):
-    """serve_throughput's decode step (plan_infer's roofline + the step overhead) against the
-    step simulator's StepModel (coefficients read from the engine separately) at the same
-    batch and mean context: within 2 % (measured 0.03-0.4 %), both with the one constant
-    serving_sim.STEP_OVERHEAD_S; without it serve_throughput's step is that much shorter."""
+    """One step model: serve_throughput's decode step, plan_infer's decode step and the step
+    simulator's StepModel (coefficients read from the engine separately) at the same batch and
+    mean context are the same number (they were within 0.4 % as three formulas), all with the
+    one constant serving_sim.STEP_OVERHEAD_S; without it serve_throughput's step is that much
+    shorter."""
+    from txcalc.planner import plan_infer
     r = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8")
     b, ctx = r["batch"], isl + osl // 2
     sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8", max_model_len=isl + osl)
     assert r["step_overhead_s"] == sm.overhead_s == STEP_OVERHEAD_S
-    assert abs(r["decode_step_s"] / sm.step_s(b, b, b * ctx, b * ctx) - 1) <= 0.02
+    assert r["decode_step_s"] == pytest.approx(sm.step_s(b, b, b * ctx, b * ctx), rel=1e-12)
+    row = plan_infer(model, gpu, ctx, b, weights="fp8", kv_dtype="fp8", layouts={(tp, 1)}).best
+    assert row.replicas == 1
+    assert 1 / row.decode_tokens_per_s_per_seq == pytest.approx(r["decode_step_s"], rel=1e-12)
     r0 = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8",
                           overhead_s=0)
     assert r0["decode_step_s"] == pytest.approx(r["decode_step_s"] - STEP_OVERHEAD_S)
     assert r0["output_tokens_per_s"] > r["output_tokens_per_s"]
+    p0 = plan_infer(model, gpu, ctx, b, weights="fp8", kv_dtype="fp8", layouts={(tp, 1)},
+                    overhead_s=0).best
+    assert 1 / p0.decode_tokens_per_s_per_seq == pytest.approx(r0["decode_step_s"], rel=1e-12)
+
+
+def test_step_is_a_roofline_per_kernel_class():
+    """At a large decode batch the GEMMs are compute-bound and the attention is bound by the
+    KV read, one kernel after the other: the step is their sum (plus the overhead), longer
+    than one roofline over the whole step. Llama 3 8B fp8 on one H100, 512 sequences of 2,048
+    tokens: compute 512 x 2 x (Linear parameters) FLOPs at the fp8 matmul rate, KV 512 x
+    2,048 x 64 KiB (fp8: 2 x 32 layers x 8 heads x 128) at the achievable bandwidth."""
+    sm = step_model("llama-3-8b", "h100", weights="fp8", kv_dtype="fp8", max_model_len=4096)
+    assert sm.kv_bytes_per_token == 2 * 32 * 8 * 128
+    # Llama 3 8B: 8,030,261,248 parameters = two 128,256 x 4,096 matrices (embedding, head)
+    # + 266,240 norm weights + the blocks' Linears; 2 FLOPs per weight per token
+    assert sm.lin_flops_per_token == 2 * (8_030_261_248 - 2 * 128_256 * 4096 - 266_240)
+    assert sm.head_flops_per_row == 2 * 128_256 * 4096
+    assert sm.logit_bytes_per_row == 128_256 * 4  # fp32 logits
+    b, ctx = 512, 2048
+    lin = (b * sm.lin_flops_per_token + b * sm.head_flops_per_row) / sm.matmul_flops_per_s
+    kv = b * ctx * sm.kv_bytes_per_token / sm.bytes_per_s
+    attn = max(b * ctx * sm.attn_flops_per_pair / sm.attn_flops_per_s, kv)
+    assert lin > (sm.dense_weight_bytes + b * sm.logit_bytes_per_row) / sm.bytes_per_s
+    assert sm.step_s(b, b, b * ctx, b * ctx) == pytest.approx(sm.overhead_s + lin + attn)
+    assert sm.step_s(b, b, b * ctx, b * ctx) > sm.overhead_s + max(lin, kv) * 1.2
 
 
 def test_serve_throughput_attention_dtype():
