@@ -713,15 +713,18 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                kv_dtype: str = "bf16", tokens_per_s: float | None = None,
                precision: str = "bf16", gpu_file=None, profile: DeviceProfile | None = None,
                overheads: Overheads | None = None, weights: str | None = None,
-               layouts=None) -> InferPlan:
+               layouts=None, overhead_s: float | None = None) -> InferPlan:
     """GPUs to serve ``concurrency`` sequences of ``context`` tokens (and ``tokens_per_s``
     decode tokens/s in all), per replica layout TP x PP.
 
     Per GPU: weights/(tp, pp stage) + KV cache (heads split over min(tp, K); MLA's latent is
     replicated) + a prefill workspace of PREFILL_CHUNK tokens + framework terms. Decode step
-    at batch B: roofline of all decode FLOPs against reading the local weights and B caches,
-    stages in sequence, plus two TP all-reduces per block. Prefill latency: one sequence of
-    ``context`` tokens, roofline per op, stages in sequence.
+    at batch B: the serving step model, ``serving_sim.StepModel.step_s`` with B tokens, B
+    logit rows and B caches of ``context`` tokens (a roofline per kernel class: the Linears
+    against reading the rank's weights, the attention against reading the B caches; stages in
+    sequence; two TP all-reduces per block; plus ``overhead_s`` per step, default
+    ``serving_sim.STEP_OVERHEAD_S``). Prefill latency: one sequence of ``context`` tokens,
+    roofline per op, stages in sequence.
 
     ``weights`` (a ``formats.scheme`` name; default: the config.json's quantization_config,
     else the precision's dtype): each GPU holds and each decode step reads its share of the
@@ -731,16 +734,18 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     decode's matmuls run on the format's peak likewise. ``layouts``: only these (tp, pp).
     """
     from . import load
-    from .accounting import FlopCounts
     from .parallel import comm
     from .parallel.sharding import assign_stages, local_params, tp_style
-    from .timing import COMPUTE_DTYPE, roofline_s
+    from .serving_sim import STEP_OVERHEAD_S, step_model
+    from .timing import COMPUTE_DTYPE
     from .workload import Workload
     from . import inputs as I
 
     context = I.integer("context", context, 1, I.MAX_SEQ)
     concurrency = I.integer("concurrency", concurrency, 1, I.MAX_BATCH)
     tokens_per_s = I.number("tokens_per_s", tokens_per_s, 0, I.TOKENS_PER_S_MAX, none=True)
+    overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
+        I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     _check_common(gpu, gpu_file, profile, overheads)
     _check("kv dtype", kv_dtype, KV_DTYPES)
     cfg = load(model)
@@ -752,26 +757,20 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     ov = overheads or Overheads()
     prof = profile or DeviceProfile.from_gpu(gpu)
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
-    dtype_decode = dtype
     from .components import model_ops_tuple
     from . import formats as Q
-    from .timing import weight_only_factor
     sch, _ = Q.resolve(model, weights)
+    weights_arg = weights  # ``weights`` is reused below for a layout's bytes
     ops = model_ops_tuple(cfg)
     if sch is not None:  # stored bytes of each op (quantised weights + scales), all ranks
         qops = Q.assign(ops, sch, cfg)
         qbytes = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf")
                   for op, q in zip(ops, qops)}
         qop = {id(op): q for op, q in zip(ops, qops)}
-        wonly = any(Q.is_weight_only(q, prof.peak_flops) for q in qops)
-        # decode's matmuls: on the format's tensor-core dtype when every quantised op has it
-        run = {Q.compute_dtype(q, prof.peak_flops, dtype) for q in qops if q.weight_format}
-        if len(run) == 1 and not wonly:
-            dtype_decode = run.pop()
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
     w = Workload(batch=1, seq=context, attn_impl="flash")
-    decode_flops_1 = FlopCounts(cfg, w, ops).decode(context)  # one token of one sequence
+    steps: dict = {}  # tp -> serving_sim.StepModel
     prefill_s: dict[int, float] = {}
     local: dict[int, dict[int, int]] = {}  # tp -> {id(op): parameters one rank holds}
     rows = []
@@ -802,18 +801,17 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                 continue
             maxc = budget // kv_seq
 
-            def decode_s(batch: int) -> float:
-                flops = batch * decode_flops_1 / (tp * pp)  # decode FLOPs are linear in batch
-                moved = weights + batch * kv_seq + batch * cfg.vocab_size * 4 // tp
-                p = prof
-                if sch is not None and wonly:  # dequantising kernels lose speed past the knee
-                    base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
-                    p = prof.replace(flop_efficiency={
-                        "matmul": base * weight_only_factor(prof, batch)})
-                t = roofline_s(flops, moved, p, "matmul", dtype_decode)
-                ar = comm.collective_s("all_reduce", batch * cfg.d_model * wbytes, tp, 1, gpu,
-                                       2 * most_blocks)
-                return pp * (t + float(ar))
+            if tp not in steps:  # the serving step model (pipeline stages in sequence)
+                steps[tp] = step_model(model, gpu, tp=tp, kv_dtype=kv_dtype,
+                                       precision=precision, weights=weights_arg, profile=prof,
+                                       gpu_file=gpu_file, overhead_s=overhead_s,
+                                       kv_capacity_tokens=0)
+            sm = steps[tp]
+            kv_read = cdiv(kv_all, kv_split)  # one sequence's cache on one rank, all stages
+
+            def decode_s(batch: int, sm=sm, kv_read=kv_read) -> float:
+                return sm.step_s(batch, batch, batch * context, batch * context,
+                                 kv_read_bytes=batch * kv_read)
 
             if tp not in prefill_s:  # forward of one prompt, TP-split matmuls, stages in turn
                 split = {op: tp if tp_style(op) != "replicate" or op.kind.startswith("attn")
@@ -845,57 +843,150 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                      sch.name if sch is not None else precision)
 
 
-#: trtllm-bench's default cap on sequences in flight (its max_batch_size heuristic tops out at
-#: 2048 for these models; cuda-graph batch sizes go higher)
+#: TensorRT-LLM's BuildConfig defaults (max_batch_size 2048, max_num_tokens 8192): what
+#: trtllm-bench uses for a quantisation it has no heuristic for (tensorrt_llm/bench/build/
+#: build.py, ``DEFAULT_MAX_BATCH_SIZE = BuildConfig.max_batch_size``, used when ``quant_algo``
+#: is not in ``TUNED_QUANTS = {NVFP4, FP8, FP8_BLOCK_SCALES, NO_QUANT, None}``)
 SERVE_MAX_BATCH = 2048
+SERVE_MAX_NUM_TOKENS = 8192
+#: trtllm-bench throughput's ``--kv_cache_free_gpu_mem_fraction`` default (perf-overview.md:
+#: "the default setting of 0.90"), which it passes to its engine-settings heuristic
+TRTLLM_KV_FRACTION = 0.90
+#: bytes per parameter and per KV element in that heuristic (tuning.py ``BYTES_PER_ELEM``:
+#: NO_QUANT 2.0, FP8 1.0, FP8_BLOCK_SCALES 1.0, NVFP4 0.5; anything else 2)
+_TRTLLM_BYTES = {None: 2.0, "fp8": 1.0, "fp8-block": 1.0, "nvfp4": 0.5}
+
+
+def trtllm_bench_settings(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1,
+                          weights: str | None = None, kv_dtype: str = "bf16", gpu_file=None,
+                          kv_fraction: float = TRTLLM_KV_FRACTION) -> dict:
+    """The (max_batch_size, max_num_tokens) ``trtllm-bench throughput`` picks for a dataset of
+    ``isl`` / ``osl`` tokens when none is given (its PyTorch backend, the perf-overview runs):
+    ``tensorrt_llm/bench/benchmark/utils/general.py`` ``get_settings`` calls
+    ``get_benchmark_engine_settings`` (bench/build/build.py), which for a tuned quantisation
+    calls ``calc_engine_setting`` and ``finetune_setting`` (bench/build/tuning.py, NVIDIA/
+    TensorRT-LLM, the v1.0 tree of the perf-overview tables):
+
+        byte_per_token = 2 x attention layers x max(tp, kv heads) x head size x KV bytes / GiB
+        engine_size = parameters x bytes per parameter / GiB      (the whole model)
+        available = device GiB x tp x pp - engine_size
+        kv_cache_max_requests = available x kv_fraction / (byte_per_token x (isl + osl))
+        raw_bs = min(kv_cache_max_requests, 4096) / pp
+        raw_token = min(raw_bs x (1 + isl / osl), 32768)
+        max_bs = max(64, 32 ceil(raw_bs / 32)) below 256, 128 ceil(raw_bs / 128) below 1024,
+                 else 256 ceil(raw_bs / 256)              ("slightly optimistic": rounded up)
+        max_num_tokens = max(2048, 256 ceil(raw_token / 256)) below 4096, 512 ceil(/512)
+                 below 8192, else 1024 ceil(/1024)
+        chunked prefill off (trtllm-bench's default): max_num_tokens >= isl + max_bs
+
+    The device's memory is NVML's total in TensorRT-LLM; here ``Gpu.usable_bytes`` (CUDA's
+    total, ~0.4 GiB below NVML's). The settings bound the batch only where they are below what
+    the KV cache holds: max_bs is rounded *up* from the cache's estimate, so it binds only at
+    the 4096 cap; max_num_tokens bounds the tokens of one step."""
+    from . import formats as Q
+    from . import inputs as I
+    from . import load
+    from .components import model_ops_tuple
+    isl = I.integer("isl", isl, 1, I.MAX_SEQ)
+    osl = I.integer("osl", osl, 1, I.MAX_SEQ)
+    cfg = load(model)
+    g = get_gpu(gpu, gpu_file)
+    sch, _ = Q.resolve(model, weights)
+    algo = sch.name if sch is not None else None
+    if algo not in _TRTLLM_BYTES:  # not a tuned quantisation: TensorRT-LLM's defaults
+        return {"max_batch_size": SERVE_MAX_BATCH,
+                "max_num_tokens": max(SERVE_MAX_NUM_TOKENS, isl + SERVE_MAX_BATCH),
+                "kv_cache_max_requests": None}
+    byte_per_elem = _TRTLLM_BYTES[algo]
+    byte_per_kv = 1.0 if kv_dtype == "fp8" else 2.0
+    params = sum(op.params_total for op in model_ops_tuple(cfg))
+    n_attn = sum(d for _, d in cfg.stacks)
+    gib = 1024 ** 3
+    byte_per_token = 2 * n_attn * max(tp, cfg.n_kv_heads) * cfg.head_dim * byte_per_kv / gib
+    available = g.usable_bytes / gib * tp * pp - params * byte_per_elem / gib
+    requests = available * kv_fraction / (byte_per_token * (isl + osl))
+    if requests < 1:
+        raise PlanError(f"{cfg.name} leaves trtllm-bench's KV cache no room for one request "
+                        f"of {isl + osl:,} tokens on {tp * pp} {g.name} GPU(s)")
+    raw_bs = min(requests, 4096) / pp
+    raw_token = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        max_bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        max_bs = 256 * math.ceil(raw_bs / 256)
+    if raw_token < 4096:
+        max_tokens = max(2048, 256 * math.ceil(raw_token / 256))
+    elif raw_token < 8192:
+        max_tokens = 512 * math.ceil(raw_token / 512)
+    else:
+        max_tokens = 1024 * math.ceil(raw_token / 1024)
+    # general.py: with chunked prefill off, max_num_tokens = max(it, max_isl + max_batch_size)
+    return {"max_batch_size": max_bs, "max_num_tokens": max(max_tokens, isl + max_bs),
+            "kv_cache_max_requests": requests}
 
 
 def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1,
                      weights: str | None = None, kv_dtype: str = "bf16",
                      precision: str = "bf16", profile: DeviceProfile | None = None,
-                     max_batch: int = SERVE_MAX_BATCH, gpu_file=None,
+                     max_batch: int | None = None, gpu_file=None,
                      overheads: Overheads | None = None, overhead_s: float | None = None,
                      attention_dtype: str | None = None) -> dict:
     """Output tokens/s of one tp x pp replica at maximum load (an offline benchmark such as
     ``trtllm-bench throughput``: every request queued at once, in-flight batching).
 
-    B = min(max_batch, the sequences whose KV cache of isl + osl tokens fits, ``plan_infer``);
-    every decode step serves B sequences at the mean context isl + osl / 2 (``plan_infer``'s
-    decode step) plus the engine's fixed time per step outside the GPU kernels
-    (``overhead_s``, default ``serving_sim.STEP_OVERHEAD_S``: the one constant the step
-    simulator uses too); each request's prompt is prefilled in batched chunks that ride in
-    those same steps, compute-bound: its prefill FLOPs (the engine's, output head on the last
-    token, causal pairs only under the fused kernel) at each op's tensor-core rate, peak x
-    ``timing.op_efficiency`` (the GPU's large-GEMM efficiency for Linears; FlashAttention's
-    measured speed by prompt length and head dimension for the attention core), quantised
-    Linears on their format's dtype, attention in ``attention_dtype`` (default
-    ``precision``'s), over tp x pp.
+    B = min(max_batch, the sequences whose KV cache of isl + osl tokens fits (``plan_infer``),
+    max_num_tokens x osl / (isl + osl)); ``max_batch`` and max_num_tokens default to the
+    engine settings trtllm-bench picks (``trtllm_bench_settings``: each step carries B decode
+    tokens and, on average, B / osl prompts of isl tokens, which max_num_tokens bounds). Every
+    decode step serves B sequences at the mean context isl + osl / 2: the serving step model
+    ``serving_sim.StepModel.step_s`` (the one ``plan_infer`` and the step simulator use; its
+    per-step ``overhead_s``, default ``serving_sim.STEP_OVERHEAD_S``). Each request's prompt is
+    prefilled in batched chunks that ride in those same steps, compute-bound: its prefill FLOPs
+    (the engine's, output head on the last token, causal pairs only under the fused kernel) at
+    each op's tensor-core rate, peak x ``timing.op_efficiency`` (the GPU's large-GEMM
+    efficiency for Linears; FlashAttention's measured speed by prompt length and head dimension
+    for the attention core), quantised Linears on their format's dtype, attention in
+    ``attention_dtype`` (default ``precision``'s), over tp x pp.
 
-        step_s(B) = plan_infer decode step at batch B + overhead_s
+        step_s(B) = StepModel.step_s(B tokens, B logit rows, B x ctx pairs, B x ctx cached)
         seconds per request (of one sequence slot) = prefill_s + osl x step_s(B) / B
         output tokens/s = osl / seconds per request
     """
     from . import formats as Q
     from . import inputs as I
     from .components import model_ops_tuple
-    from .serving_sim import STEP_OVERHEAD_S
+    from .serving_sim import STEP_OVERHEAD_S, step_model
     from .timing import COMPUTE_DTYPE, op_efficiency, weight_only_factor
     from .workload import Workload
     from . import load
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
-    max_batch = I.integer("max_batch", max_batch, 1, I.MAX_BATCH)
+    max_batch = I.integer("max_batch", max_batch, 1, I.MAX_BATCH, none=True)
     overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
         I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     cfg = load(model)
+    tp = I.integer("tp", tp, 1, I.MAX_GPUS)
+    pp = I.integer("pp", pp, 1, I.MAX_GPUS)
+    if cfg.n_heads % tp:
+        raise PlanError(f"tp ({tp}) must divide {cfg.name}'s {cfg.n_heads} attention heads")
     sch, _ = Q.resolve(model, weights)
     name = sch.name if sch is not None else None
     kw = dict(kv_dtype=kv_dtype, precision=precision, gpu_file=gpu_file, profile=profile,
               overheads=overheads, weights=name, layouts={(tp, pp)})
     full = plan_infer(cfg, gpu, isl + osl, 1, **kw).best
-    batch = min(max_batch, full.max_concurrency_per_replica)
-    row = plan_infer(cfg, gpu, isl + osl // 2, batch, **kw).best
-    step = 1 / row.decode_tokens_per_s_per_seq + overhead_s
+    engine = trtllm_bench_settings(cfg, gpu, isl, osl, tp=tp, pp=pp, weights=name,
+                                   kv_dtype=kv_dtype, gpu_file=gpu_file)
+    if max_batch is None:
+        max_batch = engine["max_batch_size"]
+    by_tokens = max(1, engine["max_num_tokens"] * osl // (isl + osl))
+    batch = min(max_batch, full.max_concurrency_per_replica, by_tokens)
+    sm = step_model(cfg, gpu, tp=tp, pp=pp, kv_dtype=kv_dtype, precision=precision,
+                    weights=name, profile=profile, gpu_file=gpu_file, overhead_s=overhead_s,
+                    kv_capacity_tokens=0)  # the batch is sized above, nothing is simulated
+    ctx = isl + osl // 2
+    step = sm.step_s(batch, batch, batch * ctx, batch * ctx)
     prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
     attn_dtype = dtype if attention_dtype is None else attention_dtype
@@ -920,8 +1011,12 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     per_request = prefill + osl * step / batch
     return {"model": cfg.name, "gpu": get_gpu(gpu, gpu_file).name,
             "isl": isl, "osl": osl, "tp": tp, "pp": pp, "weights": name or precision,
-            "batch": batch, "decode_step_s": step, "step_overhead_s": overhead_s,
-            "prefill_s_per_request": prefill, "output_tokens_per_s": osl / per_request}
+            "kv_dtype": kv_dtype, "batch": batch, "max_batch_size": max_batch,
+            "max_num_tokens": engine["max_num_tokens"],
+            "kv_capacity_seqs": full.max_concurrency_per_replica,
+            "decode_step_s": step, "step_overhead_s": overhead_s,
+            "prefill_s_per_request": prefill, "output_tokens_per_s": osl / per_request,
+            "requests_per_s": 1 / per_request}
 
 
 def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:

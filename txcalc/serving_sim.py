@@ -13,14 +13,21 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
                     |   max_num_batched_tokens budget goes to prefill chunks, oldest first
     first token     | at the end of the step that runs a request's last prefill chunk (TTFT)
     later tokens    | one per step while decoding: each inter-token latency is one step
-    step time       | overhead + max(compute, memory) + TP all-reduces, from the engine:
-                    |   compute = (tokens x Linear FLOPs per token + logit rows x head FLOPs) /
-                    |     (tp x matmul rate) + attended (query, key) pairs x FLOPs per pair /
-                    |     (tp x attention rate); pairs of a chunk of c tokens after p cached ones
-                    |     = c p + c (c + 1) / 2, of a decode = its context
-                    |   memory = weights one rank reads (MoE: the expected distinct experts the
-                    |     step's tokens touch, E (1 - (1 - k/E)^T)) + KV bytes of every cached
-                    |     token the step attends to, at HBM bandwidth x efficiency
+    step time       | overhead + a roofline per kernel class + TP all-reduces, from the engine
+                    |   (the GEMMs and the attention kernel run one after the other, so each
+                    |   is bound by its own compute or its own bytes; one roofline over the
+                    |   whole step would let the KV read hide under the GEMMs' compute):
+                    |   Linears = max((tokens x Linear FLOPs per token + logit rows x head
+                    |     FLOPs) / (tp x matmul rate), (weights one rank reads (MoE: the
+                    |     expected distinct experts the step's tokens touch, E (1 - (1 -
+                    |     k/E)^T)) + fp32 logits written) / (HBM bandwidth x efficiency)),
+                    |     the matmul rate times ``timing.weight_only_factor`` at the step's
+                    |     rows for weight-only formats (dequantising kernels)
+                    |   attention = max(attended (query, key) pairs x FLOPs per pair /
+                    |     (tp x attention rate), KV bytes of every cached token the step
+                    |     attends to / (HBM bandwidth x efficiency)); pairs of a chunk of c
+                    |     tokens after p cached ones = c p + c (c + 1) / 2, of a decode = its
+                    |     context
                     |   TP: 2 all-reduces per block of tokens x d_model activations
                     |   pipeline stages run one after another (no micro-batching across steps)
     prefix cache    | ``prefix_hit_rate`` h: every prompt starts with a prefix shared by all
@@ -31,9 +38,8 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
                     |   prefilled (a prompt's first chunk starts after them, attending to
                     |   them as cached context), and decodes still read them per sequence
     not modelled    | sliding windows (every layer attends to the whole context), preemption,
-                    |   detokenisation, network, the dequantisation cost of
-                    |   weight-only formats (they run at the 16-bit rate); speculative decoding
-                    |   is a separate estimate (``speculative``)
+                    |   detokenisation, network; speculative decoding is a separate
+                    |   estimate (``speculative``)
 
 Rates come from ``timing.DeviceProfile`` (dense peak x efficiency), FLOPs from the op list
 (``Op.fwd_flops``/``decode_flops``), bytes from ``sharding.local_params`` and
@@ -101,14 +107,25 @@ class StepModel:
     n_moe_layers: int = 0
     a2a_latency_s: float = 0.0  #: one all-to-all's fixed time
     a2a_s_per_token: float = 0.0  #: per token routed to top_k experts (d_model each)
+    logit_bytes_per_row: int = 0  #: fp32 logits one TP rank writes per logit row
+    #: weight-only formats: ``timing.weight_only_factor``'s floor (None: the Linears run at
+    #: their format's full tensor-core rate)
+    weight_only_floor: float | None = None
 
-    def step_s(self, tokens: int, logit_rows: int, pairs: int, kv_read_tokens: int) -> float:
+    def step_s(self, tokens: int, logit_rows: int, pairs: int, kv_read_tokens: int,
+               kv_read_bytes: int | None = None) -> float:
         """Seconds of one step: ``tokens`` rows through the blocks, ``logit_rows`` through the
-        head, ``pairs`` attended (query, key) pairs, ``kv_read_tokens`` cached tokens read."""
+        head, ``pairs`` attended (query, key) pairs, ``kv_read_tokens`` cached tokens read
+        (``kv_read_bytes``: those tokens' bytes on one rank when the caller knows them better
+        than tokens x kv_bytes_per_token: sliding windows, recurrent states)."""
+        from .timing import weight_only_share
         tp = self.tp
-        compute = (tokens * self.lin_flops_per_token + logit_rows * self.head_flops_per_row) \
-            / (tp * self.matmul_flops_per_s) + pairs * self.attn_flops_per_pair \
-            / (tp * self.attn_flops_per_s)
+        mm = self.matmul_flops_per_s
+        if self.weight_only_floor is not None:  # dequantising kernels lose speed past the knee
+            mm *= weight_only_share(self.weight_only_floor, tokens)
+        lin_compute = (tokens * self.lin_flops_per_token + logit_rows * self.head_flops_per_row) \
+            / (tp * mm)
+        attn_compute = pairs * self.attn_flops_per_pair / (tp * self.attn_flops_per_s)
         w = self.dense_weight_bytes
         n_ar = self.n_allreduce
         comm = 0.0
@@ -120,10 +137,12 @@ class StepModel:
             comm += 2 * self.n_moe_layers * (self.a2a_latency_s + tokens * self.a2a_s_per_token)
         elif self.n_experts:
             w += self.expert_bytes * experts_touched(self.n_experts, self.top_k, tokens)
-        memory = (w + kv_read_tokens * self.kv_bytes_per_token) / self.bytes_per_s
         if tp > 1:
             comm += n_ar * (self.ar_latency_s + tokens * self.ar_s_per_token)
-        return self.overhead_s + max(compute, memory) + comm
+        w += logit_rows * self.logit_bytes_per_row
+        return self.overhead_s + max(lin_compute, w / self.bytes_per_s) + max(
+            attn_compute, (kv_read_tokens * self.kv_bytes_per_token if kv_read_bytes is None
+                           else kv_read_bytes) / self.bytes_per_s) + comm
 
 
 def experts_touched(n_experts: int, top_k: int, tokens: int) -> float:
@@ -174,7 +193,7 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     from .memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes_per_token
     from .parallel import comm
     from .serving import _weights_per_gpu, kv_capacity
-    from .timing import COMPUTE_DTYPE, DeviceProfile
+    from .timing import COMPUTE_DTYPE, DEFAULT_WEIGHT_ONLY_FLOOR, DeviceProfile
     from .units import cdiv
     from .workload import Workload
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
@@ -240,29 +259,33 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
         kv_capacity_tokens = kv_capacity(model, g, tp=tp, pp=pp, kv_dtype=kv_dtype,
                                          precision=precision, weights=weights,
                                          **kv_kw).kv_tokens
-    mm_dtype = _matmul_dtype(model, cfg, ops, weights, prof, dtype)
+    mm_dtype, weight_only = _matmul_dtype(model, cfg, ops, weights, prof, dtype)
     peak = prof.peak_flops.get(mm_dtype, 0.0)
+    floor = prof.flop_efficiency.get("weight_only", DEFAULT_WEIGHT_ONLY_FLOOR) \
+        if weight_only else None
     # pipeline stages in sequence: one replica-step is the whole model on one TP group, so the
     # per-GPU rates of one rank stand for it; pp only adds stage-boundary sends (ignored)
     return StepModel(lin, head, pair, dense, expert_bytes, n_exp, top_k, kv_tok, tp, pp,
                      prof.flops_per_s("matmul", mm_dtype),
                      prof.flops_per_s("attention", dtype),
                      prof.bytes_per_s, peak, prof.hbm_bytes_per_s, lat, slope, 2 * n_blocks,
-                     overhead_s, int(kv_capacity_tokens) * pp, ep, n_moe, a2a_lat, a2a_slope)
+                     overhead_s, int(kv_capacity_tokens) * pp, ep, n_moe, a2a_lat, a2a_slope,
+                     cfg.vocab_size * 4 // tp, floor)
 
 
-def _matmul_dtype(model, cfg, ops, weights, prof, dtype: str) -> str:
-    """The tensor-core dtype of the Linears: a quantised format's own when every quantised op
-    computes in it (fp8 W8A8: the fp8 peak), else ``dtype`` (plan_infer's rule)."""
+def _matmul_dtype(model, cfg, ops, weights, prof, dtype: str) -> tuple[str, bool]:
+    """(the tensor-core dtype of the Linears, whether a weight-only format dequantises): a
+    quantised format's own dtype when every quantised op computes in it (fp8 W8A8: the fp8
+    peak), else ``dtype``."""
     from . import formats as Q
     sch, _ = Q.resolve(model, weights)
     if sch is None:
-        return dtype
+        return dtype, False
     qops = Q.assign(ops, sch, cfg)
     if any(Q.is_weight_only(q, prof.peak_flops) for q in qops):
-        return dtype
+        return dtype, True
     run = {Q.compute_dtype(q, prof.peak_flops, dtype) for q in qops if q.weight_format}
-    return run.pop() if len(run) == 1 else dtype
+    return (run.pop() if len(run) == 1 else dtype), False
 
 
 @dataclass

@@ -308,7 +308,12 @@ DEFAULT_WEIGHT_ONLY_FLOOR = 0.5
 
 def weight_only_factor(prof: "DeviceProfile", rows: int) -> float:
     """Fraction of the 16-bit matmul efficiency a weight-only kernel keeps at ``rows`` rows."""
-    floor = prof.flop_efficiency.get("weight_only", DEFAULT_WEIGHT_ONLY_FLOOR)
+    return weight_only_share(prof.flop_efficiency.get("weight_only", DEFAULT_WEIGHT_ONLY_FLOOR),
+                             rows)
+
+
+def weight_only_share(floor: float, rows: int) -> float:
+    """``weight_only_factor`` from the profile's floor: min(1, knee / rows), at least floor."""
     return max(floor, min(1.0, WEIGHT_ONLY_KNEE / max(rows, 1)))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 
 from ..units import GB
@@ -256,6 +258,59 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                   f"block {kv.block_size}): ", sep=" ")
 
 
+def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weights, gpu_file,
+                    json_out) -> None:
+    """plan infer's offline mode (--rate inf, no SLO): output tokens/s at maximum load, every
+    request queued at once (``trtllm-bench throughput``), from ``planner.serve_throughput``
+    with trtllm-bench's engine settings; tp (pp) pinned, else each TP degree up to a node
+    whose layout fits, ranked by output tokens/s per GPU."""
+    from ..hardware import get_gpu
+    from ..planner import PlanError, serve_throughput
+    g = get_gpu(gpu, gpu_file)
+    pp = 1 if pp is None else pp
+    tps = [tp] if tp is not None else [t for t in (1, 2, 4, 8, 16, 32, 64)
+                                        if t <= g.gpus_per_node]
+    rows, errors = [], []
+    for t in tps:
+        try:
+            rows.append(serve_throughput(model, g, n_in, n_out, tp=t, pp=pp, weights=weights,
+                                         kv_dtype=kv_dtype, precision=precision,
+                                         gpu_file=gpu_file))
+        except PlanError as e:
+            errors.append(str(e))
+    if not rows:
+        raise PlanError(errors[0] if len(errors) == 1 else
+                        f"no tp in {tps} x pp {pp} fits: {errors[0]}")
+    rows.sort(key=lambda d: (-d["output_tokens_per_s"] / (d["tp"] * d["pp"]), d["tp"]))
+    b = rows[0]
+    out = {**b, "input_len": n_in, "output_len": n_out, "rate": "inf",
+           "mode": "offline max throughput", "total_gpus": b["tp"] * b["pp"],
+           "layouts": rows,
+           "notes": ["every request queued at once (trtllm-bench throughput); batch = "
+                     "min(trtllm-bench's max_batch_size, the KV cache's sequences, "
+                     "max_num_tokens x output / (input + output)); step time from "
+                     "serving_sim.StepModel at the default efficiencies (calibrate them "
+                     "for a GPU with txcalc.planner.serve_throughput(profile=...))"]}
+    if json_out:
+        emit_json(out)
+        return
+    from .narrow import fit_table, say
+    say(console, [f"{n_in:,} in / {n_out:,} out tokens,", "every request at once,",
+                  f"weights {b['weights']},", f"KV cache {kv_dtype}"],
+        first=f"{b['model']} on {b['gpu']}: ", sep=" ")
+    say(console, [f"{b['output_tokens_per_s']:,.0f} output tokens/s",
+                  f"({b['requests_per_s']:,.2f} requests/s);",
+                  f"batch {b['batch']:,}", f"(max_batch_size {b['max_batch_size']:,},",
+                  f"max_num_tokens {b['max_num_tokens']:,});",
+                  f"decode step {b['decode_step_s'] * 1e3:.1f} ms"],
+        first=f"  tp {b['tp']} x pp {b['pp']}: ", sep=" ")
+    fit_table(console, "layouts (output tokens/s per GPU)",
+              ["tp x pp", "batch", "step ms", "prefill ms/req", "out tok/s", "per GPU"],
+              [(f"{d['tp']} x {d['pp']}", f"{d['batch']:,}", f"{d['decode_step_s'] * 1e3:.1f}",
+                f"{d['prefill_s_per_request'] * 1e3:.2f}", f"{d['output_tokens_per_s']:,.0f}",
+                f"{d['output_tokens_per_s'] / (d['tp'] * d['pp']):,.0f}") for d in rows])
+
+
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                 itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
                 kv_opts, json_out, ep=None, plot=None) -> None:
@@ -279,6 +334,11 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     ttft = None if ttft_p99 is None else parse_duration(ttft_p99, "--ttft-p99")
     itl = None if itl_p99 is None else parse_duration(itl_p99, "--itl-p99")
     reps = None if replicas is None else I.integer("--replicas", replicas, 1, 4096)
+    if r is not None and math.isinf(r) and ttft is None and itl is None and reps is None \
+            and plot is None and not kv_opts:
+        _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weights,
+                        gpu_file, json_out)
+        return
     kw = {k: v for k, v in kv_opts.items() if k != "max_model_len"}
     if "max_model_len" in kv_opts and kv_opts["max_model_len"] < n_in + n_out:
         raise ServingError(f"--max-model-len ({kv_opts['max_model_len']:,}) is shorter than "
