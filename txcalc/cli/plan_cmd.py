@@ -292,7 +292,8 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
                      gpu_file=gpu_file, ep=ep, **kw)
     out = p.to_json()
     if plot is not None:
-        from ..serving_report import serving_load_data, write_serving_plots
+        from ..report.serving_load import write_serving_plots
+        from ..serving_report import serving_load_data
         b = p.best
         out["plots"] = write_serving_plots(serving_load_data(
             model, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
