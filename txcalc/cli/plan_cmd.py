@@ -179,6 +179,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           max_model_len: str = typer.Option(None, "--max-model-len", help="Longest sequence the engine admits (default: the context)."),
           max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens", help="Tokens of the largest step the engine profiles (default max(max-model-len, 2048))."),
           prefix_hit_rate: float = typer.Option(None, "--prefix-hit-rate", help="Share of each prompt found in the prefix cache (a shared prefix, stored once, never prefilled): 0-1."),
+          engine: str = typer.Option(None, "--engine", help="KV sizing rule: vllm (= vllm-v1), vllm-0.6, vllm-0.2 (those releases' memory profile), trtllm."),
           input_len: str = typer.Option(None, "--input-len", help="Prompt tokens per request: plans replicas for SLOs by simulating continuous batching."),
           output_len: str = typer.Option(None, "--output-len", help="Output tokens per request (with --input-len)."),
           rate: str = typer.Option(None, "--rate", help="Requests/s arriving (Poisson), or inf: every request at once (offline)."),
@@ -198,7 +199,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..planner import plan_infer
     from .. import serving as S
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
-                           max_num_batched_tokens, prefix_hit_rate)
+                           max_num_batched_tokens, prefix_hit_rate, engine)
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
         _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                     itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
