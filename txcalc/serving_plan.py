@@ -153,10 +153,12 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
                  overhead_s: float | None = None, seed: int = 0, prefix_hit_rate: float = 0.0,
-                 ep: int | None = None, screen: bool = True, **kv_kw) -> ServePlan:
+                 ep: int | None = None, screen: bool = True,
+                 attention_kernel: str = "profile", **kv_kw) -> ServePlan:
     """The cheapest layout x replicas meeting the SLOs (see the module docstring).
     ``screen``: skip simulations whose failure analytic floors prove (``serving_screen``;
-    the same best answer, layouts that cannot beat it left out of ``rows``)."""
+    the same best answer, layouts that cannot beat it left out of ``rows``).
+    ``attention_kernel``: of the context-parallel table (``serving_cp``: "profile", "fa3")."""
     from . import inputs as I
     from . import load
     from .hardware import get_gpu
@@ -181,6 +183,12 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     replicas = I.integer("replicas", replicas, 1, MAX_REPLICAS, none=True)
     cfg = load(model)
     g = get_gpu(gpu, gpu_file)
+    from .serving_cp import ATTENTION_KERNELS, HOPPER
+    if attention_kernel not in ATTENTION_KERNELS or (attention_kernel == "fa3"
+                                                     and g.name not in HOPPER):
+        raise ServePlanError(f"attention_kernel ({I.show(attention_kernel)}) must be one of "
+                             f"{', '.join(ATTENTION_KERNELS)} (fa3 on a Hopper GPU: "
+                             f"{', '.join(HOPPER)}; {g.name} given)")
     offline = rate is not None and math.isinf(rate)
     seq = input_len + output_len
     chunk_pinned = max_num_batched_tokens is not None
@@ -417,7 +425,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         from .serving_cp import cp_prefill
         cp_rows = [cp_prefill(model, g, input_len, cp=c, tp=rows[0].tp, weights=weights,
                               kv_dtype=kv_dtype, precision=precision, profile=profile,
-                              gpu_file=gpu_file).to_json() for c in CP_DEGREES]
+                              gpu_file=gpu_file, attention_kernel=attention_kernel).to_json()
+                   for c in CP_DEGREES]
         notes.append("context parallelism: one prompt's prefill on cp x tp GPUs in "
                      "context_parallel (ring attention; the simulation itself runs tp only)")
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
