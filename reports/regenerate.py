@@ -30,6 +30,11 @@ EXAMPLES: dict[str, list[str]] = {
     # Llama 3.1 70B served at its full 128k context on H200s.
     "llama-3.1-70b-serve-h200-128k": ["llama-3.1-70b", "--inference", "--gpu", "h200",
                                       "--context", "128k", "--concurrency", "16"],
+    # Llama 3.1 70B on H100s under load: 5,000-token prompts, 500-token outputs, 32 clients;
+    # TTFT and ITL against the request rate, and the layouts' throughput-latency Pareto front.
+    "llama-3.1-70b-serve-h100-load": ["llama-3.1-70b", "--inference", "--gpu", "h100",
+                                      "--concurrency", "32", "--input-len", "5000",
+                                      "--output-len", "500"],
     # Mixtral 8x7B (sparse MoE, 2 of 8 experts per token) trained on 1T tokens at 4k, with a
     # price of 2.5 per GPU-hour for the cost.
     "mixtral-8x7b-train-h100": ["mixtral-8x7b", "--gpu", "h100", "--tokens", "1T", "--seq",

@@ -50,6 +50,23 @@ vLLM versions differ in what the profile counts (each test names the version of 
 
 txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL when tp x pp >
 1) for every version: the measured terms are quoted beside each xfail in tests/test_serving.py.
+``engine`` picks the rule (``vllm`` = ``vllm-v1``):
+
+    engine     | profiled step (max_num_batched_tokens default) | non-KV memory added
+    -----------|------------------------------------------------|------------------------------
+    vllm-v1    | max(max_model_len, 2048), V1_CHUNK past 32K     | weights + peak + non-torch
+    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | the same terms
+    vllm-0.2   | max(max_model_len, 2048) (no chunked prefill)   | + the profile's all-reduce
+               |                                                 |   inputs, still reserved
+
+vllm-0.2: ``peak_memory = total_gpu_memory - free_gpu_memory`` after ``profile_run`` (PR #2031,
+"Fix peak memory profiling") counts what the caching allocator still reserves. Before
+vLLM set TORCH_NCCL_AVOID_RECORD_STREAMS=1 (vllm/worker/worker.py, init_device: "torch.
+distributed.all_reduce does not free the input tensor until the synchronization point. This
+causes the memory usage to grow as the number of all_reduce calls increases"; discuss.pytorch
+.org/t/191573), every TP all-reduce input of the profiled forward (one per row-parallel Linear
+and one for the vocab-parallel embedding: tokens x d_model activations each) stays reserved
+until the profile's synchronize: ``held_allreduce_bytes``.
 
 Only the engine's own functions give the per-token KV bytes, the weights and the op widths;
 nothing here is fitted to the logs the tests compare against (tests/test_serving.py).
@@ -74,7 +91,14 @@ DEFAULT_MAX_NUM_SEQS = 256
 #: defaults to 0.9 of the memory free after the engine loads; trtllm-build's tokens_per_block 64
 DEFAULT_FREE_FRACTION = 0.9
 TRTLLM_BLOCK_SIZE = 64
-ENGINES = ("vllm", "trtllm")
+#: "vllm" is "vllm-v1"; the versioned names pick the profile rule of those vLLM releases
+#: (VLLM_RULES, module docstring)
+ENGINES = ("vllm", "vllm-v1", "vllm-0.6", "vllm-0.2", "trtllm")
+#: V0's default chunk when chunked prefill is on (vLLM docs, "Performance and Tuning": "512 is
+#: the default max_num_batched_tokens for chunked prefill"): the step vllm-0.6 profiles past
+#: CHUNKED_PREFILL_ABOVE tokens; V1 profiles its 8,192-token budget
+V0_CHUNK = 512
+V1_CHUNK = 8192
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 #: vLLM V0 turned chunked prefill on by default past 32K tokens of max_model_len
 #: (vllm/engine/arg_utils.py); the profile then runs one chunk, not the whole length
@@ -118,6 +142,8 @@ class KvCapacity:
     kv_tokens: int
     max_concurrency: float
     engine: str = "vllm"
+    #: vllm-0.2: the profile's all-reduce inputs still reserved at its end (module docstring)
+    held_allreduce_bytes: int = 0
     prefix_hit_rate: float = 0.0
     prefix_shared_blocks: int = 0
     max_concurrency_prefix: float = 0.0  #: sequences of max_model_len sharing the prefix
@@ -136,8 +162,11 @@ def activation_peak_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, tp
     Engines fuse the Linears that read the same input (q/k/v: QKVParallelLinear; gate/up:
     MergedColumnParallelLinear); while such a group runs, live are: the residual stream
     (d_model), the group's input (its d_in), the group's outputs (sum of d_out x active,
-    column-split over TP) and the output of the op that consumes them (the next Linear's input,
-    split likewise when the group was). After the blocks the sampler holds
+    column-split over TP), the output of the op that consumes them (the next Linear's input,
+    split likewise when the group was) and that Linear's own output while it runs (vLLM's
+    issue #10517 log: peak torch memory 17.06 GiB at 20,000 tokens and 17.98 GiB at 29,000
+    for Llama-3.1-8B, 14.99 GiB of weights: 110,592 bytes per token = (4,096 residual +
+    4,096 MLP input + 28,672 gate_up + 14,336 SiluAndMul + 4,096 down_proj output) x 2). After the blocks the sampler holds
     ``max_num_seqs`` rows of logits (SAMPLER_BYTES_PER_LOGIT per element, vocab split over
     TP). The peak is the larger of the two.
     """
@@ -156,13 +185,28 @@ def activation_peak_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, tp
             j += 1
         split = tp if op.tp == "colwise" else 1
         nxt = next((o for o in ops[j:] if o.kind == "linear"), None)
-        consumer = nxt.d_in * max(1, nxt.active) if nxt is not None and nxt.layer == op.layer \
-            else 0
-        width = cfg.d_model + op.d_in + cdiv(outs, split) + cdiv(consumer, split)
+        same = nxt is not None and nxt.layer == op.layer
+        consumer = nxt.d_in * max(1, nxt.active) if same else 0
+        # the consuming Linear's output while it runs: vLLM's LlamaMLP.forward keeps gate_up
+        # referenced through ``x, _ = self.down_proj(x)`` (and LlamaAttention qkv through
+        # o_proj); a row-parallel output is whole on every rank (its all-reduce is in place)
+        consumer_out = cdiv(nxt.d_out * max(1, nxt.active), tp if nxt.tp == "colwise" else 1) \
+            if same else 0
+        width = cfg.d_model + op.d_in + cdiv(outs, split) + cdiv(consumer, split) + consumer_out
         best = max(best, tokens * width * act_bytes)
         i = j
     sampler = min(max_num_seqs, tokens) * cdiv(cfg.vocab_size, tp) * SAMPLER_BYTES_PER_LOGIT
     return max(best, sampler)
+
+
+def held_allreduce_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, pp: int = 1) -> int:
+    """vllm-0.2's reserved all-reduce inputs after its profile (module docstring): one
+    tokens x d_model activation per row-parallel block Linear of the fullest stage, plus the
+    vocab-parallel embedding's on the first stage."""
+    rowwise = sum(1 for op in ops if op.kind == "linear" and op.tp == "rowwise"
+                  and op.placement == "block")
+    embed = any(op.kind == "embedding" and op.tp == "vocab" for op in ops)
+    return (cdiv(rowwise, pp) + embed) * tokens * cfg.d_model * act_bytes
 
 
 def _weights_per_gpu(cfg: ModelConfig, model, ops, tp: int, pp: int, weights: str | None,
@@ -242,12 +286,16 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     if pp > n_blocks:
         raise ServingError(f"pp ({pp}) exceeds {cfg.name}'s {n_blocks} blocks")
     max_model_len = max_model_len or cfg.max_position
-    batched = max_num_batched_tokens or (max(max_model_len, 2048)
-                                         if max_model_len <= CHUNKED_PREFILL_ABOVE else 8192)
+    chunk = V0_CHUNK if engine == "vllm-0.6" else V1_CHUNK
+    batched = max_num_batched_tokens or (
+        max(max_model_len, 2048) if max_model_len <= CHUNKED_PREFILL_ABOVE
+        or engine == "vllm-0.2" else chunk)
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
     non_torch = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
+    held = held_allreduce_bytes(cfg, ops, batched, prec.act, pp) \
+        if engine == "vllm-0.2" and tp > 1 else 0
     graphs = 0
     total = g.usable_bytes
     trt = engine == "trtllm"
@@ -257,7 +305,7 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     per_token = cdiv(kv_cache_bytes_per_token(cfg, kv_dtype) * layers_per_stage,
                      n_blocks * kv_split)
     block = block_size * per_token
-    kv = budget - w - act - non_torch - graphs
+    kv = budget - w - act - non_torch - graphs - held
     if trt:  # the free memory's fraction, not a budget's remainder
         kv = int(max(kv, 0) * fraction)
     if kv < block:
@@ -267,23 +315,29 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
             f"{cfg.name} on {g.name} (tp {tp} x pp {pp}, {engine} {share})"
             f": no room for one KV block: budget {budget / GB:.2f} GB - weights "
             f"{w / GB:.2f} - activations {act / GB:.2f} - non-torch {non_torch / GB:.2f} "
-            f"= {kv / GB:.2f} GB")
+            + (f"- all-reduce inputs {held / GB:.2f} " if held else "")
+            + f"= {kv / GB:.2f} GB")
     blocks = kv // block
     tokens = blocks * block_size
     shared = int(cached_prefix_tokens([max_model_len], prefix_hit_rate, block_size)[0])
     return KvCapacity(cfg.name, g.name, tp, pp, gpu_memory_utilization, block_size,
                       max_model_len, batched, max_num_seqs, total, budget, w, act, non_torch,
                       graphs, kv, per_token, block, blocks, tokens, tokens / max_model_len,
-                      engine, float(prefix_hit_rate), shared // block_size,
+                      engine, held, float(prefix_hit_rate), shared // block_size,
                       max(0, tokens - shared) / (max_model_len - shared),
                       fraction if trt else None)
 
 
 def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,
-               max_num_batched_tokens=None, prefix_hit_rate=None) -> dict:
+               max_num_batched_tokens=None, prefix_hit_rate=None, engine=None) -> dict:
     """The CLI's paged-KV flags, checked (one-line errors naming the flag); only those given."""
     from . import inputs as I
     out = {}
+    if engine is not None:
+        if engine not in ENGINES:
+            raise I.InputError(f"--engine ({I.show(engine)}) must be one of "
+                               f"{', '.join(ENGINES)}")
+        out["engine"] = engine
     if gpu_memory_utilization is not None:
         out["gpu_memory_utilization"] = I.number("--gpu-memory-utilization",
                                                  gpu_memory_utilization, 0, 1)

@@ -24,6 +24,14 @@ context still to prefill, T / (T + P), is above about K / H: full prefill of a G
 always (K / H = 1/8 for Llama-3); pass-Q only when most of the context is cached (persistent
 KV, multi-turn). ``variant="auto"`` takes the faster. Rates, FLOPs and KV bytes come from
 ``serving_sim.step_model`` (the engine's op list); links from ``parallel.comm``.
+
+Attention kernel (``attention_kernel``): "profile" (default) rates attention by the GPU's
+DeviceProfile, on H100s FlashAttention-2's measured speed (timing.GPU_EFFICIENCY, also used
+for training); "fa3" by FlashAttention-3's forward on Hopper (Shah et al. 2024,
+arXiv:2407.08608, abstract: "FlashAttention-3 achieves speedup on H100 GPUs by 1.5-2.0x with
+FP16 reaching up to 740 TFLOPs/s (75% utilization)"): FA3_FORWARD_EFFICIENCY of the dense
+16-bit peak. Serving prefill at 128K-1M tokens is attention-bound (at 1M on Llama-3.1-405B
+attention is about 9 in 10 of the FLOPs), so the kernel sets the answer there.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ from dataclasses import dataclass
 from .errors import TxcalcError
 
 VARIANTS = ("auto", "pass-kv", "pass-q")
+ATTENTION_KERNELS = ("profile", "fa3")
+#: FlashAttention-3's forward on H100 SXM: 740 TFLOPs/s fp16 = 75 % of the 989.5 TFLOPS dense
+#: peak (Shah et al. 2024, arXiv:2407.08608, abstract)
+FA3_FORWARD_EFFICIENCY = 0.75
+#: FA3 is a Hopper (sm_90) kernel: the catalog's Hopper GPUs
+HOPPER = ("h100-sxm", "h100-pcie", "h200", "h800")
 
 
 class CpError(TxcalcError):
@@ -75,9 +89,11 @@ def ring_bytes(cfg, tp: int, new: int, cached: int, cp: int, variant: str,
 
 def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_tokens: int = 0,
                variant: str = "auto", weights: str | None = None, kv_dtype: str = "bf16",
-               precision: str = "bf16", profile=None, gpu_file=None) -> CpPrefill:
+               precision: str = "bf16", profile=None, gpu_file=None,
+               attention_kernel: str = "profile") -> CpPrefill:
     """Time to prefill one prompt of ``input_len`` tokens (``cached_tokens`` of them already
-    in the cache) on cp x tp GPUs (see the module table)."""
+    in the cache) on cp x tp GPUs (see the module table; ``attention_kernel``: "profile" or
+    "fa3", module docstring)."""
     from . import inputs as I
     from . import load
     from .hardware import get_gpu
@@ -92,8 +108,14 @@ def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_token
         raise CpError(f"cached_tokens ({cached:,}) must be below input_len ({input_len:,})")
     if variant not in VARIANTS:
         raise CpError(f"variant ({I.show(variant)}) must be one of {', '.join(VARIANTS)}")
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise CpError(f"attention_kernel ({I.show(attention_kernel)}) must be one of "
+                      f"{', '.join(ATTENTION_KERNELS)}")
     cfg = load(model)
     g = get_gpu(gpu, gpu_file)
+    if attention_kernel == "fa3" and g.name not in HOPPER:
+        raise CpError(f"attention_kernel fa3 is a Hopper kernel; {g.name} is not one of "
+                      f"{', '.join(HOPPER)}")
     if cfg.n_heads % tp:
         raise CpError(f"tp ({tp}) must divide {cfg.name}'s n_heads ({cfg.n_heads})")
     sm = step_model(model, g, tp=tp, kv_dtype=kv_dtype, precision=precision, weights=weights,
@@ -106,7 +128,10 @@ def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_token
     pairs = new * cached + new * (new + 1) // 2
     linear = (local * sm.lin_flops_per_token + sm.head_flops_per_row) \
         / (tp * sm.matmul_flops_per_s)
-    attn = -(-pairs // cp) * sm.attn_flops_per_pair / (tp * sm.attn_flops_per_s)
+    # FA3's figure is its 16-bit forward: attention runs in bf16/fp16 whatever the weights
+    attn_rate = sm.attn_flops_per_s if attention_kernel == "profile" else \
+        FA3_FORWARD_EFFICIENCY * g.peak("bf16")
+    attn = -(-pairs // cp) * sm.attn_flops_per_pair / (tp * attn_rate)
     tp_comm = sm.n_allreduce * (sm.ar_latency_s + local * sm.ar_s_per_token) if tp > 1 else 0.0
     bw, lat = (float(x) for x in comm.link(cp, tp, g))
 

@@ -74,14 +74,20 @@ def _fewest(run, limit: int):
 def plan_disaggregated(sm: StepModel, gpu, input_len: int, output_len: int, rate: float, *,
                        ttft_p99_s: float | None, itl_p99_s: float | None, n_requests: int,
                        max_num_batched_tokens: int, max_num_seqs: int, seed: int = 0,
-                       max_replicas: int = 4096) -> DisaggResult | None:
+                       max_replicas: int = 4096, known_to_fail: dict | None = None
+                       ) -> DisaggResult | None:
     """The fewest prefill and decode replicas of ``sm`` meeting the SLOs at ``rate``
-    requests/s (see the module table), or None when no count up to max_replicas does."""
+    requests/s (see the module table), or None when no count up to max_replicas does.
+    ``known_to_fail``: pool -> r -> True where r replicas provably fail
+    (``serving_plan._pool_screen``): counted as failed without simulating."""
+    skip = known_to_fail or {}
     n_layers = max(1, sm.n_allreduce // 2)
     whole = kv_transfer_s(sm, input_len, gpu)
     exposed = whole / n_layers
 
     def prefill(r: int):
+        if "prefill" in skip and skip["prefill"](r):
+            return False, None
         per = rate / r
         res = simulate(sm, n_requests, input_len, 1, rate=per,
                        max_num_batched_tokens=max_num_batched_tokens,
@@ -91,6 +97,8 @@ def plan_disaggregated(sm: StepModel, gpu, input_len: int, output_len: int, rate
         return ok, res
 
     def decode(r: int):
+        if "decode" in skip and skip["decode"](r):
+            return False, None
         per = rate / r
         res = simulate(sm, n_requests, input_len, output_len, rate=per,
                        max_num_batched_tokens=max_num_batched_tokens,

@@ -153,13 +153,18 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  max_num_batched_tokens: int | None = None,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
                  overhead_s: float | None = None, seed: int = 0, prefix_hit_rate: float = 0.0,
-                 ep: int | None = None, **kv_kw) -> ServePlan:
-    """The cheapest layout x replicas meeting the SLOs (see the module docstring)."""
+                 ep: int | None = None, screen: bool = True,
+                 attention_kernel: str = "profile", **kv_kw) -> ServePlan:
+    """The cheapest layout x replicas meeting the SLOs (see the module docstring).
+    ``screen``: skip simulations whose failure analytic floors prove (``serving_screen``;
+    the same best answer, layouts that cannot beat it left out of ``rows``).
+    ``attention_kernel``: of the context-parallel table (``serving_cp``: "profile", "fa3")."""
     from . import inputs as I
     from . import load
     from .hardware import get_gpu
     from .serving import ServingError
     from .serving_disagg import plan_disaggregated
+    from . import serving_screen as S
     from .serving_sim import STEP_OVERHEAD_S, prefix_savings, simulate, step_model
     input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
     output_len = I.integer("output_len", output_len, 1, I.MAX_SEQ)
@@ -178,6 +183,12 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     replicas = I.integer("replicas", replicas, 1, MAX_REPLICAS, none=True)
     cfg = load(model)
     g = get_gpu(gpu, gpu_file)
+    from .serving_cp import ATTENTION_KERNELS, HOPPER
+    if attention_kernel not in ATTENTION_KERNELS or (attention_kernel == "fa3"
+                                                     and g.name not in HOPPER):
+        raise ServePlanError(f"attention_kernel ({I.show(attention_kernel)}) must be one of "
+                             f"{', '.join(ATTENTION_KERNELS)} (fa3 on a Hopper GPU: "
+                             f"{', '.join(HOPPER)}; {g.name} given)")
     offline = rate is not None and math.isinf(rate)
     seq = input_len + output_len
     chunk_pinned = max_num_batched_tokens is not None
@@ -202,9 +213,36 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         if ep is not None:
             return [ep] if ep in (1, t) else []
         return [1, t] if cfg.n_experts and t > 1 and cfg.n_experts % t == 0 else [1]
-    for (t, p), chunk, e in ((lay, c, e) for lay in _candidate_layouts(
-            cfg, ep if tp is None and ep and ep > 1 else tp, pp, g.gpus_per_node)
-            for c in chunks for e in eps(lay[0])):
+    # the screen (serving_screen) where the plan searches replicas for a Poisson rate; the
+    # layouts with the fewest GPUs by the screen's floor first, so that a best found early
+    # screens out the rest (the rows are sorted at the end: the order changes no answer)
+    screening = (screen and disagg and not prefix_hit_rate)
+    layouts = _candidate_layouts(cfg, ep if tp is None and ep and ep > 1 else tp, pp,
+                                 g.gpus_per_node)
+    if screening:
+        def floor_gpus(lay) -> float:
+            try:
+                smf = step_model(model, g, tp=lay[0], pp=lay[1], kv_dtype=kv_dtype,
+                                 precision=precision, weights=weights, profile=profile,
+                                 gpu_file=gpu_file, max_model_len=seq,
+                                 max_num_batched_tokens=chunks[-1], max_num_seqs=max_num_seqs,
+                                 overhead_s=STEP_OVERHEAD_S if overhead_s is None
+                                 else overhead_s, **kv_kw)
+            except ServingError:
+                return math.inf
+            if smf.kv_capacity_tokens < seq:
+                return math.inf
+            for r in range(1, MAX_REPLICAS + 1):
+                n = int(min(SIM_MAX, max(SIM_MIN, rate / r * SIM_SECONDS)))
+                if not S.cannot_keep_up(smf, n, input_len, output_len, rate / r, chunks[-1],
+                                        max_num_seqs, seed, KEEP_UP):
+                    return r * lay[0] * lay[1]
+            return math.inf
+        layouts.sort(key=lambda lay: (lay[1], floor_gpus(lay), -lay[0]))
+    screened: list[str] = []
+    screened_keys: set = set()  # (tp, pp, ep) with a colocated chunk budget screened out
+    for (t, p), chunk, e in ((lay, c, e) for lay in layouts
+                             for c in chunks for e in eps(lay[0])):
         if pp is None and p > 1 and any(q == 1 for _, q in tried):
             continue  # pipeline stages only where no single-stage layout fits
         try:
@@ -223,7 +261,18 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         if prefix and saved is None:
             saved = prefix_savings(sm, input_len, prefix_hit_rate, prefix["block_size"])
 
+        def per_rate_n(r: int) -> tuple[float, int]:
+            per = rate / r
+            return per, int(min(SIM_MAX, max(SIM_MIN, per * SIM_SECONDS)))
+
+        def hopeless(r: int) -> bool:  # the screen: r replicas provably fail to keep up
+            per, n = per_rate_n(r)
+            return S.cannot_keep_up(sm, n, input_len, output_len, per, chunk, max_num_seqs,
+                                    seed, KEEP_UP)
+
         def run(r: int):
+            if screening and hopeless(r):
+                return False, None
             if offline:
                 n = SIM_MIN * 2
                 res = simulate(sm, n, input_len, output_len, rate=math.inf,
@@ -231,8 +280,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                                max_num_seqs=max_num_seqs, seed=seed, **prefix)
                 ok = True
             elif rate is not None:
-                per = rate / r
-                n = int(min(SIM_MAX, max(SIM_MIN, per * SIM_SECONDS)))
+                per, n = per_rate_n(r)
                 res = simulate(sm, n, input_len, output_len, rate=per,
                                max_num_batched_tokens=chunk,
                                max_num_seqs=max_num_seqs, seed=seed, **prefix)
@@ -248,6 +296,31 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                 and (itl_p99_s is None or res.itl(99) <= itl_p99_s)
             return ok, res
 
+        try_disagg = disagg and p == 1 and e == 1 and chunk == chunks[-1]
+        n_disagg = int(min(SIM_MAX, max(SIM_MIN, rate * SIM_SECONDS))) if disagg else 0
+        pool_fails = _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs,
+                                  seed, n_disagg, ttft_p99_s, itl_p99_s, g) \
+            if screening and try_disagg else None
+        if screening and S.slo_unreachable(sm, input_len, chunk, ttft_p99_s, itl_p99_s,
+                                           decode=output_len > 1):
+            # the note the search would end with: no replica count can meet the SLOs
+            notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
+                         "the SLOs")
+            continue
+        best = min((x.total_gpus for x in rows if x.meets_slo), default=None)
+        # cut: past this many replicas the layout cannot beat the best found so far; the
+        # search may stop there unless the disaggregated try (which the search gates: a
+        # layout whose colocated search fails is not tried disaggregated) could still win
+        cut = None
+        if screening and best is not None and (
+                pool_fails is None or _pools_beaten(S, pool_fails, best // t)):
+            cut = best // (t * p)
+        label = f"tp {t} x pp {p}" + (f" ep {e}" if e > 1 else "") + f" chunk {chunk}"
+        if cut is not None and S.all_fail(hopeless, cut):
+            # no replica count with at most the best's GPUs keeps up
+            screened.append(label)
+            screened_keys.add((t, p, e))
+            continue
         if replicas is not None or offline:
             r = replicas or 1
             ok, res = run(r)
@@ -259,17 +332,27 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                 if cache[hi][0]:
                     break
                 lo, hi = hi, hi * 2
+                if cut is not None and lo >= cut:
+                    break  # the answer lies past lo: more GPUs than the best
+            if cut is not None and lo >= cut:
+                screened.append(label)
+                screened_keys.add((t, p, e))
+                continue
             if hi > MAX_REPLICAS:
                 notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
                              "the SLOs")
                 continue
-            while hi - lo > 1:
+            while hi - lo > 1 and not (cut is not None and lo >= cut):
                 mid = (lo + hi) // 2
                 cache[mid] = run(mid)
                 if cache[mid][0]:
                     hi = mid
                 else:
                     lo = mid
+            if cut is not None and lo >= cut:
+                screened.append(label)
+                screened_keys.add((t, p, e))
+                continue
             r = hi
             ok, res = cache[r]
         total = r * t * p
@@ -286,13 +369,12 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                              r * res.goodput(ttft_p99_s, itl_p99_s), ok,
                              None if cost is None else cost / all_tps * 1e6,
                              None if cost is None else cost / out_tps * 1e6, e))
-        if disagg and p == 1 and e == 1 and chunk == chunks[-1]:
+        if try_disagg:
             d = plan_disaggregated(sm, g, input_len, output_len, rate, ttft_p99_s=ttft_p99_s,
                                    itl_p99_s=itl_p99_s, max_num_batched_tokens=chunk,
-                                   n_requests=int(min(SIM_MAX, max(SIM_MIN,
-                                                                   rate * SIM_SECONDS))),
+                                   n_requests=n_disagg,
                                    max_num_seqs=max_num_seqs, seed=seed,
-                                   max_replicas=MAX_REPLICAS)
+                                   max_replicas=MAX_REPLICAS, known_to_fail=pool_fails)
             if d is not None:
                 pr, dr = d.prefill, d.decode
                 tot = d.replicas * t
@@ -309,6 +391,10 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                     None if cost is None else cost / all_tps * 1e6,
                     None if cost is None else cost / out_tps * 1e6, 1, "disaggregated",
                     d.prefill_replicas, d.decode_replicas, d.kv_transfer_s))
+    if screened:
+        notes.append("screened out (serving_screen): layouts whose fewest replicas that "
+                     "could meet the SLOs need more GPUs than the best: "
+                     + ", ".join(screened))
     if not tried:
         raise ServePlanError(f"{cfg.name} with {seq:,} tokens per request does not fit on "
                              f"{g.name} in any layout tried (tp up to {g.gpus_per_node}, pp up "
@@ -328,6 +414,10 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
             seen.add((r.tp, r.pp, r.ep, r.mode))
             kept.append(r)
     rows = kept
+    if screened_keys:  # a layout's kept row may not be its best when a chunk was screened
+        rows = [r for r in rows if r is rows[0] or r.mode != "colocated"
+                or (r.tp, r.pp, r.ep) not in screened_keys
+                or r.total_gpus <= rows[0].total_gpus]
     if not rows[0].meets_slo:
         notes.append("no layout meets the SLOs with the pinned replicas; best shown")
     cp_rows = None
@@ -335,11 +425,37 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         from .serving_cp import cp_prefill
         cp_rows = [cp_prefill(model, g, input_len, cp=c, tp=rows[0].tp, weights=weights,
                               kv_dtype=kv_dtype, precision=precision, profile=profile,
-                              gpu_file=gpu_file).to_json() for c in CP_DEGREES]
+                              gpu_file=gpu_file, attention_kernel=attention_kernel).to_json()
+                   for c in CP_DEGREES]
         notes.append("context parallelism: one prompt's prefill on cp x tp GPUs in "
                      "context_parallel (ring attention; the simulation itself runs tp only)")
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
                      itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows)
+
+
+def _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs, seed, n,
+                 ttft_p99_s, itl_p99_s, gpu) -> dict:
+    """The screen of a disaggregated plan's two pools (``plan_disaggregated``'s simulations:
+    n requests at rate / r each): pool -> r -> True when r replicas provably fail."""
+    from .serving_disagg import kv_transfer_s
+    exposed = kv_transfer_s(sm, input_len, gpu) / max(1, sm.n_allreduce // 2)
+
+    def prefill(r: int) -> bool:
+        return S.slo_unreachable(sm, input_len, chunk, ttft_p99_s, None, exposed) or \
+            S.cannot_keep_up(sm, n, input_len, 1, rate / r, chunk, max_num_seqs, seed, KEEP_UP)
+
+    def decode(r: int) -> bool:
+        return S.slo_unreachable(sm, input_len, chunk, None, itl_p99_s,
+                                 decode=output_len > 1) or \
+            S.cannot_keep_up(sm, n, input_len, output_len, rate / r, chunk, max_num_seqs, seed,
+                             KEEP_UP, decode_only=True)
+    return {"prefill": prefill, "decode": decode}
+
+
+def _pools_beaten(S, fails: dict, most: int) -> bool:
+    """True when no split of at most ``most`` replicas into the two pools escapes the screen."""
+    p = next((r for r in range(1, most) if not fails["prefill"](r)), None)
+    return p is None or S.all_fail(fails["decode"], most - p)
 
 
 def parse_duration(text, name: str) -> float:

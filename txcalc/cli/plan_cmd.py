@@ -181,6 +181,8 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           max_model_len: str = typer.Option(None, "--max-model-len", help="Longest sequence the engine admits (default: the context)."),
           max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens", help="Tokens of the largest step the engine profiles (default max(max-model-len, 2048))."),
           prefix_hit_rate: float = typer.Option(None, "--prefix-hit-rate", help="Share of each prompt found in the prefix cache (a shared prefix, stored once, never prefilled): 0-1."),
+          attention_kernel: str = typer.Option(None, "--attention-kernel", help="Context-parallel prefill table (prompts of 128K+): profile (the GPU's, FlashAttention-2 on H100) or fa3 (FlashAttention-3 on Hopper, 75 % of peak)."),
+          engine: str = typer.Option(None, "--engine", help="KV sizing rule: vllm (= vllm-v1), vllm-0.6, vllm-0.2 (those releases' memory profile), trtllm."),
           input_len: str = typer.Option(None, "--input-len", help="Prompt tokens per request: plans replicas for SLOs by simulating continuous batching."),
           output_len: str = typer.Option(None, "--output-len", help="Output tokens per request (with --input-len)."),
           rate: str = typer.Option(None, "--rate", help="Requests/s arriving (Poisson), or inf: every request at once (offline)."),
@@ -200,14 +202,14 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..planner import plan_infer
     from .. import serving as S
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
-                           max_num_batched_tokens, prefix_hit_rate)
+                           max_num_batched_tokens, prefix_hit_rate, engine)
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
         _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                     itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                    kv_opts, json_out, ep, plot)
+                    kv_opts, json_out, ep, plot, attention_kernel)
         return
     for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep),
-                    ("--plot", plot)):
+                    ("--plot", plot), ("--attention-kernel", attention_kernel)):
         if v is not None:
             raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
                                  "--output-len with --rate or --concurrency")
@@ -313,7 +315,7 @@ def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weight
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                 itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                kv_opts, json_out, ep=None, plot=None) -> None:
+                kv_opts, json_out, ep=None, plot=None, attention_kernel=None) -> None:
     """plan infer's SLO mode: ``serving_plan.plan_serving`` on the checked flags."""
     from .options import options
     from .. import inputs as I
@@ -349,10 +351,13 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     p = plan_serving(model, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
                      ttft_p99_s=ttft, itl_p99_s=itl, price_per_gpu_hour=price, tp=tp, pp=pp,
                      replicas=reps, kv_dtype=kv_dtype, precision=precision, weights=weights,
-                     gpu_file=gpu_file, ep=ep, **kw)
+                     gpu_file=gpu_file, ep=ep, **kw,
+                     **({} if attention_kernel is None
+                        else {"attention_kernel": attention_kernel}))
     out = p.to_json()
     if plot is not None:
-        from ..serving_report import serving_load_data, write_serving_plots
+        from ..report.serving_load import write_serving_plots
+        from ..serving_report import serving_load_data
         b = p.best
         out["plots"] = write_serving_plots(serving_load_data(
             model, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,

@@ -35,6 +35,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
+           input_len: str = typer.Option("0", "--input-len", help="Serving: prompt tokens per request; with --output-len adds TTFT/ITL against load and the layouts' throughput-latency Pareto front (simulated)."),
+           output_len: str = typer.Option("0", "--output-len", help="Serving: output tokens per request (with --input-len)."),
            finetune: str = FT_OPTS["finetune"],
            lora_rank: int = FT_OPTS["lora_rank"],
            lora_alpha: float = FT_OPTS["lora_alpha"],
@@ -54,7 +56,10 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from ..report.writer import write_report
     from ..errors import WorkloadError
     from .options import options
+    from .. import inputs as I
 
+    n_in = I.parse_context(input_len, "--input-len")
+    n_out = I.parse_context(output_len, "--output-len")
     opts = options(out=out, params=params, gpu=gpu, gpu_gb=gpu_gb, gpu_file=gpu_file,
                    precision=precision, optimizer=optimizer, batch=batch, seq=seq,
                    src_seq=src_seq, attn=attn, recompute=recompute, tokens=tokens, days=days,
@@ -72,7 +77,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         global_batch=global_batch, price=price,
                         context=opts["context"],
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s,
-                        weights=weights, finetune=finetune, lora_rank=lora_rank,
+                        input_len=n_in, output_len=n_out, weights=weights, finetune=finetune, lora_rank=lora_rank,
                         lora_alpha=lora_alpha, lora_targets=lora_targets,
                         lora_dropout=lora_dropout, trainable=trainable,
                         base_format=base_format, compare=compare)

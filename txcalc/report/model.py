@@ -56,6 +56,23 @@ def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None
     return planning.train_plan(req, cfg, parse_count(req.tokens), gpu, progress), ""
 
 
+def _serving_load(req: ReportRequest) -> dict:
+    """TTFT/ITL against load and the layouts' Pareto front (``serving_report``) for the
+    layout ``plan infer --input-len --output-len --concurrency C`` picks: its tp, pp and
+    chunk budget."""
+    from ..serving_plan import plan_serving
+    from ..serving_report import serving_load_data
+    kw = dict(weights=req.weights, kv_dtype=req.kv_dtype, gpu_file=req.gpu_file,
+              precision=req.precision)
+    best = plan_serving(req.model, req.gpu, req.input_len, req.output_len,
+                        concurrency=req.concurrency, **kw).best
+    d = serving_load_data(req.model, req.gpu, req.input_len, req.output_len, tp=best.tp,
+                          pp=best.pp, max_num_batched_tokens=best.max_num_batched_tokens, **kw)
+    d["layout_from"] = {"concurrency": req.concurrency, "tp": best.tp, "pp": best.pp,
+                        "max_num_batched_tokens": best.max_num_batched_tokens}
+    return d
+
+
 # --- the whole report -------------------------------------------------------------------------
 def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
                  progress: Progress = _quiet, runner=None) -> dict:
@@ -66,7 +83,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
 
     progress("model and GPU")
     cfg = load(req.model) if req.model is not None else None
-    if cfg is not None and req.seq is None and not (req.inference and req.context):
+    if cfg is not None and req.seq is None and not (req.inference and req.serve_context):
         # the planner's default sequence, recorded in the command (serving needs it only as
         # the context when none is given)
         from ..planner import default_seq
@@ -99,6 +116,9 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         request.pop("weights", None)
     if request.get("compare") is None:  # and reports without --compare
         request.pop("compare", None)
+    if not request.get("input_len"):  # serving reports without the load section read as before
+        request.pop("input_len", None)
+        request.pop("output_len", None)
     if request.get("finetune") == "full":  # and training reports without fine-tuning too
         for k in ("finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
                   "trainable", "base_format"):
@@ -110,6 +130,9 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         from .compare import compare_report
         progress(f"side by side: {req.compare}")
         data["compare"] = compare_report(req, runner)
+    if req.inference and req.input_len and plan is not None:
+        progress("latency against load (simulated)")
+        data["serving_load"] = _serving_load(req)
     progress("assembling sections")
     if req.inference:
         answer = text.answer_serving(data, req, gpu, name, no_plan)
@@ -130,6 +153,9 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         sections.append(text.activations_section(data))
     if cfg is not None:
         sections.append(text.kv_section(data, name))
+    if "serving_load" in data:
+        from .serving_load import serving_load_section
+        sections.append(serving_load_section(data["serving_load"]))
     if "finetune" in data:
         from .adapters import adapters_section
         sections.append(adapters_section(data))

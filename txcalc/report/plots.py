@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 
 from ..units import GB, plural, scale
-from .model import CATEGORY_LABELS
+from .sections import CATEGORY_LABELS
 
 DPI = 100
 SIZE = (9.0, 5.0)

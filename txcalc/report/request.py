@@ -39,6 +39,10 @@ class ReportRequest:
     concurrency: int = 1  #: serving: sequences served at once
     kv_dtype: str = "bf16"  #: serving: KV cache dtype
     tokens_per_s: float | None = None  #: serving: required decode throughput (planner)
+    #: serving: prompt and output tokens per request of the latency-against-load section
+    #: (``serving_report``: TTFT/ITL against load, the layouts' Pareto front); 0: none
+    input_len: int = 0
+    output_len: int = 0
     weights: str | None = None  #: serving: weight format (formats.scheme; None: the
     #: config.json's quantization_config, else the precision's dtype)
     finetune: str = "full"  #: training: full | lora | qlora | dora | freeze (txcalc.finetune)
@@ -75,7 +79,7 @@ class ReportRequest:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 problems.append(f"--{name} ({v!r}) must be a positive integer")
-        for name in ("src_seq", "context"):
+        for name in ("src_seq", "context", "input_len", "output_len"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 problems.append(f"--{name.replace('_', '-')} ({v!r}) must be a non-negative integer")
@@ -87,6 +91,12 @@ class ReportRequest:
             problems.append(f"--price ({self.price!r}) must be non-negative")
         if problems:
             raise WorkloadError("; ".join(problems))
+        if (self.input_len == 0) != (self.output_len == 0):
+            raise WorkloadError(f"give both --input-len ({self.input_len}) and --output-len "
+                                f"({self.output_len}), or neither")
+        if self.input_len and not self.inference:
+            raise WorkloadError(f"--input-len ({self.input_len}) and --output-len "
+                                f"({self.output_len}) apply to --inference reports")
         if self.weights is not None:
             if not self.inference:
                 raise WorkloadError(f"--weights ({self.weights!r:.60}) applies to --inference "
@@ -105,7 +115,8 @@ class ReportRequest:
 
     @property
     def serve_context(self) -> int:
-        return self.context or self.seq
+        """--context, else a request's input + output, else the sequence."""
+        return self.context or (self.input_len + self.output_len) or self.seq
 
     def argv(self) -> list[str]:
         """The options of ``txcalc report`` that reproduce this request (defaults omitted)."""
