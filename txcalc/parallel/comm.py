@@ -14,10 +14,12 @@ time = latency + bytes / bandwidth, bandwidth = the intra-node link when the who
 in one node (group size x rank stride <= GPUs per node), else the inter-node one: each GPU has
 its own NIC, and a ring collective (all-reduce, reduce-scatter, all-gather) of a group with r
 ranks in each node runs one NCCL channel per NIC, so it moves r NICs' worth (capped by the
-intra-node link): two HGX A100 nodes with four 200 Gb/s HDR NICs each reach 91 GB/s all-reduce
-bus bandwidth (NVIDIA/nccl-tests#100; 4 x 25 GB/s = 100), and "Alltoall cannot aggregate the
-bandwidth of multiple NICs" (NCCL's maintainer, NVIDIA/nccl-tests#267), so all-to-all and
-point-to-point run at one NIC's speed. Latency: 10 us a collective inside a node, 20 us across
+intra-node link). NVIDIA, on two 8-GPU HGX nodes: "You should achieve around 48GB/s from each
+CX7 NIC at 400Gbps. Then with NVLink based nodes that can be aggregated to achieve up to
+~396GB/s with the RING protocol" (NVIDIA/nccl-tests#319); two HGX A100 nodes with four 200 Gb/s
+NICs measure 91 GB/s all-reduce bus bandwidth (NVIDIA/nccl-tests#100: 4 x 25 = 100). "Alltoall
+cannot aggregate the bandwidth of multiple NICs" (NCCL's maintainer, NVIDIA/nccl-tests#267):
+all-to-all and point-to-point run at one NIC's speed. Latency: 10 us a collective inside a node, 20 us across
 nodes (order of NCCL's measured small-message latency).
 
 Overlap assumptions (used by ``parallel.evaluate``): the CP ring overlaps the attention
