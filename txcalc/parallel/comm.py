@@ -19,8 +19,8 @@ CX7 NIC at 400Gbps. Then with NVLink based nodes that can be aggregated to achie
 ~396GB/s with the RING protocol" (NVIDIA/nccl-tests#319); two HGX A100 nodes with four 200 Gb/s
 NICs measure 91 GB/s all-reduce bus bandwidth (NVIDIA/nccl-tests#100: 4 x 25 = 100). "Alltoall
 cannot aggregate the bandwidth of multiple NICs" (NCCL's maintainer, NVIDIA/nccl-tests#267):
-all-to-all and point-to-point run at one NIC's speed. Latency: 10 us a collective inside a node, 20 us across
-nodes (order of NCCL's measured small-message latency).
+all-to-all and point-to-point run at one NIC's speed. Latency: 10 us a collective inside a
+node, 20 us across nodes (order of NCCL's measured small-message latency).
 
 Overlap assumptions (used by ``parallel.evaluate``): the CP ring overlaps the attention
 compute of its layer; ZeRO-3 gathers overlap the compute of the micro-batch they serve; EP

@@ -158,7 +158,8 @@ def render(data: dict) -> str:
             "context) would be treated the same way.", "",
             "Published allocated peaks looked for and not usable as rows yet: torchtitan's "
             "performance tables (its logger prints `max_reserved_gib`: read at 3faaa1a0d, "
-            "d4c86e375 and today's main); Megatron-LM PR #482 (`tools/get_training_info/README.md`: "
+            "d4c86e375 and today's main); Megatron-LM PR #482 "
+            "(`tools/get_training_info/README.md`: "
             "`torch.cuda.max_memory_allocated()` of a \"Llama2 7B\" in four layouts on eight "
             "H800s, 28.8 to 69.1 GB, but its sequence length, vocabulary and norm are not "
             "stated, and picking them would be fitting); LitGPT's resource tables "
