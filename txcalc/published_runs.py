@@ -3,7 +3,7 @@ time model's efficiencies (txcalc.timing) to them.
 
 The runs live in ``txcalc/data/training_runs.json``: each has its source, the exact table row
 (``quote``), the setup (model, GPU, TP/PP/DP/CP, sequence, global batch, recompute,
-precision), what had to be assumed where the source is silent, the measured figure and
+precision; ``schedule`` and ``virtual`` stages where not 1F1B), what had to be assumed where the source is silent, the measured figure and
 ``split``: ``fit`` (the efficiencies are fitted on these) or ``test`` (never fitted: its
 ratios are the error band ``timing.TIME_RATIO_BAND``).
 
