@@ -87,12 +87,13 @@ def test_test_set_median_throughput_error_under_10_percent(data):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "the only published peak-memory figures in the table are torchtitan's max_reserved "
-    "(caching allocator, torch.compile + Float8 on a 96 GB H100): predicted 62.4 vs 83.9 GiB "
-    "(-25.6%) and 45.2 vs 71.9 GiB (-37.1%); txcalc predicts allocated bytes"))
+    "no test row publishes an allocated peak: the only published peaks in the table are "
+    "torchtitan's max_reserved (train.py logs max_reserved_gib; torch.compile + Float8 on a "
+    "96 GB H100), predicted 62.4 vs 83.9 GiB (-25.6%) and 45.2 vs 71.9 GiB (-37.1%), kept out "
+    "of the goal for want of a cited reserved-allocated rule; txcalc predicts allocated bytes"))
 def test_every_test_set_memory_figure_within_10_percent(data):
-    errors = [r.memory_error for r in data["after"] if r.run.split == "test"
-              and r.memory_error is not None]
+    errors = [r.memory_error_counts for r in data["after"] if r.run.split == "test"
+              and r.memory_error_counts is not None]
     assert errors and max(abs(e) for e in errors) <= tv.GOAL_MEMORY
 
 
@@ -146,3 +147,80 @@ def test_bad_runs_file_is_a_runs_error(tmp_path):
                  '"model": {}, "setup": {}, "measured": {"kind": "mfu"}}]}')
     with pytest.raises(RunsError, match="split 'train'"):
         load_runs(p)
+
+
+def test_reserved_peaks_are_shown_but_not_in_the_memory_goal(data, tmp_path):
+    """A measured peak names its allocator statistic; reserved peaks keep their error in the
+    table but are not compared (no cited reserved-allocated rule)."""
+    rows = {r.run.id: r for r in data["after"]}
+    reserved = [r for r in rows.values() if r.peak_stat == "reserved"]
+    assert reserved and all(r.memory_error is not None and r.memory_error_counts is None
+                            for r in reserved)
+    s = tv.summary(data["after"], "test")
+    assert s["n_reserved"] == len([r for r in reserved if r.run.split == "test"])
+    assert s["n_memory"] == sum(1 for r in rows.values() if r.run.split == "test"
+                                and r.peak_stat == "allocated" and not r.pending)
+    # a peak without its statistic is refused
+    import json
+    from txcalc.published_runs import runs_path
+    doc = json.loads(runs_path().read_text(encoding="utf-8"))
+    r0 = next(r for r in doc["runs"] if "peak_gib" in r["measured"])
+    del r0["measured"]["peak_stat"]
+    p = tmp_path / "runs.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(RunsError, match=f"{r0['id']}: peak_gib without a peak_stat"):
+        load_runs(p)
+
+
+def test_llama3_table4_row_quotes_the_paper_and_counts_palm_flops():
+    """The 405B row's setup is the quoted Table 4 row (GPUs, TP, CP, PP, DP, sequence, batch
+    size per DP group, tokens per batch, TFLOPs/GPU), and its MFU column is the TFLOPs/GPU
+    column over the H100's dense bf16 peak; the measured step counts PaLM's model FLOPs
+    (6 x parameters + 12 x layers x attention width x sequence per token)."""
+    from txcalc.accounting import count_params
+    from txcalc.published_runs import measured_step_time_s
+    r = {r.id: r for r in load_runs()}["llama3-405b-table4-8192gpu"]
+    c, s = _cells(r.quote), r.setup
+    gpus, tp, cp, pp, dp, seq, per_dp, tokens, tflops = (
+        int(c[0].replace(",", "")), int(c[1]), int(c[2]), int(c[3]), int(c[4]),
+        int(c[5].replace(",", "")), int(c[6]), c[7], float(c[8]))
+    assert (gpus, tp, cp, pp, dp, seq) == (s["gpus"], s["tp"], s.get("cp", 1), s["pp"],
+                                           s["dp"], s["seq"])
+    assert per_dp * dp == s["global_batch"] and tokens == f"{s['global_batch'] * seq // 2**20}M"
+    assert tflops == r.measured["tflops_per_gpu"]
+    assert float(c[9].rstrip("%")) == pytest.approx(tflops / 989.4 * 100, abs=0.6)
+    assert s["recompute"] == "none"  # "... without activation checkpointing" (section 3.3.2)
+    cfg = r.config()
+    assert (cfg.n_layers, cfg.n_heads * cfg.head_dim) == (126, 16384)
+    palm = s["global_batch"] * seq * (6 * count_params(cfg).total + 12 * 126 * 16384 * seq)
+    assert measured_step_time_s(r) == pytest.approx(palm / (gpus * tflops * 1e12), rel=1e-12)
+
+
+def test_every_nth_block_recompute_is_per_stage_as_torchtitan_wraps_it():
+    """torchtitan's "selective layer" AC wraps every N-th block of each rank's own blocks (a
+    per-process counter), so a stage of blocks / pp blocks recomputes (blocks / pp) // N of
+    them under any pp; uneven stages are not expressible (pending), and a stage with no N-th
+    block recomputes nothing."""
+    import dataclasses
+
+    from txcalc.published_runs import apply_flags, setting_and_layout
+    base = {r.id: r for r in load_runs()}["torchtitan-2024-a100-llama3-8b-sel-layer"]
+    assert base.setup["flags"]["recompute_every"] == 2 and base.config().n_layers == 32
+
+    def with_setup(**kw):
+        setup = dict(base.setup, **kw)
+        setup["flags"] = dict(base.setup["flags"], **kw.pop("flags", {}))
+        return dataclasses.replace(base, setup=setup)
+
+    # pp 1: 16 of the 32 blocks; pp 4 (8 blocks a stage): 4 a stage; every 3rd with pp 4: 2
+    assert setting_and_layout(base)[1].recompute_layers == 16
+    assert setting_and_layout(with_setup(pp=4, dp=16))[1].recompute_layers == 4
+    assert setting_and_layout(with_setup(pp=4, dp=16, flags={"recompute_every": 3}))[1] \
+        .recompute_layers == 2
+    # every 16th block with 4 stages of 8: no block of a stage is a 16th one
+    lay = setting_and_layout(with_setup(pp=4, dp=16, flags={"recompute_every": 16}))[1]
+    assert lay.recompute == "none"
+    # 32 blocks over 3 stages are uneven: pending, with the reason
+    missing = apply_flags(with_setup(pp=3, dp=16))[3]
+    assert missing == ["recompute_every with uneven stages (32 blocks, pp 3)"]
+    assert pending_reason(with_setup(pp=3, dp=16)).startswith("pending: needs recompute_every")

@@ -3,7 +3,7 @@ time model's efficiencies (txcalc.timing) to them.
 
 The runs live in ``txcalc/data/training_runs.json``: each has its source, the exact table row
 (``quote``), the setup (model, GPU, TP/PP/DP/CP, sequence, global batch, recompute,
-precision), what had to be assumed where the source is silent, the measured figure and
+precision; ``schedule`` and ``virtual`` stages where not 1F1B), what had to be assumed where the source is silent, the measured figure and
 ``split``: ``fit`` (the efficiencies are fitted on these) or ``test`` (never fitted: its
 ratios are the error band ``timing.TIME_RATIO_BAND``).
 
@@ -14,9 +14,20 @@ ratios are the error band ``timing.TIME_RATIO_BAND``).
     megatron_core_tflops   | Megatron-LM's num_floating_point_operations (training.py at the
                            |   quoted commit): 12 B S l h^2 ((1 + g/a + S/h) q/h + f/h x 3/2
                            |   if SwiGLU + V/(2 l h)) / (N X)
+    palm_tflops_per_gpu    | B S (6 P + 12 l h S) / (N X): PaLM's model FLOPs per token
+                           |   (Chowdhery et al. 2022, Appendix B: 6N + 12LHQT, H Q = the
+                           |   attention width, no causal halving; P all parameters)
     tokens_per_s_per_gpu   | B S / (N x tokens/s per GPU)
     mfu                    | txcalc's model FLOPs per step / (N x dense peak x MFU)
     memory_only            | none (only the peak memory is compared)
+
+A measured peak (``peak_gib``, GiB) names the allocator statistic it is (``peak_stat``,
+PEAK_STATS): ``allocated`` (``torch.cuda.max_memory_allocated``: the bytes of live tensors,
+what txcalc predicts) or ``reserved`` (``max_memory_reserved``: allocated plus the caching
+allocator's cached, fragmented and rounded-up segments). No published rule gives the
+reserved-allocated gap (it depends on the allocation sequence, ``expandable_segments`` and
+fragmentation), so reserved peaks are shown with their error but stay out of the memory goal
+(``Row.memory_error_counts``).
 
 A run's ``flags`` (``setup.flags``) name setup features beyond the Layout in the planner's
 own words (``FLAGS``: a kernel stack, communication overlap, partial recompute);
@@ -39,8 +50,11 @@ from pathlib import Path
 from .errors import TxcalcError
 
 SPLITS = ("fit", "test")
-MEASURED_KINDS = ("megatron_2021_tflops", "megatron_core_tflops", "tokens_per_s_per_gpu", "mfu",
-                  "memory_only")
+#: the allocator statistic a measured peak is (module doc); only "allocated" is compared in
+#: the memory goal
+PEAK_STATS = ("allocated", "reserved")
+MEASURED_KINDS = ("megatron_2021_tflops", "megatron_core_tflops", "palm_tflops_per_gpu",
+                  "tokens_per_s_per_gpu", "mfu", "memory_only")
 GiB = 2**30
 
 
@@ -96,6 +110,9 @@ def load_runs(path: str | Path | None = None) -> list[Run]:
     bad = [f"{r.id}: split {r.split!r}" for r in runs if r.split not in SPLITS]
     bad += [f"{r.id}: measured kind {r.measured.get('kind')!r}" for r in runs
             if r.measured.get("kind") not in MEASURED_KINDS]
+    bad += [f"{r.id}: peak_gib without a peak_stat of {PEAK_STATS} "
+            f"(got {r.measured.get('peak_stat')!r})" for r in runs
+            if "peak_gib" in r.measured and r.measured.get("peak_stat") not in PEAK_STATS]
     ids = [r.id for r in runs]
     bad += [f"{i}: given twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
     if bad:
@@ -116,10 +133,16 @@ def load_runs(path: str | Path | None = None) -> list[Run]:
 #:     recompute_layers    | N > 0, or "fewest that | Layout.recompute_layers (Megatron's block
 #:                         |   fit" (the smallest N |   method: the first N blocks of each stage)
 #:                         |   whose peak fits)     |
-#:     recompute_every     | N: every N-th block    | torchtitan's layer checkpointing; with one
-#:                         |   fully recomputed     |   pipeline stage the same count of blocks
-#:                         |                        |   as Layout.recompute_layers = blocks // N
-#:                         |                        |   (which blocks does not change the sums)
+#:     recompute_every     | N: every N-th block    | torchtitan's layer checkpointing, exactly:
+#:                         |   fully recomputed     |   each rank wraps every N-th of its own
+#:                         |                        |   blocks (a per-process counter,
+#:                         |                        |   parallelize_llama.py at 3faaa1a0d: "_count
+#:                         |                        |   % ac_freq == 0"), so each of the pp stages
+#:                         |                        |   of blocks / pp recomputes (blocks / pp) // N
+#:                         |                        |   of them: Layout.recompute_layers, which
+#:                         |                        |   counts per stage (which blocks does not
+#:                         |                        |   change the sums); pending when the stages
+#:                         |                        |   are uneven (blocks % pp != 0)
 #:     offload_checkpoints | bool                   | Layout.offload_checkpoints
 FLAGS = ("stack", "overlap", "recompute_layers", "recompute_every", "offload_checkpoints")
 FEWEST_THAT_FIT = "fewest that fit"
@@ -147,11 +170,17 @@ def apply_flags(run: Run) -> tuple[dict, dict, list[str], list[str]]:
         elif name == "overlap":
             pass  # below: it replaces the stack's
         elif name == "recompute_every":
-            if s["pp"] != 1:
-                missing.append(f"{name} with pp > 1")
-                continue
             n_blocks = sum(depth for _, depth in run.config().stacks)
-            layout["recompute_layers"] = n_blocks // int(value)
+            if n_blocks % s["pp"]:
+                missing.append(f"{name} with uneven stages ({n_blocks} blocks, pp {s['pp']})")
+                continue
+            count = n_blocks // s["pp"] // int(value)
+            # no block of a stage is an N-th one: nothing recomputes (recompute_layers 0
+            # would mean every block)
+            if count:
+                layout["recompute_layers"] = count
+            else:
+                layout["recompute"] = "none"
         else:
             layout[name] = value
         applied.append(name)
@@ -184,16 +213,17 @@ def setting_and_layout(run: Run, profile=None):
                            s["precision"], "adamw", profile=profile, **kw)
     base = dict(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s.get("cp", 1), zero=s["zero"],
                 sp=s["sp"], micro_batch=s["micro_batch"], recompute=s["recompute"],
-                hybrid_shard=s.get("hybrid_shard", False))
+                hybrid_shard=s.get("hybrid_shard", False),
+                schedule=s.get("schedule", "1f1b"), virtual=s.get("virtual", 1))
     if extra_l.get("recompute_layers") == FEWEST_THAT_FIT:
         per_stage = -(-setting.n_blocks // s["pp"])
-        tries = [Layout(**base, **dict(extra_l, recompute_layers=n))
+        tries = [Layout(**{**base, **extra_l, "recompute_layers": n})
                  for n in range(1, per_stage)]
         r = evaluate_layouts(setting, tries) if tries else None
         fits = [lay for i, lay in enumerate(tries)
                 if int(r["total_bytes"][i]) <= setting.gpu.memory_bytes]
         extra_l = dict(extra_l, recompute_layers=fits[0].recompute_layers if fits else 0)
-    layout = Layout(**base, **extra_l)
+    layout = Layout(**{**base, **extra_l})
     return setting, layout
 
 
@@ -224,7 +254,10 @@ def measured_step_time_s(run: Run, cfg=None, model_flops_step: float | None = No
         peak = get_gpu(s["gpu"]).peak(COMPUTE_DTYPE[s["precision"]])
         return model_flops_step / (n * peak * m["mfu"])
     l, h, V = cfg.n_layers, cfg.d_model, cfg.vocab_size
-    if kind == "megatron_2021_tflops":
+    if kind == "palm_tflops_per_gpu":
+        from .accounting import count_params
+        flops = b * seq * (6 * count_params(cfg).total + 12 * l * cfg.n_heads * cfg.head_dim * seq)
+    elif kind == "megatron_2021_tflops":
         flops = 96 * b * seq * l * h * h * (1 + seq / (6 * h) + V / (16 * l * h))
     else:  # megatron_core_tflops
         a, g = cfg.n_heads, cfg.n_kv_heads
@@ -269,6 +302,16 @@ class Row:
         if self.pending or self.measured_peak is None or self.predicted is None:
             return None
         return self.predicted["peak_bytes"] / self.measured_peak - 1.0
+
+    @property
+    def peak_stat(self) -> str | None:
+        return self.run.measured.get("peak_stat")
+
+    @property
+    def memory_error_counts(self) -> float | None:
+        """memory_error where the measured peak is allocated bytes (like for like), else
+        None: a reserved peak is not compared (module doc)."""
+        return self.memory_error if self.peak_stat == "allocated" else None
 
 
 def evaluate_runs(runs: list[Run], profile_for=None) -> list[Row]:

@@ -86,8 +86,8 @@ DEFAULT_BW_EFFICIENCY = 0.80
 #: H200 and H800 have the H100's GH100 tensor cores (same dense peaks in the catalog): the
 #: H100's values; A100 40GB: the A100's.
 GPU_EFFICIENCY = {
-    "a100-80gb": {"matmul": 0.665, "attention": 0.615},
-    "h100-sxm": {"matmul": 0.580, "attention": 0.374},
+    "a100-80gb": {"matmul": 0.653, "attention": 0.615},
+    "h100-sxm": {"matmul": 0.546, "attention": 0.374},
 }
 #: goodput: the fraction of a production run's wall-clock time spent on useful training
 #: (restarts after failures, checkpoint loads and maintenance take the rest). Grattafiori et
@@ -115,7 +115,7 @@ FLASH_HEAD_DIM_FACTOR = {64: 324 / 370, 128: 1.0, 256: 298 / 370}
 #: they come from (txcalc/data/training_runs.json;
 #: ``python3 -m txcalc.report.training_validation`` recomputes them and the test checks them).
 #: A time, day or GPU-hour answer T has the band [T x low, T x high]; an MFU M: [M / high, M / low]
-TIME_RATIO_BAND = (0.91256, 1.12227)
+TIME_RATIO_BAND = (0.89835, 1.10767)
 TIME_BAND_RUNS = 22
 TIME_BAND_COVERAGE = 0.8  #: the fraction of measured runs the band claims to hold
 

@@ -11,9 +11,16 @@ Ring algorithms (NCCL's defaults for large messages); ``size`` is the full buffe
     point-to-point  | size                   | PP activations, CP ring of keys/values
 
 time = latency + bytes / bandwidth, bandwidth = the intra-node link when the whole group sits
-in one node (group size x rank stride <= GPUs per node), else the inter-node one (each GPU has
-its own NIC, so a ring across nodes runs at one NIC's speed). Latency: 10 us a collective
-inside a node, 20 us across nodes (order of NCCL's measured small-message latency).
+in one node (group size x rank stride <= GPUs per node), else the inter-node one: each GPU has
+its own NIC, and a ring collective (all-reduce, reduce-scatter, all-gather) of a group with r
+ranks in each node runs one NCCL channel per NIC, so it moves r NICs' worth (capped by the
+intra-node link). NVIDIA, on two 8-GPU HGX nodes: "You should achieve around 48GB/s from each
+CX7 NIC at 400Gbps. Then with NVLink based nodes that can be aggregated to achieve up to
+~396GB/s with the RING protocol" (NVIDIA/nccl-tests#319); two HGX A100 nodes with four 200 Gb/s
+NICs measure 91 GB/s all-reduce bus bandwidth (NVIDIA/nccl-tests#100: 4 x 25 = 100). "Alltoall
+cannot aggregate the bandwidth of multiple NICs" (NCCL's maintainer, NVIDIA/nccl-tests#267):
+all-to-all and point-to-point run at one NIC's speed. Latency: 10 us a collective inside a
+node, 20 us across nodes (order of NCCL's measured small-message latency).
 
 Overlap assumptions (used by ``parallel.evaluate``): the CP ring overlaps the attention
 compute of its layer; ZeRO-3 gathers overlap the compute of the micro-batch they serve; EP
@@ -42,6 +49,19 @@ def bytes_sent(kind: str, size, n):
     return FACTOR[kind] * (n - 1) / n * size
 
 
+#: the collectives whose rings run one channel per NIC, so that a group with r ranks in each
+#: node moves its inter-node traffic over r NICs at once (NCCL; all-to-all does not:
+#: "Alltoall cannot aggregate the bandwidth of multiple NICs", NVIDIA/nccl-tests#267)
+RING_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def nics_per_group(n, stride, gpu):
+    """The NICs of one node that a group of ``n`` ranks ``stride`` apart has to itself: its
+    ranks in the node (the node's other GPUs belong to the groups running beside it)."""
+    import numpy as np
+    return np.clip(gpu.gpus_per_node // np.maximum(np.asarray(stride), 1), 1, np.asarray(n))
+
+
 def link(n, stride, gpu):
     """(bandwidth bytes/s, latency s) of a group of ``n`` ranks ``stride`` apart."""
     import numpy as np
@@ -55,5 +75,8 @@ def collective_s(kind: str, size, n, stride, gpu, count=1):
     """Seconds for ``count`` collectives of ``size`` bytes over a group (0 when n == 1)."""
     import numpy as np
     bw, lat = link(n, stride, gpu)
+    if kind in RING_KINDS:
+        bw = np.where(np.asarray(n) * np.asarray(stride) <= gpu.gpus_per_node, bw,
+                      np.minimum(bw * nics_per_group(n, stride, gpu), gpu.intra_node_bytes_per_s))
     t = lat + bytes_sent(kind, size, n) / np.maximum(bw, 1.0)  # 0 bytes when n == 1
     return count * np.where(np.asarray(n) > 1, t, 0.0)
