@@ -362,6 +362,10 @@ class TrainingMemory:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
             self.ops  # refuses unknown targets and ranks above a target's width now
+        if self.work.loss != "full" and (self.cfg.head != "lm" or self.cfg.lm_head_bias):
+            raise WorkloadError(f"loss {self.work.loss!r} applies to a causal LM head without "
+                                f"a bias; {self.cfg.name} has head {self.cfg.head!r}"
+                                + (" with a bias" if self.cfg.lm_head_bias else ""))
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -505,6 +509,16 @@ class TrainingMemory:
             ids += w.rows("src")
         return 8 * ids + 4
 
+    def _loss_temp(self, when: str) -> int:
+        """The loss's transient at the forward peak or as backward starts (txcalc.lm_loss)."""
+        from . import lm_loss
+        if self.cfg.head not in VOCAB_HEADS:
+            return 0
+        if when == "forward":
+            return lm_loss.forward_peak_extra(self.work, self.cfg.vocab_size,
+                                              self.cfg.embed_dim, self._bytes.act)
+        return lm_loss.backward_early(self.work, self.cfg.vocab_size, self._bytes.act)
+
     def _logits(self, per_element: int) -> int:
         return self.work.rows("seq") * self.cfg.vocab_size * per_element if \
             self.cfg.head in VOCAB_HEADS else 0
@@ -563,6 +577,9 @@ class TrainingMemory:
             return out
         a = self._bytes.act
         act = self.activations - self.offloaded_activations + 4  # + the returned loss
+        if self.cfg.head == "lm":  # labels the loss does not save (txcalc.lm_loss)
+            from .lm_loss import held_labels
+            act += held_labels(w)
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
@@ -571,12 +588,12 @@ class TrainingMemory:
             emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
         out = {
             "after_forward": phase(act=act),
-            "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),
+            "peak_forward": phase(act=act, temp=self._loss_temp("forward")),
             "after_backward": phase(grad=self.gradients, act=self.inputs),
         }
         # the first backward ops: the two fp32 T x V buffers of the loss, or a quantised weight
         # dequantised for the last block's input gradient, whichever is larger
-        early = phase(act=act, temp=max(self._logits(8), self.dequant_bytes))
+        early = phase(act=act, temp=max(self._loss_temp("backward"), self.dequant_bytes))
         late = phase(grad=self.gradients, act=self.inputs, temp=emb_grad)
         out["peak_backward"] = max(early, late, key=lambda c: c["total"])
         steady = base | {"opt": 0 if self._offload_opt else
