@@ -663,7 +663,7 @@ class TrainingMemory:
                 "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
                 "recompute_method": self.work.recompute_method,
                 "recompute_layers": self.work.recompute_layers, "fused": list(self.work.fused),
-                "attn_impl": self.work.attn_impl, "params": self.n_params,
+                "attn_impl": self.work.attn_impl, "loss": self.work.loss, "params": self.n_params,
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,

@@ -269,6 +269,8 @@ class Op:
         saved = self.saved
         if self.saved_fused is not None and FUSED_KIND.get(self.kind) in w.fused:
             saved = self.saved_fused
+        if self.grad_in_forward(w):  # Liger keeps grad_input, its input's size, trained or not
+            saved = ((self.d_in, "a"),)
         fused = w.attn_impl == "flash"
         mask = 1 if w.dropout_mask == "bool" else act_bytes
         fp32 = act_bytes == 4
@@ -310,8 +312,9 @@ class Op:
             total += 4 * loss_chunks(w.loss) + chunk_copy_extra(w, 8)
         if self.grad_in_forward(w) and self.trainable:  # Liger's grad_weight, weight dtype
             total += self.d_in * self.d_out * act_bytes
-        if self.kind == "linear" and self.component == "lm_head" and loss_chunks(w.loss) > 1:
-            from .lm_loss import chunk_copy_extra  # its input chunks, folded to 2-D
+        if self.kind == "linear" and self.component == "lm_head" and saved and \
+                loss_chunks(w.loss) > 1:  # its input chunks, folded to 2-D (a frozen head
+            from .lm_loss import chunk_copy_extra  # keeps none)
             total += chunk_copy_extra(w, self.d_in * act_bytes)
         total += sum(width * size[tag] for width, tag in self.saved_once)
         if self.kind == "ssd_scan":
