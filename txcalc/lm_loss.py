@@ -71,15 +71,51 @@ def forward_peak_extra(work: Workload, vocab: int, d: int, a: int) -> int:
     return best
 
 
-def backward_early(work: Workload, vocab: int, a: int) -> int:
-    """Bytes above the saved activations as backward starts through the loss."""
+def _sizes(work: Workload) -> list[int]:
+    """Positions per chunk (tensor_split: the first S mod N chunks one longer)."""
+    n = loss_chunks(work.loss)
+    q, rem = divmod(work.seq, n)
+    return [q + 1] * rem + [q] * (n - rem)
+
+
+def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) -> int:
+    """Bytes above the saved activations (and the loss) while backward runs through the loss
+    and the head; ``grad``: the head's gradient bytes per element when it trains (else 0).
+
+    Chunked, in autograd's order (the last chunk first; every chunk's loss before any chunk's
+    head, which ran earlier in the forward): the cross-entropy of chunk i holds its two fp32
+    gradients (8 V r_i) while each later chunk has freed its log-probabilities, total weight
+    and label copy and left a 16-bit logits gradient (a V r_j). Then the head, chunk by chunk:
+    a trained head's weight gradients meet in autograd's input buffer, old + new -> sum (three
+    V x D at once, from the second chunk on), beside the logits gradients not yet used, the
+    input gradients made (D a r_j), less the saved inputs freed (a chunk's copy with its node;
+    the whole hidden states with the last node that holds a view of them)."""
     t = work.rows("seq")
     if work.loss == "fused-linear":
         return 0
     if work.loss == "full":
         return 8 * t * vocab
-    return max(8 * vocab * rows - (4 - a) * vocab * (t - _rows_through(work, i))
-               for i, rows in chunk_runs(work))
+    b, sizes = work.batch, _sizes(work)
+    n = len(sizes)
+    rows = [b * s for s in sizes]
+    copy = [b > 1 and s >= 2 for s in sizes]
+    views = [i for i, s in enumerate(sizes) if s >= 1 and not (b > 1 and s >= 2)]
+    after = [0] * (n + 1)  # bytes the chunks after i have freed by the time i runs
+    for i in range(n - 1, -1, -1):
+        after[i] = after[i + 1] + (4 - a) * vocab * rows[i] + 4 + (8 * rows[i] if copy[i] else 0)
+    best = max(8 * vocab * rows[i] - after[i + 1] + 4 for i in range(n))
+    if grad and n > 1:
+        done = -after[0]
+        later = copied = 0  # rows of chunks i..N; copied (saved) rows among them
+        for i in range(n - 1, -1, -1):  # the accumulation of chunk i (0-based), i < N - 1
+            later += rows[i]
+            copied += rows[i] if copy[i] else 0
+            if i == n - 1:
+                continue
+            freed = d * a * copied + (d * a * t if views and i <= views[0] else 0)
+            best = max(best, done + 3 * vocab * d * grad + 4 + (d * a - a * vocab) * later
+                       - freed)
+    return best
 
 
 def _chunk_views(work: Workload) -> tuple[bool, int]:
