@@ -1277,6 +1277,9 @@ class ReferenceModel(nn.Module):
     the kernel it picks depends on the device). ``recompute``: none | selective | full.
     """
 
+    #: the LM loss without whole logits (reference/loss.py use_loss); None: Loss on them
+    lm_loss = None
+
     def __init__(self, cfg: ModelConfig, dtype=torch.float32, attn_impl: str = "eager",
                  recompute: str = "none", softmax_fp32: bool = True, dropout: bool = False):
         super().__init__()
@@ -1491,6 +1494,9 @@ class ReferenceModel(nn.Module):
         """A scalar to differentiate: the LM loss, or (no head) the sum of the outputs (and
         the pooler's); masked LM: the loss of every position's own token; seq_cls/token_cls:
         the loss of class 0 for each sequence / token."""
+        if self.lm_loss is not None and self.cfg.head == "lm":  # reference/loss.py
+            return self.lm_loss(self, [self.hidden(ids, src_ids)],
+                                default_labels(ids) if labels is None else labels)
         h = self.hidden(ids, src_ids)
         head = self.cfg.head
         if head in ("lm", "none"):

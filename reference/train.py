@@ -121,6 +121,9 @@ def memory_by_phase(cfg, work, precision: str = "bf16-mixed", optimizer: str = "
         if finetune is not None:  # adapters and frozen parameters (reference/lora.py)
             from .lora import finetune as apply
             apply(model, finetune)
+        if work.loss != "full":  # chunked or fused-linear cross-entropy (reference/loss.py)
+            from .loss import use_loss
+            use_loss(model, work.loss)
         trainer = Trainer(model, precision, optimizer)
         tracker = MemTracker()
         for p in model.parameters():  # MemTracker hooks every parameter's gradient, which a

@@ -362,6 +362,10 @@ class TrainingMemory:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
             self.ops  # refuses unknown targets and ranks above a target's width now
+        if self.work.loss != "full" and (self.cfg.head != "lm" or self.cfg.lm_head_bias):
+            raise WorkloadError(f"loss {self.work.loss!r} applies to a causal LM head without "
+                                f"a bias; {self.cfg.name} has head {self.cfg.head!r}"
+                                + (" with a bias" if self.cfg.lm_head_bias else ""))
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -505,6 +509,23 @@ class TrainingMemory:
             ids += w.rows("src")
         return 8 * ids + 4
 
+    def _loss_temp(self, when: str) -> int:
+        """The loss's transient at the forward peak or as backward starts (txcalc.lm_loss)."""
+        from . import lm_loss
+        if self.cfg.head not in VOCAB_HEADS:
+            return 0
+        if when == "forward":
+            extra = lm_loss.forward_peak_extra(self.work, self.cfg.vocab_size,
+                                               self.cfg.embed_dim, self._bytes.act)
+            head = next((op for op in self.ops if op.path == "lm_head"), None)
+            if self.work.loss == "full" and head is not None and not head.saved:
+                # a frozen head saves no input: the caller's hidden states, alive at the loss
+                extra += self.work.rows("seq") * self.cfg.embed_dim * self._bytes.act
+            return extra
+        head = any(op.trainable for op in self.ops if op.path == "lm_head" and op.params)
+        return lm_loss.backward_early(self.work, self.cfg.vocab_size, self.cfg.embed_dim,
+                                      self._bytes.act, self._bytes.grad if head else 0)
+
     def _logits(self, per_element: int) -> int:
         return self.work.rows("seq") * self.cfg.vocab_size * per_element if \
             self.cfg.head in VOCAB_HEADS else 0
@@ -563,25 +584,33 @@ class TrainingMemory:
             return out
         a = self._bytes.act
         act = self.activations - self.offloaded_activations + 4  # + the returned loss
+        if self.cfg.head == "lm":  # labels the loss does not save (txcalc.lm_loss)
+            from .lm_loss import held_labels
+            act += held_labels(w)
+        ids, leaf = self.frozen_table_inputs
+        act += ids + (0 if leaf and self._leaf_saved else leaf)
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
         if self.cfg.tie_embeddings and self.cfg.head in VOCAB_HEADS and self._table_trains:
             # the table's gradient from the lookup, then its sum with the head's gradient
             emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
+        # the frozen table's leaf and, from backward on, its gradient: the graph holds both
+        # until the loss goes (after the step)
+        done = self.inputs + 2 * leaf
         out = {
             "after_forward": phase(act=act),
-            "peak_forward": phase(act=act, temp=self._logits(a + (4 if a != 4 else 0))),
-            "after_backward": phase(grad=self.gradients, act=self.inputs),
+            "peak_forward": phase(act=act, temp=self._loss_temp("forward")),
+            "after_backward": phase(grad=self.gradients, act=done),
         }
         # the first backward ops: the two fp32 T x V buffers of the loss, or a quantised weight
         # dequantised for the last block's input gradient, whichever is larger
-        early = phase(act=act, temp=max(self._logits(8), self.dequant_bytes))
-        late = phase(grad=self.gradients, act=self.inputs, temp=emb_grad)
+        early = phase(act=act, temp=max(self._loss_temp("backward"), self.dequant_bytes))
+        late = phase(grad=self.gradients, act=self.inputs + leaf, temp=emb_grad)
         out["peak_backward"] = max(early, late, key=lambda c: c["total"])
         steady = base | {"opt": 0 if self._offload_opt else
                          self.optimizer_states + self.step_counters}
-        out["after_step"] = dict(steady, grad=self.gradients, act=self.inputs)
+        out["after_step"] = dict(steady, grad=self.gradients, act=done)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
         # offloaded: the step and its temporaries run on the host
         temps = (0, 0) if self._offload_opt else (self.master_grad_copies,
@@ -592,6 +621,44 @@ class TrainingMemory:
         out["peak"] = max((out[k] for k in ("peak_forward", "peak_backward", "peak_step")),
                           key=lambda c: c["total"])
         return out
+
+    @cached_property
+    def frozen_table_inputs(self) -> tuple[int, int]:
+        """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
+        tensors through forward and backward. The frozen lookup saves no ids (the caller still
+        holds them); PEFT's ``enable_input_require_grads`` (reference/lora.py) makes its output
+        a leaf that requires grad, which the graph holds (and, in backward, its ``.grad``,
+        the size of the embedding input gradient counted in ``phases``) until the loss is
+        freed: E a bytes per token of each stream through the table (after forward not
+        beside the saved tensors when block 0 saves that very tensor, ``_leaf_saved``)."""
+        table = next((op for op in self.ops if op.path == "embed.tokens" and
+                      op.kind == "embedding"), None)
+        if self.finetune is None or table is None or table.trainable:
+            return 0, 0
+        rows = sum(self.work.rows(op.stream) for op in self.ops
+                   if op.path == "embed.tokens")
+        return 8 * rows, rows * self.cfg.embed_dim * self._bytes.act
+
+    @property
+    def _leaf_saved(self) -> bool:
+        """Whether block 0 saves the frozen table's output itself: it is block 0's input (no
+        positions added, no norm, dropout or projection between) and block 0 is fully
+        recomputed (its checkpoint) or opens with a norm that saves its input: LayerNorm, a
+        fused RMSNorm, or HF's RMSNorm in fp32 (its fp32 copy is the tensor itself)."""
+        cfg, w, a = self.cfg, self.work, self._bytes.act
+        if cfg.pos_type == "learned" or cfg.type_vocab_size or cfg.embed_norm or \
+                cfg.embed_dim != cfg.d_model or (w.dropout and cfg.embed_dropout):
+            return False
+        if w.block_mode(0) == "full" and w.keeps_block_input(0):
+            return True
+        stack = cfg.stacks[0][0]
+        first = next((op for op in self.ops if op.stack == stack and op.layer == 0 and
+                      op.kind != "checkpoint"), None)
+        if first is None or first.kind != "norm" or not first.saved:
+            return False
+        saved = first.saved_fused if first.saved_fused is not None and "norm" in w.fused \
+            else first.saved
+        return saved[0][1] == "a" or (saved[0][1] == "f32" and a == 4)
 
     # --- offload: host memory and PCIe traffic ------------------------------------------------
     @property
@@ -646,7 +713,7 @@ class TrainingMemory:
                 "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
                 "recompute_method": self.work.recompute_method,
                 "recompute_layers": self.work.recompute_layers, "fused": list(self.work.fused),
-                "attn_impl": self.work.attn_impl, "params": self.n_params,
+                "attn_impl": self.work.attn_impl, "loss": self.work.loss, "params": self.n_params,
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .workload import Workload
+from .workload import Workload, loss_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +189,10 @@ class Op:
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind in ("linear", "weight_product"):
-            return self._matmul(self.fixed_rows or w.rows(self.stream), 1)
+            f = self._matmul(self.fixed_rows or w.rows(self.stream), 1)
+            if self.grad_in_forward(w):  # the head's input and weight gradients, one each
+                f += f * (self.trainable + self.input_grad)
+            return f
         if self.kind == "rel_scores":
             return self._matmul(w.rows(self.stream), self.fixed_rows)
         if self.kind == "conv1d":  # padded on both sides by k - 1, then cut to the S causal
@@ -266,6 +269,8 @@ class Op:
         saved = self.saved
         if self.saved_fused is not None and FUSED_KIND.get(self.kind) in w.fused:
             saved = self.saved_fused
+        if self.grad_in_forward(w):  # Liger keeps grad_input, its input's size, trained or not
+            saved = ((self.d_in, "a"),)
         fused = w.attn_impl == "flash"
         mask = 1 if w.dropout_mask == "bool" else act_bytes
         fp32 = act_bytes == 4
@@ -300,8 +305,17 @@ class Op:
         if self.component == "rel_bias" and self.trainable:  # T5 bucket ids: one int64 per
             # (query, key) pair, for the table's gradient (a frozen table keeps none)
             total += self.pairs(w) * 8
-        if self.kind == "loss":
-            total += 4  # the scalar loss
+        if self.kind == "loss" and w.loss == "fused-linear":
+            return 0  # Liger: no logits; the head keeps grad_input (its own saved row)
+        if self.kind == "loss":  # the scalar total weight, one per chunk (torchtune: one
+            from .lm_loss import chunk_copy_extra  # cross_entropy call a chunk), label copies
+            total += 4 * loss_chunks(w.loss) + chunk_copy_extra(w, 8)
+        if self.grad_in_forward(w) and self.trainable:  # Liger's grad_weight, weight dtype
+            total += self.d_in * self.d_out * act_bytes
+        if self.kind == "linear" and self.component == "lm_head" and saved and \
+                loss_chunks(w.loss) > 1:  # its input chunks, folded to 2-D (a frozen head
+            from .lm_loss import chunk_copy_extra  # keeps none)
+            total += chunk_copy_extra(w, self.d_in * act_bytes)
         total += sum(width * size[tag] for width, tag in self.saved_once)
         if self.kind == "ssd_scan":
             total += ssd_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
@@ -322,9 +336,17 @@ class Op:
             return rows * self.heads * (self.d_out * act_bytes + 4)
         return 0
 
+    def grad_in_forward(self, w: Workload) -> bool:
+        """Liger's fused linear cross-entropy (``Workload.loss`` fused-linear) computes the LM
+        head's gradients inside the forward, chunk by chunk, and recomputes nothing: its
+        backward FLOPs move to the forward, the step's total is unchanged."""
+        return w.loss == "fused-linear" and self.kind == "linear" and self.component == "lm_head"
+
     def bwd_flops(self, w: Workload, model: bool = False) -> int:
         """Backward matmul FLOPs: 2x forward; a fused attention kernel counts 2.5x; a frozen
         Linear 1x (the input gradient only, no weight gradient); DoRA's weight product none."""
+        if self.grad_in_forward(w):
+            return 0
         fwd = self.fwd_flops(w, model)
         if self.kind in ("attn_scores", "attn_context") and w.attn_impl == "flash":
             return fwd * 5 // 2

@@ -56,6 +56,26 @@ class RecomputeMethod(StrEnum):
 #: act(gate) * up keeping gate and up only), loss (cross-entropy keeping the logits in the
 #: activation dtype and two fp32 statistics per row, not fp32 log-probabilities)
 FUSED_KERNELS = ("norm", "act", "loss")
+#: how the LM loss meets the vocabulary (``Workload.loss``; reference/loss.py runs each):
+#: full (the T x V logits at once: HF, or the fused "loss" kernel), chunked:N (torchtune's
+#: CEWithChunkedOutputLoss: the output projection and the fp32 upcast one of N sequence chunks
+#: at a time; N = 8, its default, when omitted), fused-linear (Liger's fused linear
+#: cross-entropy: logits and their gradient one row chunk at a time, inside the forward)
+LOSS_IMPLS = ("full", "chunked", "fused-linear")
+
+
+def loss_chunks(loss: str) -> int:
+    """Chunks of a ``Workload.loss`` ("chunked:N" -> N, "chunked" -> 8); 1 for the others.
+    Refuses anything else, naming it."""
+    from .inputs import show
+    if isinstance(loss, str) and loss in ("full", "fused-linear"):
+        return 1
+    if isinstance(loss, str) and loss.partition(":")[0] == "chunked":
+        n = loss.partition(":")[2] or "8"
+        if n.isdigit() and 1 <= int(n) <= 1 << 20:
+            return int(n)
+    raise WorkloadError(f"loss ({show(loss)}) must be full, chunked[:N] (N a whole number of "
+                        f"chunks, 1 to {1 << 20:,}) or fused-linear")
 RECOMPUTE_METHODS = tuple(m.value for m in RecomputeMethod)
 
 
@@ -96,6 +116,8 @@ class Workload:
     #: which blocks ``recompute`` applies to (RecomputeMethod) and N (0: every block)
     recompute_method: str = "block"
     recompute_layers: int = 0
+    #: the LM loss: full | chunked[:N] | fused-linear (LOSS_IMPLS)
+    loss: str = "full"
 
     def __post_init__(self) -> None:
         from .inputs import MAX_BATCH, MAX_SEQ, show
@@ -130,6 +152,10 @@ class Workload:
         elif self.recompute_method == "uniform" and n and self.recompute != "full":
             problems.append(f"recompute_method 'uniform' checkpoints groups of whole blocks: "
                             f"it needs recompute 'full', not {self.recompute!r}")
+        try:
+            loss_chunks(self.loss)
+        except WorkloadError as e:
+            problems.append(str(e))
         if problems:
             raise WorkloadError("; ".join(problems))
         if self.src_seq == 0:

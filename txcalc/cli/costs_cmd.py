@@ -12,7 +12,7 @@ from .fit_cmd import FT_OPTS, make_finetune
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
-              recompute_method="block", recompute_layers=0):
+              recompute_method="block", recompute_layers=0, loss="full"):
     """The workload of flops / memory; ``stack`` (txcalc.stacks) sets the fused kernels and,
     when ``attn`` is None, the attention kernel (else flash)."""
     from ..stacks import get_stack
@@ -22,9 +22,13 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
                     dropout=dropout, fused=prof.fused if prof else (),
                     softmax_fp32=prof.softmax_fp32 if prof else True,
-                    recompute_method=recompute_method, recompute_layers=recompute_layers)
+                    recompute_method=recompute_method, recompute_layers=recompute_layers,
+                    loss=loss)
 
 
+LOSS_HELP = ("LM loss: full (the T x V logits at once), chunked[:N] (torchtune's chunked "
+             "cross-entropy, N sequence chunks, default 8) or fused-linear (Liger's fused "
+             "linear cross-entropy: no logits kept, the head's gradients in the forward).")
 IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
                "config's family) join --seq / --context.")
 IMAGE_SIZE_HELP = "With --images on Qwen-VL (dynamic resolution): the images' side in pixels."
@@ -62,6 +66,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           lora_dropout: float = FT_OPTS["lora_dropout"],
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
+          loss: str = typer.Option("full", "--loss", help=LOSS_HELP),
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
           images: int = typer.Option(0, "--images", help=IMAGES_HELP),
           image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -77,7 +82,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     cfg = load(model) if head is None else load(model, head)
     extra = _image_tokens(cfg, images, image_size)
     seq = options(seq=seq + extra)["seq"]
-    work = _workload(batch, seq, src_seq, attn, recompute)
+    work = _workload(batch, seq, src_seq, attn, recompute, loss=loss)
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
@@ -148,6 +153,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
            offload: str = FT_OPTS["offload"],
+           loss: str = typer.Option("full", "--loss", help=LOSS_HELP),
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -195,7 +201,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout, ft, offload, head, stack, recompute_method, recompute_layers)
+                        dropout, ft, offload, head, stack, recompute_method, recompute_layers,
+                        loss)
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label
@@ -246,14 +253,14 @@ def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
               dropout=False, ft=None, offload="none", head=None, stack=None,
-              recompute_method="block", recompute_layers=0) -> dict:
+              recompute_method="block", recompute_layers=0, loss="full") -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
     cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
-                     recompute_layers)
+                     recompute_layers, loss)
     check_fits(cfg, work)
     m = TrainingMemory(cfg, work, precision, optimizer, ft, offload)
     return m.to_json() | m.finetune_json()

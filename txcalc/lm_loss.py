@@ -1,0 +1,148 @@
+"""The LM loss's transients when the logits are not made whole (``Workload.loss``).
+
+T = batch x seq tokens, V the vocabulary, D the head's input width, a the activation bytes.
+What each keeps for backward is declared on the ops (``Op.saved_bytes``, ``Op.grad_in_forward``);
+here are the tensors that live only for a moment, relative to the saved activations:
+
+    loss          | forward peak (beside what is saved)  | early backward
+    --------------|--------------------------------------|--------------------------------------
+    full          | the logits (a) and their fp32 copy   | two fp32 T x V buffers (8 T V)
+                  |  (4, none in fp32): T V (a + 4)      |
+    chunked:N     | every chunk's logits (T V a) and one | per chunk, last first: its two fp32
+    (torchtune)   |  chunk's fp32 copy (4 V r_i) while   |  buffers (8 V r_i) while the later
+                  |  the chunks after it have saved      |  chunks' log-probabilities are freed
+                  |  nothing yet; the peak ends the last |  and their 16-bit gradients wait for
+                  |  run of equal chunks                 |  the head: 8 V r_i - (4 - a) V (T - R_i)
+    fused-linear  | one row chunk's logits, overwritten  | nothing: the gradients exist already
+    (Liger)       |  by their gradient (r V a), and the  |
+                  |  fp32 per-row loss (4 T)            |
+
+Chunks: torchtune splits the sequence with ``tensor_split(N, dim=1)``: the first S mod N chunks
+hold ceil(S / N) positions, the rest floor (empty when N > S); r_i = batch x positions, R_i the
+rows of chunks 1..i. Liger's row chunk: next_pow2(ceil(T / ceil(V / D))), at most T
+(``fused_linear_cross_entropy_forward``: "inc_factor", "chunk_size").
+
+Scalars, as the reference (reference/loss.py) holds them at chunk i's nll_loss: its output and
+total weight, the running sum and the previous chunk's loss (0, 4, 8 bytes for i = 1, 2, >= 3);
+the N total weights are saved (4 N, ``Op.saved_bytes``). With batch > 1 the label chunks are
+copies (a (B, s_i) slice of (B, S) is not contiguous): the loss saves the copies while the
+caller still holds the labels, 8 T bytes more than the saved tensors; the same 8 T under
+fused-linear, which saves no labels at all (``held_labels``).
+"""
+
+from __future__ import annotations
+
+from .workload import Workload, loss_chunks
+
+
+def chunk_runs(work: Workload) -> list[tuple[int, int]]:
+    """torchtune's chunks as runs of equal size: [(last chunk index of the run, its rows)]."""
+    n = loss_chunks(work.loss)
+    q, rem = divmod(work.seq, n)
+    runs = [(rem, work.batch * (q + 1))] if rem else []
+    return runs + [(n, work.batch * q)]
+
+
+def _rows_through(work: Workload, i: int) -> int:
+    q, rem = divmod(work.seq, loss_chunks(work.loss))
+    return work.batch * (i * q + min(i, rem))
+
+
+def liger_chunk_rows(tokens: int, vocab: int, d: int) -> int:
+    """Rows of one chunk of Liger's fused linear cross-entropy."""
+    inc = -(-vocab // d)
+    return min(1 << (max(1, -(-tokens // inc)) - 1).bit_length(), tokens)
+
+
+def forward_peak_extra(work: Workload, vocab: int, d: int, a: int) -> int:
+    """Bytes above the saved activations (and the returned loss) at the loss's forward peak."""
+    t = work.rows("seq")
+    if work.loss == "fused-linear":
+        return liger_chunk_rows(t, vocab, d) * vocab * a + 4 * t
+    copy = 4 if a != 4 else 0  # logits.float() is the tensor itself in fp32
+    if work.loss == "full":
+        return t * vocab * (a + copy)
+    n, best = loss_chunks(work.loss), None
+    for i, rows in chunk_runs(work):
+        later = t - _rows_through(work, i)  # rows of chunks not yet run: nothing saved
+        held = 0 if i == 1 else 4 if i == 2 else 8
+        peak = t * vocab * a + copy * vocab * rows - 4 * vocab * later - 4 * (n - i) + held
+        best = peak if best is None else max(best, peak)
+    return best
+
+
+def _sizes(work: Workload) -> list[int]:
+    """Positions per chunk (tensor_split: the first S mod N chunks one longer)."""
+    n = loss_chunks(work.loss)
+    q, rem = divmod(work.seq, n)
+    return [q + 1] * rem + [q] * (n - rem)
+
+
+def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) -> int:
+    """Bytes above the saved activations (and the loss) while backward runs through the loss
+    and the head; ``grad``: the head's gradient bytes per element when it trains (else 0).
+
+    Chunked, in autograd's order (the last chunk first; every chunk's loss before any chunk's
+    head, which ran earlier in the forward): the cross-entropy of chunk i holds its two fp32
+    gradients (8 V r_i) while each later chunk has freed its log-probabilities, total weight
+    and label copy and left a 16-bit logits gradient (a V r_j). Then the head, chunk by chunk:
+    a trained head's weight gradients meet in autograd's input buffer, old + new -> sum (three
+    V x D at once, from the second chunk on), beside the logits gradients not yet used, the
+    input gradients made (D a r_j), less the saved inputs freed (a chunk's copy with its node;
+    the whole hidden states with the last node that holds a view of them)."""
+    t = work.rows("seq")
+    if work.loss == "fused-linear":
+        return 0
+    if work.loss == "full":
+        return 8 * t * vocab
+    b, sizes = work.batch, _sizes(work)
+    n = len(sizes)
+    rows = [b * s for s in sizes]
+    copy = [b > 1 and s >= 2 for s in sizes]
+    views = [i for i, s in enumerate(sizes) if s >= 1 and not (b > 1 and s >= 2)]
+    after = [0] * (n + 1)  # bytes the chunks after i have freed by the time i runs
+    for i in range(n - 1, -1, -1):
+        after[i] = after[i + 1] + (4 - a) * vocab * rows[i] + 4 + (8 * rows[i] if copy[i] else 0)
+    best = max(8 * vocab * rows[i] - after[i + 1] + 4 for i in range(n))
+    if grad and n > 1:
+        done = -after[0]
+        later = copied = 0  # rows of chunks i..N; copied (saved) rows among them
+        for i in range(n - 1, -1, -1):  # the accumulation of chunk i (0-based), i < N - 1
+            later += rows[i]
+            copied += rows[i] if copy[i] else 0
+            if i == n - 1:
+                continue
+            freed = d * a * copied + (d * a * t if views and i <= views[0] else 0)
+            best = max(best, done + 3 * vocab * d * grad + 4 + (d * a - a * vocab) * later
+                       - freed)
+    return best
+
+
+def _chunk_views(work: Workload) -> tuple[bool, int]:
+    """(whether some chunk is a view, rows of the chunks that are copies) of a (B, S, ...)
+    tensor split along S: a (B, s) slice reshapes to a view when B = 1 or s = 1 (s = 0:
+    empty), else it is copied (the label chunks; the lm_head's folded input)."""
+    n = loss_chunks(work.loss)
+    if n == 1 or work.batch == 1:
+        return True, 0
+    q, rem = divmod(work.seq, n)
+    sizes = [(q + 1, rem), (q, n - rem)]
+    copied = sum(work.batch * s * k for s, k in sizes if s >= 2)
+    return any(s == 1 and k for s, k in sizes), copied
+
+
+def chunk_copy_extra(work: Workload, row_bytes: int) -> int:
+    """Bytes saved beyond one row of ``row_bytes`` per token by a tensor the chunked loss
+    splits: when every chunk is a copy the copies replace the tensor (0); when some chunk is
+    a view the whole tensor stays saved beside the copies."""
+    if loss_chunks(work.loss) == 1:
+        return 0
+    view, copied = _chunk_views(work)
+    return row_bytes * (copied - (0 if view else work.rows("seq")))
+
+
+def held_labels(work: Workload) -> int:
+    """Label bytes alive beside the saved tensors (see above)."""
+    if work.loss == "fused-linear":
+        return 8 * work.rows("seq")
+    return 0 if _chunk_views(work)[0] else 8 * work.rows("seq")
