@@ -70,23 +70,22 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
                               ((1, "i64"),), stream="src")
     width = _embed_width(cfg)
     if cfg.pos_type == "learned" and stack == "encoder" and cfg.audio_mels:
-        # Whisper: a frozen (sinusoidal) table (requires_grad False in HF): nothing saved; its
-        # gradient and optimizer states are counted, as for Marian's tables below
+        # Whisper: a frozen (sinusoidal) table (requires_grad False in HF): nothing saved, no
+        # gradient, no optimizer states (trainable=False: memory and the planner follow it)
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
-                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=())
+                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=(),
+            trainable=False)
     elif cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
                         cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
     if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen nn.Embedding per stack
-        # frozen in HF (requires_grad False: nothing saved); counted as trainable for
-        # gradients and optimizer states, as the planner (parallel/evaluate.py) sizes them
-        # from all parameters: a small over-count (tests/test_encoder_decoders.py, strict xfail)
+        # frozen in HF (requires_grad False): nothing saved, no gradient, no optimizer states
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
                       cfg.max_position + cfg.position_offset, width,
-                      stream=_pos_stream(stack)), saved=())
+                      stream=_pos_stream(stack)), saved=(), trainable=False)
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:

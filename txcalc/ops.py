@@ -82,7 +82,7 @@ class Op:
     recompute: str = "none"
     kept: tuple[str, ...] = ()  #: checkpoint ops: recompute modes that keep this input
     ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
-    trainable: bool = True  #: reserved (LoRA/QLoRA): False = frozen, no grad or states
+    trainable: bool = True  #: False = frozen (fine-tuning; HF's frozen sinusoidal tables): no grad or states
     weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
     # --- state-space mixers (txcalc/mixers.py) ----------------------------------------------
     chunk: int = 0  #: ssd_scan: chunk length Q of the SSD algorithm
