@@ -399,7 +399,7 @@ class Attention(nn.Module):
         self.core = AttentionCore(impl, softmax_fp32, recompute,
                                   cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * h, D, cfg.out_bias)
-        maybe_drop(self, cfg.resid_dropout, dropout)
+        maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "mlp"), dropout)
         self.recompute = recompute
         self.rel = bool(cfg.rel_span) and not cross
         if self.rel:  # DeBERTa: the relative embeddings projected by this block
@@ -586,7 +586,7 @@ class MLA(nn.Module):
         self.core = AttentionCore(impl, softmax_fp32, recompute,
                                   cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * self.vd, D, cfg.out_bias)
-        maybe_drop(self, cfg.resid_dropout, dropout)
+        maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "mlp"), dropout)
         self.recompute = recompute
 
     def forward(self, x, ctx: Ctx, kv_in=None, bias=None, cache=None, causal: bool = False):
@@ -661,8 +661,8 @@ class MLP(nn.Module):
         self.act = Act(cfg.activation)
         maybe_drop(self, cfg.mlp_dropout, dropout, "act_dropout")
         self.down_proj = nn.Linear(d_ff, D, bias=bias, dtype=dtype)
-        if resid:
-            maybe_drop(self, cfg.resid_dropout, dropout)
+        if resid:  # after the block's MLP (not ALBERT's, ModernBERT's: resid_dropout_at)
+            maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "attn"), dropout)
 
     def forward(self, x):
         if self.gated:
@@ -765,7 +765,7 @@ class MoE(nn.Module):
         self.shared = (MLP(cfg, cfg.shared_d_ff, cfg.mlp_bias, dtype, dropout)
                        if cfg.shared_d_ff else None)
         self.shared_gate = SharedGate(cfg.d_model, dtype) if cfg.shared_expert_gate else None
-        maybe_drop(self, cfg.resid_dropout, dropout)
+        maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "attn"), dropout)
 
     def forward(self, x):
         B, S, D = x.shape

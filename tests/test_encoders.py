@@ -345,6 +345,53 @@ def test_deberta_v3_large_reference_matches_the_engine():
     reference_matches(txcalc.load("deberta-v3-large"), 1, 16, recomputes=("none", "full"))
 
 
+#: dropout fields of the types whose dropout sits off BERT's three places, and whether HF's
+#: eager softmax upcasts to fp32
+DROPOUT_KEYS = {"distilbert": (("dropout", "attention_dropout"), False),
+                "albert": (("hidden_dropout_prob", "attention_probs_dropout_prob"), False),
+                "esm": (("hidden_dropout_prob", "attention_probs_dropout_prob"), False),
+                "modernbert": (("embedding_dropout", "attention_dropout", "mlp_dropout"), True)}
+
+
+@pytest.mark.parametrize("model_type", sorted(DROPOUT_KEYS))
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_dropout_masks_equal_hf(model_type, data):
+    """DistilBERT (embeddings, probabilities, after the MLP only), ALBERT (BERT's places less
+    the MLP output's), ESM (less the embeddings'), ModernBERT (embeddings, probabilities, after
+    Wo, on the gated product): the bytes a training step saves beyond the same step in eval
+    mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``), each field drawn on
+    or off."""
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    keys, fp32 = DROPOUT_KEYS[model_type]
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    for key in keys:
+        raw[key] = data.draw(st.sampled_from([0.0, 0.1]), label=key)
+    seq = data.draw(st.integers(2, 10), label="seq")
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none").to(torch.bfloat16)
+    ids = torch.ones(1, seq, dtype=torch.long, device="meta")
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = measured()
+        model.eval()
+        off = measured()
+
+    def act(dropout: bool) -> int:
+        w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",
+                     softmax_fp32=fp32)
+        return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
+    assert act(True) - act(False) == on - off
+
+
 @st.composite
 def longformer(draw) -> dict:
     raw = draw(bert_like("longformer"))

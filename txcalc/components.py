@@ -219,7 +219,7 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
                         ((2 * H * h, "a"),), q_stream), tp="colwise", act_split="tp")
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
                  tp="rowwise")
-    if cfg.resid_dropout:
+    if cfg.resid_dropout and cfg.resid_dropout_at != "mlp":
         yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
 
 
@@ -355,7 +355,7 @@ def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator
     yield from _core(cfg, c, where, comp, qk, cfg.v_head_dim)
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias,
                  tp="rowwise")
-    if cfg.resid_dropout:
+    if cfg.resid_dropout and cfg.resid_dropout_at != "mlp":
         yield dropout(f"{c}dropout", where, comp + "dropout", D)
 
 
@@ -482,7 +482,7 @@ def _block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.stack_d_ff(stack), cfg.mlp_bias,
                        shares_input=shared_in)
-    if cfg.resid_dropout:
+    if cfg.resid_dropout and cfg.resid_dropout_at != "attn":
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
     if cfg.norm_position in ("sandwich", "post_sub"):
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)

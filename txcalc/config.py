@@ -194,6 +194,9 @@ class ModelConfig:
     #: Longformer: separate global q/k/v projections per block, run only for global tokens
     #: (none here: the base model's, masked LM's and token classifier's default)
     global_qkv: bool = False
+    #: where resid_dropout applies: after both sub-blocks, only after the attention output
+    #: ("attn": ALBERT, ModernBERT) or only after the MLP ("mlp": DistilBERT)
+    resid_dropout_at: str = "both"
     encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
     encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
     #: an encoder-decoder's decoder alone (WhisperForCausalLM): no encoder stack; its
@@ -600,6 +603,9 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
         out.append("sliding_chunks / global_qkv (Longformer) are for encoder models")
     if cfg.sliding_chunks and not cfg.sliding_window:
         out.append("sliding_chunks (Longformer) needs a sliding_window")
+    if cfg.resid_dropout_at not in ("both", "attn", "mlp"):
+        out.append(f"resid_dropout_at ({_show(cfg.resid_dropout_at)}) must be one of both, "
+                   "attn, mlp")
     return out
 
 

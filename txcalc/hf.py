@@ -527,7 +527,7 @@ def _distilbert(f):
                d_ff=f.int("hidden_dim", 3072), max_position=f.int("max_position_embeddings", 512),
                pos_type="learned", activation=f.act("activation", "gelu"), qkv_bias=True,
                out_bias=True, mlp_bias=True, norm_position="post", final_norm=False,
-               embed_norm=True)
+               embed_norm=True, resid_dropout_at="mlp")
     return _with_head(f, out, "distilbert")
 
 
@@ -562,7 +562,7 @@ def _albert(f):
                activation=f.act("hidden_act", "gelu_new"), qkv_bias=True, out_bias=True,
                mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True,
                embed_dim=f.int("embedding_size", 128), embed_factorised=True,
-               shared_groups=groups)
+               shared_groups=groups, resid_dropout_at="attn")
     return _with_head(f, out, "albert")
 
 
@@ -591,7 +591,7 @@ def _modernbert(f):
                out_bias=attn_bias, mlp_bias=f.bool("mlp_bias", False), norm_bias=norm_bias,
                norm_position="pre", final_norm=True, embed_norm=True, first_attn_norm=False,
                head_dense_bias=f.bool("classifier_bias", False),
-               tie_embeddings=f.bool("tie_word_embeddings", True))
+               tie_embeddings=f.bool("tie_word_embeddings", True), resid_dropout_at="attn")
     # local layers: layer_types, else every layer but each global_attn_every_n_layers-th
     # (0, k, 2k, ...) attends within local_attention // 2 tokens either side (model FLOPs
     # skip the rest; the dense kernel HF runs computes every pair)
@@ -802,9 +802,26 @@ _DROPOUT.update({
        for t, d, a in (("bart", 0.1, 0.0), ("mbart", 0.1, 0.0), ("marian", 0.1, 0.0),
                        ("pegasus", 0.1, 0.0), ("m2m_100", 0.1, 0.1), ("whisper", 0.0, 0.0))},
 })
-# not read (a training step with dropout on under-counts their masks): DistilBERT (no dropout
-# after its attention output), ALBERT, ModernBERT, ESM (token dropout) place theirs
-# differently from the engine's three places
+_DROPOUT.update({
+    # DistilBERT: ``dropout`` on the embeddings and after the MLP only (resid_dropout_at),
+    # ``attention_dropout`` on the probabilities
+    "distilbert": {"embed_dropout": ("dropout", 0.1), "attn_dropout": ("attention_dropout", 0.1),
+                   "resid_dropout": ("dropout", 0.1)},
+    # ALBERT: BERT's places less the MLP output's (its ``dropout`` is built, never run)
+    "albert": {"embed_dropout": ("hidden_dropout_prob", 0.0),
+               "attn_dropout": ("attention_probs_dropout_prob", 0.0),
+               "resid_dropout": ("hidden_dropout_prob", 0.0)},
+    # ESM: BERT's places less the embeddings' (HF leaves that line commented out); its
+    # token_dropout is a rescaling of masked tokens, not random dropout
+    "esm": {"attn_dropout": ("attention_probs_dropout_prob", 0.1),
+            "resid_dropout": ("hidden_dropout_prob", 0.1)},
+    # ModernBERT: ``embedding_dropout`` after the embedding norm, ``attention_dropout`` on the
+    # probabilities and after Wo (resid_dropout_at "attn"), ``mlp_dropout`` on the gated product
+    "modernbert": {"embed_dropout": ("embedding_dropout", 0.0),
+                   "attn_dropout": ("attention_dropout", 0.0),
+                   "resid_dropout": ("attention_dropout", 0.0),
+                   "mlp_dropout": ("mlp_dropout", 0.0)},
+})
 
 def _longformer(f):
     """Longformer (Beltagy et al. 2020, arXiv:2004.05150; HF LongformerModel): RoBERTa's
