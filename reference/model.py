@@ -32,6 +32,7 @@ same shapes, same FLOPs, same saved bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -155,6 +156,10 @@ class Ctx:
     cos: torch.Tensor | None = None
     sin: torch.Tensor | None = None
     bias: dict | None = None
+    #: DeBERTa: the (normalised) relative embeddings (2 span x D) and the S x S int64 relative
+    #: positions (log-bucketed for v3), built once per forward
+    rel: torch.Tensor | None = None
+    rel_pos: torch.Tensor | None = None
 
     def plain_causal(self, window: int) -> bool:
         """Whether the layer's bias is nothing but the causal mask over s x s (so a fused
@@ -297,8 +302,13 @@ class AttentionCore(nn.Module):
         self.recompute = recompute
         self.dropout = dropout  # on the probabilities; 0 unless the model trains with dropout
 
-    def forward(self, q, k, v, bias, causal: bool = False, sinks=None):
+    def forward(self, q, k, v, bias, causal: bool = False, sinks=None, rel=None):
         if self.recompute == "selective" and torch.is_grad_enabled():
+            if rel is not None:  # DeBERTa: positions and gather indices are inputs too
+                *tensors, factor = rel
+                return checkpoint(lambda q_, k_, v_, *r: self.core(q_, k_, v_, bias, causal,
+                                                                   None, (*r, factor)),
+                                  q, k, v, *tensors, use_reentrant=True)
             if bias is not None and bias.requires_grad:  # T5's bias: a checkpoint input
                 return checkpoint(self.core, q, k, v, bias, causal, use_reentrant=True)
             if sinks is not None:  # a parameter: an input of the checkpoint, saved by nobody
@@ -306,11 +316,11 @@ class AttentionCore(nn.Module):
                                   q, k, v, sinks, use_reentrant=True)
             return checkpoint(lambda *qkv: self.core(*qkv, bias, causal), q, k, v,
                               use_reentrant=True)
-        return self.core(q, k, v, bias, causal, sinks)
+        return self.core(q, k, v, bias, causal, sinks, rel)
 
-    def core(self, q, k, v, bias, causal, sinks=None):
+    def core(self, q, k, v, bias, causal, sinks=None, rel=None):
         # q: (B, H, S_q, w), k: (B, H, S_k, w), v: (B, H, S_k, w_v)
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        scale = 1.0 / math.sqrt(q.shape[-1] * (rel[-1] if rel is not None else 1))
         if self.impl == "eager":
             B, H, S_q, w = q.shape
             S_k, w_v = k.shape[2], v.shape[-1]
@@ -318,6 +328,8 @@ class AttentionCore(nn.Module):
             k3 = k.reshape(B * H, S_k, w)
             v3 = v.reshape(B * H, S_k, w_v)
             scores = torch.bmm(q3, k3.transpose(1, 2)) * scale
+            if rel is not None:
+                scores = scores + disentangled_scores(q3, k3, *rel[:-1]) * scale
             if bias is not None:
                 scores = (scores.view(B, H, S_q, S_k) + bias).view(B * H, S_q, S_k)
             if sinks is not None:
@@ -387,8 +399,16 @@ class Attention(nn.Module):
         self.core = AttentionCore(impl, softmax_fp32, recompute,
                                   cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * h, D, cfg.out_bias)
-        maybe_drop(self, cfg.resid_dropout, dropout)
+        maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "mlp"), dropout)
         self.recompute = recompute
+        self.rel = bool(cfg.rel_span) and not cross
+        if self.rel:  # DeBERTa: the relative embeddings projected by this block
+            self.span, self.c2p, self.p2c = cfg.rel_span, cfg.rel_c2p, cfg.rel_p2c
+            for name, src, built in (("pos_q_proj", self.q_proj, cfg.rel_share_key or self.p2c),
+                                     ("pos_k_proj", self.k_proj, cfg.rel_share_key or self.c2p)):
+                if built:
+                    setattr(self, name, SharedLinear(src) if cfg.rel_share_key
+                            else lin(D, H * h, cfg.qkv_bias))
 
     def project_kv(self, kv_in):
         B, S = kv_in.shape[:2]
@@ -427,11 +447,75 @@ class Attention(nn.Module):
                 else:
                     (k, v), k_pos = cache.update((k, v), ctx.q_pos)
                     bias, causal = ctx.bias_for(cache.window, k_pos), False
-        out = attend(self.core, q, k, v, bias, causal, self.sinks)
+        rel = self.disentangled(ctx, B) if self.rel else None
+        out = attend(self.core, q, k, v, bias, causal, self.sinks, rel)
         out = out.transpose(1, 2).reshape(B, S, -1)
         if gate is not None:  # the product keeps the core's output and the sigmoid's
             out = _copy(out) * gate
         return drop(self, self.o_proj(out))
+
+
+    def disentangled(self, ctx: Ctx, B: int):
+        """DeBERTa's inputs to the core (HF DisentangledSelfAttention): the relative
+        embeddings projected to H heads and repeated per sequence (B H, 2 span, h), keys
+        (c2p) and queries (p2c); the gather indices, S x S int64 clamped into the table; the
+        scale factor 1 + c2p + p2c (scores are divided by sqrt(h x factor))."""
+        H, h, span = self.H, self.h, self.span
+
+        def positions(name, used):
+            proj = getattr(self, name, None)
+            if proj is None:
+                return None
+            with torch.set_grad_enabled(torch.is_grad_enabled() and used):  # unused: forward
+                return proj(ctx.rel).view(2 * span, H, h).transpose(0, 1).repeat(B, 1, 1)
+        pq, pk = positions("pos_q_proj", self.p2c), positions("pos_k_proj", self.c2p)
+        c2p = torch.clamp(ctx.rel_pos + span, 0, 2 * span - 1) if self.c2p else None
+        p2c = torch.clamp(-ctx.rel_pos + span, 0, 2 * span - 1) if self.p2c else None
+        return (pk if self.c2p else None, pq if self.p2c else None, c2p, p2c,
+                1 + self.c2p + self.p2c)
+
+
+class SharedLinear(nn.Module):
+    """A Linear that runs another module's weight and bias, registered under its own name
+    (DeBERTa's share_att_key: q_proj and k_proj also project the relative embeddings)."""
+
+    def __init__(self, src: nn.Linear):
+        super().__init__()
+        self.__dict__["src"] = src  # not a submodule: its parameters belong to ``src``
+
+    def forward(self, x):
+        return F.linear(x, self.src.weight, self.src.bias)
+
+
+def disentangled_scores(q3, k3, pk, pq, c2p_idx, p2c_idx):
+    """DeBERTa's relative terms (He et al. 2020, arXiv:2006.03654, eq. 4) as HF computes them:
+    content->position q (pk)^T gathered at each pair's relative position, position->content
+    k (pq)^T gathered and transposed. Each bmm keeps its operands, each gather its index and
+    its input (B H x S x 2 span)."""
+    BH, S_q, S_k = q3.shape[0], q3.shape[1], k3.shape[1]
+    out = 0
+    if pk is not None:
+        out = out + torch.gather(torch.bmm(q3, pk.transpose(1, 2)), -1,
+                                 c2p_idx.expand(BH, S_q, S_k))
+    if pq is not None:
+        out = out + torch.gather(torch.bmm(k3, pq.transpose(1, 2)), -1,
+                                 p2c_idx.expand(BH, S_k, S_q)).transpose(-1, -2)
+    return out
+
+
+def deberta_relative_positions(q_pos, k_pos, buckets: int, max_position: int):
+    """HF ``build_relative_position``: query minus key position, log-bucketed when DeBERTa v3
+    sets position_buckets (``make_log_bucket_position``); int64 (S_q, S_k)."""
+    rel = q_pos[:, None] - k_pos[None, :]
+    if buckets > 0 and max_position > 0:
+        mid = buckets // 2
+        sign = torch.sign(rel)
+        abs_pos = torch.where((rel < mid) & (rel > -mid),
+                              torch.tensor(mid - 1, device=rel.device).type_as(rel), rel.abs())
+        log_pos = torch.ceil(torch.log(abs_pos / mid) / math.log((max_position - 1) / mid)
+                             * (mid - 1)) + mid
+        rel = torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign)
+    return rel.to(torch.long)
 
 
 class HeadNorm(nn.Module):
@@ -459,20 +543,21 @@ class HeadNorm(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
-def attend(core: AttentionCore, q, k, v, bias, causal: bool = False, sinks=None):
+def attend(core: AttentionCore, q, k, v, bias, causal: bool = False, sinks=None, rel=None):
     """Eager: repeat k and v to all query heads (HF repeat_kv) and make q, k, v contiguous,
     the tensors the matmuls save. SDPA: q, k, v as they come (HF's layout: heads are a
     transposed view, so the kernel's output transposed back is contiguous and is o_proj's
     input), k and v with their K heads (``enable_gqa``)."""
     if core.impl != "eager":
-        if sinks is not None:
-            raise NotImplementedError("attention sinks run with attn_impl='eager' only")
+        if sinks is not None or rel is not None:
+            raise NotImplementedError("attention sinks and DeBERTa's disentangled attention "
+                                      "run with attn_impl='eager' only")
         return core(q, k, v, bias, causal)
     n_rep = q.shape[1] // k.shape[1]
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
-    return core(q.contiguous(), k.contiguous(), v.contiguous(), bias, causal, sinks)
+    return core(q.contiguous(), k.contiguous(), v.contiguous(), bias, causal, sinks, rel)
 
 
 class MLA(nn.Module):
@@ -501,7 +586,7 @@ class MLA(nn.Module):
         self.core = AttentionCore(impl, softmax_fp32, recompute,
                                   cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * self.vd, D, cfg.out_bias)
-        maybe_drop(self, cfg.resid_dropout, dropout)
+        maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "mlp"), dropout)
         self.recompute = recompute
 
     def forward(self, x, ctx: Ctx, kv_in=None, bias=None, cache=None, causal: bool = False):
@@ -576,8 +661,8 @@ class MLP(nn.Module):
         self.act = Act(cfg.activation)
         maybe_drop(self, cfg.mlp_dropout, dropout, "act_dropout")
         self.down_proj = nn.Linear(d_ff, D, bias=bias, dtype=dtype)
-        if resid:
-            maybe_drop(self, cfg.resid_dropout, dropout)
+        if resid:  # after the block's MLP (not ALBERT's, ModernBERT's: resid_dropout_at)
+            maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "attn"), dropout)
 
     def forward(self, x):
         if self.gated:
@@ -680,7 +765,7 @@ class MoE(nn.Module):
         self.shared = (MLP(cfg, cfg.shared_d_ff, cfg.mlp_bias, dtype, dropout)
                        if cfg.shared_d_ff else None)
         self.shared_gate = SharedGate(cfg.d_model, dtype) if cfg.shared_expert_gate else None
-        maybe_drop(self, cfg.resid_dropout, dropout)
+        maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "attn"), dropout)
 
     def forward(self, x):
         B, S, D = x.shape
@@ -1323,6 +1408,10 @@ class ReferenceModel(nn.Module):
                     or cfg.extra_rel_bias:
                 owner.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.stack_heads(stack),
                                               dtype=dtype)
+            if cfg.rel_span:  # DeBERTa: relative embeddings shared by all blocks
+                owner.rel_embed = nn.Embedding(2 * cfg.rel_span, D, dtype=dtype)
+            if cfg.rel_norm:  # built even when unused (HF's norm_rel_ebd)
+                owner.rel_norm = LayerNorm(D, True, True, dtype)
             owner.layers = nn.ModuleList(
                 HybridBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 if cfg.mixers or cfg.ffns else
@@ -1412,6 +1501,16 @@ class ReferenceModel(nn.Module):
             ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w, pb) for w in windows}
         else:
             ctx.bias = {w: self.attn_bias(stack, q_pos, q_pos, w) for w in windows}
+        if cfg.rel_span:  # DeBERTa: normalised once per forward, read by every block
+            owner = self._owner(stack)
+            ctx.rel = owner.rel_embed.weight
+            # read by the projections; with neither c2p nor p2c no gradient flows back
+            with torch.set_grad_enabled(torch.is_grad_enabled() and (cfg.rel_c2p or cfg.rel_p2c)):
+                if cfg.rel_norm:
+                    ctx.rel = owner.rel_norm(ctx.rel)
+            ctx.rel_pos = deberta_relative_positions(q_pos, q_pos, cfg.rel_span if
+                                                     cfg.rel_max_position else 0,
+                                                     cfg.rel_max_position)
         return ctx
 
     def _embed(self, ids, stack: str, offset: int = 0):
@@ -1586,13 +1685,15 @@ def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):
     gradient (T5's relative-position bias), must be a checkpoint input; the rest stays in the
     shared context."""
     bias = ctx.bias.get(blk.window) if ctx.bias else None
-    if bias is None or not bias.requires_grad:
+    # DeBERTa's normalised relative embeddings need a gradient too: an input of every block
+    rel = ctx.rel if ctx.rel is not None and ctx.rel.requires_grad else None
+    if (bias is None or not bias.requires_grad) and rel is None:
         return checkpoint(lambda h, e: blk.run(h, ctx, e), x, enc, use_reentrant=True)
 
-    def run(h, e, b):
-        c = Ctx(ctx.model, ctx.stack, ctx.q_pos, ctx.cos, ctx.sin, {**ctx.bias, blk.window: b})
+    def run(h, e, b, r):
+        c = dataclasses.replace(ctx, bias={**ctx.bias, blk.window: b}, rel=r)
         return blk.run(h, c, e)
-    return checkpoint(run, x, enc, bias, use_reentrant=True)
+    return checkpoint(run, x, enc, bias, rel, use_reentrant=True)
 
 
 def default_labels(ids: torch.Tensor) -> torch.Tensor:

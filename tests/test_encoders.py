@@ -152,7 +152,7 @@ STRATEGIES = {
 #: HF cannot run these on meta (``.item()``): their FLOPs are measured on tiny CPU tensors
 ON_CPU = {"deberta-v2"}
 #: no reference-model build yet (params and FLOPs are checked against HF here)
-NO_REFERENCE = {"deberta-v2"}
+NO_REFERENCE: set[str] = set()
 
 
 def hf_model(raw: dict, head: str, device: str = "meta"):
@@ -320,6 +320,131 @@ def test_reference_model_saved_bytes_per_layer_exact(model_type, data):
     cfg = from_hf_dict(raw, head=head)
     reference_matches(cfg, data.draw(st.integers(1, 2), label="batch"),
                       data.draw(st.integers(2, 12), label="seq"))
+
+
+@pytest.mark.parametrize("types", [[], ["c2p"], ["p2c"], ["c2p", "p2c"]])
+@pytest.mark.parametrize("share", [True, False])
+def test_deberta_disentangled_terms(types, share):
+    """Every combination of DeBERTa's terms and share_att_key, bucketed (v3) and norm_rel_ebd:
+    FLOPs equal HF on CPU (with share_att_key HF projects both position tensors even when one
+    term is off: that projection runs forward only), and the reference model's params, FLOPs
+    and saved bytes per layer equal the engine's under each recompute mode."""
+    raw = {"model_type": "deberta-v2", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 20,
+           "relative_attention": True, "position_buckets": 4, "max_relative_positions": 12,
+           "norm_rel_ebd": "layer_norm", "share_att_key": share, "pos_att_type": types}
+    cfg = from_hf_dict(raw, head="mlm")
+    assert cfg.rel_span == 4 and cfg.rel_max_position == 12
+    f = count_flops(cfg, Workload(batch=2, seq=6))
+    assert f.forward + f.backward == train_step_flops(raw, "mlm", 2, 6)
+    reference_matches(cfg, 2, 6)
+
+
+def test_deberta_v3_large_reference_matches_the_engine():
+    """The deberta-v3-large preset (24 layers, 256 buckets, c2p and p2c) built on meta."""
+    reference_matches(txcalc.load("deberta-v3-large"), 1, 16, recomputes=("none", "full"))
+
+
+#: dropout fields of the types whose dropout sits off BERT's three places, and whether HF's
+#: eager softmax upcasts to fp32
+DROPOUT_KEYS = {"distilbert": (("dropout", "attention_dropout"), False),
+                "albert": (("hidden_dropout_prob", "attention_probs_dropout_prob"), False),
+                "esm": (("hidden_dropout_prob", "attention_probs_dropout_prob"), False),
+                "modernbert": (("embedding_dropout", "attention_dropout", "mlp_dropout"), True)}
+
+
+@pytest.mark.parametrize("model_type", sorted(DROPOUT_KEYS))
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_dropout_masks_equal_hf(model_type, data):
+    """DistilBERT (embeddings, probabilities, after the MLP only), ALBERT (BERT's places less
+    the MLP output's), ESM (less the embeddings'), ModernBERT (embeddings, probabilities, after
+    Wo, on the gated product): the bytes a training step saves beyond the same step in eval
+    mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``), each field drawn on
+    or off."""
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    keys, fp32 = DROPOUT_KEYS[model_type]
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    for key in keys:
+        raw[key] = data.draw(st.sampled_from([0.0, 0.1]), label=key)
+    seq = data.draw(st.integers(2, 10), label="seq")
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none").to(torch.bfloat16)
+    ids = torch.ones(1, seq, dtype=torch.long, device="meta")
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = measured()
+        model.eval()
+        off = measured()
+
+    def act(dropout: bool) -> int:
+        w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",
+                     softmax_fp32=fp32)
+        return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
+    assert act(True) - act(False) == on - off
+
+
+@st.composite
+def longformer(draw) -> dict:
+    raw = draw(bert_like("longformer"))
+    raw["attention_window"] = draw(st.sampled_from([4, 6, 8]))  # HF fails on 2 (w = 1)
+    raw["max_position_embeddings"] = 64  # RoBERTa's positions start at pad_token_id + 1
+    return raw
+
+
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=longformer(), head=st.sampled_from(["none", "mlm", "token_cls"]),
+       batch=st.integers(1, 2), chunks=st.integers(1, 3), labels=st.integers(1, 5))
+def test_longformer_params_and_flops_equal_hf(raw, head, batch, chunks, labels):
+    """Longformer (no token with global attention, the default of these heads): params ==
+    the HF class on meta (global q/k/v projections included); a training step's executed
+    FLOPs == FlopCounterMode on CPU (HF's overlapping chunks, seq a multiple of
+    attention_window); model FLOPs count the attended pairs, the probabilities HF's local
+    attention leaves above zero (``output_attentions``)."""
+    raw["num_labels"] = labels
+    cfg = from_hf_dict(raw, head=head)
+    assert txcalc.params(cfg).total == numel(hf_model(raw, head))
+    seq = chunks * raw["attention_window"]
+    f = count_flops(cfg, Workload(batch=batch, seq=seq))
+    ON_CPU.add("longformer")
+    try:
+        assert f.forward + f.backward == train_step_flops(raw, head, batch, seq)
+    finally:
+        ON_CPU.discard("longformer")
+    model = hf_model(raw, "none", "cpu").eval()  # no dropout on the probabilities
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probs = model(input_ids=torch.ones(1, seq, dtype=torch.long) * 5,
+                      output_attentions=True).attentions
+    from txcalc.ops import sliding_chunk_pairs
+    w, h, hd = raw["attention_window"] // 2, cfg.n_heads, cfg.head_dim
+    attended = sum(int((p[0, 0] > 0).sum()) for p in probs)
+    executed = cfg.n_layers * sum(sliding_chunk_pairs(k, seq, w)
+                                  for k in ("attn_scores", "attn_context"))
+    # forward + 2x backward of the scores and the context, per sequence and head
+    assert f.forward + f.backward - f.model == 3 * 2 * batch * h * hd * (executed - 2 * attended)
+
+
+def test_longformer_refuses_what_it_does_not_model():
+    raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 8}
+    with pytest.raises(ConfigError, match="global attention"):
+        from_hf_dict(raw, head="seq_cls")
+    with pytest.raises(ConfigError, match=r"attention_window.*\[4, 8\]"):
+        from_hf_dict(dict(raw, attention_window=[4, 8]))
+    with pytest.raises(ConfigError, match="attention_window"):
+        from_hf_dict(dict(raw, attention_window=3))
+    assert from_hf_dict(dict(raw, attention_window=[4, 4])).sliding_window == 2
 
 
 def test_cli_selects_the_head_of_a_config_json(tmp_path, capsys):

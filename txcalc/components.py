@@ -70,23 +70,22 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
                               ((1, "i64"),), stream="src")
     width = _embed_width(cfg)
     if cfg.pos_type == "learned" and stack == "encoder" and cfg.audio_mels:
-        # Whisper: a frozen (sinusoidal) table (requires_grad False in HF): nothing saved; its
-        # gradient and optimizer states are counted, as for Marian's tables below
+        # Whisper: a frozen (sinusoidal) table (requires_grad False in HF): nothing saved, no
+        # gradient, no optimizer states (trainable=False: memory and the planner follow it)
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
-                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=())
+                      cfg.encoder_max_position, width, stream=_pos_stream(stack)), saved=(),
+            trainable=False)
     elif cfg.pos_type == "learned":
         yield embedding(f"{p}embed.positions", where, "embed.positions",
                         cfg.max_position + cfg.position_offset, width,
                         stream=_pos_stream(stack))
     if cfg.sinusoidal_table == "param":  # Marian, Pegasus: a frozen nn.Embedding per stack
-        # frozen in HF (requires_grad False: nothing saved); counted as trainable for
-        # gradients and optimizer states, as the planner (parallel/evaluate.py) sizes them
-        # from all parameters: a small over-count (tests/test_encoder_decoders.py, strict xfail)
+        # frozen in HF (requires_grad False): nothing saved, no gradient, no optimizer states
         yield dataclasses.replace(
             embedding(f"{p}embed.positions", where, "embed.positions",
                       cfg.max_position + cfg.position_offset, width,
-                      stream=_pos_stream(stack)), saved=())
+                      stream=_pos_stream(stack)), saved=(), trainable=False)
     if cfg.embed_norm:
         yield _norm(cfg, f"{p}embed.norm", where, "embed.norm", width)
     if cfg.embed_dropout:
@@ -98,8 +97,11 @@ def stack_inputs(cfg: ModelConfig, stack: str) -> Iterator[Op]:
         yield dataclasses.replace(embedding("rel_embed", where, "rel_embed", 2 * cfg.rel_span,
                                             cfg.d_model), saved=())
     if cfg.rel_norm:  # HF builds it with norm_rel_ebd even without relative attention
+        # normalises the table (a parameter, not saved): its fp32 mean and 1/std per row
         op = norm("rel_norm", where, "rel_norm", cfg.d_model, "layernorm", True, True)
-        yield dataclasses.replace(op, saved=(), fixed_rows=2 * cfg.rel_span)
+        read = cfg.rel_span and (cfg.rel_c2p or cfg.rel_p2c)  # else no gradient flows to it
+        yield dataclasses.replace(op, saved=((1, "f32"), (1, "f32")) if read else (),
+                                  fixed_rows=2 * cfg.rel_span)
     if (cfg.pos_type == "relative_bias" and not cfg.rel_bias_every_layer) or cfg.extra_rel_bias:
         # T5, MPNet: one bias table per stack, used by every block
         # saves the int64 bucket id of every (query, key) pair (Op.saved_bytes), not per token
@@ -157,13 +159,16 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
     heads = cfg.stack_heads(stack)
     # an encoder's local layers (ModernBERT): a bidirectional window, model FLOPs only
     local = cfg.window(layer) if cfg.family == "encoder" else 0
-    return attention_core(f"{c}core", where, f"{comp}core", heads=heads,
+    ops = attention_core(f"{c}core", where, f"{comp}core", heads=heads,
                           kv_heads=heads if cfg.is_mla else cfg.stack_kv_heads(stack),
                           qk_dim=qk_dim,
                           v_dim=v_dim, stream=q_stream, kv_stream="src" if cross else q_stream,
                           causal=causal, window=cfg.window(layer) if causal else local,
                           dropout=cfg.attn_dropout, chunk=cfg.chunk(layer) if causal else 0,
                           sinks=cfg.attn_sinks and not cross)
+    if cfg.sliding_chunks:  # Longformer: HF's overlapping chunks decide the executed pairs
+        ops = [dataclasses.replace(op, overlap=local) for op in ops]
+    return ops
 
 
 def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Iterator[Op]:
@@ -195,6 +200,8 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
         k, v = (dataclasses.replace(op, input_grad=False) for op in (k, v))
     yield k
     yield v
+    if cfg.global_qkv and not cross:
+        yield from global_qkv(cfg, p + c, where, c)
     if not cross and where[1] == _first_rotary(cfg, where[0]):
         yield rotary(p + c, where, c, h, _pos_stream(where[0]))
     if not cross:
@@ -212,8 +219,20 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
                         ((2 * H * h, "a"),), q_stream), tp="colwise", act_split="tp")
     yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, cfg.out_bias, stream=q_stream,
                  tp="rowwise")
-    if cfg.resid_dropout:
+    if cfg.resid_dropout and cfg.resid_dropout_at != "mlp":
         yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
+
+
+def global_qkv(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
+    """Longformer's global attention projections (query_global, key_global, value_global:
+    D -> D with bias). HF runs them only when some token has global attention
+    (``global_attention_mask``); txcalc models none (stream "global": no rows), which is what
+    LongformerModel, ForMaskedLM and ForTokenClassification run by default, so they hold
+    parameters, gradients and optimizer states but cost no FLOPs and save nothing."""
+    D = cfg.d_model
+    for name in ("q_global", "k_global", "v_global"):
+        yield linear(f"{c}{name}", where, comp + name, D, D, True, stream="global",
+                     tp="colwise")
 
 
 def _first_rotary(cfg: ModelConfig, stack: str) -> int:
@@ -272,18 +291,34 @@ def disentangled(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[
         attn.pos_k_proj    | 2 x span         | 2 * 2span * D * H*h
         attn.c2p / p2c     | B x S            | 2 * B*S * H * 2span * h
 
-    The bytes these tensors keep for backward are not modelled (no reference build yet)."""
+    With share_att_key HF projects both even when one term is off: the unused projection
+    runs forward only (no gradient reaches it; ``trainable=False`` on a tied op: no backward).
+
+    Saved for backward (reference/model.py ``disentangled_scores``, HF's order of operations):
+    the normalised relative embeddings (2span x D), once per forward, by block 0's first
+    projection in use (without ``rel_norm`` they are the table itself: a parameter), or under
+    full recompute as an input of every block's checkpoint (counted once, in block 0); per
+    term (``Op.saved_bytes`` of rel_scores) the projected positions repeated per sequence, the
+    gather's int64 S x S index and its input (B x H x S x 2span, not under selective)."""
     D, H, h, rows = cfg.d_model, cfg.n_heads, cfg.head_dim, 2 * cfg.rel_span
-    projections = (("pos_q_proj", cfg.rel_share_key or cfg.rel_p2c),
-                   ("pos_k_proj", cfg.rel_share_key or cfg.rel_c2p))
-    for name, built in projections:
+    projections = (("pos_q_proj", cfg.rel_share_key or cfg.rel_p2c, cfg.rel_p2c),
+                   ("pos_k_proj", cfg.rel_share_key or cfg.rel_c2p, cfg.rel_c2p))
+    first = where[1] == 0 and cfg.rel_norm and (cfg.rel_c2p or cfg.rel_p2c)
+    if first:
+        yield dataclasses.replace(checkpoint(f"{c}rel_input", where, comp + "rel_input",
+                                             ("full",), ((D, "a"),)), fixed_rows=rows)
+    for name, built, used in projections:
         if not built:
             continue
         op = linear(f"{c}{name}", where, comp + name, D, H * h, cfg.qkv_bias,
                     tied=cfg.rel_share_key, shares_input=True, tp="colwise")
         if cfg.rel_share_key:  # q_proj's / k_proj's weights and biases
             op = dataclasses.replace(op, params=0, bias=False)
-        yield dataclasses.replace(op, fixed_rows=rows, saved=())
+        if not used:  # forward only (share_att_key): its output feeds nothing
+            op = dataclasses.replace(op, trainable=False, input_grad=False)
+        yield dataclasses.replace(op, fixed_rows=rows,
+                                  saved=((D, "a"),) if first and used else ())
+        first = first and not used
     for name, on in (("c2p", cfg.rel_c2p), ("p2c", cfg.rel_p2c)):
         if on:
             yield Op(f"{c}{name}", "rel_scores", where[0], where[1], comp + name, d_in=h,
@@ -320,7 +355,7 @@ def mla(cfg: ModelConfig, c: str, where: Where, comp: str = "attn.") -> Iterator
     yield from _core(cfg, c, where, comp, qk, cfg.v_head_dim)
     yield linear(f"{c}o_proj", where, comp + "o_proj", H * cfg.v_head_dim, D, cfg.out_bias,
                  tp="rowwise")
-    if cfg.resid_dropout:
+    if cfg.resid_dropout and cfg.resid_dropout_at != "mlp":
         yield dropout(f"{c}dropout", where, comp + "dropout", D)
 
 
@@ -447,7 +482,7 @@ def _block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.stack_d_ff(stack), cfg.mlp_bias,
                        shares_input=shared_in)
-    if cfg.resid_dropout:
+    if cfg.resid_dropout and cfg.resid_dropout_at != "attn":
         yield dropout(f"{p}{ffn}dropout", where, ffn + "dropout", D, _stream(stack))
     if cfg.norm_position in ("sandwich", "post_sub"):
         yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)

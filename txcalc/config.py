@@ -185,6 +185,18 @@ class ModelConfig:
     rel_p2c: bool = False  #: position->content scores: k against the projected positions
     rel_share_key: bool = True  #: positions projected by q_proj/k_proj (else own, biased)
     rel_norm: bool = False  #: a LayerNorm on the relative embeddings (``norm_rel_ebd``)
+    #: DeBERTa v3: relative positions log-bucketed into rel_span buckets up to this distance
+    #: (``max_relative_positions``; 0 = not bucketed); changes values, not costs
+    rel_max_position: int = 0
+    #: Longformer (Beltagy et al. 2020, arXiv:2004.05150): the local window (sliding_window
+    #: keys either side) runs as HF's overlapping chunks (executed FLOPs: ``Op.pairs``)
+    sliding_chunks: bool = False
+    #: Longformer: separate global q/k/v projections per block, run only for global tokens
+    #: (none here: the base model's, masked LM's and token classifier's default)
+    global_qkv: bool = False
+    #: where resid_dropout applies: after both sub-blocks, only after the attention output
+    #: ("attn": ALBERT, ModernBERT) or only after the MLP ("mlp": DistilBERT)
+    resid_dropout_at: str = "both"
     encoder_n_heads: int = 0  #: query (= key/value) heads of the encoder stack (0 = n_heads)
     encoder_d_ff: int = 0  #: MLP width of the encoder stack (0 = d_ff)
     #: an encoder-decoder's decoder alone (WhisperForCausalLM): no encoder stack; its
@@ -587,6 +599,13 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
         out.append("audio_mels (Whisper) needs pos_type 'learned'")
     if cfg.embed_factorised and cfg.family != "encoder":
         out.append("embed_factorised (ALBERT, ELECTRA) is for encoder models")
+    if (cfg.sliding_chunks or cfg.global_qkv) and cfg.family != "encoder":
+        out.append("sliding_chunks / global_qkv (Longformer) are for encoder models")
+    if cfg.sliding_chunks and not cfg.sliding_window:
+        out.append("sliding_chunks (Longformer) needs a sliding_window")
+    if cfg.resid_dropout_at not in ("both", "attn", "mlp"):
+        out.append(f"resid_dropout_at ({_show(cfg.resid_dropout_at)}) must be one of both, "
+                   "attn, mlp")
     return out
 
 

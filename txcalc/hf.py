@@ -455,6 +455,7 @@ _HEAD_STYLES = {
     "deberta-v2": dict(base_pooler=False, cls="dense"),
     "modernbert": dict(base_pooler=False, cls="dense", norm=True),
     "nomic_bert": dict(base_pooler=False, cls="pooler"),
+    "longformer": dict(base_pooler=True, cls="dense"),
 }
 
 
@@ -526,7 +527,7 @@ def _distilbert(f):
                d_ff=f.int("hidden_dim", 3072), max_position=f.int("max_position_embeddings", 512),
                pos_type="learned", activation=f.act("activation", "gelu"), qkv_bias=True,
                out_bias=True, mlp_bias=True, norm_position="post", final_norm=False,
-               embed_norm=True)
+               embed_norm=True, resid_dropout_at="mlp")
     return _with_head(f, out, "distilbert")
 
 
@@ -561,7 +562,7 @@ def _albert(f):
                activation=f.act("hidden_act", "gelu_new"), qkv_bias=True, out_bias=True,
                mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True,
                embed_dim=f.int("embedding_size", 128), embed_factorised=True,
-               shared_groups=groups)
+               shared_groups=groups, resid_dropout_at="attn")
     return _with_head(f, out, "albert")
 
 
@@ -590,7 +591,7 @@ def _modernbert(f):
                out_bias=attn_bias, mlp_bias=f.bool("mlp_bias", False), norm_bias=norm_bias,
                norm_position="pre", final_norm=True, embed_norm=True, first_attn_norm=False,
                head_dense_bias=f.bool("classifier_bias", False),
-               tie_embeddings=f.bool("tie_word_embeddings", True))
+               tie_embeddings=f.bool("tie_word_embeddings", True), resid_dropout_at="attn")
     # local layers: layer_types, else every layer but each global_attn_every_n_layers-th
     # (0, k, 2k, ...) attends within local_attention // 2 tokens either side (model FLOPs
     # skip the rest; the dense kernel HF runs computes every pair)
@@ -749,10 +750,12 @@ def _deberta_v2(f):
                mlp_bias=True, norm_position="post", final_norm=False, embed_norm=True)
     if f.bool("relative_attention", False):
         buckets = f.int("position_buckets", -1)
-        span = f.int("max_relative_positions", -1)
+        max_rel = span = f.int("max_relative_positions", -1)
         span = buckets if buckets > 0 else span if span >= 1 else out["max_position"]
         out.update(rel_span=span, rel_c2p="c2p" in types, rel_p2c="p2c" in types,
                    rel_share_key=f.bool("share_att_key", False))
+        if buckets > 0:  # v3: log buckets up to max_relative_positions (else the positions)
+            out["rel_max_position"] = max_rel if max_rel >= 1 else out["max_position"]
     norms = [x.strip() for x in str(f.get("norm_rel_ebd", "none")).lower().split("|")]
     out["rel_norm"] = "layer_norm" in norms  # built (unused) even without relative attention
     return _with_head(f, out, "deberta-v2")
@@ -799,9 +802,57 @@ _DROPOUT.update({
        for t, d, a in (("bart", 0.1, 0.0), ("mbart", 0.1, 0.0), ("marian", 0.1, 0.0),
                        ("pegasus", 0.1, 0.0), ("m2m_100", 0.1, 0.1), ("whisper", 0.0, 0.0))},
 })
-# not read (a training step with dropout on under-counts their masks): DistilBERT (no dropout
-# after its attention output), ALBERT, ModernBERT, ESM (token dropout) place theirs
-# differently from the engine's three places
+_DROPOUT.update({
+    # DistilBERT: ``dropout`` on the embeddings and after the MLP only (resid_dropout_at),
+    # ``attention_dropout`` on the probabilities
+    "distilbert": {"embed_dropout": ("dropout", 0.1), "attn_dropout": ("attention_dropout", 0.1),
+                   "resid_dropout": ("dropout", 0.1)},
+    # ALBERT: BERT's places less the MLP output's (its ``dropout`` is built, never run)
+    "albert": {"embed_dropout": ("hidden_dropout_prob", 0.0),
+               "attn_dropout": ("attention_probs_dropout_prob", 0.0),
+               "resid_dropout": ("hidden_dropout_prob", 0.0)},
+    # ESM: BERT's places less the embeddings' (HF leaves that line commented out); its
+    # token_dropout is a rescaling of masked tokens, not random dropout
+    "esm": {"attn_dropout": ("attention_probs_dropout_prob", 0.1),
+            "resid_dropout": ("hidden_dropout_prob", 0.1)},
+    # ModernBERT: ``embedding_dropout`` after the embedding norm, ``attention_dropout`` on the
+    # probabilities and after Wo (resid_dropout_at "attn"), ``mlp_dropout`` on the gated product
+    "modernbert": {"embed_dropout": ("embedding_dropout", 0.0),
+                   "attn_dropout": ("attention_dropout", 0.0),
+                   "resid_dropout": ("attention_dropout", 0.0),
+                   "mlp_dropout": ("mlp_dropout", 0.0)},
+})
+
+def _longformer(f):
+    """Longformer (Beltagy et al. 2020, arXiv:2004.05150; HF LongformerModel): RoBERTa's
+    blocks with sliding-window attention, w = attention_window / 2 keys either side, run as
+    HF's overlapping chunks (executed FLOPs: ``ops.sliding_chunk_pairs``; model FLOPs: the
+    attended pairs), and per block separate global q/k/v projections (``global_qkv``) that
+    run only for tokens with global attention: none is modelled, the default of the base
+    model, masked LM and token classifier. Refused: sequence classification (HF gives the
+    first token global attention), per-layer windows that differ.
+
+    Executed FLOPs are HF's for a sequence that is a multiple of attention_window; HF pads
+    any other length to one (every block then runs the padding tokens)."""
+    out = _bert(f, roberta=True)
+    out["vocab_size"] = f.int("vocab_size", 30522)
+    n, window = out["n_layers"], f.get("attention_window", 512)
+    windows = window if isinstance(window, list) else [window] * n
+    if len(windows) != n or any(isinstance(x, bool) or not isinstance(x, int) or x <= 0
+                                or x % 2 for x in windows):
+        raise ConfigError(f"{f.where}: field 'attention_window' ({_show(window)}) must be a "
+                          f"positive even integer or a list of {n} of them")
+    if len(set(windows)) > 1:
+        raise ConfigError(f"{f.where}: field 'attention_window' ({_show(window)}): windows "
+                          "that differ between layers are not modelled")
+    out.update(sliding_window=windows[0] // 2, sliding_chunks=True, global_qkv=True)
+    out = _with_head(f, out, "longformer")
+    if out["head"] == "seq_cls":
+        raise ConfigError(f"{f.where}: Longformer's sequence classifier gives the first token "
+                          "global attention, which txcalc does not model; use head 'none', "
+                          "'mlm' or 'token_cls'")
+    return out
+
 
 ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "xlm-roberta": _bert_alias("xlm-roberta"), "camembert": _bert_alias("camembert"),
@@ -809,7 +860,7 @@ ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "modernbert": _modernbert, "esm": _esm,
     "mbart": _mbart, "marian": _marian, "pegasus": _pegasus, "m2m_100": _m2m_100,
     "mt5": _mt5, "umt5": lambda f: _mt5(f, umt5=True), "whisper": _whisper,
-    "deberta-v2": _deberta_v2, "nomic_bert": _nomic_bert,
+    "deberta-v2": _deberta_v2, "nomic_bert": _nomic_bert, "longformer": _longformer,
 }
 ENCODER_ALIASES: dict[str, dict[str, str]] = {
     "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads",

@@ -82,7 +82,7 @@ class Op:
     recompute: str = "none"
     kept: tuple[str, ...] = ()  #: checkpoint ops: recompute modes that keep this input
     ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
-    trainable: bool = True  #: reserved (LoRA/QLoRA): False = frozen, no grad or states
+    trainable: bool = True  #: False = frozen (fine-tuning; HF's frozen sinusoidal tables): no grad or states
     weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
     # --- state-space mixers (txcalc/mixers.py) ----------------------------------------------
     chunk: int = 0  #: ssd_scan: chunk length Q of the SSD algorithm
@@ -102,6 +102,9 @@ class Op:
     #: what a fused kernel keeps instead of ``saved`` when the workload runs it fused
     #: (``Workload.fused`` holds FUSED_KIND[kind]); None: the same as ``saved``
     saved_fused: tuple[tuple[int, str], ...] | None = None
+    #: attention only: Longformer's sliding chunks, the one-sided window W (executed pairs:
+    #: ``Op.pairs``; 0 = none)
+    overlap: int = 0
 
     @property
     def block_path(self) -> str:
@@ -156,6 +159,8 @@ class Op:
     def pairs(self, w: Workload, model: bool = False) -> int:
         """(query, key) pairs per sequence and head: all of them, or only the attended ones."""
         s_q, s_k = w.length(self.stream), w.length(self.kv_stream)
+        if self.overlap and not model:
+            return sliding_chunk_pairs(self.kind, s_q, self.overlap)
         if model and not self.causal and self.window:
             return bidirectional_pairs(s_q, self.window)
         if not model or not self.causal:
@@ -284,7 +289,19 @@ class Op:
         if self.kind == "attn_scores" and fused and w.fused_qkv:
             # HF GPT-2: q is a view of the fused c_attn output, which it keeps alive whole
             per_row += 2 * self.kv_heads * self.d_in * act_bytes
-        total = w.rows(self.stream) * per_row
+        # a Linear or norm over DeBERTa's relative embeddings: 2 x span rows, whatever B x S
+        rows = self.fixed_rows if self.fixed_rows and self.kind in ("linear", "norm",
+                                                                 "checkpoint") else \
+            w.rows(self.stream)
+        total = rows * per_row
+        if self.kind == "rel_scores":  # DeBERTa's c2p / p2c (HF DisentangledSelfAttention):
+            # the bmm keeps the projected positions repeated per sequence (B H x 2span x h);
+            # the gather keeps its int64 index (an S x S tensor, expanded) and, but under
+            # selective recompute, its input (B H x S x 2span)
+            s = w.length(self.stream)
+            total += w.batch * self.heads * self.fixed_rows * self.d_in * act_bytes + s * s * 8
+            if pairs:
+                total += w.batch * self.heads * s * self.fixed_rows * act_bytes
         if self.kind == "attn_scores" and not fused and pairs:
             # the softmax keeps its output (fp32 when it upcasts; in an fp32 model that is
             # its own cast); P V keeps its input: the cast copy, or with dropout the mask and
@@ -295,7 +312,11 @@ class Op:
                 per_pair += mask + act_bytes
             elif upcast:
                 per_pair += act_bytes
-            total += w.batch * self.heads * self.pairs(w) * per_pair
+            # Longformer: the softmax runs over 2w + 1 keys per query (HF's chunk copies
+            # around it are not modelled: no reference build of the chunked kernel yet)
+            kept = w.length(self.stream) * (2 * self.overlap + 1) if self.overlap else \
+                self.pairs(w)
+            total += w.batch * self.heads * kept * per_pair
             if self.sinks:
                 # gpt-oss: the softmax runs over S_k + 1 logits (the sink last); P V reads the
                 # first S_k columns (a view, or the cast copy): one more column per query row
@@ -451,6 +472,22 @@ def ssd_saved_bytes(batch: int, seq: int, heads: int, p: int, n: int, chunk: int
     padded = batch * c * chunk * heads * (3 * n + 2 * p + 3 * chunk + 2)
     chunks = batch * heads * ((c + 1) ** 2 + (2 * c + 1) * p * n)
     return 4 * (padded + chunks) + chunk * chunk + (c + 1) ** 2
+
+
+def sliding_chunk_pairs(kind: str, s: int, w: int) -> int:
+    """(query, key) products per head that HF's Longformer executes for a window of w keys
+    either side over s tokens (s a multiple of 2w: HF pads the input to a multiple of
+    attention_window = 2w), ``LongformerSelfAttention._sliding_chunks_*``:
+
+        product   | chunks                     | per chunk   | pairs
+        ----------|----------------------------|-------------|--------------
+        Q K^T     | s/w - 1, 2w long, overlap w| 2w x 2w     | 4 w (s - w)
+        P V       | s/w, w queries each        | w x 3w      | 3 w s
+
+    The attended pairs (model FLOPs) are ``bidirectional_pairs(s, w)``. HF builds the padding
+    mask's diagonals with the same chunking over one head of width 1: torch's einsum runs
+    that contraction over a dimension of 1 as an elementwise product, no matmul FLOPs."""
+    return 4 * w * (s - w) if kind == "attn_scores" else 3 * w * s
 
 
 def bidirectional_pairs(s: int, half: int) -> int:

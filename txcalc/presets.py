@@ -175,7 +175,7 @@ PRESETS: dict[str, ModelConfig] = {
     "deberta-v3-large": _bert(name="deberta-v3-large", n_layers=24, d_model=1024, n_heads=16,
                               vocab_size=128100, type_vocab_size=0, pos_type="none",
                               pooler=False, rel_span=256, rel_c2p=True, rel_p2c=True,
-                              rel_norm=True),
+                              rel_norm=True, rel_max_position=512),
     # answerdotai/ModernBERT-large config.json (Warner et al. 2024, arXiv:2412.13663)
     "modernbert-large": M(name="modernbert-large", family="encoder", n_layers=28, d_model=1024,
                           n_heads=16, d_ff=2624, vocab_size=50368, max_position=8192,

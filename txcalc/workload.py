@@ -184,6 +184,8 @@ class Workload:
             return self.batch
         if stream == "one":  # once per step, whatever the batch (DoRA's per-op norms)
             return 1
+        if stream == "global":  # Longformer's global tokens: none modelled
+            return 0
         if stream == "pos":  # position ids and rotary tables: one row per position, not per token
             return self.seq
         if stream == "src_pos":  # the same for the encoder of an encoder-decoder model
