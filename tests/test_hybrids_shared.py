@@ -330,3 +330,38 @@ def test_attention_dropout_masks_equal_hf(model_type, data):
         return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
     assert act(True) - act(False) == on - off
     assert (on > off) == drops
+
+
+# --- the reference model (reference/model.py) builds the same structures under the engine's paths
+
+
+REFERENCE_TYPES = ["zamba", "zamba2"]
+
+
+@pytest.mark.parametrize("model_type", REFERENCE_TYPES)
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_type, data):
+    import dataclasses
+
+    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
+    from reference.model import build
+    from txcalc.memory import TrainingMemory
+
+    cfg = from_hf_dict(data.draw(STRATEGIES[model_type], label="config.json"))
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(1, 7), label="seq")
+    work = Workload(batch=batch, seq=seq)
+    model = build(cfg, torch.bfloat16, "meta")
+    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
+    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
+    f = count_flops(cfg, work)
+    assert (fwd, bwd) == (f.forward, f.backward)
+    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
+        for recompute in ("none", "full"):
+            model = build(cfg, dtype, "meta", recompute=recompute)
+            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
+            w = dataclasses.replace(work, recompute=recompute)
+            predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
+            assert predicted == by_layer(measured), (precision, recompute)
