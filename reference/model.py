@@ -1134,6 +1134,8 @@ class HybridBlock(nn.Module):
             self.conv = ShortConv(cfg, dtype)
         elif kind == "gdn":
             self.linear_attn = GatedDeltaNet(cfg, dtype)
+        elif kind == "rglru":
+            self.recurrent = RecurrentBlock(cfg, dtype)
         if ffn != "none":
             self.mlp_norm = make_norm(cfg, D, dtype)
             if ffn == "moe":
@@ -1164,6 +1166,8 @@ class HybridBlock(nn.Module):
                 out = self.conv(h)
             if hasattr(self, "linear_attn"):
                 out = self.linear_attn(h)
+            if hasattr(self, "recurrent"):
+                out = self.recurrent(h)
             x = x + out
         if hasattr(self, "mlp_norm"):
             m_in = self.mlp_norm(x)
@@ -1171,11 +1175,93 @@ class HybridBlock(nn.Module):
         return x
 
     def new_caches(self):
-        if hasattr(self, "mamba") or hasattr(self, "conv") or hasattr(self, "linear_attn"):
+        if any(hasattr(self, m) for m in ("mamba", "conv", "linear_attn", "recurrent")):
             from txcalc.errors import WorkloadError
             raise WorkloadError("the reference model does not decode state-space layers; "
                                 "tests/test_hybrids.py measures their state on HF's cache")
         return KVCache(self.window), None
+
+
+class BlockDiagonalGate(nn.Module):
+    """An RG-LRU gate: sigmoid(x W + b) with W block-diagonal, Hb blocks of b x b (HF's
+    baddbmm over the blocks). Saves its input (a view) and the sigmoid's output."""
+
+    def __init__(self, blocks: int, width: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(blocks, width, width, dtype=dtype) * width ** -0.5)
+        self.bias = nn.Parameter(torch.zeros(blocks, width, dtype=dtype))
+
+    def forward(self, x):
+        B, S, L = x.shape
+        blocks, b = self.bias.shape
+        xr = x.reshape(B * S, blocks, b).permute(1, 0, 2)
+        res = torch.baddbmm(self.bias[:, None, :], xr, self.weight)
+        return torch.sigmoid(res.transpose(0, 1).reshape(B, S, L))
+
+
+class _SqrtBoundDerivative(torch.autograd.Function):
+    """sqrt with its gradient clipped at 1000 (HF RecurrentGemma's SqrtBoundDerivative)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sqrt(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad / torch.sqrt(torch.clip(4.0 * x, min=1 / 1000.0 ** 2))
+
+
+class RGLRUScan(nn.Module):
+    """The RG-LRU recurrence (De et al. 2024, arXiv:2402.19427, eq. 1-4) as HF runs it:
+    a = exp(-8 r softplus(Lambda)), x scaled by i and sqrt(1 - a^2) (1 at the first position,
+    where the state resets), h_t = a_t h_{t-1} + x_t in fp32, one token at a time; the output
+    times the gate branch y. The reset is written as position 0's values (no bool masks), and
+    the state starts as a zero tensor in the graph, so every position keeps the same tensors.
+    Owns Lambda (``recurrent_param``, L)."""
+
+    def __init__(self, width: int, dtype):
+        super().__init__()
+        self.recurrent_param = nn.Parameter(torch.full((width,), 0.5, dtype=dtype))
+
+    def forward(self, x, i_gate, r_gate, y):
+        log_a = -8.0 * r_gate * F.softplus(self.recurrent_param)
+        a, a_sq = torch.exp(log_a), torch.exp(2 * log_a)
+        gated = x * i_gate
+        mult = _SqrtBoundDerivative.apply(1 - a_sq)
+        mult = torch.cat((torch.ones_like(mult[:, :1]), mult[:, 1:]), dim=1)
+        normed = gated * mult
+        a = torch.cat((torch.zeros_like(a[:, :1]), a[:, 1:]), dim=1)
+        h, hs = normed[:, 0].float() * 0.0, []
+        for t in range(x.shape[1]):
+            h = a[:, t].float() * h + normed[:, t].float()
+            hs.append(h.to(x.dtype))
+        return torch.stack(hs, dim=1) * y
+
+
+class RecurrentBlock(nn.Module):
+    """Griffin's recurrent block under the engine's paths (``txcalc.mixers.rglru_block``):
+    ``recurrent.{linear_y, act, linear_x, conv1d, input_gate, recurrent_gate, scan,
+    linear_out}``."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, L, k = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_conv
+        self.linear_y = nn.Linear(D, L, dtype=dtype)
+        self.act = Act("gelu_tanh")
+        self.linear_x = nn.Linear(D, L, dtype=dtype)
+        self.conv1d = CausalConv1d(L, k, True, dtype, act=False)
+        self.input_gate = BlockDiagonalGate(cfg.ssm_heads, L // cfg.ssm_heads, dtype)
+        self.recurrent_gate = BlockDiagonalGate(cfg.ssm_heads, L // cfg.ssm_heads, dtype)
+        self.scan = RGLRUScan(L, dtype)
+        self.linear_out = nn.Linear(L, D, dtype=dtype)
+
+    def forward(self, x):
+        y = self.act(self.linear_y(x))
+        xs = self.conv1d(self.linear_x(x))
+        h = self.scan(xs, self.input_gate(xs), self.recurrent_gate(xs), y)
+        return self.linear_out(h)
 
 
 class _Adapter(nn.Module):

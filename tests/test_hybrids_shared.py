@@ -335,7 +335,7 @@ def test_attention_dropout_masks_equal_hf(model_type, data):
 # --- the reference model (reference/model.py) builds the same structures under the engine's paths
 
 
-REFERENCE_TYPES = ["zamba", "zamba2"]
+REFERENCE_TYPES = ["zamba", "zamba2", "recurrent_gemma"]
 
 
 @pytest.mark.parametrize("model_type", REFERENCE_TYPES)
@@ -365,3 +365,31 @@ def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_typ
             w = dataclasses.replace(work, recompute=recompute)
             predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
             assert predicted == by_layer(measured), (precision, recompute)
+
+
+def test_reference_recurrent_block_computes_what_hf_computes():
+    """The reference's RG-LRU block (gates, conv, scan with its reset at position 0) is HF's:
+    equal outputs on random CPU values (fp32), weights copied across."""
+    from transformers.models.recurrent_gemma.modeling_recurrent_gemma import \
+        RecurrentGemmaRecurrentBlock
+
+    from reference.model import RecurrentBlock
+    raw = {"model_type": "recurrent_gemma", "hidden_size": 4, "num_attention_heads": 2,
+           "lru_width": 8, "conv1d_width": 3, "num_hidden_layers": 1}
+    torch.manual_seed(0)
+    hf = RecurrentGemmaRecurrentBlock(hf_causal_lm(raw, "cpu").config, 0)
+    ours = RecurrentBlock(from_hf_dict(raw), torch.float32)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_()
+        for name in ("linear_y", "linear_x", "linear_out"):
+            getattr(ours, name).load_state_dict(getattr(hf, name).state_dict())
+        ours.conv1d.weight.copy_(hf.conv_1d.weight)
+        ours.conv1d.bias.copy_(hf.conv_1d.bias)
+        for n in ("input_gate", "recurrent_gate"):
+            getattr(ours, n).weight.copy_(getattr(hf.rg_lru, f"{n}_weight"))
+            getattr(ours, n).bias.copy_(getattr(hf.rg_lru, f"{n}_bias"))
+        ours.scan.recurrent_param.copy_(hf.rg_lru.recurrent_param)
+    x = torch.randn(2, 5, 4)
+    expected, _ = hf(x, torch.arange(5)[None].expand(2, 5), None, use_cache=False)
+    torch.testing.assert_close(ours(x), expected)

@@ -334,7 +334,8 @@ def rglru_block(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
     b = L // cfg.ssm_heads
     c, comp = p + "recurrent.", "recurrent."
     yield linear(c + "linear_y", where, comp + "linear_y", D, L, True)
-    yield elementwise(c + "act", where, comp + "act", "activation", ((L, "a"),))
+    # gelu's input, and its output y, which the output product keeps
+    yield elementwise(c + "act", where, comp + "act", "activation", ((2 * L, "a"),))
     yield linear(c + "linear_x", where, comp + "linear_x", D, L, True, shares_input=True)
     conv = conv1d(c + "conv1d", where, comp + "conv1d", L, k, True, saved=((L, "a"),))
     yield dataclasses.replace(conv, state=L * (k - 1))
@@ -343,5 +344,15 @@ def rglru_block(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
         # both read the conv output (saved once, L wide); each keeps its sigmoid output
         yield dataclasses.replace(gate, saved=((L, "a"),) * (2 - n))
     yield Op(c + "scan", "rglru_scan", where[0], where[1], comp + "scan", L, 1, 1, L, L,
-             saved=((L, "a"),), state_fp32=L, **_roles("rglru_scan", where[1]))
+             saved=_RGLRU_SCAN_SAVED(L), saved_once=((L, "a"),), state_fp32=L,
+             **_roles("rglru_scan", where[1]))
     yield linear(c + "linear_out", where, comp + "linear_out", L, D, True)
+
+
+def _RGLRU_SCAN_SAVED(L: int) -> tuple[tuple[int, str], ...]:
+    """Per token, what the RG-LRU scan keeps (reference/model.py ``RGLRUScan``, as HF computes
+    it): -8 r, a and a^2 (their exps' outputs), 1 - a^2 (the bounded sqrt's input), i x and
+    the sqrt(1 - a^2) factor (their product's operands), and the output h (its product with
+    y), in the activation dtype; a_t in fp32 and h_{t-1} (fp32) for the recurrence's
+    multiply. Once per forward: softplus(Lambda) (L)."""
+    return ((7 * L, "a"), (2 * L, "f32"))
