@@ -1204,6 +1204,8 @@ class HybridBlock(nn.Module):
         self.cfg, self.stack, self.i = cfg, "", i
         D, kind, ffn = cfg.d_model, cfg.mixer(i), cfg.ffn(i)
         self.has_cross = False
+        if i in cfg.shared_attn_layers:  # Zamba: the shared block feeds the mixer's input
+            self.shared = SharedBlock(cfg, i, impl, softmax_fp32, recompute, dtype, dropout)
         if kind != "none":
             self.attn_norm = make_norm(cfg, D, dtype)
         if kind in ("attention", "hybrid"):
@@ -1217,6 +1219,8 @@ class HybridBlock(nn.Module):
             self.conv = ShortConv(cfg, dtype)
         elif kind == "gdn":
             self.linear_attn = GatedDeltaNet(cfg, dtype)
+        elif kind == "rglru":
+            self.recurrent = RecurrentBlock(cfg, dtype)
         if ffn != "none":
             self.mlp_norm = make_norm(cfg, D, dtype)
             if ffn == "moe":
@@ -1233,7 +1237,8 @@ class HybridBlock(nn.Module):
 
     def run(self, x, ctx: Ctx, enc=None, caches=None):
         if hasattr(self, "attn_norm"):
-            h = self.attn_norm(x)
+            # Zamba: the shared block's output joins the mixer's input, not the residual
+            h = self.attn_norm(x + self.shared(x, enc, ctx) if hasattr(self, "shared") else x)
             out = None
             if hasattr(self, "attn"):
                 bias = ctx.bias[self.window] if ctx.bias is not None else None
@@ -1246,6 +1251,8 @@ class HybridBlock(nn.Module):
                 out = self.conv(h)
             if hasattr(self, "linear_attn"):
                 out = self.linear_attn(h)
+            if hasattr(self, "recurrent"):
+                out = self.recurrent(h)
             x = x + out
         if hasattr(self, "mlp_norm"):
             m_in = self.mlp_norm(x)
@@ -1253,11 +1260,194 @@ class HybridBlock(nn.Module):
         return x
 
     def new_caches(self):
-        if hasattr(self, "mamba") or hasattr(self, "conv") or hasattr(self, "linear_attn"):
+        if any(hasattr(self, m) for m in ("mamba", "conv", "linear_attn", "recurrent")):
             from txcalc.errors import WorkloadError
             raise WorkloadError("the reference model does not decode state-space layers; "
                                 "tests/test_hybrids.py measures their state on HF's cache")
         return KVCache(self.window), None
+
+
+class BlockDiagonalGate(nn.Module):
+    """An RG-LRU gate: sigmoid(x W + b) with W block-diagonal, Hb blocks of b x b (HF's
+    baddbmm over the blocks). Saves its input (a view) and the sigmoid's output."""
+
+    def __init__(self, blocks: int, width: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(blocks, width, width, dtype=dtype) * width ** -0.5)
+        self.bias = nn.Parameter(torch.zeros(blocks, width, dtype=dtype))
+
+    def forward(self, x):
+        B, S, L = x.shape
+        blocks, b = self.bias.shape
+        xr = x.reshape(B * S, blocks, b).permute(1, 0, 2)
+        res = torch.baddbmm(self.bias[:, None, :], xr, self.weight)
+        return torch.sigmoid(res.transpose(0, 1).reshape(B, S, L))
+
+
+class _SqrtBoundDerivative(torch.autograd.Function):
+    """sqrt with its gradient clipped at 1000 (HF RecurrentGemma's SqrtBoundDerivative)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sqrt(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad / torch.sqrt(torch.clip(4.0 * x, min=1 / 1000.0 ** 2))
+
+
+class RGLRUScan(nn.Module):
+    """The RG-LRU recurrence (De et al. 2024, arXiv:2402.19427, eq. 1-4) as HF runs it:
+    a = exp(-8 r softplus(Lambda)), x scaled by i and sqrt(1 - a^2) (1 at the first position,
+    where the state resets), h_t = a_t h_{t-1} + x_t in fp32, one token at a time; the output
+    times the gate branch y. The reset is written as position 0's values (no bool masks), and
+    the state starts as a zero tensor in the graph, so every position keeps the same tensors.
+    Owns Lambda (``recurrent_param``, L)."""
+
+    def __init__(self, width: int, dtype):
+        super().__init__()
+        self.recurrent_param = nn.Parameter(torch.full((width,), 0.5, dtype=dtype))
+
+    def forward(self, x, i_gate, r_gate, y):
+        log_a = -8.0 * r_gate * F.softplus(self.recurrent_param)
+        a, a_sq = torch.exp(log_a), torch.exp(2 * log_a)
+        gated = x * i_gate
+        mult = _SqrtBoundDerivative.apply(1 - a_sq)
+        mult = torch.cat((torch.ones_like(mult[:, :1]), mult[:, 1:]), dim=1)
+        normed = gated * mult
+        a = torch.cat((torch.zeros_like(a[:, :1]), a[:, 1:]), dim=1)
+        h, hs = normed[:, 0].float() * 0.0, []
+        for t in range(x.shape[1]):
+            h = a[:, t].float() * h + normed[:, t].float()
+            hs.append(h.to(x.dtype))
+        return torch.stack(hs, dim=1) * y
+
+
+class RecurrentBlock(nn.Module):
+    """Griffin's recurrent block under the engine's paths (``txcalc.mixers.rglru_block``):
+    ``recurrent.{linear_y, act, linear_x, conv1d, input_gate, recurrent_gate, scan,
+    linear_out}``."""
+
+    def __init__(self, cfg: ModelConfig, dtype):
+        super().__init__()
+        D, L, k = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_conv
+        self.linear_y = nn.Linear(D, L, dtype=dtype)
+        self.act = Act("gelu_tanh")
+        self.linear_x = nn.Linear(D, L, dtype=dtype)
+        self.conv1d = CausalConv1d(L, k, True, dtype, act=False)
+        self.input_gate = BlockDiagonalGate(cfg.ssm_heads, L // cfg.ssm_heads, dtype)
+        self.recurrent_gate = BlockDiagonalGate(cfg.ssm_heads, L // cfg.ssm_heads, dtype)
+        self.scan = RGLRUScan(L, dtype)
+        self.linear_out = nn.Linear(L, D, dtype=dtype)
+
+    def forward(self, x):
+        y = self.act(self.linear_y(x))
+        xs = self.conv1d(self.linear_x(x))
+        h = self.scan(xs, self.input_gate(xs), self.recurrent_gate(xs), y)
+        return self.linear_out(h)
+
+
+class _Adapter(nn.Module):
+    """Zamba2's per-use LoRA-style adapter: ``down`` then ``up``, added to a projection."""
+
+    def __init__(self, d_in: int, rank: int, d_out: int, dtype):
+        super().__init__()
+        self.down = nn.Linear(d_in, rank, bias=False, dtype=dtype)
+        self.up = nn.Linear(rank, d_out, bias=False, dtype=dtype)
+
+    def forward(self, x):
+        return self.up(self.down(x))
+
+
+class SharedBlock(nn.Module):
+    """Zamba's shared attention block under the engine's paths (``txcalc.mixers.shared_block``:
+    ``shared.{attn_norm, attn.*, mlp_norm, mlp.*, proj}``): RMSNorm over [hidden, embeddings]
+    (2D), attention, RMSNorm, gated MLP, the per-use Linear ``proj``; no residual inside.
+    Zamba2's per-use adapters add to q, k, v and to gate and up. A use after its block's first
+    holds that block's parameters (``_share_zamba_blocks``)."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype, dropout: bool = False):
+        super().__init__()
+        D, H, K, h, F, r = (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff,
+                            cfg.shared_adapter_rank)
+        self.H, self.K, self.h = H, K, h
+        lin = lambda i_, o, b=False: nn.Linear(i_, o, bias=b, dtype=dtype)  # noqa: E731
+        self.attn_norm = RMSNorm(2 * D, True, dtype)
+        self.attn = nn.Module()
+        for n, width in (("q", H * h), ("k", K * h), ("v", K * h)):
+            setattr(self.attn, f"{n}_proj", lin(2 * D, width))
+            if cfg.shared_qkv_adapters:
+                setattr(self.attn, f"{n}_adapter", _Adapter(2 * D, r, 2 * D, dtype))
+        self.attn.rotary = Rotary() if cfg.pos_type == "rotary" else None
+        self.attn.core = AttentionCore(impl, softmax_fp32, recompute,
+                                       cfg.attn_dropout if dropout else 0.0)
+        self.attn.o_proj = lin(H * h, D)
+        self.mlp_norm = RMSNorm(D, True, dtype)
+        self.mlp = nn.Module()
+        self.mlp.gate_proj, self.mlp.up_proj = lin(D, F, cfg.mlp_bias), lin(D, F, cfg.mlp_bias)
+        if r:
+            self.mlp.adapter = _Adapter(D, r, 2 * F, dtype)
+        self.mlp.act = Act(cfg.activation)
+        self.mlp.down_proj = lin(F, D, cfg.mlp_bias)
+        self.proj = lin(D, D)
+        uses = cfg.shared_attn_layers
+        j, blocks = uses.index(i), cfg.shared_attn_blocks
+        idle = 0 if cfg.shared_attn_tied or not r else \
+            sum(1 for u in range(len(uses)) if u % blocks == j % blocks) - 1
+        if idle:  # an untied copy holds the adapters of its block's other uses, never run
+            per_use = D * r + r * 2 * F + (12 * D * r if cfg.shared_qkv_adapters else 0)
+            self.idle_adapters = nn.Parameter(torch.empty(idle * per_use, dtype=dtype))
+
+    def forward(self, x, embeds, ctx: Ctx):
+        B, S = x.shape[:2]
+        a = self.attn
+        h = self.attn_norm(torch.cat((x, embeds), dim=-1))
+        qkv = []
+        for n, heads in (("q", self.H), ("k", self.K), ("v", self.K)):
+            t = getattr(a, f"{n}_proj")(h)
+            if hasattr(a, f"{n}_adapter"):
+                t = t + getattr(a, f"{n}_adapter")(h)
+            qkv.append(t.view(B, S, heads, self.h).transpose(1, 2))
+        q, k, v = qkv
+        if a.rotary is not None:
+            q, k = a.rotary(q, k, ctx.cos, ctx.sin)
+        bias = ctx.bias[0] if ctx.bias is not None else None
+        out = attend(a.core, q, k, v, bias, ctx.plain_causal(0))
+        m = self.mlp_norm(a.o_proj(out.transpose(1, 2).reshape(B, S, -1)))
+        gate, up = self.mlp.gate_proj(m), self.mlp.up_proj(m)
+        if hasattr(self.mlp, "adapter"):
+            ga, ua = self.mlp.adapter(m).chunk(2, dim=-1)
+            gate, up = gate + ga, up + ua
+        return self.proj(self.mlp.down_proj(self.mlp.act(gate, up)))
+
+
+#: a shared block's own weights (a use's adapters and ``proj`` are its own)
+_SHARED_WEIGHTS = ("attn_norm.", "attn.q_proj.", "attn.k_proj.", "attn.v_proj.",
+                   "attn.o_proj.", "mlp_norm.", "mlp.gate_proj.", "mlp.up_proj.",
+                   "mlp.down_proj.")
+
+
+def _share_zamba_blocks(cfg: ModelConfig, layers: nn.ModuleList) -> None:
+    """Zamba: use j of the shared blocks runs the parameters of block j % shared_attn_blocks,
+    held by that block's first use (unless HF unties them: ``shared_attn_tied``)."""
+    if not cfg.shared_attn_tied:
+        return
+    uses = cfg.shared_attn_layers
+    for j, i in enumerate(uses):
+        if j < cfg.shared_attn_blocks:
+            continue
+        dst_blk, src_blk = layers[i].shared, layers[uses[j % cfg.shared_attn_blocks]].shared
+        for name, _ in list(dst_blk.named_parameters()):
+            if not name.startswith(_SHARED_WEIGHTS):
+                continue
+            *path, attr = name.split(".")
+            dst, src = dst_blk, src_blk
+            for part in path:
+                dst, src = getattr(dst, part), getattr(src, part)
+            setattr(dst, attr, getattr(src, attr))
 
 
 class StackInputs(nn.Module):
@@ -1418,6 +1608,7 @@ class ReferenceModel(nn.Module):
                 Block(cfg, stack, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 for i in range(depth))
             _share_groups(cfg, owner.layers)
+            _share_zamba_blocks(cfg, owner.layers)
             if cfg.final_norm:
                 owner.final_norm = make_norm(cfg, D, dtype)
             maybe_drop(owner, cfg.final_dropout, dropout, "final_dropout")
@@ -1582,7 +1773,10 @@ class ReferenceModel(nn.Module):
         ctx = self._context(stack, pos) if caches is None else Ctx(self, stack, pos)
         if caches is not None and self.cfg.pos_type == "rotary":
             ctx.cos, ctx.sin = rotary_tables(self._rope_width(), pos, self.dtype)
-        return self.run_stack(stack, self._embed(ids, stack, offset), ctx, enc, caches)
+        x = self._embed(ids, stack, offset)
+        if self.cfg.shared_attn_layers:  # Zamba's shared blocks read the embeddings
+            enc = x
+        return self.run_stack(stack, x, ctx, enc, caches)
 
     def logits(self, h):
         if self.cfg.embed_dim != self.cfg.d_model:

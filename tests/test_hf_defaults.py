@@ -22,6 +22,7 @@ from .hf_models import hf_config
 from .test_hf_import import STRATEGIES as FIRST
 from .test_hf_more_types import STRATEGIES as MORE
 from .test_hybrids import HYBRID_STRATEGIES as HYBRIDS
+from .test_hybrids_shared import STRATEGIES as SHARED_HYBRIDS
 from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES
 from .test_encoders import STRATEGIES as ENCODERS
 from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
@@ -30,7 +31,7 @@ from .test_linear_attention import STRATEGIES as LINEAR
 from .test_multimodal import STRATEGIES as MULTIMODAL  # the types above keep their own
 
 STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
-              **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL}
+              **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL, **SHARED_HYBRIDS}
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

@@ -20,6 +20,10 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
     parts = [stack] if stack else []
     if cfg.mixers or cfg.ffns:  # hybrids: the mixer and the FFN name the block
         parts.append(f"{cfg.mixer(layer)} + {cfg.ffn(layer)}")
+        if layer in cfg.shared_attn_layers:  # Zamba: its block's weights, a reuse, a copy
+            j, n = cfg.shared_attn_layers.index(layer), cfg.shared_attn_blocks
+            parts.append(f"+ shared attn (copy {j % n})" if not cfg.shared_attn_tied else
+                         "+ shared attn" if j < n else "+ shared attn (reused)")
     else:
         parts.append("moe" if stack != "encoder" and cfg.is_moe_layer(layer) else "dense")
     if stack != "encoder" and cfg.window(layer):

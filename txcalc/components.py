@@ -495,6 +495,8 @@ def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D, kind, ffn = cfg.d_model, cfg.mixer(i), cfg.ffn(i)
     yield from checkpoints(cfg, stack, i)
+    if i in cfg.shared_attn_layers:  # Zamba: the shared attention block feeds the mixer
+        yield from mixers.shared_block(cfg, p, where)
     if kind != "none":
         yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
     if kind in ("attention", "hybrid"):
@@ -507,6 +509,8 @@ def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield from mixers.short_conv(cfg, p, where)
     elif kind == "gdn":
         yield from mixers.gated_deltanet(cfg, p, where)
+    elif kind == "rglru":
+        yield from mixers.rglru_block(cfg, p, where)
     if ffn == "none":
         return
     yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)

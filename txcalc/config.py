@@ -117,7 +117,9 @@ class ModelConfig:
     #: Mamba-2 side by side on one norm, Falcon-H1) | conv (LFM2's gated short convolution,
     #: kernel ssm_conv, bias ssm_bias) | gdn (Gated DeltaNet linear attention, Qwen3-Next:
     #: ssm_heads value heads of ssm_head_dim, ssm_groups key heads of ssm_state, chunk
-    #: ssm_chunk) | none (an FFN-only layer, Nemotron-H); empty = attention in every layer
+    #: ssm_chunk) | rglru (Griffin's recurrent block: ssm_d_inner wide, gates in ssm_heads
+    #: blocks, conv ssm_conv) | none (an FFN-only layer, Nemotron-H); empty = attention in
+    #: every layer
     mixers: tuple[str, ...] = ()
     #: per decoder layer, its FFN: mlp | moe | none (a mixer-only layer); empty = by the MoE
     #: fields (``is_moe_layer``)
@@ -141,6 +143,19 @@ class ModelConfig:
     #: Gated DeltaNet input projections as four Linears (Qwen3.5: in_proj_qkv, in_proj_z,
     #: in_proj_b, in_proj_a) instead of two (Qwen3-Next: in_proj_qkvz, in_proj_ba)
     gdn_split_proj: bool = False
+    # --- Zamba's shared attention blocks and Griffin's RG-LRU (issue 12, txcalc/mixers.py) ----
+    #: layers that run a shared attention block (attention + MLP on the concatenation of the
+    #: hidden state and the original embeddings, then a per-layer Linear) before their mixer
+    shared_attn_layers: tuple[int, ...] = ()
+    #: distinct shared blocks: the j-th use runs block j % shared_attn_blocks (Zamba2
+    #: ``num_mem_blocks``); each block's parameters are counted once, at its first use
+    shared_attn_blocks: int = 1
+    #: rank of the per-use LoRA adapters of a shared block's MLP (Zamba2; 0 = none)
+    shared_adapter_rank: int = 0
+    shared_qkv_adapters: bool = False  #: per-use adapters on q, k and v too (Zamba2)
+    #: False: every use holds its own copy of its block (HF unties Zamba's shared blocks with
+    #: tie_word_embeddings false), the adapters of the other uses of that block included
+    shared_attn_tied: bool = True
     # --- structures of issue 12 part 1 (Gemma 3, Llama 4, gpt-oss, OLMo 2/3, EXAONE 4, Cohere) -----
     nope_layers: tuple[int, ...] = ()  #: layers without rotary positions (Llama 4 NoPE layers)
     attn_sinks: bool = False  #: a learned sink logit per head in every softmax (gpt-oss)
@@ -288,7 +303,7 @@ class ModelConfig:
 
     def has_attention(self, layer: int) -> bool:
         """Whether decoder block ``layer`` attends (and so keeps a KV cache)."""
-        return self.mixer(layer) in ("attention", "hybrid")
+        return self.mixer(layer) in ("attention", "hybrid") or layer in self.shared_attn_layers
     # --- per-stack views (an encoder-decoder's stacks may differ in heads and MLP width) ----
     def stack_heads(self, stack: str) -> int:
         """Query heads of a block of ``stack`` (the encoder's own count, else n_heads)."""
@@ -493,7 +508,7 @@ def _size_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
-MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "gdn", "none")
+MIXERS = ("attention", "mamba", "mamba2", "hybrid", "conv", "gdn", "rglru", "none")
 FFNS = ("mlp", "moe", "none")
 
 
@@ -503,7 +518,7 @@ _SSM_INTS = {"ssm_d_inner": (0, MAX_WIDTH), "ssm_state": (0, MAX_WIDTH),
              "ssm_heads": (0, MAX_HEADS), "ssm_groups": (1, MAX_HEADS),
              "ssm_chunk": (1, MAX_WIDTH), "ssm_conv": (1, MAX_SMALL)}
 _SSM_BOOLS = ("ssm_conv_bias", "ssm_bias", "ssm_out_bias", "ssm_dt_norms", "ssm_gated_norm",
-              "attn_out_gate", "gdn_split_proj")
+              "attn_out_gate", "gdn_split_proj", "shared_qkv_adapters", "shared_attn_tied")
 
 
 def _hybrid_problems(cfg: ModelConfig) -> list[str]:
@@ -558,6 +573,35 @@ def _hybrid_problems(cfg: ModelConfig) -> list[str]:
         elif cfg.ssm_heads % cfg.ssm_groups or cfg.ssm_d_inner % cfg.ssm_groups:
             out.append(f"ssm_heads ({cfg.ssm_heads}) must be divisible by ssm_groups "
                        f"({cfg.ssm_groups})")
+    return out + _shared_block_problems(cfg)
+
+
+def _shared_block_problems(cfg: ModelConfig) -> list[str]:
+    """Zamba's shared attention blocks and Griffin's RG-LRU layers."""
+    out = []
+    v = cfg.shared_attn_layers
+    if not isinstance(v, tuple) or not all(_is_int(i) and 0 <= i < cfg.n_layers for i in v) \
+            or list(v) != sorted(set(v)):
+        return [f"shared_attn_layers ({_show(v)}) must be increasing layer indices below "
+                f"n_layers ({cfg.n_layers})"]
+    for name, lo in (("shared_attn_blocks", 1), ("shared_adapter_rank", 0)):
+        x = getattr(cfg, name)
+        if not _is_int(x) or not lo <= x <= MAX_WIDTH:
+            out.append(f"{name} ({_show(x)}) must be an integer from {lo} to {MAX_WIDTH:,}")
+    if v and not cfg.mixers:
+        out.append("shared_attn_layers need per-layer mixers")
+    if cfg.shared_qkv_adapters and not cfg.shared_adapter_rank:
+        out.append("shared_qkv_adapters needs a shared_adapter_rank")
+    if cfg.shared_qkv_adapters and cfg.n_heads * cfg.head_dim != 2 * cfg.d_model:
+        out.append(f"shared_qkv_adapters add a 2 x d_model ({2 * cfg.d_model}) output to q: "
+                   f"n_heads ({cfg.n_heads}) x head_dim ({cfg.head_dim}) must equal it")
+    if cfg.shared_qkv_adapters and cfg.n_kv_heads != cfg.n_heads:
+        out.append(f"shared_qkv_adapters add a 2 x d_model output to k and v: n_kv_heads "
+                   f"({cfg.n_kv_heads}) must equal n_heads ({cfg.n_heads})")
+    if "rglru" in cfg.mixers and (cfg.ssm_heads <= 0 or cfg.ssm_d_inner <= 0
+                                  or cfg.ssm_d_inner % cfg.ssm_heads):
+        out.append(f"ssm_d_inner ({cfg.ssm_d_inner}: the RG-LRU width) must be a positive "
+                   f"multiple of ssm_heads ({cfg.ssm_heads}: its gate blocks)")
     return out
 
 

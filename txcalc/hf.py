@@ -2259,3 +2259,152 @@ LINEAR_ATTENTION_CONVERTERS = {
     # the multimodal configs: their text_config's language model (as qwen3_vl's)
     "qwen3_5": _vl_text(_qwen3_5_text), "qwen3_5_moe": _vl_text(_qwen3_5_moe_text)}
 CONVERTERS.update(LINEAR_ATTENTION_CONVERTERS)
+
+
+# === hybrids with shared attention blocks and Griffin's recurrence (issue 12): zamba, zamba2,
+# recurrent_gemma. Field names and defaults are those of the transformers 5.x configuration
+# classes; the costs live in txcalc/mixers.py (``shared_block``, ``rglru_block``). ============
+
+def _zamba_layers(f: _Fields, default: list[str]) -> list[str]:
+    """``layers_block_type`` (alias ``layer_types``; legacy "mamba" is "linear_attention"): one
+    "linear_attention" (a Mamba layer) or "hybrid" (the shared block, then a Mamba layer) per
+    layer; its length is the depth, which ``num_hidden_layers`` must equal (HF checks it)."""
+    types = f.get("layers_block_type", f.get("layer_types", default))
+    if not isinstance(types, list) or not types or not all(
+            {"mamba": "linear_attention"}.get(t, t) in ("linear_attention", "hybrid")
+            for t in types):
+        raise ConfigError(f"{f.where}: field 'layers_block_type' ({types!r:.120}) must be a "
+                          "non-empty list of 'linear_attention' and 'hybrid'")
+    n = f.get("num_hidden_layers", len(types))
+    if n != len(types):
+        raise ConfigError(f"{f.where}: field 'num_hidden_layers' ({_show(n)}) must equal the "
+                          f"{len(types)} layers that 'layers_block_type' lists")
+    return ["linear_attention" if t == "mamba" else t for t in types]
+
+
+def _zamba_common(f: _Fields, d: int, types: list[str], mixer: str,
+                  heads: int) -> dict[str, Any]:
+    """What Zamba and Zamba2 share: the layout, the shared block's input width, the head."""
+    h = f.int("num_attention_heads", heads)
+    if f.get("attention_hidden_size", 2 * d) != 2 * d:
+        raise ConfigError(f"{f.where}: field 'attention_hidden_size' "
+                          f"({_show(f.get('attention_hidden_size'))}) must be 2 x hidden_size "
+                          f"({2 * d}): the shared block reads the hidden state and the "
+                          "embeddings side by side")
+    n = len(types)
+    return dict(n_layers=n, d_model=d, n_heads=h, norm_type="rmsnorm",
+                activation=_GATED[f.act("hidden_act", "gelu")],
+                vocab_size=f.int("vocab_size", 32000),
+                max_position=f.int("max_position_embeddings", 4096),
+                tie_embeddings=f.bool("tie_word_embeddings", True),
+                # HF ties the shared blocks' uses with the embeddings' tie flag
+                shared_attn_tied=f.bool("tie_word_embeddings", True),
+                mixers=(mixer,) * n, ffns=("none",) * n,
+                shared_attn_layers=tuple(i for i, t in enumerate(types) if t == "hybrid"))
+
+
+def _zamba(f: _Fields) -> dict[str, Any]:
+    """Zamba (arXiv:2405.16712): Mamba layers (multi-head x_proj/dt_proj: the parameters and
+    FLOPs of one Mamba mixer) and, at the "hybrid" layers, one shared attention block (no
+    positions) on [hidden, embeddings], whose output goes through a per-layer Linear into the
+    Mamba layer's input. Default layout: layers 2 and 3 + i with i % attn_layer_period ==
+    attn_layer_offset."""
+    d, n = f.int("hidden_size", 3712), f.int("num_hidden_layers", 76)
+    period, offset = f.int("attn_layer_period", 6), f.int("attn_layer_offset", 4)
+    default = ["linear_attention", "linear_attention", "hybrid"] + [
+        "hybrid" if period > 0 and i % period == offset else "linear_attention"
+        for i in range(n - 3)]
+    types = _zamba_layers(f, default)
+    out = _zamba_common(f, d, types, "mamba", 16)
+    h = out["n_heads"]
+    inner, heads = int(_number(f, "mamba_expand", 2) * d), f.int("n_mamba_heads", 2)
+    if heads > 0 and inner % heads:
+        raise ConfigError(f"{f.where}: mamba_expand x hidden_size ({inner}) must be divisible by "
+                          f"'n_mamba_heads' ({heads})")
+    return out | dict(
+        n_kv_heads=f.int("num_key_value_heads", 16),
+        head_dim=f.int("attention_head_dim", 2 * d // h if h > 0 else 0),
+        d_ff=f.int("intermediate_size", 14848), pos_type="none",
+        ssm_d_inner=inner, ssm_state=f.int("mamba_d_state", 16), ssm_conv=f.int("mamba_d_conv", 4),
+        ssm_dt_rank=_dt_rank(f, "mamba_dt_rank", d),
+        ssm_conv_bias=f.bool("mamba_conv_bias", True), ssm_bias=f.bool("mamba_proj_bias", False),
+        ssm_out_bias=f.bool("mamba_proj_bias", False))
+
+
+#: Zamba2Config's default layout (54 layers)
+_ZAMBA2_TYPES = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7
+                 + ["linear_attention"] * 4 + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"]
+                 + ["linear_attention"] * 2)
+
+
+def _zamba2(f: _Fields) -> dict[str, Any]:
+    """Zamba2 (arXiv:2411.15242): Zamba's layout with Mamba-2 layers, ``num_mem_blocks``
+    shared blocks used in turn, and per-use LoRA adapters (rank ``adapter_rank``) on the
+    shared MLP's gate_up projection (always) and on q, k and v
+    (``use_shared_attention_adapter``); rotary on the shared attention with
+    ``use_mem_rope``. head_dim is 2 x hidden_size // heads whatever the config says (HF)."""
+    d = f.int("hidden_size", 2560)
+    types = _zamba_layers(f, _ZAMBA2_TYPES)
+    out = _zamba_common(f, d, types, "mamba2", 32)
+    h = out["n_heads"]
+    kv_null = "num_key_value_heads" in f.raw and f.raw["num_key_value_heads"] is None
+    inner, heads = int(_number(f, "mamba_expand", 2) * d), f.int("n_mamba_heads", 8)
+    bias = f.bool("add_bias_linear", False)
+    return out | dict(
+        n_kv_heads=h if kv_null else f.int("num_key_value_heads", h),
+        head_dim=2 * d // h if h > 0 else 0, d_ff=f.int("intermediate_size", 4 * d),
+        mlp_bias=bias, pos_type="rotary" if f.bool("use_mem_rope", False) else "none",
+        max_position=16384 if f.bool("use_long_context", False) else out["max_position"],
+        ssm_d_inner=inner, ssm_state=f.int("mamba_d_state", 64), ssm_conv=f.int("mamba_d_conv", 4),
+        ssm_heads=heads, ssm_head_dim=inner // heads if heads > 0 else 0,
+        ssm_groups=f.int("mamba_ngroups", 1), ssm_chunk=f.int("chunk_size", 256),
+        ssm_conv_bias=True,  # Zamba2MambaMixer builds its conv biased whatever use_conv_bias says
+        ssm_bias=bias, ssm_out_bias=bias,
+        shared_attn_blocks=f.int("num_mem_blocks", 1),
+        shared_adapter_rank=f.int("adapter_rank", 128),
+        shared_qkv_adapters=f.bool("use_shared_attention_adapter", False))
+
+
+def _recurrent_gemma(f: _Fields) -> dict[str, Any]:
+    """RecurrentGemma (Griffin, arXiv:2402.19427): ``block_types`` repeated over the layers,
+    each a recurrent block (RG-LRU, ``lru_width`` wide, gates in num_attention_heads blocks)
+    or local attention (window ``attention_window_size``, rotary on half of each head, biased
+    o_proj), then a GeGLU MLP of intermediate_size // 2 with biases. Gemma's scaled embedding,
+    (1 + w) RMSNorms and logit soft-capping add no parameters and no matmul FLOPs."""
+    d, h = f.int("hidden_size", 2560), f.int("num_attention_heads", 10)
+    n = f.int("num_hidden_layers", 26)
+    blocks = f.get("block_types", ["recurrent", "recurrent", "attention"])
+    if not isinstance(blocks, list) or not blocks or not all(
+            b in ("recurrent", "attention") for b in blocks):
+        raise ConfigError(f"{f.where}: field 'block_types' ({blocks!r:.120}) must be a "
+                          "non-empty list of 'recurrent' and 'attention'")
+    kinds = [("rglru" if b == "recurrent" else "attention") for b in (blocks * n)[:n]]
+    kv_null = "num_key_value_heads" in f.raw and f.raw["num_key_value_heads"] is None
+    window = f.int("attention_window_size", 2048)
+    attn = [i for i, k in enumerate(kinds) if k == "attention"]
+    bias = f.bool("attention_bias", False)
+    return dict(
+        n_layers=n, d_model=d, n_heads=h, n_kv_heads=h if kv_null else
+        f.int("num_key_value_heads", h), head_dim=d // h if h > 0 else 0,
+        d_ff=f.int("intermediate_size", 3 * 2560) // 2, vocab_size=f.int("vocab_size", 256000),
+        activation=_GATED[f.act("hidden_activation", "gelu_pytorch_tanh")], mlp_bias=True,
+        qkv_bias=bias, out_bias=True, norm_type="rmsnorm", pos_type="rotary",
+        tie_embeddings=f.bool("tie_word_embeddings", True), mixers=tuple(kinds),
+        ffns=("mlp",) * n, sliding_window=window if attn else 0,
+        sliding_layers=tuple(attn) if attn else (),
+        ssm_d_inner=f.int("lru_width", d), ssm_heads=h, ssm_conv=f.int("conv1d_width", 4))
+
+
+#: model_type -> converter of this block, merged into ``hf.CONVERTERS``
+SHARED_BLOCK_CONVERTERS = {"zamba": _zamba, "zamba2": _zamba2,
+                           "recurrent_gemma": _recurrent_gemma}
+CONVERTERS.update(SHARED_BLOCK_CONVERTERS)
+_ALIASES.update({"zamba": {"head_dim": "attention_head_dim"},
+                 "recurrent_gemma": {"sliding_window": "attention_window_size"}})
+_POSITIVE = _POSITIVE | {"n_mamba_heads", "num_mem_blocks", "adapter_rank", "lru_width",
+                         "conv1d_width", "attention_window_size", "attn_layer_period"}
+#: the hybrids' attention layers drop their probabilities as Llama's do (HF's eager attention
+#: with ``attention_dropout``); LFM2 passes 0.0 whatever its config says, Mamba has no attention
+_DROPOUT.update({t: {"attn_dropout": ("attention_dropout", 0.0)} for t in (
+    "jamba", "falcon_h1", "nemotron_h", "granitemoehybrid", "qwen3_next", "qwen3_5_text",
+    "qwen3_5_moe_text", "zamba", "zamba2", "recurrent_gemma")})

@@ -60,7 +60,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from .config import ModelConfig
-from .ops import Op, _roles, elementwise, linear, norm
+from .ops import Op, _roles, attention_core, elementwise, linear, norm
 
 Where = tuple[str, int]
 
@@ -218,3 +218,141 @@ def _gdn_norm_saved(Hv: int, dv: int) -> tuple[tuple[int, str], ...]:
     per head and the fp32 gate z (fp32 copies, or in an fp32 model the tensors themselves),
     the normalised input and the scaled one in the activation dtype, silu(z) in fp32."""
     return ((Hv * (3 * dv + 1), "f32"), (2 * Hv * dv, "a"))
+
+
+# --- Zamba's shared attention blocks (Glorioso et al. 2024, arXiv:2405.16712; Zamba2,
+# arXiv:2411.15242) -----------------------------------------------------------------------------
+
+
+def shared_block(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
+    """The shared attention block a Zamba layer runs before its Mamba mixer, in forward order
+    (``layers.{i}.shared.*``). Its input is the concatenation of the hidden state and the
+    original embeddings (2D wide); its output, through a per-layer Linear, is added to the
+    Mamba layer's input. No residual inside the block. Legend: H heads, K kv heads, h
+    head_dim, F d_ff, r the adapter rank.
+
+        op                | operation                        | params (counted)
+        ------------------|----------------------------------|------------------------------
+        attn_norm         | RMSNorm over 2D                  | 2D (once per block)
+        attn.{q,k,v}_proj | 2D -> H h, K h, K h              | 2D (H + 2K) h (once per block)
+        attn.{q,k,v}_ad.. | down 2D -> r, up r -> 2D, added  | 3 x 4 D r (per use, Zamba2
+                          |   to q, k, v                     |   use_shared_attention_adapter)
+        attn.core         | causal softmax(q k^T) v          | -
+        attn.o_proj       | H h -> D                         | H h D (once per block)
+        mlp_norm          | RMSNorm over D                   | D (once per block)
+        mlp.{gate,up}_pr..| D -> F each (Zamba2: one gate_up)| 2 D F (once per block)
+        mlp.adapter.*     | down D -> r, up r -> 2F, added   | D r + 2 F r (per use, Zamba2)
+                          |   to gate and up                 |
+        mlp.down_proj     | F -> D                           | F D (once per block)
+        proj              | D -> D (HF's per-layer ``linear``)| D^2 (per use)
+
+    Use j (the j-th of ``shared_attn_layers``) runs block j % ``shared_attn_blocks``; a
+    block's weights are counted at its first use and reused (no parameters, same FLOPs and
+    saved tensors) after. Each use owns its adapters, as HF's adapter lists hold one per use.
+    Untied (``shared_attn_tied`` false: HF with tie_word_embeddings false), every use holds a
+    copy of its block, with the adapters of all that block's uses (``idle_adapters``: built,
+    never run).
+    """
+    D, H, K, h, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
+    r, uses = cfg.shared_adapter_rank, cfg.shared_attn_layers
+    j, blocks = uses.index(where[1]), cfg.shared_attn_blocks
+    owner = j < blocks or not cfg.shared_attn_tied
+    c, comp = p + "shared.", "shared."
+
+    def block(op: Op) -> Op:  # a weight of the shared block: counted at its first use only
+        if owner:
+            return op
+        return dataclasses.replace(op, params=0, tied=op.kind == "linear", bias=False)
+
+    yield block(norm(c + "attn_norm", where, comp + "attn_norm", 2 * D, "rmsnorm", False, True))
+    for n, width in (("q", H * h), ("k", K * h), ("v", K * h)):
+        yield block(linear(f"{c}attn.{n}_proj", where, f"{comp}attn.{n}_proj", 2 * D, width,
+                           False, shares_input=n != "q", tp="colwise"))
+        if cfg.shared_qkv_adapters:
+            yield from _adapter(f"{c}attn.{n}_adapter", where, f"{comp}attn.{n}_adapter",
+                                2 * D, r, 2 * D)
+    if cfg.pos_type == "rotary" and j == 0:  # Zamba2 use_mem_rope: cos/sin once per forward
+        yield elementwise(c + "attn.rotary", where, comp + "attn.rotary", "rotary",
+                          ((h, "a"), (h, "a")), stream="pos")
+    yield from attention_core(c + "attn.core", where, comp + "attn.core", heads=H,
+                              kv_heads=K, qk_dim=h, v_dim=h, stream="seq", kv_stream="seq",
+                              causal=True, window=0, dropout=cfg.attn_dropout)
+    yield block(linear(c + "attn.o_proj", where, comp + "attn.o_proj", H * h, D, False,
+                       tp="rowwise"))
+    yield block(norm(c + "mlp_norm", where, comp + "mlp_norm", D, "rmsnorm", False, True))
+    bias = cfg.mlp_bias
+    yield block(linear(c + "mlp.gate_proj", where, comp + "mlp.gate_proj", D, F, bias,
+                       tp="colwise"))
+    yield block(linear(c + "mlp.up_proj", where, comp + "mlp.up_proj", D, F, bias,
+                       shares_input=True, tp="colwise"))
+    if r:
+        yield from _adapter(c + "mlp.adapter", where, comp + "mlp.adapter", D, r, 2 * F)
+    # act(gate) * up: the activation's input and output and up's output
+    yield elementwise(c + "mlp.act", where, comp + "mlp.act", "activation", ((3 * F, "a"),))
+    yield block(linear(c + "mlp.down_proj", where, comp + "mlp.down_proj", F, D, bias,
+                       tp="rowwise"))
+    yield linear(c + "proj", where, comp + "proj", D, D, False)
+    if r and not cfg.shared_attn_tied:  # an untied copy holds every use's adapters of its
+        # block (HF's adapter lists), and runs only its own: parameters only
+        idle = sum(1 for i in range(len(uses)) if i % blocks == j % blocks) - 1
+        per_use = D * r + r * 2 * F + (3 * 4 * D * r if cfg.shared_qkv_adapters else 0)
+        if idle:
+            yield Op(c + "idle_adapters", "params", where[0], where[1], comp + "idle_adapters",
+                     params=idle * per_use, d_in=idle * per_use)
+
+
+def _adapter(c: str, where: Where, comp: str, d_in: int, rank: int, d_out: int) -> Iterator[Op]:
+    """A per-use LoRA-style adapter (Zamba2): down d_in -> rank (reads the projection's saved
+    input), up rank -> d_out, added to the projection's output."""
+    yield linear(c + ".down", where, comp + ".down", d_in, rank, False, shares_input=True)
+    yield linear(c + ".up", where, comp + ".up", rank, d_out, False)
+
+
+# --- Griffin's recurrent block (De et al. 2024, arXiv:2402.19427; RecurrentGemma) -------------
+
+
+def rglru_block(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
+    """Griffin's recurrent block (``layers.{i}.recurrent.*``), in forward order. Legend: L
+    lru_width (``ssm_d_inner``), Hb gate blocks (``ssm_heads``: HF's num_attention_heads) of
+    b = L / Hb, k the conv width (``ssm_conv``).
+
+        op             | operation                            | params     | forward FLOPs
+        ---------------|--------------------------------------|------------|----------------
+        linear_y       | D -> L, then gelu (the gate branch)  | DL + L     | 2T D L
+        linear_x       | D -> L                               | DL + L     | 2T D L
+        conv1d         | depthwise causal conv over L         | Lk + L     | 2B (S+k-1) L k
+        input_gate     | block-diagonal: Hb blocks b -> b     | Hb b^2 + L | 2T L b
+        recurrent_gate | the same (both read the conv output) | Hb b^2 + L | 2T L b
+        scan           | a = exp(-8 r softplus(Lambda)),      | L (Lambda) | -
+                       |   h_t = a h_{t-1} + sqrt(1-a^2) i x  |            |
+        linear_out     | (h * y) L -> D                       | LD + D     | 2T L D
+
+    A block-diagonal gate has the parameters and FLOPs of a dense b -> L Linear (declared so:
+    its weight is [Hb, b, b] in HF, a baddbmm). Serving state: the conv's last k - 1 inputs
+    (L x (k-1), HF's ``conv1d_state``) and the recurrence h (L, fp32)."""
+    D, L, k = cfg.d_model, cfg.ssm_d_inner, cfg.ssm_conv
+    b = L // cfg.ssm_heads
+    c, comp = p + "recurrent.", "recurrent."
+    yield linear(c + "linear_y", where, comp + "linear_y", D, L, True)
+    # gelu's input, and its output y, which the output product keeps
+    yield elementwise(c + "act", where, comp + "act", "activation", ((2 * L, "a"),))
+    yield linear(c + "linear_x", where, comp + "linear_x", D, L, True, shares_input=True)
+    conv = conv1d(c + "conv1d", where, comp + "conv1d", L, k, True, saved=((L, "a"),))
+    yield dataclasses.replace(conv, state=L * (k - 1))
+    for n, name in enumerate(("input_gate", "recurrent_gate")):
+        gate = linear(c + name, where, comp + name, b, L, True)
+        # both read the conv output (saved once, L wide); each keeps its sigmoid output
+        yield dataclasses.replace(gate, saved=((L, "a"),) * (2 - n))
+    yield Op(c + "scan", "rglru_scan", where[0], where[1], comp + "scan", L, 1, 1, L, L,
+             saved=_RGLRU_SCAN_SAVED(L), saved_once=((L, "a"),), state_fp32=L,
+             **_roles("rglru_scan", where[1]))
+    yield linear(c + "linear_out", where, comp + "linear_out", L, D, True)
+
+
+def _RGLRU_SCAN_SAVED(L: int) -> tuple[tuple[int, str], ...]:
+    """Per token, what the RG-LRU scan keeps (reference/model.py ``RGLRUScan``, as HF computes
+    it): -8 r, a and a^2 (their exps' outputs), 1 - a^2 (the bounded sqrt's input), i x and
+    the sqrt(1 - a^2) factor (their product's operands), and the output h (its product with
+    y), in the activation dtype; a_t in fp32 and h_{t-1} (fp32) for the recurrence's
+    multiply. Once per forward: softplus(Lambda) (L)."""
+    return ((7 * L, "a"), (2 * L, "f32"))
