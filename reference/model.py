@@ -371,7 +371,8 @@ class Attention(nn.Module):
         self.k_proj = lin(D, K * h, cfg.qkv_bias and cfg.k_proj_bias)
         self.v_proj = lin(D, K * h, cfg.qkv_bias)
         self.rotary = Rotary() if rotary else None
-        self.qk_norm = cfg.qk_norm_at(layer) if not cross else "none"
+        self.qk_norm = cfg.qk_norm_at(layer) if not cross else \
+            "head" if layer in cfg.cross_layers else "none"  # Mllama's gated cross blocks
         if self.qk_norm in ("head", "l2"):
             kind = dict(norm_type="rmsnorm", affine=False) if self.qk_norm == "l2" else {}
             self.q_norm = make_norm(cfg, h, dtype, **kind)
@@ -786,6 +787,51 @@ class Block(nn.Module):
     def new_caches(self) -> tuple[KVCache, KVCache | None]:
         dims = (1, 2) if self.cfg.is_mla else (2, 2)
         return KVCache(self.window, dims), (KVCache() if self.has_cross else None)
+
+
+class TanhGate(nn.Module):
+    """Mllama: x + tanh(g) * y with one learned scalar g (``components._tanh_gate``)."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, dtype=dtype))
+
+    def forward(self, x, y):
+        return x + self.weight.tanh() * y
+
+
+class GatedCrossBlock(nn.Module):
+    """Mllama's gated cross-attention block (``components.gated_cross_block``; HF
+    ``MllamaCrossAttentionDecoderLayer``): attn_norm -> cross_attn over the vision states
+    (q/k RMSNorm per head, no rotary, no mask) -> attn_gate -> mlp_norm -> mlp -> mlp_gate."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype, dropout: bool = False):
+        super().__init__()
+        self.cfg, self.stack, self.i, self.window = cfg, "", i, 0
+        D = cfg.d_model
+        self.has_cross = True
+        self.attn_norm = make_norm(cfg, D, dtype)
+        self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype,
+                                    dropout, layer=i)
+        self.attn_gate = TanhGate(dtype)
+        self.mlp_norm = make_norm(cfg, D, dtype)
+        self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
+        self.mlp_gate = TanhGate(dtype)
+        self.full_recompute = recompute == "full"
+
+    def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        if self.full_recompute and torch.is_grad_enabled() and not caches:
+            return _checkpoint_block(self, ctx, x, enc)
+        return self.run(x, ctx, enc, caches)
+
+    def run(self, x, ctx: Ctx, enc=None, caches=None):
+        cache = caches[1] if caches else None
+        x = self.attn_gate(x, self.cross_attn(self.attn_norm(x), ctx, enc, cache=cache))
+        return self.mlp_gate(x, self.mlp(self.mlp_norm(x)))
+
+    def new_caches(self) -> tuple[None, KVCache]:
+        return None, KVCache()  # the vision states' keys and values, projected at prefill
 
 
 # --- state-space mixers (txcalc/mixers.py) ------------------------------------------------------
@@ -1284,7 +1330,7 @@ class ReferenceModel(nn.Module):
         self.attn_impl = attn_impl
         D, V, Ed = cfg.d_model, cfg.vocab_size, cfg.embed_dim
         self.embed = nn.Module()
-        self.embed.tokens = nn.Embedding(V, Ed, dtype=dtype)
+        self.embed.tokens = nn.Embedding(V + cfg.embed_extra_rows, Ed, dtype=dtype)
         # ALBERT, ELECTRA: tables and the embedding norm at Ed, projected after the norm
         We = Ed if cfg.embed_factorised else D
         if Ed != D or cfg.embed_factorised:
@@ -1323,6 +1369,8 @@ class ReferenceModel(nn.Module):
             owner.layers = nn.ModuleList(
                 HybridBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 if cfg.mixers or cfg.ffns else
+                GatedCrossBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
+                if i in cfg.cross_layers else
                 Block(cfg, stack, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 for i in range(depth))
             _share_groups(cfg, owner.layers)
@@ -1454,7 +1502,7 @@ class ReferenceModel(nn.Module):
         return torch.arange(offset, offset + n, device=device)
 
     def encode(self, src_ids):
-        if self.cfg.encoder_states_given:  # a decoder alone: encoder states are an input
+        if self.cfg.encoder_states_given or self.cfg.cross_layers:  # states given as input
             B, S = src_ids.shape
             return torch.zeros(B, S, self.cfg.d_model, dtype=self.dtype, device=src_ids.device)
         pos = self.positions(src_ids.shape[1], 0, src_ids.device)
@@ -1474,7 +1522,7 @@ class ReferenceModel(nn.Module):
         """Final hidden states of the last stack (B, S, D); with ``caches``, the tokens
         ``ids`` continue a cached sequence at position ``offset``."""
         stack = self.stack_names[-1]
-        if self.cfg.family == "encoder-decoder" and enc is None:
+        if (self.cfg.family == "encoder-decoder" or self.cfg.cross_layers) and enc is None:
             enc = self.encode(ids if src_ids is None else src_ids)
         pos = self.positions(ids.shape[1], offset, ids.device)
         ctx = self._context(stack, pos) if caches is None else Ctx(self, stack, pos)
@@ -1580,6 +1628,7 @@ def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):
     gradient (T5's relative-position bias), must be a checkpoint input; the rest stays in the
     shared context."""
     bias = ctx.bias.get(blk.window) if ctx.bias else None
+    enc = enc if blk.has_cross else None  # Mllama: only its cross blocks read the states
     if bias is None or not bias.requires_grad:
         return checkpoint(lambda h, e: blk.run(h, ctx, e), x, enc, use_reentrant=True)
 
@@ -1659,7 +1708,7 @@ def generate(model: ReferenceModel, ids: torch.Tensor, max_new_tokens: int,
     stack = model.stack_names[-1]
     caches = [blk.new_caches() for blk in model._owner(stack).layers]
     enc = model.encode(src_ids if src_ids is not None else ids) \
-        if cfg.family == "encoder-decoder" else None
+        if cfg.family == "encoder-decoder" or cfg.cross_layers else None
     out, step_in, offset = ids, ids, 0
     for _ in range(max_new_tokens):
         h = model.hidden(step_in, enc=enc, caches=caches, offset=offset)

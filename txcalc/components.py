@@ -41,8 +41,8 @@ def _norm(cfg: ModelConfig, path: str, where: Where, component: str, width: int)
 def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     """Token table (shared by both stacks of an encoder-decoder model), then per-stack extras."""
     top: Where = ("", -1)
-    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim,
-                    tp="vocab")
+    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size + cfg.embed_extra_rows,
+                    cfg.embed_dim, tp="vocab")
     if cfg.embed_dim != cfg.d_model and not cfg.embed_factorised:
         # OPT-350m: embeddings of width 512 projected to 1024
         yield linear("embed.proj_in", top, "embed.proj_in", cfg.embed_dim, cfg.d_model, False)
@@ -401,6 +401,9 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if cfg.mixers or cfg.ffns:
         yield from hybrid_block(cfg, stack, i)
         return
+    if i in cfg.cross_layers:
+        yield from gated_cross_block(cfg, stack, i)
+        return
     if cfg.owns_params(i):
         yield from _block(cfg, stack, i)
     else:  # ALBERT: this block runs the weights of its group's first block
@@ -479,6 +482,66 @@ def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield from moe(cfg, p + "moe.", where)
     else:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
+
+
+def gated_cross_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
+    """Mllama's gated cross-attention block (Llama 3.2 Vision; HF
+    ``MllamaCrossAttentionDecoderLayer``), in place of self-attention in the layers
+    ``cfg.cross_layers``. Keys and values come from the vision states: src rows (one image:
+    ``cfg.image_states``) of width D, given as an input that needs no gradient here (the
+    vision tower's and projector's work is not modelled, as for the ``vision`` op).
+
+        op                  | rows | shapes / operation             | params  | saved per row
+        --------------------|------|--------------------------------|---------|----------------
+        attn_norm           | S    | RMSNorm over D                 | D       | as any norm
+        cross_attn.q_proj   | S    | D -> H h                       | D H h   | its input
+        cross_attn.k_proj   | src  | D -> K h                       | D K h   | the vision
+        cross_attn.v_proj   | src  | D -> K h (same input)          | D K h   |   states, once
+        cross_attn.q_norm   | S    | RMSNorm over h, per query head | h       | per head
+        cross_attn.k_norm   | src  | RMSNorm over h, per key head   | h       | per head
+        cross_attn.core     | S x src, no mask, no rotary       | -       | as attention
+        cross_attn.o_proj   | S    | H h -> D                       | H h D   | its input
+        attn_gate           | S    | x + tanh(g) * attn             | 1       | attn (D); tanh(g)
+        mlp_norm, mlp.*     | S    | the dense MLP                  |         | as the MLP
+        mlp_gate            | S    | x + tanh(g) * mlp              | 1       | mlp (D); tanh(g)
+
+    Under full recompute the checkpoint keeps the vision states alive (at the first cross
+    layer, as an encoder-decoder's first decoder block keeps the encoder output)."""
+    p, where, D = f"{_prefix(stack)}layers.{i}.", (stack, i), cfg.d_model
+    H, K, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    first = i == min(cfg.cross_layers)
+    yield from checkpoints(cfg, stack, i)
+    if first:
+        yield checkpoint(p[:-1], where, "checkpoint.encoder_output", ("full",), ((D, "a"),),
+                         stream="src")
+    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    c = "cross_attn."
+    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, False, tp="colwise")
+    for name, shares in (("k_proj", not first), ("v_proj", True)):
+        yield dataclasses.replace(
+            linear(f"{p}{c}{name}", where, c + name, D, K * h, False, stream="src",
+                   shares_input=shares, tp="colwise"), input_grad=False)
+    for name, n, s in (("q_norm", H, "seq"), ("k_norm", K, "src")):
+        op = norm(f"{p}{c}{name}", where, c + name, h, "rmsnorm", False, True, s)
+        yield dataclasses.replace(
+            op, saved=tuple((w * n, tag) for w, tag in op.saved), act_split="tp",
+            saved_fused=None if op.saved_fused is None else
+            tuple((w * n, tag) for w, tag in op.saved_fused))
+    yield from attention_core(f"{p}{c}core", where, f"{c}core", heads=H, kv_heads=K, qk_dim=h,
+                              v_dim=h, stream="seq", kv_stream="src", causal=False, window=0,
+                              dropout=cfg.attn_dropout)
+    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, False, tp="rowwise")
+    yield _tanh_gate(p + "attn_gate", where, "attn_gate", D)
+    yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+    yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
+    yield _tanh_gate(p + "mlp_gate", where, "mlp_gate", D)
+
+
+def _tanh_gate(path: str, where: Where, component: str, width: int) -> Op:
+    """x + tanh(g) * y with one learned scalar g (Mllama): no matmul; the product keeps y
+    (``width`` per row) and tanh(g) (once per forward)."""
+    return Op(path, "gate", where[0], where[1], component, params=1, d_in=1,
+              saved=((width, "a"),), saved_once=((1, "a"),), recompute="full")
 
 
 def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:

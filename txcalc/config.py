@@ -201,6 +201,14 @@ class ModelConfig:
     #: dynamic resolution (Qwen-VL): pixels per LM token side (patch_size x spatial_merge_size);
     #: an image of side P becomes round(P / this)^2 tokens (image_tokens is 0)
     image_token_px: int = 0
+    #: Mllama (Llama 3.2 Vision): decoder blocks that are gated cross-attention blocks instead
+    #: of self-attention ones (components.gated_cross_block): keys and values from src_seq rows
+    #: of vision states given as input, q/k RMSNorm per head, tanh-gated residuals
+    cross_layers: tuple[int, ...] = ()
+    #: Mllama: vision-state rows one image gives the cross-attention layers (max_num_tiles x
+    #: (patches + 1)); its prompt holds one <|image|> token per image (image_tokens 1)
+    image_states: int = 0
+    embed_extra_rows: int = 0  #: token-table rows beyond vocab_size, not in lm_head (Mllama: 8)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -355,7 +363,7 @@ class ModelConfig:
         """Whether block ``layer`` applies rotary positions (not on NoPE layers, nor on a
         layer that does not attend: a state-space mixer)."""
         return (self.pos_type == "rotary" and layer not in self.nope_layers
-                and self.has_attention(layer))
+                and self.has_attention(layer) and layer not in self.cross_layers)
 
     def qk_norm_at(self, layer: int) -> str:
         """The q/k norm of block ``layer``: Llama 4's L2 norm runs on rotary layers only."""
@@ -413,7 +421,7 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
                       "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
-                      "image_tokens", "image_token_px")
+                      "image_tokens", "image_token_px", "image_states", "embed_extra_rows")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
@@ -450,6 +458,7 @@ _BOUNDS = {
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
     "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
     "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION, "image_token_px": MAX_WIDTH,
+    "image_states": MAX_POSITION, "embed_extra_rows": MAX_SMALL,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -590,6 +599,20 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
+def _cross_layer_problems(cfg: ModelConfig) -> list[str]:
+    """Mllama's gated cross-attention blocks: plain pre-norm decoder blocks around them."""
+    if not cfg.cross_layers:
+        return []
+    out = [f"cross_layers {bad} exceed n_layers ({cfg.n_layers})"
+           for bad in [[i for i in cfg.cross_layers if i >= cfg.n_layers]] if bad]
+    if (cfg.family != "decoder" or cfg.mixers or cfg.ffns or cfg.is_mla or cfg.is_moe
+            or cfg.parallel_block or cfg.norm_position != "pre"):
+        out.append("cross_layers (Mllama's gated cross-attention blocks) need a dense pre-norm "
+                   "decoder with attention in every block (no MLA, MoE, mixers or parallel "
+                   "blocks)")
+    return out
+
+
 def validate(cfg: ModelConfig) -> None:
     """Raise one ConfigError that names every offending value of ``cfg``."""
     if not isinstance(cfg.name, str) or len(cfg.name) > NAME_MAX:
@@ -617,7 +640,7 @@ def validate(cfg: ModelConfig) -> None:
     if not isinstance(cfg.dense_layers, tuple) or not all(_is_int(i) and i >= 0
                                                            for i in cfg.dense_layers):
         problems.append(f"dense_layers ({cfg.dense_layers!r}) must be a tuple of layer indices")
-    for name in ("sliding_layers", "nope_layers", "chunked_layers"):
+    for name in ("sliding_layers", "nope_layers", "chunked_layers", "cross_layers"):
         v = getattr(cfg, name)
         if not isinstance(v, tuple) or not all(_is_int(i) and i >= 0 for i in v):
             problems.append(f"{name} ({v!r}) must be a tuple of layer indices")
@@ -625,7 +648,8 @@ def validate(cfg: ModelConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
-    for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers"):
+    for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers",
+                 "cross_layers"):
         v = getattr(cfg, name)
         if isinstance(v, tuple) and len(v) > MAX_LAYERS:
             problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")
@@ -722,6 +746,7 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.pooler and cfg.family == "decoder":
         problems.append("pooler is for encoder models (BERT)")
     problems += _encoder_problems(cfg)
+    problems += _cross_layer_problems(cfg)
     bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
     if bad_dense:
         problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")

@@ -1100,6 +1100,65 @@ VLM_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
 # --- end of the multimodal block -----------------------------------------------------------
 CONVERTERS.update(VLM_CONVERTERS)
 
+
+# --- Mllama (Llama 3.2 Vision): gated cross-attention layers and its vision tower -------------
+# MllamaTextConfig / MllamaVisionConfig defaults (transformers 5.x). The text model is Llama's
+# with the blocks at ``cross_attention_layers`` replaced by gated cross-attention blocks
+# (components.gated_cross_block), head width always hidden_size // heads (HF ignores
+# ``head_dim``), a token table of vocab_size + 8 rows and an untied lm_head of vocab_size
+# (HF cannot tie them: their shapes differ). Images: each puts one <|image|> token in the prompt
+# and max_num_tiles x ((image_size / patch_size)^2 + 1) vision-state rows before the
+# cross-attention layers (every tile slot runs, padded ones masked).
+_MLLAMA_TEXT = dict(vocab_size=128256, hidden_size=4096, num_hidden_layers=40,
+                    num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
+                    max_position_embeddings=131072)
+_MLLAMA_CROSS = [3, 8, 13, 18, 23, 28, 33, 38]
+_MLLAMA_VISION = dict(hidden_size=1280, num_hidden_layers=32, num_global_layers=8,
+                      num_channels=3, intermediate_size=5120, vision_output_dim=7680,
+                      image_size=448, patch_size=14, max_num_tiles=4,
+                      supported_aspect_ratios=[[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2],
+                                               [3, 1], [4, 1]])
+
+
+def _mllama_text(f):  # MllamaForCausalLM
+    out = _read_decoder(f, _MLLAMA_TEXT)
+    n, d, h = out["n_layers"], out["d_model"], out["n_heads"]
+    cross = tuple(sorted({i for i in _layer_list(f, "cross_attention_layers", _MLLAMA_CROSS)
+                          if 0 <= i < n}))  # HF builds a cross block where index == layer
+    return out | {"head_dim": d // h if h > 0 else 0, "cross_layers": cross,
+                  "embed_extra_rows": 8, "tie_embeddings": False}
+
+
+def _mllama(f):  # MllamaForConditionalGeneration: vision tower, projector, language model
+    out = _text_part(f, "mllama_text_model")
+    sub = f.get("vision_config", {})
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{f.where}: field 'vision_config' ({_show(sub)}) must be an object")
+    v = _Fields(_MLLAMA_VISION | {k: x for k, x in sub.items() if x is not None},
+                f"{f.where} (vision_config)")
+    D, F, C = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_channels")
+    P, S, T = _side(v, "patch_size"), _side(v, "image_size"), v.int("max_num_tiles")
+    ratios = v.get("supported_aspect_ratios")
+    if not isinstance(ratios, list) or not ratios:
+        raise ConfigError(f"{v.where}: field 'supported_aspect_ratios' ({_show(ratios)}) must "
+                          "be a list of [w, h] tile layouts")
+    n = (S // P) ** 2 + 1  # patches and the class token, per tile
+    R = len(ratios) + 1  # aspect-ratio ids (0: padding)
+    layer = 4 * D * D + 2 * D * F + F + D + 4 * D  # bias-free attention, biased MLP, 2 LNs
+    tower = (C * P * P * D + D  # patch conv (no bias), class embedding
+             + 1 + n * D + R * T * n * D  # gated position and tile-position embeddings
+             + 2 * (R * T * D + 1)  # pre- and post-tile aspect-ratio embeddings and gates
+             + 4 * D  # layernorm_pre, layernorm_post
+             + v.int("num_hidden_layers") * layer
+             + v.int("num_global_layers") * (layer + 2))  # the global layers' two gates
+    proj = v.int("vision_output_dim") * out["d_model"] + out["d_model"]
+    return out | {"vision_params": tower + proj, "image_tokens": 1, "image_states": T * n}
+
+
+CONVERTERS.update({"mllama_text_model": _mllama_text, "mllama": _mllama})
+_DROPOUT["mllama_text_model"] = {"attn_dropout": ("dropout", 0.0)}
+# --- end of the Mllama block ------------------------------------------------------------------
+
 # --- more decoder types: aliases and small converters over the structures above ---------------
 # Each states what of its HF class changes the parameter and FLOP structure; multipliers and
 # scalings (Granite's embedding/residual/attention/logit multipliers) are elementwise work that
