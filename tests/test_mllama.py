@@ -183,3 +183,19 @@ def test_reference_kv_cache_after_generate_holds_the_vision_keys(cfg, data):
     model = build(cfg, torch.float32, "cpu")
     nbytes, context = kv_cache_after_generate(model, batch, prompt, new, src)
     assert nbytes == kv_cache_bytes(cfg, context, batch, "fp32", src_seq=src)
+
+
+def test_llama_3_2_11b_vision_preset_reproduces_its_published_count():
+    """Published: 10,670,220,835 parameters, the Hub's safetensors metadata of
+    meta-llama/Llama-3.2-11B-Vision-Instruct (``HfApi().get_safetensors_metadata(...)
+    .parameter_count``, recorded in github.com/floschne/gimmick,
+    src/gimmick/utils/__init__.py, ``get_model_sizes``: "meta-llama/llama-3.2-11b-vision-instruct":
+    10670220835); Meta's model card: "Llama 3.2-Vision 11B (10.6B)" (truncated: 0.7% below).
+    A test row: nothing was fitted to it. The preset equals its config.json import and the HF
+    model on meta (tests/test_presets.py)."""
+    counts = txcalc.params("llama-3.2-11b-vision")
+    assert counts.total == 10_670_220_835
+    assert 0 <= (counts.total - 10.6e9) / 10.6e9 < 0.007
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    # one 560-px image: 4 tiles x (40^2 patches + class token) rows for the cross layers
+    assert cfg.image_states == 6404 and cfg.image_seq_tokens(1) == 1
