@@ -199,3 +199,17 @@ def test_llama_3_2_11b_vision_preset_reproduces_its_published_count():
     cfg = txcalc.load("llama-3.2-11b-vision")
     # one 560-px image: 4 tiles x (40^2 patches + class token) rows for the cross layers
     assert cfg.image_states == 6404 and cfg.image_seq_tokens(1) == 1
+
+
+def test_images_on_the_cli_feed_the_cross_layers():
+    """``txcalc flops llama-3.2-11b-vision --images 2``: two <|image|> tokens join the prompt
+    and the cross-attention layers read two images' vision states (2 x 6404 rows)."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    r = CliRunner().invoke(app, ["flops", "llama-3.2-11b-vision", "--seq", "100", "--images",
+                                 "2", "--json"])
+    out = json.loads(r.stdout)
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    want = count_flops(cfg, Workload(batch=1, seq=102, src_seq=2 * 6404, attn_impl="flash"))
+    assert (out["forward_flops"], out["image_tokens"]) == (want.forward, 2)

@@ -35,6 +35,12 @@ def _image_tokens(cfg, images: int, image_size: int) -> int:
     return cfg.image_seq_tokens(images, image_size) if images else 0
 
 
+def _cross_rows(cfg, images: int) -> int:
+    """Mllama: vision-state rows its cross-attention layers read, those of --images N images
+    (one image without --images; --src-seq overrides); 0 for other models."""
+    return max(images, 1) * cfg.image_states if cfg.cross_layers else 0
+
+
 _LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
 _PEAK_PARTS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
@@ -77,6 +83,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     cfg = load(model) if head is None else load(model, head)
     extra = _image_tokens(cfg, images, image_size)
     seq = options(seq=seq + extra)["seq"]
+    src_seq = src_seq or _cross_rows(cfg, images)
     work = _workload(batch, seq, src_seq, attn, recompute)
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
@@ -180,8 +187,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         if model is None:
             raise WorkloadError(f"--images ({images}) needs MODEL (a vision-language config)")
         from .. import load
-        extra = _image_tokens(load(model) if head is None else load(model, head), images,
-                              image_size)
+        vlm = load(model) if head is None else load(model, head)
+        extra = _image_tokens(vlm, images, image_size)
+        src_seq = src_seq or _cross_rows(vlm, images)
         seq = options(seq=seq + extra)["seq"]
         context = options(context=str(context + extra))["context"] if context else 0
     if params is not None:
