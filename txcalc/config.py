@@ -209,6 +209,15 @@ class ModelConfig:
     #: (patches + 1)); its prompt holds one <|image|> token per image (image_tokens 1)
     image_states: int = 0
     embed_extra_rows: int = 0  #: token-table rows beyond vocab_size, not in lm_head (Mllama: 8)
+    # --- Gemma 3n's text part (issue 12; components.gemma3n_block) ---------------------------
+    altup_inputs: int = 0  #: AltUp: copies of the residual stream (Gemma 3n: 4; 0 = no AltUp)
+    laurel_rank: int = 0  #: LAuReL: rank of each block's low-rank residual branch (0 = none)
+    per_layer_dim: int = 0  #: per-layer embeddings: width each block reads per token (0 = none)
+    per_layer_vocab: int = 0  #: rows of the per-layer embedding table
+    #: layers that reuse the keys and values of an earlier layer of the same kind (Gemma 3n's
+    #: KV sharing): no k/v projections, no KV cache of their own
+    kv_shared_layers: tuple[int, ...] = ()
+    layer_d_ff: tuple[int, ...] = ()  #: MLP width of each layer (empty: d_ff in every layer)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -329,6 +338,10 @@ class ModelConfig:
             and (layer + 1) % self.moe_every == 0
         )
 
+    def layer_ffn_width(self, layer: int) -> int:
+        """MLP width of decoder block ``layer`` (Gemma 3n's per-layer widths, else d_ff)."""
+        return self.layer_d_ff[layer] if self.layer_d_ff else self.d_ff
+
     def image_seq_tokens(self, images: int, side: int = 0) -> int:
         """Language-model tokens of ``images`` images (of ``side`` pixels, square, where the
         family's count depends on it): the rule per family is in hf._vision_parts."""
@@ -421,7 +434,8 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
                       "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
-                      "image_tokens", "image_token_px", "image_states", "embed_extra_rows")
+                      "image_tokens", "image_token_px", "image_states", "embed_extra_rows",
+                      "altup_inputs", "laurel_rank", "per_layer_dim", "per_layer_vocab")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
@@ -458,7 +472,8 @@ _BOUNDS = {
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
     "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
     "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION, "image_token_px": MAX_WIDTH,
-    "image_states": MAX_POSITION, "embed_extra_rows": MAX_SMALL,
+    "image_states": MAX_POSITION, "embed_extra_rows": MAX_SMALL, "altup_inputs": MAX_SMALL,
+    "laurel_rank": MAX_WIDTH, "per_layer_dim": MAX_WIDTH, "per_layer_vocab": MAX_VOCAB,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -613,6 +628,30 @@ def _cross_layer_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
+def _gemma3n_problems(cfg: ModelConfig) -> list[str]:
+    """Gemma 3n's fields: per-layer widths, shared-KV layers, a decoder with sandwich norms."""
+    out = []
+    v = cfg.layer_d_ff
+    if not isinstance(v, tuple) or not all(_is_int(x) and 0 < x <= MAX_WIDTH for x in v):
+        return [f"layer_d_ff ({_show(v)}) must be a tuple of positive widths"]
+    if v and len(v) != cfg.n_layers:
+        out.append(f"layer_d_ff lists {len(v)} layers, not n_layers ({cfg.n_layers})")
+    bad = [i for i in cfg.kv_shared_layers if i >= cfg.n_layers]
+    if bad:
+        out.append(f"kv_shared_layers {bad} exceed n_layers ({cfg.n_layers})")
+    if (cfg.altup_inputs or cfg.kv_shared_layers or v) and (
+            cfg.family != "decoder" or cfg.mixers or cfg.ffns or cfg.is_mla or cfg.is_moe
+            or cfg.cross_layers or cfg.parallel_block):
+        out.append("altup_inputs, kv_shared_layers and layer_d_ff (Gemma 3n) need a dense "
+                   "decoder with attention in every block")
+    if (cfg.laurel_rank or cfg.per_layer_dim) and not cfg.altup_inputs:
+        out.append("laurel_rank and per_layer_dim are modelled with Gemma 3n's AltUp blocks "
+                   "(altup_inputs > 0)")
+    if cfg.per_layer_dim and not cfg.per_layer_vocab:
+        out.append("per_layer_dim needs per_layer_vocab > 0 (the per-layer table's rows)")
+    return out
+
+
 def validate(cfg: ModelConfig) -> None:
     """Raise one ConfigError that names every offending value of ``cfg``."""
     if not isinstance(cfg.name, str) or len(cfg.name) > NAME_MAX:
@@ -640,7 +679,8 @@ def validate(cfg: ModelConfig) -> None:
     if not isinstance(cfg.dense_layers, tuple) or not all(_is_int(i) and i >= 0
                                                            for i in cfg.dense_layers):
         problems.append(f"dense_layers ({cfg.dense_layers!r}) must be a tuple of layer indices")
-    for name in ("sliding_layers", "nope_layers", "chunked_layers", "cross_layers"):
+    for name in ("sliding_layers", "nope_layers", "chunked_layers", "cross_layers",
+                 "kv_shared_layers"):
         v = getattr(cfg, name)
         if not isinstance(v, tuple) or not all(_is_int(i) and i >= 0 for i in v):
             problems.append(f"{name} ({v!r}) must be a tuple of layer indices")
@@ -649,7 +689,7 @@ def validate(cfg: ModelConfig) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
     for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers",
-                 "cross_layers"):
+                 "cross_layers", "kv_shared_layers", "layer_d_ff"):
         v = getattr(cfg, name)
         if isinstance(v, tuple) and len(v) > MAX_LAYERS:
             problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")
@@ -747,6 +787,7 @@ def validate(cfg: ModelConfig) -> None:
         problems.append("pooler is for encoder models (BERT)")
     problems += _encoder_problems(cfg)
     problems += _cross_layer_problems(cfg)
+    problems += _gemma3n_problems(cfg)
     bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
     if bad_dense:
         problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")

@@ -1159,6 +1159,56 @@ CONVERTERS.update({"mllama_text_model": _mllama_text, "mllama": _mllama})
 _DROPOUT["mllama_text_model"] = {"attn_dropout": ("dropout", 0.0)}
 # --- end of the Mllama block ------------------------------------------------------------------
 
+
+# --- Gemma 3n's text part (Gemma3nTextConfig defaults, transformers 5.x) ------------------------
+_GEMMA3N = dict(vocab_size=262400, hidden_size=2048, intermediate_size=16384, num_hidden_layers=35,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=256,
+                max_position_embeddings=32768, attention_bias=False, tie=True,
+                act_key="hidden_activation", act="gelu_pytorch_tanh")
+
+
+def _gemma3n_text(f):  # Gemma3nForCausalLM
+    """Gemma 3n text: Gemma 3's sandwich norms and per-head q/k RMSNorm (v too, no scale),
+    four local layers (window 512) to one global, AltUp over ``altup_num_inputs`` streams,
+    LAuReL of ``laurel_rank``, per-layer embeddings of ``hidden_size_per_layer_input``, an MLP
+    width per layer, and the last ``num_kv_shared_layers`` layers reusing the keys and values
+    of the last earlier layer of their kind."""
+    text = {k: v for k, v in f.raw.items() if k != "intermediate_size"}
+    widths = f.get("intermediate_size", _GEMMA3N["intermediate_size"])
+    sub = _Fields(text, f.where)
+    try:
+        out = _read_decoder(sub, _GEMMA3N | {"intermediate_size": 1}, kv_null_ok=False)
+    finally:
+        f.problems += sub.problems
+        f.read |= sub.read
+    n = out["n_layers"]
+    if isinstance(widths, int) and not isinstance(widths, bool):
+        widths = [widths] * n
+    if not isinstance(widths, list) or len(widths) != n or not all(
+            isinstance(w, int) and not isinstance(w, bool) for w in widths):
+        raise ConfigError(f"{f.where}: field 'intermediate_size' ({_show(widths)}) must be a "
+                          f"width, or one for each of the {n} layers")
+    types = _layer_types(f, n, ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention"
+                                for i in range(n)])
+    shared = f.int("num_kv_shared_layers", 15)
+    if not 0 <= shared <= n or (shared and set(types[:n - shared]) != set(types)):
+        raise ConfigError(f"{f.where}: field 'num_kv_shared_layers' ({shared}) must leave an "
+                          f"earlier layer of each kind of the {n} layers to share from")
+    out |= {"d_ff": max(widths), "layer_d_ff": tuple(widths), "qk_norm": "head",
+            "norm_position": "sandwich", "altup_inputs": f.int("altup_num_inputs", 4),
+            "laurel_rank": f.int("laurel_rank", 64),
+            "per_layer_dim": f.int("hidden_size_per_layer_input", 256),
+            "per_layer_vocab": f.int("vocab_size_per_layer_input", 262144),
+            "kv_shared_layers": tuple(range(n - shared, n))}
+    return out | _sliding(f, types, 512)
+
+
+CONVERTERS["gemma3n_text"] = _gemma3n_text
+_DROPOUT["gemma3n_text"] = {"attn_dropout": ("attention_dropout", 0.0)}
+_POSITIVE = _POSITIVE | {"altup_num_inputs", "laurel_rank", "hidden_size_per_layer_input",
+                         "vocab_size_per_layer_input"}
+# --- end of the Gemma 3n block ----------------------------------------------------------------
+
 # --- more decoder types: aliases and small converters over the structures above ---------------
 # Each states what of its HF class changes the parameter and FLOP structure; multipliers and
 # scalings (Granite's embedding/residual/attention/logit multipliers) are elementwise work that
