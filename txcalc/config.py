@@ -209,6 +209,14 @@ class ModelConfig:
     #: (patches + 1)); its prompt holds one <|image|> token per image (image_tokens 1)
     image_states: int = 0
     embed_extra_rows: int = 0  #: token-table rows beyond vocab_size, not in lm_head (Mllama: 8)
+    #: LLaVA-NeXT anyres: the (height, width) resolutions an image is tiled to
+    #: (``image_grid_pinpoints``); each tile is image_tile_px square, image_token_px per token
+    image_grid: tuple[tuple[int, int], ...] = ()
+    image_tile_px: int = 0  #: LLaVA-NeXT: side of one tile (the vision tower's image_size)
+    #: Qwen-VL: the image processor's clamp on an image's pixels after resizing to whole
+    #: merged patches (Qwen2VLImageProcessor's min_pixels and max_pixels; 0 = no clamp)
+    image_min_px: int = 0
+    image_max_px: int = 0
     # --- Gemma 3n's text part (issue 12; components.gemma3n_block) ---------------------------
     altup_inputs: int = 0  #: AltUp: copies of the residual stream (Gemma 3n: 4; 0 = no AltUp)
     laurel_rank: int = 0  #: LAuReL: rank of each block's low-rank residual branch (0 = none)
@@ -349,6 +357,12 @@ class ModelConfig:
         if images and not self.vision_params:
             raise WorkloadError(f"--images ({images}): {self.name} has no vision tower (a "
                                 "vision-language config.json has one)")
+        if self.image_grid or self.image_max_px:
+            if images and side <= 0:
+                raise WorkloadError(f"--images ({images}): {self.name} sizes images by their "
+                                    "resolution (LLaVA-NeXT's anyres tiles, Qwen-VL's dynamic "
+                                    "resolution); give --image-size PX")
+            return images * self.image_hw_tokens(side, side) if images else 0
         if self.image_tokens:
             return images * self.image_tokens
         if images and side <= 0:
@@ -356,6 +370,29 @@ class ModelConfig:
                                 f"(Qwen-VL: one token per {self.image_token_px} x "
                                 f"{self.image_token_px} pixels); give --image-size PX")
         return images * max(1, round(side / self.image_token_px)) ** 2 if images else 0
+
+    def image_hw_tokens(self, height: int, width: int) -> int:
+        """Language-model tokens of one height x width image, as HF's processors count them.
+
+        LLaVA-NeXT (``LlavaNextProcessor._get_number_of_features``): the base image
+        (``image_tokens``), then the anyres tiles: the grid resolution that keeps most of the
+        image and wastes least (``select_best_resolution``) gives a grid of tile patches, less
+        the rows or columns of padding the image's aspect ratio leaves, plus one newline token
+        per row. Qwen-VL (``Qwen2VLImageProcessor``'s ``smart_resize``, factor f = patch x
+        merge = ``image_token_px``): each side rounded to f; an area over max_pixels or under
+        min_pixels rescaled into the range (floor / ceil to f); one token per f x f pixels."""
+        if self.image_grid:
+            return self.image_tokens + _anyres_tokens(height, width, self.image_grid,
+                                                      self.image_tile_px, self.image_token_px)
+        f = self.image_token_px
+        h, w = round(height / f) * f, round(width / f) * f
+        if self.image_max_px and h * w > self.image_max_px:
+            beta = math.sqrt(height * width / self.image_max_px)
+            h, w = (max(f, math.floor(x / beta / f) * f) for x in (height, width))
+        elif h * w < self.image_min_px:
+            beta = math.sqrt(self.image_min_px / (height * width))
+            h, w = (math.ceil(x * beta / f) * f for x in (height, width))
+        return (h // f) * (w // f)
 
     def window(self, layer: int) -> int:
         """Attention window of block ``layer`` in tokens (0 = full attention)."""
@@ -411,6 +448,25 @@ class ModelConfig:
         return dataclasses.replace(self, **(resets | changes))
 
 
+def _anyres_tokens(height: int, width: int, grid, tile: int, patch: int) -> int:
+    """LLaVA-NeXT's anyres tokens besides the base image (HF ``select_best_resolution`` and
+    ``LlavaNextProcessor._get_unpadded_features``): unpadded tile patches + one per row."""
+    best, most, waste = None, 0, float("inf")
+    for gh, gw in grid:
+        scale = min(gw / width, gh / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        if kept > most or (kept == most and gh * gw - kept < waste):
+            best, most, waste = (gh, gw), kept, gh * gw - kept
+    rows, cols = (best[0] // tile) * (tile // patch), (best[1] // tile) * (tile // patch)
+    if width / height > cols / rows:
+        pad = (rows - int(round(height * (cols / width), 7))) // 2
+        rows -= 2 * pad
+    else:
+        pad = (cols - int(round(width * (rows / height), 7))) // 2
+        cols -= 2 * pad
+    return rows * cols + rows
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -435,7 +491,8 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
                       "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
                       "image_tokens", "image_token_px", "image_states", "embed_extra_rows",
-                      "altup_inputs", "laurel_rank", "per_layer_dim", "per_layer_vocab")
+                      "altup_inputs", "laurel_rank", "per_layer_dim", "per_layer_vocab",
+                      "image_tile_px", "image_min_px", "image_max_px")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
@@ -474,6 +531,7 @@ _BOUNDS = {
     "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION, "image_token_px": MAX_WIDTH,
     "image_states": MAX_POSITION, "embed_extra_rows": MAX_SMALL, "altup_inputs": MAX_SMALL,
     "laurel_rank": MAX_WIDTH, "per_layer_dim": MAX_WIDTH, "per_layer_vocab": MAX_VOCAB,
+    "image_tile_px": MAX_WIDTH, "image_min_px": MAX_SIZE, "image_max_px": MAX_SIZE,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -626,6 +684,21 @@ def _cross_layer_problems(cfg: ModelConfig) -> list[str]:
                    "decoder with attention in every block (no MLA, MoE, mixers or parallel "
                    "blocks)")
     return out
+
+
+def _image_grid_problems(cfg: ModelConfig) -> list[str]:
+    """LLaVA-NeXT's anyres grid: (height, width) pairs in whole tiles of whole patches."""
+    g = cfg.image_grid
+    if not g:
+        return []
+    if not (isinstance(g, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(
+            _is_int(v) and 0 < v <= MAX_POSITION for v in x) for x in g)):
+        return [f"image_grid ({_show(g)}) must be a tuple of (height, width) pairs"]
+    t, p = cfg.image_tile_px, cfg.image_token_px
+    if t <= 0 or p <= 0 or t % p or any(v % t for x in g for v in x):
+        return [f"image_grid {_show(g)} needs image_tile_px ({t}) dividing each side and "
+                f"image_token_px ({p}) dividing image_tile_px"]
+    return []
 
 
 def _gemma3n_problems(cfg: ModelConfig) -> list[str]:
@@ -788,6 +861,7 @@ def validate(cfg: ModelConfig) -> None:
     problems += _encoder_problems(cfg)
     problems += _cross_layer_problems(cfg)
     problems += _gemma3n_problems(cfg)
+    problems += _image_grid_problems(cfg)
     bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
     if bad_dense:
         problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")

@@ -867,8 +867,9 @@ _ALIASES: dict[str, dict[str, str]] = {
 # Image tokens per image (``--images N``; what the processor inserts into the prompt):
 #   llava, llava_next  (image_size / patch_size)^2 (+ 1: CLIP's class token; - 1 with
 #                      vision_feature_select_strategy "default": 576 for CLIP-L/336);
-#                      llava_next: the base image only (its anyres tiles depend on the
-#                      image's shape and are not counted)
+#                      llava_next: the base image plus its anyres tiles (image_grid_pinpoints:
+#                      ModelConfig.image_hw_tokens, as LlavaNextProcessor counts them; needs
+#                      --image-size)
 #   paligemma          (image_size / patch_size)^2 (256 at 224 px)
 #   gemma3             mm_tokens_per_image (256)
 #   idefics3, smolvlm  (image_size / patch_size)^2 / scale_factor^2 per tile (N counts tiles)
@@ -877,8 +878,10 @@ _ALIASES: dict[str, dict[str, str]] = {
 #   internvl           (image_size / patch_size)^2 x downsample_ratio^2 per tile (256 at
 #                      448 px, patch 14, ratio 0.5)
 #   qwen2_vl, qwen2_5_vl, qwen3_vl(_moe)  round(P / (patch_size x spatial_merge_size))^2 for
-#                      a P x P image (``--image-size P``; the processor's min/max-pixel clamp
-#                      is not applied)
+#                      a P x P image (``--image-size P``), the area clamped into
+#                      Qwen2VLImageProcessor's default [min_pixels 3136, max_pixels 1,003,520]
+#                      as its smart_resize does (a checkpoint's preprocessor_config.json may
+#                      set others: Qwen2-VL-7B-Instruct's max_pixels is 12,845,056)
 _VISION_DEFAULTS: dict[str, dict[str, Any]] = {
     "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
                               num_channels=3, image_size=224, patch_size=32),
@@ -1088,9 +1091,20 @@ def _vision_fields(f: _Fields, model_type: str, fields: dict[str, Any]) -> dict[
         return {}
     params, tokens = _vision_parts(f, model_type, fields["d_model"])
     out = {"vision_params": params, "image_tokens": tokens}
-    if not tokens:
+    if not tokens:  # Qwen-VL: Qwen2VLImageProcessor's defaults clamp the resized area
         v = _sub(f, "vision_config", _VLM[model_type][0], {})
         out["image_token_px"] = v.int("patch_size") * v.int("spatial_merge_size")
+        out |= {"image_min_px": 56 * 56, "image_max_px": 28 * 28 * 1280}
+    if model_type == "llava_next":  # anyres: the tiles of image_grid_pinpoints
+        v = _sub(f, "vision_config", _VLM[model_type][0], _VLM[model_type][1])
+        grid = f.get("image_grid_pinpoints", [[336, 672], [672, 336], [672, 672], [1008, 336],
+                                              [336, 1008]])
+        if not isinstance(grid, list) or not grid or not all(
+                isinstance(x, list) and len(x) == 2 for x in grid):
+            raise ConfigError(f"{f.where}: field 'image_grid_pinpoints' ({_show(grid)}) must "
+                              "be a list of [height, width] pairs")
+        out |= {"image_grid": tuple(tuple(x) for x in grid),
+                "image_tile_px": _side(v, "image_size"), "image_token_px": _side(v, "patch_size")}
     return out
 
 

@@ -27,7 +27,8 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
 
 IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
                "config's family) join --seq / --context.")
-IMAGE_SIZE_HELP = "With --images on Qwen-VL (dynamic resolution): the images' side in pixels."
+IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dynamic "
+                   "resolution): the images' side in pixels.")
 
 
 def _image_tokens(cfg, images: int, image_size: int) -> int:
