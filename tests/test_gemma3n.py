@@ -71,6 +71,10 @@ def gemma3n(draw, sparsity: bool = True) -> dict:
     return raw
 
 
+#: config.json strategies per model type (tests/test_hf_defaults.py writes them both ways)
+STRATEGIES = {"gemma3n_text": gemma3n().map(lambda r: r | {"model_type": "gemma3n_text"})}
+
+
 def hf(raw: dict, device: str = "meta"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

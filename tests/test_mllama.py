@@ -79,6 +79,18 @@ def vision_config(draw) -> dict:
     return raw
 
 
+@st.composite
+def mllama_config(draw) -> dict:
+    return {"model_type": "mllama", "text_config": draw(text_config()),
+            "vision_config": draw(vision_config())}
+
+
+#: config.json strategies per model type (tests/test_hf_defaults.py writes them both ways)
+STRATEGIES = {"mllama": mllama_config(),
+              "mllama_text_model": text_config().map(
+                  lambda t: t | {"model_type": "mllama_text_model"})}
+
+
 def hf(cls, config):
     config._attn_implementation = "eager"
     with torch.device("meta"), warnings.catch_warnings():
@@ -213,3 +225,20 @@ def test_images_on_the_cli_feed_the_cross_layers():
     cfg = txcalc.load("llama-3.2-11b-vision")
     want = count_flops(cfg, Workload(batch=1, seq=102, src_seq=2 * 6404, attn_impl="flash"))
     assert (out["forward_flops"], out["image_tokens"]) == (want.forward, 2)
+
+
+def test_serving_memory_holds_the_vision_keys_of_the_images():
+    """``txcalc memory llama-3.2-11b-vision --inference --images 1``: the 8 cross layers keep
+    the keys and values of one image's 6404 vision rows, the 32 self-attention layers those of
+    the context (plus the <|image|> token); a text-only request keeps no cross cache (HF skips
+    the cross layers without images)."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    run = lambda *a: json.loads(CliRunner().invoke(app, ["memory", "llama-3.2-11b-vision",  # noqa: E731
+                                                         "--inference", *a, "--json"]).stdout)
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    per_row = 2 * cfg.kv_dim * 2  # bf16 keys and values
+    with_image = run("--context", "1000", "--images", "1")
+    assert with_image["kv_cache_bytes"] == per_row * (32 * 1001 + 8 * 6404)
+    assert run("--context", "1000")["kv_cache_bytes"] == per_row * 32 * 1000

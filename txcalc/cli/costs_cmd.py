@@ -196,7 +196,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     if params is not None:
         out = _states_only(opts["params"], precision, optimizer)
     elif inference:
-        out = _inference(model, context or seq, concurrency, kv_dtype, precision, weights)
+        out = _inference(model, context or seq, concurrency, kv_dtype, precision, weights,
+                         src_seq)
     else:
         from ..inputs import choice
         from ..memory import OFFLOADS
@@ -268,7 +269,8 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     return m.to_json() | m.finetune_json()
 
 
-def _inference(model, context, concurrency, kv_dtype, precision, weights=None) -> dict:
+def _inference(model, context, concurrency, kv_dtype, precision, weights=None,
+               src_seq: int = 0) -> dict:
     from .. import load
     from ..errors import WorkloadError
     from ..memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
@@ -279,7 +281,7 @@ def _inference(model, context, concurrency, kv_dtype, precision, weights=None) -
         raise WorkloadError(f"--concurrency ({concurrency}) and --context ({context}) must be positive")
     wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
-    kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype)
+    kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype, src_seq=src_seq)
     from ..formats import model_checkpoint_bytes, resolve
     sch, _ = resolve(model, weights)
     if sch is not None:  # the stored tensors (quantised weights and scales) stay resident
