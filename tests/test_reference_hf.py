@@ -79,7 +79,7 @@ def hf_flops(raw: dict, src_seq: int = SRC):
             loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
         elif raw["model_type"] == "mllama":  # the vision states its cross layers read, given
             states = torch.zeros(BATCH, src_seq, raw["text_config"]["hidden_size"],
-                                 device="meta")
+                                 device="meta", dtype=next(model.parameters()).dtype)
             loss = model(input_ids=ids, labels=ids, cross_attention_states=states).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss

@@ -20,8 +20,14 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
     parts = [stack] if stack else []
     if cfg.mixers or cfg.ffns:  # hybrids: the mixer and the FFN name the block
         parts.append(f"{cfg.mixer(layer)} + {cfg.ffn(layer)}")
+    elif layer in cfg.cross_layers:  # Mllama
+        parts.append("gated cross-attention")
     else:
         parts.append("moe" if stack != "encoder" and cfg.is_moe_layer(layer) else "dense")
+    if len(set(cfg.layer_d_ff)) > 1:  # Gemma 3n: a width per layer
+        parts.append(f"ffn {cfg.layer_ffn_width(layer)}")
+    if layer in cfg.kv_shared_layers:
+        parts.append("shared KV")
     if stack != "encoder" and cfg.window(layer):
         parts.append(f"window {cfg.window(layer)}")
     if stack != "encoder" and cfg.chunk(layer):
