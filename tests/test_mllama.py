@@ -242,3 +242,16 @@ def test_serving_memory_holds_the_vision_keys_of_the_images():
     with_image = run("--context", "1000", "--images", "1")
     assert with_image["kv_cache_bytes"] == per_row * (32 * 1001 + 8 * 6404)
     assert run("--context", "1000")["kv_cache_bytes"] == per_row * 32 * 1000
+
+
+@settings(max_examples=5, **REF)
+@given(cfg=engine_configs(), data=st.data())
+def test_reference_fused_sdpa_saved_bytes_under_fake_tensors(cfg, data):
+    """The flash kernel on the cross layers (no mask: the fused path) and the causal ones."""
+    from reference.measure import saved_under_fake
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(2, 10), label="seq")
+    src = data.draw(st.integers(1, 12), label="vision rows")
+    work = Workload(batch=batch, seq=seq, src_seq=src, attn_impl="flash")
+    measured, _ = saved_under_fake(cfg, work, torch.bfloat16)
+    assert TrainingMemory(cfg, work, "bf16-mixed").activations_by_layer() == by_layer(measured)
