@@ -11,8 +11,8 @@ since its Gaussian top-k needs real values); the bytes HF's cache holds after ``
 Conventions: FLOPs are the matmuls (AltUp's per-token (D x A) @ (A x A) mix is a bmm and
 counts); activation sparsity zeroes most of the first layers' gate activations, but the
 matmuls stay dense, as HF runs them: it changes no count (checked below with sparsity on and
-off). The reference model does not build these blocks yet: their bytes saved for backward
-are not checked.
+off). The reference model builds these blocks under the engine's op paths: parameters and
+FLOPs equal the engine's; their bytes saved for backward are not checked yet.
 """
 
 from __future__ import annotations

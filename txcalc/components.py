@@ -583,8 +583,9 @@ def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
 
     Activation sparsity (``activation_sparsity_pattern``: the gate's activations below a
     Gaussian top-k cutoff zeroed in the first 10 layers) changes no count: the matmuls stay
-    dense, as HF runs them and FlopCounterMode counts them. Bytes saved for backward are not
-    yet checked against a reference model for these blocks."""
+    dense, as HF runs them and FlopCounterMode counts them. reference/model.py builds these
+    blocks (``Gemma3nBlock``: parameters and FLOPs checked against these ops); the bytes they
+    declare saved for backward are not yet checked against it (an estimate)."""
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D, A, r, P = cfg.d_model, cfg.altup_inputs, cfg.laurel_rank, cfg.per_layer_dim
     yield from checkpoints(cfg, stack, i)
