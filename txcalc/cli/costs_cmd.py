@@ -193,6 +193,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         src_seq = src_seq or _cross_rows(vlm, images)
         seq = options(seq=seq + extra)["seq"]
         context = options(context=str(context + extra))["context"] if context else 0
+    elif model is not None and not inference and not src_seq:  # Mllama trains on one image
+        from .. import load
+        src_seq = _cross_rows(load(model) if head is None else load(model, head), 0)
     if params is not None:
         out = _states_only(opts["params"], precision, optimizer)
     elif inference:
