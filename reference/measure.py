@@ -106,7 +106,8 @@ def make_inputs(model: ReferenceModel, batch: int, seq: int, src_seq: int = 0,
             return torch.zeros(batch, n, dtype=torch.long, device="meta")
         return torch.randint(0, V, (batch, n), device=device, generator=generator)
     x = ids(seq)
-    src = ids(src_seq or seq) if model.cfg.family == "encoder-decoder" else None
+    src = ids(src_seq or seq) if model.cfg.family == "encoder-decoder" \
+        or model.cfg.cross_layers else None
     labels = default_labels(x) if model.cfg.head == "lm" else None
     return x, labels, src
 

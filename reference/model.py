@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -383,7 +384,8 @@ class Attention(nn.Module):
         self.k_proj = lin(D, K * h, cfg.qkv_bias and cfg.k_proj_bias)
         self.v_proj = lin(D, K * h, cfg.qkv_bias)
         self.rotary = Rotary() if rotary else None
-        self.qk_norm = cfg.qk_norm_at(layer) if not cross else "none"
+        self.qk_norm = cfg.qk_norm_at(layer) if not cross else \
+            "head" if layer in cfg.cross_layers else "none"  # Mllama's gated cross blocks
         if self.qk_norm in ("head", "l2"):
             kind = dict(norm_type="rmsnorm", affine=False) if self.qk_norm == "l2" else {}
             self.q_norm = make_norm(cfg, h, dtype, **kind)
@@ -871,6 +873,188 @@ class Block(nn.Module):
     def new_caches(self) -> tuple[KVCache, KVCache | None]:
         dims = (1, 2) if self.cfg.is_mla else (2, 2)
         return KVCache(self.window, dims), (KVCache() if self.has_cross else None)
+
+
+class TanhGate(nn.Module):
+    """Mllama: x + tanh(g) * y with one learned scalar g (``components._tanh_gate``)."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, dtype=dtype))
+
+    def forward(self, x, y):
+        return x + self.weight.tanh() * y
+
+
+class GatedCrossBlock(nn.Module):
+    """Mllama's gated cross-attention block (``components.gated_cross_block``; HF
+    ``MllamaCrossAttentionDecoderLayer``): attn_norm -> cross_attn over the vision states
+    (q/k RMSNorm per head, no rotary, no mask) -> attn_gate -> mlp_norm -> mlp -> mlp_gate."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype, dropout: bool = False):
+        super().__init__()
+        self.cfg, self.stack, self.i, self.window = cfg, "", i, 0
+        D = cfg.d_model
+        self.has_cross = True
+        self.attn_norm = make_norm(cfg, D, dtype)
+        self.cross_attn = Attention(cfg, impl, softmax_fp32, recompute, True, False, dtype,
+                                    dropout, layer=i)
+        self.attn_gate = TanhGate(dtype)
+        self.mlp_norm = make_norm(cfg, D, dtype)
+        self.mlp = MLP(cfg, cfg.d_ff, cfg.mlp_bias, dtype, dropout, resid=True)
+        self.mlp_gate = TanhGate(dtype)
+        self.full_recompute = recompute == "full"
+
+    def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        if self.full_recompute and torch.is_grad_enabled() and not caches:
+            return _checkpoint_block(self, ctx, x, enc)
+        return self.run(x, ctx, enc, caches)
+
+    def run(self, x, ctx: Ctx, enc=None, caches=None):
+        cache = caches[1] if caches else None
+        x = self.attn_gate(x, self.cross_attn(self.attn_norm(x), ctx, enc, cache=cache))
+        return self.mlp_gate(x, self.mlp(self.mlp_norm(x)))
+
+    def new_caches(self) -> tuple[None, KVCache]:
+        return None, KVCache()  # the vision states' keys and values, projected at prefill
+
+
+# --- Gemma 3n (components.gemma3n_block) ------------------------------------------------------
+class Borrowed(nn.Module):
+    """A second call of another module's weights (AltUp's router on the block output): no
+    parameters of its own (the owner is kept in a list so it is not registered twice)."""
+
+    def __init__(self, owner: nn.Module):
+        super().__init__()
+        self.owner = [owner]
+
+    def forward(self, x):
+        return self.owner[0](x)
+
+
+class AltUpMix(nn.Module):
+    """AltUp's prediction: per token, the A streams (D x A) times an A x A matrix, plus the
+    streams (a batched matmul over B x S tokens)."""
+
+    def forward(self, streams, coefs):  # streams (A, B, S, D), coefs (B, S, A, A)
+        mixed = torch.matmul(streams.permute(1, 2, 3, 0), coefs)
+        return mixed.permute(3, 0, 1, 2) + streams
+
+
+class Scale(nn.Module):
+    """x times a learned D-vector (AltUp's correct_output_scale)."""
+
+    def __init__(self, width: int, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(width, dtype=dtype))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+class Gemma3nAttention(nn.Module):
+    """Sandwich-normed attention with per-head q/k RMSNorm and a scale-free v RMSNorm; a
+    shared-KV layer (``cfg.kv_shared_layers``) has no k/v projections and attends over the
+    keys and values the last earlier layer of its kind left in ``ctx.shared_kv``."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype):
+        super().__init__()
+        D, H, K, h = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.H, self.K, self.h, self.key = H, K, h, mask_key(cfg, i)
+        self.shared = i in cfg.kv_shared_layers
+        self.q_proj = nn.Linear(D, H * h, bias=cfg.qkv_bias, dtype=dtype)
+        if not self.shared:
+            self.k_proj = nn.Linear(D, K * h, bias=cfg.qkv_bias, dtype=dtype)
+            self.v_proj = nn.Linear(D, K * h, bias=cfg.qkv_bias, dtype=dtype)
+            self.k_norm = make_norm(cfg, h, dtype)
+            self.v_norm = make_norm(cfg, h, dtype, affine=False)
+        self.q_norm = make_norm(cfg, h, dtype)
+        self.rotary = Rotary()
+        self.core = AttentionCore(impl, softmax_fp32, recompute)
+        self.o_proj = nn.Linear(H * h, D, bias=cfg.out_bias, dtype=dtype)
+
+    def forward(self, x, ctx: Ctx, bias=None, causal: bool = False):
+        B, S = x.shape[:2]
+        q = self.q_norm(self.q_proj(x).view(B, S, self.H, self.h)).transpose(1, 2)
+        if self.shared:
+            q = apply_rotary(q, ctx.cos, ctx.sin)
+            k, v = ctx.shared_kv[self.key]
+        else:
+            k = self.k_norm(self.k_proj(x).view(B, S, self.K, self.h)).transpose(1, 2)
+            v = self.v_norm(self.v_proj(x).view(B, S, self.K, self.h)).transpose(1, 2)
+            q, k = self.rotary(q, k, ctx.cos, ctx.sin)
+            ctx.shared_kv[self.key] = (k, v)
+        out = attend(self.core, q, k, v, bias, causal)
+        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+
+
+class Gemma3nBlock(nn.Module):
+    """A Gemma 3n block over the A AltUp streams (A, B, S, D): predict, the active stream
+    through attention + LAuReL and the MLP, correct, then the per-layer input added to the
+    other streams (HF ``Gemma3nTextDecoderLayer``; elementwise scalings left out: they change
+    no parameter or matmul)."""
+
+    def __init__(self, cfg: ModelConfig, i: int, impl: str, softmax_fp32: bool, recompute: str,
+                 dtype):
+        super().__init__()
+        self.cfg, self.stack, self.i, self.has_cross = cfg, "", i, False
+        D, A, r, P = cfg.d_model, cfg.altup_inputs, cfg.laurel_rank, cfg.per_layer_dim
+        self.window = mask_key(cfg, i)
+        lin = lambda a, b: nn.Linear(a, b, bias=False, dtype=dtype)  # noqa: E731
+        self.altup = nn.Module()
+        self.altup.router_norm = make_norm(cfg, D, dtype)
+        self.altup.modality_router = lin(D, A)
+        self.altup.prediction_coefs = lin(A, A * A)
+        self.altup.predict = AltUpMix()
+        self.altup.correct_norm = Borrowed(self.altup.router_norm)
+        self.altup.correct_router = Borrowed(self.altup.modality_router)
+        self.altup.correction_coefs = lin(A, A)
+        self.altup.output_scale = Scale(D, dtype)
+        self.attn_norm = make_norm(cfg, D, dtype)
+        self.attn = Gemma3nAttention(cfg, i, impl, softmax_fp32, recompute, dtype)
+        self.attn_post_norm = make_norm(cfg, D, dtype)
+        if r:
+            self.laurel = nn.Module()
+            self.laurel.linear_left, self.laurel.linear_right = lin(D, r), lin(r, D)
+            self.laurel.norm = make_norm(cfg, D, dtype)
+        self.mlp_norm = make_norm(cfg, D, dtype)
+        self.mlp = MLP(cfg, cfg.layer_ffn_width(i), cfg.mlp_bias, dtype)
+        self.mlp_post_norm = make_norm(cfg, D, dtype)
+        if P:
+            base = {"geglu_tanh": "gelu_tanh", "geglu": "gelu", "swiglu": "silu",
+                    "reglu": "relu"}.get(cfg.activation, cfg.activation)
+            self.per_layer = nn.Module()
+            self.per_layer.gate, self.per_layer.act = lin(D, P), Act(base)
+            self.per_layer.proj, self.per_layer.norm = lin(P, D), make_norm(cfg, D, dtype)
+        self.full_recompute = False
+
+    def _modalities(self, norm, router, x):
+        return torch.tanh(router(norm(x)).float()).type_as(x)
+
+    def forward(self, x, ctx: Ctx, enc=None, caches=None):
+        al, A = self.altup, self.cfg.altup_inputs
+        B, S = x.shape[1:3]
+        coefs = al.prediction_coefs(self._modalities(al.router_norm, al.modality_router, x[0]))
+        pred = al.predict(x, coefs.view(B, S, A, A).transpose(-1, -2))
+        active = pred[0]
+        h = self.attn_norm(active)
+        bias = ctx.bias[self.window] if ctx.bias is not None else None
+        out = active + self.attn_post_norm(self.attn(h, ctx, bias,
+                                                     ctx.plain_causal(self.window)))
+        if hasattr(self, "laurel"):
+            lr = self.laurel
+            out = out + h + lr.norm(lr.linear_right(lr.linear_left(h)))
+        out = out + self.mlp_post_norm(self.mlp(self.mlp_norm(out)))
+        weights = al.correction_coefs(self._modalities(al.correct_norm, al.correct_router, out))
+        corrected = pred + (out - active)[None] * (weights + 1.0).permute(2, 0, 1)[..., None]
+        if not hasattr(self, "per_layer"):
+            return corrected
+        pl = self.per_layer
+        first = al.output_scale(corrected[0])
+        first = pl.norm(pl.proj(pl.act(pl.gate(first), ctx.per_layer[:, :, self.i])))
+        return torch.cat((corrected[:1], corrected[1:] + first))
 
 
 # --- state-space mixers (txcalc/mixers.py) ------------------------------------------------------
@@ -1562,13 +1746,24 @@ class ReferenceModel(nn.Module):
         self.attn_impl = attn_impl
         D, V, Ed = cfg.d_model, cfg.vocab_size, cfg.embed_dim
         self.embed = nn.Module()
-        self.embed.tokens = nn.Embedding(V, Ed, dtype=dtype)
+        self.embed.tokens = nn.Embedding(V + cfg.embed_extra_rows, Ed, dtype=dtype)
         # ALBERT, ELECTRA: tables and the embedding norm at Ed, projected after the norm
         We = Ed if cfg.embed_factorised else D
         if Ed != D or cfg.embed_factorised:
             self.embed.proj_in = nn.Linear(Ed, D, bias=cfg.embed_factorised, dtype=dtype)
         if cfg.type_vocab_size:
             self.embed.token_types = nn.Embedding(cfg.type_vocab_size, We, dtype=dtype)
+        if cfg.altup_inputs:  # Gemma 3n: per-layer embeddings, AltUp streams in and out
+            L, P, lin = cfg.n_layers, cfg.per_layer_dim, partial(nn.Linear, bias=False,
+                                                                dtype=dtype)
+            if P:
+                self.embed.per_layer = nn.Embedding(cfg.per_layer_vocab, L * P, dtype=dtype)
+                self.embed.per_layer_proj = lin(D, L * P)
+                self.embed.per_layer_norm = make_norm(cfg, P, dtype)
+            self.altup_proj = nn.ModuleDict({str(j): lin(D, D)
+                                             for j in range(1, cfg.altup_inputs)})
+            self.altup_unembed = nn.ModuleDict({str(j): lin(D, D)
+                                                for j in range(1, cfg.altup_inputs)})
         if cfg.vision_params:  # a VLM's vision tower and projector: parameters only
             self.vision = nn.Module()
             self.vision.weight = nn.Parameter(torch.empty(cfg.vision_params, dtype=dtype))
@@ -1605,6 +1800,10 @@ class ReferenceModel(nn.Module):
             owner.layers = nn.ModuleList(
                 HybridBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 if cfg.mixers or cfg.ffns else
+                GatedCrossBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
+                if i in cfg.cross_layers else
+                Gemma3nBlock(cfg, i, attn_impl, softmax_fp32, recompute, dtype)
+                if cfg.altup_inputs else
                 Block(cfg, stack, i, attn_impl, softmax_fp32, recompute, dtype, dropout)
                 for i in range(depth))
             _share_groups(cfg, owner.layers)
@@ -1739,6 +1938,9 @@ class ReferenceModel(nn.Module):
         else:
             for i, blk in enumerate(owner.layers):
                 x = blk(x, ctx, enc, caches[i] if caches else None)
+        if self.cfg.altup_inputs:  # Gemma 3n: the streams projected back and averaged
+            x = torch.stack([x[0]] + [self.altup_unembed[str(j)](x[j])
+                                      for j in range(1, len(x))]).mean(0)
         if self.cfg.final_norm:
             x = owner.final_norm(x)
         return drop(owner, x, "final_dropout")
@@ -1747,7 +1949,7 @@ class ReferenceModel(nn.Module):
         return torch.arange(offset, offset + n, device=device)
 
     def encode(self, src_ids):
-        if self.cfg.encoder_states_given:  # a decoder alone: encoder states are an input
+        if self.cfg.encoder_states_given or self.cfg.cross_layers:  # states given as input
             B, S = src_ids.shape
             return torch.zeros(B, S, self.cfg.d_model, dtype=self.dtype, device=src_ids.device)
         pos = self.positions(src_ids.shape[1], 0, src_ids.device)
@@ -1767,7 +1969,7 @@ class ReferenceModel(nn.Module):
         """Final hidden states of the last stack (B, S, D); with ``caches``, the tokens
         ``ids`` continue a cached sequence at position ``offset``."""
         stack = self.stack_names[-1]
-        if self.cfg.family == "encoder-decoder" and enc is None:
+        if (self.cfg.family == "encoder-decoder" or self.cfg.cross_layers) and enc is None:
             enc = self.encode(ids if src_ids is None else src_ids)
         pos = self.positions(ids.shape[1], offset, ids.device)
         ctx = self._context(stack, pos) if caches is None else Ctx(self, stack, pos)
@@ -1776,7 +1978,23 @@ class ReferenceModel(nn.Module):
         x = self._embed(ids, stack, offset)
         if self.cfg.shared_attn_layers:  # Zamba's shared blocks read the embeddings
             enc = x
+        if self.cfg.altup_inputs:
+            x = self._altup_inputs(ids, x, ctx)
         return self.run_stack(stack, x, ctx, enc, caches)
+
+    def _altup_inputs(self, ids, x, ctx: Ctx):
+        """Gemma 3n: each block's per-layer input (its table row plus the normalised
+        projection of the embedding) into ``ctx.per_layer``; the A AltUp streams."""
+        cfg, (B, S) = self.cfg, ids.shape
+        ctx.shared_kv = {}
+        if cfg.per_layer_dim:
+            L, P = cfg.n_layers, cfg.per_layer_dim
+            rows = torch.where(ids < cfg.per_layer_vocab, ids, torch.zeros_like(ids))
+            table = self.embed.per_layer(rows).view(B, S, L, P)
+            ctx.per_layer = table + self.embed.per_layer_norm(
+                self.embed.per_layer_proj(x).view(B, S, L, P))
+        return torch.stack([x] + [self.altup_proj[str(j)](x)
+                                  for j in range(1, cfg.altup_inputs)])
 
     def logits(self, h):
         if self.cfg.embed_dim != self.cfg.d_model:
@@ -1881,6 +2099,8 @@ def _checkpoint_block(blk: Block, ctx: Ctx, x, enc):
     bias = ctx.bias.get(blk.window) if ctx.bias else None
     # DeBERTa's normalised relative embeddings need a gradient too: an input of every block
     rel = ctx.rel if ctx.rel is not None and ctx.rel.requires_grad else None
+    if blk.cfg.cross_layers and not blk.has_cross:  # Mllama: only its cross blocks read the states
+        enc = None
     if (bias is None or not bias.requires_grad) and rel is None:
         return checkpoint(lambda h, e: blk.run(h, ctx, e), x, enc, use_reentrant=True)
 
@@ -1960,7 +2180,7 @@ def generate(model: ReferenceModel, ids: torch.Tensor, max_new_tokens: int,
     stack = model.stack_names[-1]
     caches = [blk.new_caches() for blk in model._owner(stack).layers]
     enc = model.encode(src_ids if src_ids is not None else ids) \
-        if cfg.family == "encoder-decoder" else None
+        if cfg.family == "encoder-decoder" or cfg.cross_layers else None
     out, step_in, offset = ids, ids, 0
     for _ in range(max_new_tokens):
         h = model.hidden(step_in, enc=enc, caches=caches, offset=offset)

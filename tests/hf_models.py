@@ -42,6 +42,8 @@ def hf_model(raw: dict, attn: str = "eager"):
         cls = transformers.AutoModelForSeq2SeqLM
     elif raw["model_type"] in SPEECH:
         cls = transformers.AutoModelForSpeechSeq2Seq
+    elif raw["model_type"] == "mllama":  # the whole checkpoint, vision tower included
+        cls = transformers.AutoModelForImageTextToText
     else:
         cls = transformers.AutoModelForCausalLM
     with torch.device("meta"), warnings.catch_warnings():

@@ -29,9 +29,11 @@ from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
 from .test_linear_attention import MULTIMODAL as LINEAR_MULTIMODAL
 from .test_linear_attention import STRATEGIES as LINEAR
 from .test_multimodal import STRATEGIES as MULTIMODAL  # the types above keep their own
+from .test_mllama import STRATEGIES as MLLAMA
+from .test_gemma3n import STRATEGIES as GEMMA3N
 
 STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
-              **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL, **SHARED_HYBRIDS}
+              **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL, **SHARED_HYBRIDS, **MLLAMA, **GEMMA3N}
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

@@ -370,7 +370,10 @@ def test_every_converter_has_a_strategy():
     from .test_multimodal import STRATEGIES as MULTIMODAL  # issue 12 item 3
     from .test_linear_attention import MULTIMODAL as LINEAR_MM, STRATEGIES as LINEAR
     from .test_hybrids_shared import STRATEGIES as SHARED_HYBRIDS  # zamba, recurrent_gemma
+    from .test_gemma3n import STRATEGIES as GEMMA3N
+    from .test_mllama import STRATEGIES as MLLAMA
     assert (set(STRATEGIES) | set(HYBRID_STRATEGIES) | set(NEW_STRUCTURES) | set(SHARED_HYBRIDS)
+            | set(MLLAMA) | set(GEMMA3N)
             | set(ENCODER_STRATEGIES) | set(SEQ2SEQ_STRATEGIES) | set(LINEAR) | set(LINEAR_MM)
             | (set(MULTIMODAL) - set(_MORE_CONVERTERS))) == \
         set(CONVERTERS) - set(_MORE_CONVERTERS)

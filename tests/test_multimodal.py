@@ -195,13 +195,20 @@ def test_params_equal_the_whole_hf_model(model_type, data):
     assert cfg.vision_params > 0
 
 
+def qwen_grid(v: dict) -> int:
+    """Merged patches per side of the Qwen-VL test image: 3, or as many as put the image
+    (g x patch x merge pixels square) at or above the image processor's min_pixels (56 x 56),
+    where its clamp leaves the size alone."""
+    return max(3, -(-56 // (v["patch_size"] * v["spatial_merge_size"])))
+
+
 def hf_image_rows(model_type: str, raw: dict, model) -> int:
     """Rows the HF model's get_image_features gives for one image (tiny, on the CPU): the LM
     tokens an image becomes, besides text tokens the processor adds (Pixtral's row breaks)."""
     v = raw["vision_config"]
-    if model_type.startswith("qwen"):  # a 3 x 3-token image, as the processor flattens it
+    if model_type.startswith("qwen"):  # a g x g-token image, as the processor flattens it
         p, t, m = v["patch_size"], v["temporal_patch_size"], v["spatial_merge_size"]
-        side = 3 * m
+        side = qwen_grid(v) * m
         pix = torch.ones(side * side, v["in_channels"] * t * p * p)
         out = model.model.get_image_features(pix, torch.tensor([[1, side, side]]))
     else:
@@ -228,7 +235,8 @@ def hf_image_rows(model_type: str, raw: dict, model) -> int:
 def test_image_tokens_equal_hf_image_features(model_type, data):
     """``--images``: the LM tokens per image (hf._vision_parts states the rule per family)
     equal the rows HF's vision tower and projector produce for one image (Qwen-VL: an image of
-    3 x 3 merged patches, ``--image-size`` = 3 x patch x merge pixels)."""
+    g x g merged patches, ``--image-size`` = g x patch x merge pixels, inside the image
+    processor's min/max-pixel clamp: ``qwen_grid``)."""
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     if model_type == "gemma3":  # its pooling needs a square token grid dividing the patches
         side = raw["vision_config"]["image_size"] // raw["vision_config"]["patch_size"]
@@ -238,7 +246,8 @@ def test_image_tokens_equal_hf_image_features(model_type, data):
         raw["vision_config"]["image_size"] = 4 * raw["vision_config"]["patch_size"]
     cfg = from_hf_dict(raw)
     v = raw["vision_config"]
-    side = 3 * v["patch_size"] * v["spatial_merge_size"] if model_type.startswith("qwen") else 0
+    side = qwen_grid(v) * v["patch_size"] * v["spatial_merge_size"] \
+        if model_type.startswith("qwen") else 0
     model = hf_model(raw, "cpu")
     assert cfg.image_seq_tokens(1, side) == hf_image_rows(model_type, raw, model) > 0
     assert cfg.image_seq_tokens(3, side) == 3 * cfg.image_seq_tokens(1, side)

@@ -77,6 +77,10 @@ def hf_flops(raw: dict, src_seq: int = SRC):
         elif raw["model_type"] in ("bert", "roberta"):
             out = model(input_ids=ids)
             loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+        elif raw["model_type"] == "mllama":  # the vision states its cross layers read, given
+            states = torch.zeros(BATCH, src_seq, raw["text_config"]["hidden_size"],
+                                 device="meta", dtype=next(model.parameters()).dtype)
+            loss = model(input_ids=ids, labels=ids, cross_attention_states=states).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
     # torch counts a depthwise conv's weight gradient C times over (Mamba's conv1d): the same
@@ -96,7 +100,7 @@ def test_reference_params_and_flops_equal_hf_on_meta(name):
         pytest.skip("DeBERTa: HF needs CPU tensors; the reference build is checked against "
                     "the engine and HF's FLOPs on tiny CPU models in tests/test_encoders.py")
     ref = build(cfg, torch.bfloat16, "meta")
-    src = SRC if cfg.family == "encoder-decoder" else 0
+    src = SRC if cfg.family == "encoder-decoder" or cfg.cross_layers else 0
     if cfg.audio_mels:  # HF's Whisper takes exactly max_source_positions encoder frames
         src = cfg.encoder_max_position
     ref_per_module, ref_fwd, ref_bwd = flops_by_module(ref, make_inputs(ref, BATCH, SEQ, src))

@@ -24,8 +24,14 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
             j, n = cfg.shared_attn_layers.index(layer), cfg.shared_attn_blocks
             parts.append(f"+ shared attn (copy {j % n})" if not cfg.shared_attn_tied else
                          "+ shared attn" if j < n else "+ shared attn (reused)")
+    elif layer in cfg.cross_layers:  # Mllama
+        parts.append("gated cross-attention")
     else:
         parts.append("moe" if stack != "encoder" and cfg.is_moe_layer(layer) else "dense")
+    if len(set(cfg.layer_d_ff)) > 1:  # Gemma 3n: a width per layer
+        parts.append(f"ffn {cfg.layer_ffn_width(layer)}")
+    if layer in cfg.kv_shared_layers:
+        parts.append("shared KV")
     if stack != "encoder" and cfg.window(layer):
         parts.append(f"window {cfg.window(layer)}")
     if stack != "encoder" and cfg.chunk(layer):

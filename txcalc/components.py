@@ -41,14 +41,16 @@ def _norm(cfg: ModelConfig, path: str, where: Where, component: str, width: int)
 def embeddings(cfg: ModelConfig) -> Iterator[Op]:
     """Token table (shared by both stacks of an encoder-decoder model), then per-stack extras."""
     top: Where = ("", -1)
-    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size, cfg.embed_dim,
-                    tp="vocab")
+    yield embedding("embed.tokens", top, "embed.tokens", cfg.vocab_size + cfg.embed_extra_rows,
+                    cfg.embed_dim, tp="vocab")
     if cfg.embed_dim != cfg.d_model and not cfg.embed_factorised:
         # OPT-350m: embeddings of width 512 projected to 1024
         yield linear("embed.proj_in", top, "embed.proj_in", cfg.embed_dim, cfg.d_model, False)
     if cfg.type_vocab_size:
         yield embedding("embed.token_types", top, "embed.token_types", cfg.type_vocab_size,
                         _embed_width(cfg))
+    if cfg.altup_inputs:
+        yield from gemma3n_inputs(cfg)
     if cfg.vision_params:  # a VLM's vision tower and projector: parameters only
         yield Op("vision", "params", "", -1, "vision", params=cfg.vision_params,
                  d_in=cfg.vision_params, stream="first", placement="pre")
@@ -436,6 +438,12 @@ def block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     if cfg.mixers or cfg.ffns:
         yield from hybrid_block(cfg, stack, i)
         return
+    if i in cfg.cross_layers:
+        yield from gated_cross_block(cfg, stack, i)
+        return
+    if cfg.altup_inputs:
+        yield from gemma3n_block(cfg, stack, i)
+        return
     if cfg.owns_params(i):
         yield from _block(cfg, stack, i)
     else:  # ALBERT: this block runs the weights of its group's first block
@@ -520,6 +528,148 @@ def hybrid_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
 
 
+def gated_cross_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
+    """Mllama's gated cross-attention block (Llama 3.2 Vision; HF
+    ``MllamaCrossAttentionDecoderLayer``), in place of self-attention in the layers
+    ``cfg.cross_layers``. Keys and values come from the vision states: src rows (one image:
+    ``cfg.image_states``) of width D, given as an input that needs no gradient here (the
+    vision tower's and projector's work is not modelled, as for the ``vision`` op).
+
+        op                  | rows | shapes / operation             | params  | saved per row
+        --------------------|------|--------------------------------|---------|----------------
+        attn_norm           | S    | RMSNorm over D                 | D       | as any norm
+        cross_attn.q_proj   | S    | D -> H h                       | D H h   | its input
+        cross_attn.k_proj   | src  | D -> K h                       | D K h   | the vision
+        cross_attn.v_proj   | src  | D -> K h (same input)          | D K h   |   states, once
+        cross_attn.q_norm   | S    | RMSNorm over h, per query head | h       | per head
+        cross_attn.k_norm   | src  | RMSNorm over h, per key head   | h       | per head
+        cross_attn.core     | S x src, no mask, no rotary       | -       | as attention
+        cross_attn.o_proj   | S    | H h -> D                       | H h D   | its input
+        attn_gate           | S    | x + tanh(g) * attn             | 1       | attn (D); tanh(g)
+        mlp_norm, mlp.*     | S    | the dense MLP                  |         | as the MLP
+        mlp_gate            | S    | x + tanh(g) * mlp              | 1       | mlp (D); tanh(g)
+
+    Under full recompute the checkpoint keeps the vision states alive (at the first cross
+    layer, as an encoder-decoder's first decoder block keeps the encoder output)."""
+    p, where, D = f"{_prefix(stack)}layers.{i}.", (stack, i), cfg.d_model
+    H, K, h = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    first = i == min(cfg.cross_layers)
+    yield from checkpoints(cfg, stack, i)
+    if first:
+        yield checkpoint(p[:-1], where, "checkpoint.encoder_output", ("full",), ((D, "a"),),
+                         stream="src")
+    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    c = "cross_attn."
+    yield linear(f"{p}{c}q_proj", where, c + "q_proj", D, H * h, False, tp="colwise")
+    for name, shares in (("k_proj", not first), ("v_proj", True)):
+        yield dataclasses.replace(
+            linear(f"{p}{c}{name}", where, c + name, D, K * h, False, stream="src",
+                   shares_input=shares, tp="colwise"), input_grad=False)
+    for name, n, s in (("q_norm", H, "seq"), ("k_norm", K, "src")):
+        op = norm(f"{p}{c}{name}", where, c + name, h, "rmsnorm", False, True, s)
+        yield dataclasses.replace(
+            op, saved=tuple((w * n, tag) for w, tag in op.saved), act_split="tp",
+            saved_fused=None if op.saved_fused is None else
+            tuple((w * n, tag) for w, tag in op.saved_fused))
+    yield from attention_core(f"{p}{c}core", where, f"{c}core", heads=H, kv_heads=K, qk_dim=h,
+                              v_dim=h, stream="seq", kv_stream="src", causal=False, window=0,
+                              dropout=cfg.attn_dropout)
+    yield linear(f"{p}{c}o_proj", where, c + "o_proj", H * h, D, False, tp="rowwise")
+    yield _tanh_gate(p + "attn_gate", where, "attn_gate", D)
+    yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+    yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.d_ff, cfg.mlp_bias)
+    yield _tanh_gate(p + "mlp_gate", where, "mlp_gate", D)
+
+
+def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:
+    """Gemma 3n's inputs besides the token table (HF ``Gemma3nTextModel``): the per-layer
+    embeddings (a table of per_layer_vocab rows of L x P, plus a projection of the token
+    embedding D -> L x P normalised over each layer's P) and the AltUp streams 1..A-1, each a
+    Linear(D, D) of the embedding."""
+    top: Where = ("", -1)
+    D, L, P = cfg.d_model, cfg.n_layers, cfg.per_layer_dim
+    if P:
+        yield embedding("embed.per_layer", top, "embed.per_layer", cfg.per_layer_vocab, L * P)
+        yield linear("embed.per_layer_proj", top, "embed.per_layer_proj", D, L * P, False)
+        op = norm("embed.per_layer_norm", top, "embed.per_layer_norm", P, "rmsnorm", False, True)
+        yield dataclasses.replace(op, saved=tuple((w * L, tag) for w, tag in op.saved))
+    for j in range(1, cfg.altup_inputs):
+        yield linear(f"altup_proj.{j}", top, "altup_proj", D, D, False)
+
+
+def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
+    """A Gemma 3n decoder block (HF ``Gemma3nTextDecoderLayer``; AltUp: Baykal et al. 2023,
+    arXiv:2301.13310; LAuReL: Menghani et al. 2024, arXiv:2411.07501). Legend: A altup_inputs,
+    r laurel_rank, P per_layer_dim, F this layer's MLP width.
+
+        op                      | operation                              | params  | fwd FLOPs
+        ------------------------|----------------------------------------|---------|-----------
+        altup.router_norm       | RMSNorm of the active stream           | D       | -
+        altup.modality_router   | D -> A, tanh                           | D A     | 2T D A
+        altup.prediction_coefs  | A -> A^2 coefficients per token        | A^3     | 2T A^3
+        altup.predict           | (D x A) @ (A x A) per token            | -       | 2T D A^2
+        attn_norm, attn.*       | sandwich-normed attention, q/k RMSNorm | as attn | as attn
+                                |   per head; a shared-KV layer reads    |         |
+                                |   an earlier layer's k, v: no k/v_proj |         |
+        laurel.linear_left/right| D -> r -> D, RMSNorm, added (LAuReL)   | 2 D r+D | 4T D r
+        mlp_norm, mlp.*         | gated MLP of width F                   | 3 D F   | 6T D F
+        altup.correct_norm,     | the router again on the block output   | (shared)| 2T D A
+          correct_router        |                                        |         |
+        altup.correction_coefs  | A -> A                                 | A^2     | 2T A^2
+        altup.output_scale      | the active stream times a D-vector     | D       | -
+        per_layer.gate / proj   | D -> P, * the layer's input, P -> D    | 2 D P   | 4T D P
+        per_layer.norm          | RMSNorm, added to streams 1..A-1       | D       | -
+
+    Activation sparsity (``activation_sparsity_pattern``: the gate's activations below a
+    Gaussian top-k cutoff zeroed in the first 10 layers) changes no count: the matmuls stay
+    dense, as HF runs them and FlopCounterMode counts them. reference/model.py builds these
+    blocks (``Gemma3nBlock``: parameters and FLOPs checked against these ops); the bytes they
+    declare saved for backward are not yet checked against it (an estimate)."""
+    p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
+    D, A, r, P = cfg.d_model, cfg.altup_inputs, cfg.laurel_rank, cfg.per_layer_dim
+    yield from checkpoints(cfg, stack, i)
+    yield _norm(cfg, p + "altup.router_norm", where, "altup.router_norm", D)
+    yield linear(p + "altup.modality_router", where, "altup.modality_router", D, A, False)
+    yield linear(p + "altup.prediction_coefs", where, "altup.prediction_coefs", A, A * A, False)
+    yield Op(p + "altup.predict", "altup_mix", where[0], where[1], "altup.predict", d_in=D,
+             d_out=A, saved=((2 * D * A + A * A, "a"),), recompute="full")
+    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    shared = i in cfg.kv_shared_layers
+    for op in attention(cfg, p, where):
+        if shared and op.component in ("attn.k_proj", "attn.v_proj", "attn.k_norm"):
+            continue
+        yield op
+    yield _norm(cfg, p + "attn_post_norm", where, "attn_post_norm", D)
+    if r:
+        yield linear(p + "laurel.linear_left", where, "laurel.linear_left", D, r, False,
+                     shares_input=True)
+        yield linear(p + "laurel.linear_right", where, "laurel.linear_right", r, D, False)
+        yield _norm(cfg, p + "laurel.norm", where, "laurel.norm", D)
+    yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
+    yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.layer_ffn_width(i), cfg.mlp_bias)
+    yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
+    yield dataclasses.replace(_norm(cfg, p + "altup.correct_norm", where, "altup.correct_norm",
+                                    D), params=0)
+    yield linear(p + "altup.correct_router", where, "altup.correct_router", D, A, False,
+                 tied=True)
+    yield linear(p + "altup.correction_coefs", where, "altup.correction_coefs", A, A, False)
+    yield Op(p + "altup.output_scale", "scale", where[0], where[1], "altup.output_scale",
+             params=D, d_in=D, saved=((D, "a"),), recompute="full")
+    if P:
+        yield linear(p + "per_layer.gate", where, "per_layer.gate", D, P, False)
+        yield elementwise(p + "per_layer.act", where, "per_layer.act", "activation",
+                          ((2 * P, "a"),))
+        yield linear(p + "per_layer.proj", where, "per_layer.proj", P, D, False)
+        yield _norm(cfg, p + "per_layer.norm", where, "per_layer.norm", D)
+
+
+def _tanh_gate(path: str, where: Where, component: str, width: int) -> Op:
+    """x + tanh(g) * y with one learned scalar g (Mllama): no matmul; the product keeps y
+    (``width`` per row) and tanh(g) (once per forward)."""
+    return Op(path, "gate", where[0], where[1], component, params=1, d_in=1,
+              saved=((width, "a"),), saved_once=((1, "a"),), recompute="full")
+
+
 def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     """What a recompute checkpoint of block i keeps alive until backward (kind "checkpoint"):
 
@@ -562,6 +712,11 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
 def head(cfg: ModelConfig) -> Iterator[Op]:
     """Output side: projection back to the embedding width, LM head, BERT pooler."""
     top: Where = ("", -1)
+    if cfg.altup_inputs:  # Gemma 3n: the AltUp streams projected back, averaged (before the
+        # final norm in HF; placed with the head here: the last pipeline stage either way)
+        for j in range(1, cfg.altup_inputs):
+            yield linear(f"altup_unembed.{j}", top, "altup_unembed", cfg.d_model, cfg.d_model,
+                         False)
     if cfg.head == "lm":
         if cfg.embed_dim != cfg.d_model:
             yield linear("proj_out", top, "proj_out", cfg.d_model, cfg.embed_dim, False)

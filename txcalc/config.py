@@ -228,6 +228,31 @@ class ModelConfig:
     #: dynamic resolution (Qwen-VL): pixels per LM token side (patch_size x spatial_merge_size);
     #: an image of side P becomes round(P / this)^2 tokens (image_tokens is 0)
     image_token_px: int = 0
+    #: Mllama (Llama 3.2 Vision): decoder blocks that are gated cross-attention blocks instead
+    #: of self-attention ones (components.gated_cross_block): keys and values from src_seq rows
+    #: of vision states given as input, q/k RMSNorm per head, tanh-gated residuals
+    cross_layers: tuple[int, ...] = ()
+    #: Mllama: vision-state rows one image gives the cross-attention layers (max_num_tiles x
+    #: (patches + 1)); its prompt holds one <|image|> token per image (image_tokens 1)
+    image_states: int = 0
+    embed_extra_rows: int = 0  #: token-table rows beyond vocab_size, not in lm_head (Mllama: 8)
+    #: LLaVA-NeXT anyres: the (height, width) resolutions an image is tiled to
+    #: (``image_grid_pinpoints``); each tile is image_tile_px square, image_token_px per token
+    image_grid: tuple[tuple[int, int], ...] = ()
+    image_tile_px: int = 0  #: LLaVA-NeXT: side of one tile (the vision tower's image_size)
+    #: Qwen-VL: the image processor's clamp on an image's pixels after resizing to whole
+    #: merged patches (Qwen2VLImageProcessor's min_pixels and max_pixels; 0 = no clamp)
+    image_min_px: int = 0
+    image_max_px: int = 0
+    # --- Gemma 3n's text part (issue 12; components.gemma3n_block) ---------------------------
+    altup_inputs: int = 0  #: AltUp: copies of the residual stream (Gemma 3n: 4; 0 = no AltUp)
+    laurel_rank: int = 0  #: LAuReL: rank of each block's low-rank residual branch (0 = none)
+    per_layer_dim: int = 0  #: per-layer embeddings: width each block reads per token (0 = none)
+    per_layer_vocab: int = 0  #: rows of the per-layer embedding table
+    #: layers that reuse the keys and values of an earlier layer of the same kind (Gemma 3n's
+    #: KV sharing): no k/v projections, no KV cache of their own
+    kv_shared_layers: tuple[int, ...] = ()
+    layer_d_ff: tuple[int, ...] = ()  #: MLP width of each layer (empty: d_ff in every layer)
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -348,6 +373,10 @@ class ModelConfig:
             and (layer + 1) % self.moe_every == 0
         )
 
+    def layer_ffn_width(self, layer: int) -> int:
+        """MLP width of decoder block ``layer`` (Gemma 3n's per-layer widths, else d_ff)."""
+        return self.layer_d_ff[layer] if self.layer_d_ff else self.d_ff
+
     def image_seq_tokens(self, images: int, side: int = 0) -> int:
         """Language-model tokens of ``images`` images (of ``side`` pixels, square, where the
         family's count depends on it): the rule per family is in hf._vision_parts."""
@@ -355,6 +384,12 @@ class ModelConfig:
         if images and not self.vision_params:
             raise WorkloadError(f"--images ({images}): {self.name} has no vision tower (a "
                                 "vision-language config.json has one)")
+        if self.image_grid or self.image_max_px:
+            if images and side <= 0:
+                raise WorkloadError(f"--images ({images}): {self.name} sizes images by their "
+                                    "resolution (LLaVA-NeXT's anyres tiles, Qwen-VL's dynamic "
+                                    "resolution); give --image-size PX")
+            return images * self.image_hw_tokens(side, side) if images else 0
         if self.image_tokens:
             return images * self.image_tokens
         if images and side <= 0:
@@ -362,6 +397,29 @@ class ModelConfig:
                                 f"(Qwen-VL: one token per {self.image_token_px} x "
                                 f"{self.image_token_px} pixels); give --image-size PX")
         return images * max(1, round(side / self.image_token_px)) ** 2 if images else 0
+
+    def image_hw_tokens(self, height: int, width: int) -> int:
+        """Language-model tokens of one height x width image, as HF's processors count them.
+
+        LLaVA-NeXT (``LlavaNextProcessor._get_number_of_features``): the base image
+        (``image_tokens``), then the anyres tiles: the grid resolution that keeps most of the
+        image and wastes least (``select_best_resolution``) gives a grid of tile patches, less
+        the rows or columns of padding the image's aspect ratio leaves, plus one newline token
+        per row. Qwen-VL (``Qwen2VLImageProcessor``'s ``smart_resize``, factor f = patch x
+        merge = ``image_token_px``): each side rounded to f; an area over max_pixels or under
+        min_pixels rescaled into the range (floor / ceil to f); one token per f x f pixels."""
+        if self.image_grid:
+            return self.image_tokens + _anyres_tokens(height, width, self.image_grid,
+                                                      self.image_tile_px, self.image_token_px)
+        f = self.image_token_px
+        h, w = round(height / f) * f, round(width / f) * f
+        if self.image_max_px and h * w > self.image_max_px:
+            beta = math.sqrt(height * width / self.image_max_px)
+            h, w = (max(f, math.floor(x / beta / f) * f) for x in (height, width))
+        elif h * w < self.image_min_px:
+            beta = math.sqrt(self.image_min_px / (height * width))
+            h, w = (math.ceil(x * beta / f) * f for x in (height, width))
+        return (h // f) * (w // f)
 
     def window(self, layer: int) -> int:
         """Attention window of block ``layer`` in tokens (0 = full attention)."""
@@ -382,7 +440,7 @@ class ModelConfig:
         """Whether block ``layer`` applies rotary positions (not on NoPE layers, nor on a
         layer that does not attend: a state-space mixer)."""
         return (self.pos_type == "rotary" and layer not in self.nope_layers
-                and self.has_attention(layer))
+                and self.has_attention(layer) and layer not in self.cross_layers)
 
     def qk_norm_at(self, layer: int) -> str:
         """The q/k norm of block ``layer``: Llama 4's L2 norm runs on rotary layers only."""
@@ -417,6 +475,25 @@ class ModelConfig:
         return dataclasses.replace(self, **(resets | changes))
 
 
+def _anyres_tokens(height: int, width: int, grid, tile: int, patch: int) -> int:
+    """LLaVA-NeXT's anyres tokens besides the base image (HF ``select_best_resolution`` and
+    ``LlavaNextProcessor._get_unpadded_features``): unpadded tile patches + one per row."""
+    best, most, waste = None, 0, float("inf")
+    for gh, gw in grid:
+        scale = min(gw / width, gh / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        if kept > most or (kept == most and gh * gw - kept < waste):
+            best, most, waste = (gh, gw), kept, gh * gw - kept
+    rows, cols = (best[0] // tile) * (tile // patch), (best[1] // tile) * (tile // patch)
+    if width / height > cols / rows:
+        pad = (rows - int(round(height * (cols / width), 7))) // 2
+        rows -= 2 * pad
+    else:
+        pad = (cols - int(round(width * (rows / height), 7))) // 2
+        cols -= 2 * pad
+    return rows * cols + rows
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -440,7 +517,9 @@ _INT_FIELDS_NONNEG = ("n_encoder_layers", "sliding_window", "global_every", "q_l
                       "n_experts", "top_k", "moe_d_ff", "n_shared_experts", "shared_d_ff",
                       "first_k_dense", "position_offset", "relative_buckets", "type_vocab_size",
                       "attn_chunk", "shared_groups", "audio_mels", "rel_span", "vision_params",
-                      "image_tokens", "image_token_px")
+                      "image_tokens", "image_token_px", "image_states", "embed_extra_rows",
+                      "altup_inputs", "laurel_rank", "per_layer_dim", "per_layer_vocab",
+                      "image_tile_px", "image_min_px", "image_max_px")
 _INT_FIELDS_POSITIVE += ("n_labels", "encoder_n_heads", "encoder_d_ff", "encoder_max_position")
 _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_expert_gate",
                 "router_bias", "norm_bias", "norm_affine", "final_norm", "embed_norm", "pooler",
@@ -477,6 +556,9 @@ _BOUNDS = {
     "shared_groups": MAX_LAYERS, "n_labels": MAX_VOCAB, "encoder_n_heads": MAX_HEADS,
     "encoder_d_ff": MAX_WIDTH, "audio_mels": MAX_WIDTH, "rel_span": MAX_POSITION, "encoder_max_position": MAX_POSITION,
     "vision_params": MAX_SIZE, "image_tokens": MAX_POSITION, "image_token_px": MAX_WIDTH,
+    "image_states": MAX_POSITION, "embed_extra_rows": MAX_SMALL, "altup_inputs": MAX_SMALL,
+    "laurel_rank": MAX_WIDTH, "per_layer_dim": MAX_WIDTH, "per_layer_vocab": MAX_VOCAB,
+    "image_tile_px": MAX_WIDTH, "image_min_px": MAX_SIZE, "image_max_px": MAX_SIZE,
     **{k: MAX_WIDTH for k in ("d_model", "d_ff", "head_dim", "embed_dim", "moe_d_ff",
                               "shared_d_ff", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                               "qk_rope_head_dim", "v_head_dim")},
@@ -653,6 +735,59 @@ def _encoder_problems(cfg: ModelConfig) -> list[str]:
     return out
 
 
+def _cross_layer_problems(cfg: ModelConfig) -> list[str]:
+    """Mllama's gated cross-attention blocks: plain pre-norm decoder blocks around them."""
+    if not cfg.cross_layers:
+        return []
+    out = [f"cross_layers {bad} exceed n_layers ({cfg.n_layers})"
+           for bad in [[i for i in cfg.cross_layers if i >= cfg.n_layers]] if bad]
+    if (cfg.family != "decoder" or cfg.mixers or cfg.ffns or cfg.is_mla or cfg.is_moe
+            or cfg.parallel_block or cfg.norm_position != "pre"):
+        out.append("cross_layers (Mllama's gated cross-attention blocks) need a dense pre-norm "
+                   "decoder with attention in every block (no MLA, MoE, mixers or parallel "
+                   "blocks)")
+    return out
+
+
+def _image_grid_problems(cfg: ModelConfig) -> list[str]:
+    """LLaVA-NeXT's anyres grid: (height, width) pairs in whole tiles of whole patches."""
+    g = cfg.image_grid
+    if not g:
+        return []
+    if not (isinstance(g, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(
+            _is_int(v) and 0 < v <= MAX_POSITION for v in x) for x in g)):
+        return [f"image_grid ({_show(g)}) must be a tuple of (height, width) pairs"]
+    t, p = cfg.image_tile_px, cfg.image_token_px
+    if t <= 0 or p <= 0 or t % p or any(v % t for x in g for v in x):
+        return [f"image_grid {_show(g)} needs image_tile_px ({t}) dividing each side and "
+                f"image_token_px ({p}) dividing image_tile_px"]
+    return []
+
+
+def _gemma3n_problems(cfg: ModelConfig) -> list[str]:
+    """Gemma 3n's fields: per-layer widths, shared-KV layers, a decoder with sandwich norms."""
+    out = []
+    v = cfg.layer_d_ff
+    if not isinstance(v, tuple) or not all(_is_int(x) and 0 < x <= MAX_WIDTH for x in v):
+        return [f"layer_d_ff ({_show(v)}) must be a tuple of positive widths"]
+    if v and len(v) != cfg.n_layers:
+        out.append(f"layer_d_ff lists {len(v)} layers, not n_layers ({cfg.n_layers})")
+    bad = [i for i in cfg.kv_shared_layers if i >= cfg.n_layers]
+    if bad:
+        out.append(f"kv_shared_layers {bad} exceed n_layers ({cfg.n_layers})")
+    if (cfg.altup_inputs or cfg.kv_shared_layers or v) and (
+            cfg.family != "decoder" or cfg.mixers or cfg.ffns or cfg.is_mla or cfg.is_moe
+            or cfg.cross_layers or cfg.parallel_block):
+        out.append("altup_inputs, kv_shared_layers and layer_d_ff (Gemma 3n) need a dense "
+                   "decoder with attention in every block")
+    if (cfg.laurel_rank or cfg.per_layer_dim) and not cfg.altup_inputs:
+        out.append("laurel_rank and per_layer_dim are modelled with Gemma 3n's AltUp blocks "
+                   "(altup_inputs > 0)")
+    if cfg.per_layer_dim and not cfg.per_layer_vocab:
+        out.append("per_layer_dim needs per_layer_vocab > 0 (the per-layer table's rows)")
+    return out
+
+
 def validate(cfg: ModelConfig) -> None:
     """Raise one ConfigError that names every offending value of ``cfg``."""
     if not isinstance(cfg.name, str) or len(cfg.name) > NAME_MAX:
@@ -680,7 +815,8 @@ def validate(cfg: ModelConfig) -> None:
     if not isinstance(cfg.dense_layers, tuple) or not all(_is_int(i) and i >= 0
                                                            for i in cfg.dense_layers):
         problems.append(f"dense_layers ({cfg.dense_layers!r}) must be a tuple of layer indices")
-    for name in ("sliding_layers", "nope_layers", "chunked_layers"):
+    for name in ("sliding_layers", "nope_layers", "chunked_layers", "cross_layers",
+                 "kv_shared_layers"):
         v = getattr(cfg, name)
         if not isinstance(v, tuple) or not all(_is_int(i) and i >= 0 for i in v):
             problems.append(f"{name} ({v!r}) must be a tuple of layer indices")
@@ -688,7 +824,8 @@ def validate(cfg: ModelConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
-    for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers"):
+    for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers",
+                 "cross_layers", "kv_shared_layers", "layer_d_ff"):
         v = getattr(cfg, name)
         if isinstance(v, tuple) and len(v) > MAX_LAYERS:
             problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")
@@ -785,6 +922,9 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.pooler and cfg.family == "decoder":
         problems.append("pooler is for encoder models (BERT)")
     problems += _encoder_problems(cfg)
+    problems += _cross_layer_problems(cfg)
+    problems += _gemma3n_problems(cfg)
+    problems += _image_grid_problems(cfg)
     bad_dense = [i for i in cfg.dense_layers if i >= cfg.n_layers]
     if bad_dense:
         problems.append(f"dense_layers {bad_dense} exceed n_layers ({cfg.n_layers})")

@@ -918,8 +918,9 @@ _ALIASES: dict[str, dict[str, str]] = {
 # Image tokens per image (``--images N``; what the processor inserts into the prompt):
 #   llava, llava_next  (image_size / patch_size)^2 (+ 1: CLIP's class token; - 1 with
 #                      vision_feature_select_strategy "default": 576 for CLIP-L/336);
-#                      llava_next: the base image only (its anyres tiles depend on the
-#                      image's shape and are not counted)
+#                      llava_next: the base image plus its anyres tiles (image_grid_pinpoints:
+#                      ModelConfig.image_hw_tokens, as LlavaNextProcessor counts them; needs
+#                      --image-size)
 #   paligemma          (image_size / patch_size)^2 (256 at 224 px)
 #   gemma3             mm_tokens_per_image (256)
 #   idefics3, smolvlm  (image_size / patch_size)^2 / scale_factor^2 per tile (N counts tiles)
@@ -928,8 +929,10 @@ _ALIASES: dict[str, dict[str, str]] = {
 #   internvl           (image_size / patch_size)^2 x downsample_ratio^2 per tile (256 at
 #                      448 px, patch 14, ratio 0.5)
 #   qwen2_vl, qwen2_5_vl, qwen3_vl(_moe)  round(P / (patch_size x spatial_merge_size))^2 for
-#                      a P x P image (``--image-size P``; the processor's min/max-pixel clamp
-#                      is not applied)
+#                      a P x P image (``--image-size P``), the area clamped into
+#                      Qwen2VLImageProcessor's default [min_pixels 3136, max_pixels 1,003,520]
+#                      as its smart_resize does (a checkpoint's preprocessor_config.json may
+#                      set others: Qwen2-VL-7B-Instruct's max_pixels is 12,845,056)
 _VISION_DEFAULTS: dict[str, dict[str, Any]] = {
     "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
                               num_channels=3, image_size=224, patch_size=32),
@@ -1139,9 +1142,20 @@ def _vision_fields(f: _Fields, model_type: str, fields: dict[str, Any]) -> dict[
         return {}
     params, tokens = _vision_parts(f, model_type, fields["d_model"])
     out = {"vision_params": params, "image_tokens": tokens}
-    if not tokens:
+    if not tokens:  # Qwen-VL: Qwen2VLImageProcessor's defaults clamp the resized area
         v = _sub(f, "vision_config", _VLM[model_type][0], {})
         out["image_token_px"] = v.int("patch_size") * v.int("spatial_merge_size")
+        out |= {"image_min_px": 56 * 56, "image_max_px": 28 * 28 * 1280}
+    if model_type == "llava_next":  # anyres: the tiles of image_grid_pinpoints
+        v = _sub(f, "vision_config", _VLM[model_type][0], _VLM[model_type][1])
+        grid = f.get("image_grid_pinpoints", [[336, 672], [672, 336], [672, 672], [1008, 336],
+                                              [336, 1008]])
+        if not isinstance(grid, list) or not grid or not all(
+                isinstance(x, list) and len(x) == 2 for x in grid):
+            raise ConfigError(f"{f.where}: field 'image_grid_pinpoints' ({_show(grid)}) must "
+                              "be a list of [height, width] pairs")
+        out |= {"image_grid": tuple(tuple(x) for x in grid),
+                "image_tile_px": _side(v, "image_size"), "image_token_px": _side(v, "patch_size")}
     return out
 
 
@@ -1150,6 +1164,115 @@ VLM_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
                          "internvl")}
 # --- end of the multimodal block -----------------------------------------------------------
 CONVERTERS.update(VLM_CONVERTERS)
+
+
+# --- Mllama (Llama 3.2 Vision): gated cross-attention layers and its vision tower -------------
+# MllamaTextConfig / MllamaVisionConfig defaults (transformers 5.x). The text model is Llama's
+# with the blocks at ``cross_attention_layers`` replaced by gated cross-attention blocks
+# (components.gated_cross_block), head width always hidden_size // heads (HF ignores
+# ``head_dim``), a token table of vocab_size + 8 rows and an untied lm_head of vocab_size
+# (HF cannot tie them: their shapes differ). Images: each puts one <|image|> token in the prompt
+# and max_num_tiles x ((image_size / patch_size)^2 + 1) vision-state rows before the
+# cross-attention layers (every tile slot runs, padded ones masked).
+_MLLAMA_TEXT = dict(vocab_size=128256, hidden_size=4096, num_hidden_layers=40,
+                    num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
+                    max_position_embeddings=131072)
+_MLLAMA_CROSS = [3, 8, 13, 18, 23, 28, 33, 38]
+_MLLAMA_VISION = dict(hidden_size=1280, num_hidden_layers=32, num_global_layers=8,
+                      num_channels=3, intermediate_size=5120, vision_output_dim=7680,
+                      image_size=448, patch_size=14, max_num_tiles=4,
+                      supported_aspect_ratios=[[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2],
+                                               [3, 1], [4, 1]])
+
+
+def _mllama_text(f):  # MllamaForCausalLM
+    out = _read_decoder(f, _MLLAMA_TEXT)
+    n, d, h = out["n_layers"], out["d_model"], out["n_heads"]
+    cross = tuple(sorted({i for i in _layer_list(f, "cross_attention_layers", _MLLAMA_CROSS)
+                          if 0 <= i < n}))  # HF builds a cross block where index == layer
+    return out | {"head_dim": d // h if h > 0 else 0, "cross_layers": cross,
+                  "embed_extra_rows": 8, "tie_embeddings": False}
+
+
+def _mllama(f):  # MllamaForConditionalGeneration: vision tower, projector, language model
+    out = _text_part(f, "mllama_text_model")
+    sub = f.get("vision_config", {})
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{f.where}: field 'vision_config' ({_show(sub)}) must be an object")
+    v = _Fields(_MLLAMA_VISION | {k: x for k, x in sub.items() if x is not None},
+                f"{f.where} (vision_config)")
+    D, F, C = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_channels")
+    P, S, T = _side(v, "patch_size"), _side(v, "image_size"), v.int("max_num_tiles")
+    ratios = v.get("supported_aspect_ratios")
+    if not isinstance(ratios, list) or not ratios:
+        raise ConfigError(f"{v.where}: field 'supported_aspect_ratios' ({_show(ratios)}) must "
+                          "be a list of [w, h] tile layouts")
+    n = (S // P) ** 2 + 1  # patches and the class token, per tile
+    R = len(ratios) + 1  # aspect-ratio ids (0: padding)
+    layer = 4 * D * D + 2 * D * F + F + D + 4 * D  # bias-free attention, biased MLP, 2 LNs
+    tower = (C * P * P * D + D  # patch conv (no bias), class embedding
+             + 1 + n * D + R * T * n * D  # gated position and tile-position embeddings
+             + 2 * (R * T * D + 1)  # pre- and post-tile aspect-ratio embeddings and gates
+             + 4 * D  # layernorm_pre, layernorm_post
+             + v.int("num_hidden_layers") * layer
+             + v.int("num_global_layers") * (layer + 2))  # the global layers' two gates
+    proj = v.int("vision_output_dim") * out["d_model"] + out["d_model"]
+    return out | {"vision_params": tower + proj, "image_tokens": 1, "image_states": T * n}
+
+
+CONVERTERS.update({"mllama_text_model": _mllama_text, "mllama": _mllama})
+_DROPOUT["mllama_text_model"] = {"attn_dropout": ("dropout", 0.0)}
+# --- end of the Mllama block ------------------------------------------------------------------
+
+
+# --- Gemma 3n's text part (Gemma3nTextConfig defaults, transformers 5.x) ------------------------
+_GEMMA3N = dict(vocab_size=262400, hidden_size=2048, intermediate_size=16384, num_hidden_layers=35,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=256,
+                max_position_embeddings=32768, attention_bias=False, tie=True,
+                act_key="hidden_activation", act="gelu_pytorch_tanh")
+
+
+def _gemma3n_text(f):  # Gemma3nForCausalLM
+    """Gemma 3n text: Gemma 3's sandwich norms and per-head q/k RMSNorm (v too, no scale),
+    four local layers (window 512) to one global, AltUp over ``altup_num_inputs`` streams,
+    LAuReL of ``laurel_rank``, per-layer embeddings of ``hidden_size_per_layer_input``, an MLP
+    width per layer, and the last ``num_kv_shared_layers`` layers reusing the keys and values
+    of the last earlier layer of their kind."""
+    text = {k: v for k, v in f.raw.items() if k != "intermediate_size"}
+    widths = f.get("intermediate_size", _GEMMA3N["intermediate_size"])
+    sub = _Fields(text, f.where)
+    try:
+        out = _read_decoder(sub, _GEMMA3N | {"intermediate_size": 1}, kv_null_ok=False)
+    finally:
+        f.problems += sub.problems
+        f.read |= sub.read
+    n = out["n_layers"]
+    if isinstance(widths, int) and not isinstance(widths, bool):
+        widths = [widths] * n
+    if not isinstance(widths, list) or len(widths) != n or not all(
+            isinstance(w, int) and not isinstance(w, bool) for w in widths):
+        raise ConfigError(f"{f.where}: field 'intermediate_size' ({_show(widths)}) must be a "
+                          f"width, or one for each of the {n} layers")
+    types = _layer_types(f, n, ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention"
+                                for i in range(n)])
+    shared = f.int("num_kv_shared_layers", 15)
+    if not 0 <= shared <= n or (shared and set(types[:n - shared]) != set(types)):
+        raise ConfigError(f"{f.where}: field 'num_kv_shared_layers' ({shared}) must leave an "
+                          f"earlier layer of each kind of the {n} layers to share from")
+    out |= {"d_ff": max(widths), "layer_d_ff": tuple(widths), "qk_norm": "head",
+            "norm_position": "sandwich", "altup_inputs": f.int("altup_num_inputs", 4),
+            "laurel_rank": f.int("laurel_rank", 64),
+            "per_layer_dim": f.int("hidden_size_per_layer_input", 256),
+            "per_layer_vocab": f.int("vocab_size_per_layer_input", 262144),
+            "kv_shared_layers": tuple(range(n - shared, n))}
+    return out | _sliding(f, types, 512)
+
+
+CONVERTERS["gemma3n_text"] = _gemma3n_text
+_DROPOUT["gemma3n_text"] = {"attn_dropout": ("attention_dropout", 0.0)}
+_POSITIVE = _POSITIVE | {"altup_num_inputs", "laurel_rank", "hidden_size_per_layer_input",
+                         "vocab_size_per_layer_input"}
+# --- end of the Gemma 3n block ----------------------------------------------------------------
 
 # --- more decoder types: aliases and small converters over the structures above ---------------
 # Each states what of its HF class changes the parameter and FLOP structure; multipliers and

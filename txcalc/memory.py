@@ -798,6 +798,11 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str
     for i in range(cfg.n_layers):
         if not cfg.has_attention(i):
             continue
+        if i in cfg.kv_shared_layers:  # Gemma 3n: reads an earlier layer's cache
+            continue
+        if i in cfg.cross_layers:  # Mllama: the vision states' keys and values only
+            elements += 2 * cfg.kv_dim * src_seq
+            continue
         tokens = context
         if window and (cfg.window(i) or cfg.chunk(i)):
             # a chunked layer caches its last chunk of tokens, as a window would (HF's cache)

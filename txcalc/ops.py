@@ -186,6 +186,8 @@ class Op:
             return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)
         if self.kind == "gdn_scan":  # ``keys``: positions per sequence
             return gdn_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)[0]
+        if self.kind == "altup_mix":  # Gemma 3n's AltUp: per token (D x A) @ (A x A)
+            return 2 * rows * self.d_in * self.d_out * self.d_out
         if self.kind == "weight_product":  # DoRA's B A as PEFT forms it, once a step:
             # lora_B(lora_A(eye(d_in))), A on the d_in x d_in identity, then B
             return 2 * self.d_in * self.heads * (self.d_in + self.d_out)
@@ -193,7 +195,7 @@ class Op:
 
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
-        if self.kind in ("linear", "weight_product"):
+        if self.kind in ("linear", "weight_product", "altup_mix"):
             f = self._matmul(self.fixed_rows or w.rows(self.stream), 1)
             if self.grad_in_forward(w):  # the head's input and weight gradients, one each
                 f += f * (self.trainable + self.input_grad)

@@ -255,6 +255,16 @@ PRESETS["qwen3-next-80b-a3b"] = _llama(
     moe_d_ff=512, shared_d_ff=512, shared_expert_gate=True, ssm_d_inner=4096, ssm_state=128,
     ssm_heads=32, ssm_head_dim=128, ssm_groups=16, ssm_chunk=64)
 
+# meta-llama/Llama-3.2-11B-Vision config.json (Mllama): Llama 3.1 8B's text model with 8 gated
+# cross-attention blocks inserted (every 5th from layer 3: 40 layers), a token table of
+# 128256 + 8 rows; its ViT-H/14 vision tower (32 + 8 gated global layers, four 560-px tiles of
+# 1601 rows) and projector: 895,028,755 parameters. 10,670,220,835 in all (tests/test_mllama.py
+# cites the published count)
+PRESETS["llama-3.2-11b-vision"] = _llama(
+    name="llama-3.2-11b-vision", n_layers=40, d_model=4096, n_heads=32, n_kv_heads=8,
+    d_ff=14336, vocab_size=128256, max_position=131072, cross_layers=tuple(range(3, 40, 5)),
+    embed_extra_rows=8, vision_params=895_028_755, image_tokens=1, image_states=4 * 1601)
+
 
 def get_preset(name: str) -> ModelConfig:
     """The preset called ``name`` (case-insensitive), or a ConfigError with close matches."""

@@ -31,12 +31,19 @@ LOSS_HELP = ("LM loss: full (the T x V logits at once), chunked[:N] (torchtune's
              "linear cross-entropy: no logits kept, the head's gradients in the forward).")
 IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
                "config's family) join --seq / --context.")
-IMAGE_SIZE_HELP = "With --images on Qwen-VL (dynamic resolution): the images' side in pixels."
+IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dynamic "
+                   "resolution): the images' side in pixels.")
 
 
 def _image_tokens(cfg, images: int, image_size: int) -> int:
     """Tokens ``images`` images add to each sequence (0 without --images)."""
     return cfg.image_seq_tokens(images, image_size) if images else 0
+
+
+def _cross_rows(cfg, images: int) -> int:
+    """Mllama: vision-state rows its cross-attention layers read, those of --images N images
+    (one image without --images; --src-seq overrides); 0 for other models."""
+    return max(images, 1) * cfg.image_states if cfg.cross_layers else 0
 
 
 _LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
@@ -82,6 +89,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     cfg = load(model) if head is None else load(model, head)
     extra = _image_tokens(cfg, images, image_size)
     seq = options(seq=seq + extra)["seq"]
+    src_seq = src_seq or _cross_rows(cfg, images)
     work = _workload(batch, seq, src_seq, attn, recompute, loss=loss)
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
@@ -186,14 +194,19 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         if model is None:
             raise WorkloadError(f"--images ({images}) needs MODEL (a vision-language config)")
         from .. import load
-        extra = _image_tokens(load(model) if head is None else load(model, head), images,
-                              image_size)
+        vlm = load(model) if head is None else load(model, head)
+        extra = _image_tokens(vlm, images, image_size)
+        src_seq = src_seq or _cross_rows(vlm, images)
         seq = options(seq=seq + extra)["seq"]
         context = options(context=str(context + extra))["context"] if context else 0
+    elif model is not None and not inference and not src_seq:  # Mllama trains on one image
+        from .. import load
+        src_seq = _cross_rows(load(model) if head is None else load(model, head), 0)
     if params is not None:
         out = _states_only(opts["params"], precision, optimizer)
     elif inference:
-        out = _inference(model, context or seq, concurrency, kv_dtype, precision, weights)
+        out = _inference(model, context or seq, concurrency, kv_dtype, precision, weights,
+                         src_seq)
     else:
         from ..inputs import choice
         from ..memory import OFFLOADS
@@ -266,7 +279,8 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     return m.to_json() | m.finetune_json()
 
 
-def _inference(model, context, concurrency, kv_dtype, precision, weights=None) -> dict:
+def _inference(model, context, concurrency, kv_dtype, precision, weights=None,
+               src_seq: int = 0) -> dict:
     from .. import load
     from ..errors import WorkloadError
     from ..memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
@@ -277,7 +291,7 @@ def _inference(model, context, concurrency, kv_dtype, precision, weights=None) -
         raise WorkloadError(f"--concurrency ({concurrency}) and --context ({context}) must be positive")
     wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
-    kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype)
+    kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype, src_seq=src_seq)
     from ..formats import model_checkpoint_bytes, resolve
     sch, _ = resolve(model, weights)
     if sch is not None:  # the stored tensors (quantised weights and scales) stay resident
