@@ -11,16 +11,23 @@ top of the interpreter) under 0.1 s. ``flops``/``memory``/``params`` of the larg
 
 For each command: the minimum of N runs (default 9) of ``python3 -m txcalc ...`` and of
 ``python3 -c pass`` run in between (the minimum is the figure least inflated by other work on
-the machine; the two see the same load), the overhead and the target. ``--importtime`` adds
+the machine; the two see the same load), the overhead and the target, in wall time and in CPU
+time (user + system of the child: on a loaded machine the wall time waits for a core, the CPU
+time hardly does). Bytecode is compiled once into a temporary folder (PYTHONPYCACHEPREFIX),
+as an installed package's is: with PYTHONDONTWRITEBYTECODE=1 every import would compile its
+source and measure that instead. ``--importtime`` adds
 the modules that cost most at start-up (``python3 -X importtime``, cumulative) for one
 command. The machine should be otherwise idle: on a loaded machine every figure inflates.
 """
 
 import argparse
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,35 +47,51 @@ HEAVY = [["params", "deepseek-v3"], ["flops", "llama-3.1-405b", "--seq", "8192"]
 COMMANDS = [(a, 0.1) for a in SIMPLE] + [(a, 0.5) for a in HEAVY]
 
 
+#: compiled bytecode in a folder of its own (nothing written into the checkout), kept for
+#: the whole run: an installed txcalc imports .pyc files, and where PYTHONDONTWRITEBYTECODE
+#: is set every import would compile its source (a third of txcalc's start-up)
+PYCACHE = tempfile.mkdtemp(prefix="txcalc-bench-pycache-")
+atexit.register(shutil.rmtree, PYCACHE, True)
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE
     return env
 
 
-def wall(argv, check: bool = True) -> float | None:
-    """Seconds ``argv`` ran; None when ``check`` is off and it failed (a command this
-    checkout lacks)."""
+def timed(argv, check: bool = True) -> tuple[float, float] | None:
+    """(wall seconds, CPU seconds: user + system) ``argv`` ran; None when ``check`` is off
+    and it failed (a command this checkout lacks). The CPU time is the figure to read on a
+    loaded machine: waiting for a core inflates the wall time, hardly the CPU time."""
     t = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, env=_env())
-    if r.returncode != 0:
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    p.stderr.close()
+    if p.returncode != 0:
         if check:
-            raise SystemExit(f"{' '.join(argv)} failed: {r.stderr.decode()[-300:]}")
+            raise SystemExit(f"{' '.join(argv)} failed: {err.decode()[-300:]}")
         return None
-    return time.perf_counter() - t
+    return wall, usage.ru_utime + usage.ru_stime
 
 
-def side_by_side(args, runs: int) -> tuple[float, float] | None:
-    """(min of the command, min of python -c pass), runs interleaved so that both see the
-    same machine load; None for a command this checkout lacks (``gpus`` before the catalog
-    command)."""
-    if wall([sys.executable, "-m", "txcalc", *args], check=False) is None:
-        return None
+def side_by_side(args, runs: int) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """((wall, CPU) of the command, (wall, CPU) of python -c pass), each the minimum of
+    ``runs``, runs interleaved so that both see the same machine load; None for a command
+    this checkout lacks (``gpus`` before the catalog command)."""
+    if timed([sys.executable, "-m", "txcalc", *args], check=False) is None:
+        return None  # (that run also compiled the bytecode the timed runs read)
     cmd, base = [], []
     for _ in range(runs):
-        base.append(wall([sys.executable, "-c", "pass"]))
-        cmd.append(wall([sys.executable, "-m", "txcalc", *args]))
-    return min(cmd), min(base)
+        base.append(timed([sys.executable, "-c", "pass"]))
+        cmd.append(timed([sys.executable, "-m", "txcalc", *args]))
+    return ((min(w for w, _ in cmd), min(c for _, c in cmd)),
+            (min(w for w, _ in base), min(c for _, c in base)))
 
 
 def importtime(args, top: int = 12) -> list[tuple[int, str]]:
@@ -88,18 +111,21 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--importtime", action="store_true")
     a = ap.parse_args()
-    print(f"min of {a.runs} runs each; overhead = txcalc - python -c pass")
+    print(f"min of {a.runs} runs each; overhead = txcalc - python -c pass; wall time, and "
+          "CPU time (user + sys: the figure to read when the machine is loaded)")
     print(f"{'command':46s} {'txcalc':>8s} {'python -c pass':>15s} {'overhead':>9s}  "
-          "target (overhead)")
+          f"{'CPU txcalc':>10s} {'CPU pass':>9s} {'CPU overhead':>12s}  target (overhead)")
     for args, target in COMMANDS:
         got = side_by_side(args, a.runs)
         name = "txcalc " + " ".join(args)
         if got is None:
             print(f"{name:46s} (no such command in this checkout)")
             continue
-        t, base = got
-        print(f"{name:46s} {t:7.3f}s {base:14.3f}s {t - base:8.3f}s  < {target:g} s: "
-              f"{'ok' if t - base < target else 'MISSED'}")
+        (t, cpu), (base, cpu_base) = got
+        print(f"{name:46s} {t:7.3f}s {base:14.3f}s {t - base:8.3f}s  {cpu:9.3f}s "
+              f"{cpu_base:8.3f}s {cpu - cpu_base:11.3f}s  < {target:g} s: "
+              f"wall {'ok' if t - base < target else 'MISSED'}, "
+              f"CPU {'ok' if cpu - cpu_base < target else 'MISSED'}")
     if a.importtime:
         print(f"\nstart-up imports of txcalc {' '.join(SIMPLE[2])} (cumulative ms):")
         for us, mod in importtime(SIMPLE[2]):
