@@ -194,10 +194,11 @@ def view_bytes(cache) -> int:
                for t in vars(layer).values() if torch.is_tensor(t) and t.dim() > 0)
 
 
-def generate(raw: dict, batch: int, prompt: int, new: int):
+def generate(raw: dict, batch: int, prompt: int, new: int, dtype: str = "fp32"):
     import warnings
     torch.manual_seed(0)
-    model = hf_causal_lm(raw, "cpu").eval()
+    model = hf_causal_lm(raw, "cpu").to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+    model.eval()
     ids = torch.randint(0, raw["vocab_size"], (batch, prompt))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -212,7 +213,8 @@ def generate(raw: dict, batch: int, prompt: int, new: int):
 @given(data=st.data())
 def test_serving_state_after_generate_equals_hf(model_type, data):
     """KV of the attention layers + conv and recurrent states: what HF keeps after generate()
-    (tiny fp32 models on the CPU). RecurrentGemma's window is drawn above the context here
+    (tiny fp32 and bf16 models on the CPU: keys, values and conv states in the model dtype,
+    the recurrent states in fp32). RecurrentGemma's window is drawn above the context here
     (HF keeps window - 1 tokens once it is full: see the next test)."""
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     batch = data.draw(st.integers(1, 2), label="batch")
@@ -224,12 +226,13 @@ def test_serving_state_after_generate_equals_hf(model_type, data):
     if model_type == "recurrent_gemma":
         raw["attention_window_size"] = context + data.draw(st.integers(1, 3), label="window")
     cfg = from_hf_dict(raw)
-    model, cache = generate(raw, batch, prompt, new)
+    dtype = data.draw(st.sampled_from(["fp32", "bf16"]), label="dtype")
+    model, cache = generate(raw, batch, prompt, new, dtype)
     held = view_bytes(cache) + module_state_bytes(model) if model_type == "recurrent_gemma" \
         else cache_bytes(cache)
-    assert held == kv_cache_bytes(cfg, context, batch, "fp32")
+    assert held == kv_cache_bytes(cfg, context, batch, dtype)
     recurrent = any(cfg.mixer(i) != "attention" for i in range(cfg.n_layers))
-    assert (held > kv_cache_bytes(cfg, context, batch, "fp32", state=False)) == recurrent
+    assert (held > kv_cache_bytes(cfg, context, batch, dtype, state=False)) == recurrent
 
 
 @pytest.mark.parametrize("window,context", [(2, 5), (3, 3), (4, 9)])

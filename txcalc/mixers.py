@@ -1,6 +1,7 @@
 """State-space token mixers: Mamba (Gu and Dao 2023, arXiv:2312.00752), Mamba-2 (Dao and Gu
 2024, arXiv:2405.21060) and LFM2's gated short convolution, each as named Ops that declare
-their costs once.
+their costs once; further down, Gated DeltaNet, Zamba's shared attention block
+(``shared_block``) and Griffin's recurrent block (``rglru_block``), with their own tables.
 
 Legend: D d_model, E = ssm_d_inner (expand * D), N ssm_state, R ssm_dt_rank, k ssm_conv,
 H ssm_heads, P ssm_head_dim (H * P = E), G ssm_groups, Q ssm_chunk, T = B * S tokens.
