@@ -173,6 +173,9 @@ def render(data: dict) -> str:
     for b, a in zip(before, after):
         s = a.run.setup
         status = a.pending or ("memory only" if a.measured_step_s is None else "")
+        if s.get("schedule", "1f1b") != "1f1b":
+            status = (status + "; " if status else "") + \
+                f"{s['schedule']} schedule, {s.get('virtual', 1)} virtual stages"
         if a.peak_stat == "reserved":
             status = (status + "; " if status else "") + "reserved peak: not compared"
         if a.applied_flags:
