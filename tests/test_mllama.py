@@ -257,15 +257,15 @@ def test_reference_fused_sdpa_saved_bytes_under_fake_tensors(cfg, data):
     assert TrainingMemory(cfg, work, "bf16-mixed").activations_by_layer() == by_layer(measured)
 
 
-def test_training_memory_reads_one_image_by_default():
-    """``txcalc memory llama-3.2-11b-vision`` (training, no --images): the cross layers read
-    one image's 6404 vision rows, as ``txcalc flops`` counts them."""
+def test_training_memory_with_images_reads_their_vision_rows():
+    """``txcalc memory llama-3.2-11b-vision --images 1`` (training): the cross layers read
+    one image's 6404 vision rows, as ``txcalc flops --images 1`` counts them."""
     from typer.testing import CliRunner
 
     from txcalc.cli import app
     out = json.loads(CliRunner().invoke(app, ["memory", "llama-3.2-11b-vision", "--seq", "64",
-                                              "--json"]).stdout)
+                                              "--images", "1", "--json"]).stdout)
     cfg = txcalc.load("llama-3.2-11b-vision")
-    want = TrainingMemory(cfg, Workload(batch=1, seq=64, src_seq=6404, attn_impl="flash"),
+    want = TrainingMemory(cfg, Workload(batch=1, seq=65, src_seq=6404, attn_impl="flash"),
                           "bf16-mixed").to_json()
     assert out["activations_bytes"] == want["activations_bytes"]

@@ -42,8 +42,9 @@ def _image_tokens(cfg, images: int, image_size: int) -> int:
 
 def _cross_rows(cfg, images: int) -> int:
     """Mllama: vision-state rows its cross-attention layers read, those of --images N images
-    (one image without --images; --src-seq overrides); 0 for other models."""
-    return max(images, 1) * cfg.image_states if cfg.cross_layers else 0
+    (--src-seq overrides; without either they read --seq rows, as every command and the
+    planner take an unset src_seq); 0 for other models."""
+    return images * cfg.image_states if cfg.cross_layers else 0
 
 
 _LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
@@ -199,9 +200,6 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         src_seq = src_seq or _cross_rows(vlm, images)
         seq = options(seq=seq + extra)["seq"]
         context = options(context=str(context + extra))["context"] if context else 0
-    elif model is not None and not inference and not src_seq:  # Mllama trains on one image
-        from .. import load
-        src_seq = _cross_rows(load(model) if head is None else load(model, head), 0)
     if params is not None:
         out = _states_only(opts["params"], precision, optimizer)
     elif inference:
