@@ -392,6 +392,30 @@ def test_dropout_masks_equal_hf(model_type, data):
     assert act(True) - act(False) == on - off
 
 
+@pytest.mark.parametrize("model_type", sorted(DROPOUT_KEYS))
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_reference_dropout_places_equal_the_engine(model_type, data):
+    """The reference model drops where these types do (``resid_dropout_at``): saved bytes per
+    layer of a dropout-on step equal the engine's under each recompute mode."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from txcalc.memory import TrainingMemory
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    for key in DROPOUT_KEYS[model_type][0]:
+        raw[key] = 0.1
+    cfg = from_hf_dict(raw)
+    seq = data.draw(st.integers(2, 10), label="seq")
+    for recompute in ("none", "selective", "full"):
+        model = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
+        measured, _ = saved_by_module(model, make_inputs(model, 1, seq))
+        work = Workload(batch=1, seq=seq, recompute=recompute, dropout=True, dropout_mask="act")
+        assert TrainingMemory(cfg, work, "bf16-mixed").activations_by_layer() == \
+            by_layer(measured), recompute
+
+
 @st.composite
 def longformer(draw) -> dict:
     raw = draw(bert_like("longformer"))
