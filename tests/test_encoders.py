@@ -340,6 +340,51 @@ def test_deberta_disentangled_terms(types, share):
     reference_matches(cfg, 2, 6)
 
 
+@pytest.mark.parametrize("extra", [
+    {"pos_att_type": ["c2p", "p2c"]},
+    {"pos_att_type": ["c2p"], "share_att_key": True, "norm_rel_ebd": "layer_norm"},
+    {"pos_att_type": ["p2c"], "attention_probs_dropout_prob": 0.0, "position_buckets": 4,
+     "norm_rel_ebd": "layer_norm"},
+    {"relative_attention": False}])
+def test_deberta_dropout_masks_equal_hf(extra):
+    """DeBERTa drops BERT's three places and, in every block, its relative embeddings
+    (``pos_dropout``): a dropout-on step saves beyond an eval step what the engine says (HF on
+    CPU in bf16: masks in bf16, ``dropout_mask="act"``); the reference model agrees per layer
+    under each recompute mode."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    raw = {"model_type": "deberta-v2", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 20,
+           "relative_attention": True, "max_relative_positions": 4,
+           "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, **extra}
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none", "cpu").to(torch.bfloat16)
+    ids = torch.ones(1, 6, dtype=torch.long)
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = measured()
+        model.eval()
+        off = measured()
+
+    def work(dropout: bool, recompute: str = "none", fp32: bool = False) -> Workload:
+        return Workload(batch=1, seq=6, attn_impl="eager", dropout=dropout, dropout_mask="act",
+                        softmax_fp32=fp32, recompute=recompute)
+    act = lambda w: TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]  # noqa
+    assert act(work(True)) - act(work(False)) == on - off
+    for recompute in ("none", "selective", "full"):
+        ref = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
+        got, _ = saved_by_module(ref, make_inputs(ref, 1, 6))
+        assert TrainingMemory(cfg, work(True, recompute, True), "bf16-mixed") \
+            .activations_by_layer() == by_layer(got), recompute
+
+
 def test_deberta_v3_large_reference_matches_the_engine():
     """The deberta-v3-large preset (24 layers, 256 buckets, c2p and p2c) built on meta."""
     reference_matches(txcalc.load("deberta-v3-large"), 1, 16, recomputes=("none", "full"))
