@@ -513,7 +513,14 @@ def test_longformer_refuses_what_it_does_not_model():
         from_hf_dict(dict(raw, attention_window=[4, 8]))
     with pytest.raises(ConfigError, match="attention_window"):
         from_hf_dict(dict(raw, attention_window=3))
-    assert from_hf_dict(dict(raw, attention_window=[4, 4])).sliding_window == 2
+    cfg = from_hf_dict(dict(raw, attention_window=[4, 4]))
+    assert cfg.sliding_window == 2
+    for bad, match in ((dict(sliding_window=0), "sliding_chunks.*needs a sliding_window"),
+                       (dict(global_qkv="yes"), "global_qkv"),
+                       (dict(resid_dropout_at="ffn"), r"resid_dropout_at \('ffn'\)"),
+                       (dict(rel_max_position=-1), "rel_max_position")):
+        with pytest.raises(ConfigError, match=match):
+            cfg.replace(**bad)
 
 
 def test_cli_selects_the_head_of_a_config_json(tmp_path, capsys):
