@@ -24,6 +24,7 @@ from .test_hf_more_types import STRATEGIES as MORE
 from .test_hybrids import HYBRID_STRATEGIES as HYBRIDS
 from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES
 from .test_encoders import STRATEGIES as ENCODERS
+from .test_encoders import longformer
 from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
 from .test_linear_attention import MULTIMODAL as LINEAR_MULTIMODAL
 from .test_linear_attention import STRATEGIES as LINEAR
@@ -31,6 +32,7 @@ from .test_multimodal import STRATEGIES as MULTIMODAL  # the types above keep th
 
 STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
               **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL}
+STRATEGIES["longformer"] = longformer()  # tested apart in test_encoders (CPU, its own heads)
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 
