@@ -411,6 +411,8 @@ class Attention(nn.Module):
                 if built:
                     setattr(self, name, SharedLinear(src) if cfg.rel_share_key
                             else lin(D, H * h, cfg.qkv_bias))
+            # HF's pos_dropout (hidden_dropout_prob) on the relative embeddings, per block
+            maybe_drop(self, cfg.resid_dropout * (self.c2p or self.p2c), dropout, "pos_dropout")
 
     def project_kv(self, kv_in):
         B, S = kv_in.shape[:2]
@@ -463,13 +465,14 @@ class Attention(nn.Module):
         (c2p) and queries (p2c); the gather indices, S x S int64 clamped into the table; the
         scale factor 1 + c2p + p2c (scores are divided by sqrt(h x factor))."""
         H, h, span = self.H, self.h, self.span
+        rel = drop(self, ctx.rel, "pos_dropout")
 
         def positions(name, used):
             proj = getattr(self, name, None)
             if proj is None:
                 return None
             with torch.set_grad_enabled(torch.is_grad_enabled() and used):  # unused: forward
-                return proj(ctx.rel).view(2 * span, H, h).transpose(0, 1).repeat(B, 1, 1)
+                return proj(rel).view(2 * span, H, h).transpose(0, 1).repeat(B, 1, 1)
         pq, pk = positions("pos_q_proj", self.p2c), positions("pos_k_proj", self.c2p)
         c2p = torch.clamp(ctx.rel_pos + span, 0, 2 * span - 1) if self.c2p else None
         p2c = torch.clamp(-ctx.rel_pos + span, 0, 2 * span - 1) if self.p2c else None

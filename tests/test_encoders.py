@@ -340,6 +340,51 @@ def test_deberta_disentangled_terms(types, share):
     reference_matches(cfg, 2, 6)
 
 
+@pytest.mark.parametrize("extra", [
+    {"pos_att_type": ["c2p", "p2c"]},
+    {"pos_att_type": ["c2p"], "share_att_key": True, "norm_rel_ebd": "layer_norm"},
+    {"pos_att_type": ["p2c"], "attention_probs_dropout_prob": 0.0, "position_buckets": 4,
+     "norm_rel_ebd": "layer_norm"},
+    {"relative_attention": False}])
+def test_deberta_dropout_masks_equal_hf(extra):
+    """DeBERTa drops BERT's three places and, in every block, its relative embeddings
+    (``pos_dropout``): a dropout-on step saves beyond an eval step what the engine says (HF on
+    CPU in bf16: masks in bf16, ``dropout_mask="act"``); the reference model agrees per layer
+    under each recompute mode."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    raw = {"model_type": "deberta-v2", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 20,
+           "relative_attention": True, "max_relative_positions": 4,
+           "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, **extra}
+    cfg = from_hf_dict(raw)
+    model = hf_model(raw, "none", "cpu").to(torch.bfloat16)
+    ids = torch.ones(1, 6, dtype=torch.long)
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = measured()
+        model.eval()
+        off = measured()
+
+    def work(dropout: bool, recompute: str = "none", fp32: bool = False) -> Workload:
+        return Workload(batch=1, seq=6, attn_impl="eager", dropout=dropout, dropout_mask="act",
+                        softmax_fp32=fp32, recompute=recompute)
+    act = lambda w: TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]  # noqa
+    assert act(work(True)) - act(work(False)) == on - off
+    for recompute in ("none", "selective", "full"):
+        ref = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
+        got, _ = saved_by_module(ref, make_inputs(ref, 1, 6))
+        assert TrainingMemory(cfg, work(True, recompute, True), "bf16-mixed") \
+            .activations_by_layer() == by_layer(got), recompute
+
+
 def test_deberta_v3_large_reference_matches_the_engine():
     """The deberta-v3-large preset (24 layers, 256 buckets, c2p and p2c) built on meta."""
     reference_matches(txcalc.load("deberta-v3-large"), 1, 16, recomputes=("none", "full"))
@@ -390,6 +435,30 @@ def test_dropout_masks_equal_hf(model_type, data):
                      softmax_fp32=fp32)
         return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
     assert act(True) - act(False) == on - off
+
+
+@pytest.mark.parametrize("model_type", sorted(DROPOUT_KEYS))
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(data=st.data())
+def test_reference_dropout_places_equal_the_engine(model_type, data):
+    """The reference model drops where these types do (``resid_dropout_at``): saved bytes per
+    layer of a dropout-on step equal the engine's under each recompute mode."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from txcalc.memory import TrainingMemory
+    raw = data.draw(STRATEGIES[model_type], label="config.json")
+    for key in DROPOUT_KEYS[model_type][0]:
+        raw[key] = 0.1
+    cfg = from_hf_dict(raw)
+    seq = data.draw(st.integers(2, 10), label="seq")
+    for recompute in ("none", "selective", "full"):
+        model = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
+        measured, _ = saved_by_module(model, make_inputs(model, 1, seq))
+        work = Workload(batch=1, seq=seq, recompute=recompute, dropout=True, dropout_mask="act")
+        assert TrainingMemory(cfg, work, "bf16-mixed").activations_by_layer() == \
+            by_layer(measured), recompute
 
 
 @st.composite
@@ -444,7 +513,14 @@ def test_longformer_refuses_what_it_does_not_model():
         from_hf_dict(dict(raw, attention_window=[4, 8]))
     with pytest.raises(ConfigError, match="attention_window"):
         from_hf_dict(dict(raw, attention_window=3))
-    assert from_hf_dict(dict(raw, attention_window=[4, 4])).sliding_window == 2
+    cfg = from_hf_dict(dict(raw, attention_window=[4, 4]))
+    assert cfg.sliding_window == 2
+    for bad, match in ((dict(sliding_window=0), "sliding_chunks.*needs a sliding_window"),
+                       (dict(global_qkv="yes"), "global_qkv"),
+                       (dict(resid_dropout_at="ffn"), r"resid_dropout_at \('ffn'\)"),
+                       (dict(rel_max_position=-1), "rel_max_position")):
+        with pytest.raises(ConfigError, match=match):
+            cfg.replace(**bad)
 
 
 def test_cli_selects_the_head_of_a_config_json(tmp_path, capsys):

@@ -25,6 +25,7 @@ from .test_hybrids import HYBRID_STRATEGIES as HYBRIDS
 from .test_hybrids_shared import STRATEGIES as SHARED_HYBRIDS
 from .test_hf_new_structures import STRATEGIES as NEW_STRUCTURES
 from .test_encoders import STRATEGIES as ENCODERS
+from .test_encoders import longformer
 from .test_encoder_decoders import STRATEGIES as SEQ2SEQ
 from .test_linear_attention import MULTIMODAL as LINEAR_MULTIMODAL
 from .test_linear_attention import STRATEGIES as LINEAR
@@ -34,6 +35,7 @@ from .test_gemma3n import STRATEGIES as GEMMA3N
 
 STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
               **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL, **SHARED_HYBRIDS, **MLLAMA, **GEMMA3N}
+STRATEGIES["longformer"] = longformer()  # tested apart in test_encoders (CPU, its own heads)
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

@@ -305,22 +305,29 @@ def disentangled(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[
     D, H, h, rows = cfg.d_model, cfg.n_heads, cfg.head_dim, 2 * cfg.rel_span
     projections = (("pos_q_proj", cfg.rel_share_key or cfg.rel_p2c, cfg.rel_p2c),
                    ("pos_k_proj", cfg.rel_share_key or cfg.rel_c2p, cfg.rel_c2p))
-    first = where[1] == 0 and cfg.rel_norm and (cfg.rel_c2p or cfg.rel_p2c)
+    used = cfg.rel_c2p or cfg.rel_p2c
+    first = where[1] == 0 and cfg.rel_norm and used
     if first:
         yield dataclasses.replace(checkpoint(f"{c}rel_input", where, comp + "rel_input",
                                              ("full",), ((D, "a"),)), fixed_rows=rows)
-    for name, built, used in projections:
+    # HF's pos_dropout (hidden_dropout_prob) on the embeddings in every block: its mask, and
+    # the dropped copy the projections keep (the normalised table is then kept by nobody)
+    drop = cfg.resid_dropout > 0 and used
+    if drop:
+        yield dataclasses.replace(dropout(f"{c}pos_dropout", where, comp + "pos_dropout", D,
+                                          extra=((D, "a"),)), fixed_rows=rows)
+    for name, built, in_use in projections:
         if not built:
             continue
         op = linear(f"{c}{name}", where, comp + name, D, H * h, cfg.qkv_bias,
                     tied=cfg.rel_share_key, shares_input=True, tp="colwise")
         if cfg.rel_share_key:  # q_proj's / k_proj's weights and biases
             op = dataclasses.replace(op, params=0, bias=False)
-        if not used:  # forward only (share_att_key): its output feeds nothing
+        if not in_use:  # forward only (share_att_key): its output feeds nothing
             op = dataclasses.replace(op, trainable=False, input_grad=False)
-        yield dataclasses.replace(op, fixed_rows=rows,
-                                  saved=((D, "a"),) if first and used else ())
-        first = first and not used
+        yield dataclasses.replace(op, fixed_rows=rows, saved=((D, "undropped" if drop else "a"),)
+                                  if first and in_use else ())
+        first = first and not in_use
     for name, on in (("c2p", cfg.rel_c2p), ("p2c", cfg.rel_p2c)):
         if on:
             yield Op(f"{c}{name}", "rel_scores", where[0], where[1], comp + name, d_in=h,

@@ -528,6 +528,8 @@ _BOOL_FIELDS = ("qkv_bias", "out_bias", "parallel_block", "mlp_bias", "shared_ex
                 "k_proj_bias", "rel_c2p", "rel_p2c", "rel_share_key", "rel_norm",
                 "encoder_states_given",
                 "rel_bias_every_layer", "first_attn_norm")
+_INT_FIELDS_NONNEG += ("rel_max_position",)  # DeBERTa v3 (issue 13, part 2)
+_BOOL_FIELDS += ("sliding_chunks", "global_qkv")  # Longformer
 _DROPOUT_FIELDS = ("embed_dropout", "attn_dropout", "resid_dropout", "mlp_dropout",
                    "final_dropout")
 _CHOICES = {"family": FAMILIES, "activation": ACTIVATIONS, "norm_type": NORM_TYPES,
@@ -569,6 +571,7 @@ _BOUNDS = {
     **{k: MAX_SMALL for k in ("relative_buckets", "type_vocab_size", "position_offset",
                               "moe_every", "global_every")},
 }
+_BOUNDS["rel_max_position"] = MAX_POSITION  # DeBERTa v3
 
 
 def _size_problems(cfg: ModelConfig) -> list[str]:

@@ -82,7 +82,7 @@ class Op:
     recompute: str = "none"
     kept: tuple[str, ...] = ()  #: checkpoint ops: recompute modes that keep this input
     ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
-    trainable: bool = True  #: False = frozen (fine-tuning; HF's frozen sinusoidal tables): no grad or states
+    trainable: bool = True  #: False = frozen (fine-tuning, HF's frozen tables): no grad or states
     weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
     # --- state-space mixers (txcalc/mixers.py) ----------------------------------------------
     chunk: int = 0  #: ssd_scan: chunk length Q of the SSD algorithm
@@ -281,8 +281,11 @@ class Op:
         fused = w.attn_impl == "flash"
         mask = 1 if w.dropout_mask == "bool" else act_bytes
         fp32 = act_bytes == 4
+        # "undropped": kept only when the step runs without dropout (a dropout after it then
+        # takes its place: DeBERTa's relative embeddings)
         size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask,
-                "cast": 0 if fp32 else act_bytes, "up32": 0 if fp32 else 4}
+                "cast": 0 if fp32 else act_bytes, "up32": 0 if fp32 else 4,
+                "undropped": 0 if w.dropout else act_bytes}
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
@@ -293,7 +296,7 @@ class Op:
             per_row += 2 * self.kv_heads * self.d_in * act_bytes
         # a Linear or norm over DeBERTa's relative embeddings: 2 x span rows, whatever B x S
         rows = self.fixed_rows if self.fixed_rows and self.kind in ("linear", "norm",
-                                                                 "checkpoint") else \
+                                                                 "checkpoint", "dropout") else \
             w.rows(self.stream)
         total = rows * per_row
         if self.kind == "rel_scores":  # DeBERTa's c2p / p2c (HF DisentangledSelfAttention):
