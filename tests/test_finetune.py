@@ -423,9 +423,11 @@ def test_memory_by_phase_and_category_against_memtracker(name, precision, optimi
     gradients, optimizer states and fp32 masters exact by category after forward, backward
     and the step. Activations, batch and loss exact where the token table trains; with a
     frozen table MemTracker holds more than the saved tensors (the embedding output made a
-    leaf by enable_input_require_grads, its .grad, the token ids): not modelled yet, the saved
-    bytes themselves are exact (test above). QLoRA's base is in the model dtype on the
-    reference (its NF4 bytes are checked against bitsandbytes above): compared as LoRA."""
+    leaf by enable_input_require_grads, its .grad, the token ids), modelled and checked on
+    the first step below (from the second step on MemTracker also keeps the previous step's
+    leaf and its gradient, which a plain training loop frees). QLoRA's base is in the model
+    dtype on the reference (its NF4 bytes are checked against bitsandbytes above): compared
+    as LoRA."""
     from tests.test_memory_phases import SMALL
 
     from reference.train import memory_by_phase
@@ -442,6 +444,72 @@ def test_memory_by_phase_and_category_against_memtracker(name, precision, optimi
             assert m.get(cat, 0) == p[cat], (phase, cat)
         if mem._table_trains:
             assert m.get("act", 0) + m.get("temp", 0) == p["act"] + p["temp"], phase
+
+
+@pytest.mark.parametrize("name,precision,optimizer,ft", MT_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[3].mode}" for c in MT_CASES])
+def test_first_step_totals_against_memtracker_with_frozen_tables(name, precision, optimizer,
+                                                                  ft):
+    """The first step (optimizer state made inside it), every phase's total exact, frozen
+    token tables included: PEFT's enable_input_require_grads makes the frozen lookup's output
+    a leaf that the graph holds (E a per token) with the token ids the lookup no longer saves
+    (8), from forward until the loss is freed, and the leaf's gradient after backward; not
+    beside the saved tensors when block 0 saves that very tensor (HF's RMSNorm in fp32: its
+    fp32 copy is the input). A frozen head leaves the hidden states alive at the loss.
+    GPT-2 with only embeddings and norms training: its backward peak lies inside the blocks
+    (19,712 bytes over the engine's two ends of backward, the same before this change)."""
+    from tests.test_memory_phases import SMALL
+
+    from reference.train import memory_by_phase
+    cfg = SMALL[name]
+    work = Workload(batch=2, seq=16, src_seq=12 if cfg.family == "encoder-decoder" else 0,
+                    dropout_mask="act")
+    measured = memory_by_phase(cfg, work, precision, optimizer, finetune=ft, steps=1)
+    unquantised = dataclasses.replace(ft, mode="lora") if ft.mode == "qlora" else ft
+    predicted = TrainingMemory(cfg, work, precision, optimizer, unquantised).phases(
+        first_step=True)
+    phases = ["after_forward", "peak_forward", "after_backward", "after_step", "peak_backward"]
+    if name == "gpt2" and ft.mode == "freeze":
+        phases.remove("peak_backward")
+    for phase in phases:
+        assert measured[phase]["total"] == predicted[phase]["total"], phase
+
+
+@pytest.mark.parametrize("name,precision,ft", [
+    ("llama", "bf16-mixed", Finetune("lora", 4)),
+    ("llama", "bf16-mixed", Finetune("lora", 4, targets="q_proj,v_proj")),
+    ("llama", "bf16-mixed", Finetune("freeze", trainable="last:1,head")),
+    ("gpt2", "fp32", Finetune("lora", 2))])  # fp32: the CPU LayerNorm keeps bf16 statistics
+def test_frozen_table_leaf_and_ids_are_alive_after_forward(name, precision, ft):
+    """Without MemTracker: every tensor alive after a forward (gc, unique storages, model
+    states left out) is the saved activations, the loss, the token ids and labels, and, with
+    the table frozen, the lookup's output made a leaf: the engine's after-forward bytes
+    (without the leaf and the ids, one 4 KB and one 256 B tensor short). Flash attention
+    keeps its output even when a frozen o_proj does not (LoRA on q and v only; freeze)."""
+    import gc
+
+    from tests.test_memory_phases import SMALL
+    cfg = SMALL[name]
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = finetune(build(cfg, dtype, "cpu", attn_impl="sdpa"), ft)
+    x, labels, _ = make_inputs(model, 2, 16, device="cpu")
+    gc.collect()  # what was alive before the forward (model states, other tests' tensors)
+    state = {o.untyped_storage()._cdata for o in gc.get_objects()
+             if isinstance(o, torch.Tensor) and o is not x and o is not labels}
+    # identity hooks: the graph keeps each saved tensor as a Python object, visible to gc
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        loss = model(x, labels)
+    gc.collect()
+    live = {}
+    for o in gc.get_objects():
+        if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in state:
+            live[o.untyped_storage()._cdata] = o.untyped_storage().nbytes()
+    mem = TrainingMemory(cfg, Workload(batch=2, seq=16, attn_impl="flash"), precision,
+                         "adamw", ft)
+    ids, leaf = mem.frozen_table_inputs
+    assert ids == 2 * 16 * 8 and leaf == 2 * 16 * cfg.d_model * dtype.itemsize
+    assert sum(live.values()) == mem.phases()["after_forward"]["act"]
+    del loss
 
 
 T0_3B = {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "d_model": 2048,

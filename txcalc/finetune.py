@@ -256,7 +256,10 @@ def _frozen(cfg: ModelConfig, op: Op, fmt: str) -> Op:
         relu_input = cfg.activation == "relu" and _name(op) == "down_proj" and not \
             (cfg.mlp_dropout and op.instances == 1)
         if not relu_input:
-            saved = saved[1:]
+            # o_proj's input is the attention output, which flash attention saves anyway
+            attn_out = _name(op) == "o_proj" and op.component.partition(".")[0] in (
+                "attn", "cross_attn")
+            saved = (((op.d_in * op.active, "attn_out"),) if attn_out else ()) + saved[1:]
     elif op.kind == "norm" and op.params and saved and saved[-1][1] == "a":
         saved = saved[:-1]  # RMSNorm: the normalised input, for the scale's gradient
     elif op.kind in ("embedding", "token_ids"):
@@ -347,6 +350,9 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
             # the input is saved already: by an adapter on the same input, or still by the
             # frozen op itself (a ReLU's output, down_proj's input)
             kept = out[-1].saved[:1] == ((op.d_in * op.active, "a"),)
+            if out[-1].saved[:1] == ((op.d_in * op.active, "attn_out"),) and \
+                    not ft.lora_dropout:  # the adapter saves the attention output itself
+                out[-1] = dataclasses.replace(out[-1], saved=out[-1].saved[1:])
             out.extend(_adapters(op, ft, key in seen or kept))
             seen.add(key)
     return _bias_checkpoints(tuple(out))

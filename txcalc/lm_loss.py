@@ -98,12 +98,14 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
     b, sizes = work.batch, _sizes(work)
     n = len(sizes)
     rows = [b * s for s in sizes]
-    copy = [b > 1 and s >= 2 for s in sizes]
+    copy = [n > 1 and b > 1 and s >= 2 for s in sizes]
     views = [i for i, s in enumerate(sizes) if s >= 1 and not (b > 1 and s >= 2)]
     after = [0] * (n + 1)  # bytes the chunks after i have freed by the time i runs
     for i in range(n - 1, -1, -1):
         after[i] = after[i + 1] + (4 - a) * vocab * rows[i] + 4 + (8 * rows[i] if copy[i] else 0)
-    best = max(8 * vocab * rows[i] - after[i + 1] + 4 for i in range(n))
+    # chunk i's own label copy is gone with its nll_loss node; 4 bytes: the sum's gradient
+    best = max(8 * vocab * rows[i] - after[i + 1] - (8 * rows[i] if copy[i] else 0)
+               + (4 if n > 1 else 0) for i in range(n))
     if grad and n > 1:
         done = -after[0]
         later = copied = 0  # rows of chunks i..N; copied (saved) rows among them

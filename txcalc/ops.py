@@ -285,7 +285,10 @@ class Op:
         # takes its place: DeBERTa's relative embeddings)
         size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask,
                 "cast": 0 if fp32 else act_bytes, "up32": 0 if fp32 else 4,
-                "undropped": 0 if w.dropout else act_bytes}
+                "undropped": 0 if w.dropout else act_bytes,
+                # a frozen o_proj's input: the attention output, which a fused kernel keeps
+                # itself (not when selective recompute checkpoints the core)
+                "attn_out": act_bytes if fused and pairs else 0}
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
