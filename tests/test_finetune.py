@@ -241,7 +241,9 @@ def test_qlora_paper_lora_parameters_26_mb():
                    "breakdown; NF4 + double quant of LLaMA-7B's linears with 16-bit embeddings, "
                    "lm_head and norms (qlora.py --bf16) is 3,866 MB (-23 %); with those tables "
                    "in fp32 (qlora.py without --bf16) 4,391 MB (-13 %); only fp32 tables and no "
-                   "double quant (4,692 MB, -7 %) comes within 10 %, which is not QLoRA's setup")
+                   "double quant (4,692 MB, -7 %) comes within 10 %, which is not QLoRA's setup; "
+                   "5,048 MB is 5.99 bits for each of LLaMA-7B's 6.74 B parameters (6.28 if "
+                   "MiB), where NF4 + DQ linears with fp32 tables average 5.21")
 def test_qlora_paper_llama_7b_4bit_base_5048_mb():
     """QLoRA (arXiv:2305.14314v1) section 2, "Memory Requirement of Parameter-Efficient
     Finetuning" (and the 7B bar of Figure 6): "For a 7B LLaMA model trained on FLAN v2 and a

@@ -12,10 +12,16 @@ here are the tensors that live only for a moment, relative to the saved activati
     (torchtune)   |  chunk's fp32 copy (4 V r_i) while   |  buffers (8 V r_i) while the later
                   |  the chunks after it have saved      |  chunks' log-probabilities are freed
                   |  nothing yet; the peak ends the last |  and their 16-bit gradients wait for
-                  |  run of equal chunks                 |  the head: 8 V r_i - (4 - a) V (T - R_i)
+                  |  run of equal chunks                 |  the head: 8 V r_i - (4 - a) V (T - R_i);
+                  |                                      |  a trained head then sums its chunks'
+                  |                                      |  weight gradients (3 V D at once)
     fused-linear  | one row chunk's logits, overwritten  | nothing: the gradients exist already
-    (Liger)       |  by their gradient (r V a), and the  |
-                  |  fp32 per-row loss (4 T)            |
+    (Liger)       |  by their gradient (r V a), and the  |  (the final norm's and last block's
+                  |  fp32 per-row loss (4 T)             |  own transients: not modelled)
+
+Measured on the CPU against reference/loss.py (tests/test_finetune_loss.py): chunked exact at
+both peaks; fused-linear's forward peak is Liger's kernel's, which PyTorch on the CPU cannot
+reproduce (its softmax gradient needs fp32 temporaries), so only bounded there.
 
 Chunks: torchtune splits the sequence with ``tensor_split(N, dim=1)``: the first S mod N chunks
 hold ceil(S / N) positions, the rest floor (empty when N > S); r_i = batch x positions, R_i the
@@ -24,10 +30,11 @@ rows of chunks 1..i. Liger's row chunk: next_pow2(ceil(T / ceil(V / D))), at mos
 
 Scalars, as the reference (reference/loss.py) holds them at chunk i's nll_loss: its output and
 total weight, the running sum and the previous chunk's loss (0, 4, 8 bytes for i = 1, 2, >= 3);
-the N total weights are saved (4 N, ``Op.saved_bytes``). With batch > 1 the label chunks are
-copies (a (B, s_i) slice of (B, S) is not contiguous): the loss saves the copies while the
-caller still holds the labels, 8 T bytes more than the saved tensors; the same 8 T under
-fused-linear, which saves no labels at all (``held_labels``).
+the N total weights are saved (4 N, ``Op.saved_bytes``). With batch > 1 a chunk of s >= 2
+positions is a copy (a (B, s) slice of (B, S) is not contiguous; s = 1 reshapes to a view): the
+loss saves the label copies and the head its input's (``chunk_copy_extra``); when no chunk is a
+view the caller's labels are alive beside them, 8 T bytes; the same 8 T under fused-linear,
+which saves no labels at all (``held_labels``).
 """
 
 from __future__ import annotations
