@@ -935,8 +935,8 @@ class Borrowed(nn.Module):
         super().__init__()
         self.owner = [owner]
 
-    def forward(self, x):
-        return self.owner[0](x)
+    def forward(self, x):  # the owner's forward, not its call: what it saves lands here
+        return self.owner[0].forward(x)
 
 
 class AltUpMix(nn.Module):
@@ -947,6 +947,26 @@ class AltUpMix(nn.Module):
         mixed = torch.matmul(streams.permute(1, 2, 3, 0), coefs).permute(3, 0, 1, 2)
         mixed += streams
         return mixed.contiguous()
+
+
+class AltUpRouter(nn.Linear):
+    """AltUp's modality router: D -> A, then tanh in fp32 (HF ``compute_router_modalities``;
+    the cast back to the activation dtype is the caller's)."""
+
+    def forward(self, x):
+        return torch.tanh(super().forward(x).float())
+
+
+class AltUpCorrect(nn.Module):
+    """AltUp's correction (HF ``Gemma3nTextAltUp.correct``): the innovation (block output
+    minus the active prediction) repeated to the A streams, times each stream's coefficient
+    + 1, plus the predictions."""
+
+    def forward(self, pred, active, out, coefs):  # coefs (B, S, A)
+        innovation = (out - active).repeat(pred.shape[0], 1, 1, 1)
+        corrected = torch.mul(innovation, (coefs + 1.0).permute(2, 0, 1).unsqueeze(-1))
+        corrected += pred
+        return corrected.contiguous()
 
 
 class Scale(nn.Module):
@@ -985,24 +1005,16 @@ def gaussian_topk(x, sparsity: float):
     return F.relu(x - (mean + std * multiplier))
 
 
-class Gemma3nMLP(nn.Module):
-    """The gated MLP of a Gemma 3n block, the gate's activations made sparse in the layers
-    ``cfg.act_sparsity`` names (HF ``Gemma3nTextMLP``)."""
+class SparseAct(Act):
+    """A Gemma 3n MLP's activation: the gate made sparse first (``gaussian_topk``) in the
+    layers ``cfg.act_sparsity`` names (HF ``Gemma3nTextMLP``)."""
 
-    def __init__(self, cfg: ModelConfig, d_ff: int, sparsity: float, dtype):
-        super().__init__()
-        D = cfg.d_model
-        self.gate_proj = nn.Linear(D, d_ff, bias=cfg.mlp_bias, dtype=dtype)
-        self.up_proj = nn.Linear(D, d_ff, bias=cfg.mlp_bias, dtype=dtype)
-        self.act = Act(cfg.activation)
-        self.down_proj = nn.Linear(d_ff, D, bias=cfg.mlp_bias, dtype=dtype)
+    def __init__(self, name: str, sparsity: float):
+        super().__init__(name)
         self.sparsity = sparsity
 
-    def forward(self, x):
-        gate = self.gate_proj(x)
-        if self.sparsity:
-            gate = gaussian_topk(gate, self.sparsity)
-        return self.down_proj(self.act(gate, self.up_proj(x)))
+    def forward(self, a, up=None):
+        return super().forward(gaussian_topk(a, self.sparsity) if self.sparsity else a, up)
 
 
 class Gemma3nAttention(nn.Module):
@@ -1068,12 +1080,13 @@ class Gemma3nBlock(nn.Module):
         lin = lambda a, b: nn.Linear(a, b, bias=False, dtype=dtype)  # noqa: E731
         self.altup = nn.Module()
         self.altup.router_norm = make_norm(cfg, D, dtype)
-        self.altup.modality_router = lin(D, A)
+        self.altup.modality_router = AltUpRouter(D, A, bias=False, dtype=dtype)
         self.altup.prediction_coefs = lin(A, A * A)
         self.altup.predict = AltUpMix()
         self.altup.correct_norm = Borrowed(self.altup.router_norm)
         self.altup.correct_router = Borrowed(self.altup.modality_router)
         self.altup.correction_coefs = ClampedLinear(A, A, bias=False, dtype=dtype)
+        self.altup.correct = AltUpCorrect()
         self.altup.output_scale = Scale(D, dtype)
         self.attn_norm = make_norm(cfg, D, dtype)
         self.attn = Gemma3nAttention(cfg, i, impl, softmax_fp32, recompute, dtype)
@@ -1083,8 +1096,8 @@ class Gemma3nBlock(nn.Module):
             self.laurel.linear_left, self.laurel.linear_right = lin(D, r), lin(r, D)
             self.laurel.norm = make_norm(cfg, D, dtype)
         self.mlp_norm = make_norm(cfg, D, dtype)
-        self.mlp = Gemma3nMLP(cfg, cfg.layer_ffn_width(i),
-                              cfg.act_sparsity[i] if cfg.act_sparsity else 0.0, dtype)
+        self.mlp = MLP(cfg, cfg.layer_ffn_width(i), cfg.mlp_bias, dtype)
+        self.mlp.act = SparseAct(cfg.activation, cfg.act_sparsity[i] if cfg.act_sparsity else 0)
         self.mlp_post_norm = make_norm(cfg, D, dtype)
         if P:
             base = {"geglu_tanh": "gelu_tanh", "geglu": "gelu", "swiglu": "silu",
@@ -1095,7 +1108,7 @@ class Gemma3nBlock(nn.Module):
         self.full_recompute = recompute == "full"
 
     def _modalities(self, norm, router, x):
-        return torch.tanh(router(norm(x) * (1.0 / self.cfg.d_model)).float()).type_as(x)
+        return router(norm(x) * (1.0 / self.cfg.d_model)).type_as(x)
 
     def forward(self, x, ctx: Ctx, enc=None, caches=None):
         if self.full_recompute and torch.is_grad_enabled():
@@ -1141,16 +1154,12 @@ class Gemma3nBlock(nn.Module):
             out = (out + (h + lr.norm(lr.linear_right(lr.linear_left(h))))) / math.sqrt(2)
         out = out + self.mlp_post_norm(self.mlp(self.mlp_norm(out)))
         modalities = self._modalities(al.correct_norm, al.correct_router, out)
-        innovation = (out - active).repeat(A, 1, 1, 1)
-        weights = (al.correction_coefs(modalities) + 1.0).permute(2, 0, 1).unsqueeze(-1)
-        corrected = torch.mul(innovation, weights)
-        corrected += pred
-        corrected = corrected.contiguous()
+        corrected = al.correct(pred, active, out, al.correction_coefs(modalities))
         if not hasattr(self, "per_layer"):
             return corrected
         pl = self.per_layer
         first = al.output_scale(corrected[0].clone())
-        first = pl.act(pl.gate(first)) * ctx.per_layer[:, :, self.i]
+        first = pl.act(pl.gate(first), ctx.per_layer[:, :, self.i])  # act(gate) * input
         corrected[1:] += pl.norm(pl.proj(first))
         return corrected
 

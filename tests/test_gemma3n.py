@@ -191,7 +191,7 @@ def test_reference_builds_the_gemma3n_blocks_with_exact_params_and_flops(raw, da
 REF = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
-@settings(max_examples=8, **REF)
+@settings(max_examples=6, **REF)
 @given(raw=gemma3n(), data=st.data(), fp32=st.booleans())
 def test_reference_gemma3n_saved_bytes_per_layer_equal_the_engine(raw, data, fp32):
     """Bytes saved for backward per layer (saved_tensors_hooks on the reference, meta):

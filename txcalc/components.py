@@ -592,7 +592,12 @@ def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:
     """Gemma 3n's inputs besides the token table (HF ``Gemma3nTextModel``): the per-layer
     embeddings (a table of per_layer_vocab rows of L x P, plus a projection of the token
     embedding D -> L x P normalised over each layer's P) and the AltUp streams 1..A-1, each a
-    Linear(D, D) of the embedding."""
+    Linear(D, D) of the embedding. Saved per token: the int64 ids of both tables, the
+    embedding once (D, by per_layer_proj; the AltUp projections read the same tensor), the
+    norm's statistics for each of the L layers; the per-layer inputs themselves are kept by
+    block 0's product (``gemma3n_block``). HF's elementwise scalings (the embedding scales,
+    the streams' magnitude matching) are not modelled: reference/model.py leaves them out
+    (checked against it with saved_tensors_hooks in tests/test_gemma3n.py)."""
     top: Where = ("", -1)
     D, L, P = cfg.d_model, cfg.n_layers, cfg.per_layer_dim
     if P:
@@ -709,8 +714,10 @@ def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     F = cfg.layer_ffn_width(i)
     for op in mlp(cfg, p + "mlp.", "mlp.", where, F, cfg.mlp_bias):
         if op.component == "mlp.act" and cfg.act_sparsity and cfg.act_sparsity[i]:
-            op = dataclasses.replace(op, saved=op.saved + ((F + 1, "a"),),
-                                     saved_once=((1, "a"),))
+            extra = ((F + 1, "a"),)  # the top-k runs before (outside) any fused kernel
+            op = dataclasses.replace(op, saved=op.saved + extra, saved_once=((1, "a"),),
+                                     saved_fused=None if op.saved_fused is None else
+                                     op.saved_fused + extra)
         yield op
     yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
     yield dataclasses.replace(_norm(cfg, p + "altup.correct_norm", where, "altup.correct_norm",
