@@ -2091,7 +2091,11 @@ class ReferenceModel(nn.Module):
 
     def _altup_inputs(self, ids, x, ctx: Ctx):
         """Gemma 3n: each block's per-layer input (its table row plus the normalised
-        projection of the embedding) into ``ctx.per_layer``; the A AltUp streams."""
+        projection of the embedding) into ``ctx.per_layer``; the A AltUp streams. HF's
+        elementwise scalings here (the embedding scales, the streams' magnitude matching,
+        and at the end the logit soft-capping) are left out: they change no parameter or
+        matmul, and the engine does not model what they save (the blocks themselves are
+        HF's op for op)."""
         cfg, (B, S) = self.cfg, ids.shape
         ctx.shared_kv = {}
         if cfg.per_layer_dim:
