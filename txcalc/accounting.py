@@ -32,6 +32,8 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
         parts.append(f"ffn {cfg.layer_ffn_width(layer)}")
     if layer in cfg.kv_shared_layers:
         parts.append("shared KV")
+    if cfg.act_sparsity and cfg.act_sparsity[layer]:  # Gemma 3n: saves the cutoff's statistics
+        parts.append("sparse act")
     if stack != "encoder" and cfg.window(layer):
         parts.append(f"window {cfg.window(layer)}")
     if stack != "encoder" and cfg.chunk(layer):

@@ -592,7 +592,12 @@ def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:
     """Gemma 3n's inputs besides the token table (HF ``Gemma3nTextModel``): the per-layer
     embeddings (a table of per_layer_vocab rows of L x P, plus a projection of the token
     embedding D -> L x P normalised over each layer's P) and the AltUp streams 1..A-1, each a
-    Linear(D, D) of the embedding."""
+    Linear(D, D) of the embedding. Saved per token: the int64 ids of both tables, the
+    embedding once (D, by per_layer_proj; the AltUp projections read the same tensor), the
+    norm's statistics for each of the L layers; the per-layer inputs themselves are kept by
+    block 0's product (``gemma3n_block``). HF's elementwise scalings (the embedding scales,
+    the streams' magnitude matching) are not modelled: reference/model.py leaves them out
+    (checked against it with saved_tensors_hooks in tests/test_gemma3n.py)."""
     top: Where = ("", -1)
     D, L, P = cfg.d_model, cfg.n_layers, cfg.per_layer_dim
     if P:
@@ -600,8 +605,9 @@ def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:
         yield linear("embed.per_layer_proj", top, "embed.per_layer_proj", D, L * P, False)
         op = norm("embed.per_layer_norm", top, "embed.per_layer_norm", P, "rmsnorm", False, True)
         yield dataclasses.replace(op, saved=tuple((w * L, tag) for w, tag in op.saved))
-    for j in range(1, cfg.altup_inputs):
-        yield linear(f"altup_proj.{j}", top, "altup_proj", D, D, False)
+    for j in range(1, cfg.altup_inputs):  # they read the embedding per_layer_proj keeps
+        yield linear(f"altup_proj.{j}", top, "altup_proj", D, D, False,
+                     shares_input=bool(P) or j > 1)
 
 
 def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
@@ -627,25 +633,77 @@ def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         per_layer.gate / proj   | D -> P, * the layer's input, P -> D    | 2 D P   | 4T D P
         per_layer.norm          | RMSNorm, added to streams 1..A-1       | D       | -
 
-    Activation sparsity (``activation_sparsity_pattern``: the gate's activations below a
-    Gaussian top-k cutoff zeroed in the first 10 layers) changes no count: the matmuls stay
-    dense, as HF runs them and FlopCounterMode counts them. reference/model.py builds these
-    blocks (``Gemma3nBlock``: parameters and FLOPs checked against these ops); the bytes they
-    declare saved for backward are not yet checked against it (an estimate)."""
+    Activation sparsity (``act_sparsity``, HF's ``activation_sparsity_pattern``: the gate's
+    activations below mean + std * Phi^-1(sparsity) of each row zeroed) changes no count of
+    FLOPs: the matmuls stay dense, as HF runs them and FlopCounterMode counts them.
+
+    Saved for backward, per token (HF's order of operations, which reference/model.py
+    ``Gemma3nBlock`` follows op for op; checked with saved_tensors_hooks in
+    tests/test_gemma3n.py, none / selective / full recompute, bf16 and fp32):
+
+        op                      | saved per token
+        ------------------------|-------------------------------------------------------------
+        altup.router_norm       | as any RMSNorm; in an fp32 model its fp32 "copy" of stream 0
+                                |   is a view of the block input, which predict keeps anyway
+        altup.modality_router   | its input (D); the fp32 tanh output (A)
+        altup.prediction_coefs  | its input: the tanh output cast back (A; none in fp32)
+        altup.predict           | the block input, all A streams (the bmm reads a view of it:
+                                |   D A), and the coefficients transposed (A^2)
+        attn_norm               | as any RMSNorm, but in fp32 its input is a view of the
+                                |   predictions: it keeps all A streams (D A, not D)
+        attn.*                  | as attention, plus v_norm (scale-free RMSNorm per kv head);
+                                |   a shared-KV layer: q only, and the core's copies of the
+                                |   keys and values it reads (``Op.saved_bytes``: reread)
+        laurel.linear_left/right| attn_norm's output (shared), r
+        mlp.act (sparse layers) | + the gate output and its std (F + 1), and once the
+                                |   cutoff's multiplier Phi^-1(sparsity) (one element)
+        altup.correct_norm,     | as router_norm and modality_router (a new input: D, D)
+          correct_router        |
+        altup.correction_coefs  | its input (cast tanh, A); once, its weight clamped to +-120
+        altup.correct           | the innovation repeated to the A streams (D A) and the
+                                |   coefficients + 1 (A)
+        altup.output_scale      | its input (D)
+        per_layer.act           | the gate output and the activation (2P); block 0 also the
+                                |   per-layer inputs of all layers, one tensor (L P)
+
+    Full recompute keeps the block's input (the A streams, D A), block 0 the per-layer inputs
+    (L P), and the first shared-KV layer of each kind the keys and values it reads (2 K h)."""
     p, where = f"{_prefix(stack)}layers.{i}.", (stack, i)
     D, A, r, P = cfg.d_model, cfg.altup_inputs, cfg.laurel_rank, cfg.per_layer_dim
-    yield from checkpoints(cfg, stack, i)
-    yield _norm(cfg, p + "altup.router_norm", where, "altup.router_norm", D)
-    yield linear(p + "altup.modality_router", where, "altup.modality_router", D, A, False)
-    yield linear(p + "altup.prediction_coefs", where, "altup.prediction_coefs", A, A * A, False)
-    yield Op(p + "altup.predict", "altup_mix", where[0], where[1], "altup.predict", d_in=D,
-             d_out=A, saved=((2 * D * A + A * A, "a"),), recompute="full")
-    yield _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    for op in checkpoints(cfg, stack, i):
+        yield dataclasses.replace(op, saved=((A * D, "a"),)) \
+            if op.component == "checkpoint.input" else op
+    if P and i == 0:
+        yield checkpoint(p[:-1], where, "checkpoint.per_layer_inputs", ("full",),
+                         ((cfg.n_layers * P, "a"),))
     shared = i in cfg.kv_shared_layers
+    K, h = cfg.n_kv_heads, cfg.head_dim
+    if shared and not any(j in cfg.kv_shared_layers and cfg.window(j) == cfg.window(i)
+                          for j in range(i)):
+        yield checkpoint(p[:-1], where, "checkpoint.shared_kv", ("full",), ((2 * K * h, "a"),))
+    tanh = ((A, "f32"),)
+    router = _norm(cfg, p + "altup.router_norm", where, "altup.router_norm", D)
+    yield dataclasses.replace(router, saved=((D, "up32"),) + router.saved[1:])
+    op = linear(p + "altup.modality_router", where, "altup.modality_router", D, A, False)
+    yield dataclasses.replace(op, saved=op.saved + tanh)
+    op = linear(p + "altup.prediction_coefs", where, "altup.prediction_coefs", A, A * A, False)
+    yield dataclasses.replace(op, saved=((A, "cast"),))
+    yield Op(p + "altup.predict", "altup_mix", where[0], where[1], "altup.predict", d_in=D,
+             d_out=A, saved=((D * A + A * A, "a"),), recompute="full")
+    op = _norm(cfg, p + "attn_norm", where, "attn_norm", D)
+    yield dataclasses.replace(op, saved=op.saved + (((A - 1) * D, "view32"),))
     for op in attention(cfg, p, where):
-        if shared and op.component in ("attn.k_proj", "attn.v_proj", "attn.k_norm"):
+        if shared and op.component in ("attn.k_proj", "attn.v_proj", "attn.k_norm",
+                                       "attn.rotary"):
             continue
+        if shared and op.component == "attn.core.keys":
+            op = dataclasses.replace(op, saved=tuple((w, "reread") for w, _ in op.saved))
         yield op
+        if op.component == "attn.k_norm":  # v: RMSNorm per kv head, no scale
+            v = norm(p + "attn.v_norm", where, "attn.v_norm", h, "rmsnorm", False, False)
+            yield dataclasses.replace(v, saved=tuple((w * K, tag) for w, tag in v.saved),
+                                      act_split="tp",
+                                      saved_fused=tuple((w * K, tag) for w, tag in v.saved_fused))
     yield _norm(cfg, p + "attn_post_norm", where, "attn_post_norm", D)
     if r:
         yield linear(p + "laurel.linear_left", where, "laurel.linear_left", D, r, False,
@@ -653,19 +711,30 @@ def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
         yield linear(p + "laurel.linear_right", where, "laurel.linear_right", r, D, False)
         yield _norm(cfg, p + "laurel.norm", where, "laurel.norm", D)
     yield _norm(cfg, p + "mlp_norm", where, "mlp_norm", D)
-    yield from mlp(cfg, p + "mlp.", "mlp.", where, cfg.layer_ffn_width(i), cfg.mlp_bias)
+    F = cfg.layer_ffn_width(i)
+    for op in mlp(cfg, p + "mlp.", "mlp.", where, F, cfg.mlp_bias):
+        if op.component == "mlp.act" and cfg.act_sparsity and cfg.act_sparsity[i]:
+            extra = ((F + 1, "a"),)  # the top-k runs before (outside) any fused kernel
+            op = dataclasses.replace(op, saved=op.saved + extra, saved_once=((1, "a"),),
+                                     saved_fused=None if op.saved_fused is None else
+                                     op.saved_fused + extra)
+        yield op
     yield _norm(cfg, p + "mlp_post_norm", where, "mlp_post_norm", D)
     yield dataclasses.replace(_norm(cfg, p + "altup.correct_norm", where, "altup.correct_norm",
                                     D), params=0)
-    yield linear(p + "altup.correct_router", where, "altup.correct_router", D, A, False,
-                 tied=True)
-    yield linear(p + "altup.correction_coefs", where, "altup.correction_coefs", A, A, False)
+    op = linear(p + "altup.correct_router", where, "altup.correct_router", D, A, False,
+                tied=True)
+    yield dataclasses.replace(op, saved=op.saved + tanh)
+    op = linear(p + "altup.correction_coefs", where, "altup.correction_coefs", A, A, False)
+    yield dataclasses.replace(op, saved=((A, "cast"),), saved_once=((A * A, "a"),))
+    yield elementwise(p + "altup.correct", where, "altup.correct", "altup_correct",
+                      ((A * D + A, "a"),))
     yield Op(p + "altup.output_scale", "scale", where[0], where[1], "altup.output_scale",
              params=D, d_in=D, saved=((D, "a"),), recompute="full")
     if P:
         yield linear(p + "per_layer.gate", where, "per_layer.gate", D, P, False)
         yield elementwise(p + "per_layer.act", where, "per_layer.act", "activation",
-                          ((2 * P, "a"),))
+                          ((2 * P + (cfg.n_layers * P if i == 0 else 0), "a"),))
         yield linear(p + "per_layer.proj", where, "per_layer.proj", P, D, False)
         yield _norm(cfg, p + "per_layer.norm", where, "per_layer.norm", D)
 
@@ -721,9 +790,11 @@ def head(cfg: ModelConfig) -> Iterator[Op]:
     top: Where = ("", -1)
     if cfg.altup_inputs:  # Gemma 3n: the AltUp streams projected back, averaged (before the
         # final norm in HF; placed with the head here: the last pipeline stage either way)
-        for j in range(1, cfg.altup_inputs):
-            yield linear(f"altup_unembed.{j}", top, "altup_unembed", cfg.d_model, cfg.d_model,
-                         False)
+        # each reads one stream of the last block's output: the first keeps the whole stack
+        A, D = cfg.altup_inputs, cfg.d_model
+        for j in range(1, A):
+            op = linear(f"altup_unembed.{j}", top, "altup_unembed", D, D, False)
+            yield dataclasses.replace(op, saved=((A * D, "a"),) if j == 1 else ())
     if cfg.head == "lm":
         if cfg.embed_dim != cfg.d_model:
             yield linear("proj_out", top, "proj_out", cfg.d_model, cfg.embed_dim, False)

@@ -253,6 +253,10 @@ class ModelConfig:
     #: KV sharing): no k/v projections, no KV cache of their own
     kv_shared_layers: tuple[int, ...] = ()
     layer_d_ff: tuple[int, ...] = ()  #: MLP width of each layer (empty: d_ff in every layer)
+    #: activation sparsity per layer (Gemma 3n's ``activation_sparsity_pattern``: the target
+    #: fraction of the MLP gate's activations that its Gaussian top-k zeroes; 0 = dense, empty
+    #: = none in any layer): the matmuls stay dense, the cutoff's statistics are saved
+    act_sparsity: tuple[float, ...] = ()
     source: str = field(default="", compare=False)  #: where the numbers came from
 
     def __post_init__(self) -> None:
@@ -788,6 +792,14 @@ def _gemma3n_problems(cfg: ModelConfig) -> list[str]:
                    "(altup_inputs > 0)")
     if cfg.per_layer_dim and not cfg.per_layer_vocab:
         out.append("per_layer_dim needs per_layer_vocab > 0 (the per-layer table's rows)")
+    a = cfg.act_sparsity
+    if not isinstance(a, tuple) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1 for x in a):
+        out.append(f"act_sparsity ({_show(a)}) must be a tuple of fractions in [0, 1)")
+    elif a and len(a) != cfg.n_layers:
+        out.append(f"act_sparsity lists {len(a)} layers, not n_layers ({cfg.n_layers})")
+    elif any(a) and not cfg.altup_inputs:
+        out.append("act_sparsity is modelled in Gemma 3n's blocks (altup_inputs > 0)")
     return out
 
 
@@ -828,7 +840,7 @@ def validate(cfg: ModelConfig) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             problems.append(f"{name} ({v!r}) must be a probability in [0, 1)")
     for name in ("dense_layers", "sliding_layers", "nope_layers", "chunked_layers",
-                 "cross_layers", "kv_shared_layers", "layer_d_ff"):
+                 "cross_layers", "kv_shared_layers", "layer_d_ff", "act_sparsity"):
         v = getattr(cfg, name)
         if isinstance(v, tuple) and len(v) > MAX_LAYERS:
             problems.append(f"{name} lists {len(v)} layers, over the bound of {MAX_LAYERS}")

@@ -1259,6 +1259,16 @@ def _gemma3n_text(f):  # Gemma3nForCausalLM
     if not 0 <= shared <= n or (shared and set(types[:n - shared]) != set(types)):
         raise ConfigError(f"{f.where}: field 'num_kv_shared_layers' ({shared}) must leave an "
                           f"earlier layer of each kind of the {n} layers to share from")
+    # HF's default: the first 10 layers sparse (0.95) when there are more than 10
+    sparse = f.get("activation_sparsity_pattern", None)
+    if sparse is None:
+        sparse = [0.95] * 10 + [0.0] * (n - 10) if n > 10 else [0.0] * n
+    if not isinstance(sparse, list) or len(sparse) != n or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1
+            for x in sparse):
+        raise ConfigError(f"{f.where}: field 'activation_sparsity_pattern' ({_show(sparse)}) "
+                          f"must list a fraction in [0, 1) for each of the {n} layers")
+    out |= {"act_sparsity": tuple(float(x) for x in sparse) if any(sparse) else ()}
     out |= {"d_ff": max(widths), "layer_d_ff": tuple(widths), "qk_norm": "head",
             "norm_position": "sandwich", "altup_inputs": f.int("altup_num_inputs", 4),
             "laurel_rank": f.int("laurel_rank", 64),

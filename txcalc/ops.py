@@ -252,7 +252,10 @@ class Op:
         logits), ``i64`` (token ids and labels), ``mask`` (a dropout mask: 1-byte bool on CUDA,
         the activation dtype on CPU and meta; saved only when ``w.dropout``), ``cast``/``up32``
         (a copy made only to change dtype, to the activation dtype / to fp32: in an fp32 model
-        the conversion is a no-op and the tensor is the one already counted).
+        the conversion is a no-op and the tensor is the one already counted), ``view32`` (the
+        opposite: kept only in an fp32 model, where an "fp32 copy" of a slice is a view that
+        keeps its whole tensor), ``reread`` (keys and values read again by a shared-KV layer:
+        a new copy unless the eager core can read the producer's, none under a fused kernel).
 
         The attention core depends on the kernel:
 
@@ -285,6 +288,15 @@ class Op:
         # takes its place: DeBERTa's relative embeddings)
         size = {"a": act_bytes, "f32": 4, "i64": 8, "mask": mask,
                 "cast": 0 if fp32 else act_bytes, "up32": 0 if fp32 else 4,
+                # the rest of a tensor whose fp32 "copy" in an fp32 model is a view of it
+                # (Gemma 3n: a norm over one of the AltUp streams keeps the whole stack)
+                "view32": 4 if fp32 else 0,
+                # keys and values a layer re-reads from another (Gemma 3n's shared KV): the
+                # eager core's own copies, unless k and v are already contiguous with one
+                # head each per query head (none then: the storage is the producer's); a
+                # fused kernel keeps the shared tensors themselves (none)
+                "reread": 0 if fused or self.heads == self.kv_heads and (
+                    self.kv_heads == 1 or w.length(self.stream) == 1) else act_bytes,
                 "undropped": 0 if w.dropout else act_bytes,
                 # a frozen o_proj's input: the attention output, which a fused kernel keeps
                 # itself (not when selective recompute checkpoints the core)
