@@ -72,22 +72,47 @@ def _json(capsys, argv):
 
 
 def test_memory_checks_the_same_gpu_memory_as_plan(capsys):
-    """One rule: ``memory`` (default and --gpu), ``fit`` and ``plan`` check the same bytes."""
+    """One rule: ``memory`` (default and --gpu), ``fit``, ``plan`` and serving check the same
+    bytes, the usable memory (CUDA's total, what serving sizes vLLM's KV cache from), not
+    the datasheet's."""
     mem = _json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--json"])
     plan = _json(capsys, ["plan", "train", "llama-3-8b", "--tokens", "1B", "--json"])
-    assert mem["gpu_bytes"] == plan["gpu_memory_bytes"] == get_gpu("h100").memory_bytes
+    h100 = get_gpu("h100")
+    assert mem["gpu_bytes"] == plan["gpu_usable_bytes"] == h100.usable_bytes
+    assert plan["gpu_memory_bytes"] == h100.memory_bytes == 80 * 2**30  # the datasheet's
     mem = _json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--gpu", "h200", "--json"])
     fit = _json(capsys, ["fit", "llama-3-8b", "--gpu", "h200", "--json"])
-    assert mem["gpu_bytes"] == fit["gpu_bytes"] == get_gpu("h200").memory_bytes
+    assert mem["gpu_bytes"] == fit["gpu_bytes"] == get_gpu("h200").usable_bytes
     assert mem["gpu"] == "h200"
     mem = _json(capsys, ["memory", "llama-3-8b", "--seq", "1024", "--gpu-gb", "80", "--json"])
-    assert mem["gpu_bytes"] == 80 * 10**9
+    assert mem["gpu_bytes"] == 80 * 10**9  # --gpu-gb: the usable figure as given
 
 
 def test_gpu_memory_rule():
-    assert gpu_memory() == (80 * 2**30, "h100-sxm", get_gpu("h100").source)
+    """The capacity of every fit check is CUDA's total, ~0.4 GiB under nvidia-smi's total
+    (test_h200_usable_memory_sits_under_nvidia_smi); --gpu-gb N is N x 1e9 usable bytes."""
+    assert gpu_memory() == (get_gpu("h100").usable_bytes, "h100-sxm", get_gpu("h100").source)
     assert gpu_memory("h200", 100)[:2] == (100 * 10**9, "h200")
     assert gpu_memory(gpu_gb=24.5)[:2] == (24_500_000_000, "24.5 GB GPU")
+
+
+def test_the_usable_figure_is_printed_with_its_unit_and_what_it_is(capsys):
+    from txcalc.hardware import memory_words, with_usable_gb
+    h100 = get_gpu("h100")
+    assert memory_words(h100) == "79.2 GiB usable: CUDA's total, not the datasheet's 80 GiB"
+    assert memory_words(h100, "GB") == ("85.0 GB usable: CUDA's total, not the datasheet's "
+                                        "85.9 GB")
+    mine = with_usable_gb(h100, 24.5)
+    assert mine.usable_bytes == 24_500_000_000 and mine.memory_bytes == h100.memory_bytes
+    assert memory_words(mine) == memory_words(24_500_000_000) \
+        == "24.5 GB usable, as given by --gpu-gb"
+    capsys.readouterr()
+    assert main(["memory", "llama-3-8b", "--seq", "1024"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the terminal's line breaks aside
+    assert "h100-sxm (79.2 GiB usable: CUDA's total, not the datasheet's 80 GiB)" in out
+    assert main(["fit", "llama-3-8b", "--gpu-gb", "24.5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "24.5 GB GPU (24.5 GB usable, as given by --gpu-gb)" in out
 
 
 def test_unknown_gpu_in_memory_is_one_line(capsys):

@@ -40,7 +40,7 @@ def test_fastest_on_a_count_without_layouts_is_absent():
     p = plan_train(load("llama-3-8b"), "h100", 10**12)
     assert p.fastest_on([3 * 5 * 7 * 11 * 13 * 17]) == {}  # no layout has this many GPUs
     one = p.fastest_on([p.min_gpus_to_fit])[p.min_gpus_to_fit]
-    assert one.total_bytes <= p.setting.gpu.memory_bytes
+    assert one.total_bytes <= p.setting.gpu.usable_bytes
 
 
 def test_frontier_respects_max_gpus():

@@ -63,7 +63,7 @@ def test_deadline_needs_more_gpus_than_fit():
     p = plan_train(load("llama-3-8b"), "h100", 15 * 10**12, days=30)
     assert p.min_gpus_to_fit <= p.gpus_for_deadline == p.best.gpus
     assert p.best.days <= 30
-    assert p.best.total_bytes <= p.setting.gpu.memory_bytes
+    assert p.best.total_bytes <= p.setting.gpu.usable_bytes
     table = p.table(5)
     assert list(table["gpus"])[0] == p.best.gpus and len(table) <= 5
 
@@ -107,7 +107,7 @@ def test_infer_kv_budget_matches_engine():
     b = p.best
     assert b.kv_bytes_per_seq == -(-kv_cache_bytes(cfg, 131072, 1, "fp8") // b.tp // b.pp)
     assert b.weights_bytes + b.max_concurrency_per_replica * b.kv_bytes_per_seq \
-        <= p.gpu.memory_bytes
+        <= p.gpu.usable_bytes
     frame = p.table()
     assert list(frame["total_gpus"])[0] == b.total_gpus and len(frame) == len(p.rows)
     fast = plan_infer(cfg, "h200", 131072, 64, kv_dtype="fp8", tokens_per_s=20000)

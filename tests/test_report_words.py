@@ -49,7 +49,7 @@ def test_serving_report_has_no_training_boilerplate():
 
 def test_serving_memory_shows_what_the_planner_reserves():
     rep = _rep("llama-3.1-70b-serve-h200-128k")
-    gpu = rep["data"]["gpu"]["memory_bytes"]
+    gpu = rep["data"]["gpu"]["usable_bytes"]  # CUDA's total, the planner's capacity
     for m in rep["data"]["memory"]:
         assert set(m["categories"]) == {"weights", "kv cache", "prefill workspace", "framework"}
         assert m["categories"]["prefill workspace"] > 0 and m["categories"]["framework"] > 0
@@ -58,8 +58,8 @@ def test_serving_memory_shows_what_the_planner_reserves():
     p = plan_infer(txcalc.load("llama-3.1-70b"), "h200", 131072, 16)
     for r in p.rows:
         most = r.max_concurrency_per_replica
-        assert sum(r.memory_at(most).values()) <= p.gpu.memory_bytes
-        assert sum(r.memory_at(most + 1).values()) > p.gpu.memory_bytes - 2  # int rounding
+        assert sum(r.memory_at(most).values()) <= p.gpu.usable_bytes
+        assert sum(r.memory_at(most + 1).values()) > p.gpu.usable_bytes - 2  # int rounding
 
 
 def test_serving_prefill_compute_is_stated_masked_and_full():

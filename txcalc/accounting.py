@@ -43,6 +43,23 @@ def layer_type(cfg: ModelConfig, stack: str, layer: int) -> str:
     return " ".join(parts)
 
 
+def block_kind(cfg: ModelConfig, stack: str, layer: int, first_rotary: int) -> tuple:
+    """A key equal for two blocks of ``stack`` whose ops hold the same parameters: the
+    ``layer_type`` label, whether the block owns its weights (ALBERT) and its q/k norm
+    (Llama 4's L2 norm on rotary layers). A block that is the only one of its kind keys by
+    its index: the first (no attn_norm without ``first_attn_norm``, cross-attention's k_proj
+    saves the encoder output there, DeBERTa's shared norm), the one that holds the rotary
+    tables, a gated cross-attention block (the first owns the vision projection), a Zamba
+    shared-attention use (its copy and adapters) and a Gemma 3n block (AltUp, per-layer
+    inputs). ``first_rotary``: components._first_rotary(cfg, stack). tests/test_param_totals.py
+    checks ``param_totals`` against ``count_params`` for every preset and model_type."""
+    if (layer == 0 or layer == first_rotary or layer in cfg.cross_layers
+            or layer in cfg.shared_attn_layers or cfg.altup_inputs):
+        return (stack, layer)
+    return (stack, layer_type(cfg, stack, layer), cfg.owns_params(layer),
+            cfg.qk_norm_at(layer))
+
+
 def by_layer_type(cfg: ModelConfig, per_layer: dict[tuple[str, int], dict[str, int]]) -> list[dict]:
     """Sum {(stack, layer): {quantity: value}} over blocks of the same kind (``layer_type``);
     layer -1 (embeddings, final norm, head, loss) is its own row, "outside blocks"."""
@@ -157,6 +174,30 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     # checkpoint rows (what recompute keeps) have no parameters: not a component here
     return ParamCounts(cfg, tuple(op for op in model_ops(cfg) if op.kind != "checkpoint"))
+
+
+def param_totals(cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active) parameters of ``count_params(cfg)``, with each kind of block
+    (``block_kind``) built once and its ops summed once per block of that kind: the same
+    ops and the same sums, without building a 126-layer model's blocks 126 times
+    (``txcalc presets`` counts every preset)."""
+    from .components import _first_rotary, block
+    from .inputs import CONFIG_HINT, instance
+    instance("cfg", cfg, ModelConfig, CONFIG_HINT)
+    kinds: dict[tuple, list] = {}  # block_kind -> [its ops, how many blocks]
+    first_rotary = {stack: _first_rotary(cfg, stack) for stack, _ in cfg.stacks}
+
+    def once(cfg: ModelConfig, stack: str, layer: int) -> tuple:
+        key = block_kind(cfg, stack, layer, first_rotary[stack])
+        if key not in kinds:
+            kinds[key] = [tuple(block(cfg, stack, layer)), 0]
+        kinds[key][1] += 1
+        return ()  # counted in kinds
+
+    groups = [(model_ops(cfg, once), 1)] + [(ops, n) for ops, n in kinds.values()]
+    # checkpoint rows (what recompute keeps) have no parameters, as in count_params
+    return tuple(sum(n * sum(getattr(op, q) for op in ops if op.kind != "checkpoint")
+                     for ops, n in groups) for q in ("params_total", "params_active"))
 
 
 @dataclass(frozen=True)

@@ -862,15 +862,16 @@ def classifier_head(cfg: ModelConfig) -> Iterator[Op]:
     yield elementwise("loss", top, "loss", "loss", ((n, "f32"), (1, "i64")), stream=s)
 
 
-def model_ops(cfg: ModelConfig) -> list[Op]:
+def model_ops(cfg: ModelConfig, block_ops=block) -> list[Op]:
     """Every Op of the model, in forward order; ops outside the blocks are placed "pre"
     (embeddings, per-stack inputs: the first pipeline stage) or "post" (final norms, head,
-    loss: the last stage)."""
+    loss: the last stage). ``block_ops(cfg, stack, i)`` gives block i's ops (``block``;
+    accounting.param_totals passes one that builds each kind of block once)."""
     ops = list(embeddings(cfg))
     for stack, depth in cfg.stacks:
         ops.extend(stack_inputs(cfg, stack))
         for i in range(depth):
-            ops.extend(block(cfg, stack, i))
+            ops.extend(block_ops(cfg, stack, i))
         after = []  # placed after the blocks (the last pipeline stage)
         if cfg.final_norm:
             after.append(_norm(cfg, f"{_prefix(stack)}final_norm", (stack, -1), "final_norm",

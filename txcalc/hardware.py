@@ -24,12 +24,16 @@ numbers finite and at most 10^6 in the column's unit (``MAX_CELL``).
     gpus_per_node       |                          | GPUs that share the intra-node link
     source              | URL                      | the datasheet the numbers came from
 
-A GPU's memory, one rule for every command (``memory``, ``fit``, ``plan``, ``report``): the fit
-checks compare against ``Gpu.memory_bytes``, the datasheet capacity in exact bytes (the sheets'
-"80GB" of HBM is 80 GiB); ``--gpu-gb N`` replaces it with N x 1e9 bytes (``gpu_memory``).
-The planner's framework terms (CUDA context, communication buffers, fragmentation) are charged
-against that capacity. What CUDA reports as its total is a little less, ``usable_bytes``
-(datasheet x ``CUDA_VISIBLE_FRACTION``): serving sizes vLLM's KV cache from it. The H200:
+A GPU's memory, one rule for every command (``memory``, ``fit``, ``plan``, ``serve``, ``report``):
+every fit check compares against ``Gpu.usable_bytes``, what CUDA reports as the device's total
+(``torch.cuda.get_device_properties(0).total_memory``, nvidia-smi's total less a little), not
+the datasheet capacity ``Gpu.memory_bytes`` (exact bytes: the sheets' "80GB" of HBM is
+80 GiB). It is the datasheet x ``CUDA_VISIBLE_FRACTION`` (an 80 GiB H100: 79.20 GiB). The
+planner's framework terms (CUDA context, communication buffers, fragmentation) are charged
+against it, as the CUDA context comes out of CUDA's total; serving sizes vLLM's KV cache from
+it. ``--gpu-gb N`` is the user's usable figure, N x 1e9 bytes taken as CUDA's total as it is
+(``with_usable_gb``; nothing is taken off it); ``gpu_memory`` gives a command its figure and
+``memory_words`` the words that name it (GiB for a catalog row, GB for ``--gpu-gb``). The H200:
 the datasheet's 141 GB is 141 GiB (151.40 GB); nvidia-smi on an H200 SXM shows 143,771 MiB
 (140.40 GiB, 150.75 GB: the device of issue 18); CUDA's total is ~0.4 GiB below nvidia-smi's
 (vLLM logs 79.22 GiB on an 80 GiB H100, whose nvidia-smi shows 81,559 MiB = 79.65 GiB), so
@@ -98,11 +102,14 @@ class Gpu:
     gpus_per_node: int = 8
     source: str = ""
     aliases: tuple[str, ...] = ()
+    #: CUDA's total as the user gave it (``--gpu-gb``, ``with_usable_gb``); 0: derived
+    usable_given: int = 0
 
     @property
     def usable_bytes(self) -> int:
-        """What CUDA reports as the device's total memory: the datasheet x 0.99."""
-        return int(self.memory_bytes * CUDA_VISIBLE_FRACTION)
+        """What CUDA reports as the device's total memory, the capacity of every fit check:
+        the datasheet x 0.99, or the user's ``--gpu-gb``."""
+        return self.usable_given or int(self.memory_bytes * CUDA_VISIBLE_FRACTION)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; GpuError when the GPU has no such tensor path."""
@@ -247,13 +254,35 @@ def gpu_memory(gpu: str | None = None, gpu_gb: float | None = None,
                gpu_file: str | Path | None = None, default: str | None = "h100-sxm"
                ) -> tuple[int, str, str]:
     """(bytes, label, source) of the GPU memory a fit is checked against: the one rule of
-    every command. ``gpu`` names a catalog row (its datasheet capacity, ``Gpu.memory_bytes``);
-    ``gpu_gb`` overrides it, or alone names an unlisted GPU, in GB (1e9 bytes); neither is
-    ``default`` (the planner's default GPU)."""
+    every command. ``gpu`` names a catalog row (its usable memory, ``Gpu.usable_bytes``:
+    CUDA's total, not the datasheet's); ``gpu_gb`` overrides it, or alone names an unlisted
+    GPU: the usable memory in GB (1e9 bytes), as CUDA reports it; neither is ``default`` (the
+    planner's default GPU)."""
     if gpu is None and gpu_gb is None:
         gpu = default
     if gpu_gb is not None:
         name = get_gpu(gpu, gpu_file).name if gpu is not None else f"{gpu_gb:g} GB GPU"
         return int(gpu_gb * 10**9), name, "--gpu-gb"
     g = get_gpu(gpu, gpu_file)
-    return g.memory_bytes, g.name, g.source or "GPU catalog"
+    return g.usable_bytes, g.name, g.source or "GPU catalog"
+
+
+def with_usable_gb(g: Gpu, gpu_gb: float | None) -> Gpu:
+    """``g`` with the user's ``--gpu-gb`` as its usable memory (CUDA's total, 1e9 bytes per
+    GB, nothing taken off); ``g`` itself without one."""
+    return g if gpu_gb is None else dataclasses.replace(g, usable_given=int(gpu_gb * 10**9))
+
+
+def memory_words(gpu: Gpu | int, unit: str | None = None) -> str:
+    """The capacity of a fit check in words: "79.2 GiB usable: CUDA's total, not the
+    datasheet's 80 GiB" for a catalog row, in the catalog's unit (GiB, 2^30, for its binary
+    capacities; GB, 1e9, for a row given in GB) or in ``unit`` ("GB": reports say GB only);
+    "80 GB usable, as given by --gpu-gb" for the user's figure (a row with --gpu-gb, or the
+    bytes of --gpu-gb alone)."""
+    if isinstance(gpu, int) or gpu.usable_given:
+        usable = gpu if isinstance(gpu, int) else gpu.usable_bytes
+        return f"{usable / 10**9:,.4g} GB usable, as given by --gpu-gb"
+    unit = unit or ("GiB" if gpu.memory_bytes % 2**30 == 0 else "GB")
+    size = UNITS[unit]
+    return (f"{gpu.usable_bytes / size:,.1f} {unit} usable: CUDA's total, not the datasheet's "
+            f"{gpu.memory_bytes / size:,.4g} {unit}")

@@ -47,7 +47,7 @@ from functools import cached_property
 
 from .config import ModelConfig
 from .errors import TxcalcError, WorkloadError
-from .hardware import Gpu, get_gpu
+from .hardware import Gpu, get_gpu, memory_words
 from .memory import KV_DTYPES, OPTIMIZERS, PRECISIONS, _check, kv_cache_bytes
 from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
@@ -258,6 +258,7 @@ class TrainPlan:
         return {"model": s.cfg.name, "gpu": s.gpu.name, "tokens": self.tokens, "seq": s.seq,
                 "global_batch": s.global_batch, "precision": s.precision,
                 "optimizer": s.optimizer, "gpu_memory_bytes": s.gpu.memory_bytes,
+                "gpu_usable_bytes": s.gpu.usable_bytes,
                 "min_gpus_to_fit": self.min_gpus_to_fit,
                 "gpus_for_deadline": self.gpus_for_deadline, "days_limit": self.days_limit,
                 "total_gpus": int(b.gpus), "gpu_hours": float(b.gpu_hours),
@@ -434,7 +435,7 @@ class Screen:
         out = {}
         for c, lays in picks.items():
             fitting = [r for r in (next(rows) for _ in lays)
-                       if r.total_bytes <= self.setting.gpu.memory_bytes]
+                       if r.total_bytes <= self.setting.gpu.usable_bytes]
             if fitting:
                 out[c] = fitting[0]
         return out
@@ -589,20 +590,14 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     shard, shard_e = shard_groups(g, gpu)
     tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
     r = evaluate(setting, tables, g, detail=False)
-    # The capacity is the datasheet's (Gpu.memory_bytes), as for memory, fit and report
-    # (hardware.gpu_memory), while serving.kv_capacity sizes vLLM's cache from usable_bytes
-    # (CUDA's total, 0.99 x: 79.2 GiB of an 80 GiB H100). usable_bytes is the right capacity
-    # (the CUDA context, charged here as Overheads.cuda_context_bytes, comes out of CUDA's
-    # total, not the datasheet's), but moving to it is one change across every command
-    # (gpu_memory, the five checks here, published_runs, the report's GPU figures and text,
-    # --gpu-gb's meaning) and the committed reports: left for a change of its own (issue 18,
-    # item 4). No published run's predicted peak lies within 3 % of its GPU, so the training
-    # fits there would not move; the 70B serving report's concurrency would.
-    fits = r["total_bytes"] <= gpu.memory_bytes
+    # The capacity is CUDA's total (Gpu.usable_bytes, as for memory, fit, serving and
+    # report: hardware.gpu_memory), not the datasheet's: the CUDA context, charged here as
+    # Overheads.cuda_context_bytes, comes out of CUDA's total.
+    fits = r["total_bytes"] <= gpu.usable_bytes
     if not fits.any():
         smallest = int(r["total_bytes"].min())
         raise PlanError(
-            f"{cfg.name} does not fit on {gpu.name} ({gpu.memory_bytes / 2**30:.0f} GiB) in any "
+            f"{cfg.name} does not fit on {gpu.name} ({memory_words(gpu)}) in any "
             f"layout with " + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
             + f" GPUs: the smallest per-GPU need is {smallest / 2**30:.1f} GiB")
     steps = tokens / (global_batch * seq)
@@ -627,7 +622,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
     # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
     rows = [r for r in rows_for(setting, chosen, tokens, price_per_gpu_hour)
-            if r.total_bytes <= gpu.memory_bytes and (days is None or r.days <= days)][:n_rows]
+            if r.total_bytes <= gpu.usable_bytes and (days is None or r.days <= days)][:n_rows]
     if not rows:
         raise PlanError(f"no layout of {cfg.name} fits on {gpu.name}"
                         + (f" within {days:g} days" if days is not None else "")
@@ -795,7 +790,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             workspace = PREFILL_CHUNK * (3 * max(cfg.d_ff, cfg.moe_d_ff) // tp
                                          + 6 * cfg.d_model) * prec.act
             fixed = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
-            budget = int((gpu.memory_bytes - fixed) / (1 + ov.fragmentation)) - weights \
+            budget = int((gpu.usable_bytes - fixed) / (1 + ov.fragmentation)) - weights \
                 - workspace
             if budget < kv_seq:
                 continue

@@ -221,7 +221,7 @@ def setting_and_layout(run: Run, profile=None):
                  for n in range(1, per_stage)]
         r = evaluate_layouts(setting, tries) if tries else None
         fits = [lay for i, lay in enumerate(tries)
-                if int(r["total_bytes"][i]) <= setting.gpu.memory_bytes]
+                if int(r["total_bytes"][i]) <= setting.gpu.usable_bytes]
         extra_l = dict(extra_l, recompute_layers=fits[0].recompute_layers if fits else 0)
     layout = Layout(**{**base, **extra_l})
     return setting, layout

@@ -151,8 +151,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            context: str = typer.Option("0", "--context", help="Inference: tokens per sequence in the cache (8192, 128k = 131072; 0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Inference: sequences served at once."),
            kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
-           gpu: str = typer.Option(None, "--gpu", help="GPU of the fit check (catalog name; default h100-sxm, as plan): its datasheet memory."),
-           gpu_gb: float = typer.Option(None, "--gpu-gb", help="Memory of one GPU in GB (1e9), for the fit check; overrides --gpu's."),
+           gpu: str = typer.Option(None, "--gpu", help="GPU of the fit check (catalog name; default h100-sxm, as plan): its usable memory, CUDA's total (the datasheet's x 0.99)."),
+           gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable memory of one GPU in GB (1e9) for the fit check: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off; overrides --gpu's."),
            gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
            finetune: str = FT_OPTS["finetune"],
            lora_rank: int = FT_OPTS["lora_rank"],
@@ -179,6 +179,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                    **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
     from ..hardware import gpu_memory
+    gpu_name = gpu
     gpu, gpu_label, _ = gpu_memory(gpu, opts["gpu_gb"], gpu_file)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
@@ -250,7 +251,10 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
             f"recompute {out['recompute']})", out["activations_by_layer_type"],
             {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
-    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({gpu / GB:,.1f} GB)"
+    from ..hardware import get_gpu, memory_words
+    words = memory_words(gpu if opts["gpu_gb"] is not None else
+                         get_gpu(gpu_name or "h100-sxm", gpu_file))
+    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))

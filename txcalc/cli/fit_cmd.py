@@ -44,7 +44,7 @@ def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropo
 @app.command()
 def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         gpu: str = typer.Option(None, "--gpu", help="GPU name from the catalog (rtx-4090, h100, ...)."),
-        gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9), instead of --gpu."),
+        gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable GPU memory in GB (1e9), instead of --gpu: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off (a catalog GPU's is its datasheet's x 0.99)."),
         batch: int = typer.Option(None, "--batch", "-b", help="Micro-batch: find the longest sequence (default 1)."),
         seq: int = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
         precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
@@ -78,12 +78,14 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         raise WorkloadError("give --gpu NAME or --gpu-gb N, one of them")
     peak = 1e15
     if gpu is not None:
-        from ..hardware import get_gpu
+        from ..hardware import get_gpu, memory_words
         g = get_gpu(gpu, gpu_file)
-        gpu_bytes, label = g.memory_bytes, g.name
+        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g)
         peak = g.peak_flops.get("bf16") or g.peak_flops.get("fp32") or peak
     else:
+        from ..hardware import memory_words
         gpu_bytes, label = int(gpu_gb * GB), f"{gpu_gb:g} GB GPU"
+        words = memory_words(gpu_bytes)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     check_precision(ft, precision)
@@ -97,12 +99,12 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         return
     what = out["finetune"]
     if res.fits:
-        console.print(f"[bold]{cfg.name}[/bold] on {label} ({gpu_bytes / GB:,.1f} GB), {what}, "
+        console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
                       f"{precision}, {optimizer}, attention {attn}, recompute {recompute}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
         return
-    console.print(f"[bold]{cfg.name}[/bold] on {label} ({gpu_bytes / GB:,.1f} GB), {what}: "
+    console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}: "
                   f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
                   "Changes, each on top of the ones above it:")
     console.print(table("cheapest changes first", ["change", "GB", "fits", "step time x"],

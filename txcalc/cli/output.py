@@ -22,7 +22,15 @@ class _Console:
     def real(self):
         if _Console._made is None:
             from rich.console import Console
-            _Console._made = Console()
+            # no emoji codes (txcalc writes none; a ":name:" in a model or file name would
+            # become one: rich's table of codes takes ~2.5 ms to import), and no number
+            # highlighting where no colour is shown (a pipe, a file, NO_COLOR): its regular
+            # expressions (~1.5 ms to compile) would style what is dropped anyway
+            c = Console(emoji=False)
+            if c.color_system is None:
+                from rich.highlighter import NullHighlighter
+                c.highlighter = NullHighlighter()
+            _Console._made = c
         return _Console._made
 
     def __getattr__(self, name):

@@ -24,16 +24,15 @@ STACK_HELP = (f"Framework profile: {' | '.join(STACKS)} (its attention kernel, f
 def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """List the named models and their parameter counts, and the config.json model types
     txcalc reads."""
-    from ..accounting import count_params
+    from ..accounting import param_totals
     from ..hf import supported_types
     from ..presets import PRESETS
 
     rows = []
     for name, cfg in PRESETS.items():
-        p = count_params(cfg)
+        total, active = param_totals(cfg)  # count_params's sums, each kind of block built once
         rows.append({"name": name, "family": cfg.family, "layers": cfg.n_layers,
-                     "d_model": cfg.d_model, "total_params": p.total,
-                     "active_params": p.active})
+                     "d_model": cfg.d_model, "total_params": total, "active_params": active})
     types = supported_types()
     if json_out:
         emit_json({"presets": rows, "model_types": types})

@@ -103,7 +103,8 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     to key-value blocks when the terminal is narrow (txcalc.cli.narrow)."""
     from .narrow import fit_table, say
     s, b = p.setting, p.best
-    say(console, [f"{s.gpu.name} ({s.gpu.memory_bytes / GB:,.1f} GB each):",
+    from ..hardware import memory_words
+    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu)}):",
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
                   f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
         + ([ft.describe()] if ft is not None else []), first=f"{s.cfg.name} on ", sep=" ")
@@ -139,7 +140,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     for note in p.notes:
         say(console, note.split(" "), first="  note: ", sep=" ")
     say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
-        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.memory_bytes / GB:,.1f} GB"]
+        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.usable_bytes / GB:,.1f} GB usable"]
         + ([f"host memory (offloaded checkpoints) {b.host_bytes / GB:,.1f} GB"]
            if b.host_bytes else []),
         first="  memory per GPU of the best layout (fullest stage): ")

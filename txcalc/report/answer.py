@@ -11,9 +11,9 @@ from .sections import CATEGORY_LABELS, plot, section, table
 
 # --- the answer -------------------------------------------------------------------------------
 def _fit(total: int, gpu: dict) -> dict:
-    return {"total_bytes": total, "gpu_bytes": gpu["memory_bytes"],
-            "fits_one_gpu": total <= gpu["memory_bytes"],
-            "min_gpus_by_memory": ceil_div(total, gpu["memory_bytes"])}
+    return {"total_bytes": total, "gpu_bytes": gpu["usable_bytes"],
+            "fits_one_gpu": total <= gpu["usable_bytes"],
+            "min_gpus_by_memory": ceil_div(total, gpu["usable_bytes"])}
 
 
 def _key_figures(rows: list[list[str]]) -> dict:
@@ -39,7 +39,7 @@ def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
     c = chosen["categories"]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
     paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} "
-             f"({gb(gpu['memory_bytes'])})**: one training step needs "
+             f"({gpu['words']})**: one training step needs "
              f"{gb(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
              + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {req.recompute}"
                 if "activations_vs_seq" in data else "") + ")."]
@@ -74,7 +74,7 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
     total = data["weights_bytes"] + kv["bytes_at_request"]
     fit = _fit(total, gpu)
     n = fit["min_gpus_by_memory"]
-    room = n * gpu["memory_bytes"] - data["weights_bytes"]
+    room = n * gpu["usable_bytes"] - data["weights_bytes"]
     fit["max_concurrency_on_min_gpus"] = max(room, 0) // kv["bytes_per_sequence"]
     plan = data.get("plan")
     data["answer"] = dict(fit, planner=plan is not None)
@@ -82,7 +82,7 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
                            "categories": {"weights": data["weights_bytes"],
                                           "kv cache": kv["bytes_at_request"]}, "total": total}]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
-    memory = (f"On one {gpu['name']} ({gb(gpu['memory_bytes'])}) with no parallelism it "
+    memory = (f"On one {gpu['name']} ({gpu['words']}) with no parallelism it "
               f"{verdict}: weights {gb(data['weights_bytes'])} ({req.weights_format or req.precision}) + KV cache "
               f"{gb(kv['bytes_at_request'])} ({req.kv_dtype}, {gb(kv['bytes_per_sequence'])} "
               f"per sequence) = {gb(total)}.")
@@ -158,18 +158,18 @@ def memory_section(data: dict, gpu: dict) -> dict:
             for m in data["memory"]]
     if data.get("plan") is not None:
         text = (f"Per GPU (the fullest pipeline stage) for the best layouts the planner found; "
-                f"the dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])})."
+                f"the dashed line is one {gpu['name']} ({gpu['words']})."
                 if "kv cache" not in cats else
                 f"Per GPU for the serving layouts the planner found, at the asked load, with "
                 f"everything the planner reserves: weights, KV cache, the chunked-prefill "
                 f"workspace and framework memory (CUDA context, communication buffers, "
                 f"allocator fragmentation); the dashed line is one {gpu['name']} "
-                f"({gb(gpu['memory_bytes'])}).")
+                f"({gpu['words']}).")
     else:
         what = ("for each activation recompute mode" if len(rows) > 1
                 else "serving the asked load" if "kv cache" in cats else "model states only")
         text = (f"Without a plan the layout shown is one GPU with no parallelism, {what}; the "
-                f"dashed line is one {gpu['name']} ({gb(gpu['memory_bytes'])}).")
+                f"dashed line is one {gpu['name']} ({gpu['words']}).")
     return section("memory", "Memory per GPU by category", [text],
                    [table("Bytes per GPU (GB = 1e9)",
                           ["layout", *(CATEGORY_LABELS.get(c, c) for c in cats), "total"], rows)],

@@ -3,7 +3,6 @@ planner), the conventions (GB, FLOPs) and the sources of the numbers."""
 
 from __future__ import annotations
 
-from ..units import gb
 from .request import ReportRequest
 
 CONVENTIONS = [
@@ -47,7 +46,8 @@ def sources(inference: bool = False) -> list[str]:
 
 
 def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
-    out = [f"GPU: {gpu['name']}, {gb(gpu['memory_bytes'])} ({gpu['source']}).",
+    out = [f"GPU: {gpu['name']}, {gpu['words']}"
+           + ("." if gpu["source"] == "--gpu-gb" else f" ({gpu['source']})."),
            f"Precision {req.precision}" + ("." if req.inference else
                                            f", optimizer {req.optimizer}.")]
     from ..memory import FP8_RECIPE

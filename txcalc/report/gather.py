@@ -28,9 +28,11 @@ def ceil_div(a: int, b: int) -> int:
 
 # --- the GPU ----------------------------------------------------------------------------------
 def resolve_gpu(req: ReportRequest):
-    """(name, memory and source as data; the catalog's Gpu or None). ``--gpu`` picks a
-    catalog row and ``--gpu-gb`` overrides its memory; ``--gpu-gb`` alone is a GPU known only
-    by its memory (no plan); neither is DEFAULT_GPU's memory (no plan)."""
+    """(name, usable memory and source as data; the catalog's Gpu or None). ``--gpu`` picks a
+    catalog row (its usable memory: CUDA's total, hardware.gpu_memory's rule) and ``--gpu-gb``
+    overrides that; ``--gpu-gb`` alone is a GPU known only by its memory (no plan); neither
+    is DEFAULT_GPU's memory (no plan)."""
+    from ..hardware import memory_words, with_usable_gb
     if req.gpu is not None:
         try:
             from ..hardware import get_gpu
@@ -40,18 +42,20 @@ def resolve_gpu(req: ReportRequest):
             g = get_gpu(req.gpu, req.gpu_file)
             source = g.source or "GPU catalog"
             if req.gpu_gb is not None:
-                g = dataclasses.replace(g, memory_bytes=int(req.gpu_gb * GB))
+                g = with_usable_gb(g, req.gpu_gb)
                 source = "--gpu-gb"
-            return {"name": g.name, "memory_bytes": g.memory_bytes, "source": source}, g
+            return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GB"),
+                    "source": source}, g
         if req.gpu_gb is None:
             raise WorkloadError(f"GPU {req.gpu!r}: no GPU catalog in this build; give its "
                                 "memory with --gpu-gb")
     if req.gpu_gb is not None:
-        return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU",
-                "memory_bytes": int(req.gpu_gb * GB), "source": "--gpu-gb"}, None
-    from ..hardware import gpu_memory  # the rule of every command: plan's default GPU
-    memory_bytes, name, _ = gpu_memory(default=DEFAULT_GPU)
-    return {"name": name, "memory_bytes": memory_bytes,
+        usable = int(req.gpu_gb * GB)
+        return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU", "usable_bytes": usable,
+                "words": memory_words(usable), "source": "--gpu-gb"}, None
+    from ..hardware import get_gpu  # the rule of every command: plan's default GPU
+    g = get_gpu(DEFAULT_GPU)
+    return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GB"),
             "source": f"default (no --gpu given: {DEFAULT_GPU}, as plan's)"}, None
 
 

@@ -34,6 +34,7 @@ def _row(r) -> dict:
 def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> dict:
     """The planner's answer for a training request, its GPUs-days frontier included (one
     search: ``TrainPlan.frontier`` reads the same screen as ``best``)."""
+    from ..hardware import memory_words
     from ..planner import plan_train
 
     progress("planner: searching layouts")
@@ -45,6 +46,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
     frontier = [_row(r) for r in p.frontier]
     s = p.setting
     return {"gpu": s.gpu.name, "gpu_memory_bytes": int(s.gpu.memory_bytes),
+            "gpu_usable_bytes": s.gpu.usable_bytes, "gpu_memory_words": memory_words(s.gpu, "GB"),
             "tokens": tokens, "seq": s.seq, "global_batch": s.global_batch,
             "min_gpus_to_fit": p.min_gpus_to_fit, "gpus_for_deadline": p.gpus_for_deadline,
             "days_limit": req.days, "price_per_gpu_hour": req.price,
@@ -62,6 +64,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
 
 
 def infer_plan(req, cfg, gpu) -> dict:
+    from ..hardware import memory_words
     from ..planner import plan_infer
 
     p = plan_infer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
@@ -78,6 +81,7 @@ def infer_plan(req, cfg, gpu) -> dict:
         d["memory_at_load"] = r.memory_at(d["seqs_per_replica"])
         rows.append(d)
     return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
+            "gpu_usable_bytes": p.gpu.usable_bytes, "gpu_memory_words": memory_words(p.gpu, "GB"),
             "best": rows[0], "options": rows,
             "assumptions": plan_assumptions(p.gpu, {}, serving=True)}
 
@@ -200,7 +204,7 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
              + _band_text(b),
              f"The layout `{b['layout']}` in words: {layout_in_words(b['layout'])}.",
              f"Training fits on as few as **{plural(plan['min_gpus_to_fit'], 'GPU')}** "
-             f"({gb(plan['gpu_memory_bytes'])} each).{deadline} On one GPU with no "
+             f"(each {plan['gpu_memory_words']}).{deadline} On one GPU with no "
              f"parallelism one step would need {gb(single['total'])}.",
              f"Best layout: {gb(b['total_bytes'])} per GPU, step {b['step_time_s']:,.2f} s for "
              f"{plan['global_batch']:,} x {plan['seq']:,} tokens, MFU {b['mfu']:.1%}, "

@@ -61,8 +61,8 @@ def _png(fig) -> bytes:
 
 def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
     gpu = data["gpu"]
-    ax.axhline(gpu["memory_bytes"] / GB, color="black", linestyle="--", linewidth=1,
-               label=f"{label_prefix} {gpu['name']} ({gpu['memory_bytes'] / GB:,.0f} GB)")
+    ax.axhline(gpu["usable_bytes"] / GB, color="black", linestyle="--", linewidth=1,
+               label=f"{label_prefix} {gpu['name']} ({gpu['usable_bytes'] / GB:,.0f} GB usable)")
 
 
 def _wrap(label: str, words: int = 3) -> str:
