@@ -313,6 +313,12 @@ def saved_rows(ops, work: Workload, act_bytes: int):
             # not recomputed (partial recompute)
             yield op.path, op, op.saved_bytes(work, act_bytes)
             continue
+        if op.kind == "pad_mask":  # Longformer: kept by the first block whose core runs
+            # unrecomputed (counted in block 0; partial recompute may leave only later ones)
+            if any(work.block_mode(o.layer) == "none" for o in ops
+                   if o.stack == op.stack and o.layer >= 0):
+                yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
         if mode in ("full", "op") and op.reruns("full"):
             if op.path in kept:
                 # the output, not the input: a colwise Linear's is split over TP, a rowwise
