@@ -294,7 +294,8 @@ class Op:
             # Longformer's chunked kernel (whatever attn_impl: HF has no fused one)
             drop = mask if self.dropout and w.dropout else 0
             return w.batch * self.heads * sliding_chunk_saved_bytes(
-                self.kind, w.length(self.stream), self.overlap, self.d_in, act_bytes, drop)
+                self.kind, w.length(self.stream), self.overlap, self.d_in, act_bytes, drop,
+                single=w.batch * self.heads == 1)
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
@@ -501,7 +502,7 @@ def sliding_chunk_pairs(kind: str, s: int, w: int) -> int:
 
 
 def sliding_chunk_saved_bytes(kind: str, s: int, w: int, h: int, act_bytes: int,
-                              drop_mask: int = 0) -> int:
+                              drop_mask: int = 0, single: bool = False) -> int:
     """Bytes Longformer's chunked local attention keeps for backward per sequence and head
     (HF ``LongformerSelfAttention`` with no global token; reference/model.py
     ``SlidingChunkCore``), s a multiple of 2w, head width h, a = act_bytes:
@@ -518,11 +519,16 @@ def sliding_chunk_saved_bytes(kind: str, s: int, w: int, h: int, act_bytes: int,
                | with dropout: its mask (``drop_mask`` bytes)   | s (2w + 1) drop_mask
         keys   | value chunk copies: s/w chunks of 3w x h       | 3 s h a
 
+    ``single``: one sequence of one head (B x H = 1). The chunk reshapes are then views, not
+    copies (torch merges the size-1 batch dimension into the chunk stride): the matmuls keep
+    q and k themselves (s h a each) and the padded values ((s + 2w) h a).
+
     Once per forward (not here): the (B, S) bool padding mask that every block's
     masked_fill reads, kept by the first block (``components._core``'s pad_mask op)."""
     if kind == "attn_keys":
-        return 3 * s * h * act_bytes
-    return (4 * (s - w) * h * act_bytes + 2 * w * (w + 1) + 4 * s * (2 * w + 1)
+        return ((s + 2 * w) if single else 3 * s) * h * act_bytes
+    qk = 2 * s if single else 4 * (s - w)
+    return (qk * h * act_bytes + 2 * w * (w + 1) + 4 * s * (2 * w + 1)
             + s * (3 * w + 2) * act_bytes + s * (2 * w + 1) * drop_mask)
 
 
