@@ -615,6 +615,47 @@ def test_longformer_reference_equals_hf_and_the_engine(raw, batch, chunks, layer
         assert got == {i: engine[("", i)] + copies - stats for i in range(layers)}, precision
 
 
+@pytest.mark.parametrize("batch,seq,heads", [(1, 8, 2), (2, 12, 1), (1, 4, 1)])
+def test_longformer_dropout_masks_equal_hf_and_the_reference(batch, seq, heads):
+    """Longformer drops at BERT's three places (hidden_dropout_prob, attention_probs_dropout_prob,
+    HF's defaults 0.1): the bytes a training step saves beyond the same step in eval mode
+    equal the engine's masks (HF on CPU, fp32: masks in fp32, ``dropout_mask="act"``); the
+    reference model with dropout agrees per layer under each recompute mode (bf16 on meta)."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": heads,
+           "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
+           "attention_window": 4, "max_position_embeddings": 64}
+    cfg = from_hf_dict(raw)
+    assert (cfg.embed_dropout, cfg.attn_dropout, cfg.resid_dropout) == (0.1, 0.1, 0.1)
+    model = hf_model(raw, "none", "cpu")
+    ids = torch.randint(2, 30, (batch, seq))
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(
+            model, lambda: model(input_ids=ids).last_hidden_state.sum())
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = measured()
+        model.eval()
+        off = measured()
+
+    def work(dropout: bool, recompute: str = "none") -> Workload:
+        return Workload(batch=batch, seq=seq, dropout=dropout, dropout_mask="act",
+                        recompute=recompute)
+    act = lambda w: TrainingMemory(cfg, w, "fp32").to_json()["activations_bytes"]  # noqa
+    assert act(work(True)) - act(work(False)) == on - off > 0
+    for recompute in ("none", "selective", "full"):
+        ref = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
+        got, _ = saved_by_module(ref, make_inputs(ref, batch, seq))
+        assert TrainingMemory(cfg, work(True, recompute), "bf16-mixed") \
+            .activations_by_layer() == by_layer(got), recompute
+
+
 def test_longformer_refuses_what_it_does_not_model():
     raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
            "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 8}
