@@ -11,7 +11,8 @@ Layout of one forward (``D`` d_model, ``H``/``K`` query/kv heads, ``h`` head wid
     embed.tokens (+ embed.proj_in, embed.token_types, [stack.]embed.positions, embed.norm)
     for each stack (encoder, then decoder; or the only one):
         [stack.]layers.i: attn_norm -> attn.{q,k,v}_proj -> rotary / q_norm,k_norm
-                          -> attn.core (eager bmm + fp32 softmax, or SDPA) -> attn.o_proj
+                          -> attn.core (eager bmm + fp32 softmax, or SDPA; Longformer:
+                             SlidingChunkCore, HF's overlapping chunks) -> attn.o_proj
                           [cross_attn_norm -> cross_attn.*]  (decoder of encoder-decoder)
                           mlp_norm -> mlp.{gate,up}_proj -> mlp.act -> mlp.down_proj
                                    or moe.router -> moe.experts.* (+ moe.shared.*, shared_gate)
