@@ -656,6 +656,25 @@ def test_longformer_dropout_masks_equal_hf_and_the_reference(batch, seq, heads):
             .activations_by_layer() == by_layer(got), recompute
 
 
+@pytest.mark.parametrize("recompute,layers", [("full", 1), ("selective", 2), ("full", 2)])
+def test_longformer_padding_mask_under_partial_recompute(recompute, layers):
+    """The (B, S) padding mask every block's masked_fill reads is kept by the first block
+    whose core is not recomputed (Megatron's block method: the first ``layers`` blocks
+    recompute): reference == engine per layer."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import apply_recompute, build
+    from txcalc.memory import TrainingMemory
+    cfg = from_hf_dict({"model_type": "longformer", "hidden_size": 16,
+                        "num_attention_heads": 2, "num_hidden_layers": 3, "vocab_size": 30,
+                        "intermediate_size": 8, "attention_window": 4,
+                        "max_position_embeddings": 64})
+    w = Workload(batch=2, seq=8, recompute=recompute, recompute_layers=layers,
+                 recompute_method="block")
+    model = apply_recompute(build(cfg, torch.bfloat16, "meta"), w)
+    got, _ = saved_by_module(model, make_inputs(model, 2, 8))
+    assert TrainingMemory(cfg, w, "bf16-mixed").activations_by_layer() == by_layer(got)
+
+
 def test_longformer_refuses_what_it_does_not_model():
     raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
            "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 8}
