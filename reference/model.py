@@ -11,7 +11,8 @@ Layout of one forward (``D`` d_model, ``H``/``K`` query/kv heads, ``h`` head wid
     embed.tokens (+ embed.proj_in, embed.token_types, [stack.]embed.positions, embed.norm)
     for each stack (encoder, then decoder; or the only one):
         [stack.]layers.i: attn_norm -> attn.{q,k,v}_proj -> rotary / q_norm,k_norm
-                          -> attn.core (eager bmm + fp32 softmax, or SDPA) -> attn.o_proj
+                          -> attn.core (eager bmm + fp32 softmax, or SDPA; Longformer:
+                             SlidingChunkCore, HF's overlapping chunks) -> attn.o_proj
                           [cross_attn_norm -> cross_attn.*]  (decoder of encoder-decoder)
                           mlp_norm -> mlp.{gate,up}_proj -> mlp.act -> mlp.down_proj
                                    or moe.router -> moe.experts.* (+ moe.shared.*, shared_gate)
@@ -161,6 +162,14 @@ class Ctx:
     #: positions (log-bucketed for v3), built once per forward
     rel: torch.Tensor | None = None
     rel_pos: torch.Tensor | None = None
+    #: Longformer: which tokens are padding, bool (B, S), built once per forward (HF
+    #: ``is_index_masked``, read by every block's masked_fill; none is padding here)
+    pad_masked: torch.Tensor | None = None
+
+    def padding(self, batch: int, seq: int, device) -> torch.Tensor:
+        if self.pad_masked is None:
+            self.pad_masked = torch.zeros(batch, seq, dtype=torch.bool, device=device)
+        return self.pad_masked
 
     def plain_causal(self, window: int) -> bool:
         """Whether the layer's bias is nothing but the causal mask over s x s (so a fused
@@ -364,6 +373,90 @@ class AttentionCore(nn.Module):
                                               enable_gqa=gqa, dropout_p=p)
 
 
+class SlidingChunkCore(AttentionCore):
+    """Longformer's local attention (Beltagy et al. 2020, arXiv:2004.05150), computed as HF's
+    ``LongformerSelfAttention`` computes it when no token has global attention: w keys either
+    side of each query (attention_window = 2w), S a multiple of 2w. Per sequence and head:
+
+        step                              | tensors                     | saved for backward
+        ----------------------------------|-----------------------------|---------------------
+        q / sqrt(h)                       | q (S x h)                   | nothing (a scalar)
+        Q K^T over S/w - 1 chunks of 2w,  | chunk copies (c 2w x h)     | both copies (bmm)
+          overlapping by w                |                             |
+        diagonals to columns, into a      | S x (2w + 1) band           | nothing (slice copies)
+          zeroed (S/w) x w x (2w+1) buffer|                             |
+        -inf past the sequence's ends     | where() on the first and    | both bool conditions,
+          (first and last w rows)         |   last w rows               |   expanded (B w H w+1)
+        softmax over the 2w + 1 keys,     | fp32                        | its output (fp32)
+          dtype fp32                      |                             |
+        masked_fill of padding rows       | bool (B, S), once a forward | the mask (first block)
+        cast back, dropout                |                             | (the dropout's mask)
+        P V over S/w chunks of w queries  | probs padded and shifted to | the padded probs
+          x 3w keys (values padded by w   |   diagonals (w x (3w + 2)), | (w x (3w+2) per chunk),
+          either side)                    |   value chunks (3w x h)     | the value chunk copies
+
+    ``bias`` carries the padding mask (``Ctx.padding``): under selective recompute it is no
+    checkpoint input, so nothing keeps it.
+    """
+
+    def __init__(self, w: int, recompute: str = "none", dropout: float = 0.0):
+        super().__init__("eager", True, recompute, dropout)
+        self.w = w
+
+    def core(self, q, k, v, bias, causal=False, sinks=None, rel=None):
+        B, H, S, h = q.shape
+        w = self.w
+        if S % (2 * w):
+            raise ValueError(f"Longformer's chunks need a sequence that is a multiple of "
+                             f"attention_window ({2 * w}); got {S}")
+        q3 = (q * (1.0 / math.sqrt(h))).reshape(B * H, S, h)
+        k3, v3 = k.reshape(B * H, S, h), v.reshape(B * H, S, h)
+        c = S // w - 1  # chunks of 2w, overlapping by w
+        qc, kc = (_overlapping(t, w, 2 * w, c).reshape(-1, 2 * w, h) for t in (q3, k3))
+        chunks = torch.bmm(qc, kc.transpose(1, 2)).view(B * H, c, 2 * w, 2 * w)
+        # HF's _pad_and_transpose_last_two_dims: the diagonals become columns
+        chunks = F.pad(chunks, (0, 0, 0, 1)).view(B * H, c, 2 * w, 2 * w + 1)
+        band = chunks.new_zeros(B * H, c + 1, w, 2 * w + 1)
+        band[:, :-1, :, w:] = chunks[:, :, :w, :w + 1]  # the diagonal and above
+        band[:, -1, :, w:] = chunks[:, -1, w:, :w + 1]
+        band[:, 1:, :, :w] = chunks[:, :, -(w + 1):-1, w + 1:]  # below the diagonal
+        band[:, 0, 1:w, 1:w] = chunks[:, 0, :w - 1, 1 - w:]
+        scores = band.view(B, H, S, 2 * w + 1).transpose(2, 1)  # (B, S, H, 2w + 1)
+        _mask_band_ends(scores, w)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        probs = torch.masked_fill(probs, bias[:, :, None, None], 0.0).type_as(scores)
+        if self.dropout and self.training:
+            probs = F.dropout(probs, self.dropout)
+        # P V: w queries of each chunk against 3w values (w padding either side)
+        probs = probs.transpose(1, 2).reshape(B * H, S // w, w, 2 * w + 1)
+        probs = F.pad(probs, (0, w + 1)).view(B * H, S // w, -1)[:, :, :-w]
+        probs = probs.view(B * H, S // w, w, 3 * w + 1)[:, :, :, :-1]
+        vc = _overlapping(F.pad(v3, (0, 0, w, w), value=-1), w, 3 * w, S // w)
+        out = torch.bmm(probs.reshape(-1, w, 3 * w), vc.reshape(-1, 3 * w, h))
+        return out.view(B, H, S, h)
+
+
+def _overlapping(x, step: int, size: int, n: int):
+    """(BH, L, h) -> n chunks of ``size`` rows starting every ``step`` rows: a strided view."""
+    BH, _, h = x.shape
+    s0, s1, s2 = x.stride()
+    return x.as_strided((BH, n, size, h), (s0, step * s1, s1, s2))
+
+
+def _mask_band_ends(scores, w: int) -> None:
+    """-inf in place on the band columns past either end of the sequence (HF
+    ``_mask_invalid_locations``): the first w rows lose keys before position 0, the last w
+    keys after S - 1; each where() keeps its expanded bool condition."""
+    start = scores.new_ones(w, w + 1).tril().flip(dims=[0])[None, :, None, :]
+    end = start.flip(dims=(1, 3))
+    head = scores[:, :w, :, :w + 1]
+    scores[:, :w, :, :w + 1] = torch.full_like(head, -float("inf")).where(
+        start.expand(head.size()).bool(), head)
+    tail = scores[:, -w:, :, -(w + 1):]
+    scores[:, -w:, :, -(w + 1):] = torch.full_like(tail, -float("inf")).where(
+        end.expand(tail.size()).bool(), tail)
+
+
 class Rotary(nn.Module):
     """Applies the shared rotary tables to q and k; saves only the tables (once per model)."""
 
@@ -401,8 +494,12 @@ class Attention(nn.Module):
             self.k_norm = make_norm(cfg, K * h, dtype)
         self.sinks = nn.Parameter(torch.zeros(H, dtype=dtype)) \
             if cfg.attn_sinks and not cross else None
-        self.core = AttentionCore(impl, softmax_fp32, recompute,
-                                  cfg.attn_dropout if dropout else 0.0)
+        self.sliding = cfg.sliding_chunks and not cross
+        if cfg.global_qkv and not cross:  # Longformer: run only for global tokens (none here)
+            self.q_global, self.k_global, self.v_global = (lin(D, D, True) for _ in range(3))
+        self.core = SlidingChunkCore(cfg.sliding_window, recompute, cfg.attn_dropout
+                                     if dropout else 0.0) if self.sliding else \
+            AttentionCore(impl, softmax_fp32, recompute, cfg.attn_dropout if dropout else 0.0)
         self.o_proj = lin(H * h, D, cfg.out_bias)
         maybe_drop(self, cfg.resid_dropout * (cfg.resid_dropout_at != "mlp"), dropout)
         self.recompute = recompute
@@ -455,6 +552,8 @@ class Attention(nn.Module):
                     (k, v), k_pos = cache.update((k, v), ctx.q_pos)
                     bias, causal = ctx.bias_for(cache.window, k_pos), False
         rel = self.disentangled(ctx, B) if self.rel else None
+        if self.sliding:
+            bias = ctx.padding(B, S, x.device)
         out = attend(self.core, q, k, v, bias, causal, self.sinks, rel)
         out = out.transpose(1, 2).reshape(B, S, -1)
         if gate is not None:  # the product keeps the core's output and the sigmoid's

@@ -306,7 +306,7 @@ def reference_matches(cfg, batch: int, seq: int, src: int = 0, recomputes=("none
         assert {k: v for k, v in predicted.items() if v} == by_layer(measured), recompute
 
 
-@pytest.mark.parametrize("model_type", sorted(STRATEGIES))
+@pytest.mark.parametrize("model_type", sorted(STRATEGIES) + ["longformer"])
 @settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
@@ -314,12 +314,17 @@ def reference_matches(cfg, batch: int, seq: int, src: int = 0, recomputes=("none
 def test_reference_model_saved_bytes_per_layer_exact(model_type, data):
     if model_type in NO_REFERENCE:
         pytest.skip("reference/model.py does not build DeBERTa's disentangled attention yet")
-    raw = data.draw(STRATEGIES[model_type], label="config.json")
-    head = data.draw(HEADS, label="head")
+    if model_type == "longformer":  # no sequence classifier; seq a multiple of the window
+        raw = data.draw(longformer(), label="config.json")
+        head = data.draw(st.sampled_from(["none", "mlm", "token_cls"]), label="head")
+        seq = raw["attention_window"] * data.draw(st.integers(1, 2), label="chunks")
+    else:
+        raw = data.draw(STRATEGIES[model_type], label="config.json")
+        head = data.draw(HEADS, label="head")
+        seq = data.draw(st.integers(2, 12), label="seq")
     raw["num_labels"] = data.draw(st.integers(1, 5), label="num_labels")
     cfg = from_hf_dict(raw, head=head)
-    reference_matches(cfg, data.draw(st.integers(1, 2), label="batch"),
-                      data.draw(st.integers(2, 12), label="seq"))
+    reference_matches(cfg, data.draw(st.integers(1, 2), label="batch"), seq)
 
 
 @pytest.mark.parametrize("types", [[], ["c2p"], ["p2c"], ["c2p", "p2c"]])
@@ -502,6 +507,172 @@ def test_longformer_params_and_flops_equal_hf(raw, head, batch, chunks, labels):
                                   for k in ("attn_scores", "attn_context"))
     # forward + 2x backward of the scores and the context, per sequence and head
     assert f.forward + f.backward - f.model == 3 * 2 * batch * h * hd * (executed - 2 * attended)
+
+
+#: HF LongformerModel's module paths -> the reference model's (the block's; outside it, whole)
+_LONGFORMER_BLOCK = {"attention.self.query": "attn.q_proj", "attention.self.key": "attn.k_proj",
+                     "attention.self.value": "attn.v_proj",
+                     "attention.self.query_global": "attn.q_global",
+                     "attention.self.key_global": "attn.k_global",
+                     "attention.self.value_global": "attn.v_global",
+                     "attention.output.dense": "attn.o_proj",
+                     "attention.output.LayerNorm": "attn_norm",
+                     "intermediate.dense": "mlp.up_proj", "output.dense": "mlp.down_proj",
+                     "output.LayerNorm": "mlp_norm"}
+_LONGFORMER_TOP = {"embeddings.word_embeddings": "embed.tokens",
+                   "embeddings.token_type_embeddings": "embed.token_types",
+                   "embeddings.position_embeddings": "embed.positions",
+                   "embeddings.LayerNorm": "embed.norm", "pooler.dense": "pooler"}
+
+
+def _copy_longformer_weights(hf, ref) -> None:
+    """HF's weights into the reference model (module paths above). RoBERTa's positions start
+    at padding_idx + 1 = 2 (no padding in the ids), the reference's at 0: rows shift by 2."""
+    hf_params = dict(hf.named_parameters())
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            mod, _, leaf = name.rpartition(".")
+            if mod.startswith("layers."):
+                _, i, rest = mod.split(".", 2)
+                inv = {v: k for k, v in _LONGFORMER_BLOCK.items()}
+                src = f"encoder.layer.{i}.{inv[rest]}"
+            else:
+                src = {v: k for k, v in _LONGFORMER_TOP.items()}[mod]
+            p.copy_(hf_params[f"{src}.{leaf}"])
+        ref.embed.positions.weight[:-2].copy_(
+            hf_params["embeddings.position_embeddings.weight"][2:])
+
+
+def _hf_saved_by_layer(model, ids) -> dict[int, int]:
+    """Bytes HF's LongformerModel saves for backward per block (saved_tensors_hooks, unique
+    storages), the loss the sum of last_hidden_state and pooler_output."""
+    import re
+
+    from reference.saved import saved_bytes_by_module
+
+    def run():
+        out = model(input_ids=ids)
+        return out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+    per_module, _ = saved_bytes_by_module(model, run)
+    out: dict[int, int] = {}
+    for path, v in per_module.items():
+        m = re.match(r"encoder\.layer\.(\d+)\.", path)
+        if m:
+            out[int(m[1])] = out.get(int(m[1]), 0) + v
+    return out
+
+
+@settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
+          suppress_health_check=list(HealthCheck),
+          derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
+@given(raw=longformer(), batch=st.integers(1, 2), chunks=st.integers(1, 3),
+       layers=st.integers(1, 2))
+def test_longformer_reference_equals_hf_and_the_engine(raw, batch, chunks, layers):
+    """Longformer's chunked local attention (reference/model.py ``SlidingChunkCore``):
+
+    - the reference model with HF's weights gives HF LongformerModel's last hidden state
+      (fp32, CPU, no token with global attention);
+    - bytes saved for backward per layer (saved_tensors_hooks, unique storages) equal the
+      engine's in fp32 and bf16 under none, selective and full recompute (meta device);
+    - HF LongformerModel on CPU saves per block what the engine says (no recompute), plus,
+      with more than one sequence, one copy of the block input per key and value Linear
+      (HF runs them on the (S, B, D) transpose, which each Linear copies when B > 1), less in
+      bf16 what CPU LayerNorm keeps in bf16 instead of fp32."""
+    import dataclasses
+
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from txcalc.memory import TrainingMemory
+    raw = dict(raw, num_hidden_layers=layers, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
+               attention_probs_dropout_prob=0.0)
+    cfg = from_hf_dict(raw)
+    seq = chunks * raw["attention_window"]
+    hf = hf_model(raw, "none", "cpu").eval()
+    ref = build(cfg, torch.float32, "cpu").eval()
+    _copy_longformer_weights(hf, ref)
+    ids = torch.randint(2, raw["vocab_size"], (batch, seq))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(ref.hidden(ids), hf(input_ids=ids).last_hidden_state)
+
+    work = Workload(batch=batch, seq=seq)
+    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
+        for recompute in ("none", "selective", "full"):
+            model = build(cfg, dtype, "meta", recompute=recompute)
+            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
+            w = dataclasses.replace(work, recompute=recompute)
+            assert TrainingMemory(cfg, w, precision).activations_by_layer() == \
+                by_layer(measured), (precision, recompute)
+        engine = TrainingMemory(cfg, work, precision).activations_by_layer()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _hf_saved_by_layer(hf.to(dtype), ids)
+        size = torch.finfo(dtype).bits // 8
+        copies = 2 * batch * seq * cfg.d_model * size if batch > 1 else 0
+        # torch's CPU layer_norm keeps the mean and 1/std in bf16 for a bf16 input (CUDA's and
+        # meta's in fp32, what the engine says): two norms a block, two statistics per token
+        stats = 2 * 2 * batch * seq * (4 - size)
+        assert got == {i: engine[("", i)] + copies - stats for i in range(layers)}, precision
+
+
+@pytest.mark.parametrize("batch,seq,heads", [(1, 8, 2), (2, 12, 1), (1, 4, 1)])
+def test_longformer_dropout_masks_equal_hf_and_the_reference(batch, seq, heads):
+    """Longformer drops at BERT's three places (hidden_dropout_prob, attention_probs_dropout_prob,
+    HF's defaults 0.1): the bytes a training step saves beyond the same step in eval mode
+    equal the engine's masks (HF on CPU, fp32: masks in fp32, ``dropout_mask="act"``); the
+    reference model with dropout agrees per layer under each recompute mode (bf16 on meta)."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import build
+    from reference.saved import saved_bytes_by_module
+    from txcalc.memory import TrainingMemory
+    raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": heads,
+           "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
+           "attention_window": 4, "max_position_embeddings": 64}
+    cfg = from_hf_dict(raw)
+    assert (cfg.embed_dropout, cfg.attn_dropout, cfg.resid_dropout) == (0.1, 0.1, 0.1)
+    model = hf_model(raw, "none", "cpu")
+    ids = torch.randint(2, 30, (batch, seq))
+
+    def measured() -> int:
+        per_module, _ = saved_bytes_by_module(
+            model, lambda: model(input_ids=ids).last_hidden_state.sum())
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = measured()
+        model.eval()
+        off = measured()
+
+    def work(dropout: bool, recompute: str = "none") -> Workload:
+        return Workload(batch=batch, seq=seq, dropout=dropout, dropout_mask="act",
+                        recompute=recompute)
+    act = lambda w: TrainingMemory(cfg, w, "fp32").to_json()["activations_bytes"]  # noqa
+    assert act(work(True)) - act(work(False)) == on - off > 0
+    for recompute in ("none", "selective", "full"):
+        ref = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
+        got, _ = saved_by_module(ref, make_inputs(ref, batch, seq))
+        assert TrainingMemory(cfg, work(True, recompute), "bf16-mixed") \
+            .activations_by_layer() == by_layer(got), recompute
+
+
+@pytest.mark.parametrize("recompute,layers", [("full", 1), ("selective", 2), ("full", 2)])
+def test_longformer_padding_mask_under_partial_recompute(recompute, layers):
+    """The (B, S) padding mask every block's masked_fill reads is kept by the first block
+    whose core is not recomputed (Megatron's block method: the first ``layers`` blocks
+    recompute): reference == engine per layer."""
+    from reference.measure import by_layer, make_inputs, saved_by_module
+    from reference.model import apply_recompute, build
+    from txcalc.memory import TrainingMemory
+    cfg = from_hf_dict({"model_type": "longformer", "hidden_size": 16,
+                        "num_attention_heads": 2, "num_hidden_layers": 3, "vocab_size": 30,
+                        "intermediate_size": 8, "attention_window": 4,
+                        "max_position_embeddings": 64})
+    w = Workload(batch=2, seq=8, recompute=recompute, recompute_layers=layers,
+                 recompute_method="block")
+    model = apply_recompute(build(cfg, torch.bfloat16, "meta"), w)
+    got, _ = saved_by_module(model, make_inputs(model, 2, 8))
+    assert TrainingMemory(cfg, w, "bf16-mixed").activations_by_layer() == by_layer(got)
 
 
 def test_longformer_refuses_what_it_does_not_model():

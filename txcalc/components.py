@@ -170,6 +170,11 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
                           sinks=cfg.attn_sinks and not cross)
     if cfg.sliding_chunks:  # Longformer: HF's overlapping chunks decide the executed pairs
         ops = [dataclasses.replace(op, overlap=local) for op in ops]
+        if layer == 0:  # the padding mask every block's masked_fill reads, kept once
+            ops.append(dataclasses.replace(
+                elementwise(f"{c}core.pad_mask", where, f"{comp}core.pad_mask", "pad_mask",
+                            ((1, "bool"),), q_stream), recompute="selective",
+                act_split="whole"))
     return ops
 
 

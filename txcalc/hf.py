@@ -788,7 +788,7 @@ def _whisper(f):
 
 _DROPOUT.update({
     **{t: _DROPOUT["bert"] for t in ("xlm-roberta", "camembert", "electra", "mpnet",
-                                      "deberta-v2")},
+                                      "deberta-v2", "longformer")},
     **{t: _DROPOUT["t5"] for t in ("mt5", "umt5")},
     # Nomic BERT: BERT's three places, off by default
     "nomic_bert": {"embed_dropout": ("hidden_dropout_prob", 0.0),

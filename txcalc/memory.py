@@ -313,6 +313,15 @@ def saved_rows(ops, work: Workload, act_bytes: int):
             # not recomputed (partial recompute)
             yield op.path, op, op.saved_bytes(work, act_bytes)
             continue
+        if op.kind == "pad_mask":  # Longformer: kept by the first block whose core runs
+            # unrecomputed (block 0's op; partial recompute may leave only later ones)
+            first = next((o for o in ops if o.stack == op.stack and o.layer >= 0
+                          and work.block_mode(o.layer) == "none"), None)
+            if first is not None:
+                op = dataclasses.replace(op, layer=first.layer, path=op.path.replace(
+                    op.block_path, first.block_path, 1))
+                yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
         if mode in ("full", "op") and op.reruns("full"):
             if op.path in kept:
                 # the output, not the input: a colwise Linear's is split over TP, a rowwise

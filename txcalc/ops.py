@@ -300,7 +300,14 @@ class Op:
                 "undropped": 0 if w.dropout else act_bytes,
                 # a frozen o_proj's input: the attention output, which a fused kernel keeps
                 # itself (not when selective recompute checkpoints the core)
-                "attn_out": act_bytes if fused and pairs else 0}
+                "attn_out": act_bytes if fused and pairs else 0,
+                "bool": 1}  # a torch.bool tensor (Longformer's padding mask)
+        if self.overlap and pairs and self.kind in ("attn_scores", "attn_keys"):
+            # Longformer's chunked kernel (whatever attn_impl: HF has no fused one)
+            drop = mask if self.dropout and w.dropout else 0
+            return w.batch * self.heads * sliding_chunk_saved_bytes(
+                self.kind, w.length(self.stream), self.overlap, self.d_in, act_bytes, drop,
+                single=w.batch * self.heads == 1)
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
@@ -332,11 +339,7 @@ class Op:
                 per_pair += mask + act_bytes
             elif upcast:
                 per_pair += act_bytes
-            # Longformer: the softmax runs over 2w + 1 keys per query (HF's chunk copies
-            # around it are not modelled: no reference build of the chunked kernel yet)
-            kept = w.length(self.stream) * (2 * self.overlap + 1) if self.overlap else \
-                self.pairs(w)
-            total += w.batch * self.heads * kept * per_pair
+            total += w.batch * self.heads * self.pairs(w) * per_pair
             if self.sinks:
                 # gpt-oss: the softmax runs over S_k + 1 logits (the sink last); P V reads the
                 # first S_k columns (a view, or the cast copy): one more column per query row
@@ -508,6 +511,37 @@ def sliding_chunk_pairs(kind: str, s: int, w: int) -> int:
     mask's diagonals with the same chunking over one head of width 1: torch's einsum runs
     that contraction over a dimension of 1 as an elementwise product, no matmul FLOPs."""
     return 4 * w * (s - w) if kind == "attn_scores" else 3 * w * s
+
+
+def sliding_chunk_saved_bytes(kind: str, s: int, w: int, h: int, act_bytes: int,
+                              drop_mask: int = 0, single: bool = False) -> int:
+    """Bytes Longformer's chunked local attention keeps for backward per sequence and head
+    (HF ``LongformerSelfAttention`` with no global token; reference/model.py
+    ``SlidingChunkCore``), s a multiple of 2w, head width h, a = act_bytes:
+
+        op     | tensor                                         | bytes
+        -------|------------------------------------------------|------------------------
+        scores | Q and K chunk copies: s/w - 1 chunks of 2w x h | 2 x 2 (s - w) h a
+               | the two where() conditions masking the band's  | 2 w (w + 1)  (bool)
+               |   ends (first and last w rows), expanded       |
+               | softmax output over 2w + 1 keys, fp32 always   | 4 s (2w + 1)
+               | the probabilities padded and shifted to        | s (3w + 2) a
+               |   diagonals, P V's operand (w x (3w + 2) a     |
+               |   chunk, s/w chunks)                           |
+               | with dropout: its mask (``drop_mask`` bytes)   | s (2w + 1) drop_mask
+        keys   | value chunk copies: s/w chunks of 3w x h       | 3 s h a
+
+    ``single``: one sequence of one head (B x H = 1). The chunk reshapes are then views, not
+    copies (torch merges the size-1 batch dimension into the chunk stride): the matmuls keep
+    q and k themselves (s h a each) and the padded values ((s + 2w) h a).
+
+    Once per forward (not here): the (B, S) bool padding mask that every block's
+    masked_fill reads, kept by the first block (``components._core``'s pad_mask op)."""
+    if kind == "attn_keys":
+        return ((s + 2 * w) if single else 3 * s) * h * act_bytes
+    qk = 2 * s if single else 4 * (s - w)
+    return (qk * h * act_bytes + 2 * w * (w + 1) + 4 * s * (2 * w + 1)
+            + s * (3 * w + 2) * act_bytes + s * (2 * w + 1) * drop_mask)
 
 
 def bidirectional_pairs(s: int, half: int) -> int:
