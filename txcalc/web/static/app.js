@@ -203,7 +203,7 @@ function renderMemory(t, mem, ans) {
     const bparts = Object.entries(b.memory_bytes).filter(([, v]) => v)
       .map(([k, v]) => [k.replaceAll("_", " "), "answer.best.memory_bytes." + k, v]);
     box.append(bar(`per GPU in the planner's best layout (${b.layout_name}, fullest stage): ${fmtGB(b.total_bytes)}`,
-                   bparts, b.total_bytes, ans.gpu_memory_bytes, `${ans.gpu}: ${fmtGB(ans.gpu_memory_bytes)}`));
+                   bparts, b.total_bytes, ans.gpu_usable_bytes, `${ans.gpu}: ${fmtGB(ans.gpu_usable_bytes)} usable`));
     for (const [label, key, v] of bparts) rows.push(["", "best layout: " + label, fig(key, v, fmtGB(v))]);
   }
   table($("memory-table"), ["", "category", "GB"], rows);
