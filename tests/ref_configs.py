@@ -72,3 +72,33 @@ def workloads(cfg: ModelConfig):
     """(batch, seq, src_seq) small enough for a meta or CPU run."""
     return st.tuples(st.integers(1, 2), st.integers(2, 12),
                      st.integers(2, 12) if cfg.family == "encoder-decoder" else st.just(0))
+
+
+def assert_reference_equals_engine(cfg: ModelConfig, batch: int, seq: int) -> None:
+    """The reference model (reference/model.py) built from ``cfg`` on meta: params and one
+    training step's forward/backward FLOPs (FlopCounterMode) equal the engine's, and the saved
+    bytes per layer (saved_tensors_hooks) equal ``activations_by_layer`` in fp32 and bf16-mixed,
+    without and with full recompute."""
+    import dataclasses
+
+    import torch
+
+    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
+    from reference.model import build
+    from txcalc.accounting import count_flops, count_params
+    from txcalc.memory import TrainingMemory
+    from txcalc.workload import Workload
+
+    work = Workload(batch=batch, seq=seq)
+    model = build(cfg, torch.bfloat16, "meta")
+    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
+    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
+    f = count_flops(cfg, work)
+    assert (fwd, bwd) == (f.forward, f.backward)
+    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
+        for recompute in ("none", "full"):
+            model = build(cfg, dtype, "meta", recompute=recompute)
+            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
+            w = dataclasses.replace(work, recompute=recompute)
+            predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
+            assert predicted == by_layer(measured), (precision, recompute)

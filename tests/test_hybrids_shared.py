@@ -29,6 +29,7 @@ from txcalc.memory import kv_cache_bytes
 from txcalc.workload import Workload
 
 from .hf_models import numel
+from .ref_configs import assert_reference_equals_engine
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -363,28 +364,10 @@ REFERENCE_TYPES = ["zamba", "zamba2", "recurrent_gemma"]
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_type, data):
-    import dataclasses
-
-    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
-    from reference.model import build
-    from txcalc.memory import TrainingMemory
-
     cfg = from_hf_dict(data.draw(STRATEGIES[model_type], label="config.json"))
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 7), label="seq")
-    work = Workload(batch=batch, seq=seq)
-    model = build(cfg, torch.bfloat16, "meta")
-    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
-    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
-    f = count_flops(cfg, work)
-    assert (fwd, bwd) == (f.forward, f.backward)
-    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
-        for recompute in ("none", "full"):
-            model = build(cfg, dtype, "meta", recompute=recompute)
-            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
-            w = dataclasses.replace(work, recompute=recompute)
-            predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
-            assert predicted == by_layer(measured), (precision, recompute)
+    assert_reference_equals_engine(cfg, batch, seq)
 
 
 def test_reference_recurrent_block_computes_what_hf_computes():

@@ -20,6 +20,7 @@ from txcalc.memory import kv_cache_bytes
 from txcalc.workload import Workload
 
 from .hf_models import numel
+from .ref_configs import assert_reference_equals_engine
 from .test_hybrids import (EXAMPLES, HYBRID_STRATEGIES, LAYERS, SETTINGS, VOCAB, cache_bytes,
                            hf_causal_lm, hf_train_step_flops, maybe)
 
@@ -205,28 +206,10 @@ def test_bf16_serving_state_keeps_the_recurrent_state_in_fp32(model_type, data):
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_reference_model_params_flops_and_saved_bytes_equal_the_engine(model_type, data):
-    import dataclasses
-
-    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
-    from reference.model import build
-    from txcalc.memory import TrainingMemory
-
     cfg = from_hf_dict(data.draw(STRATEGIES[model_type], label="config.json"))
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 140), label="seq")  # one chunk of 64 or several
-    work = Workload(batch=batch, seq=seq)
-    model = build(cfg, torch.bfloat16, "meta")
-    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
-    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
-    f = count_flops(cfg, work)
-    assert (fwd, bwd) == (f.forward, f.backward)
-    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
-        for recompute in ("none", "full"):
-            model = build(cfg, dtype, "meta", recompute=recompute)
-            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
-            w = dataclasses.replace(work, recompute=recompute)
-            predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
-            assert predicted == by_layer(measured), (precision, recompute)
+    assert_reference_equals_engine(cfg, batch, seq)
 
 
 @pytest.mark.parametrize("S", [5, 64, 150])
