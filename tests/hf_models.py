@@ -72,3 +72,22 @@ def train_step_flops(raw: dict, batch: int, seq: int, src_seq: int | None = None
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
     return counter.get_total_flops()
+
+
+def dropout_saved_bytes(model, forward) -> int:
+    """The bytes a training step of ``model`` saves for backward beyond the same step in eval
+    mode (its dropout masks and dropped copies): ``forward()`` runs once in each mode under
+    saved_tensors_hooks (``reference.saved``), HF's eager-path warnings muted. The model is
+    left in eval mode."""
+    from reference.saved import saved_bytes_by_module
+
+    def saved() -> int:
+        per_module, _ = saved_bytes_by_module(model, forward)
+        return sum(per_module.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.train()
+        on = saved()
+        model.eval()
+        off = saved()
+    return on - off

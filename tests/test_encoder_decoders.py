@@ -23,7 +23,7 @@ from txcalc.errors import ConfigError
 from txcalc.hf import from_hf_dict
 from txcalc.workload import Workload
 
-from .hf_models import numel
+from .hf_models import dropout_saved_bytes, numel
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -289,13 +289,6 @@ def test_frozen_position_tables_are_not_trainable(model_type):
     assert planner == engine
 
 
-def hf_saved_bytes(model, inputs: dict) -> int:
-    """Unique bytes the HF model saves for backward over one forward with labels (meta)."""
-    from reference.saved import saved_bytes_by_module
-    per_module, _ = saved_bytes_by_module(model, lambda: model(**inputs).loss)
-    return sum(per_module.values())
-
-
 @pytest.mark.parametrize("model_type", ["bart", "mbart", "marian", "pegasus", "m2m_100",
                                         "whisper"])
 @settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
@@ -323,12 +316,7 @@ def test_dropout_masks_equal_hf(model_type, data):
         inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
                                                 dtype=torch.bfloat16, device="meta"),
                   "labels": ids}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.train()
-        on = hf_saved_bytes(model, inputs)
-        model.eval()
-        off = hf_saved_bytes(model, inputs)
+    dropped = dropout_saved_bytes(model, lambda: model(**inputs).loss)
 
     def act(dropout: bool) -> int:
         # HF BART-family eager attention: softmax in the activation dtype (bf16)
@@ -336,4 +324,4 @@ def test_dropout_masks_equal_hf(model_type, data):
                      softmax_fp32=False,
                      dropout_mask="act")
         return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
-    assert act(True) - act(False) == on - off
+    assert act(True) - act(False) == dropped

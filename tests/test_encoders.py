@@ -23,7 +23,7 @@ from txcalc.errors import ConfigError
 from txcalc.hf import from_hf_dict
 from txcalc.workload import Workload
 
-from .hf_models import numel
+from .hf_models import dropout_saved_bytes, numel
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -358,7 +358,6 @@ def test_deberta_dropout_masks_equal_hf(extra):
     under each recompute mode."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from reference.saved import saved_bytes_by_module
     from txcalc.memory import TrainingMemory
     raw = {"model_type": "deberta-v2", "hidden_size": 16, "num_attention_heads": 2,
            "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 20,
@@ -368,21 +367,13 @@ def test_deberta_dropout_masks_equal_hf(extra):
     model = hf_model(raw, "none", "cpu").to(torch.bfloat16)
     ids = torch.ones(1, 6, dtype=torch.long)
 
-    def measured() -> int:
-        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
-        return sum(per_module.values())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.train()
-        on = measured()
-        model.eval()
-        off = measured()
+    dropped = dropout_saved_bytes(model, lambda: model(input_ids=ids))
 
     def work(dropout: bool, recompute: str = "none", fp32: bool = False) -> Workload:
         return Workload(batch=1, seq=6, attn_impl="eager", dropout=dropout, dropout_mask="act",
                         softmax_fp32=fp32, recompute=recompute)
     act = lambda w: TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]  # noqa
-    assert act(work(True)) - act(work(False)) == on - off
+    assert act(work(True)) - act(work(False)) == dropped
     for recompute in ("none", "selective", "full"):
         ref = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
         got, _ = saved_by_module(ref, make_inputs(ref, 1, 6))
@@ -414,7 +405,6 @@ def test_dropout_masks_equal_hf(model_type, data):
     Wo, on the gated product): the bytes a training step saves beyond the same step in eval
     mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``), each field drawn on
     or off."""
-    from reference.saved import saved_bytes_by_module
     from txcalc.memory import TrainingMemory
     keys, fp32 = DROPOUT_KEYS[model_type]
     raw = data.draw(STRATEGIES[model_type], label="config.json")
@@ -425,21 +415,13 @@ def test_dropout_masks_equal_hf(model_type, data):
     model = hf_model(raw, "none").to(torch.bfloat16)
     ids = torch.ones(1, seq, dtype=torch.long, device="meta")
 
-    def measured() -> int:
-        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
-        return sum(per_module.values())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.train()
-        on = measured()
-        model.eval()
-        off = measured()
+    dropped = dropout_saved_bytes(model, lambda: model(input_ids=ids))
 
     def act(dropout: bool) -> int:
         w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",
                      softmax_fp32=fp32)
         return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
-    assert act(True) - act(False) == on - off
+    assert act(True) - act(False) == dropped
 
 
 @pytest.mark.parametrize("model_type", sorted(DROPOUT_KEYS))
@@ -623,7 +605,6 @@ def test_longformer_dropout_masks_equal_hf_and_the_reference(batch, seq, heads):
     reference model with dropout agrees per layer under each recompute mode (bf16 on meta)."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from reference.saved import saved_bytes_by_module
     from txcalc.memory import TrainingMemory
     raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": heads,
            "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
@@ -633,22 +614,13 @@ def test_longformer_dropout_masks_equal_hf_and_the_reference(batch, seq, heads):
     model = hf_model(raw, "none", "cpu")
     ids = torch.randint(2, 30, (batch, seq))
 
-    def measured() -> int:
-        per_module, _ = saved_bytes_by_module(
-            model, lambda: model(input_ids=ids).last_hidden_state.sum())
-        return sum(per_module.values())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.train()
-        on = measured()
-        model.eval()
-        off = measured()
+    dropped = dropout_saved_bytes(model, lambda: model(input_ids=ids).last_hidden_state.sum())
 
     def work(dropout: bool, recompute: str = "none") -> Workload:
         return Workload(batch=batch, seq=seq, dropout=dropout, dropout_mask="act",
                         recompute=recompute)
     act = lambda w: TrainingMemory(cfg, w, "fp32").to_json()["activations_bytes"]  # noqa
-    assert act(work(True)) - act(work(False)) == on - off > 0
+    assert act(work(True)) - act(work(False)) == dropped > 0
     for recompute in ("none", "selective", "full"):
         ref = build(cfg, torch.bfloat16, "meta", recompute=recompute, dropout=True)
         got, _ = saved_by_module(ref, make_inputs(ref, batch, seq))
@@ -763,23 +735,16 @@ def test_nomic_bert_dropout_masks_equal_hf(raw, hidden, probs, seq):
     attention_probs_dropout_prob on the probabilities): the bytes a training step saves beyond
     the same step in eval mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``;
     its eager softmax runs in the activation dtype)."""
-    from reference.saved import saved_bytes_by_module
     from txcalc.memory import TrainingMemory
     raw = dict(raw, hidden_dropout_prob=hidden, attention_probs_dropout_prob=probs)
     cfg = from_hf_dict(raw)
     model = hf_model(raw, "none").to(torch.bfloat16)
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
 
-    def measured() -> int:
-        per_module, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids))
-        return sum(per_module.values())
-    model.train()
-    on = measured()
-    model.eval()
-    off = measured()
+    dropped = dropout_saved_bytes(model, lambda: model(input_ids=ids))
 
     def act(dropout: bool) -> int:
         w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",
                      softmax_fp32=False)
         return TrainingMemory(cfg, w, "bf16-mixed").to_json()["activations_bytes"]
-    assert act(True) - act(False) == on - off
+    assert act(True) - act(False) == dropped
