@@ -2,7 +2,9 @@
 
 Each saved tensor is attributed to the innermost module running when autograd packed it, and
 counted once per storage (key: ``untyped_storage()._cdata``; on the meta device every
-``data_ptr()`` is 0). Parameters and buffers are excluded: they are model state, not
+``data_ptr()`` is 0). Each counted storage is held until the run ends, so that its key cannot be
+reused by a later storage (a freed storage's address may be handed out again) and that storage
+wrongly skipped as already counted. Parameters and buffers are excluded: they are model state, not
 activations.
 """
 
@@ -21,6 +23,7 @@ def saved_bytes_by_module(model: torch.nn.Module, run) -> tuple[dict[str, int], 
     state_ids = {t.untyped_storage()._cdata for t in list(model.parameters()) + list(model.buffers())}
     stack: list[str] = [""]
     seen: set[int] = set()
+    held: list = []  # the counted storages, so that no key in ``seen`` is reused during run()
     per_module: dict[str, int] = defaultdict(int)
     records: list[tuple] = []
 
@@ -44,6 +47,7 @@ def saved_bytes_by_module(model: torch.nn.Module, run) -> tuple[dict[str, int], 
         key = st._cdata
         if key not in seen and key not in state_ids:
             seen.add(key)
+            held.append(st)
             nbytes = st.nbytes()
             per_module[stack[-1]] += nbytes
             records.append((stack[-1], tuple(t.shape), t.dtype, nbytes))
