@@ -182,46 +182,23 @@ def _fake_rank(_: int, out_dir: str) -> None:
     """FSDP2 (bf16 compute, fp32 shards and reduction) on a fake process group of 8 under
     FakeTensorMode: FSDPMemTracker's per-rank peak of a micro-batch that accumulates onto
     existing gradients, then the AdamW step (one step first, outside the tracker)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.distributed.fsdp import MixedPrecisionPolicy
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    dist.init_process_group("fake", rank=0, world_size=8, store=FakeStore())
-    try:
-        with open(os.path.join(os.path.dirname(__file__), "data", "hf", "llama-3-8b.json")) as f:
-            raw = json.load(f)
-        raw.pop("model_type", None)
-        raw.pop("architectures", None)
-        cfg = LlamaConfig(**raw)
-        cfg._attn_implementation = "sdpa"
-        mesh = init_device_mesh("cpu", (8,))
-        with FakeTensorMode():
-            model = LlamaForCausalLM(cfg)
-            mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                             reduce_dtype=torch.float32)
-            for layer in model.model.layers:
-                fully_shard(layer, mesh=mesh, mp_policy=mp_policy)
-            fully_shard(model, mesh=mesh, mp_policy=mp_policy)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            ids = torch.randint(0, cfg.vocab_size, (1, FAKE_SEQ))
-            model(input_ids=ids, labels=ids).loss.backward()
-            opt.step()
-            opt.zero_grad()
-            model(input_ids=ids, labels=ids).loss.backward()  # micro-batch 1 of 2
-            tracker = FSDPMemTracker(model, opt)
-            tracker.track_inputs((ids,))
-            with tracker:
-                model(input_ids=ids, labels=ids).loss.backward()  # micro-batch 2 accumulates
-                opt.step()
-                opt.zero_grad()
-            peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
-        with open(os.path.join(out_dir, "fake.json"), "w") as f:
-            json.dump({str(getattr(k, "value", k)): int(v) for k, v in peak.items()}, f)
-    finally:
-        dist.destroy_process_group()
+    from .fsdp_fake import fake_pg, fsdp2_peak
+
+    with open(os.path.join(os.path.dirname(__file__), "data", "hf", "llama-3-8b.json")) as f:
+        raw = json.load(f)
+    raw.pop("model_type", None)
+    raw.pop("architectures", None)
+    cfg = LlamaConfig(**raw)
+    cfg._attn_implementation = "sdpa"
+    with fake_pg(8):
+        peak = fsdp2_peak(lambda: LlamaForCausalLM(cfg), 8, FAKE_SEQ,
+                          mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                         reduce_dtype=torch.float32))
+    with open(os.path.join(out_dir, "fake.json"), "w") as f:
+        json.dump(peak, f)
 
 
 FAKE_SEQ = 2048

@@ -224,47 +224,21 @@ def _fsdp2_zero2_zero3(_: int, out_dir: str) -> None:
     """FSDP2 on a fake process group of 8 under FakeTensorMode, an embedding-dominated tiny
     Llama: the per-rank peak (FSDPMemTracker) with reshard_after_forward True (ZeRO-3) and
     False (ZeRO-2), bf16 compute with fp32 shards and reduction, AdamW."""
-    import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from transformers import LlamaConfig, LlamaForCausalLM
     import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    dist.init_process_group("fake", rank=0, world_size=8, store=FakeStore())
-    try:
-        cfg = LlamaConfig(**TINY_EMBED)
-        cfg._attn_implementation = "sdpa"
-        mesh = init_device_mesh("cpu", (8,))
-        out = {}
-        for reshard in (True, False):
-            with FakeTensorMode():
-                model = LlamaForCausalLM(cfg)
-                mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                for layer in model.model.layers:
-                    fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-                fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-                opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-                ids = torch.randint(0, cfg.vocab_size, (1, 64))
-                model(input_ids=ids, labels=ids).loss.backward()
-                opt.step()
-                opt.zero_grad()
-                model(input_ids=ids, labels=ids).loss.backward()
-                tracker = FSDPMemTracker(model, opt)
-                tracker.track_inputs((ids,))
-                with tracker:
-                    model(input_ids=ids, labels=ids).loss.backward()
-                    opt.step()
-                    opt.zero_grad()
-                peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
-            out["zero3" if reshard else "zero2"] = {str(getattr(k, "value", k)): int(v)
-                                                    for k, v in peak.items()}
-        with open(os.path.join(out_dir, "zero.json"), "w") as f:
-            json.dump(out, f)
-    finally:
-        dist.destroy_process_group()
+    from .fsdp_fake import fake_pg, fsdp2_peak
+
+    cfg = LlamaConfig(**TINY_EMBED)
+    cfg._attn_implementation = "sdpa"
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    with fake_pg(8):
+        out = {"zero3" if reshard else "zero2":
+               fsdp2_peak(lambda: LlamaForCausalLM(cfg), 8, 64, mp_policy=mp, reshard=reshard)
+               for reshard in (True, False)}
+    with open(os.path.join(out_dir, "zero.json"), "w") as f:
+        json.dump(out, f)
 
 
 def test_zero3_vs_zero2_fsdp2_fake_pg(tmp_path):
@@ -311,64 +285,39 @@ def _fsdp2_policies(_: int, out_dir: str) -> None:
     Policies as FSDP2 runs them: fp32 and bf16 models with no MixedPrecisionPolicy (AdamW's
     states in the parameter dtype); bf16-/fp16-mixed: fp32 model, param_dtype bf16/fp16,
     reduce_dtype fp32. SGD with momentum 0.9; "none": gradients only (zero_grad on the model)."""
-    import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from transformers import LlamaConfig, LlamaForCausalLM
     import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from transformers import LlamaConfig, LlamaForCausalLM
 
+    from .fsdp_fake import fake_pg, fsdp2_peak
+
+    cfg = LlamaConfig(**ODD_VOCAB)
+    cfg._attn_implementation = "sdpa"
     out = {}
-    for world in FSDP2_WORLDS:
-        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+
+    def make_model(policy):
+        torch.set_default_dtype(torch.bfloat16 if policy == "bf16" else torch.float32)
         try:
-            cfg = LlamaConfig(**ODD_VOCAB)
-            cfg._attn_implementation = "sdpa"
-            mesh = init_device_mesh("cpu", (world,))
+            model = LlamaForCausalLM(cfg)
+        finally:
+            torch.set_default_dtype(torch.float32)
+        out["params"] = sum(p.numel() for p in model.parameters())
+        return model
+
+    for world in FSDP2_WORLDS:
+        with fake_pg(world):
             for policy in FSDP2_POLICIES:
+                mp = None
+                if policy.endswith("-mixed"):
+                    mp = MixedPrecisionPolicy(param_dtype={"bf16": torch.bfloat16,
+                                                           "fp16": torch.float16}[policy[:4]],
+                                              reduce_dtype=torch.float32)
                 for optimizer in FSDP2_OPTIMIZERS:
                     for reshard in (True, False):
-                        with FakeTensorMode():
-                            torch.set_default_dtype(torch.bfloat16 if policy == "bf16"
-                                                    else torch.float32)
-                            try:
-                                model = LlamaForCausalLM(cfg)
-                            finally:
-                                torch.set_default_dtype(torch.float32)
-                            out["params"] = sum(p.numel() for p in model.parameters())
-                            kw = {}
-                            if policy.endswith("-mixed"):
-                                kw["mp_policy"] = MixedPrecisionPolicy(
-                                    param_dtype=getattr(torch, policy[:4].replace(
-                                        "bf16", "bfloat16").replace("fp16", "float16")),
-                                    reduce_dtype=torch.float32)
-                            for layer in model.model.layers:
-                                fully_shard(layer, mesh=mesh, reshard_after_forward=reshard,
-                                            **kw)
-                            fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **kw)
-                            opt = {"adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-4),
-                                   "sgd": lambda ps: torch.optim.SGD(ps, lr=1e-4, momentum=0.9),
-                                   "none": lambda ps: None}[optimizer](model.parameters())
-                            ids = torch.randint(0, cfg.vocab_size, (1, 64))
-
-                            def step():
-                                model(input_ids=ids, labels=ids).loss.backward()
-                                if opt is not None:
-                                    opt.step()
-                                (opt or model).zero_grad()
-                            step()
-                            model(input_ids=ids, labels=ids).loss.backward()
-                            tracker = FSDPMemTracker(model, opt)
-                            tracker.track_inputs((ids,))
-                            with tracker:
-                                step()
-                            peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
                         key = f"{world}/{policy}/{optimizer}/{3 if reshard else 2}"
-                        out[key] = {str(getattr(k, "value", k)): int(v) for k, v in peak.items()}
-        finally:
-            dist.destroy_process_group()
+                        out[key] = fsdp2_peak(lambda: make_model(policy), world, 64,
+                                              mp_policy=mp, reshard=reshard,
+                                              optimizer=optimizer)
     with open(os.path.join(out_dir, "policies.json"), "w") as f:
         json.dump(out, f)
 

@@ -40,49 +40,32 @@ def _raw() -> dict:
 
 
 def _fake_rank(_: int, out_dir: str) -> None:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.distributed.fsdp import MixedPrecisionPolicy
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
-    try:
-        raw = _raw()
-        raw.pop("model_type", None)
-        raw.pop("architectures", None)
-        cfg = LlamaConfig(**raw)
-        cfg._attn_implementation = "sdpa"
-        mesh = init_device_mesh("cpu", (WORLD,))
-        with FakeTensorMode():
-            model = LlamaForCausalLM(cfg)
-            # the block Linears in fp8, lm_head in bf16 (the planner's fp8 ops)
-            convert_to_float8_training(
-                model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True),
-                module_filter_fn=lambda mod, name: name != "lm_head")
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            for layer in model.model.layers:
-                fully_shard(layer, mesh=mesh, mp_policy=mp)
-            fully_shard(model, mesh=mesh, mp_policy=mp)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            ids = torch.randint(0, cfg.vocab_size, (1, SEQ))
-            model(input_ids=ids, labels=ids).loss.backward()
-            opt.step()
-            opt.zero_grad()
-            model(input_ids=ids, labels=ids).loss.backward()  # micro-batch 1 of 2
-            tracker = FSDPMemTracker(model, opt)
-            tracker.track_inputs((ids,))
-            with tracker:
-                model(input_ids=ids, labels=ids).loss.backward()
-                opt.step()
-                opt.zero_grad()
-            peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
-        with open(os.path.join(out_dir, "fp8.json"), "w") as f:
-            json.dump({str(getattr(k, "value", k)): int(v) for k, v in peak.items()}, f)
-    finally:
-        dist.destroy_process_group()
+    from .fsdp_fake import fake_pg, fsdp2_peak
+
+    raw = _raw()
+    raw.pop("model_type", None)
+    raw.pop("architectures", None)
+    cfg = LlamaConfig(**raw)
+    cfg._attn_implementation = "sdpa"
+
+    def make_model():
+        model = LlamaForCausalLM(cfg)
+        # the block Linears in fp8, lm_head in bf16 (the planner's fp8 ops)
+        convert_to_float8_training(
+            model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True),
+            module_filter_fn=lambda mod, name: name != "lm_head")
+        return model
+
+    with fake_pg(WORLD):
+        peak = fsdp2_peak(make_model, WORLD, SEQ,
+                          mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                         reduce_dtype=torch.float32))
+    with open(os.path.join(out_dir, "fp8.json"), "w") as f:
+        json.dump(peak, f)
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
