@@ -228,13 +228,22 @@ def setting_and_layout(run: Run, profile=None):
 
 
 def predict(run: Run, profile=None) -> dict:
-    """The planner's step time, tokens/s per GPU, MFU and peak bytes per GPU for the run."""
+    """The planner's step time, tokens/s per GPU, MFU and peak bytes per GPU for the run.
+
+    ``peak_bytes`` is the planner's per-GPU total (what it checks against the GPU's usable
+    memory): the tensors plus its framework allowance (``parallel.evaluate.Overheads``: NCCL
+    and bucket buffers, the caching allocator's fragmentation slack). ``allocated_bytes`` is
+    the tensors alone, what ``torch.cuda.max_memory_allocated`` counts: NCCL allocates its
+    buffers outside PyTorch's allocator and fragmentation is reserved, not allocated bytes, so
+    a measured peak is compared with this one (``Row.memory_error``)."""
     from .parallel.evaluate import evaluate_layouts
     setting, layout = setting_and_layout(run, profile)
     r = evaluate_layouts(setting, [layout])
     step = float(r["step_time_s"][0])
+    total = int(r["total_bytes"][0])
     return {"step_time_s": step, "tokens_per_s_per_gpu": float(r["tokens_per_s"][0]) / layout.gpus,
-            "mfu": float(r["mfu"][0]), "peak_bytes": int(r["total_bytes"][0]),
+            "mfu": float(r["mfu"][0]), "peak_bytes": total,
+            "allocated_bytes": total - int(r["framework_bytes"][0]),
             "model_flops_step": float(r["model_flops_step"])}
 
 
@@ -299,9 +308,11 @@ class Row:
 
     @property
     def memory_error(self) -> float | None:
+        """predicted tensor bytes (``predict``'s allocated_bytes: no framework allowance) /
+        the measured peak - 1."""
         if self.pending or self.measured_peak is None or self.predicted is None:
             return None
-        return self.predicted["peak_bytes"] / self.measured_peak - 1.0
+        return self.predicted["allocated_bytes"] / self.measured_peak - 1.0
 
     @property
     def peak_stat(self) -> str | None:
