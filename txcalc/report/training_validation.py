@@ -160,7 +160,12 @@ def render(data: dict) -> str:
             "reserved-allocated gap, and none is fitted here "
             "(`published_runs.PEAK_STATS`). nvidia-smi totals (reserved plus the CUDA "
             "context) would be treated the same way.", "",
-            "Published allocated peaks in the table: nanotron's bench_cluster runs of a 1.1B "
+            "Memory is never fitted, so every memory row is a test row. Published allocated "
+            "peaks in the table: Megatron-LM's functional tests on H100 (each test case's "
+            "model_config.yaml states every argument; golden_values_dev_dgx_h100.json holds "
+            "`mem-max-allocated-bytes`, `torch.cuda.memory_stats()['allocated_bytes.all.peak']` "
+            "of the last rank, so the last pipeline stage is predicted) and nanotron's "
+            "bench_cluster runs of a 1.1B "
             "Llama (huggingface.co/nanotron/old_bench, each run's config.yaml and "
             "log_metrics.csv: `Peak allocated` is rank 0's `torch.cuda.max_memory_allocated`); "
             "only its pipeline-free runs are rows (nanotron places blocks on pipeline stages by "
