@@ -178,7 +178,22 @@ def render(data: dict) -> str:
             "H800s, 28.8 to 69.1 GB, but its sequence length, vocabulary and norm are not "
             "stated, and picking them would be fitting); LitGPT's resource tables "
             "(`max_memory_allocated`, but LoRA and adapter finetunes on variable-length Alpaca "
-            "samples: issue 14's).", "",
+            "samples: issue 14's); torchtune's README tables (\"based on GPU peak memory "
+            "reserved\", fine-tuning on variable-length samples); Llama 3 (arXiv:2407.21783 "
+            "section 3.3.2 describes the pipeline stages' memory imbalance but states no "
+            "per-GPU peak).", "",
+            "Why the allocated rows miss, where known: nanotron's `REDUCE_SCATTER` column "
+            "linears all-gather their input and save the gathered T x D tensor (Megatron's "
+            "sequence parallelism, which txcalc models, saves the T x D / t shard and gathers "
+            "again in backward), and nanotron keeps a contiguous k/v copy and o_proj's reshaped "
+            "input: `tests/test_training_validation.py::"
+            "test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps` itemises the "
+            "gap per token. On Megatron's interleaved 7B row the measured rank is the last "
+            "stage, which txcalc gives one micro-batch in flight (`parallel.evaluate`: "
+            "pp - stage), while Megatron's interleaved schedule warms up "
+            "(pp - r - 1) x 2 + (v - 1) x pp model chunks on rank r "
+            "(`forward_backward_pipelining_with_interleaving`): 29 of its 32 one-layer chunks "
+            "here.", "",
             "## Rows", "",
             "| run | split | GPU | GPUs | TP/PP/DP/CP | seq | batch | recompute | "
             "measured tok/s/GPU | before | err | after | err | measured GiB | predicted GiB | "
