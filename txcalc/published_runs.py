@@ -27,7 +27,10 @@ what txcalc predicts) or ``reserved`` (``max_memory_reserved``: allocated plus t
 allocator's cached, fragmented and rounded-up segments). No published rule gives the
 reserved-allocated gap (it depends on the allocation sequence, ``expandable_segments`` and
 fragmentation), so reserved peaks are shown with their error but stay out of the memory goal
-(``Row.memory_error_counts``).
+(``Row.memory_error_counts``). The prediction a peak is compared with is the tensors' bytes
+(``predict``'s ``allocated_bytes``: no framework allowance) of the pipeline stage whose rank
+logged it (``setup.measured_stage``, MEASURED_STAGES: the largest over stages by default).
+Memory is never fitted: every memory row is a test row.
 
 A run's ``flags`` (``setup.flags``) name setup features beyond the Layout in the planner's
 own words (``FLAGS``: a kernel stack, communication overlap, partial recompute);
@@ -75,6 +78,7 @@ class Run:
     measured: dict = field(hash=False)
     assumed: str = ""
     pending: str = ""
+    context_quote: str = ""  #: what the source says around the quoted row (its setup)
     optional_flags: tuple[str, ...] = ()
 
     @property
@@ -103,6 +107,7 @@ def load_runs(path: str | Path | None = None) -> list[Run]:
                     quote=str(r["quote"]), model=dict(r["model"]), setup=dict(r["setup"]),
                     measured=dict(r["measured"]), assumed=str(r.get("assumed", "")),
                     pending=str(r.get("pending", "")),
+                    context_quote=str(r.get("context_quote", "")),
                     optional_flags=tuple(r.get("optional_flags", ())))
                 for r in doc["runs"]]
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -113,6 +118,9 @@ def load_runs(path: str | Path | None = None) -> list[Run]:
     bad += [f"{r.id}: peak_gib without a peak_stat of {PEAK_STATS} "
             f"(got {r.measured.get('peak_stat')!r})" for r in runs
             if "peak_gib" in r.measured and r.measured.get("peak_stat") not in PEAK_STATS]
+    bad += [f"{r.id}: measured_stage {r.setup.get('measured_stage')!r} (one of "
+            f"{', '.join(MEASURED_STAGES)})" for r in runs
+            if r.setup.get("measured_stage", "max") not in MEASURED_STAGES]
     ids = [r.id for r in runs]
     bad += [f"{i}: given twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
     if bad:
@@ -227,14 +235,34 @@ def setting_and_layout(run: Run, profile=None):
     return setting, layout
 
 
+#: the pipeline stage whose memory a run's measured peak is (``setup.measured_stage``): the
+#: planner's peak is the largest over stages ("max", the default); a peak logged by one rank
+#: is that rank's stage (Megatron-LM logs memory from the last rank, nanotron from rank 0)
+MEASURED_STAGES = {"max": None, "first": lambda pp: [0], "last": lambda pp: [pp - 1]}
+
+
 def predict(run: Run, profile=None) -> dict:
-    """The planner's step time, tokens/s per GPU, MFU and peak bytes per GPU for the run."""
+    """The planner's step time, tokens/s per GPU, MFU and peak bytes per GPU for the run.
+
+    ``peak_bytes`` is the planner's per-GPU total (what it checks against the GPU's usable
+    memory): the tensors plus its framework allowance (``parallel.evaluate.Overheads``: NCCL
+    and bucket buffers, the caching allocator's fragmentation slack). ``allocated_bytes`` is
+    the tensors alone, what ``torch.cuda.max_memory_allocated`` counts: NCCL allocates its
+    buffers outside PyTorch's allocator and fragmentation is reserved, not allocated bytes, so
+    a measured peak is compared with this one (``Row.memory_error``)."""
     from .parallel.evaluate import evaluate_layouts
     setting, layout = setting_and_layout(run, profile)
     r = evaluate_layouts(setting, [layout])
     step = float(r["step_time_s"][0])
+    total = int(r["total_bytes"][0])
+    stage = MEASURED_STAGES[run.setup.get("measured_stage", "max")]
+    if stage is not None:  # the memory of the pipeline stage whose rank logged the peak
+        m = evaluate_layouts(setting, [layout], stages=stage)
+        total = int(m["total_bytes"][0])
+        r = dict(r, framework_bytes=m["framework_bytes"])
     return {"step_time_s": step, "tokens_per_s_per_gpu": float(r["tokens_per_s"][0]) / layout.gpus,
-            "mfu": float(r["mfu"][0]), "peak_bytes": int(r["total_bytes"][0]),
+            "mfu": float(r["mfu"][0]), "peak_bytes": total,
+            "allocated_bytes": total - int(r["framework_bytes"][0]),
             "model_flops_step": float(r["model_flops_step"])}
 
 
@@ -299,9 +327,11 @@ class Row:
 
     @property
     def memory_error(self) -> float | None:
+        """predicted tensor bytes (``predict``'s allocated_bytes: no framework allowance) /
+        the measured peak - 1."""
         if self.pending or self.measured_peak is None or self.predicted is None:
             return None
-        return self.predicted["peak_bytes"] / self.measured_peak - 1.0
+        return self.predicted["allocated_bytes"] / self.measured_peak - 1.0
 
     @property
     def peak_stat(self) -> str | None:

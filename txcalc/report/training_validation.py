@@ -150,13 +150,27 @@ def render(data: dict) -> str:
             f"{'' if st['n_memory'] else ' (no test row publishes an allocated peak)'}.", "",
             "Memory is compared like for like: txcalc predicts allocated bytes (live tensors, "
             "`torch.cuda.max_memory_allocated`), so only measured peaks of that statistic count "
-            "towards the goal. A measured peak of the caching allocator's reserved bytes "
+            "towards the goal, and the prediction compared is the tensors alone (`predict`'s "
+            "`allocated_bytes`), without the planner's framework allowance (NCCL and bucket "
+            "buffers, which NCCL allocates outside PyTorch's allocator, and 5 % fragmentation "
+            "slack, which is reserved, not allocated): the `planner GiB` column is the planner's "
+            "per-GPU total with that allowance. A measured peak of the caching allocator's reserved bytes "
             "(`max_memory_reserved`: allocated plus cached, fragmented and rounded-up segments) "
             "is shown with its error but not compared: no published rule gives the "
             "reserved-allocated gap, and none is fitted here "
             "(`published_runs.PEAK_STATS`). nvidia-smi totals (reserved plus the CUDA "
             "context) would be treated the same way.", "",
-            "Published allocated peaks looked for and not usable as rows yet: torchtitan's "
+            "Memory is never fitted, so every memory row is a test row. Published allocated "
+            "peaks in the table: Megatron-LM's functional tests on H100 (each test case's "
+            "model_config.yaml states every argument; golden_values_dev_dgx_h100.json holds "
+            "`mem-max-allocated-bytes`, `torch.cuda.memory_stats()['allocated_bytes.all.peak']` "
+            "of the last rank, so the last pipeline stage is predicted) and nanotron's "
+            "bench_cluster runs of a 1.1B "
+            "Llama (huggingface.co/nanotron/old_bench, each run's config.yaml and "
+            "log_metrics.csv: `Peak allocated` is rank 0's `torch.cuda.max_memory_allocated`); "
+            "only its pipeline-free runs are rows (nanotron places blocks on pipeline stages by "
+            "compute cost with the embedding and head on the end stages, which txcalc's even "
+            "split does not express). Published peaks looked for and not usable as rows yet: torchtitan's "
             "performance tables (its logger prints `max_reserved_gib`: read at 3faaa1a0d, "
             "d4c86e375 and today's main); Megatron-LM PR #482 "
             "(`tools/get_training_info/README.md`: "
@@ -164,12 +178,27 @@ def render(data: dict) -> str:
             "H800s, 28.8 to 69.1 GB, but its sequence length, vocabulary and norm are not "
             "stated, and picking them would be fitting); LitGPT's resource tables "
             "(`max_memory_allocated`, but LoRA and adapter finetunes on variable-length Alpaca "
-            "samples: issue 14's).", "",
+            "samples: issue 14's); torchtune's README tables (\"based on GPU peak memory "
+            "reserved\", fine-tuning on variable-length samples); Llama 3 (arXiv:2407.21783 "
+            "section 3.3.2 describes the pipeline stages' memory imbalance but states no "
+            "per-GPU peak).", "",
+            "Why the allocated rows miss, where known: nanotron's `REDUCE_SCATTER` column "
+            "linears all-gather their input and save the gathered T x D tensor (Megatron's "
+            "sequence parallelism, which txcalc models, saves the T x D / t shard and gathers "
+            "again in backward), and nanotron keeps a contiguous k/v copy and o_proj's reshaped "
+            "input: `tests/test_training_validation.py::"
+            "test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps` itemises the "
+            "gap per token. On Megatron's interleaved 7B row the measured rank is the last "
+            "stage, which txcalc gives one micro-batch in flight (`parallel.evaluate`: "
+            "pp - stage), while Megatron's interleaved schedule warms up "
+            "(pp - r - 1) x 2 + (v - 1) x pp model chunks on rank r "
+            "(`forward_backward_pipelining_with_interleaving`): 29 of its 32 one-layer chunks "
+            "here.", "",
             "## Rows", "",
             "| run | split | GPU | GPUs | TP/PP/DP/CP | seq | batch | recompute | "
             "measured tok/s/GPU | before | err | after | err | measured GiB | predicted GiB | "
-            "mem err | status |",
-            "|---|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "mem err | planner GiB | status |",
+            "|---|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for b, a in zip(before, after):
         s = a.run.setup
         status = a.pending or ("memory only" if a.measured_step_s is None else "")
@@ -190,8 +219,9 @@ def render(data: dict) -> str:
             f"{_pct(b.throughput_error) if not b.pending else '-'} | {_tok(a, False)} | "
             f"{_pct(a.throughput_error)} | {_gib(a.measured_peak)}"
             f"{' (' + a.peak_stat + ')' if a.peak_stat else ''} | "
-            f"{_gib(a.predicted['peak_bytes'] if a.predicted else None)} | "
-            f"{_pct(a.memory_error)} | {status} |")
+            f"{_gib(a.predicted['allocated_bytes'] if a.predicted else None)} | "
+            f"{_pct(a.memory_error)} | "
+            f"{_gib(a.predicted['peak_bytes'] if a.predicted else None)} | {status} |")
     out += ["", "## Sources, quotes and assumptions", ""]
     seen = set()
     for r in data["runs"]:
