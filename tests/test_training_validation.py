@@ -267,9 +267,9 @@ def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data):
         o_proj: F.linear on the transposed attention output reshapes it to a copy: 2D / t
         the final norm's gathered input to lm_head: 2D - 2D / t (once)
 
-    The measured slope exceeds the engine's by these plus 2048 bytes a block (8192 / t, not
-    traced to a line of code without a GPU, and found from these two rows): 273,408 bytes a
-    token, within 0.1 % (273,650 measured; the MiB figures are rounded to 0.01 MiB)."""
+    These traced items are 224,256 bytes a token of the measured 273,650 (the MiB figures are
+    rounded to 0.01 MiB): they explain 82 % of the gap; the rest (49,394 bytes a token, about
+    2,058 a block) is not traced to a line of code, and is not fitted here."""
     rows = {r.run.id: r for r in data["after"]}
     a = rows["nanotron-bench-llama-1b-64gpu-dp-16_tp-4_pp-1_mbz-4"]
     b = rows["nanotron-bench-llama-1b-64gpu-dp-16_tp-4_pp-1_mbz-2"]
@@ -279,9 +279,10 @@ def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data):
     D, t, L = 2048, 4, 24
     nanotron_keeps = L * (2 * (2 * D - 2 * D // t) + 2 * 2 * D // t + 2 * D // t) \
         + (2 * D - 2 * D // t)
-    untraced = L * 8192 // t
-    assert nanotron_keeps + untraced == 273_408
-    assert measured - engine == pytest.approx(nanotron_keeps + untraced, rel=1e-3)
+    assert nanotron_keeps == 224_256
+    gap = measured - engine
+    assert nanotron_keeps < gap  # what nanotron keeps explains most of the gap, not more
+    assert 0.80 < nanotron_keeps / gap < 0.85
 
 
 @pytest.mark.parametrize("run", [r for r in load_runs() if r.id.startswith("mcore-ci-")],
