@@ -1,0 +1,75 @@
+"""KV capacity against more published vLLM logs (txcalc.serving.kv_capacity), one test per row,
+each with its source and the quoted figures.
+
+Which rows calibrate what: nothing in txcalc/serving.py is fitted to the rows below. Its
+constants are vLLM's defaults (utilisation 0.9, block size 16, max_num_seqs 256, the profiled
+step), the planner's framework terms (``Overheads``: 1 GiB CUDA context + workspaces, 0.5 GiB
+NCCL buffers when TP x PP > 1) and ``CUDA_VISIBLE_FRACTION``, all set before these logs were
+added. Every row here is a test row. Where a row needs what CUDA reports as the GPU's total (a
+device property, not a model constant), the figure is quoted from a log of the same GPU model
+and given to txcalc the way a user gives it (``Gpu.usable_bytes`` through ``usable_given``,
+i.e. ``--gpu-gb``); its source is named beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from txcalc.hardware import get_gpu
+from txcalc.serving import kv_capacity
+
+GiB = 2**30
+
+# --- vLLM v0.4.1+ (commit 73c8d67) on one RTX A6000, four models --------------------------------
+#: https://github.com/vllm-project/vllm/pull/4454 (mgoin, 2024-04-29, "[Misc] Upgrade to
+#: torch==2.3.0"): "here are my results for kv cache block allocation using an A6000 ... Using
+#: main's current HEAD commit 73c8d677e57e42374bcfb2271b8f1cf7f2c0a486:
+#:   > python -c 'from vllm import LLM;LLM("meta-llama/Meta-Llama-3-8B-Instruct")'
+#:   INFO 04-29 19:12:48 gpu_executor.py:118] # GPU blocks: 13248, # CPU blocks: 2048
+#:   > python -c 'from vllm import LLM;LLM("teknium/OpenHermes-2.5-Mistral-7B")'
+#:   INFO 04-29 19:13:07 gpu_executor.py:118] # GPU blocks: 12735, # CPU blocks: 2048
+#:   > python -c 'from vllm import LLM;LLM("TheBloke/Llama-2-7B-GPTQ")'
+#:   INFO 04-29 19:13:19 gpu_executor.py:118] # GPU blocks: 4877, # CPU blocks: 512
+#:   > python -c 'from vllm import LLM;LLM("TheBloke/zephyr-7B-beta-AWQ")'
+#:   INFO 04-29 19:13:37 gpu_executor.py:118] # GPU blocks: 17641, # CPU blocks: 2048"
+#: Every engine argument is vLLM's default: utilisation 0.9, blocks of 16 tokens, max_num_seqs
+#: 256, max_model_len = the config's max_position_embeddings (8,192 for Llama 3; 32,768 for the
+#: two Mistral-7B fine-tunes, HF config.json of teknium/OpenHermes-2.5-Mistral-7B and
+#: HuggingFaceH4/zephyr-7b-beta; 4,096 for Llama 2), no chunked prefill, so the profile runs
+#: max(max_model_len, 2048) tokens. v0.4 sizes the cache from the memory in use after the profile
+#: (PR #2031, #2863: init free - free after profile_run, caching-allocator reserve included):
+#: engine "vllm-0.2". CUDA graphs are captured after the cache is sized. The RTX A6000's CUDA
+#: total is the catalog's (48 GiB x 0.99 = 47.52 GiB). GPTQ / AWQ: TheBloke's main branches,
+#: 4-bit, group 128 (their quantize_config.json / quant_config.json), fp16 activations.
+A6000_PR4454 = [
+    ("llama-3-8b", 8192, None, 13248),  # Meta-Llama-3-8B-Instruct
+    ("mistral-7b", 32768, None, 12735),  # OpenHermes-2.5-Mistral-7B (32,002 tokens of vocab)
+    ("llama-2-7b", 4096, "int4-g128", 4877),  # Llama-2-7B-GPTQ
+    ("mistral-7b", 32768, "awq-int4-g128", 17641),  # zephyr-7B-beta-AWQ
+]
+
+
+@pytest.mark.parametrize("model,max_len,weights,blocks", A6000_PR4454)
+def test_kv_blocks_rtx_a6000_vllm041_pr4454(model, max_len, weights, blocks):
+    c = kv_capacity(model, "rtx-a6000", max_model_len=max_len, weights=weights,
+                    engine="vllm-0.2")
+    assert c.max_num_batched_tokens == max(max_len, 2048) and c.tp == 1
+    assert c.held_allreduce_bytes == 0  # one GPU: no all-reduce
+    assert abs(c.kv_blocks / blocks - 1) <= 0.03, (model, weights, c.kv_blocks, blocks)
+
+
+# --- vLLM v0.6.4 on one RTX 3090: the profiled step past 32K ------------------------------------
+#: What CUDA reports as an RTX 3090's total (torch.cuda.mem_get_info()[1], vLLM's
+#: total_gpu_memory): "the current vLLM instance can use total_gpu_memory (23.58GiB) x
+#: gpu_memory_utilization (0.99)" in davidsyoung's log of his 16 x RTX 3090 rig
+#: (https://github.com/vllm-project/vllm/pull/14447, comment of 2025-04-12; the rig:
+#: https://github.com/ikawrakow/ik_llama.cpp/issues/263 "Benchmarking DeepSeek R1 - 16x3090").
+#: The catalog row's figure (24 GiB x CUDA_VISIBLE_FRACTION = 23.76 GiB) is 0.18 GiB above it.
+RTX3090_CUDA_TOTAL = int(23.58 * GiB)
+
+
+def rtx3090():
+    """The catalog's RTX 3090 with CUDA's total as a 3090 reports it (the user's --gpu-gb)."""
+    return dataclasses.replace(get_gpu("rtx-3090"), usable_given=RTX3090_CUDA_TOTAL)
