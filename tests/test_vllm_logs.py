@@ -34,6 +34,8 @@ GiB = 2**30
 #:   INFO 04-29 19:13:19 gpu_executor.py:118] # GPU blocks: 4877, # CPU blocks: 512
 #:   > python -c 'from vllm import LLM;LLM("TheBloke/zephyr-7B-beta-AWQ")'
 #:   INFO 04-29 19:13:37 gpu_executor.py:118] # GPU blocks: 17641, # CPU blocks: 2048"
+#: and, before those, "> python -c 'from vllm import LLM;LLM("facebook/opt-125m")'
+#:   INFO 04-29 19:12:30 gpu_executor.py:118] # GPU blocks: 75937, # CPU blocks: 7281"
 #: Every engine argument is vLLM's default: utilisation 0.9, blocks of 16 tokens, max_num_seqs
 #: 256, max_model_len = the config's max_position_embeddings (8,192 for Llama 3; 32,768 for the
 #: two Mistral-7B fine-tunes, HF config.json of teknium/OpenHermes-2.5-Mistral-7B and
@@ -43,7 +45,14 @@ GiB = 2**30
 #: engine "vllm-0.2". CUDA graphs are captured after the cache is sized. The RTX A6000's CUDA
 #: total is the catalog's (48 GiB x 0.99 = 47.52 GiB). GPTQ / AWQ: TheBloke's main branches,
 #: 4-bit, group 128 (their quantize_config.json / quant_config.json), fp16 activations.
+#: facebook/opt-125m (no preset): its HF config.json, below (max_model_len 2,048, fp16).
+OPT_125M = {"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 768,
+            "ffn_dim": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+            "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 768,
+            "do_layer_norm_before": True, "activation_function": "relu",
+            "enable_bias": True, "torch_dtype": "float16"}
 A6000_PR4454 = [
+    ("opt-125m", 2048, None, 75937),
     ("llama-3-8b", 8192, None, 13248),  # Meta-Llama-3-8B-Instruct
     ("mistral-7b", 32768, None, 12735),  # OpenHermes-2.5-Mistral-7B (32,002 tokens of vocab)
     ("llama-2-7b", 4096, "int4-g128", 4877),  # Llama-2-7B-GPTQ
@@ -53,6 +62,9 @@ A6000_PR4454 = [
 
 @pytest.mark.parametrize("model,max_len,weights,blocks", A6000_PR4454)
 def test_kv_blocks_rtx_a6000_vllm041_pr4454(model, max_len, weights, blocks):
+    if model == "opt-125m":
+        from txcalc.hf import from_hf_dict
+        model = from_hf_dict(OPT_125M, "facebook/opt-125m")
     c = kv_capacity(model, "rtx-a6000", max_model_len=max_len, weights=weights,
                     engine="vllm-0.2")
     assert c.max_num_batched_tokens == max(max_len, 2048) and c.tp == 1
@@ -73,3 +85,31 @@ RTX3090_CUDA_TOTAL = int(23.58 * GiB)
 def rtx3090():
     """The catalog's RTX 3090 with CUDA's total as a 3090 reports it (the user's --gpu-gb)."""
     return dataclasses.replace(get_gpu("rtx-3090"), usable_given=RTX3090_CUDA_TOTAL)
+
+
+def test_v0_profiles_a_512_token_step_past_32k_issue10517():
+    """V0's rule past 32K (txcalc engine "vllm-0.6"): with max_model_len > 32,768 vLLM V0 turns
+    chunked prefill on by default and profiles one 512-token step, not the whole length.
+
+    Source: https://github.com/vllm-project/vllm/issues/10517, kaspersiminski's comment of
+    2024-12-02 (RTX 3090, meta-llama/Llama-3.1-8B-Instruct, vLLM v0.6.4, utilisation 0.90):
+    "35k - OK ... Loading model weights took 14.9888 GB / Memory profiling results:
+    total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=15.05GiB". The
+    rest of that log (its "# GPU blocks") is cut off in the stored copy of the comment, so this row tests
+    the profiled step through the torch peak (weights + the step's activation peak), not
+    kv_blocks. The peak separates the rules: 512 tokens +2.2 %, V1's 8,192 +5.0 %, the whole
+    35,000 tokens (no chunking, v0.2) +23 %.
+
+    What this row also shows, left as it is: at 512 tokens txcalc's peak is the sampler over
+    256 rows of logits (SAMPLER_BYTES_PER_LOGIT = 14: 0.43 GiB), while the log's peak sits only
+    0.06 GiB above its weights (14.99 GiB), i.e. about the bf16 logits alone (256 x 128,256 x
+    2 B = 0.061 GiB); no other cited log measures the sampler's share, so the constant is not
+    refitted to this one."""
+    rules = {e: kv_capacity("llama-3.1-8b", "rtx-3090", max_model_len=35000, engine=e)
+             for e in ("vllm-0.6", "vllm-v1", "vllm-0.2")}
+    assert {e: c.max_num_batched_tokens for e, c in rules.items()} == \
+        {"vllm-0.6": 512, "vllm-v1": 8192, "vllm-0.2": 35000}
+    off = {e: (c.weights_bytes + c.activation_peak_bytes) / (15.05 * GiB) - 1
+           for e, c in rules.items()}
+    assert abs(off["vllm-0.6"]) <= 0.03, off
+    assert off["vllm-v1"] > 0.03 and off["vllm-0.2"] > 0.03, off
