@@ -97,8 +97,8 @@ def test_v0_profiles_a_512_token_step_past_32k_issue10517():
     total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=15.05GiB". The
     rest of that log (its "# GPU blocks") is cut off in the stored copy of the comment, so
     this row tests the profiled step through the torch peak (weights + the step's activation
-    peak), not kv_blocks. The peak separates the rules: 512 tokens +2.2 %, V1's 8,192 +5.0 %, the whole
-    35,000 tokens (no chunking, v0.2) +23 %.
+    peak), not kv_blocks. The peak separates the rules: 512 tokens +2.2 %, V1's 8,192
+    +5.0 %, the whole 35,000 tokens (no chunking, v0.2) +23 %.
 
     What this row also shows, left as it is: at 512 tokens txcalc's peak is the sampler over
     256 rows of logits (SAMPLER_BYTES_PER_LOGIT = 14: 0.43 GiB), while the log's peak sits only
