@@ -6,18 +6,15 @@ constants are vLLM's defaults (utilisation 0.9, block size 16, max_num_seqs 256,
 step), the planner's framework terms (``Overheads``: 1 GiB CUDA context + workspaces, 0.5 GiB
 NCCL buffers when TP x PP > 1) and ``CUDA_VISIBLE_FRACTION``, all set before these logs were
 added. Every row here is a test row. Where a row needs what CUDA reports as the GPU's total (a
-device property, not a model constant), the figure is quoted from a log of the same GPU model
-and given to txcalc the way a user gives it (``Gpu.usable_bytes`` through ``usable_given``,
-i.e. ``--gpu-gb``); its source is named beside it.
+device property, not a model constant: the RTX 3090 rows of tests/test_serving.py), the figure
+is quoted from another log of the same GPU model and given to txcalc the way a user gives it
+(``Gpu.usable_bytes`` through ``usable_given``, i.e. ``--gpu-gb``), its source beside it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from txcalc.hardware import get_gpu
 from txcalc.serving import kv_capacity
 
 GiB = 2**30
@@ -73,20 +70,6 @@ def test_kv_blocks_rtx_a6000_vllm041_pr4454(model, max_len, weights, blocks):
 
 
 # --- vLLM v0.6.4 on one RTX 3090: the profiled step past 32K ------------------------------------
-#: What CUDA reports as an RTX 3090's total (torch.cuda.mem_get_info()[1], vLLM's
-#: total_gpu_memory): "the current vLLM instance can use total_gpu_memory (23.58GiB) x
-#: gpu_memory_utilization (0.99)" in davidsyoung's log of his 16 x RTX 3090 rig
-#: (https://github.com/vllm-project/vllm/pull/14447, comment of 2025-04-12; the rig:
-#: https://github.com/ikawrakow/ik_llama.cpp/issues/263 "Benchmarking DeepSeek R1 - 16x3090").
-#: The catalog row's figure (24 GiB x CUDA_VISIBLE_FRACTION = 23.76 GiB) is 0.18 GiB above it.
-RTX3090_CUDA_TOTAL = int(23.58 * GiB)
-
-
-def rtx3090():
-    """The catalog's RTX 3090 with CUDA's total as a 3090 reports it (the user's --gpu-gb)."""
-    return dataclasses.replace(get_gpu("rtx-3090"), usable_given=RTX3090_CUDA_TOTAL)
-
-
 def test_v0_profiles_a_512_token_step_past_32k_issue10517():
     """V0's rule past 32K (txcalc engine "vllm-0.6"): with max_model_len > 32,768 vLLM V0 turns
     chunked prefill on by default and profiles one 512-token step, not the whole length.
