@@ -96,9 +96,15 @@ def test_kv_tokens_match_tensorrt_llm_free_fraction_log():
                    "20,865 x 1.25 MiB = 25.5 GiB of KV leaves 45.8 GiB non-KV per GPU; "
                    "txcalc has weights 32.1 + activations 0.35 + non-torch 1.5 + the "
                    "profile's 161 all-reduce inputs still reserved (4,096 x 8,192 x 2 B "
-                   "each: 10.06 GiB) = 44.0 GiB; 1.8 GiB stay unexplained (NCCL channel "
-                   "buffers above txcalc's 0.5 GiB, allocator reserve). Default engine "
-                   "(V1 rule, no held inputs): +46 %")
+                   "each: 10.06 GiB) = 44.0 GiB; 1.8 GiB stay unexplained. PR #2031's own "
+                   "pairs place them: its two rules differ by 98 blocks x 8 MiB = 0.77 GiB at "
+                   "TP 1 (context + allocator reserve; txcalc 1 GiB) but by 10,750 x 1.25 MiB "
+                   "= 13.1 GiB at TP 4, i.e. 10.06 held inputs + 3.06 GiB, so about 2.3 GiB "
+                   "appear only at TP 4: NCCL 2.18's buffers for 4 ranks on A100 (txcalc "
+                   "0.5 GiB; nccl issue #864 reports ~1.6 GB after one all-reduce, which "
+                   "would leave +3.1 %). No source sizes them for this setup, and taking "
+                   "them from the 31,615 / 20,865 pair would fit the row it is tested on. "
+                   "Default engine (V1 rule, no held inputs): +46 %")
 def test_kv_blocks_llama2_70b_tp4_a100_pr2031():
     # "Llama2-70B with TP=4 and 4xA100-80GB ... This PR: # GPU blocks: 20865"
     c = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
