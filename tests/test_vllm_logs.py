@@ -83,11 +83,12 @@ def test_v0_profiles_a_512_token_step_past_32k_issue10517():
     peak), not kv_blocks. The peak separates the rules: 512 tokens +2.2 %, V1's 8,192
     +5.0 %, the whole 35,000 tokens (no chunking, v0.2) +23 %.
 
-    What this row also shows, left as it is: at 512 tokens txcalc's peak is the sampler over
-    256 rows of logits (SAMPLER_BYTES_PER_LOGIT = 14: 0.43 GiB), while the log's peak sits only
-    0.06 GiB above its weights (14.99 GiB), i.e. about the bf16 logits alone (256 x 128,256 x
-    2 B = 0.061 GiB); no other cited log measures the sampler's share, so the constant is not
-    refitted to this one."""
+    What this row does not settle, left as it is: at 512 tokens txcalc's peak is the sampler
+    over 256 rows of logits (SAMPLER_BYTES_PER_LOGIT = 14: 0.43 GiB), so txcalc gives the same
+    peak for V0's later 2,048-token chunk (PR #10544, v0.6.5); the log's peak sits only 0.06 GiB
+    above its weights (14.99 GiB), which is the fused-MLP group at 512 tokens (0.053 GiB) or
+    the bf16 logits alone (256 x 128,256 x 2 B = 0.061 GiB), not 0.43 GiB. No other cited log
+    measures the sampler's share, so the constant is not refitted to this one."""
     rules = {e: kv_capacity("llama-3.1-8b", "rtx-3090", max_model_len=35000, engine=e)
              for e in ("vllm-0.6", "vllm-v1", "vllm-0.2")}
     assert {e: c.max_num_batched_tokens for e, c in rules.items()} == \

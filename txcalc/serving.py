@@ -40,13 +40,14 @@ vLLM versions differ in what the profile counts (each test names the version of 
     ----------------|----------------------------------------------------------------------------
     v0.2 - v0.6.3   | total - free after the profile run: weights, activation peak, CUDA context,
                     |   NCCL buffers and whatever the caching allocator still reserves (PR #2031)
-    v0.6.4 - v0.6.6 | torch peak (weights + activations) + non-torch memory in use after the
+    v0.6.4          | torch peak (weights + activations) + non-torch memory in use after the
                     |   profile, CUDA context included (PR #9352: 0.35 GiB on an RTX 3090)
-    v0.7 on (V1)    | weights + activation peak + non-torch memory *added since start-up* (the
-                    |   context is in the baseline: 0.16 GiB on an H100, PR #12126); V0 with
-                    |   chunked prefill profiles a 512-token step (vLLM docs, "Performance and
-                    |   Tuning": "512 is the default max_num_batched_tokens for chunked
-                    |   prefill"), V1 its 8192/2048-token budget
+    v0.6.5 on       | weights + activation peak + non-torch memory *added since start-up* (the
+                    |   context is in the baseline, PR #10511; 0.16 GiB on an H100, PR #12126);
+                    |   V0 with chunked prefill profiles one chunk: 512 tokens up to v0.6.4
+                    |   (vLLM docs, "Performance and Tuning": "512 is the default
+                    |   max_num_batched_tokens for chunked prefill"), 2,048 from v0.6.5 (PR
+                    |   #10544); V1 its 8192/2048-token budget
 
 txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL when tp x pp >
 1) for every version: the measured terms are quoted beside each xfail in tests/test_serving.py.
@@ -55,7 +56,8 @@ txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL w
     engine     | profiled step (max_num_batched_tokens default) | non-KV memory added
     -----------|------------------------------------------------|------------------------------
     vllm-v1    | max(max_model_len, 2048), V1_CHUNK past 32K     | weights + peak + non-torch
-    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | the same terms
+    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | the same terms (v0.6.4's
+               |                                                 |   rule and chunk)
     vllm-0.2   | max(max_model_len, 2048) (no chunked prefill)   | + the profile's all-reduce
                |                                                 |   inputs, still reserved
 
@@ -95,8 +97,9 @@ TRTLLM_BLOCK_SIZE = 64
 #: (VLLM_RULES, module docstring)
 ENGINES = ("vllm", "vllm-v1", "vllm-0.6", "vllm-0.2", "trtllm")
 #: V0's default chunk when chunked prefill is on (vLLM docs, "Performance and Tuning": "512 is
-#: the default max_num_batched_tokens for chunked prefill"): the step vllm-0.6 profiles past
-#: CHUNKED_PREFILL_ABOVE tokens; V1 profiles its 8,192-token budget
+#: the default max_num_batched_tokens for chunked prefill"), up to v0.6.4 (PR #10544 made it
+#: 2,048 in v0.6.5): the step vllm-0.6 profiles past CHUNKED_PREFILL_ABOVE tokens (issue
+#: #10517's 35k log, tests/test_vllm_logs.py); V1 profiles its 8,192-token budget
 V0_CHUNK = 512
 V1_CHUNK = 8192
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
