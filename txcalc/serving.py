@@ -50,14 +50,16 @@ vLLM versions differ in what the profile counts (each test names the version of 
                     |   #10544); V1 its 8192/2048-token budget
 
 txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL when tp x pp >
-1) for every version: the measured terms are quoted beside each xfail in tests/test_serving.py.
+1) for every version but v0.6.4, whose non-torch term is the CUDA context alone
+(V064_CUDA_CONTEXT_BYTES, + NCCL at tp x pp > 1): the measured terms are quoted beside each
+test and xfail in tests/test_serving.py and tests/test_vllm_logs.py.
 ``engine`` picks the rule (``vllm`` = ``vllm-v1``):
 
     engine     | profiled step (max_num_batched_tokens default) | non-KV memory added
     -----------|------------------------------------------------|------------------------------
     vllm-v1    | max(max_model_len, 2048), V1_CHUNK past 32K     | weights + peak + non-torch
-    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | the same terms (v0.6.4's
-               |                                                 |   rule and chunk)
+    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | weights + peak + the CUDA
+               |                                                 |   context (+ NCCL): v0.6.4
     vllm-0.2   | max(max_model_len, 2048) (no chunked prefill)   | + the profile's all-reduce
                |                                                 |   inputs, still reserved
 
@@ -110,6 +112,13 @@ CHUNKED_PREFILL_ABOVE = 32768
 #: fp32 copy, the fp32 probabilities and the fp32 log-probabilities (vLLM's Sampler:
 #: ``logits.to(torch.float)``, ``softmax``, ``log_softmax``)
 SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
+#: What vLLM v0.6.4 (engine "vllm-0.6") logs as non_torch_memory at TP 1: CUDA's memory in use
+#: less torch's allocations after the profile (PR #9352), i.e. the CUDA context alone, as
+#: cuBLAS's workspaces are torch allocations. With lazy module loading (CUDA >= 11.7, on by
+#: default in PyTorch) "the first CUDA operation will create the CUDA context which uses around
+#: 400MB" (ptrblck, https://github.com/pytorch/pytorch/issues/109888, 2023-09-23; nvidia-smi's
+#: MiB). At TP x PP > 1 the planner's NCCL term is added. Other engines keep Overheads.
+V064_CUDA_CONTEXT_BYTES = 400 * 2**20
 CUDA_GRAPH_NOTE = ("vLLM captures CUDA graphs after the KV cache is sized; their 1-3 GiB sit "
                    "above the utilisation budget (vllm-project/vllm issue #7553: 2,464 MiB "
                    "more per GPU with graphs than with --enforce-eager)")
@@ -296,7 +305,9 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
-    non_torch = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
+    context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" and overheads is None \
+        else ov.cuda_context_bytes
+    non_torch = context + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
     held = held_allreduce_bytes(cfg, ops, batched, prec.act, pp) \
         if engine == "vllm-0.2" and tp > 1 else 0
     graphs = 0
