@@ -99,6 +99,29 @@ def test_v0_profiles_a_512_token_step_past_32k_issue10517():
     assert off["vllm-v1"] > 0.03 and off["vllm-0.2"] > 0.03, off
 
 
+@pytest.mark.parametrize("max_len", [35000, 45000])
+def test_v0_512_token_step_leaves_room_for_the_logged_lengths_issue10517(max_len):
+    """The same comment's kv consequence past 32K: "It is strange that in my case I can run 20k,
+    35k, or 45k, but if I set --max-model-len to 29k it throws an error" -- vLLM v0.6.4 refuses
+    to start unless the cache holds one max_model_len sequence ("The model's max seq len
+    (29000) is larger than the maximum number of tokens that can be stored in KV cache
+    (23648)"), so "35k - OK" and "45k - OK" mean kv_tokens >= 35,000 and >= 45,000. With the
+    512-token step txcalc's cache holds 44,608 tokens at both lengths (1.27 and 0.991 of one
+    sequence: 45k is 0.9 % short, within 3 %, the sampler term of the test above); V1's
+    8,192-token step leaves 36,208 (0.80 at 45k) and profiling the whole length (v0.2) 5,152.
+    The RTX 3090 as in tests/test_serving.py: CUDA's total 23.58 GiB from vllm PR #14447."""
+    import dataclasses
+
+    from txcalc.hardware import get_gpu
+    gpu = dataclasses.replace(get_gpu("rtx-3090"), usable_given=int(23.58 * GiB))
+    tokens = {e: kv_capacity("llama-3.1-8b", gpu, max_model_len=max_len, engine=e).kv_tokens
+              for e in ("vllm-0.6", "vllm-v1", "vllm-0.2")}
+    assert tokens["vllm-0.6"] >= 0.97 * max_len, tokens
+    assert tokens["vllm-0.2"] < 0.97 * max_len, tokens
+    if max_len == 45000:
+        assert tokens["vllm-v1"] < 0.97 * max_len, tokens
+
+
 # --- vLLM V0 (v0.8-era worker.py) on two L40S: Qwen2.5-32B-Instruct at TP 2 ----------------------
 #: Qwen/Qwen2.5-32B-Instruct, HF config.json (no preset)
 QWEN25_32B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120,
