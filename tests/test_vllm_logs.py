@@ -1,14 +1,16 @@
 """KV capacity against more published vLLM logs (txcalc.serving.kv_capacity), one test per row,
 each with its source and the quoted figures.
 
-Which rows calibrate what: nothing in txcalc/serving.py is fitted to the rows below. Its
-constants are vLLM's defaults (utilisation 0.9, block size 16, max_num_seqs 256, the profiled
-step), the planner's framework terms (``Overheads``: 1 GiB CUDA context + workspaces, 0.5 GiB
-NCCL buffers when TP x PP > 1) and ``CUDA_VISIBLE_FRACTION``, all set before these logs were
-added. Every row here is a test row. Where a row needs what CUDA reports as the GPU's total (a
-device property, not a model constant: the RTX 3090 rows of tests/test_serving.py), the figure
-is quoted from another log of the same GPU model and given to txcalc the way a user gives it
-(``Gpu.usable_bytes`` through ``usable_given``, i.e. ``--gpu-gb``), its source beside it.
+Which rows calibrate what: nothing in txcalc/serving.py is fitted to the rows below, and every
+row here is a test row. The constants are vLLM's defaults (utilisation 0.9, block size 16,
+max_num_seqs 256, the profiled step), the planner's framework terms (``Overheads``: 1 GiB CUDA
+context + workspaces, 0.5 GiB NCCL buffers when TP x PP > 1), ``CUDA_VISIBLE_FRACTION`` and, for
+engine "vllm-0.6" only, ``V064_CUDA_CONTEXT_BYTES`` (400 MiB, a PyTorch maintainer's figure for
+a lazily loaded CUDA context). Where a row needs what CUDA reports as the GPU's total (a device
+property, not a model constant: the RTX 3090 rows here and in tests/test_serving.py), the
+figure is quoted from another log of the same GPU model and given to txcalc the way a user
+gives it (``Gpu.usable_bytes`` through ``usable_given``, i.e. ``--gpu-gb``), its source beside
+it; the one exception (the L40S row, an xfail) says so.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from txcalc.serving import kv_capacity
 
 GiB = 2**30
 
-# --- vLLM v0.4.1+ (commit 73c8d67) on one RTX A6000, four models --------------------------------
+# --- vLLM v0.4.1+ (commit 73c8d67) on one RTX A6000, five models --------------------------------
 #: https://github.com/vllm-project/vllm/pull/4454 (mgoin, 2024-04-29, "[Misc] Upgrade to
 #: torch==2.3.0"): "here are my results for kv cache block allocation using an A6000 ... Using
 #: main's current HEAD commit 73c8d677e57e42374bcfb2271b8f1cf7f2c0a486:
