@@ -160,3 +160,26 @@ def test_kv_blocks_qwen25_32b_l40s_tp2_issue15815():
     c = kv_capacity(cfg, gpu, tp=2, max_model_len=10000)
     assert c.block_bytes == 2 * 2**20  # 16 tokens x 64 layers x 2 x 4 KV heads x 128 x 2 B
     assert abs(c.kv_blocks / 3947 - 1) <= 0.03, c.kv_blocks
+
+
+def test_plan_infer_engine_vllm06_uses_the_same_context_term():
+    """``plan infer --engine vllm-0.6`` sizes the cache as the library call does (the CLI always
+    passes Overheads; the default one leaves v0.6.4's context term in place), and an explicit
+    --cuda-context-gib replaces it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    from txcalc.serving import V064_CUDA_CONTEXT_BYTES
+    args = ["plan", "infer", "llama-3.1-8b", "--gpu", "h100", "--context", "40000",
+            "--engine", "vllm-0.6", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["kv_capacity"]["non_torch_bytes"] == V064_CUDA_CONTEXT_BYTES
+    assert d["kv_blocks"] == kv_capacity("llama-3.1-8b", "h100", tp=d["kv_capacity"]["tp"],
+                                         max_model_len=40000, engine="vllm-0.6").kv_blocks
+    r = CliRunner().invoke(app, args + ["--cuda-context-gib", "2"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["kv_capacity"]["non_torch_bytes"] == 2 * GiB

@@ -117,7 +117,8 @@ SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
 #: cuBLAS's workspaces are torch allocations. With lazy module loading (CUDA >= 11.7, on by
 #: default in PyTorch) "the first CUDA operation will create the CUDA context which uses around
 #: 400MB" (ptrblck, https://github.com/pytorch/pytorch/issues/109888, 2023-09-23; nvidia-smi's
-#: MiB). At TP x PP > 1 the planner's NCCL term is added. Other engines keep Overheads.
+#: MiB). At TP x PP > 1 the planner's NCCL term is added. Other engines, and a context size the
+#: caller gives (Overheads other than the default), keep Overheads.
 V064_CUDA_CONTEXT_BYTES = 400 * 2**20
 CUDA_GRAPH_NOTE = ("vLLM captures CUDA graphs after the KV cache is sized; their 1-3 GiB sit "
                    "above the utilisation budget (vllm-project/vllm issue #7553: 2,464 MiB "
@@ -305,8 +306,9 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
-    context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" and overheads is None \
-        else ov.cuda_context_bytes
+    # vllm-0.6 measures the context alone, unless the caller sized it (plan's --cuda-context-gib)
+    context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" \
+        and ov.cuda_context_bytes == Overheads().cuda_context_bytes else ov.cuda_context_bytes
     non_torch = context + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
     held = held_allreduce_bytes(cfg, ops, batched, prec.act, pp) \
         if engine == "vllm-0.2" and tp > 1 else 0
