@@ -39,7 +39,9 @@ vLLM versions differ in what the profile counts (each test names the version of 
     version         | non-KV memory subtracted from total x utilisation
     ----------------|----------------------------------------------------------------------------
     v0.2 - v0.6.3   | total - free after the profile run: weights, activation peak, CUDA context,
-                    |   NCCL buffers and whatever the caching allocator still reserves (PR #2031)
+                    |   NCCL buffers and whatever the caching allocator still reserves (PR #2031;
+                    |   from v0.3.2 less what was in use at start-up, PR #2863, so the context
+                    |   made before that drops out and kernels loaded later stay)
     v0.6.4          | torch peak (weights + activations) + non-torch memory in use after the
                     |   profile, CUDA context included (PR #9352: 0.35 GiB on an RTX 3090)
     v0.6.5 on       | weights + activation peak + non-torch memory *added since start-up* (the
