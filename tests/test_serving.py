@@ -100,10 +100,12 @@ def test_kv_tokens_match_tensorrt_llm_free_fraction_log():
                    "pairs place them: its two rules differ by 98 blocks x 8 MiB = 0.77 GiB at "
                    "TP 1 (context + allocator reserve; txcalc 1 GiB) but by 10,750 x 1.25 MiB "
                    "= 13.1 GiB at TP 4, i.e. 10.06 held inputs + 3.06 GiB, so about 2.3 GiB "
-                   "appear only at TP 4: NCCL 2.18's buffers for 4 ranks on A100 (txcalc "
-                   "0.5 GiB; nccl issue #864 reports ~1.6 GB after one all-reduce, which "
-                   "would leave +3.1 %). No source sizes them for this setup, and taking "
-                   "them from the 31,615 / 20,865 pair would fit the row it is tested on. "
+                   "appear only at TP 4. NCCL explains part: nccl issue #964 measures 688 MB "
+                   "per 4-rank communicator after an all-reduce on 4 x A100 with NVLink, and "
+                   "v0.2's worker makes two (the world group's warm-up all-reduce, then the "
+                   "TP group): 1.34 GiB against txcalc's 0.5, which would leave +3.6 %. The "
+                   "last ~0.9 GiB has no source, and taking it from the 31,615 / 20,865 pair "
+                   "would fit the row it is tested on. "
                    "Default engine (V1 rule, no held inputs): +46 %")
 def test_kv_blocks_llama2_70b_tp4_a100_pr2031():
     # "Llama2-70B with TP=4 and 4xA100-80GB ... This PR: # GPU blocks: 20865"
