@@ -39,23 +39,29 @@ vLLM versions differ in what the profile counts (each test names the version of 
     version         | non-KV memory subtracted from total x utilisation
     ----------------|----------------------------------------------------------------------------
     v0.2 - v0.6.3   | total - free after the profile run: weights, activation peak, CUDA context,
-                    |   NCCL buffers and whatever the caching allocator still reserves (PR #2031)
-    v0.6.4 - v0.6.6 | torch peak (weights + activations) + non-torch memory in use after the
+                    |   NCCL buffers and whatever the caching allocator still reserves (PR #2031;
+                    |   from v0.3.2 less what was in use at start-up, PR #2863, so the context
+                    |   made before that drops out and kernels loaded later stay)
+    v0.6.4          | torch peak (weights + activations) + non-torch memory in use after the
                     |   profile, CUDA context included (PR #9352: 0.35 GiB on an RTX 3090)
-    v0.7 on (V1)    | weights + activation peak + non-torch memory *added since start-up* (the
-                    |   context is in the baseline: 0.16 GiB on an H100, PR #12126); V0 with
-                    |   chunked prefill profiles a 512-token step (vLLM docs, "Performance and
-                    |   Tuning": "512 is the default max_num_batched_tokens for chunked
-                    |   prefill"), V1 its 8192/2048-token budget
+    v0.6.5 on       | weights + activation peak + non-torch memory *added since start-up* (the
+                    |   context is in the baseline, PR #10511; 0.16 GiB on an H100, PR #12126);
+                    |   V0 with chunked prefill profiles one chunk: 512 tokens up to v0.6.4
+                    |   (vLLM docs, "Performance and Tuning": "512 is the default
+                    |   max_num_batched_tokens for chunked prefill"), 2,048 from v0.6.5 (PR
+                    |   #10544); V1 its 8192/2048-token budget
 
 txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL when tp x pp >
-1) for every version: the measured terms are quoted beside each xfail in tests/test_serving.py.
+1) for every version but v0.6.4, whose non-torch term is the CUDA context alone
+(V064_CUDA_CONTEXT_BYTES, + NCCL at tp x pp > 1): the measured terms are quoted beside each
+test and xfail in tests/test_serving.py and tests/test_vllm_logs.py.
 ``engine`` picks the rule (``vllm`` = ``vllm-v1``):
 
     engine     | profiled step (max_num_batched_tokens default) | non-KV memory added
     -----------|------------------------------------------------|------------------------------
     vllm-v1    | max(max_model_len, 2048), V1_CHUNK past 32K     | weights + peak + non-torch
-    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | the same terms
+    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | weights + peak + the CUDA
+               |                                                 |   context (+ NCCL): v0.6.4
     vllm-0.2   | max(max_model_len, 2048) (no chunked prefill)   | + the profile's all-reduce
                |                                                 |   inputs, still reserved
 
@@ -95,8 +101,9 @@ TRTLLM_BLOCK_SIZE = 64
 #: (VLLM_RULES, module docstring)
 ENGINES = ("vllm", "vllm-v1", "vllm-0.6", "vllm-0.2", "trtllm")
 #: V0's default chunk when chunked prefill is on (vLLM docs, "Performance and Tuning": "512 is
-#: the default max_num_batched_tokens for chunked prefill"): the step vllm-0.6 profiles past
-#: CHUNKED_PREFILL_ABOVE tokens; V1 profiles its 8,192-token budget
+#: the default max_num_batched_tokens for chunked prefill"), up to v0.6.4 (PR #10544 made it
+#: 2,048 in v0.6.5): the step vllm-0.6 profiles past CHUNKED_PREFILL_ABOVE tokens (issue
+#: #10517's 35k log, tests/test_vllm_logs.py); V1 profiles its 8,192-token budget
 V0_CHUNK = 512
 V1_CHUNK = 8192
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -107,6 +114,14 @@ CHUNKED_PREFILL_ABOVE = 32768
 #: fp32 copy, the fp32 probabilities and the fp32 log-probabilities (vLLM's Sampler:
 #: ``logits.to(torch.float)``, ``softmax``, ``log_softmax``)
 SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
+#: What vLLM v0.6.4 (engine "vllm-0.6") logs as non_torch_memory at TP 1: CUDA's memory in use
+#: less torch's allocations after the profile (PR #9352), i.e. the CUDA context alone, as
+#: cuBLAS's workspaces are torch allocations. With lazy module loading (CUDA >= 11.7, on by
+#: default in PyTorch) "the first CUDA operation will create the CUDA context which uses around
+#: 400MB" (ptrblck, https://github.com/pytorch/pytorch/issues/109888, 2023-09-23; nvidia-smi's
+#: MiB). At TP x PP > 1 the planner's NCCL term is added. Other engines, and a context size the
+#: caller gives (Overheads other than the default), keep Overheads.
+V064_CUDA_CONTEXT_BYTES = 400 * 2**20
 CUDA_GRAPH_NOTE = ("vLLM captures CUDA graphs after the KV cache is sized; their 1-3 GiB sit "
                    "above the utilisation budget (vllm-project/vllm issue #7553: 2,464 MiB "
                    "more per GPU with graphs than with --enforce-eager)")
@@ -293,7 +308,10 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
-    non_torch = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
+    # vllm-0.6 measures the context alone, unless the caller sized it (plan's --cuda-context-gib)
+    context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" \
+        and ov.cuda_context_bytes == Overheads().cuda_context_bytes else ov.cuda_context_bytes
+    non_torch = context + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
     held = held_allreduce_bytes(cfg, ops, batched, prec.act, pp) \
         if engine == "vllm-0.2" and tp > 1 else 0
     graphs = 0
