@@ -188,12 +188,13 @@ def render(data: dict) -> str:
             "again in backward), and nanotron keeps a contiguous k/v copy and o_proj's reshaped "
             "input: `tests/test_training_validation.py::"
             "test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps` itemises the "
-            "gap per token. On Megatron's interleaved 7B row the measured rank is the last "
-            "stage, which txcalc gives one micro-batch in flight (`parallel.evaluate`: "
-            "pp - stage), while Megatron's interleaved schedule warms up "
-            "(pp - r - 1) x 2 + (v - 1) x pp model chunks on rank r "
-            "(`forward_backward_pipelining_with_interleaving`): 29 of its 32 one-layer chunks "
-            "here.", "",
+            "gap per token. Megatron's interleaved 7B row is measured on the last stage, "
+            "where Megatron's interleaved schedule warms up (pp - r - 1) x 2 + (v - 1) x pp "
+            "model chunks on rank r and holds one more (`forward_backward_pipelining_with_"
+            "interleaving`): 29 of the last rank's 32 one-layer chunks, 3.625 micro-batches "
+            "of its blocks' activations where plain 1F1B holds one; "
+            "`parallel.evaluate.inflight_chunks` follows that schedule (checked against torch's "
+            "`ScheduleInterleaved1F1B` in `tests/test_pipeline_inflight.py`).", "",
             "## Rows", "",
             "| run | split | GPU | GPUs | TP/PP/DP/CP | seq | batch | recompute | "
             "measured tok/s/GPU | before | err | after | err | measured GiB | predicted GiB | "
