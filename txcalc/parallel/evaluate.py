@@ -680,13 +680,22 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # model chunks in flight on each slot's rank (all of them, and of its edge chunk): one
     # schedule per distinct (pp, v, m, stage) (inflight_chunks)
     chunks, edge_chunks = [], []
+    inter = np.flatnonzero(v > 1)
     for k in range(n_slots):
-        key = np.stack([pp, v, m, A["stage"][:, k].take(pi)])
-        uniq, inv = np.unique(key, axis=1, return_inverse=True)
-        got = np.array([inflight_chunks(*map(int, c)) for c in uniq.T],
-                       dtype=np.int64).reshape(-1, 2)
-        chunks.append(got[inv.reshape(-1), 0])
-        edge_chunks.append(got[inv.reshape(-1), 1])
+        stage = A["stage"][:, k].take(pi)
+        c = np.maximum(1, np.minimum(pp - stage, m))  # one chunk a rank: plain 1F1B
+        e = c.copy()
+        if len(inter):
+            cols = [np.unique(x[inter], return_inverse=True) for x in (pp, v, m, stage)]
+            key = np.ravel_multi_index([i.reshape(-1) for _, i in cols],
+                                       [len(u) for u, _ in cols])
+            uniq, inv = np.unique(key, return_inverse=True)
+            at = np.unravel_index(uniq, [len(u) for u, _ in cols])
+            got = np.array([inflight_chunks(*(int(u[j]) for (u, _), j in zip(cols, idx)))
+                            for idx in zip(*at)], dtype=np.int64).reshape(-1, 2)
+            c[inter], e[inter] = got[inv.reshape(-1), 0], got[inv.reshape(-1), 1]
+        chunks.append(c)
+        edge_chunks.append(e)
     # TP collectives: forward + backward of every block, and the forward again of the blocks
     # recomputed under full or op-level recompute (A["tp_rerun"])
     best = None
