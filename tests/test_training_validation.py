@@ -204,6 +204,18 @@ def test_reserved_peaks_are_shown_but_not_in_the_memory_goal(data, tmp_path):
         load_runs(p)
 
 
+def test_a_dropout_that_is_not_a_bool_is_refused(tmp_path):
+    import json
+    from txcalc.published_runs import runs_path
+    doc = json.loads(runs_path().read_text(encoding="utf-8"))
+    r0 = next(r for r in doc["runs"] if r["setup"].get("dropout"))
+    r0["setup"]["dropout"] = 0.1
+    p = tmp_path / "runs.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(RunsError, match=f"{r0['id']}: dropout 0.1 \\(true or false\\)"):
+        load_runs(p)
+
+
 def test_llama3_table4_row_quotes_the_paper_and_counts_palm_flops():
     """The 405B row's setup is the quoted Table 4 row (GPUs, TP, CP, PP, DP, sequence, batch
     size per DP group, tokens per batch, TFLOPs/GPU), and its MFU column is the TFLOPs/GPU
