@@ -351,3 +351,91 @@ def test_megatron_ci_rows_quote_their_golden_and_arguments(run):
     if "num-layers-per-virtual-pipeline-stage" in args:
         assert s["virtual"] == m["n_layers"] // s["pp"] // int(
             args["num-layers-per-virtual-pipeline-stage"])
+
+
+
+def _flash_stand_in():
+    """flash_attn_varlen_func's autograd record on CPU: FlashAttnVarlenFunc.forward saves
+    q, k, v, out and the fp32 softmax logsumexp (flash_attn/flash_attn_interface.py,
+    ctx.save_for_backward(q, k, v, out_padded, softmax_lse, ...)); the math is SDPA's."""
+    import torch
+
+    class FlashStandIn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):  # [T, H, d]
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)).transpose(0, 1)
+            out = out.contiguous()
+            lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):  # never run: only what forward keeps is measured
+            raise NotImplementedError
+    return FlashStandIn
+
+
+def _saved_storage_bytes(fn, params) -> int:
+    """Bytes of the distinct storages autograd keeps (saved_tensors_hooks), parameters aside:
+    what stays allocated until backward, views counted by the storage they keep alive."""
+    import torch
+    seen: dict[int, int] = {}
+    skip = {p.untyped_storage().data_ptr() for p in params}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy():
+    """The two copies of test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps,
+    measured: nanotron's CausalSelfAttention.forward training path for MHA (models/llama.py at
+    9b0de5be, lines 358-387 and 555-596: qkv_proj, the [3, b, s, h, d] permute().contiguous()
+    copy, torch.cat of k and v made contiguous, flash attention on q (a view of the qkv copy),
+    k and v (views of the kv copy), o_proj on the transposed output) transcribed op for op, with
+    flash attention's saved tensors (_FlashStandIn) and the in-place rotary (which saves only
+    its cos/sin tables, left out). Against what txcalc's engine keeps for the same span (the
+    qkv input, q, k, v, the output shared with o_proj's input, the logsumexp) nanotron keeps
+    2 x D more a token (the k and v thirds of the qkv copy, alive through q) and D more (o_proj's
+    reshaped copy of the output), in the activation dtype: (2 + 1) x D x 2 bytes at t = 1."""
+    import torch
+    flash = _flash_stand_in()
+    torch.manual_seed(0)
+    b, s, H, d = 2, 8, 4, 16
+    D = H * d
+    qkv_proj = torch.nn.Linear(D, 3 * D, bias=False, dtype=torch.bfloat16)
+    o_proj = torch.nn.Linear(D, D, bias=False, dtype=torch.bfloat16)
+    x = torch.randn(s, b, D, dtype=torch.bfloat16, requires_grad=True)  # [seq, batch, D]
+
+    def nanotron_attention():
+        qkv = qkv_proj(x)
+        q, k, v = qkv.view(s, b, 3, H, d).permute(2, 1, 0, 3, 4).contiguous()
+        kv = torch.cat([k.unsqueeze(0), v.unsqueeze(0)], dim=0).permute(1, 2, 0, 3, 4).contiguous()
+        k, v = torch.split(kv, 1, dim=2)
+        out = flash.apply(q.reshape(b * s, H, d), k.reshape(b * s, H, d),
+                                  v.reshape(b * s, H, d))
+        return o_proj(out.contiguous().view(b, s, D).transpose(0, 1))
+    measured = _saved_storage_bytes(nanotron_attention, [qkv_proj.weight, o_proj.weight])
+    # the engine's rows for the same span: the attention's ops of one block (q/k/v/o
+    # projections and the flash core; the rotary tables aside), the same shapes, bf16, flash
+    from transformers import LlamaConfig
+    from txcalc.hardware import get_gpu
+    from txcalc.hf import from_hf_dict
+    from txcalc.memory import saved_rows
+    from txcalc.parallel.evaluate import TrainSetting
+    cfg = from_hf_dict(LlamaConfig(vocab_size=32, hidden_size=D, intermediate_size=2 * D,
+                                   num_hidden_layers=1, num_attention_heads=H,
+                                   num_key_value_heads=H, max_position_embeddings=s).to_dict(),
+                       "tiny-llama")
+    st = TrainSetting(cfg, get_gpu("h100"), seq=s, global_batch=b, attn_impl="flash")
+    engine = sum(n for path, op, n in saved_rows(st.ops, st.work(b, "none"), st.bytes.act)
+                 if ".attn." in path and op.kind != "rotary")
+    tokens = b * s
+    assert engine == tokens * (2 * D + 2 * D + 2 * 2 * D + 2 * D) + 4 * H * tokens
+    assert measured - engine == tokens * (2 + 1) * D * 2
