@@ -30,7 +30,9 @@ fragmentation), so reserved peaks are shown with their error but stay out of the
 (``Row.memory_error_counts``). The prediction a peak is compared with is the tensors' bytes
 (``predict``'s ``allocated_bytes``: no framework allowance) of the pipeline stage whose rank
 logged it (``setup.measured_stage``, MEASURED_STAGES: the largest over stages by default).
-Memory is never fitted: every memory row is a test row.
+Memory is never fitted: every memory row is a test row. ``setup.dropout`` (default false)
+trains with the model's dropout probabilities on (``TrainSetting.dropout``: the masks and the
+dropped tensors are saved), as a framework whose defaults enable dropout does.
 
 A run's ``flags`` (``setup.flags``) name setup features beyond the Layout in the planner's
 own words (``FLAGS``: a kernel stack, communication overlap, partial recompute);
@@ -121,6 +123,8 @@ def load_runs(path: str | Path | None = None) -> list[Run]:
     bad += [f"{r.id}: measured_stage {r.setup.get('measured_stage')!r} (one of "
             f"{', '.join(MEASURED_STAGES)})" for r in runs
             if r.setup.get("measured_stage", "max") not in MEASURED_STAGES]
+    bad += [f"{r.id}: dropout {r.setup['dropout']!r} (true or false)" for r in runs
+            if not isinstance(r.setup.get("dropout", False), bool)]
     ids = [r.id for r in runs]
     bad += [f"{i}: given twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
     if bad:
@@ -218,7 +222,8 @@ def setting_and_layout(run: Run, profile=None):
     extra_s, extra_l, _, _ = apply_flags(run)
     kw = dict(attn_impl=s["attn_impl"], **extra_s) if "attn_impl" not in extra_s else extra_s
     setting = TrainSetting(run.config(), get_gpu(s["gpu"]), s["seq"], s["global_batch"],
-                           s["precision"], "adamw", profile=profile, **kw)
+                           s["precision"], "adamw", profile=profile,
+                           dropout=s.get("dropout", False), **kw)
     base = dict(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s.get("cp", 1), zero=s["zero"],
                 sp=s["sp"], micro_batch=s["micro_batch"], recompute=s["recompute"],
                 hybrid_shard=s.get("hybrid_shard", False),

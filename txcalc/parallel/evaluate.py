@@ -16,8 +16,12 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
     optimizer     | m * P + states (engine's optimizer_state_bytes per op) | ZeRO-1, 2, 3
                   |   + step counters per tensor (memory.OPTIMIZER_SPECS)  |   (steps: never)
     activations   | saved for backward per micro-batch (TP/SP/CP-split)    |
-                  |   x micro-batches in flight (1F1B: pp - stage;         |
-                  |   interleaved stage 0: pp + (pp - 1) / v)              |
+                  |   x micro-batches in flight (1F1B: min(pp - stage, m); |
+                  |   interleaved, v chunks: blocks x C / v, C = min(      |
+                  |   (pp - stage - 1) x 2 + (v - 1) x pp + 1, m x v), and |
+                  |   the embeddings/head x the in-flight micro-batches of |
+                  |   their one chunk (inflight_chunks: Megatron-Core's    |
+                  |   schedule; stage 0: pp + (pp - 1) / v micro-batches)  |
     logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
@@ -61,7 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from ..components import model_ops_tuple
 from ..config import VOCAB_HEADS, ModelConfig
@@ -80,6 +84,45 @@ from .layout import RECOMPUTE, RECOMPUTE_POLICIES, Layout, check_layout
 from .sharding import assign_stages, block_index, local_tensors, stage_blocks
 
 GiB = 2**30
+
+
+@lru_cache(maxsize=4096)
+def inflight_chunks(pp: int, v: int, m: int, stage: int) -> tuple[int, int]:
+    """Most model chunks in flight (forwards whose backward has not run) on pipeline rank
+    ``stage``, and most of them of its edge chunk (model chunk 0 on the first rank, which holds
+    the embeddings; chunk v - 1 on the last, which holds the head and the loss), over one step
+    of Megatron-Core's schedule with ``m`` micro-batches and ``v`` model chunks a rank.
+
+    v = 1 (``forward_backward_pipelining_without_interleaving``): pp - stage - 1 warm-up
+    forwards, then one forward before each backward: min(pp - stage, m) micro-batches.
+    v > 1 (``forward_backward_pipelining_with_interleaving``; megatron/core/pipeline_parallel/
+    schedules.py, ``get_pp_rank_microbatches`` and ``get_schedule_table`` at NVIDIA/Megatron-LM
+    6e091e1b68): W = min((pp - stage - 1) * 2 + (v - 1) * pp, m * v) warm-up forwards (the
+    micro-batch group ``microbatch_group_size_per_vp_stage`` defaults to pp), then forward
+    W + k before backward k: W + 1 chunks in flight at each steady-state forward (all m * v
+    when W reaches them). Forwards run chunk by chunk over groups of pp micro-batches (the last
+    group takes the remainder), backwards in the same order with chunk c replaced by v - 1 - c;
+    the edge count is the most in flight of that one chunk over the step."""
+    import numpy as np
+    if v == 1:
+        n = max(1, min(pp - stage, m))
+        return n, n
+    total = m * v
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    chunk = []  # the forward schedule table's model chunk ids (get_schedule_table)
+    for lo in range(0, m, pp):
+        size = m - lo if lo + pp >= m else pp
+        chunk.extend(c for c in range(v) for _ in range(size))
+        if lo + pp >= m:
+            break
+    fwd = np.asarray(chunk)
+    edge = 0 if stage == 0 else v - 1
+    if warm == total:
+        return total, m
+    f = np.concatenate(([0], np.cumsum(fwd == edge)))  # edge forwards among the first i
+    b = np.concatenate(([0], np.cumsum(v - 1 - fwd == edge)))  # edge backwards among the first i
+    k = np.arange(total - warm)  # steady state: forward warm + k, then backward k
+    return warm + 1, int((f[warm + 1 + k] - b[k]).max())
 
 
 @dataclass(frozen=True)
@@ -498,10 +541,17 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
         return out
     C_rec = {rl: recomputed(rl) for rl in sorted({p[1] for p in policies})}
 
+    edge = np.zeros(G, dtype=np.int64)
+    edge[G - 2:] = 1  # the ops outside the blocks (embeddings, head): "edge" below
+
     def by_policy(table, sub, part="all"):  # table[..., mode] per policy: [.., policy, ..]
-        """part: all (times), gpu (saved bytes on the GPU), host (offloaded checkpoints)."""
+        """part: all (times), gpu (saved bytes on the GPU), host (offloaded checkpoints),
+        edge (saved bytes of the ops outside the blocks)."""
         out = []
         for mi, rl, off in policies:
+            if part == "edge":
+                out.append(np.einsum(sub, C_rec[rl] * edge, table[..., mi]))
+                continue
             blocks = C_rec[rl].copy()
             blocks[:, :, G - 2:] = 0  # what the recomputed blocks keep: their checkpoints
             host = np.einsum(sub, blocks, table[..., mi]) * (off and part != "all")
@@ -509,10 +559,11 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
                        + np.einsum(sub, C - C_rec[rl], table[..., none]) - host)
         return np.stack(out, axis=-1)
     # saved bytes are linear in the micro-batch (position tables aside: the intercept); CP
-    # splits them: [p, slot, tp, sp, rc, mb, cp]; "act_host": offloaded checkpoints
+    # splits them: [p, slot, tp, sp, rc, mb, cp]; "act_host": offloaded checkpoints;
+    # "act_edge": the part of "act" outside the blocks (interleaving keeps fewer of them)
     mb_arr = np.array(mbs, dtype=np.int64)[:, None]
     cp_arr = np.array(cps, dtype=np.int64)[None, :]
-    for name, part in (("act", "gpu"), ("act_host", "host")):
+    for name, part in (("act", "gpu"), ("act_host", "host"), ("act_edge", "edge")):
         act_stage = np.moveaxis(by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb", part),
                                 -1, 4)
         a1, a2 = act_stage[..., 0], act_stage[..., 1]
@@ -595,7 +646,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                           "t_attn", "o_dense", "o_exp", "tensors",
                                           "root_params", "fp8", "pad_tdense", "pad_texp",
                                           "wf_dense", "wf_exp", "w_all", "root_wbytes",
-                                          "act_host")}
+                                          "act_host", "act_edge")}
     tuned = bool(A["wf_dense"].any() or A["wf_exp"].any())  # a frozen base (fine-tuning)
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
@@ -626,8 +677,25 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     p_shard = np.where(z2, zb.zero2_param_shard, 0)
     # ZeRO-2 gathers every parameter into FSDP2's padded all-gather output (d x rank 0's shard)
     gather_d, gather_e = np.where(z2, shard, 1), np.where(z2, shard_e, 1)
-    pow2 = bool(np.all((v & (v - 1)) == 0))  # then // v is a (much faster) shift
-    v_shift = np.log2(v).astype(np.int64) if pow2 else None
+    # model chunks in flight on each slot's rank (all of them, and of its edge chunk): one
+    # schedule per distinct (pp, v, m, stage) (inflight_chunks)
+    chunks, edge_chunks = [], []
+    inter = np.flatnonzero(v > 1)
+    for k in range(n_slots):
+        stage = A["stage"][:, k].take(pi)
+        c = np.maximum(1, np.minimum(pp - stage, m))  # one chunk a rank: plain 1F1B
+        e = c.copy()
+        if len(inter):
+            cols = [np.unique(x[inter], return_inverse=True) for x in (pp, v, m, stage)]
+            key = np.ravel_multi_index([i.reshape(-1) for _, i in cols],
+                                       [len(u) for u, _ in cols])
+            uniq, inv = np.unique(key, return_inverse=True)
+            at = np.unravel_index(uniq, [len(u) for u, _ in cols])
+            got = np.array([inflight_chunks(*(int(u[j]) for (u, _), j in zip(cols, idx)))
+                            for idx in zip(*at)], dtype=np.int64).reshape(-1, 2)
+            c[inter], e[inter] = got[inv.reshape(-1), 0], got[inv.reshape(-1), 1]
+        chunks.append(c)
+        edge_chunks.append(e)
     # TP collectives: forward + backward of every block, and the forward again of the blocks
     # recomputed under full or op-level recompute (A["tp_rerun"])
     best = None
@@ -693,15 +761,17 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
             fp8 = fp8 + frozen(k, base)
         cat = {"weights": wb * held(2, gather_d, gather_e) + p_shard * held(2) + fp8,
                "gradients": g_held * held(2) + g_copy * held(1), "optimizer": opt}
+        # the blocks' saved bytes a micro-batch split evenly over the v model chunks (each
+        # holds 1/v of the stage's blocks), times the chunks in flight; the embeddings' (head's)
+        # saved bytes times the in-flight micro-batches of the first (last) chunk alone
         per_mb = flat["act"].take(act0 + k * s_act)
-        stage = A["stage"][:, k].take(pi)
-        extra = ((pp - 1 - stage) >> v_shift) if pow2 else (pp - 1 - stage) // v
-        inflight = pp - stage + extra * (v > 1)
-        cat["activations"] = per_mb * np.maximum(1, np.minimum(inflight, m))
-        # offloaded checkpoints: in host memory for every micro-batch in flight; out over
-        # PCIe in forward, back in backward, behind the stage's compute
+        per_edge = flat["act_edge"].take(act0 + k * s_act)
+        cat["activations"] = (_cdiv((per_mb - per_edge) * chunks[k], v)
+                              + per_edge * edge_chunks[k])
+        # offloaded checkpoints (blocks only): in host memory for every chunk in flight; out
+        # over PCIe in forward, back in backward, behind the stage's compute
         host_mb = flat["act_host"].take(act0 + k * s_act)
-        host = np.maximum(host, host_mb * np.maximum(1, np.minimum(inflight, m)))
+        host = np.maximum(host, _cdiv(host_mb * chunks[k], v))
         cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
