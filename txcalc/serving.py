@@ -56,9 +56,11 @@ vLLM versions differ in what the profile counts (each test names the version of 
                     |   start-up snapshot and drops out; what stays is the kernel modules CUDA's
                     |   lazy loading adds during load and profile, and at TP x PP > 1 the NCCL
                     |   communicators and custom all-reduce buffers, which the worker creates
-                    |   after the snapshot (``init_device``: the snapshot, then
-                    |   ``init_worker_distributed_environment``). cuBLAS workspaces are torch
-                    |   allocations (in the activation peak)
+                    |   after the snapshot (vllm/worker/worker.py ``init_device`` of v0.7.3:
+                    |   ``self.baseline_snapshot = MemorySnapshot()``, then
+                    |   ``init_worker_distributed_environment``; V1's gpu_worker takes its
+                    |   ``init_snapshot`` there too and profiles against it). cuBLAS
+                    |   workspaces are torch allocations (in the activation peak)
 
 Chunked prefill profiles one chunk past 32K tokens: 512 tokens up to v0.6.4 (vLLM docs,
 "Performance and Tuning": "512 is the default max_num_batched_tokens for chunked prefill"),
