@@ -133,3 +133,38 @@ def test_new_flagship_presets_published_totals(name, figure, tol):
 def test_llama_3_70b_is_the_8k_original():
     assert txcalc.load("llama-3-70b").max_position == 8192
     assert txcalc.load("llama-3.1-70b").max_position == 131072
+
+
+def test_a_measured_cuda_total_is_the_usable_memory(tmp_path, capsys):
+    """``cuda_total_gib`` (optional, with ``cuda_total_source``) replaces the 0.99 rule for its
+    row alone; --gpu-gb still wins; a file without the two columns reads as before; a total
+    above the memory or not a number is one line naming the column. The L40S: ECC on by
+    default, CUDA shows 44.42 GiB of 48 (the catalog's source, stepfun-ai/Step-Video-T2V issue
+    #8; tests/test_vllm_logs.py checks it against other logs)."""
+    from decimal import Decimal
+
+    from txcalc.hardware import GpuError, memory_words, with_usable_gb
+    l40s = get_gpu("l40s")
+    assert l40s.cuda_total_bytes == int(Decimal("44.42") * 2**30)
+    assert l40s.usable_bytes == l40s.cuda_total_bytes < int(l40s.memory_bytes * 0.99)
+    assert memory_words(l40s) == "44.4 GiB usable: CUDA's total, not the datasheet's 48 GiB"
+    assert with_usable_gb(l40s, 40).usable_bytes == 40 * 10**9
+    assert get_gpu("h100").cuda_total_bytes == 0  # derived: 0.99 x 80 GiB
+    head = ("name,aliases,memory,memory_unit,hbm_gb_per_s,fp32_tflops,tf32_tflops,bf16_tflops,"
+            "fp16_tflops,fp8_tflops,int8_tops,intra_node_gb_per_s,inter_node_gb_per_s,"
+            "gpus_per_node,source")
+    row = "mine,,48,GiB,864,90,180,360,360,720,720,32,25,8,https://example.com/sheet"
+    f = tmp_path / "gpus.csv"
+    f.write_text(f"{head}\n{row}\n")
+    assert get_gpu("mine", f).usable_bytes == int(48 * 2**30 * 0.99)
+    f.write_text(f"{head},cuda_total_gib,cuda_total_source\n{row},45.5,https://example.com/log\n")
+    g = get_gpu("mine", f)
+    assert g.usable_bytes == int(45.5 * 2**30) and g.cuda_total_source == "https://example.com/log"
+    for bad in ("49", "lots", "-1"):
+        f.write_text(f"{head},cuda_total_gib\n{row},{bad}\n")
+        with pytest.raises(GpuError, match="cuda_total_gib"):
+            get_gpu("mine", f)
+    f.write_text(f"{head},cuda_total_gib\n{row},49\n")
+    assert main(["fit", "llama-3-8b", "--gpu", "mine", "--gpu-file", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cuda_total_gib (49)" in err and "\n" not in err

@@ -19,25 +19,29 @@ runner = CliRunner()
 GiB = 2**30
 
 # --- KV capacity against vLLM's logged number of GPU blocks --------------------------------------
-#: (model, gpu, tp, max_model_len, utilisation, logged blocks, source). Nothing in
+#: (model, gpu, tp, max_model_len, utilisation, logged blocks, engine, source). Nothing in
 #: txcalc/serving.py is fitted to these: its constants are vLLM's defaults, the planner's
 #: framework terms (Overheads) and CUDA_VISIBLE_FRACTION (from other logs, see its comment).
+#: Each row runs the rule of its log's vLLM version (serving's version table).
 VLLM_BLOCKS = [
     # "Llama2-7B with TP=1 and 1xA100-80GB ... This PR: # GPU blocks: 7351" (vLLM v0.2.x:
     # max_model_len 4096, default utilisation 0.9, profile of max(4096, 2048) tokens)
-    ("llama-2-7b", "a100-80gb", 1, 4096, 0.9, 7351,
+    ("llama-2-7b", "a100-80gb", 1, 4096, 0.9, 7351, "vllm-0.2",
      "https://github.com/vllm-project/vllm/pull/2031"),
     # vllm serve meta-llama/Meta-Llama-3-8B on an H100: "available_kv_cache_memory 53.29GiB";
     # blocks of 16 tokens x 131,072 bytes = 2 MiB: floor(53.29 GiB / 2 MiB) = 27,284 (the log
-    # prints the bytes the blocks are cut from, rounded to 0.01 GiB: +-3 blocks)
-    ("llama-3-8b", "h100", 1, 8192, 0.9, int(53.29 * GiB) // (2 * 2**20),
+    # prints the bytes the blocks are cut from, rounded to 0.01 GiB: +-3 blocks). PR #10511 is
+    # v0.6.5's profiler ("non_torch_memory 1.79GiB", allocator slack included): vllm-0.6.5
+    ("llama-3-8b", "h100", 1, 8192, 0.9, int(53.29 * GiB) // (2 * 2**20), "vllm-0.6.5",
      "https://github.com/vllm-project/vllm/pull/10511#issuecomment (2024-12-14 sanity checks)"),
 ]
 
 
-@pytest.mark.parametrize("model,gpu,tp,max_len,util,blocks,source", VLLM_BLOCKS)
-def test_kv_blocks_match_published_vllm_logs(model, gpu, tp, max_len, util, blocks, source):
-    c = kv_capacity(model, gpu, tp=tp, max_model_len=max_len, gpu_memory_utilization=util)
+@pytest.mark.parametrize("model,gpu,tp,max_len,util,blocks,engine,source", VLLM_BLOCKS)
+def test_kv_blocks_match_published_vllm_logs(model, gpu, tp, max_len, util, blocks, engine,
+                                             source):
+    c = kv_capacity(model, gpu, tp=tp, max_model_len=max_len, gpu_memory_utilization=util,
+                    engine=engine)
     assert abs(c.kv_blocks / blocks - 1) <= 0.03, (source, c.kv_blocks, blocks)
     assert c.kv_tokens == c.kv_blocks * 16
     assert c.max_concurrency == pytest.approx(c.kv_tokens / max_len)
@@ -106,7 +110,7 @@ def test_kv_tokens_match_tensorrt_llm_free_fraction_log():
                    "TP group): 1.34 GiB against txcalc's 0.5, which would leave +3.6 %. The "
                    "last ~0.9 GiB has no source, and taking it from the 31,615 / 20,865 pair "
                    "would fit the row it is tested on. "
-                   "Default engine (V1 rule, no held inputs): +46 %")
+                   "Default engine (V1 rule, no held inputs): +51 %")
 def test_kv_blocks_llama2_70b_tp4_a100_pr2031():
     # "Llama2-70B with TP=4 and 4xA100-80GB ... This PR: # GPU blocks: 20865"
     c = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
@@ -174,17 +178,20 @@ def test_engine_rules_differ_where_the_releases_did(tmp_path):
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(cfg)
     row = sum(1 for n, _ in hf.named_modules() if n.endswith(("o_proj", "down_proj")))
+    # vllm-0.6.5 takes the same Overheads non-torch term as vllm-0.2, without the held inputs
     old = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
-    new = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096)
+    new = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.6.5")
     assert old.held_allreduce_bytes == (row + 1) * 4096 * 8192 * 2 and new.held_allreduce_bytes == 0
     assert new.kv_cache_bytes - old.kv_cache_bytes == old.held_allreduce_bytes
     one = kv_capacity("llama-2-7b", "a100-80gb", max_model_len=4096, engine="vllm-0.2")
     assert one.held_allreduce_bytes == 0
-    assert one.kv_blocks == kv_capacity("llama-2-7b", "a100-80gb", max_model_len=4096).kv_blocks
+    assert one.kv_blocks == kv_capacity("llama-2-7b", "a100-80gb", max_model_len=4096,
+                                        engine="vllm-0.6.5").kv_blocks
     steps = {e: kv_capacity("llama-3.1-8b", "h200", max_model_len=131072,
                             engine=e).max_num_batched_tokens
-             for e in ("vllm", "vllm-v1", "vllm-0.6", "vllm-0.2")}
-    assert steps == {"vllm": 8192, "vllm-v1": 8192, "vllm-0.6": 512, "vllm-0.2": 131072}
+             for e in ("vllm", "vllm-v1", "vllm-0.6.5", "vllm-0.6", "vllm-0.2")}
+    assert steps == {"vllm": 8192, "vllm-v1": 8192, "vllm-0.6.5": 2048, "vllm-0.6": 512,
+                     "vllm-0.2": 131072}
 
 
 def test_kv_activation_slope_matches_issue10517(tmp_path):

@@ -23,12 +23,18 @@ numbers finite and at most 10^6 in the column's unit (``MAX_CELL``).
     inter_node_gb_per_s | GB/s per GPU, one way    | network to other nodes (400 Gb/s NDR = 50)
     gpus_per_node       |                          | GPUs that share the intra-node link
     source              | URL                      | the datasheet the numbers came from
+    cuda_total_gib      | GiB (2^30), optional     | CUDA's total where a log shows it differs
+                        |                          |   from 0.99 x the datasheet (ECC on, a
+                        |                          |   GeForce card); empty = derived
+    cuda_total_source   | URL, optional            | the log that shows that total
 
 A GPU's memory, one rule for every command (``memory``, ``fit``, ``plan``, ``serve``, ``report``):
 every fit check compares against ``Gpu.usable_bytes``, what CUDA reports as the device's total
 (``torch.cuda.get_device_properties(0).total_memory``, nvidia-smi's total less a little), not
 the datasheet capacity ``Gpu.memory_bytes`` (exact bytes: the sheets' "80GB" of HBM is
-80 GiB). It is the datasheet x ``CUDA_VISIBLE_FRACTION`` (an 80 GiB H100: 79.20 GiB). The
+80 GiB). It is the datasheet x ``CUDA_VISIBLE_FRACTION`` (an 80 GiB H100: 79.20 GiB), or the
+row's ``cuda_total_gib`` where a cited log shows CUDA reporting less (an L40S ships with ECC on,
+which takes 3.1 GiB of its 48: 44.42 GiB). The
 planner's framework terms (CUDA context, communication buffers, fragmentation) are charged
 against it, as the CUDA context comes out of CUDA's total; serving sizes vLLM's KV cache from
 it. ``--gpu-gb N`` is the user's usable figure, N x 1e9 bytes taken as CUDA's total as it is
@@ -77,6 +83,8 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 COLUMNS = ("name", "aliases", "memory", "memory_unit", "hbm_gb_per_s", "fp32_tflops",
            "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "int8_tops",
            "intra_node_gb_per_s", "inter_node_gb_per_s", "gpus_per_node", "source")
+#: columns a GPU file may leave out (a row may leave them empty): CUDA's measured total, its log
+OPTIONAL_COLUMNS = ("cuda_total_gib", "cuda_total_source")
 UNITS = {"GiB": 2**30, "GB": 10**9}
 #: CUDA reports 1% less than the datasheet capacity: vLLM logs "total_gpu_memory (79.22GiB)"
 #: on an 80 GiB H100 (vllm-project/vllm PR #12126, PR #10511); an H200 shows about 139.7 GiB
@@ -104,12 +112,17 @@ class Gpu:
     aliases: tuple[str, ...] = ()
     #: CUDA's total as the user gave it (``--gpu-gb``, ``with_usable_gb``); 0: derived
     usable_given: int = 0
+    #: CUDA's total as a cited log shows it (the catalog's ``cuda_total_gib``); 0: derived
+    cuda_total_bytes: int = 0
+    cuda_total_source: str = ""
 
     @property
     def usable_bytes(self) -> int:
         """What CUDA reports as the device's total memory, the capacity of every fit check:
-        the datasheet x 0.99, or the user's ``--gpu-gb``."""
-        return self.usable_given or int(self.memory_bytes * CUDA_VISIBLE_FRACTION)
+        the user's ``--gpu-gb``, else the row's measured ``cuda_total_gib``, else the
+        datasheet x 0.99."""
+        return (self.usable_given or self.cuda_total_bytes
+                or int(self.memory_bytes * CUDA_VISIBLE_FRACTION))
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; GpuError when the GPU has no such tensor path."""
@@ -174,6 +187,15 @@ def _parse_row(row: dict, where: str) -> Gpu:
                        f"({row['hbm_gb_per_s']}) must be positive")
     peaks = {d: float(_number(row[col], col, where)) * 1e12
              for d, col in ((d, f"{d}_tops" if d == "int8" else f"{d}_tflops") for d in DTYPES)}
+    total_text = (row.get("cuda_total_gib") or "").strip()
+    cuda_total = int(_number(total_text, "cuda_total_gib", where) * 2**30) if total_text else 0
+    if total_text and not 0 < cuda_total <= int(memory * UNITS[unit]):
+        raise GpuError(f"{where}: cuda_total_gib ({total_text}) must be positive and at most "
+                       f"the memory ({row['memory']} {unit})")
+    total_source = (row.get("cuda_total_source") or "").strip()
+    if len(total_source) > MAX_TEXT:
+        raise GpuError(f"{where}: cuda_total_source ({len(total_source)} characters) must be at "
+                       f"most {MAX_TEXT}")
     per_node = _number(row["gpus_per_node"], "gpus_per_node", where)
     if per_node != per_node.to_integral_value() or per_node < 1:
         raise GpuError(f"{where}: gpus_per_node ({row['gpus_per_node']}) must be a positive "
@@ -184,7 +206,8 @@ def _parse_row(row: dict, where: str) -> Gpu:
                                                     "intra_node_gb_per_s", where)) * 1e9,
                inter_node_bytes_per_s=float(_number(row["inter_node_gb_per_s"],
                                                     "inter_node_gb_per_s", where)) * 1e9,
-               gpus_per_node=int(per_node), source=row["source"].strip(), aliases=aliases)
+               gpus_per_node=int(per_node), source=row["source"].strip(), aliases=aliases,
+               cuda_total_bytes=cuda_total, cuda_total_source=total_source)
 
 
 def parse_catalog(text: str, origin: str) -> dict[str, Gpu]:

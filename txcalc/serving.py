@@ -13,8 +13,9 @@ batch, then give what is left of the utilisation budget to KV blocks):
     activation_peak_bytes    | the profiled forward of max_num_batched_tokens tokens: the largest
                              |   of (a) a fused GEMM group live (``activation_peak_bytes``) and
                              |   (b) the sampler over max_num_seqs rows of logits
-    non_torch_bytes          | CUDA context, cuBLAS workspace (``Overheads.cuda_context_bytes``),
-                             |   plus NCCL buffers when TP x PP > 1 (``comm_buffer_bytes``)
+    non_torch_bytes          | what the engine's vLLM version counts as non-torch memory (the
+                             |   version table below: the memory added since start-up for
+                             |   today's vLLM, the whole CUDA context for older ones)
     cuda_graph_bytes         | 0 inside the budget: vLLM captures its graphs after sizing the
                              |   cache, above the utilisation limit (CUDA_GRAPH_NOTE)
     kv_cache_bytes           | budget - weights - activation peak - non-torch - graphs
@@ -44,26 +45,51 @@ vLLM versions differ in what the profile counts (each test names the version of 
                     |   made before that drops out and kernels loaded later stay)
     v0.6.4          | torch peak (weights + activations) + non-torch memory in use after the
                     |   profile, CUDA context included (PR #9352: 0.35 GiB on an RTX 3090)
-    v0.6.5 on       | weights + activation peak + non-torch memory *added since start-up* (the
-                    |   context is in the baseline, PR #10511; 0.16 GiB on an H100, PR #12126);
-                    |   V0 with chunked prefill profiles one chunk: 512 tokens up to v0.6.4
-                    |   (vLLM docs, "Performance and Tuning": "512 is the default
-                    |   max_num_batched_tokens for chunked prefill"), 2,048 from v0.6.5 (PR
-                    |   #10544); V1 its 8192/2048-token budget
+    v0.6.5 - v0.6.6 | weights + activation peak + non-torch memory since start-up measured
+                    |   against torch's *allocated* bytes (PR #10511), so the caching allocator's
+                    |   unreleased slack counts as non-torch (PR #11809: "does not include the
+                    |   memory allocated from cudaMalloc but cannot be released"): 1.79 GiB on
+                    |   an H100 at TP 1, 3.58 GiB at TP 2 (PR #10511's sanity checks)
+    v0.7 on (V0),   | weights + activation peak + non-torch memory *added since start-up*,
+    V1 from v0.9.2  |   measured against torch's reserved bytes (PRs #11809, #12126; V1 reuses
+                    |   V0's ``memory_profiling``, PR #19312): the CUDA context is in the
+                    |   start-up snapshot and drops out; what stays is the kernel modules CUDA's
+                    |   lazy loading adds during load and profile, and at TP x PP > 1 the NCCL
+                    |   communicators and custom all-reduce buffers, which the worker creates
+                    |   after the snapshot (vllm/worker/worker.py ``init_device`` of v0.7.3:
+                    |   ``self.baseline_snapshot = MemorySnapshot()``, then
+                    |   ``init_worker_distributed_environment``; V1's gpu_worker takes its
+                    |   ``init_snapshot`` there too and profiles against it). cuBLAS
+                    |   workspaces are torch allocations (in the activation peak)
 
-txcalc takes the planner's Overheads (1 GiB context + workspaces, 0.5 GiB NCCL when tp x pp >
-1) for every version but v0.6.4, whose non-torch term is the CUDA context alone
-(V064_CUDA_CONTEXT_BYTES, + NCCL at tp x pp > 1): the measured terms are quoted beside each
-test and xfail in tests/test_serving.py and tests/test_vllm_logs.py.
-``engine`` picks the rule (``vllm`` = ``vllm-v1``):
+Chunked prefill profiles one chunk past 32K tokens: 512 tokens up to v0.6.4 (vLLM docs,
+"Performance and Tuning": "512 is the default max_num_batched_tokens for chunked prefill"),
+2,048 from v0.6.5 (PR #10544); V1 its 8192-token budget.
 
-    engine     | profiled step (max_num_batched_tokens default) | non-KV memory added
-    -----------|------------------------------------------------|------------------------------
-    vllm-v1    | max(max_model_len, 2048), V1_CHUNK past 32K     | weights + peak + non-torch
-    vllm-0.6   | max(max_model_len, 2048), V0_CHUNK past 32K     | weights + peak + the CUDA
-               |                                                 |   context (+ NCCL): v0.6.4
-    vllm-0.2   | max(max_model_len, 2048) (no chunked prefill)   | + the profile's all-reduce
-               |                                                 |   inputs, still reserved
+The non-torch term of each rule, and where its constant comes from (calibration logs, never a
+row a test checks; tests/test_vllm_logs.py names both):
+
+    engine      | profiled step (max_num_batched_tokens default)  | non-torch term
+    ------------|--------------------------------------------------|-------------------------------
+    vllm-v1     | max(max_model_len, 2048), V1_CHUNK past 32K      | V1_NON_TORCH_BYTES (0.16 GiB,
+                |                                                  |   PR #12126, H100 TP 1) + at
+                |                                                  |   tp x pp > 1 V1_COMM_BYTES
+                |                                                  |   (0.09 GiB: issue #13061's
+                |                                                  |   0.25 GiB at TP 2 less it)
+    vllm-0.6.5  | max(max_model_len, 2048), 2,048 past 32K         | the planner's Overheads (1 GiB
+                |                                                  |   context + workspaces, 0.5 GiB
+                |                                                  |   NCCL): no log calibrates
+                |                                                  |   the allocator slack
+    vllm-0.6    | max(max_model_len, 2048), V0_CHUNK past 32K      | V064_CUDA_CONTEXT_BYTES (+ the
+                |                                                  |   planner's NCCL): v0.6.4
+    vllm-0.2    | max(max_model_len, 2048) (no chunked prefill)    | Overheads + the profile's
+                |                                                  |   all-reduce inputs, still
+                |                                                  |   reserved
+
+``engine`` picks the rule (``vllm`` = ``vllm-v1``, today's vLLM). A context size the caller
+gives (``Overheads`` other than the default: plan's --cuda-context-gib) replaces the engine's
+term with the Overheads one. Measured terms are quoted beside each test and xfail in
+tests/test_serving.py and tests/test_vllm_logs.py.
 
 vllm-0.2: ``peak_memory = total_gpu_memory - free_gpu_memory`` after ``profile_run`` (PR #2031,
 "Fix peak memory profiling") counts what the caching allocator still reserves. Before
@@ -75,7 +101,8 @@ and one for the vocab-parallel embedding: tokens x d_model activations each) sta
 until the profile's synchronize: ``held_allreduce_bytes``.
 
 Only the engine's own functions give the per-token KV bytes, the weights and the op widths;
-nothing here is fitted to the logs the tests compare against (tests/test_serving.py).
+nothing here is fitted to the logs the tests compare against (tests/test_serving.py,
+tests/test_vllm_logs.py): the two V1 constants come from calibration logs named there.
 """
 
 from __future__ import annotations
@@ -99,12 +126,13 @@ DEFAULT_FREE_FRACTION = 0.9
 TRTLLM_BLOCK_SIZE = 64
 #: "vllm" is "vllm-v1"; the versioned names pick the profile rule of those vLLM releases
 #: (VLLM_RULES, module docstring)
-ENGINES = ("vllm", "vllm-v1", "vllm-0.6", "vllm-0.2", "trtllm")
+ENGINES = ("vllm", "vllm-v1", "vllm-0.6.5", "vllm-0.6", "vllm-0.2", "trtllm")
 #: V0's default chunk when chunked prefill is on (vLLM docs, "Performance and Tuning": "512 is
 #: the default max_num_batched_tokens for chunked prefill"), up to v0.6.4 (PR #10544 made it
 #: 2,048 in v0.6.5): the step vllm-0.6 profiles past CHUNKED_PREFILL_ABOVE tokens (issue
 #: #10517's 35k log, tests/test_vllm_logs.py); V1 profiles its 8,192-token budget
 V0_CHUNK = 512
+V065_CHUNK = 2048
 V1_CHUNK = 8192
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 #: vLLM V0 turned chunked prefill on by default past 32K tokens of max_model_len
@@ -122,6 +150,16 @@ SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
 #: MiB). At TP x PP > 1 the planner's NCCL term is added. Other engines, and a context size the
 #: caller gives (Overheads other than the default), keep Overheads.
 V064_CUDA_CONTEXT_BYTES = 400 * 2**20
+#: vllm-v1 (vLLM v0.7 on, V0 and V1): the non-torch memory added since the start-up snapshot at
+#: TP 1, i.e. kernel modules CUDA loads lazily while the model loads and the profile runs (the
+#: context itself is in the snapshot). Calibration log, vllm-project/vllm PR #12126 (youkaichao,
+#: 2025-01-16, H100-80G, Llama-3.2-11B-Vision, TP 1): "non_torch_memory takes 0.16GiB"
+V1_NON_TORCH_BYTES = int(0.16 * 2**30)
+#: vllm-v1 at TP x PP > 1: the NCCL communicators and custom all-reduce buffers the worker creates
+#: after the snapshot, added to V1_NON_TORCH_BYTES. Calibration log, vllm-project/vllm issue
+#: #13061 (stg609, 2025-02-11, 2 x RTX 4090, DeepSeek-R1-Distill-Qwen-14B, TP 2, v0.7 V0
+#: worker): "non_torch_memory takes 0.25GiB", less the TP 1 term
+V1_COMM_BYTES = int(0.25 * 2**30) - V1_NON_TORCH_BYTES
 CUDA_GRAPH_NOTE = ("vLLM captures CUDA graphs after the KV cache is sized; their 1-3 GiB sit "
                    "above the utilisation budget (vllm-project/vllm issue #7553: 2,464 MiB "
                    "more per GPU with graphs than with --enforce-eager)")
@@ -301,17 +339,23 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     if pp > n_blocks:
         raise ServingError(f"pp ({pp}) exceeds {cfg.name}'s {n_blocks} blocks")
     max_model_len = max_model_len or cfg.max_position
-    chunk = V0_CHUNK if engine == "vllm-0.6" else V1_CHUNK
+    chunk = {"vllm-0.6": V0_CHUNK, "vllm-0.6.5": V065_CHUNK}.get(engine, V1_CHUNK)
     batched = max_num_batched_tokens or (
         max(max_model_len, 2048) if max_model_len <= CHUNKED_PREFILL_ABOVE
         or engine == "vllm-0.2" else chunk)
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
-    # vllm-0.6 measures the context alone, unless the caller sized it (plan's --cuda-context-gib)
-    context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" \
-        and ov.cuda_context_bytes == Overheads().cuda_context_bytes else ov.cuda_context_bytes
-    non_torch = context + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
+    # each version's non-torch term (module table), unless the caller sized the context
+    # (plan's --cuda-context-gib): then the planner's Overheads
+    sized = ov.cuda_context_bytes != Overheads().cuda_context_bytes
+    multi = tp * pp > 1
+    if engine in ("vllm", "vllm-v1") and not sized:
+        non_torch = V1_NON_TORCH_BYTES + (V1_COMM_BYTES if multi else 0)
+    else:
+        context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" and not sized \
+            else ov.cuda_context_bytes
+        non_torch = context + (ov.comm_buffer_bytes if multi else 0)
     held = held_allreduce_bytes(cfg, ops, batched, prec.act, pp) \
         if engine == "vllm-0.2" and tp > 1 else 0
     graphs = 0
