@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from .components import model_ops
+from .components import model_ops, model_ops_tuple
 from .config import ModelConfig
 from .ops import FLOP_KINDS, Op, rerun_ops
 
@@ -173,7 +173,8 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
     from .inputs import CONFIG_HINT, instance
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     # checkpoint rows (what recompute keeps) have no parameters: not a component here
-    return ParamCounts(cfg, tuple(op for op in model_ops(cfg) if op.kind != "checkpoint"))
+    # the cached ops (model_ops_tuple): `txcalc params` reads them again for the checkpoint
+    return ParamCounts(cfg, tuple(op for op in model_ops_tuple(cfg) if op.kind != "checkpoint"))
 
 
 def param_totals(cfg: ModelConfig) -> tuple[int, int]:
