@@ -178,9 +178,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                    recompute_method=recompute_method, recompute_layers=recompute_layers,
                    **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
-    from ..hardware import gpu_memory
-    gpu_name = gpu
-    gpu, gpu_label, _ = gpu_memory(gpu, opts["gpu_gb"], gpu_file)
+    from ..hardware import get_gpu, gpu_memory
+    # the catalog row, read once: the fit check's bytes and, below, its words
+    row = get_gpu(gpu or "h100-sxm", gpu_file) if gpu is not None or opts["gpu_gb"] is None \
+        else None
+    gpu, gpu_label, _ = gpu_memory(row, opts["gpu_gb"], gpu_file)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if params is not None and inference:
@@ -251,9 +253,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
             f"recompute {out['recompute']})", out["activations_by_layer_type"],
             {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
-    from ..hardware import get_gpu, memory_words
-    words = memory_words(gpu if opts["gpu_gb"] is not None else
-                         get_gpu(gpu_name or "h100-sxm", gpu_file))
+    from ..hardware import memory_words
+    words = memory_words(gpu if opts["gpu_gb"] is not None else row)
     console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
