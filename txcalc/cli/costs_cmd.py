@@ -15,9 +15,11 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
               recompute_method="block", recompute_layers=0, loss="full"):
     """The workload of flops / memory; ``stack`` (txcalc.stacks) sets the fused kernels and,
     when ``attn`` is None, the attention kernel (else flash)."""
-    from ..stacks import get_stack
     from ..workload import Workload
-    prof = get_stack(stack) if stack is not None else None
+    prof = None
+    if stack is not None:
+        from ..stacks import get_stack
+        prof = get_stack(stack)
     attn = attn or (prof.attn_impl if prof else "flash")
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
                     dropout=dropout, fused=prof.fused if prof else (),
