@@ -32,9 +32,12 @@ gc.callbacks.append(lambda phase, info: collections.append(info) if phase == "st
 rc = main()  # sys.argv, as the program runs it
 gc.callbacks.clear()
 mods = sorted(sys.modules)  # before json is imported here
+presets = sys.modules.get("txcalc.presets")
+made = (sum(not isinstance(v, presets._Deferred) for v in presets.PRESETS._table.values())
+        if presets else 0)
 import json
-print(json.dumps({"modules": mods, "built": built, "collections": len(collections)}),
-      file=sys.stderr)
+print(json.dumps({"modules": mods, "built": built, "collections": len(collections),
+                  "presets_built": made}), file=sys.stderr)
 sys.exit(rc)
 """
 
@@ -58,9 +61,11 @@ ALSO_NEVER = {
     ("params", "gpt2"): ("json", "txcalc.stacks", "txcalc.hf", "txcalc.hardware", "csv"),
     ("params", "llama-3.1-405b", "--json"): ("decimal", "txcalc.stacks", "txcalc.hf",
                                              "txcalc.hardware", "csv", "rich"),
-    ("flops", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf", "txcalc.hardware", "csv"),
+    ("flops", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf", "txcalc.hardware", "csv",
+                                               "txcalc.memory"),
     ("flops", "llama-3-8b", "--seq", "4096", "--json"): ("decimal", "txcalc.hf",
-                                                         "txcalc.hardware", "csv", "rich"),
+                                                         "txcalc.hardware", "csv", "rich",
+                                                         "txcalc.memory"),
     ("memory", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf"),
     ("memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"): ("txcalc.hf", "rich"),
 }
@@ -96,6 +101,9 @@ def test_simple_command_loads_only_its_own_module(argv):
     assert got["built"] == [argv[0]], got["built"]
     # no cyclic garbage collection during a simple command (txcalc.cli.GC_FREE_COMMANDS)
     assert got["collections"] == 0
+    # the preset a command names is the one config it builds (``presets`` lists them all)
+    from txcalc.presets import PRESETS
+    assert got["presets_built"] == (len(PRESETS) if argv[0] == "presets" else 1)
     commands = {m.rsplit(".", 1)[1] for m in mods
                 if m.startswith("txcalc.cli.") and m.endswith("_cmd")}
     own = COMMAND_MODULES[argv[0]]
