@@ -9,10 +9,10 @@ overhead (the command's wall time minus ``python3 -c pass``'s, what txcalc itsel
 top of the interpreter) under 0.1 s. ``flops``/``memory``/``params`` of the largest presets
 (HEAVY) are listed too, against 0.5 s of overhead.
 
-For each command: the minimum of N runs (default 9) of ``python3 -m txcalc ...`` and of
-``python3 -c pass`` run in between (the minimum is the figure least inflated by other work on
-the machine; the two see the same load), the overhead and the target, in wall time and in CPU
-time (user + system of the child: on a loaded machine the wall time waits for a core, the CPU
+For each command, side by side: the minimum of N runs (default 9) of ``python3 -c pass``,
+of the table form ``python3 -m txcalc ...`` and of its ``--json`` form, run in turn (the
+minimum is the figure least inflated by other work on the machine; the three see the same
+load), the two overheads and the target, in CPU time and in wall time (user + system of the child: on a loaded machine the wall time waits for a core, the CPU
 time hardly does). Bytecode is compiled once into a temporary folder (PYTHONPYCACHEPREFIX),
 as an installed package's is: with PYTHONDONTWRITEBYTECODE=1 every import would compile its
 source and measure that instead. ``--importtime`` adds
@@ -32,15 +32,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the simple commands: target overhead 0.1 s
-SIMPLE = [["presets"], ["presets", "--json"],
-          ["params", "gpt2"], ["params", "gpt2", "--json"],
-          ["params", "llama-3-8b"], ["params", "llama-3.1-405b", "--json"],
-          ["flops", "llama-3-8b", "--seq", "4096"],
-          ["flops", "llama-3-8b", "--seq", "4096", "--json"],
-          ["memory", "llama-3-8b", "--seq", "4096"],
-          ["memory", "llama-3-8b", "--seq", "4096", "--json"],
-          ["gpus"], ["gpus", "--json"]]
+#: the simple commands, each run as a table and with --json: target overhead 0.1 s
+SIMPLE = [["presets"], ["params", "gpt2"], ["params", "llama-3-8b"],
+          ["params", "llama-3.1-405b"], ["flops", "llama-3-8b", "--seq", "4096"],
+          ["memory", "llama-3-8b", "--seq", "4096"], ["gpus"]]
 #: the largest presets: target overhead 0.5 s
 HEAVY = [["params", "deepseek-v3"], ["flops", "llama-3.1-405b", "--seq", "8192"],
          ["memory", "llama-3.1-405b", "--seq", "8192"]]
@@ -80,18 +75,20 @@ def timed(argv, check: bool = True) -> tuple[float, float] | None:
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def side_by_side(args, runs: int) -> tuple[tuple[float, float], tuple[float, float]] | None:
-    """((wall, CPU) of the command, (wall, CPU) of python -c pass), each the minimum of
-    ``runs``, runs interleaved so that both see the same machine load; None for a command
-    this checkout lacks (``gpus`` before the catalog command)."""
-    if timed([sys.executable, "-m", "txcalc", *args], check=False) is None:
-        return None  # (that run also compiled the bytecode the timed runs read)
-    cmd, base = [], []
+def side_by_side(args, runs: int):
+    """((wall, CPU) of ``python -c pass``, of the table form, of the ``--json`` form), each
+    the minimum of ``runs``, the three run in turn so that they see the same machine load;
+    None for a command this checkout lacks (``gpus`` before the catalog command)."""
+    forms = [[sys.executable, "-c", "pass"], [sys.executable, "-m", "txcalc", *args],
+             [sys.executable, "-m", "txcalc", *args, "--json"]]
+    for argv in forms[1:]:  # (these runs also compile the bytecode the timed runs read)
+        if timed(argv, check=False) is None:
+            return None
+    got = [[] for _ in forms]
     for _ in range(runs):
-        base.append(timed([sys.executable, "-c", "pass"]))
-        cmd.append(timed([sys.executable, "-m", "txcalc", *args]))
-    return ((min(w for w, _ in cmd), min(c for _, c in cmd)),
-            (min(w for w, _ in base), min(c for _, c in base)))
+        for argv, out in zip(forms, got):
+            out.append(timed(argv))
+    return [(min(w for w, _ in g), min(c for _, c in g)) for g in got]
 
 
 def importtime(args, top: int = 12) -> list[tuple[int, str]]:
@@ -111,21 +108,23 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--importtime", action="store_true")
     a = ap.parse_args()
-    print(f"min of {a.runs} runs each; overhead = txcalc - python -c pass; wall time, and "
-          "CPU time (user + sys: the figure to read when the machine is loaded)")
-    print(f"{'command':46s} {'txcalc':>8s} {'python -c pass':>15s} {'overhead':>9s}  "
-          f"{'CPU txcalc':>10s} {'CPU pass':>9s} {'CPU overhead':>12s}  target (overhead)")
+    print(f"min of {a.runs} runs each; overhead = txcalc - python -c pass, in CPU time (user + "
+          "sys: the figure to read when the machine is loaded) and in wall time")
+    print(f"{'command':40s} {'python -c pass':>15s} | {'table':>7s} {'overhead':>8s} | "
+          f"{'--json':>7s} {'overhead':>8s} | target (overhead)")
     for args, target in COMMANDS:
         got = side_by_side(args, a.runs)
         name = "txcalc " + " ".join(args)
         if got is None:
-            print(f"{name:46s} (no such command in this checkout)")
+            print(f"{name:40s} (no such command in this checkout)")
             continue
-        (t, cpu), (base, cpu_base) = got
-        print(f"{name:46s} {t:7.3f}s {base:14.3f}s {t - base:8.3f}s  {cpu:9.3f}s "
-              f"{cpu_base:8.3f}s {cpu - cpu_base:11.3f}s  < {target:g} s: "
-              f"wall {'ok' if t - base < target else 'MISSED'}, "
-              f"CPU {'ok' if cpu - cpu_base < target else 'MISSED'}")
+        (base_w, base_c), (tab_w, tab_c), (js_w, js_c) = got
+        for kind, i, base, tab, js in (("CPU", 1, base_c, tab_c, js_c),
+                                       ("wall", 0, base_w, tab_w, js_w)):
+            over = (tab - base, js - base)
+            verdict = "ok" if max(over) < target else "MISSED"
+            print(f"{name if i else '':40s} {kind:>4s} {base:9.3f}s | {tab:6.3f}s {over[0]:7.3f}s"
+                  f" | {js:6.3f}s {over[1]:7.3f}s | < {target:g} s: {verdict}")
     if a.importtime:
         print(f"\nstart-up imports of txcalc {' '.join(SIMPLE[2])} (cumulative ms):")
         for us, mod in importtime(SIMPLE[2]):

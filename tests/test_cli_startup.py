@@ -18,10 +18,26 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[1]
 
 CHECK = """
-import json, sys
+import gc, sys
+import typer.main as tm
 from txcalc.cli import main
-rc = main(sys.argv[1:])
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+built, collections = [], []
+made = tm.get_command_from_info
+def counted(command_info, **kw):
+    cmd = made(command_info, **kw)
+    built.append(cmd.name)
+    return cmd
+tm.get_command_from_info = counted
+gc.callbacks.append(lambda phase, info: collections.append(info) if phase == "start" else None)
+rc = main()  # sys.argv, as the program runs it
+gc.callbacks.clear()
+mods = sorted(sys.modules)  # before json is imported here
+presets = sys.modules.get("txcalc.presets")
+made = (sum(not isinstance(v, presets._Deferred) for v in presets.PRESETS._table.values())
+        if presets else 0)
+import json
+print(json.dumps({"modules": mods, "built": built, "collections": len(collections),
+                  "presets_built": made}), file=sys.stderr)
 sys.exit(rc)
 """
 
@@ -34,22 +50,60 @@ SIMPLE = [["presets"], ["params", "gpt2"], ["params", "llama-3.1-405b", "--json"
           ["memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"]]
 
 
-def loaded(argv) -> set[str]:
+#: what each simple command leaves out on top of NEVER (issue 18's second round; each was on
+#: its path and cost start-up): json where nothing is printed as JSON (txcalc.cli.output and
+#: txcalc.formats import it where used), the Decimal parser where no count or context is read
+#: and rich does not load it (fractions), the stacks table where no command option names a
+#: stack, the HF converters for a preset, the GPU catalog where no fit is checked
+ALSO_NEVER = {
+    ("presets",): ("txcalc.stacks", "txcalc.hardware", "csv"),
+    ("presets", "--json"): ("decimal", "txcalc.stacks", "txcalc.hardware", "csv", "rich"),
+    ("params", "gpt2"): ("json", "txcalc.stacks", "txcalc.hf", "txcalc.hardware", "csv"),
+    ("params", "llama-3.1-405b", "--json"): ("decimal", "txcalc.stacks", "txcalc.hf",
+                                             "txcalc.hardware", "csv", "rich"),
+    ("flops", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf", "txcalc.hardware", "csv",
+                                               "txcalc.memory"),
+    ("flops", "llama-3-8b", "--seq", "4096", "--json"): ("decimal", "txcalc.hf",
+                                                         "txcalc.hardware", "csv", "rich",
+                                                         "txcalc.memory"),
+    ("memory", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf"),
+    ("memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"): ("txcalc.hf", "rich"),
+}
+SIMPLE += [["presets", "--json"], ["flops", "llama-3-8b", "--seq", "4096", "--json"]]
+
+
+def run_check(argv) -> dict:
+    """The modules a command in a fresh interpreter has imported when main returns, the click
+    commands typer built, and the cyclic collections run during main."""
     r = subprocess.run([sys.executable, "-c", CHECK, *argv], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert r.returncode == 0, r.stderr
     import json
-    return set(json.loads(r.stderr.strip().splitlines()[-1]))
+    return json.loads(r.stderr.strip().splitlines()[-1])
+
+
+def loaded(argv) -> set[str]:
+    return set(run_check(argv)["modules"])
 
 
 @pytest.mark.parametrize("argv", SIMPLE, ids=" ".join)
 def test_simple_command_loads_only_its_own_module(argv):
     from txcalc.cli.typer_app import COMMAND_MODULES
 
-    mods = loaded(argv)
-    heavy = sorted(m for m in mods if m.split(".")[0] in NEVER or m in NEVER
-                   or any(m.startswith(n + ".") for n in NEVER))
+    got = run_check(argv)
+    mods = set(got["modules"])
+    never = NEVER + ALSO_NEVER.get(tuple(argv), ())
+    heavy = sorted(m for m in mods if m.split(".")[0] in never or m in never
+                   or any(m.startswith(n + ".") for n in never))
     assert heavy == [], heavy
+    # typer builds the command that runs, not the others its module registers (presets and
+    # params, flops and memory), nor the whole group a second time
+    assert got["built"] == [argv[0]], got["built"]
+    # no cyclic garbage collection during a simple command (txcalc.cli.GC_FREE_COMMANDS)
+    assert got["collections"] == 0
+    # the preset a command names is the one config it builds (``presets`` lists them all)
+    from txcalc.presets import PRESETS
+    assert got["presets_built"] == (len(PRESETS) if argv[0] == "presets" else 1)
     commands = {m.rsplit(".", 1)[1] for m in mods
                 if m.startswith("txcalc.cli.") and m.endswith("_cmd")}
     own = COMMAND_MODULES[argv[0]]
@@ -181,3 +235,45 @@ def test_a_bad_value_reads_as_typer_words_it(capsys):
     err = capsys.readouterr().err
     assert err.startswith("txcalc: error (txcalc memory): Invalid value for '--seq'") and \
         "'3.5'" in err and err.count("\n") == 1, err
+
+
+def test_memory_reads_the_gpu_catalog_once(monkeypatch, capsys):
+    """``txcalc memory`` parses the GPU catalog once for its fit check and its words (it
+    parsed it twice)."""
+    from txcalc import hardware
+    from txcalc.cli import main
+
+    calls = []
+    parse = hardware.parse_catalog
+    monkeypatch.setattr(hardware, "parse_catalog",
+                        lambda *a, **k: calls.append(a[1]) or parse(*a, **k))
+    for argv in (["memory", "llama-3-8b"], ["memory", "llama-3-8b", "--gpu", "h200"],
+                 ["memory", "llama-3-8b", "--gpu", "a100-80gb", "--gpu-gb", "70"]):
+        calls.clear()
+        assert main(argv) == 0
+        assert calls == ["gpus.csv"], (argv, calls)
+    calls.clear()
+    assert main(["memory", "llama-3-8b", "--gpu-gb", "70"]) == 0
+    assert calls == [] and "70 GB usable, as given by --gpu-gb" in " ".join(
+        capsys.readouterr().out.split())
+
+
+def test_the_program_leaves_the_collector_as_it_found_it():
+    """In-process callers (tests, the web page) get the collector back after a simple
+    command; a command outside GC_FREE_COMMANDS runs with it."""
+    import gc
+
+    from txcalc.cli import GC_FREE_COMMANDS, _gc_free, main
+
+    assert set(GC_FREE_COMMANDS) == {"presets", "params", "flops", "memory"}
+    assert _gc_free(["params", "gpt2"]) and not _gc_free(["plan", "train"])
+    assert not _gc_free([]) and not _gc_free(["--help"])
+    assert gc.isenabled()
+    assert main(["params", "gpt2", "--json"]) == 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert main(["params", "gpt2", "--json"]) == 0
+        assert not gc.isenabled()  # left off when it was off
+    finally:
+        gc.enable()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from .components import model_ops
+from .components import model_ops, model_ops_tuple
 from .config import ModelConfig
 from .ops import FLOP_KINDS, Op, rerun_ops
 
@@ -73,6 +73,13 @@ def by_layer_type(cfg: ModelConfig, per_layer: dict[tuple[str, int], dict[str, i
     return sorted(rows.values(), key=lambda r: r["layer_type"] == "outside blocks")
 
 
+def _layer_list(layers: list[int], most: int = 4) -> str:
+    """"layer 0", "layers 0, 3, 6", "layers 0, 3, 6, 9, ... (12 blocks)"."""
+    shown = ", ".join(str(i) for i in layers[:most])
+    more = f", ... ({len(layers)} blocks)" if len(layers) > most else ""
+    return f"layer{'s' if len(layers) > 1 else ''} {shown}{more}"
+
+
 def _group(ops: Iterable[Op], key) -> dict[str, list[Op]]:
     groups: dict[str, list[Op]] = {}
     for op in ops:
@@ -115,20 +122,31 @@ class ParamCounts:
         return rows
 
     def by_layer_type(self) -> list[dict]:
-        """One row per kind of block: how many such blocks and the parameters of one."""
+        """One row per kind of block: how many such blocks and the parameters of one.
+
+        Blocks of one ``layer_type`` label whose parameters differ (ModernBERT's block 0 has
+        no attention norm; the block that holds the rotary tables) are rows of their own:
+        the label's most common parameter count keeps the label, each other one is labelled
+        with its blocks' indices ("dense (layer 0)"). Every row's ``params`` is
+        ``layers * params_per_layer``, exactly the sum over its blocks."""
         in_blocks = [op for op in self.ops if op.layer >= 0]
-        per_layer = _group(in_blocks, lambda o: f"{o.stack}/{o.layer}")
-        rows: dict[str, dict] = {}
-        for ops in per_layer.values():
-            label = layer_type(self.cfg, ops[0].stack, ops[0].layer)
-            row = rows.setdefault(label, {"layer_type": label, "layers": 0,
-                                          "params_per_layer": sum(o.params_total for o in ops),
-                                          "active_per_layer": sum(o.params_active for o in ops),
-                                          "first_layer": ops[0].layer})
-            row["layers"] += 1
-        out = list(rows.values())
-        for row in out:
-            row["params"] = row["layers"] * row["params_per_layer"]
+        per_layer = _group(in_blocks, lambda o: (o.stack, o.layer))
+        # label -> (params, active) of one block -> the block indices that hold that many
+        kinds: dict[str, dict[tuple[int, int], list[int]]] = {}
+        for (stack, layer), ops in per_layer.items():
+            counts = (sum(o.params_total for o in ops), sum(o.params_active for o in ops))
+            kinds.setdefault(layer_type(self.cfg, stack, layer), {}).setdefault(
+                counts, []).append(layer)
+        out = []
+        for label, variants in kinds.items():
+            # the most blocks keep the plain label (a tie: the earlier first block)
+            main = min(variants, key=lambda c: (-len(variants[c]), variants[c][0]))
+            for (params, active), layers in sorted(variants.items(), key=lambda kv: kv[1][0]):
+                out.append({"layer_type": label if (params, active) == main else
+                            f"{label} ({_layer_list(layers)})",
+                            "layers": len(layers), "params_per_layer": params,
+                            "active_per_layer": active, "first_layer": layers[0],
+                            "params": len(layers) * params})
         outside = [op for op in self.ops if op.layer < 0]
         out.append({"layer_type": "outside blocks", "layers": 0, "params_per_layer": 0,
                     "active_per_layer": 0, "first_layer": -1,
@@ -173,7 +191,8 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
     from .inputs import CONFIG_HINT, instance
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     # checkpoint rows (what recompute keeps) have no parameters: not a component here
-    return ParamCounts(cfg, tuple(op for op in model_ops(cfg) if op.kind != "checkpoint"))
+    # the cached ops (model_ops_tuple): `txcalc params` reads them again for the checkpoint
+    return ParamCounts(cfg, tuple(op for op in model_ops_tuple(cfg) if op.kind != "checkpoint"))
 
 
 def param_totals(cfg: ModelConfig) -> tuple[int, int]:

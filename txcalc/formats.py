@@ -66,7 +66,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
-import json
 import re
 from dataclasses import dataclass
 
@@ -218,6 +217,7 @@ def bnb_state_bytes(quant_type: str, d_out: int, d_in: int, dense: str,
     if double_quant:
         fields |= {"nested_blocksize": BNB_NESTED_BLOCK, "nested_dtype": "float32",
                    "nested_offset": 0}
+    import json  # here: the CLI's start-up reads no JSON
     text = json.dumps(fields)
     return len(text) - (1 if double_quant else 0) + (BNB_OFFSET_CHARS if double_quant else 0)
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from decimal import Decimal, InvalidOperation
 
 from .errors import WorkloadError
 
@@ -184,6 +183,7 @@ def instance(name: str, value, cls: type, hint: str = ""):
 
 def _decimal(name: str, raw, what: str, example: str, hi) -> tuple[Decimal, str]:
     """Split ``raw`` into (number, suffix letter) with Decimal, refusing everything odd."""
+    from decimal import Decimal, InvalidOperation  # here: most commands read no count
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         raise InputError(f"{name} ({show(raw)}) must be text such as {example}, not "
                          f"{type(raw).__name__}")

@@ -8,12 +8,58 @@ each preset equals its import and that parameter counts equal HF's model on the 
 from __future__ import annotations
 
 import difflib
+from collections.abc import MutableMapping
 from functools import partial
 
 from .config import ModelConfig
 from .errors import ConfigError
 
-M = ModelConfig
+
+class _Deferred:
+    """One preset's ModelConfig arguments; PRESETS builds (and validates) the config when it
+    is first read: a command reads one preset, and building every one cost ~6 ms of each
+    command's start-up (issue 18)."""
+
+    __slots__ = ("kwargs",)
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class _Presets(MutableMapping):
+    """PRESETS: name -> ModelConfig, in the order of the table; each config made on first
+    read (``txcalc presets`` and the tests read them all: a preset that does not validate
+    fails there)."""
+
+    def __init__(self, table: dict):
+        self._table = dict(table)
+
+    def __getitem__(self, name: str) -> ModelConfig:
+        v = self._table[name]
+        if isinstance(v, _Deferred):
+            v = self._table[name] = ModelConfig(**v.kwargs)
+        return v
+
+    def __setitem__(self, name: str, value) -> None:
+        self._table[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._table[name]
+
+    def __iter__(self):
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __contains__(self, name) -> bool:
+        return name in self._table
+
+    def __repr__(self) -> str:
+        return f"PRESETS({list(self._table)})"
+
+
+M = _Deferred  # ModelConfig(**...) on first read of PRESETS[name]
 # Families of shared settings; each preset line below states only what differs.
 _gpt2 = partial(M, family="decoder", vocab_size=50257, max_position=1024, pos_type="learned",
                 activation="gelu_new", qkv_bias=True, out_bias=True, mlp_bias=True,
@@ -39,7 +85,7 @@ _gpt_oss = partial(M, d_model=2880, n_heads=64, n_kv_heads=8, head_dim=64, d_ff=
 _LLAMA4_NOPE = tuple(range(3, 48, 4))  # Llama 4: every 4th of 48 layers has no rotary
 _LLAMA4_CHUNKED = tuple(i for i in range(48) if i not in _LLAMA4_NOPE)
 
-PRESETS: dict[str, ModelConfig] = {
+PRESETS: dict[str, ModelConfig] = _Presets({
     # openai-community/gpt2{,-medium,-large,-xl} config.json (Radford et al. 2019)
     "gpt2": _gpt2(name="gpt2", n_layers=12, d_model=768, n_heads=12),
     "gpt2-medium": _gpt2(name="gpt2-medium", n_layers=24, d_model=1024, n_heads=16),
@@ -205,7 +251,7 @@ PRESETS: dict[str, ModelConfig] = {
     # google/mt5-xxl config.json (Xue et al. 2020, arXiv:2010.11934); untied lm_head
     "mt5-xxl": _t5(name="mt5-xxl", n_layers=24, n_encoder_layers=24, d_model=4096, n_heads=64,
                    d_ff=10240, vocab_size=250112, activation="geglu", tie_embeddings=False),
-}
+})
 
 
 # --- state-space hybrids (issue 12) ---------------------------------------------------------------

@@ -15,9 +15,11 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
               recompute_method="block", recompute_layers=0, loss="full"):
     """The workload of flops / memory; ``stack`` (txcalc.stacks) sets the fused kernels and,
     when ``attn`` is None, the attention kernel (else flash)."""
-    from ..stacks import get_stack
     from ..workload import Workload
-    prof = get_stack(stack) if stack is not None else None
+    prof = None
+    if stack is not None:
+        from ..stacks import get_stack
+        prof = get_stack(stack)
     attn = attn or (prof.attn_impl if prof else "flash")
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
                     dropout=dropout, fused=prof.fused if prof else (),
@@ -178,9 +180,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                    recompute_method=recompute_method, recompute_layers=recompute_layers,
                    **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
-    from ..hardware import gpu_memory
-    gpu_name = gpu
-    gpu, gpu_label, _ = gpu_memory(gpu, opts["gpu_gb"], gpu_file)
+    from ..hardware import get_gpu, gpu_memory
+    # the catalog row, read once: the fit check's bytes and, below, its words
+    row = get_gpu(gpu or "h100-sxm", gpu_file) if gpu is not None or opts["gpu_gb"] is None \
+        else None
+    gpu, gpu_label, _ = gpu_memory(row, opts["gpu_gb"], gpu_file)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if params is not None and inference:
@@ -251,9 +255,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
             f"recompute {out['recompute']})", out["activations_by_layer_type"],
             {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
-    from ..hardware import get_gpu, memory_words
-    words = memory_words(gpu if opts["gpu_gb"] is not None else
-                         get_gpu(gpu_name or "h100-sxm", gpu_file))
+    from ..hardware import memory_words
+    words = memory_words(gpu if opts["gpu_gb"] is not None else row)
     console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"

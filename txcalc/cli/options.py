@@ -7,9 +7,18 @@ from ..inputs import (GPU_GB_RANGE, MAX_BATCH, MAX_DAYS, MAX_GPUS, MAX_KV_TOKENS
                       MAX_PRICE, MAX_ROWS, MAX_SEQ, MAX_TOKENS, OVERHEAD_GIB_MAX, TFLOPS_RANGE,
                       TOKENS_PER_S_MAX, choice, integer, number, parse_context, parse_count,
                       path_text, text)
-from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
-from ..stacks import STACKS
 from ..workload import ATTN_IMPLS, RECOMPUTE, RECOMPUTE_METHODS
+
+
+def _named_choices(key: str) -> tuple:
+    """The values of a choice option whose table lives in an engine module that a command
+    without the option need not load (``flops`` reads no precision: txcalc.memory)."""
+    if key == "stack":
+        from ..stacks import STACKS
+        return tuple(STACKS)
+    from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    return {"precision": tuple(PRECISIONS), "optimizer": OPTIMIZERS,
+            "kv_dtype": tuple(KV_DTYPES)}[key]
 
 
 # --- the CLI's options: one table, one name per option ------------------------------------------
@@ -35,11 +44,12 @@ def _option_specs() -> dict:
         "fragmentation": ("float", 0, 1, "[)", " (a fraction of the tensors' bytes)"),
         "goodput": ("float", 0, 1, "(]", " (the fraction of wall-clock time spent training)"),
         "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
-        "stack": ("choice", tuple(STACKS)), "overlap": ("text", 200),
+        "stack": ("choice", None), "overlap": ("text", 200),
         "recompute_method": ("choice", RECOMPUTE_METHODS),
         "recompute_layers": ("int", 0, MAX_BATCH),
-        "precision": ("choice", tuple(PRECISIONS)), "optimizer": ("choice", OPTIMIZERS),
-        "kv_dtype": ("choice", tuple(KV_DTYPES)), "device": ("choice", ("meta", "cpu", "cuda")),
+        # None: the values come from _named_choices
+        "precision": ("choice", None), "optimizer": ("choice", None),
+        "kv_dtype": ("choice", None), "device": ("choice", ("meta", "cpu", "cuda")),
         "tokens": ("count", MAX_TOKENS), "params": ("count", MAX_PARAMS),
         "context": ("context", True), "required_context": ("context", False),
         "gpu": ("text", 200), "gpu_file": ("path",), "out": ("path",),
@@ -65,7 +75,8 @@ def options(**given) -> dict:
             out[key] = number(flag, value, spec[1], spec[2], lo_open=ends[0] == "(",
                               hi_open=ends[1] == ")", note=spec[4] if len(spec) > 4 else "")
         elif kind == "choice":
-            out[key] = choice(flag, value, spec[1])
+            out[key] = choice(flag, value, spec[1] if spec[1] is not None else
+                              _named_choices(key))
         elif kind == "count":
             out[key] = parse_count(value, flag, spec[1])
         elif kind == "context":

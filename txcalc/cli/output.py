@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from ..errors import TxcalcError
@@ -57,6 +56,7 @@ def strict_json(obj, **kw) -> str:
     """JSON text with ``allow_nan=False``: NaN and infinities are not JSON. Input validation
     (txcalc.inputs) keeps every figure finite; one that still is not becomes a TxcalcError
     (one line, exit 2), never invalid JSON."""
+    import json  # here: a table's command never needs it
     try:
         return json.dumps(obj, allow_nan=False, **kw)
     except ValueError as e:

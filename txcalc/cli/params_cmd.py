@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from ..stacks import DEFAULT_OVERLAP, STACKS
 from .typer_app import app
 from .output import console, emit_json, human, table
 
@@ -15,9 +14,17 @@ WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8
 HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
              "discriminator (ELECTRA's ForPreTraining; its generator is mlm) | "
              "auto (the class its 'architectures' names).")
-STACK_HELP = (f"Framework profile: {' | '.join(STACKS)} (its attention kernel, fused kernels and "
-              "overlapped collectives: txcalc/stacks.py; default: flash attention, HF's other "
-              f"kernels, {', '.join(DEFAULT_OVERLAP)} overlapped).")
+
+
+def __getattr__(name: str):
+    """``STACK_HELP`` (``--stack`` of memory and plan train), made from the stacks table when
+    a command that has the option loads: ``params`` and ``presets`` never import it."""
+    if name == "STACK_HELP":
+        from ..stacks import DEFAULT_OVERLAP, STACKS
+        return (f"Framework profile: {' | '.join(STACKS)} (its attention kernel, fused kernels "
+                "and overlapped collectives: txcalc/stacks.py; default: flash attention, HF's "
+                f"other kernels, {', '.join(DEFAULT_OVERLAP)} overlapped).")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @app.command()

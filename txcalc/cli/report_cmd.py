@@ -89,9 +89,12 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                                    + [p["file"] for s in rep["sections"] for p in s["plots"]]),
                    "answer": rep["data"]["answer"]})
         return
+    # the bar only where it can be drawn and erased: on a pipe, a file or a dumb terminal a
+    # transient bar shows nothing, and rich's Progress would end with an empty line
+    real = console.real()
     with Progress(TextColumn("{task.description:<40}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console.real(), transient=True) as bar:
+                  console=real, transient=True, disable=not real.is_interactive) as bar:
         task = bar.add_task("report", total=None)
 
         def progress(desc: str, done: int, total: int | None) -> None:

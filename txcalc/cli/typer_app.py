@@ -71,22 +71,35 @@ class LazyGroup(_typer_group()):
         ordered = sorted(self.commands, key=lambda n: rank.get(n, len(rank)))
         self.commands = {n: self.commands[n] for n in ordered}
 
-    def _sync(self) -> None:
-        """Add the click commands of everything registered on ``app`` since this group was
-        built."""
-        import typer.main
+    def _sync(self, name: str | None = None) -> None:
+        """Add the click commands of what is registered on ``app`` since this group was built:
+        the command ``name`` only (a module registers several: ``params`` does not build
+        ``presets``), or all. Each is built as typer.main.get_group_from_info builds it."""
+        import typer.main as tm
 
-        for name, cmd in typer.main.get_group(app).commands.items():
-            if name not in self.commands:
-                self.commands[name] = fast_params(cmd)
+        kw = dict(pretty_exceptions_short=app.pretty_exceptions_short,
+                  rich_markup_mode=app.rich_markup_mode)
+        for info in app.registered_commands:
+            n = info.name or tm.get_command_name(info.callback.__name__)
+            if n not in self.commands and name in (None, n):
+                self.commands[n] = fast_params(tm.get_command_from_info(info, **kw))
+        for info in app.registered_groups:
+            n = info.name if isinstance(info.name, str) else None
+            if n is None or (n not in self.commands and name in (None, n)):
+                more = ({"suggest_commands": app.suggest_commands}  # typer >= 0.20
+                        if hasattr(app, "suggest_commands") else {})
+                group = tm.get_group_from_info(info, **kw, **more)
+                if group.name and group.name not in self.commands:
+                    self.commands[group.name] = fast_params(group)
         self._order()
 
     def get_command(self, ctx, cmd_name: str):
         if cmd_name not in self.commands:
             # an unknown name loads everything: the "Did you mean" suggestions of typer's
             # resolve_command read self.commands
-            load_command_modules([cmd_name] if cmd_name in COMMAND_MODULES else None)
-            self._sync()
+            known = cmd_name in COMMAND_MODULES
+            load_command_modules([cmd_name] if known else None)
+            self._sync(cmd_name if known else None)
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx) -> list[str]:

@@ -77,7 +77,11 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
         _check_memory(cfg, work, precision, device, cuda_free_bytes(),
                       "free on the CUDA device")
     check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
-    with Progress(console=console.real(), transient=True, disable=json_out) as progress:
+    # no bar for --json, nor where it cannot be drawn and erased (a pipe, a file, a dumb
+    # terminal: rich's Progress would end with an empty line there)
+    real = console.real()
+    with Progress(console=real, transient=True,
+                  disable=json_out or not real.is_interactive) as progress:
         task = progress.add_task(f"validate {cfg.name}", total=len(STEPS))
 
         def step(name: str) -> None:
