@@ -39,7 +39,31 @@ which saves no labels at all (``held_labels``).
 
 from __future__ import annotations
 
+from .errors import WorkloadError
 from .workload import Workload, loss_chunks
+
+
+def check_head(cfg, loss: str) -> None:
+    """Refuse a loss other than full on a model whose head is not a bias-free causal LM head
+    (the chunked and fused-linear losses replace that head's matmul)."""
+    if loss != "full" and (cfg.head != "lm" or cfg.lm_head_bias):
+        raise WorkloadError(f"loss {loss!r} applies to a causal LM head without a bias; "
+                            f"{cfg.name} has head {cfg.head!r}"
+                            + (" with a bias" if cfg.lm_head_bias else ""))
+
+
+def logits_grad_bytes(loss: str, batch, seq, vocab: int):
+    """The fp32 gradient of the logits of one cross-entropy call: 4 V bytes a row, for the
+    rows the call sees (full: all T = batch x seq; chunked:N: the largest chunk, batch x
+    ceil(seq / N); fused-linear: none, its gradients are made in the forward, one row chunk
+    at a time, and saved as the head's grad_input / grad_weight). What the planner books on
+    the last stage beside the saved activations (``TrainingMemory.logits_transient``, the
+    planner's "logits" category); the phases hold the exact transients. ``batch`` and ``seq``
+    may be numpy integer arrays (the planner's micro-batches): only integer arithmetic here."""
+    if loss == "fused-linear":
+        return 0 * batch
+    n = loss_chunks(loss)
+    return 4 * vocab * batch * (-(-seq // n))
 
 
 def chunk_runs(work: Workload) -> list[tuple[int, int]]:
