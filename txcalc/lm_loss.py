@@ -15,9 +15,10 @@ here are the tensors that live only for a moment, relative to the saved activati
                   |  run of equal chunks                 |  the head: 8 V r_i - (4 - a) V (T - R_i);
                   |                                      |  a trained head then sums its chunks'
                   |                                      |  weight gradients (3 V D at once)
-    fused-linear  | one row chunk's logits, overwritten  | nothing: the gradients exist already
-    (Liger)       |  by their gradient (r V a), and the  |  (the final norm's and last block's
-                  |  fp32 per-row loss (4 T)             |  own transients: not modelled)
+    fused-linear  | one row chunk's logits, overwritten  | nothing of the loss: its gradients
+    (Liger)       |  by their gradient (r V a), and the  |  exist already; the first op after
+                  |  fp32 per-row loss (4 T)             |  it, the final norm, holds the peak
+                  |                                      |  (``fused_norm_backward``)
 
 Measured on the CPU against reference/loss.py (tests/test_finetune_loss.py): chunked exact at
 both peaks; fused-linear's forward peak is Liger's kernel's, which PyTorch on the CPU cannot
@@ -107,6 +108,32 @@ def _sizes(work: Workload) -> list[int]:
     n = loss_chunks(work.loss)
     q, rem = divmod(work.seq, n)
     return [q + 1] * rem + [q] * (n - rem)
+
+
+def fused_norm_backward(t: int, d: int, a: int, norm: str, scale: bool, bias: bool,
+                        grad: int) -> int:
+    """Bytes above the saved activations at the peak of the final norm's backward, the first
+    op autograd runs after the fused linear cross-entropy (whose gradients already exist:
+    the saved grad_input, a, is the gradient the norm receives). t tokens of width d;
+    ``scale``/``bias``: the norm's weight / bias train (their gradients, ``grad`` bytes an
+    element, stay); 4: the fp32 seed gradient of backward (1.0).
+
+        norm                  | at the peak                                  | bytes
+        ----------------------|----------------------------------------------|----------------
+        rmsnorm, eager (HF:   | PowBackward of xf.pow(2): grad * 2 * xf.pow(1)| 20 t d
+         xf = x.float(),      |  (three fp32 t x d), beside the mean's       |  - a t d - 4 t
+         xf * rsqrt(mean(xf^2)|  expanded gradient and the rsqrt branch's    |  - a t d (scale)
+         + eps), .to(a),      |  (two more): 5 x 4 t d; freed by then: the   |  + grad d (scale)
+         weight * .)          |  incoming gradient (after the scale's mul),  |
+                              |  1/rms (rsqrt and mul done), the saved       |
+                              |  normalised input (scale trains)             |
+        layernorm (native)    | the kernel's grad_input (a t d) and weight / | a t d + grad d
+                              |  bias gradients, the incoming one alive      |  (x each trained)
+
+    Measured with MemTracker on reference/model.py's norms (tests/test_finetune_loss.py)."""
+    if norm == "rmsnorm":
+        return 20 * t * d - a * t * d - 4 * t - (a * t * d - grad * d if scale else 0) + 4
+    return a * t * d + grad * d * (scale + bias) + 4
 
 
 def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) -> int:

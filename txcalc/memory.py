@@ -532,9 +532,27 @@ class TrainingMemory:
                 # a frozen head saves no input: the caller's hidden states, alive at the loss
                 extra += self.work.rows("seq") * self.cfg.embed_dim * self._bytes.act
             return extra
+        if self.work.loss == "fused-linear":
+            return self._fused_norm_backward()
         head = any(op.trainable for op in self.ops if op.path == "lm_head" and op.params)
         return lm_loss.backward_early(self.work, self.cfg.vocab_size, self.cfg.embed_dim,
                                       self._bytes.act, self._bytes.grad if head else 0)
+
+    def _fused_norm_backward(self) -> int:
+        """Under the fused linear cross-entropy: the final norm's backward transient
+        (lm_loss.fused_norm_backward) when the norm feeds the head directly; 0 (not modelled)
+        without a final norm, with a projection between (embed_dim != d_model) or with the
+        compiled RMSNorm kernel of a stack."""
+        from .lm_loss import fused_norm_backward
+        cfg = self.cfg
+        norm = next((op for op in self.ops if op.path == "final_norm"), None)
+        if norm is None or cfg.embed_dim != cfg.d_model or \
+                (cfg.norm_type == "rmsnorm" and "norm" in self.work.fused):
+            return 0
+        scale = norm.trainable and cfg.norm_affine
+        return fused_norm_backward(self.work.rows("seq"), cfg.d_model, self._bytes.act,
+                                   cfg.norm_type, scale, scale and cfg.norm_type == "layernorm"
+                                   and cfg.norm_bias, self._bytes.grad)
 
     @cached_property
     def master_grad_copies(self) -> int:
