@@ -104,14 +104,15 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         emit_json(out)
         return
     what = out["finetune"]
+    lossword = "" if loss == "full" else f", loss {loss}"
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
-                      f"{precision}, {optimizer}, attention {attn}, recompute {recompute}, loss "
-                      f"{loss}: fits "
+                      f"{precision}, {optimizer}, attention {attn}, recompute {recompute}"
+                      f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
         return
-    console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, loss {loss}: "
+    console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
                   f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
                   "Changes, each on top of the ones above it:")
     console.print(table("cheapest changes first", ["change", "GB", "fits", "step time x"],
