@@ -105,28 +105,52 @@ def test_memory_by_phase_against_memtracker(loss, batch, seq, ft):
     assert 0 <= measured["peak_backward"]["total"] - predicted["peak_backward"]["total"] <= 4
 
 
-@pytest.mark.parametrize("precision", ["bf16-mixed", "fp32"])
-@pytest.mark.parametrize("ft", [Finetune("lora", 4), Finetune("freeze", trainable="head,norms")],
-                         ids=["lora", "freeze-head-norms"])
-@pytest.mark.parametrize("batch,seq", [(1, 16), (3, 10)])
-def test_fused_linear_backward_peak_is_the_final_norms(batch, seq, ft, precision):
+def _variant(name):
+    """CFG, or CFG with an RMSNorm without scale / a LayerNorm (biased) before the head."""
+    import dataclasses
+    return {"rms": CFG, "rms-no-scale": dataclasses.replace(CFG, norm_affine=False),
+            "layernorm": dataclasses.replace(CFG, norm_type="layernorm")}[name]
+
+
+LORA, FREEZE = Finetune("lora", 4), Finetune("freeze", trainable="head,norms")
+NORM_CASES = [(norm, ft, precision, batch, seq)
+              for norm, shapes in (("rms", [(1, 16), (3, 10)]), ("rms-no-scale", [(2, 16)]))
+              for ft in (LORA, FREEZE) for precision in ("bf16-mixed", "fp32")
+              for batch, seq in shapes]
+
+
+@pytest.mark.parametrize("norm,ft,precision,batch,seq", NORM_CASES,
+                         ids=[f"{c[0]}-{c[1].mode}-{c[2]}-{c[3]}x{c[4]}" for c in NORM_CASES])
+def test_fused_linear_backward_peak_is_the_final_norms(norm, ft, precision, batch, seq):
     """Fused linear cross-entropy: backward starts with the head's gradients made, so its peak
     is the first op after the loss, the final RMSNorm's backward: 20 T D bytes of fp32
     temporaries at PowBackward (grad x 2 x xf.pow(1), the mean's expanded gradient, the
     rsqrt branch's), with the incoming gradient (the loss's saved grad_input), 1/rms and, when
     the scale trains, its saved normalised input freed and its gradient made; + the 4-byte
-    seed. MemTracker on a real first step: exact (a frozen scale and a trained one, bf16 and
-    fp32, one and several rows of Liger's chunks)."""
+    seed. MemTracker on a real first step: exact (a frozen scale, a trained one and none, bf16
+    and fp32, one and several rows of Liger's chunks)."""
+    cfg = _variant(norm)
     work = _work("fused-linear", batch, seq)
-    measured = memory_by_phase(CFG, work, precision, "adamw", finetune=ft, steps=1)
-    m = TrainingMemory(CFG, work, precision, "adamw", ft)
-    predicted = m.phases(first_step=True)
+    measured = memory_by_phase(cfg, work, precision, "adamw", finetune=ft, steps=1)
+    predicted = TrainingMemory(cfg, work, precision, "adamw", ft).phases(first_step=True)
     assert measured["peak_backward"]["total"] == predicted["peak_backward"]["total"]
-    # the norm's transient is what sets the peak (without it the engine would be under)
-    early = predicted["after_forward"]["total"]
-    assert predicted["peak_backward"]["total"] > early
-    T, D = batch * seq, CFG.d_model
-    assert predicted["peak_backward"]["total"] - early >= 20 * T * D - 2 * 4 * T * D - 4 * T
+    # the norm's transient is what sets the peak: well above the end of forward
+    T, D = batch * seq, cfg.d_model
+    assert predicted["peak_backward"]["total"] - predicted["after_forward"]["total"] > 10 * T * D
+
+
+def test_fused_linear_backward_peak_with_a_layernorm_lies_in_the_last_block():
+    """What is not modelled: a native LayerNorm's backward is light (its grad_input, beside
+    the incoming gradient), so the peak moves into the last block's MLP backward (SwiGLU's
+    temporaries with the block's saved tensors): MemTracker measures 4,352 B (2.1 T D) above
+    the engine with LoRA in bf16 at 2 x 16 tokens; block-internal backward transients are not
+    modelled for any loss (the full loss's 8 T V hides them at real vocabularies)."""
+    cfg = _variant("layernorm")
+    work = _work("fused-linear", 2, 16)
+    measured = memory_by_phase(cfg, work, "bf16-mixed", "adamw", finetune=LORA, steps=1)
+    predicted = TrainingMemory(cfg, work, "bf16-mixed", "adamw", LORA).phases(first_step=True)
+    over = measured["peak_backward"]["total"] - predicted["peak_backward"]["total"]
+    assert 0 < over <= 3 * 2 * 16 * cfg.d_model
 
 
 def test_chunking_shrinks_the_forward_peak_at_a_128k_vocabulary():

@@ -18,11 +18,14 @@ here are the tensors that live only for a moment, relative to the saved activati
     fused-linear  | one row chunk's logits, overwritten  | nothing of the loss: its gradients
     (Liger)       |  by their gradient (r V a), and the  |  exist already; the first op after
                   |  fp32 per-row loss (4 T)             |  it, the final norm, holds the peak
-                  |                                      |  (``fused_norm_backward``)
+                  |                                      |  (``fused_norm_backward``; with a
+                  |                                      |  LayerNorm the last block does: not
+                  |                                      |  modelled)
 
 Measured on the CPU against reference/loss.py (tests/test_finetune_loss.py): chunked exact at
 both peaks; fused-linear's forward peak is Liger's kernel's, which PyTorch on the CPU cannot
-reproduce (its softmax gradient needs fp32 temporaries), so only bounded there.
+reproduce (its softmax gradient needs fp32 temporaries), so only bounded there; its backward
+peak exact where the final RMSNorm holds it.
 
 Chunks: torchtune splits the sequence with ``tensor_split(N, dim=1)``: the first S mod N chunks
 hold ceil(S / N) positions, the rest floor (empty when N > S); r_i = batch x positions, R_i the
@@ -130,7 +133,11 @@ def fused_norm_backward(t: int, d: int, a: int, norm: str, scale: bool, bias: bo
         layernorm (native)    | the kernel's grad_input (a t d) and weight / | a t d + grad d
                               |  bias gradients, the incoming one alive      |  (x each trained)
 
-    Measured with MemTracker on reference/model.py's norms (tests/test_finetune_loss.py)."""
+    Measured with MemTracker on the reference (tests/test_finetune_loss.py): the whole step's
+    backward peak, exact for an RMSNorm (scale frozen, trained or absent; bf16, fp32) before
+    the head with LoRA or frozen blocks. Not modelled: the blocks' own backward transients,
+    which hold the peak instead when the norm's is small (a LayerNorm: the last block's MLP,
+    2.1 T D bytes over with LoRA in bf16) or when full fine-tuning has grown the gradients."""
     if norm == "rmsnorm":
         return 20 * t * d - a * t * d - 4 * t - (a * t * d - grad * d if scale else 0) + 4
     return a * t * d + grad * d * (scale + bias) + 4
