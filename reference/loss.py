@@ -95,14 +95,15 @@ class _FusedLinearCE(torch.autograd.Function):
 
 
 def fused_linear_loss(model, h: list, labels: torch.Tensor) -> torch.Tensor:
-    """Liger-style fused linear cross-entropy on the model's (untied, bias-free) lm_head."""
+    """Liger-style fused linear cross-entropy on the model's bias-free lm_head (tied: the token
+    table's weight, as Liger's ``LigerFusedLinearCrossEntropyLoss(lm_head.weight, ...)``)."""
     x = h.pop()
     if model.cfg.embed_dim != model.cfg.d_model:
         x = model.proj_out(x)
     head = model.lm_head
+    weight = head.table[0].weight if hasattr(head, "table") else head.weight  # tied: the table's
     count = _count(labels)
-    return _FusedLinearCE.apply(x.reshape(-1, x.shape[-1]), head.weight, labels.reshape(-1),
-                                count)
+    return _FusedLinearCE.apply(x.reshape(-1, x.shape[-1]), weight, labels.reshape(-1), count)
 
 
 def use_loss(model, loss: str):

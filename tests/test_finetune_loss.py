@@ -81,8 +81,12 @@ def test_memory_by_phase_against_memtracker(loss, batch, seq, ft):
     fp32 gradients, or with a trained head the sum of two chunks' weight gradients; 4 bytes
     over where the end of backward holds the peak, as for the full loss). For fused-linear the
     engine's (Liger's kernel's) forward peak is below the PyTorch reference's, whose softmax
-    gradient needs fp32 temporaries; its backward peak is not modelled (the final norm's and
-    last block's backward transients, which the full loss's 8 T V hides)."""
+    gradient needs fp32 temporaries; its backward peak is the final norm's backward
+    (lm_loss.fused_norm_backward): exact with LoRA, 0-4 bytes under at the end of backward in
+    full fine-tuning, except at batch 3 x seq 10, where the peak sits inside the last block's
+    backward (gradients grown, activations not yet freed: block-internal backward transients,
+    which the engine does not model for any loss and the full loss's 8 T V hides): measured
+    2,312 B (0.14 %) above."""
     work = _work(loss, batch, seq)
     steps = 1 if ft is not None else 2
     measured = memory_by_phase(CFG, work, "bf16-mixed", "adamw", finetune=ft, steps=steps)
@@ -91,9 +95,62 @@ def test_memory_by_phase_against_memtracker(loss, batch, seq, ft):
     assert measured["after_forward"]["total"] == predicted["after_forward"]["total"]
     if loss == "fused-linear":
         assert predicted["peak_forward"]["total"] <= measured["peak_forward"]["total"]
+        over = measured["peak_backward"]["total"] - predicted["peak_backward"]["total"]
+        if ft is not None:
+            assert over == 0
+        else:
+            assert 0 <= over <= (2312 if (batch, seq) == (3, 10) else 4)
         return
     assert measured["peak_forward"]["total"] == predicted["peak_forward"]["total"]
     assert 0 <= measured["peak_backward"]["total"] - predicted["peak_backward"]["total"] <= 4
+
+
+def _variant(name):
+    """CFG, or CFG with an RMSNorm without scale / a LayerNorm (biased) before the head."""
+    import dataclasses
+    return {"rms": CFG, "rms-no-scale": dataclasses.replace(CFG, norm_affine=False),
+            "layernorm": dataclasses.replace(CFG, norm_type="layernorm")}[name]
+
+
+LORA, FREEZE = Finetune("lora", 4), Finetune("freeze", trainable="head,norms")
+NORM_CASES = [(norm, ft, precision, batch, seq)
+              for norm, shapes in (("rms", [(1, 16), (3, 10)]), ("rms-no-scale", [(2, 16)]))
+              for ft in (LORA, FREEZE) for precision in ("bf16-mixed", "fp32")
+              for batch, seq in shapes]
+
+
+@pytest.mark.parametrize("norm,ft,precision,batch,seq", NORM_CASES,
+                         ids=[f"{c[0]}-{c[1].mode}-{c[2]}-{c[3]}x{c[4]}" for c in NORM_CASES])
+def test_fused_linear_backward_peak_is_the_final_norms(norm, ft, precision, batch, seq):
+    """Fused linear cross-entropy: backward starts with the head's gradients made, so its peak
+    is the first op after the loss, the final RMSNorm's backward: 20 T D bytes of fp32
+    temporaries at PowBackward (grad x 2 x xf.pow(1), the mean's expanded gradient, the
+    rsqrt branch's), with the incoming gradient (the loss's saved grad_input), 1/rms and, when
+    the scale trains, its saved normalised input freed and its gradient made; + the 4-byte
+    seed. MemTracker on a real first step: exact (a frozen scale, a trained one and none, bf16
+    and fp32, one and several rows of Liger's chunks)."""
+    cfg = _variant(norm)
+    work = _work("fused-linear", batch, seq)
+    measured = memory_by_phase(cfg, work, precision, "adamw", finetune=ft, steps=1)
+    predicted = TrainingMemory(cfg, work, precision, "adamw", ft).phases(first_step=True)
+    assert measured["peak_backward"]["total"] == predicted["peak_backward"]["total"]
+    # the norm's transient is what sets the peak: well above the end of forward
+    T, D = batch * seq, cfg.d_model
+    assert predicted["peak_backward"]["total"] - predicted["after_forward"]["total"] > 10 * T * D
+
+
+def test_fused_linear_backward_peak_with_a_layernorm_lies_in_the_last_block():
+    """What is not modelled: a native LayerNorm's backward is light (its grad_input, beside
+    the incoming gradient), so the peak moves into the last block's MLP backward (SwiGLU's
+    temporaries with the block's saved tensors): MemTracker measures 4,352 B (2.1 T D) above
+    the engine with LoRA in bf16 at 2 x 16 tokens; block-internal backward transients are not
+    modelled for any loss (the full loss's 8 T V hides them at real vocabularies)."""
+    cfg = _variant("layernorm")
+    work = _work("fused-linear", 2, 16)
+    measured = memory_by_phase(cfg, work, "bf16-mixed", "adamw", finetune=LORA, steps=1)
+    predicted = TrainingMemory(cfg, work, "bf16-mixed", "adamw", LORA).phases(first_step=True)
+    over = measured["peak_backward"]["total"] - predicted["peak_backward"]["total"]
+    assert 0 < over <= 3 * 2 * 16 * cfg.d_model
 
 
 def test_chunking_shrinks_the_forward_peak_at_a_128k_vocabulary():

@@ -7,8 +7,9 @@ GPU: (1 + fragmentation) x peak + CUDA context <= GPU memory, with the planner's
 one GPU). The peak grows with the sequence and the batch, so both are found by bisection.
 
 Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
-fits: fused attention, selective then full recompute, 8-bit Adam, LoRA, QLoRA, optimizer
-offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: weights, gradients and
+fits: fused attention, the fused linear cross-entropy (Liger's: no T x V logits, the same
+FLOPs; for a bias-free causal LM head), selective then full recompute, 8-bit Adam, LoRA,
+QLoRA, optimizer offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: weights, gradients and
 optimizer states split N ways). Each comes with its peak bytes and its step-time factor:
 (hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
 for the setup asked, which states compute and transfer at their peaks (an estimate of the
@@ -45,9 +46,11 @@ class Setup:
     finetune: Finetune | None = None
     offload: str = "none"
     gpus: int = 1  #: > 1: ZeRO-3 over this many GPUs (model states split)
+    loss: str = "full"  #: the LM loss (Workload.loss: full | chunked[:N] | fused-linear)
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
-        work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute)
+        work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
+                        loss=self.loss)
         return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
                               self.offload)
 
@@ -84,7 +87,7 @@ class FitResult:
                 "gpu_bytes": self.gpu_bytes, "precision": s.precision,
                 "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
-                "offload": s.offload, "suggestions": self.suggestions}
+                "offload": s.offload, "loss": s.loss, "suggestions": self.suggestions}
 
 
 def _largest(ok, lo: int, hi: int) -> int:
@@ -140,6 +143,10 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
     ft = setup.finetune
     if setup.attn != "flash":
         steps.append(("fused attention (--attn flash)", {"attn": "flash"}))
+    if setup.loss != "fused-linear" and setup.cfg.head == "lm" and not setup.cfg.lm_head_bias:
+        # no T x V logits kept, at no FLOPs: the head's backward moves into the forward
+        steps.append(("fused linear cross-entropy (--loss fused-linear)",
+                      {"loss": "fused-linear"}))
     if setup.recompute == "none":
         steps.append(("selective recompute", {"recompute": "selective"}))
     if setup.recompute != "full":

@@ -15,13 +15,17 @@ here are the tensors that live only for a moment, relative to the saved activati
                   |  run of equal chunks                 |  the head: 8 V r_i - (4 - a) V (T - R_i);
                   |                                      |  a trained head then sums its chunks'
                   |                                      |  weight gradients (3 V D at once)
-    fused-linear  | one row chunk's logits, overwritten  | nothing: the gradients exist already
-    (Liger)       |  by their gradient (r V a), and the  |  (the final norm's and last block's
-                  |  fp32 per-row loss (4 T)             |  own transients: not modelled)
+    fused-linear  | one row chunk's logits, overwritten  | nothing of the loss: its gradients
+    (Liger)       |  by their gradient (r V a), and the  |  exist already; the first op after
+                  |  fp32 per-row loss (4 T)             |  it, the final norm, holds the peak
+                  |                                      |  (``fused_norm_backward``; with a
+                  |                                      |  LayerNorm the last block does: not
+                  |                                      |  modelled)
 
 Measured on the CPU against reference/loss.py (tests/test_finetune_loss.py): chunked exact at
 both peaks; fused-linear's forward peak is Liger's kernel's, which PyTorch on the CPU cannot
-reproduce (its softmax gradient needs fp32 temporaries), so only bounded there.
+reproduce (its softmax gradient needs fp32 temporaries), so only bounded there; its backward
+peak exact where the final RMSNorm holds it.
 
 Chunks: torchtune splits the sequence with ``tensor_split(N, dim=1)``: the first S mod N chunks
 hold ceil(S / N) positions, the rest floor (empty when N > S); r_i = batch x positions, R_i the
@@ -39,7 +43,31 @@ which saves no labels at all (``held_labels``).
 
 from __future__ import annotations
 
+from .errors import WorkloadError
 from .workload import Workload, loss_chunks
+
+
+def check_head(cfg, loss: str) -> None:
+    """Refuse a loss other than full on a model whose head is not a bias-free causal LM head
+    (the chunked and fused-linear losses replace that head's matmul)."""
+    if loss != "full" and (cfg.head != "lm" or cfg.lm_head_bias):
+        raise WorkloadError(f"loss {loss!r} applies to a causal LM head without a bias; "
+                            f"{cfg.name} has head {cfg.head!r}"
+                            + (" with a bias" if cfg.lm_head_bias else ""))
+
+
+def logits_grad_bytes(loss: str, batch, seq, vocab: int):
+    """The fp32 gradient of the logits of one cross-entropy call: 4 V bytes a row, for the
+    rows the call sees (full: all T = batch x seq; chunked:N: the largest chunk, batch x
+    ceil(seq / N); fused-linear: none, its gradients are made in the forward, one row chunk
+    at a time, and saved as the head's grad_input / grad_weight). What the planner books on
+    the last stage beside the saved activations (``TrainingMemory.logits_transient``, the
+    planner's "logits" category); the phases hold the exact transients. ``batch`` and ``seq``
+    may be numpy integer arrays (the planner's micro-batches): only integer arithmetic here."""
+    if loss == "fused-linear":
+        return 0 * batch
+    n = loss_chunks(loss)
+    return 4 * vocab * batch * (-(-seq // n))
 
 
 def chunk_runs(work: Workload) -> list[tuple[int, int]]:
@@ -83,6 +111,36 @@ def _sizes(work: Workload) -> list[int]:
     n = loss_chunks(work.loss)
     q, rem = divmod(work.seq, n)
     return [q + 1] * rem + [q] * (n - rem)
+
+
+def fused_norm_backward(t: int, d: int, a: int, norm: str, scale: bool, bias: bool,
+                        grad: int) -> int:
+    """Bytes above the saved activations at the peak of the final norm's backward, the first
+    op autograd runs after the fused linear cross-entropy (whose gradients already exist:
+    the saved grad_input, a, is the gradient the norm receives). t tokens of width d;
+    ``scale``/``bias``: the norm's weight / bias train (their gradients, ``grad`` bytes an
+    element, stay); 4: the fp32 seed gradient of backward (1.0).
+
+        norm                  | at the peak                                  | bytes
+        ----------------------|----------------------------------------------|----------------
+        rmsnorm, eager (HF:   | PowBackward of xf.pow(2): grad * 2 * xf.pow(1)| 20 t d
+         xf = x.float(),      |  (three fp32 t x d), beside the mean's       |  - a t d - 4 t
+         xf * rsqrt(mean(xf^2)|  expanded gradient and the rsqrt branch's    |  - a t d (scale)
+         + eps), .to(a),      |  (two more): 5 x 4 t d; freed by then: the   |  + grad d (scale)
+         weight * .)          |  incoming gradient (after the scale's mul),  |
+                              |  1/rms (rsqrt and mul done), the saved       |
+                              |  normalised input (scale trains)             |
+        layernorm (native)    | the kernel's grad_input (a t d) and weight / | a t d + grad d
+                              |  bias gradients, the incoming one alive      |  (x each trained)
+
+    Measured with MemTracker on the reference (tests/test_finetune_loss.py): the whole step's
+    backward peak, exact for an RMSNorm (scale frozen, trained or absent; bf16, fp32) before
+    the head with LoRA or frozen blocks. Not modelled: the blocks' own backward transients,
+    which hold the peak instead when the norm's is small (a LayerNorm: the last block's MLP,
+    2.1 T D bytes over with LoRA in bf16) or when full fine-tuning has grown the gradients."""
+    if norm == "rmsnorm":
+        return 20 * t * d - a * t * d - 4 * t - (a * t * d - grad * d if scale else 0) + 4
+    return a * t * d + grad * d * (scale + bias) + 4
 
 
 def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) -> int:

@@ -371,10 +371,8 @@ class TrainingMemory:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
             self.ops  # refuses unknown targets and ranks above a target's width now
-        if self.work.loss != "full" and (self.cfg.head != "lm" or self.cfg.lm_head_bias):
-            raise WorkloadError(f"loss {self.work.loss!r} applies to a causal LM head without "
-                                f"a bias; {self.cfg.name} has head {self.cfg.head!r}"
-                                + (" with a bias" if self.cfg.lm_head_bias else ""))
+        from .lm_loss import check_head
+        check_head(self.cfg, self.work.loss)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -473,8 +471,11 @@ class TrainingMemory:
 
     @cached_property
     def logits_transient(self) -> int:
-        """fp32 gradient of the logits, alive while backward starts (T x V x 4)."""
-        return self._logits(4)
+        """fp32 gradient of the logits of one cross-entropy call, alive while backward starts
+        (T x V x 4 for the full loss; txcalc.lm_loss.logits_grad_bytes)."""
+        from .lm_loss import logits_grad_bytes
+        return logits_grad_bytes(self.work.loss, self.work.batch, self.work.seq,
+                                 self.cfg.vocab_size) if self.cfg.head in VOCAB_HEADS else 0
 
     @cached_property
     def steady_phases(self) -> dict[str, dict[str, int]]:
@@ -531,13 +532,27 @@ class TrainingMemory:
                 # a frozen head saves no input: the caller's hidden states, alive at the loss
                 extra += self.work.rows("seq") * self.cfg.embed_dim * self._bytes.act
             return extra
+        if self.work.loss == "fused-linear":
+            return self._fused_norm_backward()
         head = any(op.trainable for op in self.ops if op.path == "lm_head" and op.params)
         return lm_loss.backward_early(self.work, self.cfg.vocab_size, self.cfg.embed_dim,
                                       self._bytes.act, self._bytes.grad if head else 0)
 
-    def _logits(self, per_element: int) -> int:
-        return self.work.rows("seq") * self.cfg.vocab_size * per_element if \
-            self.cfg.head in VOCAB_HEADS else 0
+    def _fused_norm_backward(self) -> int:
+        """Under the fused linear cross-entropy: the final norm's backward transient
+        (lm_loss.fused_norm_backward) when the norm feeds the head directly; 0 (not modelled)
+        without a final norm, with a projection between (embed_dim != d_model) or with the
+        compiled RMSNorm kernel of a stack."""
+        from .lm_loss import fused_norm_backward
+        cfg = self.cfg
+        norm = next((op for op in self.ops if op.path == "final_norm"), None)
+        if norm is None or cfg.embed_dim != cfg.d_model or \
+                (cfg.norm_type == "rmsnorm" and "norm" in self.work.fused):
+            return 0
+        scale = norm.trainable and cfg.norm_affine
+        return fused_norm_backward(self.work.rows("seq"), cfg.d_model, self._bytes.act,
+                                   cfg.norm_type, scale, scale and cfg.norm_type == "layernorm"
+                                   and cfg.norm_bias, self._bytes.grad)
 
     @cached_property
     def master_grad_copies(self) -> int:

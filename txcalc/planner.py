@@ -271,7 +271,7 @@ class TrainPlan:
                 "best": b.to_json(),
                 "layouts": [r.to_json() for r in self.rows],
                 "layouts_evaluated": self.layouts_evaluated, "notes": self.notes,
-                "finetune": s.finetune.describe() if s.finetune else "full"}
+                "finetune": s.finetune.describe() if s.finetune else "full", "loss": s.loss}
 
 
 # --- the grid ------------------------------------------------------------------------------------
@@ -496,7 +496,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                achieved_tflops: float | None = None, attn_impl: str = "flash",
                only: dict | None = None, n_rows: int = 10, finetune=None,
                stack: str | None = None, overlap=None,
-               goodput: float | None = None) -> TrainPlan:
+               goodput: float | None = None, loss: str = "full") -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
@@ -511,6 +511,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     "none") replace the profile's (``attn_impl`` when it is not the default "flash": only
     hf-eager's kernel differs). ``goodput``: the fraction of wall-clock time spent training
     (0 < G <= 1, default timing.GOODPUT): days, GPU-hours and cost are divided by it.
+    ``loss``: the LM loss (Workload.loss: full, chunked[:N], fused-linear): what the head and
+    loss save and the logits gradient on the last stage (txcalc.lm_loss).
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -552,6 +554,10 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                       3 if key == "zero" else I.MAX_GPUS if key != "micro_batch"
                       else I.MAX_BATCH)
     cfg = load(model)
+    from .lm_loss import check_head
+    from .workload import loss_chunks
+    loss_chunks(loss)  # a malformed loss fails here, naming it
+    check_head(cfg, loss)
     gpu = get_gpu(gpu, gpu_file)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
@@ -578,7 +584,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            finetune=finetune,
                            softmax_fp32=prof_stack.softmax_fp32 if prof_stack else True,
                            fused=prof_stack.fused if prof_stack else (), overlap=overlap,
-                           goodput=goodput)
+                           goodput=goodput, loss=loss)
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)

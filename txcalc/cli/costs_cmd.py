@@ -28,9 +28,6 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
                     loss=loss)
 
 
-LOSS_HELP = ("LM loss: full (the T x V logits at once), chunked[:N] (torchtune's chunked "
-             "cross-entropy, N sequence chunks, default 8) or fused-linear (Liger's fused "
-             "linear cross-entropy: no logits kept, the head's gradients in the forward).")
 IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
                "config's family) join --seq / --context.")
 IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dynamic "
@@ -76,7 +73,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           lora_dropout: float = FT_OPTS["lora_dropout"],
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
-          loss: str = typer.Option("full", "--loss", help=LOSS_HELP),
+          loss: str = FT_OPTS["loss"],
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
           images: int = typer.Option(0, "--images", help=IMAGES_HELP),
           image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -164,7 +161,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
            offload: str = FT_OPTS["offload"],
-           loss: str = typer.Option("full", "--loss", help=LOSS_HELP),
+           loss: str = FT_OPTS["loss"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),

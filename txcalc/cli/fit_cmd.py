@@ -20,8 +20,12 @@ FT_HELP = {
     "trainable": "freeze: what trains, comma-separated: last:N (blocks), head, norms, embeddings.",
     "base": "qlora: the frozen base's format: nf4 | fp4 (block 64, double quant) | int8.",
     "offload": "none | optimizer (states, master weights: CPU) | activations (checkpoints) | all.",
+    "loss": "LM loss: full (the T x V logits at once), chunked[:N] (torchtune's chunked "
+            "cross-entropy, N sequence chunks, default 8) or fused-linear (Liger's fused "
+            "linear cross-entropy: no logits kept, the head's gradients in the forward).",
 }
-#: the fine-tuning options, declared once for fit, memory and flops
+#: the fine-tuning options (and the LM loss), declared once for fit, memory, flops, plan train
+#: and report
 FT_OPTS = {
     "finetune": typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
     "lora_rank": typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
@@ -31,6 +35,7 @@ FT_OPTS = {
     "trainable": typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
     "base_format": typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
     "offload": typer.Option("none", "--offload", help=FT_HELP["offload"]),
+    "loss": typer.Option("full", "--loss", help=FT_HELP["loss"]),
 }
 
 
@@ -59,6 +64,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         trainable: str = FT_OPTS["trainable"],
         base_format: str = FT_OPTS["base_format"],
         offload: str = FT_OPTS["offload"],
+        loss: str = FT_OPTS["loss"],
         gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
         json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU."""
@@ -90,7 +96,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
                        base_format)
     check_precision(ft, precision)
     cfg = load(model)
-    setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload)
+    setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, loss=loss)
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak)
     out = res.to_json() | {"gpu": label}
@@ -98,13 +104,15 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         emit_json(out)
         return
     what = out["finetune"]
+    lossword = "" if loss == "full" else f", loss {loss}"
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
-                      f"{precision}, {optimizer}, attention {attn}, recompute {recompute}: fits "
+                      f"{precision}, {optimizer}, attention {attn}, recompute {recompute}"
+                      f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
         return
-    console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}: "
+    console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
                   f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
                   "Changes, each on top of the ones above it:")
     console.print(table("cheapest changes first", ["change", "GB", "fits", "step time x"],

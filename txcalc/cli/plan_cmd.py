@@ -60,6 +60,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           lora_dropout: float = FT_OPTS["lora_dropout"],
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
+          loss: str = FT_OPTS["loss"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
@@ -80,7 +81,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
-                   stack=stack, overlap=overlap, finetune=ft, goodput=goodput,
+                   stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
                    overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),
@@ -108,6 +109,8 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
                   f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
         + ([ft.describe()] if ft is not None else []), first=f"{s.cfg.name} on ", sep=" ")
+    if s.loss != "full":
+        say(console, [f"LM loss {s.loss}"], first="  ")
     pinned = {k: v for k, v in pins.items() if v is not None and k not in ("--gpus", "--max-gpus")}
     within = "" if pins.get("--max-gpus") is None else f" (of at most {pins['--max-gpus']:,})"
     if pins.get("--gpus") is not None:

@@ -44,6 +44,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            lora_dropout: float = FT_OPTS["lora_dropout"],
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
+           loss: str = FT_OPTS["loss"],
            compare: str = typer.Option(None, "--compare", help="A section with options side by side: KEY=V1,V2,... (gpu=h100,h200; precision=bf16-mixed,fp8-mixed; model=a,b; 2 to 6 values), each the report's command (plan infer, plan train with --tokens, else memory) run as txcalc compare runs it."),
            validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports."),
            json_out: bool = typer.Option(False, "--json", help="Print the answer and the files written as JSON (no progress bar).")):
@@ -80,7 +81,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         input_len=n_in, output_len=n_out, weights=weights, finetune=finetune, lora_rank=lora_rank,
                         lora_alpha=lora_alpha, lora_targets=lora_targets,
                         lora_dropout=lora_dropout, trainable=trainable,
-                        base_format=base_format, compare=compare)
+                        base_format=base_format, loss=loss, compare=compare)
     from .compare_cmd import run_option
     if json_out:
         rep = write_report(req, out, validation_dir=validation_dir, runner=run_option)

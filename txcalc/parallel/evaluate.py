@@ -23,6 +23,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   their one chunk (inflight_chunks: Megatron-Core's    |
                   |   schedule; stage 0: pp + (pp - 1) / v micro-batches)  |
     logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
+                  |   (one loss chunk's rows: lm_loss.logits_grad_bytes)   |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
@@ -71,6 +72,7 @@ from ..components import model_ops_tuple
 from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
 from ..finetune import op_weight_bytes
+from ..lm_loss import logits_grad_bytes
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, fp8_saved_delta,
                       fp8_weight_bytes, optimizer_state_bytes, param_tensor_count, saved_rows,
                       zero_bytes)
@@ -221,6 +223,8 @@ class TrainSetting:
     #: useful training time / wall-clock time: the planner's days and GPU-hours are throughput
     #: time / goodput (timing.GOODPUT; 1: benchmark throughput, no interruptions)
     goodput: float = 1.0
+    #: the LM loss (Workload.loss: full | chunked[:N] | fused-linear)
+    loss: str = "full"
 
     @property
     def prof(self) -> DeviceProfile:
@@ -237,7 +241,7 @@ class TrainSetting:
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
                         recompute=recompute, dropout=self.dropout,
-                        softmax_fp32=self.softmax_fp32, fused=self.fused)
+                        softmax_fp32=self.softmax_fp32, fused=self.fused, loss=self.loss)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -660,7 +664,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
-    logits = _cdiv(tok * cfg.vocab_size * 4, tp * cp) if cfg.head in VOCAB_HEADS else 0
+    logits = _cdiv(logits_grad_bytes(s.loss, mbatch, s.seq, cfg.vocab_size), tp * cp) \
+        if cfg.head in VOCAB_HEADS else 0
     # a shard group of one rank gathers nothing: ZeRO-3 there is ZeRO-0 (FSDP2 at world 1 keeps
     # no unsharded copies beside its parameters)
     z3 = (zero == 3) & (shard > 1)

@@ -114,7 +114,7 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     from ..workload import Workload, check_fits, parse_count
 
     work = Workload(batch=req.batch, seq=req.seq, src_seq=req.src_seq, attn_impl=req.attn,
-                    recompute=req.recompute)
+                    recompute=req.recompute, loss=req.loss)
     check_fits(cfg, work)
     progress("parameters and FLOPs by component")
     ft = req.ft

@@ -119,6 +119,8 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     if not request.get("input_len"):  # serving reports without the load section read as before
         request.pop("input_len", None)
         request.pop("output_len", None)
+    if request.get("loss") == "full":  # and training reports with the full loss
+        request.pop("loss")
     if request.get("finetune") == "full":  # and training reports without fine-tuning too
         for k in ("finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
                   "trainable", "base_format"):

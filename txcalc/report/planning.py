@@ -41,7 +41,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
     p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus, n_rows=N_LAYOUTS,
                    seq=req.seq, global_batch=req.global_batch, precision=req.precision,
                    optimizer=req.optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn,
-                   finetune=req.ft)
+                   finetune=req.ft, loss=req.loss)
     progress("planner: fastest layout per GPU count")
     frontier = [_row(r) for r in p.frontier]
     s = p.setting

@@ -52,6 +52,7 @@ class ReportRequest:
     lora_dropout: float = 0.0  #: adapters' dropout
     trainable: str = "head"  #: freeze: what trains (last:N, head, norms, embeddings)
     base_format: str = "nf4"  #: qlora: the frozen base's format
+    loss: str = "full"  #: training: the LM loss, full | chunked[:N] | fused-linear (lm_loss)
     compare: str | None = None  #: KEY=V1,V2,...: a section with these options side by side
     #: (txcalc.report.compare: the command of the report's answer run once per value)
 
@@ -109,6 +110,12 @@ class ReportRequest:
         if self.compare is not None:
             from .compare import compare_options
             compare_options(self.compare)  # a malformed --compare fails here, before any work
+        if self.loss != "full":
+            from ..workload import loss_chunks
+            loss_chunks(self.loss)  # a malformed loss fails here, naming it
+            if self.inference or self.model is None:
+                raise WorkloadError(f"--loss ({self.loss!r:.60}) applies to training reports "
+                                    "of a model (MODEL, not --params or --inference)")
         if self.ft is not None and self.model is None:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
                                 "and frozen parts depend on its modules")
