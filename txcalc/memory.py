@@ -729,7 +729,8 @@ class TrainingMemory:
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
                 "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
-                "activations_by_layer_type": self.activations_by_layer_type()}
+                "activations_by_layer_type": self.activations_by_layer_type(),
+                **({"global_tokens": self.work.global_tokens} if self.cfg.global_qkv else {})}
 
 
 def _is_adapter(op: Op) -> bool:

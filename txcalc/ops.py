@@ -105,6 +105,10 @@ class Op:
     #: attention only: Longformer's sliding chunks, the one-sided window W (executed pairs:
     #: ``Op.pairs``; 0 = none)
     overlap: int = 0
+    #: Longformer: HF pads the input to a multiple of attention_window (``pad_to``) and runs
+    #: the embeddings and every block on the padded length (``Workload.length``); executed
+    #: FLOPs and saved bytes count the padding, model FLOPs do not (0 = no padding)
+    pad_to: int = 0
 
     @property
     def block_path(self) -> str:
@@ -158,7 +162,8 @@ class Op:
     # --- FLOPs ---------------------------------------------------------------------------
     def pairs(self, w: Workload, model: bool = False) -> int:
         """(query, key) pairs per sequence and head: all of them, or only the attended ones."""
-        s_q, s_k = w.length(self.stream), w.length(self.kv_stream)
+        pad = 0 if model else self.pad_to
+        s_q, s_k = w.length(self.stream, pad), w.length(self.kv_stream, pad)
         if self.overlap and not model:
             return sliding_chunk_pairs(self.kind, s_q, self.overlap)
         if model and not self.causal and self.window:
@@ -196,7 +201,8 @@ class Op:
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind in ("linear", "weight_product", "altup_mix"):
-            f = self._matmul(self.fixed_rows or w.rows(self.stream), 1)
+            f = self._matmul(self.fixed_rows or w.rows(self.stream, 0 if model else self.pad_to),
+                             1)
             if self.grad_in_forward(w):  # the head's input and weight gradients, one each
                 f += f * (self.trainable + self.input_grad)
             return f
@@ -281,7 +287,7 @@ class Op:
             saved = self.saved_fused
         if self.grad_in_forward(w):  # Liger keeps grad_input, its input's size, trained or not
             saved = ((self.d_in, "a"),)
-        fused = w.attn_impl == "flash"
+        fused = self.fused_attn(w)
         mask = 1 if w.dropout_mask == "bool" else act_bytes
         fp32 = act_bytes == 4
         # "undropped": kept only when the step runs without dropout (a dropout after it then
@@ -296,7 +302,7 @@ class Op:
                 # head each per query head (none then: the storage is the producer's); a
                 # fused kernel keeps the shared tensors themselves (none)
                 "reread": 0 if fused or self.heads == self.kv_heads and (
-                    self.kv_heads == 1 or w.length(self.stream) == 1) else act_bytes,
+                    self.kv_heads == 1 or w.length(self.stream, self.pad_to) == 1) else act_bytes,
                 "undropped": 0 if w.dropout else act_bytes,
                 # a frozen o_proj's input: the attention output, which a fused kernel keeps
                 # itself (not when selective recompute checkpoints the core)
@@ -306,7 +312,8 @@ class Op:
             # Longformer's chunked kernel (whatever attn_impl: HF has no fused one)
             drop = mask if self.dropout and w.dropout else 0
             return w.batch * self.heads * sliding_chunk_saved_bytes(
-                self.kind, w.length(self.stream), self.overlap, self.d_in, act_bytes, drop,
+                self.kind, w.length(self.stream, self.pad_to), self.overlap, self.d_in,
+                act_bytes, drop,
                 single=w.batch * self.heads == 1)
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
@@ -319,7 +326,7 @@ class Op:
         # a Linear or norm over DeBERTa's relative embeddings: 2 x span rows, whatever B x S
         rows = self.fixed_rows if self.fixed_rows and self.kind in ("linear", "norm",
                                                                  "checkpoint", "dropout") else \
-            w.rows(self.stream)
+            w.rows(self.stream, self.pad_to)
         total = rows * per_row
         if self.kind == "rel_scores":  # DeBERTa's c2p / p2c (HF DisentangledSelfAttention):
             # the bmm keeps the projected positions repeated per sequence (B H x 2span x h);
@@ -343,7 +350,8 @@ class Op:
             if self.sinks:
                 # gpt-oss: the softmax runs over S_k + 1 logits (the sink last); P V reads the
                 # first S_k columns (a view, or the cast copy): one more column per query row
-                total += w.rows(self.stream) * self.heads * (4 if upcast else act_bytes)
+                total += w.rows(self.stream, self.pad_to) * self.heads * \
+                    (4 if upcast else act_bytes)
         if self.ckpt_heads:  # a checkpointed per-pair input (T5's position bias), act dtype
             total += self.ckpt_heads * self.pairs(w) * act_bytes
         if self.component == "rel_bias" and self.trainable:  # T5 bucket ids: one int64 per
@@ -373,12 +381,18 @@ class Op:
         """Bytes of the output op-level checkpointing keeps (``op_level_kept``): a Linear's
         output (rows x d_out x active); the fused attention kernel's output and its fp32
         logsumexp (rows x H x (h_v x a + 4)). Other ops: 0."""
-        rows = w.rows(self.stream)
+        rows = w.rows(self.stream, self.pad_to)
         if self.kind == "linear":
             return rows * self.d_out * self.active * act_bytes
-        if self.kind == "attn_scores" and w.attn_impl == "flash":
+        if self.kind == "attn_scores" and self.fused_attn(w):
             return rows * self.heads * (self.d_out * act_bytes + 4)
         return 0
+
+    def fused_attn(self, w: Workload) -> bool:
+        """Whether this op runs under a fused attention kernel: ``attn_impl`` flash, but not
+        Longformer's ops (``pad_to``): HF's LongformerSelfAttention runs its own chunked eager
+        attention whatever is asked (LongformerModel refuses sdpa and flash_attention_2)."""
+        return w.attn_impl == "flash" and not self.pad_to
 
     def grad_in_forward(self, w: Workload) -> bool:
         """Liger's fused linear cross-entropy (``Workload.loss`` fused-linear) computes the LM
@@ -392,7 +406,7 @@ class Op:
         if self.grad_in_forward(w):
             return 0
         fwd = self.fwd_flops(w, model)
-        if self.kind in ("attn_scores", "attn_context") and w.attn_impl == "flash":
+        if self.kind in ("attn_scores", "attn_context") and self.fused_attn(w):
             return fwd * 5 // 2
         if self.kind == "weight_product":
             return 0
@@ -591,7 +605,7 @@ def op_level_kept(ops, w: Workload) -> set[str]:
             count[key] = count.get(key, 0) + 1
             if count[key] % 2 == 1:
                 kept.add(op.path)
-        elif op.kind == "attn_scores" and w.attn_impl == "flash":
+        elif op.kind == "attn_scores" and op.fused_attn(w):
             kept.add(op.path)
     return kept
 
