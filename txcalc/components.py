@@ -250,9 +250,14 @@ def global_qkv(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op
     D = cfg.d_model
     for name, stream in (("q_global", "global"), ("k_global", "global_seq"),
                          ("v_global", "global_seq")):
-        yield linear(f"{c}{name}", where, comp + name, D, D, True,
-                     stream=_global_stream(cfg, stream), shares_input=name != "q_global",
-                     tp="colwise")
+        op = linear(f"{c}{name}", where, comp + name, D, D, True,
+                    stream=_global_stream(cfg, stream), shares_input=name != "q_global",
+                    tp="colwise")
+        if name == "q_global":  # per global token: the block's int64 indices of the global
+            # tokens (HF ``_get_global_attn_indices``: two nonzero() results, (batch, position)
+            # and (batch, slot) pairs), read by the gathers into q_global's input and after
+            op = dataclasses.replace(op, saved=op.saved + ((4, "i64"),))
+        yield op
 
 
 def global_attention(cfg: ModelConfig, c: str, where: Where, comp: str) -> list[Op]:
@@ -279,7 +284,8 @@ def global_attention(cfg: ModelConfig, c: str, where: Where, comp: str) -> list[
     roles = ops_roles("attn_scores", where[1])
     common = dict(d_in=h, d_out=h, heads=H, kv_heads=H, **roles)
     to_global = [Op(f"{c}core.to_global.{kind}", f"attn_{kind}", where[0], where[1],
-                    f"{comp}core.to_global.{kind}", stream="seq", kv_stream=g, **common)
+                    f"{comp}core.to_global.{kind}", stream="seq", kv_stream=g,
+                    dropout=cfg.attn_dropout if kind == "scores" else 0.0, **common)
                  for kind in ("scores", "context")]
     return to_global + attention_core(f"{c}global_core", where, f"{comp}global_core", heads=H,
                                       kv_heads=H, qk_dim=h, v_dim=h, stream=g, kv_stream=keys,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .workload import Workload, loss_chunks
+from .workload import Workload, global_rows, loss_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +315,13 @@ class Op:
                 self.kind, w.length(self.stream, self.pad_to), self.overlap, self.d_in,
                 act_bytes, drop,
                 single=w.batch * self.heads == 1)
+        if global_rows(self.kv_stream) and self.kind in ("attn_scores", "attn_context"):
+            # Longformer's local queries against the global keys (``global_key_saved_bytes``);
+            # under selective recompute all of it is rebuilt from the core's inputs
+            drop = mask if self.dropout and w.dropout else 0
+            return w.batch * self.heads * global_key_saved_bytes(
+                self.kind, w.length(self.stream, self.pad_to), w.length(self.kv_stream),
+                self.d_in, act_bytes, drop, single=w.batch * self.heads == 1) if pairs else 0
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
@@ -340,7 +347,8 @@ class Op:
             # the softmax keeps its output (fp32 when it upcasts; in an fp32 model that is
             # its own cast); P V keeps its input: the cast copy, or with dropout the mask and
             # the dropped probabilities (dropout keeps only its mask, not the cast copy)
-            upcast = w.softmax_fp32 and not fp32
+            # (Longformer's, ``pad_to``: HF's softmax runs in fp32 whatever is asked)
+            upcast = (w.softmax_fp32 or bool(self.pad_to)) and not fp32
             per_pair = 4 if upcast else act_bytes
             if self.dropout and w.dropout:
                 per_pair += mask + act_bytes
@@ -556,6 +564,33 @@ def sliding_chunk_saved_bytes(kind: str, s: int, w: int, h: int, act_bytes: int,
     qk = 2 * s if single else 4 * (s - w)
     return (qk * h * act_bytes + 2 * w * (w + 1) + 4 * s * (2 * w + 1)
             + s * (3 * w + 2) * act_bytes + s * (2 * w + 1) * drop_mask)
+
+
+def global_key_saved_bytes(kind: str, s: int, g: int, h: int, act_bytes: int,
+                           drop_mask: int = 0, single: bool = False) -> int:
+    """Bytes Longformer's local queries against the g global keys keep for backward per
+    sequence and head (HF ``_concat_with_global_key_attn_probs`` and
+    ``_compute_attn_output_with_global_indices``; reference/model.py ``SlidingChunkCore``),
+    s the padded length, head width h, a = act_bytes:
+
+        op      | tensor                                           | bytes
+        --------|--------------------------------------------------|--------------------
+        scores  | q, the einsum's operand (a copy, or a view of q: | s h a (0 if single)
+                |   ``single``, B x H = 1, when the chunks already |
+                |   keep q itself)                                 |
+                | the g global keys gathered into a zeroed tensor  | g h a
+                | the softmax's fp32 output widens by g columns    | 4 s g
+                | with dropout: its mask widens too                | s g drop_mask
+        context | the probabilities of the g columns, cloned       | s g a
+                | the g global values gathered, cloned             | g h a
+
+    The softmax output's own 2w + 1 columns and the band's P V are
+    ``sliding_chunk_saved_bytes``'s, unchanged."""
+    if not g:
+        return 0
+    if kind == "attn_context":
+        return (s * g + g * h) * act_bytes
+    return (0 if single else s * h * act_bytes) + g * h * act_bytes + 4 * s * g + s * g * drop_mask
 
 
 def bidirectional_pairs(s: int, half: int) -> int:

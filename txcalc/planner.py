@@ -1026,7 +1026,7 @@ def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> floa
     if Q.is_weight_only(qop, prof.peak_flops):
         base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
         prof = prof.replace(flop_efficiency={
-            "matmul": base * weight_only_factor(prof, w.rows(op.stream))})
+            "matmul": base * weight_only_factor(prof, w.rows(op.stream, op.pad_to))})
     return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 

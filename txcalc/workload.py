@@ -85,6 +85,12 @@ RECOMPUTE = tuple(r.value for r in Recompute)
 DROPOUT_MASKS = ("bool", "act")
 
 
+def global_rows(stream: str) -> bool:
+    """Whether ``stream`` is Longformer's tokens with global attention ("global",
+    "global_cls"), not every token behind them ("global_seq", "global_seq_cls")."""
+    return stream.startswith("global") and not stream.startswith("global_seq")
+
+
 @dataclass(frozen=True)
 class Workload:
     """One training micro-batch (or one inference pass).
@@ -200,7 +206,7 @@ class Workload:
             return 1
         if stream == "mel":  # Whisper's mel frames: two per encoder position (conv2 stride 2)
             return 2 * self.batch * self.src_seq
-        if stream.startswith("global") and not stream.startswith("global_seq"):
+        if global_rows(stream):
             return self.batch * self.global_count(stream)  # Longformer's global tokens
         if stream in ("pos", "src_pos"):  # position ids and rotary tables: one row per
             return self.length(stream, pad_to)  # position, not per token
@@ -210,7 +216,7 @@ class Workload:
         """Tokens per sequence of a stream (``rows`` without the batch). ``global_seq``
         (Longformer's key_global / value_global and the keys of its global queries): every
         token, but only when some token has global attention; ``global``: those tokens."""
-        if stream.startswith("global") and not stream.startswith("global_seq"):
+        if global_rows(stream):
             return self.global_count(stream)
         s = self.src_seq if stream in ("src", "src_pos") else self.seq
         if stream.startswith("global_seq") and not self.global_count(stream):
