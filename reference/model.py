@@ -2318,7 +2318,8 @@ class ReferenceModel(nn.Module):
             # of attention_window (LongformerModel._pad_to_window_size); the padding is
             # masked in every block and cut from the output
             pad = -S % (2 * self.cfg.sliding_window)
-            ids = F.pad(ids, (0, pad), value=0)
+            if pad:  # a padded copy (the caller's ids stay alive beside it)
+                ids = F.pad(ids, (0, pad), value=0)
             ctx = self._context(stack, self.positions(S + pad, offset, ids.device))
             ctx.pad_masked = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
             ctx.pad_masked[:, S:] = True

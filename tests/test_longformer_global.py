@@ -297,3 +297,28 @@ def test_cli_global_tokens_and_attn(tmp_path, capsys):
             assert code == 0, err
             outs.append({k: v for k, v in json.loads(out).items() if "attn" not in k})
         assert outs[0] == outs[1] == outs[2], cmd
+
+
+@pytest.mark.parametrize("head,seq,g", [("none", 8, 0), ("none", 7, 2), ("seq_cls", 13, 0),
+                                        ("seq_cls", 8, 3), ("mlm", 7, 1)])
+def test_memory_by_phase_equals_memtracker(head, seq, g):
+    """A whole training step of the reference model (MemTracker on the CPU, fp32, AdamW,
+    reference/train.py) against TrainingMemory.phases(): after forward, after backward and
+    after the optimizer step exact, by total. With no global token the global projections
+    get no gradient and AdamW keeps no state for them; a padded sequence keeps the caller's
+    ids beside the padded copy. (The masked LM is checked after forward only: its labels are
+    a copy the reference makes inside the step, which the engine counts as an input held
+    after backward, the convention of every masked-LM encoder.)"""
+    from reference.train import memory_by_phase
+    from txcalc.memory import TrainingMemory
+    raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
+           "attention_window": 4, "max_position_embeddings": 64, "hidden_dropout_prob": 0.0,
+           "attention_probs_dropout_prob": 0.0, "num_labels": 3}
+    cfg = from_hf_dict(raw, head=head)
+    work = Workload(batch=2, seq=seq, global_tokens=g)
+    measured = memory_by_phase(cfg, work, "fp32", "adamw")
+    predicted = TrainingMemory(cfg, work, "fp32", "adamw").phases()
+    for phase in ("after_forward",) if head == "mlm" else ("after_forward", "after_backward",
+                                                            "after_step"):
+        assert measured[phase]["total"] == predicted[phase]["total"], phase

@@ -25,7 +25,6 @@ from . import mixers
 from .config import ModelConfig
 from .ops import (Op, attention_core, checkpoint, dropout, elementwise, embedding, linear,
                   norm)
-from .ops import _roles as ops_roles
 
 Where = tuple[str, int]
 
@@ -281,15 +280,13 @@ def global_attention(cfg: ModelConfig, c: str, where: Where, comp: str) -> list[
     there, not skipped: the band's executed FLOPs do not change."""
     H, h = cfg.n_heads, cfg.head_dim
     g, keys = _global_stream(cfg, "global"), _global_stream(cfg, "global_seq")
-    roles = ops_roles("attn_scores", where[1])
-    common = dict(d_in=h, d_out=h, heads=H, kv_heads=H, **roles)
-    to_global = [Op(f"{c}core.to_global.{kind}", f"attn_{kind}", where[0], where[1],
-                    f"{comp}core.to_global.{kind}", stream="seq", kv_stream=g,
-                    dropout=cfg.attn_dropout if kind == "scores" else 0.0, **common)
-                 for kind in ("scores", "context")]
-    return to_global + attention_core(f"{c}global_core", where, f"{comp}global_core", heads=H,
-                                      kv_heads=H, qk_dim=h, v_dim=h, stream=g, kv_stream=keys,
-                                      causal=False, window=0, dropout=cfg.attn_dropout)
+    core = dict(heads=H, kv_heads=H, qk_dim=h, v_dim=h, causal=False, window=0,
+                dropout=cfg.attn_dropout)
+    # the keys op is the band's (the same k and v): only the two matmuls
+    scores, _, context = attention_core(f"{c}core.to_global", where, f"{comp}core.to_global",
+                                        stream="seq", kv_stream=g, **core)
+    return [scores, context] + attention_core(f"{c}global_core", where, f"{comp}global_core",
+                                              stream=g, kv_stream=keys, **core)
 
 
 def _first_rotary(cfg: ModelConfig, stack: str) -> int:

@@ -378,7 +378,13 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+        ops = apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+        # a Linear no row reaches this step gets no gradient: torch leaves its .grad None
+        # and the optimizer keeps no state for it (Longformer's global projections when no
+        # token has global attention)
+        return tuple(dataclasses.replace(op, trainable=False) if op.kind == "linear"
+                     and op.params and op.trainable and not self.work.rows(op.stream)
+                     else op for op in ops)
 
     @cached_property
     def trainable_params(self) -> int:
@@ -598,6 +604,10 @@ class TrainingMemory:
             act += held_labels(w)
         ids, leaf = self.frozen_table_inputs
         act += ids + (0 if leaf and self._leaf_saved else leaf)
+        if self.cfg.sliding_chunks and w.seq % (2 * self.cfg.sliding_window):
+            # Longformer pads the ids (a copy, what the embeddings save): the caller's own
+            # ids stay alive beside it
+            act += 8 * w.rows("seq")
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a

@@ -319,9 +319,10 @@ class Op:
             # Longformer's local queries against the global keys (``global_key_saved_bytes``);
             # under selective recompute all of it is rebuilt from the core's inputs
             drop = mask if self.dropout and w.dropout else 0
+            s = w.length(self.stream, self.pad_to)
             return w.batch * self.heads * global_key_saved_bytes(
-                self.kind, w.length(self.stream, self.pad_to), w.length(self.kv_stream),
-                self.d_in, act_bytes, drop, single=w.batch * self.heads == 1) if pairs else 0
+                self.kind, s, w.length(self.kv_stream), self.d_in, act_bytes, drop,
+                single=w.batch * self.heads == 1 or s == self.pad_to) if pairs else 0
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
@@ -576,8 +577,8 @@ def global_key_saved_bytes(kind: str, s: int, g: int, h: int, act_bytes: int,
         op      | tensor                                           | bytes
         --------|--------------------------------------------------|--------------------
         scores  | q, the einsum's operand (a copy, or a view of q: | s h a (0 if single)
-                |   ``single``, B x H = 1, when the chunks already |
-                |   keep q itself)                                 |
+                |   ``single`` when the band's chunks already keep |
+                |   q itself: B x H = 1, or one chunk, s = 2w)     |
                 | the g global keys gathered into a zeroed tensor  | g h a
                 | the softmax's fp32 output widens by g columns    | 4 s g
                 | with dropout: its mask widens too                | s g drop_mask
