@@ -248,6 +248,14 @@ def weight_bytes(ops, precision: str) -> int:
     return sum(op_weight_bytes(op, w) for op in ops) + fp8_weight_bytes(ops, precision)
 
 
+def unreached_untrained(ops, work: Workload) -> tuple[Op, ...]:
+    """The ops, a Linear that no row reaches under ``work`` marked untrained: torch leaves its
+    .grad None and the optimizer keeps no state for it (Longformer's global projections
+    when no token has global attention)."""
+    return tuple(dataclasses.replace(op, trainable=False) if op.kind == "linear" and op.params
+                 and op.trainable and not work.rows(op.stream) else op for op in ops)
+
+
 def trainable_count(ops) -> int:
     """Parameters that train (all instances): gradients, master weights and states follow."""
     return sum(op.params_total for op in ops if op.trainable)
@@ -378,13 +386,8 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        ops = apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
-        # a Linear no row reaches this step gets no gradient: torch leaves its .grad None
-        # and the optimizer keeps no state for it (Longformer's global projections when no
-        # token has global attention)
-        return tuple(dataclasses.replace(op, trainable=False) if op.kind == "linear"
-                     and op.params and op.trainable and not self.work.rows(op.stream)
-                     else op for op in ops)
+        return unreached_untrained(apply_finetune(self.cfg, model_ops_tuple(self.cfg),
+                                                  self.finetune), self.work)
 
     @cached_property
     def trainable_params(self) -> int:

@@ -199,7 +199,9 @@ class TrainSetting:
     @cached_property
     def ops(self) -> tuple[Op, ...]:
         from ..finetune import apply_finetune
-        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+        from ..memory import unreached_untrained
+        return unreached_untrained(apply_finetune(self.cfg, model_ops_tuple(self.cfg),
+                                                  self.finetune), self.work(1))
 
     @cached_property
     def n_blocks(self) -> int:
