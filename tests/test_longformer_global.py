@@ -284,7 +284,9 @@ def test_cli_global_tokens_and_attn(tmp_path, capsys):
                        (["memory", path, "-s", 7, "--global-tokens", 8],
                         "global_tokens (8) cannot exceed seq (7)"),
                        (["flops", "gpt2", "-s", 7, "--global-tokens", 1],
-                        "global_tokens (1) applies to models with global attention")):
+                        "global_tokens (1) applies to models with global attention"),
+                       (["plan", "train", path, "--seq", 7, "--tokens", "1e6",
+                         "--global-tokens", 8], "global_tokens (8) cannot exceed seq (7)")):
         code, out, err = _cli(capsys, bad)
         assert code == 2 and out == "" and words in err and len(err.strip().splitlines()) == 1, err
         assert "Traceback" not in err
@@ -297,6 +299,14 @@ def test_cli_global_tokens_and_attn(tmp_path, capsys):
             assert code == 0, err
             outs.append({k: v for k, v in json.loads(out).items() if "attn" not in k})
         assert outs[0] == outs[1] == outs[2], cmd
+    # plan train reads --global-tokens too: more global tokens, more work per step
+    mfu = []
+    for g in (0, 3):
+        code, out, err = _cli(capsys, ["plan", "train", path, "--seq", 7, "--tokens", "1e6",
+                                       "--global-tokens", g, "--json"])
+        assert code == 0, err
+        mfu.append(json.loads(out)["mfu"])
+    assert mfu[0] != mfu[1]
 
 
 @pytest.mark.parametrize("head,seq,g", [("none", 8, 0), ("none", 7, 2), ("seq_cls", 13, 0),

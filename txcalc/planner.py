@@ -496,7 +496,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                achieved_tflops: float | None = None, attn_impl: str = "flash",
                only: dict | None = None, n_rows: int = 10, finetune=None,
                stack: str | None = None, overlap=None,
-               goodput: float | None = None) -> TrainPlan:
+               goodput: float | None = None, global_tokens: int = 0) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
@@ -511,6 +511,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     "none") replace the profile's (``attn_impl`` when it is not the default "flash": only
     hf-eager's kernel differs). ``goodput``: the fraction of wall-clock time spent training
     (0 < G <= 1, default timing.GOODPUT): days, GPU-hours and cost are divided by it.
+    ``global_tokens``: Longformer's tokens per sequence with global attention
+    (``Workload.global_tokens``).
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -568,6 +570,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     if cfg.pos_type == "learned" and seq > cfg.max_position:
         raise WorkloadError(f"seq ({seq}) exceeds {cfg.name}'s learned position table "
                             f"(max_position {cfg.max_position})")
+    from .workload import Workload, check_fits
+    check_fits(cfg, Workload(batch=1, seq=seq, global_tokens=global_tokens))
     global_batch = global_batch or max(1, round(2**22 / seq))
     max_gpus_asked, max_gpus = max_gpus, max_gpus or 2**17
     if gpus is not None and gpus > max_gpus:
@@ -578,7 +582,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            finetune=finetune,
                            softmax_fp32=prof_stack.softmax_fp32 if prof_stack else True,
                            fused=prof_stack.fused if prof_stack else (), overlap=overlap,
-                           goodput=goodput)
+                           goodput=goodput, global_tokens=global_tokens)
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)

@@ -178,6 +178,8 @@ class TrainSetting:
     #: useful training time / wall-clock time: the planner's days and GPU-hours are throughput
     #: time / goodput (timing.GOODPUT; 1: benchmark throughput, no interruptions)
     goodput: float = 1.0
+    #: Longformer: tokens per sequence with global attention (Workload.global_tokens)
+    global_tokens: int = 0
 
     @property
     def prof(self) -> DeviceProfile:
@@ -194,7 +196,8 @@ class TrainSetting:
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
                         recompute=recompute, dropout=self.dropout,
-                        softmax_fp32=self.softmax_fp32, fused=self.fused)
+                        softmax_fp32=self.softmax_fp32, fused=self.fused,
+                        global_tokens=self.global_tokens)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
