@@ -245,7 +245,8 @@ def global_qkv(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op
     classifier's first token when none is given): query_global over the g global rows,
     key_global and value_global over every token (``_compute_global_attn_output_from_hidden``).
     With g = 0 (LongformerModel, ForMaskedLM and ForTokenClassification by default) they hold
-    parameters, gradients and optimizer states but cost no FLOPs and save nothing."""
+    parameters but cost no FLOPs, save nothing and get no gradient, so no optimizer state
+    (``memory.unreached_untrained``)."""
     D = cfg.d_model
     for name, stream in (("q_global", "global"), ("k_global", "global_seq"),
                          ("v_global", "global_seq")):
