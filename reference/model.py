@@ -396,20 +396,55 @@ class SlidingChunkCore(AttentionCore):
           either side)                    |   value chunks (3w x h)     | the value chunk copies
 
     ``bias`` carries the padding mask (``Ctx.padding``): under selective recompute it is no
-    checkpoint input, so nothing keeps it.
+    checkpoint input, so nothing keeps it. Padding and global tokens leave the band (HF's
+    ``diagonal_mask``: a finite minimum added to their keys' scores; no gradient, nothing
+    saved).
+
+    With g global tokens per sequence (``glob``: q_global's output over the g global rows,
+    key_global's and value_global's over every token, and the block's index tensors,
+    ``global_indices``), as HF's ``_concat_with_global_key_attn_probs``,
+    ``_compute_attn_output_with_global_indices`` and ``_compute_global_attn_output_from_hidden``
+    (txcalc ``components.global_attention``, ``ops.global_key_saved_bytes``):
+
+        step                               | saved for backward
+        -----------------------------------|----------------------------------------------
+        every query x the g global keys    | q (a copy, or a view the chunks already keep),
+          (gathered into a zeroed (B, g,   |   the gathered keys (B g H h)
+          H, h)), concatenated before the  |
+          band: one fp32 softmax           | the softmax output, g columns wider
+        the g columns x the gathered       | both operands, cloned (HF's ``.clone()``)
+          values, plus the band's P V      |
+        q_global / sqrt(h) x key_global    | both (B g D, B S D)
+        masked_fill (padding), fp32 softmax| its output (fp32); the cast copy
+          over all S keys, cast, dropout   |   (or the dropout's mask and output)
+        x value_global                     | value_global (B S D)
+        written over the global rows       | (the int64 indices, kept by the gathers)
+
+    Under selective recompute the checkpoint keeps q, k, v and the three global projections.
     """
 
     def __init__(self, w: int, recompute: str = "none", dropout: float = 0.0):
         super().__init__("eager", True, recompute, dropout)
         self.w = w
 
-    def core(self, q, k, v, bias, causal=False, sinks=None, rel=None):
+    def forward(self, q, k, v, bias, causal: bool = False, sinks=None, rel=None, glob=None):
+        if glob is None:
+            return super().forward(q, k, v, bias, causal, sinks, rel)
+        qg, kg, vg, idx = glob
+        if self.recompute == "selective" and torch.is_grad_enabled():
+            return checkpoint(lambda q_, k_, v_, a, b, c: self.core(q_, k_, v_, bias, causal,
+                                                                    glob=(a, b, c, idx)),
+                              q, k, v, qg, kg, vg, use_reentrant=True)
+        return self.core(q, k, v, bias, causal, glob=glob)
+
+    def core(self, q, k, v, bias, causal=False, sinks=None, rel=None, glob=None):
         B, H, S, h = q.shape
         w = self.w
         if S % (2 * w):
             raise ValueError(f"Longformer's chunks need a sequence that is a multiple of "
                              f"attention_window ({2 * w}); got {S}")
-        q3 = (q * (1.0 / math.sqrt(h))).reshape(B * H, S, h)
+        qs = q * (1.0 / math.sqrt(h))
+        q3 = qs.reshape(B * H, S, h)
         k3, v3 = k.reshape(B * H, S, h), v.reshape(B * H, S, h)
         c = S // w - 1  # chunks of 2w, overlapping by w
         qc, kc = (_overlapping(t, w, 2 * w, c).reshape(-1, 2 * w, h) for t in (q3, k3))
@@ -423,17 +458,88 @@ class SlidingChunkCore(AttentionCore):
         band[:, 0, 1:w, 1:w] = chunks[:, 0, :w - 1, 1 - w:]
         scores = band.view(B, H, S, 2 * w + 1).transpose(2, 1)  # (B, S, H, 2w + 1)
         _mask_band_ends(scores, w)
+        g = 0 if glob is None else glob[0].shape[0]
+        removed = bias if glob is None else bias.clone()
+        if glob is not None:
+            removed[glob[3][0]] = True  # global keys leave the band: their own columns
+        scores += _band_of(removed, w, scores.dtype)[:, :, None, :]
+        if glob is not None:  # every query against the g global keys, before the band
+            scores = torch.cat((_to_global_scores(qs, k, glob[3], g), scores), dim=-1)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
         probs = torch.masked_fill(probs, bias[:, :, None, None], 0.0).type_as(scores)
         if self.dropout and self.training:
             probs = F.dropout(probs, self.dropout)
+        if glob is not None:
+            to_global = _to_global_context(probs, v, glob[3], g)
+            probs = probs.narrow(-1, g, 2 * w + 1).contiguous()
         # P V: w queries of each chunk against 3w values (w padding either side)
         probs = probs.transpose(1, 2).reshape(B * H, S // w, w, 2 * w + 1)
         probs = F.pad(probs, (0, w + 1)).view(B * H, S // w, -1)[:, :, :-w]
         probs = probs.view(B * H, S // w, w, 3 * w + 1)[:, :, :, :-1]
         vc = _overlapping(F.pad(v3, (0, 0, w, w), value=-1), w, 3 * w, S // w)
         out = torch.bmm(probs.reshape(-1, w, 3 * w), vc.reshape(-1, 3 * w, h))
-        return out.view(B, H, S, h)
+        out = out.view(B, H, S, h)
+        if glob is None:
+            return out
+        out = (out + to_global).transpose(1, 2).reshape(B, S, H * h)
+        # the global rows: their own attention over every key, written over the band's
+        gout = self._global_rows(*glob, bias, B, H, h)
+        glob_idx, local_idx = glob[3][0], glob[3][1]
+        out[glob_idx] = gout[local_idx[0], :, local_idx[1]].reshape(-1, H * h)
+        return out.view(B, S, H, h).transpose(1, 2)
+
+    def _global_rows(self, qg, kg, vg, idx, pad, B, H, h):
+        """HF ``_compute_global_attn_output_from_hidden`` from the projections: (B, H, g, h)."""
+        g, S = qg.shape[0], kg.shape[1]
+        gq = (qg * (1.0 / math.sqrt(h))).view(g, B * H, h).transpose(0, 1)
+        gk = kg.view(B, S, H, h).transpose(1, 2).reshape(B * H, S, h)
+        gv = vg.view(B, S, H, h).transpose(1, 2).reshape(B * H, S, h)
+        scores = torch.bmm(gq, gk.transpose(1, 2)).view(B, H, g, S)
+        scores = scores.masked_fill(pad[:, None, None, :], torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores.view(B * H, g, S), dim=-1, dtype=torch.float32)
+        probs = probs.type_as(scores)
+        if self.dropout and self.training:
+            probs = F.dropout(probs, self.dropout)
+        return torch.bmm(probs, gv).view(B, H, g, h)
+
+
+def global_indices(batch: int, g: int, device):
+    """The index tensors HF's ``_get_global_attn_indices`` builds in every block, for the first
+    g tokens of each sequence global: (batch, position) and (batch, slot) of each global token,
+    each pair two views of one (B g, 2) int64 tensor (what ``nonzero(as_tuple=True)`` returns;
+    built without nonzero(), which the meta device cannot run)."""
+    b = torch.arange(batch, device=device).repeat_interleave(g)
+    t = torch.arange(g, device=device).repeat(batch)
+    return torch.stack((b, t), 1).unbind(1), torch.stack((b, t), 1).unbind(1)
+
+
+def _band_of(removed, w: int, dtype):
+    """HF's ``diagonal_mask``: per query, the dtype's minimum on the band's keys that are
+    padding or global, 0 elsewhere (and past the ends, which are -inf already)."""
+    fm = torch.zeros(removed.shape, dtype=dtype, device=removed.device).masked_fill(
+        removed, torch.finfo(dtype).min)
+    return F.pad(fm, (w, w)).unfold(1, 2 * w + 1, 1)
+
+
+def _to_global_scores(qs, k, idx, g: int):
+    """Every (scaled) query against the g global keys, gathered into a zeroed (B, g, H, h)
+    (HF ``_concat_with_global_key_attn_probs``): (B, S, H, g)."""
+    glob_idx, local_idx = idx
+    kt = k.transpose(1, 2)
+    keys = kt.new_zeros(kt.shape[0], g, *kt.shape[2:])
+    keys[local_idx] = kt[glob_idx]
+    return torch.einsum("blhd,bshd->blhs", qs.transpose(1, 2), keys)
+
+
+def _to_global_context(probs, v, idx, g: int):
+    """The g global columns of the probabilities x the g global values (HF
+    ``_compute_attn_output_with_global_indices``, its clones): (B, H, S, h)."""
+    glob_idx, local_idx = idx
+    vt = v.transpose(1, 2)
+    values = vt.new_zeros(vt.shape[0], g, *vt.shape[2:])
+    values[local_idx] = vt[glob_idx]
+    return torch.matmul(probs.narrow(-1, 0, g).transpose(1, 2).clone(),
+                        values.transpose(1, 2).clone())
 
 
 def _overlapping(x, step: int, size: int, n: int):
@@ -495,7 +601,7 @@ class Attention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(H, dtype=dtype)) \
             if cfg.attn_sinks and not cross else None
         self.sliding = cfg.sliding_chunks and not cross
-        if cfg.global_qkv and not cross:  # Longformer: run only for global tokens (none here)
+        if cfg.global_qkv and not cross:  # Longformer: run only for global tokens
             self.q_global, self.k_global, self.v_global = (lin(D, D, True) for _ in range(3))
         self.core = SlidingChunkCore(cfg.sliding_window, recompute, cfg.attn_dropout
                                      if dropout else 0.0) if self.sliding else \
@@ -552,14 +658,32 @@ class Attention(nn.Module):
                     (k, v), k_pos = cache.update((k, v), ctx.q_pos)
                     bias, causal = ctx.bias_for(cache.window, k_pos), False
         rel = self.disentangled(ctx, B) if self.rel else None
+        glob = None
         if self.sliding:
             bias = ctx.padding(B, S, x.device)
-        out = attend(self.core, q, k, v, bias, causal, self.sinks, rel)
+            g = ctx.model.global_count()
+            if g:
+                glob = self.global_projections(x, g)
+        if glob is not None:
+            out = self.core(q.contiguous(), k.contiguous(), v.contiguous(), bias, glob=glob)
+        else:
+            out = attend(self.core, q, k, v, bias, causal, self.sinks, rel)
         out = out.transpose(1, 2).reshape(B, S, -1)
         if gate is not None:  # the product keeps the core's output and the sigmoid's
             out = _copy(out) * gate
         return drop(self, self.o_proj(out))
 
+
+    def global_projections(self, x, g: int):
+        """Longformer: q_global over the g global rows of each sequence (gathered into a
+        zeroed (g, B, D), HF's layout), key_global and value_global over every token; the
+        block's index tensors (``global_indices``)."""
+        B, S, D = x.shape
+        idx = global_indices(B, g, x.device)
+        glob_idx, local_idx = idx
+        rows = x.new_zeros(g, B, D)
+        rows[local_idx[::-1]] = x[glob_idx]
+        return self.q_global(rows), self.k_global(x), self.v_global(x), idx
 
     def disentangled(self, ctx: Ctx, B: int):
         """DeBERTa's inputs to the core (HF DisentangledSelfAttention): the relative
@@ -1944,6 +2068,14 @@ class ReferenceModel(nn.Module):
 
     #: the LM loss without whole logits (reference/loss.py use_loss); None: Loss on them
     lm_loss = None
+    #: Longformer: tokens per sequence with global attention, the first ones (txcalc
+    #: ``Workload.global_tokens``; ``global_count``)
+    global_tokens = 0
+
+    def global_count(self) -> int:
+        """Global tokens per sequence: ``global_tokens``, and with the sequence classifier at
+        least the first token (HF LongformerForSequenceClassification's default)."""
+        return max(self.global_tokens, 1) if self.cfg.head == "seq_cls" else self.global_tokens
 
     def __init__(self, cfg: ModelConfig, dtype=torch.float32, attn_impl: str = "eager",
                  recompute: str = "none", softmax_fp32: bool = True, dropout: bool = False):
@@ -2181,6 +2313,20 @@ class ReferenceModel(nn.Module):
         ctx = self._context(stack, pos) if caches is None else Ctx(self, stack, pos)
         if caches is not None and self.cfg.pos_type == "rotary":
             ctx.cos, ctx.sin = rotary_tables(self._rope_width(), pos, self.dtype)
+        S = ids.shape[1]
+        if self.cfg.sliding_chunks and caches is None:  # Longformer: HF pads to a multiple
+            # of attention_window (LongformerModel._pad_to_window_size); the padding is
+            # masked in every block and cut from the output
+            pad = -S % (2 * self.cfg.sliding_window)
+            if pad:  # a padded copy (the caller's ids stay alive beside it)
+                ids = F.pad(ids, (0, pad), value=0)
+            ctx = self._context(stack, self.positions(S + pad, offset, ids.device))
+            ctx.pad_masked = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+            ctx.pad_masked[:, S:] = True
+            out = self.run_stack(stack, self._embed(ids, stack, offset), ctx)
+            # a copy of the S rows (HF's slice is a view, which with one sequence keeps the
+            # padded output alive in what the head saves); none when nothing was padded
+            return out[:, :S].clone() if pad else out
         x = self._embed(ids, stack, offset)
         if self.cfg.shared_attn_layers:  # Zamba's shared blocks read the embeddings
             enc = x

@@ -118,6 +118,7 @@ def memory_by_phase(cfg, work, precision: str = "bf16-mixed", optimizer: str = "
         model = build(cfg, dtype, "cpu", attn_impl="sdpa" if work.attn_impl != "eager"
                       else "eager", recompute=work.recompute, softmax_fp32=work.softmax_fp32,
                       init=not fake)
+        model.global_tokens = work.global_tokens  # Longformer's global attention
         if finetune is not None:  # adapters and frozen parameters (reference/lora.py)
             from .lora import finetune as apply
             apply(model, finetune)

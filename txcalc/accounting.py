@@ -307,7 +307,8 @@ class FlopCounts:
                 "forward_flops": self.forward, "backward_flops": self.backward,
                 "model_flops": self.model, "recompute_flops": self.recompute,
                 "hardware_flops": self.hardware, "by_component": self.by_component(),
-                "by_layer_type": self.by_layer_type()}
+                "by_layer_type": self.by_layer_type(),
+                **({"global_tokens": w.global_tokens} if self.cfg.global_qkv else {})}
 
 
 def forward_flops(ops, work, model: bool = False) -> int:

@@ -270,7 +270,7 @@ def class_times_s(case: Case, prof: DeviceProfile) -> dict:
             continue
         f, b = op_times(op, w, prof, COMPUTE_DTYPE[case.precision], prec.act, prec.weight)
         cls = op_class(op)
-        if cls == "attention" and w.attn_impl != "flash":
+        if cls == "attention" and not op.fused_attn(w):
             cls = "matmul"  # eager attention runs as batched GEMMs
         out[cls] += f + b + (f if op.reruns(w.recompute) else 0.0)
     out["memory"] += 2 * (mem.weights + mem.gradients + mem.optimizer_total) / prof.bytes_per_s

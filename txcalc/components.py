@@ -170,6 +170,8 @@ def _core(cfg: ModelConfig, c: str, where: Where, comp: str, qk_dim: int, v_dim:
                           sinks=cfg.attn_sinks and not cross)
     if cfg.sliding_chunks:  # Longformer: HF's overlapping chunks decide the executed pairs
         ops = [dataclasses.replace(op, overlap=local) for op in ops]
+        if cfg.global_qkv and not cross:
+            ops += global_attention(cfg, c, where, comp)
         if layer == 0:  # the padding mask every block's masked_fill reads, kept once
             ops.append(dataclasses.replace(
                 elementwise(f"{c}core.pad_mask", where, f"{comp}core.pad_mask", "pad_mask",
@@ -230,16 +232,62 @@ def attention(cfg: ModelConfig, p: str, where: Where, name: str = "attn") -> Ite
         yield dropout(f"{p}{c}dropout", where, c + "dropout", D, q_stream)
 
 
+def _global_stream(cfg: ModelConfig, name: str) -> str:
+    """Longformer's global streams (``Workload.global_count``): the sequence classifier's
+    carry ``_cls`` (at least one global token, the first)."""
+    return name + ("_cls" if cfg.head == "seq_cls" else "")
+
+
 def global_qkv(cfg: ModelConfig, c: str, where: Where, comp: str) -> Iterator[Op]:
     """Longformer's global attention projections (query_global, key_global, value_global:
-    D -> D with bias). HF runs them only when some token has global attention
-    (``global_attention_mask``); txcalc models none (stream "global": no rows), which is what
-    LongformerModel, ForMaskedLM and ForTokenClassification run by default, so they hold
-    parameters, gradients and optimizer states but cost no FLOPs and save nothing."""
+    D -> D with bias), which HF runs only when some token has global attention
+    (``global_attention_mask``; ``Workload.global_tokens`` = g per sequence, the sequence
+    classifier's first token when none is given): query_global over the g global rows,
+    key_global and value_global over every token (``_compute_global_attn_output_from_hidden``).
+    With g = 0 (LongformerModel, ForMaskedLM and ForTokenClassification by default) they hold
+    parameters but cost no FLOPs, save nothing and get no gradient, so no optimizer state
+    (``memory.unreached_untrained``)."""
     D = cfg.d_model
-    for name in ("q_global", "k_global", "v_global"):
-        yield linear(f"{c}{name}", where, comp + name, D, D, True, stream="global",
-                     tp="colwise")
+    for name, stream in (("q_global", "global"), ("k_global", "global_seq"),
+                         ("v_global", "global_seq")):
+        op = linear(f"{c}{name}", where, comp + name, D, D, True,
+                    stream=_global_stream(cfg, stream), shares_input=name != "q_global",
+                    tp="colwise")
+        if name == "q_global":  # per global token: the block's int64 indices of the global
+            # tokens (HF ``_get_global_attn_indices``: two nonzero() results, (batch, position)
+            # and (batch, slot) pairs), read by the gathers into q_global's input and after
+            op = dataclasses.replace(op, saved=op.saved + ((4, "i64"),))
+        yield op
+
+
+def global_attention(cfg: ModelConfig, c: str, where: Where, comp: str) -> list[Op]:
+    """Longformer's global attention (Beltagy et al. 2020, arXiv:2004.05150, section 3.1; HF
+    ``LongformerSelfAttention`` with g tokens of global attention per sequence, S the padded
+    length, per head of width h):
+
+        op                          | what                                   | pairs per head
+        ----------------------------|----------------------------------------|---------------
+        attn.core.to_global.scores  | every query against the g global keys, | S x g
+                                    |   concatenated to its 2w + 1 band      |
+                                    |   scores (one softmax over both)       |
+        attn.core.to_global.context | those probabilities x the g values     | S x g
+        attn.global_core.scores     | q_global (g rows) against k_global     | g x S
+                                    |   (every token), its own fp32 softmax  |
+        attn.global_core.context    | x v_global; written over the g rows of | g x S
+                                    |   the local output                     |
+
+    All executed and counted as model FLOPs (every pair is attended). The local band still
+    runs for the global rows (HF overwrites them), and a global key inside a band is masked
+    there, not skipped: the band's executed FLOPs do not change."""
+    H, h = cfg.n_heads, cfg.head_dim
+    g, keys = _global_stream(cfg, "global"), _global_stream(cfg, "global_seq")
+    core = dict(heads=H, kv_heads=H, qk_dim=h, v_dim=h, causal=False, window=0,
+                dropout=cfg.attn_dropout)
+    # the keys op is the band's (the same k and v): only the two matmuls
+    scores, _, context = attention_core(f"{c}core.to_global", where, f"{comp}core.to_global",
+                                        stream="seq", kv_stream=g, **core)
+    return [scores, context] + attention_core(f"{c}global_core", where, f"{comp}global_core",
+                                              stream=g, kv_stream=keys, **core)
 
 
 def _first_rotary(cfg: ModelConfig, stack: str) -> int:
@@ -885,6 +933,10 @@ def model_ops(cfg: ModelConfig, block_ops=block) -> list[Op]:
             after.append(dropout(f"{_prefix(stack)}final_dropout", (stack, -1), "final_dropout",
                                  cfg.d_model, _stream(stack)))
         ops.extend(dataclasses.replace(op, placement="post") for op in after)
+    if cfg.sliding_chunks:  # Longformer: HF pads the input to a multiple of attention_window
+        # (LongformerModel._pad_to_window_size) for the embeddings and every block; the
+        # heads read the unpadded rows
+        ops = [dataclasses.replace(op, pad_to=2 * cfg.sliding_window) for op in ops]
     ops.extend(dataclasses.replace(op, placement="post") for op in head(cfg))
     return ops
 

@@ -828,12 +828,13 @@ def _longformer(f):
     blocks with sliding-window attention, w = attention_window / 2 keys either side, run as
     HF's overlapping chunks (executed FLOPs: ``ops.sliding_chunk_pairs``; model FLOPs: the
     attended pairs), and per block separate global q/k/v projections (``global_qkv``) that
-    run only for tokens with global attention: none is modelled, the default of the base
-    model, masked LM and token classifier. Refused: sequence classification (HF gives the
-    first token global attention), per-layer windows that differ.
+    run for the tokens with global attention (``Workload.global_tokens``, default none: the
+    base model, masked LM and token classifier; the sequence classifier gives the first
+    token global attention, ``components.global_attention``). Refused: per-layer windows
+    that differ.
 
-    Executed FLOPs are HF's for a sequence that is a multiple of attention_window; HF pads
-    any other length to one (every block then runs the padding tokens)."""
+    HF pads any sequence to a multiple of attention_window: the embeddings and every block
+    run the padded length (``Op.pad_to``), the heads the unpadded one."""
     out = _bert(f, roberta=True)
     out["vocab_size"] = f.int("vocab_size", 30522)
     n, window = out["n_layers"], f.get("attention_window", 512)
@@ -846,12 +847,7 @@ def _longformer(f):
         raise ConfigError(f"{f.where}: field 'attention_window' ({_show(window)}): windows "
                           "that differ between layers are not modelled")
     out.update(sliding_window=windows[0] // 2, sliding_chunks=True, global_qkv=True)
-    out = _with_head(f, out, "longformer")
-    if out["head"] == "seq_cls":
-        raise ConfigError(f"{f.where}: Longformer's sequence classifier gives the first token "
-                          "global attention, which txcalc does not model; use head 'none', "
-                          "'mlm' or 'token_cls'")
-    return out
+    return _with_head(f, out, "longformer")
 
 
 ENCODER_CONVERTERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {

@@ -248,6 +248,14 @@ def weight_bytes(ops, precision: str) -> int:
     return sum(op_weight_bytes(op, w) for op in ops) + fp8_weight_bytes(ops, precision)
 
 
+def unreached_untrained(ops, work: Workload) -> tuple[Op, ...]:
+    """The ops, a Linear that no row reaches under ``work`` marked untrained: torch leaves its
+    .grad None and the optimizer keeps no state for it (Longformer's global projections
+    when no token has global attention)."""
+    return tuple(dataclasses.replace(op, trainable=False) if op.kind == "linear" and op.params
+                 and op.trainable and not work.rows(op.stream) else op for op in ops)
+
+
 def trainable_count(ops) -> int:
     """Parameters that train (all instances): gradients, master weights and states follow."""
     return sum(op.params_total for op in ops if op.trainable)
@@ -376,7 +384,8 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+        return unreached_untrained(apply_finetune(self.cfg, model_ops_tuple(self.cfg),
+                                                  self.finetune), self.work)
 
     @cached_property
     def trainable_params(self) -> int:
@@ -613,6 +622,10 @@ class TrainingMemory:
             act += held_labels(w)
         ids, leaf = self.frozen_table_inputs
         act += ids + (0 if leaf and self._leaf_saved else leaf)
+        if self.cfg.sliding_chunks and w.seq % (2 * self.cfg.sliding_window):
+            # Longformer pads the ids (a copy, what the embeddings save): the caller's own
+            # ids stay alive beside it
+            act += 8 * w.rows("seq")
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
@@ -744,7 +757,8 @@ class TrainingMemory:
                 "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
                 "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
-                "activations_by_layer_type": self.activations_by_layer_type()}
+                "activations_by_layer_type": self.activations_by_layer_type(),
+                **({"global_tokens": self.work.global_tokens} if self.cfg.global_qkv else {})}
 
 
 def _is_adapter(op: Op) -> bool:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .workload import Workload, loss_chunks
+from .workload import Workload, global_rows, loss_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +105,10 @@ class Op:
     #: attention only: Longformer's sliding chunks, the one-sided window W (executed pairs:
     #: ``Op.pairs``; 0 = none)
     overlap: int = 0
+    #: Longformer: HF pads the input to a multiple of attention_window (``pad_to``) and runs
+    #: the embeddings and every block on the padded length (``Workload.length``); executed
+    #: FLOPs and saved bytes count the padding, model FLOPs do not (0 = no padding)
+    pad_to: int = 0
 
     @property
     def block_path(self) -> str:
@@ -158,7 +162,8 @@ class Op:
     # --- FLOPs ---------------------------------------------------------------------------
     def pairs(self, w: Workload, model: bool = False) -> int:
         """(query, key) pairs per sequence and head: all of them, or only the attended ones."""
-        s_q, s_k = w.length(self.stream), w.length(self.kv_stream)
+        pad = 0 if model else self.pad_to
+        s_q, s_k = w.length(self.stream, pad), w.length(self.kv_stream, pad)
         if self.overlap and not model:
             return sliding_chunk_pairs(self.kind, s_q, self.overlap)
         if model and not self.causal and self.window:
@@ -196,7 +201,8 @@ class Op:
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
         """Forward matmul FLOPs; ``model`` skips masked attention pairs."""
         if self.kind in ("linear", "weight_product", "altup_mix"):
-            f = self._matmul(self.fixed_rows or w.rows(self.stream), 1)
+            f = self._matmul(self.fixed_rows or w.rows(self.stream, 0 if model else self.pad_to),
+                             1)
             if self.grad_in_forward(w):  # the head's input and weight gradients, one each
                 f += f * (self.trainable + self.input_grad)
             return f
@@ -281,7 +287,7 @@ class Op:
             saved = self.saved_fused
         if self.grad_in_forward(w):  # Liger keeps grad_input, its input's size, trained or not
             saved = ((self.d_in, "a"),)
-        fused = w.attn_impl == "flash"
+        fused = self.fused_attn(w)
         mask = 1 if w.dropout_mask == "bool" else act_bytes
         fp32 = act_bytes == 4
         # "undropped": kept only when the step runs without dropout (a dropout after it then
@@ -296,7 +302,7 @@ class Op:
                 # head each per query head (none then: the storage is the producer's); a
                 # fused kernel keeps the shared tensors themselves (none)
                 "reread": 0 if fused or self.heads == self.kv_heads and (
-                    self.kv_heads == 1 or w.length(self.stream) == 1) else act_bytes,
+                    self.kv_heads == 1 or w.length(self.stream, self.pad_to) == 1) else act_bytes,
                 "undropped": 0 if w.dropout else act_bytes,
                 # a frozen o_proj's input: the attention output, which a fused kernel keeps
                 # itself (not when selective recompute checkpoints the core)
@@ -306,8 +312,17 @@ class Op:
             # Longformer's chunked kernel (whatever attn_impl: HF has no fused one)
             drop = mask if self.dropout and w.dropout else 0
             return w.batch * self.heads * sliding_chunk_saved_bytes(
-                self.kind, w.length(self.stream), self.overlap, self.d_in, act_bytes, drop,
+                self.kind, w.length(self.stream, self.pad_to), self.overlap, self.d_in,
+                act_bytes, drop,
                 single=w.batch * self.heads == 1)
+        if global_rows(self.kv_stream) and self.kind in ("attn_scores", "attn_context"):
+            # Longformer's local queries against the global keys (``global_key_saved_bytes``);
+            # under selective recompute all of it is rebuilt from the core's inputs
+            drop = mask if self.dropout and w.dropout else 0
+            s = w.length(self.stream, self.pad_to)
+            return w.batch * self.heads * global_key_saved_bytes(
+                self.kind, s, w.length(self.kv_stream), self.d_in, act_bytes, drop,
+                single=w.batch * self.heads == 1 or s == self.pad_to) if pairs else 0
         per_row = sum(width * size[tag] for width, tag in saved)
         if self.kind == "attn_keys" and fused and self.kv_heads:
             per_row = per_row * self.kv_heads // self.heads
@@ -319,7 +334,7 @@ class Op:
         # a Linear or norm over DeBERTa's relative embeddings: 2 x span rows, whatever B x S
         rows = self.fixed_rows if self.fixed_rows and self.kind in ("linear", "norm",
                                                                  "checkpoint", "dropout") else \
-            w.rows(self.stream)
+            w.rows(self.stream, self.pad_to)
         total = rows * per_row
         if self.kind == "rel_scores":  # DeBERTa's c2p / p2c (HF DisentangledSelfAttention):
             # the bmm keeps the projected positions repeated per sequence (B H x 2span x h);
@@ -333,7 +348,8 @@ class Op:
             # the softmax keeps its output (fp32 when it upcasts; in an fp32 model that is
             # its own cast); P V keeps its input: the cast copy, or with dropout the mask and
             # the dropped probabilities (dropout keeps only its mask, not the cast copy)
-            upcast = w.softmax_fp32 and not fp32
+            # (Longformer's, ``pad_to``: HF's softmax runs in fp32 whatever is asked)
+            upcast = (w.softmax_fp32 or bool(self.pad_to)) and not fp32
             per_pair = 4 if upcast else act_bytes
             if self.dropout and w.dropout:
                 per_pair += mask + act_bytes
@@ -343,7 +359,8 @@ class Op:
             if self.sinks:
                 # gpt-oss: the softmax runs over S_k + 1 logits (the sink last); P V reads the
                 # first S_k columns (a view, or the cast copy): one more column per query row
-                total += w.rows(self.stream) * self.heads * (4 if upcast else act_bytes)
+                total += w.rows(self.stream, self.pad_to) * self.heads * \
+                    (4 if upcast else act_bytes)
         if self.ckpt_heads:  # a checkpointed per-pair input (T5's position bias), act dtype
             total += self.ckpt_heads * self.pairs(w) * act_bytes
         if self.component == "rel_bias" and self.trainable:  # T5 bucket ids: one int64 per
@@ -373,12 +390,18 @@ class Op:
         """Bytes of the output op-level checkpointing keeps (``op_level_kept``): a Linear's
         output (rows x d_out x active); the fused attention kernel's output and its fp32
         logsumexp (rows x H x (h_v x a + 4)). Other ops: 0."""
-        rows = w.rows(self.stream)
+        rows = w.rows(self.stream, self.pad_to)
         if self.kind == "linear":
             return rows * self.d_out * self.active * act_bytes
-        if self.kind == "attn_scores" and w.attn_impl == "flash":
+        if self.kind == "attn_scores" and self.fused_attn(w):
             return rows * self.heads * (self.d_out * act_bytes + 4)
         return 0
+
+    def fused_attn(self, w: Workload) -> bool:
+        """Whether this op runs under a fused attention kernel: ``attn_impl`` flash, but not
+        Longformer's ops (``pad_to``): HF's LongformerSelfAttention runs its own chunked eager
+        attention whatever is asked (LongformerModel refuses sdpa and flash_attention_2)."""
+        return w.attn_impl == "flash" and not self.pad_to
 
     def grad_in_forward(self, w: Workload) -> bool:
         """Liger's fused linear cross-entropy (``Workload.loss`` fused-linear) computes the LM
@@ -392,7 +415,7 @@ class Op:
         if self.grad_in_forward(w):
             return 0
         fwd = self.fwd_flops(w, model)
-        if self.kind in ("attn_scores", "attn_context") and w.attn_impl == "flash":
+        if self.kind in ("attn_scores", "attn_context") and self.fused_attn(w):
             return fwd * 5 // 2
         if self.kind == "weight_product":
             return 0
@@ -544,6 +567,33 @@ def sliding_chunk_saved_bytes(kind: str, s: int, w: int, h: int, act_bytes: int,
             + s * (3 * w + 2) * act_bytes + s * (2 * w + 1) * drop_mask)
 
 
+def global_key_saved_bytes(kind: str, s: int, g: int, h: int, act_bytes: int,
+                           drop_mask: int = 0, single: bool = False) -> int:
+    """Bytes Longformer's local queries against the g global keys keep for backward per
+    sequence and head (HF ``_concat_with_global_key_attn_probs`` and
+    ``_compute_attn_output_with_global_indices``; reference/model.py ``SlidingChunkCore``),
+    s the padded length, head width h, a = act_bytes:
+
+        op      | tensor                                           | bytes
+        --------|--------------------------------------------------|--------------------
+        scores  | q, the einsum's operand (a copy, or a view of q: | s h a (0 if single)
+                |   ``single`` when the band's chunks already keep |
+                |   q itself: B x H = 1, or one chunk, s = 2w)     |
+                | the g global keys gathered into a zeroed tensor  | g h a
+                | the softmax's fp32 output widens by g columns    | 4 s g
+                | with dropout: its mask widens too                | s g drop_mask
+        context | the probabilities of the g columns, cloned       | s g a
+                | the g global values gathered, cloned             | g h a
+
+    The softmax output's own 2w + 1 columns and the band's P V are
+    ``sliding_chunk_saved_bytes``'s, unchanged."""
+    if not g:
+        return 0
+    if kind == "attn_context":
+        return (s * g + g * h) * act_bytes
+    return (0 if single else s * h * act_bytes) + g * h * act_bytes + 4 * s * g + s * g * drop_mask
+
+
 def bidirectional_pairs(s: int, half: int) -> int:
     """Attended pairs of a bidirectional local window over s tokens, |i - j| <= half (an
     encoder's local layer; ModernBERT: half = local_attention // 2): s^2 when half >= s - 1,
@@ -591,7 +641,7 @@ def op_level_kept(ops, w: Workload) -> set[str]:
             count[key] = count.get(key, 0) + 1
             if count[key] % 2 == 1:
                 kept.add(op.path)
-        elif op.kind == "attn_scores" and w.attn_impl == "flash":
+        elif op.kind == "attn_scores" and op.fused_attn(w):
             kept.add(op.path)
     return kept
 

@@ -496,7 +496,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                achieved_tflops: float | None = None, attn_impl: str = "flash",
                only: dict | None = None, n_rows: int = 10, finetune=None,
                stack: str | None = None, overlap=None,
-               goodput: float | None = None, loss: str = "full") -> TrainPlan:
+               goodput: float | None = None, loss: str = "full",
+               global_tokens: int = 0) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
@@ -513,6 +514,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     (0 < G <= 1, default timing.GOODPUT): days, GPU-hours and cost are divided by it.
     ``loss``: the LM loss (Workload.loss: full, chunked[:N], fused-linear): what the head and
     loss save and the logits gradient on the last stage (txcalc.lm_loss).
+    ``global_tokens``: Longformer's tokens per sequence with global attention
+    (``Workload.global_tokens``).
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -574,6 +577,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     if cfg.pos_type == "learned" and seq > cfg.max_position:
         raise WorkloadError(f"seq ({seq}) exceeds {cfg.name}'s learned position table "
                             f"(max_position {cfg.max_position})")
+    from .workload import Workload, check_fits
+    check_fits(cfg, Workload(batch=1, seq=seq, global_tokens=global_tokens))
     global_batch = global_batch or max(1, round(2**22 / seq))
     max_gpus_asked, max_gpus = max_gpus, max_gpus or 2**17
     if gpus is not None and gpus > max_gpus:
@@ -584,7 +589,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            finetune=finetune,
                            softmax_fp32=prof_stack.softmax_fp32 if prof_stack else True,
                            fused=prof_stack.fused if prof_stack else (), overlap=overlap,
-                           goodput=goodput, loss=loss)
+                           goodput=goodput, loss=loss, global_tokens=global_tokens)
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
@@ -1032,7 +1037,7 @@ def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> floa
     if Q.is_weight_only(qop, prof.peak_flops):
         base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
         prof = prof.replace(flop_efficiency={
-            "matmul": base * weight_only_factor(prof, w.rows(op.stream))})
+            "matmul": base * weight_only_factor(prof, w.rows(op.stream, op.pad_to))})
     return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 

@@ -282,13 +282,13 @@ class DeviceProfile:
 
 def bytes_moved(op: Op, w: Workload, act_bytes: int, weight_bytes: int) -> int:
     """Forward bytes the op reads and writes in device memory (table in the module doc)."""
-    rows = w.rows(op.stream)
+    rows = w.rows(op.stream, op.pad_to)
     if op.kind == "linear":
         return (op.params_total * weight_bytes
                 + rows * (op.d_in + op.d_out) * op.active * act_bytes)
     if op.kind == "attn_scores":
         moved = rows * op.heads * (2 * op.d_in + 2 * op.d_out) * act_bytes
-        if w.attn_impl != "flash":
+        if not op.fused_attn(w):
             moved += w.batch * op.heads * op.pairs(w) * (4 + act_bytes) * 2
         return moved
     if op.kind in ("attn_context", "attn_keys", "checkpoint"):
@@ -339,7 +339,7 @@ def op_efficiency(op: Op, w: Workload, prof: DeviceProfile, tp: int = 1) -> floa
     cls = op_class(op)
     base = prof.flop_efficiency.get(cls, DEFAULT_FLOP_EFFICIENCY.get(cls, 1.0))
     if op.kind == "linear":
-        rows = w.rows(op.stream) * op.active / max(op.instances, 1)  # tokens per expert
+        rows = w.rows(op.stream, op.pad_to) * op.active / max(op.instances, 1)  # per expert
         d_in, d_out = op.d_in, op.d_out
         if op.tp == "rowwise":
             d_in = d_in / tp
@@ -348,11 +348,12 @@ def op_efficiency(op: Op, w: Workload, prof: DeviceProfile, tp: int = 1) -> floa
         return base * matmul_shape_factor(min(rows, d_in, d_out), prof.matmul_half_dim)
     if op.kind in ("attn_scores", "attn_context"):
         head_dim = op.d_in if op.kind == "attn_scores" else op.d_out
-        if w.attn_impl != "flash":  # batched GEMMs over the head dimension
+        if not op.fused_attn(w):  # batched GEMMs over the head dimension
             return prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"]) * \
                 matmul_shape_factor(head_dim, prof.matmul_half_dim)
         if prof.attention_shape:
-            return base * flash_shape_factor(w.length(op.kv_stream or op.stream), head_dim)
+            return base * flash_shape_factor(w.length(op.kv_stream or op.stream, op.pad_to),
+                                             head_dim)
     return base
 
 
@@ -364,7 +365,7 @@ def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: in
     if dtype == "fp8" and not _runs_fp8(op):  # fp8 recipes: only the blocks' Linears
         dtype = "bf16"
     moved = bytes_moved(op, w, act_bytes, weight_bytes) / split
-    skip = w.attn_impl == "flash"  # a fused kernel skips the fully masked (causal) blocks
+    skip = op.fused_attn(w)  # a fused kernel skips the fully masked (causal) blocks
     fwd_flops, bwd_flops = op.fwd_flops(w, skip) / split, op.bwd_flops(w, skip) / split
     if fwd_flops <= 0 and bwd_flops <= 0:
         return (roofline_s(0, moved, prof, cls, dtype),

@@ -85,6 +85,12 @@ RECOMPUTE = tuple(r.value for r in Recompute)
 DROPOUT_MASKS = ("bool", "act")
 
 
+def global_rows(stream: str) -> bool:
+    """Whether ``stream`` is Longformer's tokens with global attention ("global",
+    "global_cls"), not every token behind them ("global_seq", "global_seq_cls")."""
+    return stream.startswith("global") and not stream.startswith("global_seq")
+
+
 @dataclass(frozen=True)
 class Workload:
     """One training micro-batch (or one inference pass).
@@ -118,12 +124,16 @@ class Workload:
     recompute_layers: int = 0
     #: the LM loss: full | chunked[:N] | fused-linear (LOSS_IMPLS)
     loss: str = "full"
+    #: Longformer: tokens per sequence with global attention (HF ``global_attention_mask``;
+    #: the sequence classifier gives the first token global attention when none is given, so
+    #: its ops read at least 1: ``global_count``)
+    global_tokens: int = 0
 
     def __post_init__(self) -> None:
         from .inputs import MAX_BATCH, MAX_SEQ, show
         problems = []
         for name, lo, hi in (("batch", 1, MAX_BATCH), ("seq", 1, MAX_SEQ),
-                             ("src_seq", 0, MAX_SEQ)):
+                             ("src_seq", 0, MAX_SEQ), ("global_tokens", 0, MAX_SEQ)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 problems.append(f"{name} ({show(v)}) must be an integer between {lo} and {hi:,}")
@@ -152,6 +162,9 @@ class Workload:
         elif self.recompute_method == "uniform" and n and self.recompute != "full":
             problems.append(f"recompute_method 'uniform' checkpoints groups of whole blocks: "
                             f"it needs recompute 'full', not {self.recompute!r}")
+        if not problems and self.global_tokens > self.seq:
+            problems.append(f"global_tokens ({self.global_tokens}) cannot exceed seq "
+                            f"({self.seq}): they are tokens of the sequence")
         try:
             loss_chunks(self.loss)
         except WorkloadError as e:
@@ -176,30 +189,47 @@ class Workload:
         n = self.recompute_layers
         return not (n and self.recompute_method == "uniform") or layer % n == 0
 
-    def rows(self, stream: str) -> int:
-        """Rows (tokens) an op processes: ``seq`` tokens, ``src`` tokens, or one per sequence."""
-        if stream == "src":
-            return self.batch * self.src_seq
+    def global_count(self, stream: str) -> int:
+        """Longformer's tokens with global attention per sequence for an op of ``stream``
+        ("global..." streams; ``_cls``: the sequence classifier's, at least the first token,
+        which HF ``LongformerForSequenceClassification`` makes global when no
+        global_attention_mask is given)."""
+        return max(self.global_tokens, 1) if stream.endswith("_cls") else self.global_tokens
+
+    def rows(self, stream: str, pad_to: int = 0) -> int:
+        """Rows (tokens) an op processes: ``seq`` tokens, ``src`` tokens, or one per sequence.
+        ``pad_to``: the sequence is padded to a multiple of it first (Longformer pads its
+        input to a multiple of attention_window, ``length``)."""
         if stream == "first":
             return self.batch
         if stream == "one":  # once per step, whatever the batch (DoRA's per-op norms)
             return 1
-        if stream == "global":  # Longformer's global tokens: none modelled
-            return 0
-        if stream == "pos":  # position ids and rotary tables: one row per position, not per token
-            return self.seq
-        if stream == "src_pos":  # the same for the encoder of an encoder-decoder model
-            return self.src_seq
         if stream == "mel":  # Whisper's mel frames: two per encoder position (conv2 stride 2)
             return 2 * self.batch * self.src_seq
-        return self.batch * self.seq
+        if global_rows(stream):
+            return self.batch * self.global_count(stream)  # Longformer's global tokens
+        if stream in ("pos", "src_pos"):  # position ids and rotary tables: one row per
+            return self.length(stream, pad_to)  # position, not per token
+        return self.batch * self.length(stream, pad_to)
 
-    def length(self, stream: str) -> int:
-        return self.src_seq if stream in ("src", "src_pos") else self.seq
+    def length(self, stream: str, pad_to: int = 0) -> int:
+        """Tokens per sequence of a stream (``rows`` without the batch). ``global_seq``
+        (Longformer's key_global / value_global and the keys of its global queries): every
+        token, but only when some token has global attention; ``global``: those tokens."""
+        if global_rows(stream):
+            return self.global_count(stream)
+        s = self.src_seq if stream in ("src", "src_pos") else self.seq
+        if stream.startswith("global_seq") and not self.global_count(stream):
+            return 0
+        return -(-s // pad_to) * pad_to if pad_to else s
 
 
 def check_fits(cfg, work: Workload) -> None:
-    """Raise WorkloadError when the model cannot take these lengths (learned positions)."""
+    """Raise WorkloadError when the model cannot take these lengths (learned positions), or
+    when global tokens are asked of a model without global attention."""
+    if work.global_tokens and not cfg.global_qkv:
+        raise WorkloadError(f"global_tokens ({work.global_tokens}) applies to models with "
+                            f"global attention (Longformer); {cfg.name} has none")
     if cfg.pos_type == "learned":
         for name, length, limit in (("seq", work.seq, cfg.max_position),
                                     ("src_seq", work.src_seq, cfg.stack_max_position("encoder"))):

@@ -12,7 +12,7 @@ from .fit_cmd import FT_OPTS, make_finetune
 
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
-              recompute_method="block", recompute_layers=0, loss="full"):
+              recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
     """The workload of flops / memory; ``stack`` (txcalc.stacks) sets the fused kernels and,
     when ``attn`` is None, the attention kernel (else flash)."""
     from ..workload import Workload
@@ -25,9 +25,11 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
                     dropout=dropout, fused=prof.fused if prof else (),
                     softmax_fp32=prof.softmax_fp32 if prof else True,
                     recompute_method=recompute_method, recompute_layers=recompute_layers,
-                    loss=loss)
+                    loss=loss, global_tokens=global_tokens)
 
 
+GLOBAL_HELP = ("Longformer: tokens per sequence with global attention (HF's "
+               "global_attention_mask; default 0, the sequence classifier's first token at least).")
 IMAGES_HELP = ("Vision-language models: images per sequence; their tokens (the rule of the "
                "config's family) join --seq / --context.")
 IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dynamic "
@@ -77,6 +79,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
           images: int = typer.Option(0, "--images", help=IMAGES_HELP),
           image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
+          global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
@@ -85,12 +88,14 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..workload import check_fits
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
-                      context=context, images=images, image_size=image_size)["context"]
+                      context=context, images=images, image_size=image_size,
+                      global_tokens=global_tokens)["context"]
     cfg = load(model) if head is None else load(model, head)
     extra = _image_tokens(cfg, images, image_size)
     seq = options(seq=seq + extra)["seq"]
     src_seq = src_seq or _cross_rows(cfg, images)
-    work = _workload(batch, seq, src_seq, attn, recompute, loss=loss)
+    work = _workload(batch, seq, src_seq, attn, recompute, loss=loss,
+                     global_tokens=global_tokens)
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
@@ -165,6 +170,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
+           global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..errors import WorkloadError
@@ -175,7 +181,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                    concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb, gpu_file=gpu_file,
                    images=images, image_size=image_size, stack=stack,
                    recompute_method=recompute_method, recompute_layers=recompute_layers,
-                   **({"gpu": gpu} if gpu is not None else {}))
+                   global_tokens=global_tokens, **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
     from ..hardware import get_gpu, gpu_memory
     # the catalog row, read once: the fit check's bytes and, below, its words
@@ -215,7 +221,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                            trainable, base_format)
         out = _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
                         dropout, ft, offload, head, stack, recompute_method, recompute_layers,
-                        loss)
+                        loss, global_tokens)
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label
@@ -268,14 +274,15 @@ def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
 
 def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
               dropout=False, ft=None, offload="none", head=None, stack=None,
-              recompute_method="block", recompute_layers=0, loss="full") -> dict:
+              recompute_method="block", recompute_layers=0, loss="full",
+              global_tokens=0) -> dict:
     from .. import load
     from ..memory import TrainingMemory
     from ..workload import check_fits
 
     cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
-                     recompute_layers, loss)
+                     recompute_layers, loss, global_tokens)
     check_fits(cfg, work)
     m = TrainingMemory(cfg, work, precision, optimizer, ft, offload)
     return m.to_json() | m.finetune_json()

@@ -28,6 +28,7 @@ def _option_specs() -> dict:
     return {
         "batch": ("int", 1, MAX_BATCH), "seq": ("int", 1, MAX_SEQ),
         "src_seq": ("int", 0, MAX_SEQ), "concurrency": ("int", 1, MAX_BATCH),
+        "global_tokens": ("int", 0, MAX_SEQ),
         "images": ("int", 0, 2**16), "image_size": ("int", 0, 2**16),
         "global_batch": ("int", 1, MAX_BATCH), "micro_batch": ("int", 1, MAX_BATCH),
         "max_gpus": gpus, "gpus": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,

@@ -11,6 +11,7 @@ from .typer_app import app
 from .output import console, emit_json
 from .params_cmd import MODEL_HELP, STACK_HELP, WEIGHTS_HELP
 from .fit_cmd import FT_OPTS, make_finetune
+from .costs_cmd import GLOBAL_HELP
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
@@ -62,6 +63,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           base_format: str = FT_OPTS["base_format"],
           loss: str = FT_OPTS["loss"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
+          global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from .options import options
@@ -74,7 +76,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
                    micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
                    stack=stack, overlap=overlap, recompute_layers=recompute_layers,
-                   goodput=goodput)
+                   goodput=goodput, global_tokens=global_tokens)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
@@ -82,6 +84,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
                    stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
+                   global_tokens=global_tokens,
                    overheads=_overheads(context_gib, comm_gib, fragmentation),
                    only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
                                            ("zero", zero), ("micro_batch", micro_batch),

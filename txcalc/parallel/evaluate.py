@@ -225,6 +225,8 @@ class TrainSetting:
     goodput: float = 1.0
     #: the LM loss (Workload.loss: full | chunked[:N] | fused-linear)
     loss: str = "full"
+    #: Longformer: tokens per sequence with global attention (Workload.global_tokens)
+    global_tokens: int = 0
 
     @property
     def prof(self) -> DeviceProfile:
@@ -241,12 +243,15 @@ class TrainSetting:
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
                         recompute=recompute, dropout=self.dropout,
-                        softmax_fp32=self.softmax_fp32, fused=self.fused, loss=self.loss)
+                        softmax_fp32=self.softmax_fp32, fused=self.fused, loss=self.loss,
+                        global_tokens=self.global_tokens)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
         from ..finetune import apply_finetune
-        return apply_finetune(self.cfg, model_ops_tuple(self.cfg), self.finetune)
+        from ..memory import unreached_untrained
+        return unreached_untrained(apply_finetune(self.cfg, model_ops_tuple(self.cfg),
+                                                  self.finetune), self.work(1))
 
     @cached_property
     def n_blocks(self) -> int:
