@@ -63,7 +63,9 @@ DEFAULT_OVERLAP = ("grad_reduce",)
 
 
 #: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps``; counted
-#: by the parallel engine, ``parallel.evaluate.group_activations``), each traced to its source:
+#: by the parallel engine, ``parallel.evaluate.group_activations``: ``plan train`` and the
+#: training validation; the one-GPU ``costs`` / ``memory`` tables, which sum the ops' own rows,
+#: leave them out), each traced to its source:
 #:
 #:     item              | kept, a token                          | nanotron 9b0de5be
 #:     ------------------|----------------------------------------|---------------------------------
