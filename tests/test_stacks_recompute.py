@@ -137,10 +137,13 @@ def test_bad_recompute_inputs():
 def test_stack_table_is_consistent():
     from txcalc.stacks import OVERLAPS, STACKS, get_stack
     from txcalc.workload import ATTN_IMPLS
-    assert set(STACKS) == {"hf-eager", "hf-sdpa", "torchtitan", "megatron", "deepspeed"}
+    from txcalc.stacks import KEEPS
+    assert set(STACKS) == {"hf-eager", "hf-sdpa", "torchtitan", "megatron", "deepspeed",
+                           "nanotron"}
     for s in STACKS.values():
         assert s.attn_impl in ATTN_IMPLS and s.source
         assert set(s.fused) <= set(FUSED_KERNELS) and set(s.overlap) <= set(OVERLAPS)
+        assert set(s.keeps) <= set(KEEPS)
     with pytest.raises(WorkloadError, match="unknown stack 'titan'.*torchtitan"):
         get_stack("titan")
 

@@ -176,7 +176,8 @@ def apply_flags(run: Run) -> tuple[dict, dict, list[str], list[str]]:
             continue
         if name == "stack":
             st = get_stack(value)
-            setting.update(fused=st.fused, softmax_fp32=st.softmax_fp32, overlap=st.overlap)
+            setting.update(fused=st.fused, softmax_fp32=st.softmax_fp32, overlap=st.overlap,
+                           keeps=st.keeps)
             if s["attn_impl"] == "flash":
                 setting["attn_impl"] = st.attn_impl
         elif name == "overlap":

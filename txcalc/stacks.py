@@ -62,6 +62,28 @@ OVERLAPS = ("tp", "param_gather", "grad_reduce", "pp")
 DEFAULT_OVERLAP = ("grad_reduce",)
 
 
+#: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps``; counted
+#: by the parallel engine, ``parallel.evaluate.group_activations``: ``plan train`` and the
+#: training validation; the one-GPU ``costs`` / ``memory`` tables, which sum the ops' own rows,
+#: leave them out), each traced to its source:
+#:
+#:     item              | kept, a token                          | nanotron 9b0de5be
+#:     ------------------|----------------------------------------|---------------------------------
+#:     sp_gathered_input | a column-parallel linear's input whole | tensor_parallel/functional.py
+#:                       |   under SP (all-gathered, then saved by |   column_linear, lines 354-359:
+#:                       |   F.linear), not its T x D / t shard   |   REDUCE_SCATTER all-gathers
+#:     qkv_copy          | multi-head attention (K = H): the k and | models/llama.py 384-387: q, k, v
+#:                       |   v thirds of the permuted qkv copy,   |   of one permute().contiguous();
+#:                       |   alive through q, which flash saves   |   k, v copied again (561-563)
+#:     o_proj_copy       | o_proj's input reshaped from the        | models/llama.py 593-596:
+#:                       |   transposed flash output: a copy      |   .view().transpose(0, 1)
+#:
+#: measured on CPU with saved_tensors_hooks (tests/test_training_validation.py:
+#: test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy,
+#: test_gathered_column_linear_saves_the_whole_input)
+KEEPS = ("sp_gathered_input", "qkv_copy", "o_proj_copy")
+
+
 class Stack(NamedTuple):
     """One training stack: attention kernel, fused kernels, overlapped collectives."""
     name: str
@@ -70,6 +92,7 @@ class Stack(NamedTuple):
     overlap: tuple[str, ...]  #: OVERLAPS
     softmax_fp32: bool  #: eager softmax upcast (HF)
     source: str
+    keeps: tuple[str, ...] = ()  #: KEEPS
 
 
 #: the one table of framework profiles
@@ -92,6 +115,13 @@ STACKS = {s.name: s for s in (
           "--bias-swiglu-fusion, vocab-parallel cross-entropy on fp32 logits; the overlap flags "
           "of NeMo's pre-training recipes: --tp-comm-overlap, --overlap-param-gather, "
           "--overlap-grad-reduce, --overlap-p2p-communication"),
+    Stack("nanotron", "flash", ("norm", "act"), ("grad_reduce",), False,
+          "huggingface/nanotron (9b0de5be) Llama: flash_attn_varlen_func, TritonRMSNorm "
+          "(input + fp32 rstd), torch.compile'd GLUActivation, _ShardedCrossEntropy on fp32 "
+          "logits; tp_mode REDUCE_SCATTER as sequence parallelism, whose column linears save "
+          "the all-gathered input; the attention's qkv and o_proj copies (KEEPS); DDP-style "
+          "gradient reduction during backward, tp_linear_async_communication off",
+          keeps=KEEPS),
     Stack("deepspeed", "flash", (), ("grad_reduce", "param_gather"), True,
           "DeepSpeed ZeRO on HF model code with flash_attention_2: HF's norms, MLP and loss; "
           "overlap_comm: gradient reduction and ZeRO-3 prefetching overlap compute"),

@@ -220,6 +220,8 @@ class TrainSetting:
     fused: tuple[str, ...] = ()
     #: collectives hidden behind compute (stacks.OVERLAPS), a stated assumption
     overlap: tuple[str, ...] = DEFAULT_OVERLAP
+    #: tensors the framework's code keeps beyond the ops' (stacks.KEEPS; a profile's)
+    keeps: tuple[str, ...] = ()
     #: useful training time / wall-clock time: the planner's days and GPU-hours are throughput
     #: time / goodput (timing.GOODPUT; 1: benchmark throughput, no interruptions)
     goodput: float = 1.0
@@ -337,10 +339,24 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
     (``Op.act_split``: over t inside a TP region, over t on the residual stream only with SP)."""
     w = s.work(micro_batch, recompute)
     total = 0
+    core_seen = False  # o_proj: the first row-parallel linear after the attention core
     for _, op, b in saved_rows(ops, w, s.bytes.act):
         b += fp8_saved_delta(op, b, s.bytes.act, s.precision)
-        total += cdiv(b, tp) if op.act_split == "tp" or (op.act_split == "residual" and sp) \
-            else b
+        split = op.act_split == "tp" or (op.act_split == "residual" and sp)
+        if "sp_gathered_input" in s.keeps and op.tp == "colwise" and op.kind == "linear":
+            split = op.act_split == "tp"  # its all-gathered input, whole
+        local = cdiv(b, tp) if split else b
+        # stacks.KEEPS: the k and v thirds of the MHA qkv copy (again the keys op's bytes),
+        # o_proj's copy of the flash output (again its input)
+        if op.kind == "attn_keys" and "qkv_copy" in s.keeps and s.attn_impl == "flash" \
+                and op.kv_heads == op.heads:
+            local *= 2
+        core_seen = core_seen or op.kind.startswith("attn_")
+        if op.kind == "linear" and op.tp == "rowwise" and core_seen \
+                and "o_proj_copy" in s.keeps and s.attn_impl == "flash":
+            local *= 2
+            core_seen = False
+        total += local
     return total
 
 
