@@ -158,7 +158,9 @@ V1_NON_TORCH_BYTES = int(0.16 * 2**30)
 #: vllm-v1 at TP x PP > 1: the NCCL communicators and custom all-reduce buffers the worker creates
 #: after the snapshot, added to V1_NON_TORCH_BYTES. Calibration log, vllm-project/vllm issue
 #: #13061 (stg609, 2025-02-11, 2 x RTX 4090, DeepSeek-R1-Distill-Qwen-14B, TP 2, v0.7 V0
-#: worker): "non_torch_memory takes 0.25GiB", less the TP 1 term
+#: worker): "non_torch_memory takes 0.25GiB", less the TP 1 term. The issue quotes one worker's
+#: line; its cache holds 81,536 tokens, 1.2 GiB less than that line's 8.69 GiB of KV, so the
+#: other rank (the driver, which also samples) held more non-KV memory of some kind
 V1_COMM_BYTES = int(0.25 * 2**30) - V1_NON_TORCH_BYTES
 CUDA_GRAPH_NOTE = ("vLLM captures CUDA graphs after the KV cache is sized; their 1-3 GiB sit "
                    "above the utilisation budget (vllm-project/vllm issue #7553: 2,464 MiB "
