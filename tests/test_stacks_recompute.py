@@ -17,6 +17,7 @@ from reference.model import apply_recompute, build, use_kernels  # noqa: E402
 from reference.saved import live_bytes_after, saved_bytes_by_module  # noqa: E402
 from txcalc.hf import from_hf_dict  # noqa: E402
 from txcalc.memory import TrainingMemory  # noqa: E402
+from txcalc.stacks import STACKS  # noqa: E402
 from txcalc.workload import FUSED_KERNELS, Workload, WorkloadError  # noqa: E402
 
 B, S = 2, 64
@@ -261,3 +262,29 @@ def test_offloaded_checkpoints_one_gpu_equal_engine():
                        offload="activations")
     assert r["host_bytes"][1] == m.offloaded_activations > 0 and r["host_bytes"][0] == 0
     assert r["activations_bytes"][0] - r["activations_bytes"][1] == m.offloaded_activations
+
+
+@pytest.mark.parametrize("stack", sorted(STACKS))
+@pytest.mark.parametrize("model", ["llama-2-7b", "llama-3-8b"])  # MHA (qkv_copy), GQA
+def test_one_gpu_plan_activations_equal_memory_for_every_stack(stack, model):
+    """One GPU, no TP: the planner's activations under a framework profile equal the engine's
+    TrainingMemory.activations with the same profile (``Workload.keeps``, ``fused``, the
+    attention kernel), so ``memory --stack`` and ``plan train --stack`` agree; nanotron's
+    copies (stacks.KEEPS) are counted by both."""
+    import txcalc
+    from txcalc.hardware import get_gpu
+    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.parallel.layout import Layout
+    st = STACKS[stack]
+    cfg = txcalc.load(model)
+    s = TrainSetting(cfg, get_gpu("h100"), seq=1024, global_batch=1, attn_impl=st.attn_impl,
+                     softmax_fp32=st.softmax_fp32, fused=st.fused, keeps=st.keeps)
+    m = TrainingMemory(cfg, Workload(batch=1, seq=1024, attn_impl=st.attn_impl,
+                                     softmax_fp32=st.softmax_fp32, fused=st.fused,
+                                     keeps=st.keeps))
+    assert int(evaluate_layouts(s, [Layout()])["activations_bytes"][0]) == m.activations
+    if stack == "nanotron":  # o_proj's copy in every block, and the MHA qkv thirds in llama-2
+        plain = TrainingMemory(cfg, Workload(batch=1, seq=1024, attn_impl=st.attn_impl,
+                                             softmax_fp32=st.softmax_fp32, fused=st.fused))
+        per_block = 1024 * cfg.d_model * 2 * (1 + (model == "llama-2-7b") * 2)
+        assert m.activations - plain.activations == cfg.n_layers * per_block

@@ -339,7 +339,23 @@ def saved_rows(ops, work: Workload, act_bytes: int):
                 yield op.path, dataclasses.replace(op, act_split=split), \
                     op.output_bytes(work, act_bytes)
             continue
-        yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective")
+        yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective") \
+            * _kept_again(op, work)
+
+
+def _kept_again(op, work: Workload) -> int:
+    """2 where the framework's code keeps a second copy of what the op saves (``work.keeps``,
+    stacks.KEEPS, traced to nanotron's code there): under a flash kernel, multi-head
+    attention's k and v thirds of the permuted qkv copy (again the keys op's bytes) and
+    o_proj's reshaped copy of the attention output (again its input); else 1."""
+    if not work.keeps or work.attn_impl != "flash":
+        return 1
+    if op.kind == "attn_keys" and "qkv_copy" in work.keeps and op.kv_heads == op.heads:
+        return 2
+    if op.kind == "linear" and "o_proj_copy" in work.keeps \
+            and op.component.rsplit(".", 1)[-1] == "o_proj" and op.tp == "rowwise":
+        return 2
+    return 1
 
 
 def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int:

@@ -55,33 +55,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .errors import WorkloadError
-from .workload import FUSED_KERNELS
+from .workload import FUSED_KERNELS, KEEPS  # KEEPS: what each item keeps, traced
 
 OVERLAPS = ("tp", "param_gather", "grad_reduce", "pp")
 #: what every answer assumed before the profiles: gradient reduction behind backward only
 DEFAULT_OVERLAP = ("grad_reduce",)
-
-
-#: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps``; counted
-#: by the parallel engine, ``parallel.evaluate.group_activations``: ``plan train`` and the
-#: training validation; the one-GPU ``costs`` / ``memory`` tables, which sum the ops' own rows,
-#: leave them out), each traced to its source:
-#:
-#:     item              | kept, a token                          | nanotron 9b0de5be
-#:     ------------------|----------------------------------------|---------------------------------
-#:     sp_gathered_input | a column-parallel linear's input whole | tensor_parallel/functional.py
-#:                       |   under SP (all-gathered, then saved by |   column_linear, lines 354-359:
-#:                       |   F.linear), not its T x D / t shard   |   REDUCE_SCATTER all-gathers
-#:     qkv_copy          | multi-head attention (K = H): the k and | models/llama.py 384-387: q, k, v
-#:                       |   v thirds of the permuted qkv copy,   |   of one permute().contiguous();
-#:                       |   alive through q, which flash saves   |   k, v copied again (561-563)
-#:     o_proj_copy       | o_proj's input reshaped from the        | models/llama.py 593-596:
-#:                       |   transposed flash output: a copy      |   .view().transpose(0, 1)
-#:
-#: measured on CPU with saved_tensors_hooks (tests/test_training_validation.py:
-#: test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy,
-#: test_gathered_column_linear_saves_the_whole_input)
-KEEPS = ("sp_gathered_input", "qkv_copy", "o_proj_copy")
 
 
 class Stack(NamedTuple):

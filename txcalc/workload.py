@@ -56,6 +56,28 @@ class RecomputeMethod(StrEnum):
 #: act(gate) * up keeping gate and up only), loss (cross-entropy keeping the logits in the
 #: activation dtype and two fp32 statistics per row, not fp32 log-probabilities)
 FUSED_KERNELS = ("norm", "act", "loss")
+
+#: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps`` ->
+#: ``Workload.keeps``; counted by the engine's ``memory.saved_rows``, so ``memory``, ``plan
+#: train`` and the training validation agree; sp_gathered_input is a TP split, applied in
+#: ``parallel.evaluate.group_activations``), each traced to its source:
+#:
+#:     item              | kept, a token                          | nanotron 9b0de5be
+#:     ------------------|----------------------------------------|---------------------------------
+#:     sp_gathered_input | a column-parallel linear's input whole | tensor_parallel/functional.py
+#:                       |   under SP (all-gathered, then saved by |   column_linear, lines 354-359:
+#:                       |   F.linear), not its T x D / t shard   |   REDUCE_SCATTER all-gathers
+#:     qkv_copy          | multi-head attention (K = H): the k and | models/llama.py 384-387: q, k, v
+#:                       |   v thirds of the permuted qkv copy,   |   of one permute().contiguous();
+#:                       |   alive through q, which flash saves   |   k, v copied again (561-563)
+#:     o_proj_copy       | o_proj's input reshaped from the        | models/llama.py 593-596:
+#:                       |   transposed flash output: a copy      |   .view().transpose(0, 1)
+#:
+#: measured on CPU with saved_tensors_hooks (tests/test_training_validation.py:
+#: test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy,
+#: test_gathered_column_linear_saves_the_whole_input)
+KEEPS = ("sp_gathered_input", "qkv_copy", "o_proj_copy")
+
 #: how the LM loss meets the vocabulary (``Workload.loss``; reference/loss.py runs each):
 #: full (the T x V logits at once: HF, or the fused "loss" kernel), chunked:N (torchtune's
 #: CEWithChunkedOutputLoss: the output projection and the fp32 upcast one of N sequence chunks
@@ -119,6 +141,9 @@ class Workload:
     fused_qkv: bool = False
     #: kernels run fused (FUSED_KERNELS; a framework profile's, txcalc.stacks)
     fused: tuple[str, ...] = ()
+    #: tensors a framework's own code keeps for backward beyond the ops' (KEEPS; a
+    #: profile's): counted in memory.saved_rows, split over TP in parallel.evaluate
+    keeps: tuple[str, ...] = ()
     #: which blocks ``recompute`` applies to (RecomputeMethod) and N (0: every block)
     recompute_method: str = "block"
     recompute_layers: int = 0
@@ -152,6 +177,8 @@ class Workload:
         if not isinstance(self.fused, tuple) or any(k not in FUSED_KERNELS for k in self.fused):
             problems.append(f"fused ({show(self.fused)}) must be a tuple of "
                             f"{', '.join(FUSED_KERNELS)}")
+        if not isinstance(self.keeps, tuple) or any(k not in KEEPS for k in self.keeps):
+            problems.append(f"keeps ({show(self.keeps)}) must be a tuple of {', '.join(KEEPS)}")
         if self.recompute_method not in RECOMPUTE_METHODS:
             problems.append(f"recompute_method ({show(self.recompute_method)}) must be one of "
                             f"{', '.join(RECOMPUTE_METHODS)}")

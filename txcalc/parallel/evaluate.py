@@ -245,7 +245,8 @@ class TrainSetting:
     def work(self, micro_batch: int, recompute: str = "none") -> Workload:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
                         recompute=recompute, dropout=self.dropout,
-                        softmax_fp32=self.softmax_fp32, fused=self.fused, loss=self.loss,
+                        softmax_fp32=self.softmax_fp32, fused=self.fused, keeps=self.keeps,
+                        loss=self.loss,
                         global_tokens=self.global_tokens)
 
     @cached_property
@@ -339,24 +340,12 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
     (``Op.act_split``: over t inside a TP region, over t on the residual stream only with SP)."""
     w = s.work(micro_batch, recompute)
     total = 0
-    core_seen = False  # o_proj: the first row-parallel linear after the attention core
     for _, op, b in saved_rows(ops, w, s.bytes.act):
         b += fp8_saved_delta(op, b, s.bytes.act, s.precision)
         split = op.act_split == "tp" or (op.act_split == "residual" and sp)
         if "sp_gathered_input" in s.keeps and op.tp == "colwise" and op.kind == "linear":
             split = op.act_split == "tp"  # its all-gathered input, whole
-        local = cdiv(b, tp) if split else b
-        # stacks.KEEPS: the k and v thirds of the MHA qkv copy (again the keys op's bytes),
-        # o_proj's copy of the flash output (again its input)
-        if op.kind == "attn_keys" and "qkv_copy" in s.keeps and s.attn_impl == "flash" \
-                and op.kv_heads == op.heads:
-            local *= 2
-        core_seen = core_seen or op.kind.startswith("attn_")
-        if op.kind == "linear" and op.tp == "rowwise" and core_seen \
-                and "o_proj_copy" in s.keeps and s.attn_impl == "flash":
-            local *= 2
-            core_seen = False
-        total += local
+        total += cdiv(b, tp) if split else b
     return total
 
 
