@@ -110,3 +110,21 @@ def test_pack_breaks_only_between_phrases():
     assert all(len(line) <= 30 for line in lines)
     assert " ".join(" ".join(lines).split()) == "best: " + ", ".join(phrases)
     assert pack(["x" * 50], 20) == ["x" * 50]  # a phrase longer than the line is never cut
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_command_list_wraps_each_summary_to_the_width(width):
+    """``txcalc --help`` lists each command with the first paragraph of its help wrapped to
+    the terminal, not broken where the docstring's source lines break: no description line
+    ends while the next line's first word would still have fit on it."""
+    out = _run(["--help"], width)
+    panel = out[out.index("Commands"):]
+    rows = [line[1:-1] for line in panel.splitlines() if line.startswith("│")]
+    assert len(rows) >= 10
+    indent = re.match(r" \S+\s+", rows[0]).end()  # where the descriptions start
+    for a, b in zip(rows, rows[1:]):
+        if b[:indent].strip():  # b starts the next command
+            continue
+        free = len(a) - len(a.rstrip()) - 1  # columns left on line a, less the panel's padding
+        nxt = b.strip().split(" ", 1)[0]
+        assert 1 + len(nxt) > free, (a, b)  # a space and the word would not have fit

@@ -56,6 +56,15 @@ def _typer_group():
     return TyperGroup
 
 
+def _summary(cmd):
+    """``cmd`` with its listing line (``txcalc --help``) the first paragraph of its help as one
+    line, which the terminal wraps to its width: typer keeps the docstring's own line breaks
+    there, which at 80 columns broke the sentences into ragged lines."""
+    if cmd.short_help is None and cmd.help:
+        cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+    return cmd
+
+
 class LazyGroup(_typer_group()):
     """txcalc's click group: a command's module is imported when the command is looked up."""
 
@@ -82,7 +91,7 @@ class LazyGroup(_typer_group()):
         for info in app.registered_commands:
             n = info.name or tm.get_command_name(info.callback.__name__)
             if n not in self.commands and name in (None, n):
-                self.commands[n] = fast_params(tm.get_command_from_info(info, **kw))
+                self.commands[n] = _summary(fast_params(tm.get_command_from_info(info, **kw)))
         for info in app.registered_groups:
             n = info.name if isinstance(info.name, str) else None
             if n is None or (n not in self.commands and name in (None, n)):
@@ -90,7 +99,7 @@ class LazyGroup(_typer_group()):
                         if hasattr(app, "suggest_commands") else {})
                 group = tm.get_group_from_info(info, **kw, **more)
                 if group.name and group.name not in self.commands:
-                    self.commands[group.name] = fast_params(group)
+                    self.commands[group.name] = _summary(fast_params(group))
         self._order()
 
     def get_command(self, ctx, cmd_name: str):
