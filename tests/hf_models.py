@@ -91,3 +91,25 @@ def dropout_saved_bytes(model, forward) -> int:
         model.eval()
         off = saved()
     return on - off
+
+
+def saved_by_block(model, **inputs) -> dict[int, int]:
+    """Bytes an HF encoder (LongformerModel and its kin) saves for backward per block
+    ``encoder.layer.N`` (saved_tensors_hooks, unique storages) in a forward on ``inputs``, the
+    loss the sum of last_hidden_state and pooler_output."""
+    import re
+
+    from reference.saved import saved_bytes_by_module
+
+    def run():
+        out = model(**inputs)
+        return out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_module, _ = saved_bytes_by_module(model, run)
+    out: dict[int, int] = {}
+    for path, v in per_module.items():
+        m = re.match(r"encoder\.layer\.(\d+)\.", path)
+        if m:
+            out[int(m[1])] = out.get(int(m[1]), 0) + v
+    return out

@@ -23,7 +23,7 @@ from txcalc.errors import ConfigError
 from txcalc.hf import from_hf_dict
 from txcalc.workload import Workload
 
-from .hf_models import dropout_saved_bytes, numel
+from .hf_models import dropout_saved_bytes, numel, saved_by_block
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -525,25 +525,6 @@ def _copy_longformer_weights(hf, ref) -> None:
             hf_params["embeddings.position_embeddings.weight"][2:])
 
 
-def _hf_saved_by_layer(model, ids) -> dict[int, int]:
-    """Bytes HF's LongformerModel saves for backward per block (saved_tensors_hooks, unique
-    storages), the loss the sum of last_hidden_state and pooler_output."""
-    import re
-
-    from reference.saved import saved_bytes_by_module
-
-    def run():
-        out = model(input_ids=ids)
-        return out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
-    per_module, _ = saved_bytes_by_module(model, run)
-    out: dict[int, int] = {}
-    for path, v in per_module.items():
-        m = re.match(r"encoder\.layer\.(\d+)\.", path)
-        if m:
-            out[int(m[1])] = out.get(int(m[1]), 0) + v
-    return out
-
-
 @settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
@@ -588,7 +569,7 @@ def test_longformer_reference_equals_hf_and_the_engine(raw, batch, chunks, layer
         engine = TrainingMemory(cfg, work, precision).activations_by_layer()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = _hf_saved_by_layer(hf.to(dtype), ids)
+            got = saved_by_block(hf.to(dtype), input_ids=ids)
         size = torch.finfo(dtype).bits // 8
         copies = 2 * batch * seq * cfg.d_model * size if batch > 1 else 0
         # torch's CPU layer_norm keeps the mean and 1/std in bf16 for a bf16 input (CUDA's and

@@ -77,15 +77,6 @@ def _json(argv):
     return json.loads(r.stdout)
 
 
-@pytest.fixture(scope="module")
-def big_gpu(tmp_path_factory):
-    """One GPU large enough that every preset trains on it (a --gpu-file row)."""
-    path = tmp_path_factory.mktemp("gpu") / "big.csv"
-    header = open(os.path.join(os.path.dirname(txcalc.__file__), "data", "gpus.csv")).readline()
-    path.write_text(header + "big,,100000,GB,4800,60,495,990,990,1980,1980,900,50,8,test\n")
-    return str(path)
-
-
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_cli_memory_equals_plan_train_one_gpu(name, big_gpu):
     """``txcalc memory`` and ``txcalc plan train --gpus 1 --zero 0`` answer the same question."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import warnings
 
 import pytest
@@ -37,7 +36,7 @@ from txcalc.errors import WorkloadError
 from txcalc.hf import from_hf_dict
 from txcalc.workload import Workload
 
-from .hf_models import dropout_saved_bytes, numel
+from .hf_models import dropout_saved_bytes, numel, saved_by_block
 from .test_encoders import _copy_longformer_weights, hf_model, longformer
 
 torch = pytest.importorskip("torch")
@@ -121,25 +120,6 @@ def test_global_tokens_and_padding_flops_equal_hf(g, seq, head):
     assert f.forward + f.backward == _hf_train_step_flops(raw, head, 2, seq, g)
 
 
-def _hf_saved_by_layer(model, ids, mask) -> dict[int, int]:
-    """Bytes HF's LongformerModel saves for backward per block (saved_tensors_hooks, unique
-    storages), the loss the sum of last_hidden_state and pooler_output."""
-    from reference.saved import saved_bytes_by_module
-
-    def run():
-        out = model(input_ids=ids, global_attention_mask=mask)
-        return out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        per_module, _ = saved_bytes_by_module(model, run)
-    out: dict[int, int] = {}
-    for path, v in per_module.items():
-        m = re.match(r"encoder\.layer\.(\d+)\.", path)
-        if m:
-            out[int(m[1])] = out.get(int(m[1]), 0) + v
-    return out
-
-
 @FEW
 @given(raw=longformer(), batch=st.integers(1, 2), seq=st.integers(1, 20),
        g=st.integers(0, 3), layers=st.integers(1, 2))
@@ -186,7 +166,7 @@ def test_reference_equals_hf_and_the_engine(raw, batch, seq, g, layers):
                     .activations_by_layer().items() if v} == by_layer(measured), \
                 (precision, recompute)
         engine = TrainingMemory(cfg, work, precision).activations_by_layer()
-        got = _hf_saved_by_layer(hf.to(dtype), ids, mask)
+        got = saved_by_block(hf.to(dtype), input_ids=ids, global_attention_mask=mask)
         size = torch.finfo(dtype).bits // 8
         copies = (2 + 2 * (g > 0)) * batch * padded * cfg.d_model * size if batch > 1 else 0
         stats = 2 * 2 * batch * padded * (4 - size)

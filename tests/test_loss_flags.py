@@ -11,7 +11,6 @@ must give the same number, not a second formula for it.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from typer.testing import CliRunner
@@ -33,15 +32,6 @@ def _json(argv):
 def _memory(loss, batch=2, seq=1024, extra=()):
     return _json(["memory", MODEL, "--batch", str(batch), "--seq", str(seq), "--loss", loss,
                   *LORA, *extra, "--json"])
-
-
-@pytest.fixture(scope="module")
-def big_gpu(tmp_path_factory):
-    """One GPU that holds every layout (a --gpu-file row), as tests/test_engine.py."""
-    path = tmp_path_factory.mktemp("gpu") / "big.csv"
-    header = open(os.path.join(os.path.dirname(txcalc.__file__), "data", "gpus.csv")).readline()
-    path.write_text(header + "big,,100000,GB,4800,60,495,990,990,1980,1980,900,50,8,test\n")
-    return str(path)
 
 
 def test_the_losses_differ():
