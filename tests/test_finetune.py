@@ -237,57 +237,82 @@ def test_qlora_paper_lora_parameters_26_mb():
     assert m.adapter_bytes / 1e6 == pytest.approx(26, rel=0.10)
 
 
-@pytest.mark.xfail(strict=True, reason="not reproduced: the paper gives 5,048 MB with no "
-                   "breakdown; NF4 + double quant of LLaMA-7B's linears with 16-bit embeddings, "
-                   "lm_head and norms (qlora.py --bf16) is 3,866 MB (-23 %); with those tables "
-                   "in fp32 (qlora.py without --bf16) 4,391 MB (-13 %); only fp32 tables and no "
-                   "double quant (4,692 MB, -7 %) comes within 10 %, which is not QLoRA's setup; "
-                   "5,048 MB is 5.99 bits for each of LLaMA-7B's 6.74 B parameters (6.28 if "
-                   "MiB), where NF4 + DQ linears with fp32 tables average 5.21")
+#: LLaMA-1 (huggyllama/llama-{7b,13b,30b,65b} config.json: V = 32,000, untied, MHA) with
+#: Figure 6's bar for each: (name, d_model, layers, heads, d_ff, Figure 6 MB)
+LLAMA1_FIGURE6 = [("7b", 4096, 32, 32, 11008, 5046), ("13b", 5120, 40, 40, 13824, 8476),
+                  ("33b", 6656, 60, 52, 17920, 19302), ("65b", 8192, 80, 64, 22016, 37074)]
+
+
+def _qlora_base_on_gpu(d, layers, heads, d_ff, name):
+    """QLoRA's setup (artidoro/qlora, qlora.py at 7f4e95a; scripts/finetune_guanaco_7b.sh:
+    --bits 4 --quant_type nf4 --double_quant --bf16): NF4 with double quantisation on every
+    linear layer but lm_head (bitsandbytes' layout, byte for byte: test_nf4_storage_*), the
+    embeddings, lm_head and norms in bf16. Returns (the base's tensor bytes, what the GPU holds
+    for them under txcalc's one device rule, Overheads().device_bytes: the tensors, 5 %
+    caching-allocator slack and a 1 GiB CUDA context with cuBLAS workspaces; the rule fit and
+    the planner charge every GPU, with the defaults they have had since the planner's first
+    commit, b48def5 of 2026-11-29; nothing here was calibrated on the QLoRA figures)."""
+    from txcalc.hf import from_hf_dict
+    from txcalc.parallel.evaluate import Overheads
+    cfg = from_hf_dict({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                        "hidden_size": d, "intermediate_size": d_ff, "num_hidden_layers": layers,
+                        "num_attention_heads": heads, "num_key_value_heads": heads,
+                        "vocab_size": 32000, "max_position_embeddings": 2048,
+                        "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+                        "hidden_act": "silu", "torch_dtype": "float16"}, f"huggyllama/llama-{name}")
+    m = TrainingMemory(cfg, Workload(batch=1, seq=512), "bf16-mixed", "adamw",
+                       Finetune("qlora", 64, targets="all-linear"))
+    base = m.weights - m.adapter_bytes
+    return base, Overheads().device_bytes(base)
+
+
 def test_qlora_paper_llama_7b_4bit_base_5048_mb():
     """QLoRA (arXiv:2305.14314v1) section 2, "Memory Requirement of Parameter-Efficient
-    Finetuning" (and the 7B bar of Figure 6): "For a 7B LLaMA model trained on FLAN v2 and a
-    batch size of 1 [...] the 4-bit base model consumes 5,048 MB of memory."
+    Finetuning": "For a 7B LLaMA model trained on FLAN v2 and a batch size of 1 [...] the 4-bit
+    base model consumes 5,048 MB of memory." A test row (nothing calibrated on it).
 
-    The paper does not say what the figure holds. Its code (artidoro/qlora, qlora.py at
-    7f4e95a; scripts/finetune_guanaco_7b.sh: huggyllama/llama-7b, --bits 4 --quant_type nf4
-    --double_quant --bf16) loads the model with bitsandbytes, whose storage we reproduce
-    byte for byte (test_nf4_storage_*); the unquantised modules are bf16 with --bf16 and fp32
-    without it (torch_dtype, and PEFT's prepare_model_for_kbit_training casts them to fp32
-    before qlora.py casts embed_tokens/lm_head back under --bf16). Same shapes as LLaMA-2-7B:
+    Setup stated: QLoRA's own (``_qlora_base_on_gpu``), read as what the GPU holds for the
+    loaded base. The paper does not say how the figure was taken; Figure 6, whose 7B bar it
+    is, sizes the models against GPUs ("some models do not quite fit on certain GPUs"), and
+    the tensors alone do not reach it:
 
-        reading                                     | MB     | vs 5,048
-        --------------------------------------------|--------|---------
-        NF4 + DQ linears, bf16 tables (this test)   | 3,866  | -23.4 %
-        NF4 + DQ linears, fp32 tables               | 4,391  | -13.0 %
-        NF4 without DQ, fp32 tables                 | 4,692  |  -7.0 %
+        reading                                          | MB     | vs 5,048
+        -------------------------------------------------|--------|---------
+        tensors: NF4 + DQ linears, bf16 tables           | 3,866  | -23.4 %
+        on the GPU: Overheads().device_bytes (this test) | 5,133  |  +1.7 %
+        (MiB: 5,048 MiB = 5,293 MB)                      |        |  -3.0 %
 
-    The 1.18 GB left over in QLoRA's own setup may be a device measurement (CUDA context,
-    allocator reserve), but the paper does not say so, so the engine is not fitted to it and
-    the xfail stays strict.
+    The device rule's two terms are the planner's defaults, not fitted here; the four bars of
+    Figure 6 (next test) agree with it within 2 %, where the tensors alone run 7-23 % under
+    with a gap that grows with the model (1.2 to 2.6 GB), as a fixed context plus a share of
+    the tensors would."""
+    base, on_gpu = _qlora_base_on_gpu(4096, 32, 32, 11008, "7b")
+    assert base / 1e6 == pytest.approx(3866, abs=1)  # the tensors: -23 %, not the figure
+    assert on_gpu / 1e6 == pytest.approx(5048, rel=0.10)
+    assert on_gpu / 1e6 == pytest.approx(5048, rel=0.02)  # measured: +1.7 %
 
-    Figure 6's four bars, as two GitHub threads transcribe them (artidoro/qlora#269 and
-    bitsandbytes-foundation/bitsandbytes#790, 2023-09: "why are the memory usages for 7B,
-    13B, 33B, 65B equal to 5046M, 8476M, 19302M, 37074M"; the retrieved threads hold no
-    answer), against the same readings (LLaMA-1 shapes, V = 32,000, MB = 1e6):
 
-        size | Figure 6 | NF4+DQ, bf16 tables | NF4+DQ, fp32 tables | NF4, fp32 tables
-        -----|----------|---------------------|---------------------|-----------------
-        7B   |  5,046   |  3,866  (-23 %)     |  4,390  (-13 %)     |  4,692  (-7 %)
-        13B  |  8,476   |  7,201  (-15 %)     |  7,858   (-7 %)     |  8,449  (-0 %)
-        33B  | 19,302   | 17,414  (-10 %)     | 18,268   (-5 %)     | 19,765  (+2 %)
-        65B  | 37,074   | 34,459   (-7 %)     | 35,510   (-4 %)     | 38,530  (+4 %)
+@pytest.mark.parametrize("name,d,layers,heads,d_ff,mb", LLAMA1_FIGURE6)
+def test_qlora_figure6_bars_on_the_gpu(name, d, layers, heads, d_ff, mb):
+    """Figure 6 of QLoRA (the 4-bit base of each LLaMA size), as two GitHub threads transcribe
+    its bars (artidoro/qlora#269 and bitsandbytes-foundation/bitsandbytes#790, 2023-09: "why
+    are the memory usages for 7B, 13B, 33B, 65B equal to 5046M, 8476M, 19302M, 37074M"). Test
+    rows, none calibrated on. QLoRA's setup on the GPU (``_qlora_base_on_gpu``):
 
-    QLoRA's own setup (NF4 + DQ) leaves 1.2, 1.3, 1.9 and 2.6 GB over: neither a constant
-    (a CUDA context) nor a ratio. Only NF4 without double quantisation and fp32 tables is
-    within 10 % at every size, and nothing in the paper or its code says Figure 6 was made
-    so, so it is not adopted (searched: the pages, issues and code corpora for the sentence,
-    "Figure 6" with its numbers, and artidoro/qlora's issues)."""
-    import txcalc
-    m = TrainingMemory(txcalc.load("llama-2-7b"), Workload(batch=1, seq=512), "bf16-mixed",
-                       "adamw", Finetune("qlora", 1, targets="q_proj"))
-    base = m.weights - m.adapter_bytes
-    assert base / 1e6 == pytest.approx(5048, rel=0.10)
+        size | Figure 6 | tensors          | on the GPU
+        -----|----------|------------------|----------------
+        7B   |  5,046   |  3,866  (-23 %)  |  5,133  (+1.7 %)
+        13B  |  8,476   |  7,202  (-15 %)  |  8,636  (+1.9 %)
+        33B  | 19,302   | 17,415  (-10 %)  | 19,359  (+0.3 %)
+        65B  | 37,074   | 34,460   (-7 %)  | 37,256  (+0.5 %)
+
+    Other readings tried in earlier sessions, all tensors only: fp32 tables (-13 % .. -4 %)
+    and NF4 without double quantisation with fp32 tables (-7 % .. +4 %), which is not QLoRA's
+    setup."""
+    base, on_gpu = _qlora_base_on_gpu(d, layers, heads, d_ff, name)
+    assert base / 1e6 < 0.95 * mb  # the tensors alone fall short at every size
+    assert on_gpu / 1e6 == pytest.approx(mb, rel=0.10)
+    assert on_gpu / 1e6 == pytest.approx(mb, rel=0.02)
 
 
 # --- bad combinations: one line, exit 2 ---------------------------------------------------------

@@ -2,9 +2,10 @@
 sequence length, and when nothing fits, the cheapest changes that make it fit.
 
 A setup fits when the step's peak (TrainingMemory.total) plus the framework's memory fits the
-GPU: (1 + fragmentation) x peak + CUDA context <= GPU memory, with the planner's defaults
-(parallel.evaluate.Overheads: 1 GiB context, 5 % allocator slack; no communication buffers on
-one GPU). The peak grows with the sequence and the batch, so both are found by bisection.
+GPU: Overheads().device_bytes(peak) <= GPU memory, the planner's rule and defaults
+(parallel.evaluate.Overheads: (1 + fragmentation) x peak + CUDA context, 1 GiB and 5 %; the
+communication buffers too when ZeRO-3 spans more than one GPU). The peak grows with the
+sequence and the batch, so both are found by bisection.
 
 Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
 fits: fused attention, the fused linear cross-entropy (Liger's: no T x V logits, the same
@@ -30,8 +31,7 @@ from .units import cdiv
 from .workload import Workload
 
 from .parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
-CUDA_CONTEXT_BYTES = 2**30  #: 1 GiB (2^30 bytes), parallel.evaluate.Overheads default
-FRAGMENTATION = 0.05
+from .parallel.evaluate import Overheads  # noqa: E402  (the framework's bytes, one rule)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Setup:
             states = m.weights + m.gradients + (0 if m.offload in ("optimizer", "all")
                                                 else m.optimizer_total)
             total -= states - cdiv(states, self.gpus)
-        return int(total * (1 + FRAGMENTATION)) + CUDA_CONTEXT_BYTES
+        return Overheads().device_bytes(total, self.gpus)
 
     def step_s(self, batch: int, seq: int, peak_flops: float) -> float:
         m = self.memory(batch, seq)

@@ -680,7 +680,8 @@ class InferRow:
         tensors = self.weights_bytes + kv + self.workspace_bytes
         return {"weights": self.weights_bytes, "kv cache": kv,
                 "prefill workspace": self.workspace_bytes,
-                "framework": self.framework_fixed_bytes + int(tensors * self.fragmentation)}
+                "framework": Overheads(self.framework_fixed_bytes, 0, self.fragmentation)
+                .framework_bytes(tensors)}
 
 
 @dataclass
@@ -801,9 +802,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             kv_seq = cdiv(kv_all * most_blocks, n_blocks * kv_split)
             workspace = PREFILL_CHUNK * (3 * max(cfg.d_ff, cfg.moe_d_ff) // tp
                                          + 6 * cfg.d_model) * prec.act
-            fixed = ov.cuda_context_bytes + (ov.comm_buffer_bytes if tp * pp > 1 else 0)
-            budget = int((gpu.usable_bytes - fixed) / (1 + ov.fragmentation)) - weights \
-                - workspace
+            fixed = ov.fixed_bytes(tp * pp)
+            budget = ov.tensor_budget(gpu.usable_bytes, tp * pp) - weights - workspace
             if budget < kv_seq:
                 continue
             maxc = budget // kv_seq

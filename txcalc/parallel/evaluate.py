@@ -156,6 +156,34 @@ class Overheads:
             raise LayoutError("framework overheads must be non-negative integers (fragmentation "
                               "a fraction): " + ", ".join(bad))
 
+    def fixed_bytes(self, gpus: int = 1) -> int:
+        """The fixed framework bytes on each GPU: the CUDA context, plus the communication
+        buffers when the job spans more than one GPU."""
+        return self.cuda_context_bytes + (self.comm_buffer_bytes if gpus > 1 else 0)
+
+    def framework_bytes(self, tensor_bytes, gpus=1):
+        """The framework's bytes on one GPU beside ``tensor_bytes`` of tensors: the fixed bytes
+        and the caching allocator's slack, fragmentation x the tensors' bytes (truncated). The
+        one rule for fit, plan train (elementwise over numpy arrays of layouts: ``gpus`` the
+        layouts' GPU counts) and plan infer."""
+        import numpy as np
+        if isinstance(tensor_bytes, np.ndarray) or isinstance(gpus, np.ndarray):
+            fixed = np.where(np.asarray(gpus) > 1,
+                             self.cuda_context_bytes + self.comm_buffer_bytes,
+                             self.cuda_context_bytes)
+            return fixed + (np.asarray(tensor_bytes) * self.fragmentation).astype(np.int64)
+        return self.fixed_bytes(gpus) + int(tensor_bytes * self.fragmentation)
+
+    def device_bytes(self, tensor_bytes, gpus=1):
+        """What the GPU shows used for ``tensor_bytes`` of tensors: the tensors and the
+        framework's bytes (``framework_bytes``)."""
+        return tensor_bytes + self.framework_bytes(tensor_bytes, gpus)
+
+    def tensor_budget(self, capacity_bytes: int, gpus: int = 1) -> int:
+        """The most tensor bytes a GPU of ``capacity_bytes`` holds under ``device_bytes``'
+        rule (its inverse, rounded down)."""
+        return int((capacity_bytes - self.fixed_bytes(gpus)) / (1 + self.fragmentation))
+
     @classmethod
     def from_gib(cls, cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
                  fragmentation: float | None = None) -> Overheads:
@@ -680,8 +708,6 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # no unsharded copies beside its parameters)
     z3 = (zero == 3) & (shard > 1)
     zero3_blocks = np.where(z3, ov.zero3_prefetch_blocks * A["layer_wbytes"][ti, ei], 0)
-    comm_buf = np.where(n > 1, ov.cuda_context_bytes + ov.comm_buffer_bytes,
-                        ov.cuda_context_bytes)
     master = mb_ if s.optimizer != "none" else 0
     # what a sharded optimizer keeps (memory.ZERO_BYTES: ZeRO-1 Megatron's distributed
     # optimizer, ZeRO-2 FSDP2); a shard group of one rank has nothing to partition: ZeRO-0
@@ -793,7 +819,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         cat["zero3_buffers"] = np.where(z3, np.minimum(
             zero3_blocks + flat["root_wbytes"].take(base), w_all), 0)
         tensors = sum(cat.values())
-        cat["framework"] = comm_buf + (tensors * ov.fragmentation).astype(np.int64)
+        cat["framework"] = ov.framework_bytes(tensors, n)
         total = tensors + cat["framework"]
         valid = True if all_valid else A["valid"][pi, k]
         if not all_valid:
