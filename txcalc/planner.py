@@ -945,28 +945,32 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
 
     B = min(max_batch, the sequences whose KV cache of isl + osl tokens fits (``plan_infer``),
     max_num_tokens x osl / (isl + osl)); ``max_batch`` and max_num_tokens default to the
-    engine settings trtllm-bench picks (``trtllm_bench_settings``: each step carries B decode
-    tokens and, on average, B / osl prompts of isl tokens, which max_num_tokens bounds). Every
-    decode step serves B sequences at the mean context isl + osl / 2: the serving step model
-    ``serving_sim.StepModel.step_s`` (the one ``plan_infer`` and the step simulator use; its
-    per-step ``overhead_s``, default ``serving_sim.STEP_OVERHEAD_S``). Each request's prompt is
-    prefilled in batched chunks that ride in those same steps, compute-bound: its prefill FLOPs
-    (the engine's, output head on the last token, causal pairs only under the fused kernel) at
-    each op's tensor-core rate, peak x ``timing.op_efficiency`` (the GPU's large-GEMM
-    efficiency for Linears; FlashAttention's measured speed by prompt length and head dimension
-    for the attention core), quantised Linears on their format's dtype, attention in
-    ``attention_dtype`` (default ``precision``'s), over tp x pp.
+    engine settings trtllm-bench picks (``trtllm_bench_settings``). In the steady state the B
+    slots each run one request after another: a request takes one step for its whole prompt
+    (chunked prefill is off in trtllm-bench, and max_num_tokens >= isl + max_batch_size),
+    which yields its first token as in the step simulator, then osl - 1 decode steps. Over a
+    cycle of osl steps every slot completes one request, so the B prompts ride in those steps,
+    q = B // osl of them in each and one more in B mod osl of them. Every step, prompts
+    included, is timed by the one serving step model, ``serving_sim.StepModel.step_s`` (the
+    rule ``plan_infer`` and the step simulator use; its per-step ``overhead_s``, default
+    ``serving_sim.STEP_OVERHEAD_S``), with the composition the simulator gives it: a prompt
+    of isl tokens is isl tokens, one logit row, isl (isl + 1) / 2 causal pairs and no cached
+    tokens read; a decode at the mean context ctx = isl + osl // 2 is one token, one logit
+    row, ctx pairs and ctx cached tokens. ``attention_dtype`` (default ``precision``'s): the
+    tensor-core dtype of the attention core (``serving_sim.step_model``).
 
-        step_s(B) = StepModel.step_s(B tokens, B logit rows, B x ctx pairs, B x ctx cached)
-        seconds per request (of one sequence slot) = prefill_s + osl x step_s(B) / B
-        output tokens/s = osl / seconds per request
+        step_s(k) = StepModel.step_s((B - k) + k isl, B, (B - k) ctx + k isl (isl + 1) / 2,
+                                     (B - k) ctx)            (k prompts, B - k decodes)
+        cycle_s = (osl - B mod osl) step_s(q) + (B mod osl) step_s(q + 1)
+        output tokens/s = B osl / cycle_s,   requests/s = B / cycle_s
+
+    ``decode_step_s`` is a step of B decodes alone, step_s with B tokens, B logit rows and
+    B x ctx pairs and cached tokens; ``prefill_s_per_request`` = (cycle_s - osl x
+    decode_step_s) / B, the time the prompts add to the steps they ride in, per request.
     """
     from . import formats as Q
     from . import inputs as I
-    from .components import model_ops_tuple
     from .serving_sim import STEP_OVERHEAD_S, step_model
-    from .timing import COMPUTE_DTYPE, op_efficiency, weight_only_factor
-    from .workload import Workload
     from . import load
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
@@ -989,41 +993,37 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
         max_batch = engine["max_batch_size"]
     by_tokens = max(1, engine["max_num_tokens"] * osl // (isl + osl))
     batch = min(max_batch, full.max_concurrency_per_replica, by_tokens)
+    prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
+    if attention_dtype is not None and prof.peak_flops.get(attention_dtype, 0.0) <= 0:
+        raise PlanError(f"attention_dtype ({attention_dtype!r}): {prof.name} has no "
+                        f"{attention_dtype} peak (it has {', '.join(sorted(prof.peak_flops))})")
     sm = step_model(cfg, gpu, tp=tp, pp=pp, kv_dtype=kv_dtype, precision=precision,
                     weights=name, profile=profile, gpu_file=gpu_file, overhead_s=overhead_s,
-                    kv_capacity_tokens=0)  # the batch is sized above, nothing is simulated
+                    kv_capacity_tokens=0,  # the batch is sized above, nothing is simulated
+                    attention_dtype=attention_dtype)
     ctx = isl + osl // 2
+    prompt_pairs = isl * (isl + 1) // 2
+
+    def mixed(k: int) -> dict:  # one step of k prompts and batch - k decodes
+        d = batch - k
+        comp = {"prompts": k, "tokens": d + k * isl, "logit_rows": batch,
+                "pairs": d * ctx + k * prompt_pairs, "kv_read_tokens": d * ctx}
+        return {**comp, "step_s": sm.step_s(comp["tokens"], comp["logit_rows"], comp["pairs"],
+                                            comp["kv_read_tokens"])}
+    q, extra = divmod(batch, osl)
+    cycle = [{"count": osl - extra, **mixed(q)}]
+    if extra:
+        cycle.append({"count": extra, **mixed(q + 1)})
+    cycle_s = sum(c["count"] * c["step_s"] for c in cycle)
     step = sm.step_s(batch, batch, batch * ctx, batch * ctx)
-    prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
-    dtype = COMPUTE_DTYPE.get(precision, "bf16")
-    attn_dtype = dtype if attention_dtype is None else attention_dtype
-    if prof.peak_flops.get(attn_dtype, 0.0) <= 0:
-        raise PlanError(f"attention_dtype ({attention_dtype!r}): {prof.name} has no "
-                        f"{attn_dtype} peak (it has {', '.join(sorted(prof.peak_flops))})")
-    ops = model_ops_tuple(cfg)
-    qops = Q.assign(ops, sch, cfg) if sch is not None else ops
-    w = Workload(batch=1, seq=isl, attn_impl="flash")
-    prefill = 0.0
-    for op, q in zip(ops, qops):
-        flops = op.prefill_flops(w, model=True)
-        if not flops:
-            continue
-        attn = op.kind in ("attn_scores", "attn_context")
-        run = attn_dtype if attn else Q.compute_dtype(q, prof.peak_flops, dtype)
-        rate = prof.peak_flops[run] * op_efficiency(op, w, prof, tp)
-        if Q.is_weight_only(q, prof.peak_flops):
-            rate *= weight_only_factor(prof, isl)
-        prefill += flops / rate
-    prefill /= tp * pp
-    per_request = prefill + osl * step / batch
     return {"model": cfg.name, "gpu": get_gpu(gpu, gpu_file).name,
             "isl": isl, "osl": osl, "tp": tp, "pp": pp, "weights": name or precision,
             "kv_dtype": kv_dtype, "batch": batch, "max_batch_size": max_batch,
             "max_num_tokens": engine["max_num_tokens"],
             "kv_capacity_seqs": full.max_concurrency_per_replica,
-            "decode_step_s": step, "step_overhead_s": overhead_s,
-            "prefill_s_per_request": prefill, "output_tokens_per_s": osl / per_request,
-            "requests_per_s": 1 / per_request}
+            "decode_step_s": step, "step_overhead_s": overhead_s, "cycle_steps": cycle,
+            "prefill_s_per_request": (cycle_s - osl * step) / batch,
+            "output_tokens_per_s": batch * osl / cycle_s, "requests_per_s": batch / cycle_s}
 
 
 def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:
