@@ -159,6 +159,25 @@ def test_prompts_are_timed_by_the_step_model(model, gpu, tp, isl, osl, kw):
                                                        rel=1e-9)
 
 
+@pytest.mark.parametrize("model,gpu,kw", [("llama-3-8b", "h100", {}),
+                                           ("llama-3.1-70b", "h200", dict(weights="fp8")),
+                                           ("mixtral-8x7b", "a100", {})])
+def test_plan_infer_prefill_latency_is_step_model_chunks(model, gpu, kw):
+    """plan_infer's prefill latency of one 20,000-token prompt is three steps of the serving
+    step model, as the simulator composes chunks of 8,192 (PREFILL_CHUNK) tokens: 8,192 fresh
+    tokens; 8,192 after 8,192 cached; 3,616 after 16,384 with the one logit row. The same
+    float (it had its own per-op roofline before, 5-14 % longer)."""
+    from txcalc.planner import PREFILL_CHUNK, plan_infer
+    assert PREFILL_CHUNK == 8192
+    row = plan_infer(model, gpu, 20000, 1, **kw).best
+    sm = step_model(model, gpu, tp=row.tp, kv_capacity_tokens=0, **kw)
+    c = 8192
+    want = sm.step_s(c, 0, c * (c + 1) // 2, 0) \
+        + sm.step_s(c, 0, c * c + c * (c + 1) // 2, c) \
+        + sm.step_s(3616, 1, 3616 * 2 * c + 3616 * 3617 // 2, 2 * c)
+    assert row.prefill_latency_s == want
+
+
 def test_step_is_a_roofline_per_kernel_class():
     """At a large decode batch the GEMMs are compute-bound and the attention is bound by the
     KV read, one kernel after the other: the step is their sum (plus the overhead), longer

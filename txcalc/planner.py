@@ -53,7 +53,7 @@ from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
 from .parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
                               joint_rules)
-from .timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
+from .timing import DeviceProfile
 from .units import cdiv
 
 DAY_S = 86400.0
@@ -716,6 +716,20 @@ class InferPlan:
 PREFILL_CHUNK = 8192
 
 
+def prompt_prefill_s(sm, prompt: int, chunk: int = PREFILL_CHUNK) -> float:
+    """Seconds to prefill one prompt of ``prompt`` tokens alone on a replica whose steps
+    ``sm`` (a ``serving_sim.StepModel``) times: steps of ``chunk`` tokens, each as the step
+    simulator composes a prefill chunk (c tokens after p cached: c p + c (c + 1) / 2 pairs, p
+    cached tokens read, one logit row on the last chunk)."""
+    total, done = 0.0, 0
+    while done < prompt:
+        c = min(chunk, prompt - done)
+        total += sm.step_s(c, 1 if done + c == prompt else 0, c * done + c * (c + 1) // 2,
+                           done)
+        done += c
+    return total
+
+
 def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: int, *,
                kv_dtype: str = "bf16", tokens_per_s: float | None = None,
                precision: str = "bf16", gpu_file=None, profile: DeviceProfile | None = None,
@@ -730,22 +744,20 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     logit rows and B caches of ``context`` tokens (a roofline per kernel class: the Linears
     against reading the rank's weights, the attention against reading the B caches; stages in
     sequence; two TP all-reduces per block; plus ``overhead_s`` per step, default
-    ``serving_sim.STEP_OVERHEAD_S``). Prefill latency: one sequence of ``context`` tokens,
-    roofline per op, stages in sequence.
+    ``serving_sim.STEP_OVERHEAD_S``). Prefill latency: one sequence of ``context`` tokens
+    alone, in steps of PREFILL_CHUNK tokens timed by the same ``StepModel.step_s``
+    (``prompt_prefill_s``: one rule for a step, prompts included).
 
     ``weights`` (a ``formats.scheme`` name; default: the config.json's quantization_config,
-    else the precision's dtype): each GPU holds and each decode step reads its share of the
-    stored tensors (quantised weights and their scales); prefill runs quantised Linears on the
-    fp8 / int8 peak where their format computes in it, weight-only formats at the 16-bit peak
-    times ``timing.weight_only_factor`` (which also scales decode's compute at its batch);
-    decode's matmuls run on the format's peak likewise. ``layouts``: only these (tp, pp).
+    else the precision's dtype): each GPU holds and each step reads its share of the stored
+    tensors (quantised weights and their scales); the steps' matmuls run on the format's
+    tensor-core peak (fp8 / int8 where it computes in it), weight-only formats at the 16-bit
+    peak times ``timing.weight_only_factor`` at the step's rows (``serving_sim.step_model``).
+    ``layouts``: only these (tp, pp).
     """
     from . import load
-    from .parallel import comm
-    from .parallel.sharding import assign_stages, local_params, tp_style
+    from .parallel.sharding import assign_stages, local_params
     from .serving_sim import STEP_OVERHEAD_S, step_model
-    from .timing import COMPUTE_DTYPE
-    from .workload import Workload
     from . import inputs as I
 
     context = I.integer("context", context, 1, I.MAX_SEQ)
@@ -763,7 +775,6 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
     ov = overheads or Overheads()
     prof = profile or DeviceProfile.from_gpu(gpu)
-    dtype = COMPUTE_DTYPE.get(precision, "bf16")
     from .components import model_ops_tuple
     from . import formats as Q
     sch, _ = Q.resolve(model, weights)
@@ -773,10 +784,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         qops = Q.assign(ops, sch, cfg)
         qbytes = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf")
                   for op, q in zip(ops, qops)}
-        qop = {id(op): q for op, q in zip(ops, qops)}
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
-    w = Workload(batch=1, seq=context, attn_impl="flash")
     steps: dict = {}  # tp -> serving_sim.StepModel
     prefill_s: dict[int, float] = {}
     local: dict[int, dict[int, int]] = {}  # tp -> {id(op): parameters one rank holds}
@@ -820,14 +829,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                 return sm.step_s(batch, batch, batch * context, batch * context,
                                  kv_read_bytes=batch * kv_read)
 
-            if tp not in prefill_s:  # forward of one prompt, TP-split matmuls, stages in turn
-                split = {op: tp if tp_style(op) != "replicate" or op.kind.startswith("attn")
-                         else 1 for op in ops}
-                prefill_s[tp] = sum(_prefill_op_s(op, qop[id(op)] if sch else op, w, prof,
-                                                  dtype, wbytes, split[op])
-                                    for op in ops) + float(comm.collective_s(
-                                        "all_reduce", context * cfg.d_model * wbytes, tp, 1,
-                                        gpu, 2 * n_blocks))
+            if tp not in prefill_s:  # one prompt alone, in chunks, by the one step rule
+                prefill_s[tp] = prompt_prefill_s(sm, context)
             prefill = prefill_s[tp]
             replicas = _replicas_for(concurrency, cdiv(concurrency, maxc), tokens_per_s,
                                      decode_s)
@@ -1024,22 +1027,6 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
             "decode_step_s": step, "step_overhead_s": overhead_s, "cycle_steps": cycle,
             "prefill_s_per_request": (cycle_s - osl * step) / batch,
             "output_tokens_per_s": batch * osl / cycle_s, "requests_per_s": batch / cycle_s}
-
-
-def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:
-    """Forward seconds of one op of a prompt: quantised Linears on their format's tensor-core
-    dtype (``formats.compute_dtype``), weight-only ones at the 16-bit peak times
-    ``timing.weight_only_factor`` at the prompt's rows."""
-    from . import formats as Q
-    from .timing import op_times, weight_only_factor
-    if not qop.weight_format:
-        return op_times(op, w, prof, dtype, wbytes, wbytes, split)[0]
-    run = Q.compute_dtype(qop, prof.peak_flops, dtype)
-    if Q.is_weight_only(qop, prof.peak_flops):
-        base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
-        prof = prof.replace(flop_efficiency={
-            "matmul": base * weight_only_factor(prof, w.rows(op.stream, op.pad_to))})
-    return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays
