@@ -953,7 +953,9 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     (chunked prefill is off in trtllm-bench, and max_num_tokens >= isl + max_batch_size),
     which yields its first token as in the step simulator, then osl - 1 decode steps. Over a
     cycle of osl steps every slot completes one request, so the B prompts ride in those steps,
-    q = B // osl of them in each and one more in B mod osl of them. Every step, prompts
+    q = B // osl of them in each and one more in B mod osl of them (B's bound by max_num_tokens
+    holds for the mean step; the steps with one prompt more may pass it by under one prompt;
+    the wave of prompts at the start of the run is not modelled). Every step, prompts
     included, is timed by the one serving step model, ``serving_sim.StepModel.step_s`` (the
     rule ``plan_infer`` and the step simulator use; its per-step ``overhead_s``, default
     ``serving_sim.STEP_OVERHEAD_S``), with the composition the simulator gives it: a prompt
