@@ -89,8 +89,8 @@ row a test checks; tests/test_vllm_logs.py names both):
 ``engine`` picks the rule (``vllm`` = ``vllm-v1``, today's vLLM). An ``Overheads`` the caller
 gives (plan's --cuda-context-gib) replaces the engine's term with its context (+ its
 communication buffers past one GPU), whatever its values, the defaults included; without one
-(``overheads=None``) each engine's own rule holds. Measured terms are quoted beside each test and xfail in
-tests/test_serving.py and tests/test_vllm_logs.py.
+(``overheads=None``) each engine's own rule holds. Measured terms are quoted beside each test
+and xfail in tests/test_serving.py and tests/test_vllm_logs.py.
 
 vllm-0.2: ``peak_memory = total_gpu_memory - free_gpu_memory`` after ``profile_run`` (PR #2031,
 "Fix peak memory profiling") counts what the caching allocator still reserves. Before
