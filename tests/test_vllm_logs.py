@@ -211,6 +211,40 @@ def test_v1_non_torch_term_grows_only_with_communicators():
     assert c.non_torch_bytes == 2 * GiB + mine.comm_buffer_bytes
 
 
+def test_a_context_given_at_the_default_size_is_honoured():
+    """Giving the planner's default context (1 GiB, ``Overheads()``; ``--cuda-context-gib 1``)
+    is giving a size: it replaces the engine's measured term as any other size does (the
+    given-or-not test used to compare against the default value, so exactly 1 GiB was taken
+    as not given and silently replaced by V1_NON_TORCH_BYTES / V064_CUDA_CONTEXT_BYTES)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    from txcalc.errors import TxcalcError
+    from txcalc.parallel.evaluate import Overheads
+    from txcalc.serving import V064_CUDA_CONTEXT_BYTES, V1_NON_TORCH_BYTES
+    assert Overheads().cuda_context_bytes == GiB
+    assert V1_NON_TORCH_BYTES != GiB and V064_CUDA_CONTEXT_BYTES != GiB
+    for engine, rule in (("vllm", V1_NON_TORCH_BYTES), ("vllm-0.6", V064_CUDA_CONTEXT_BYTES)):
+        kw = dict(max_model_len=8192, engine=engine)
+        assert kv_capacity("llama-3-8b", "h100", **kw).non_torch_bytes == rule
+        given = kv_capacity("llama-3-8b", "h100", overheads=Overheads(), **kw)
+        assert given.non_torch_bytes == GiB
+        assert kv_capacity("llama-3-8b", "h100", tp=2, overheads=Overheads(),
+                           **kw).non_torch_bytes == GiB + Overheads().comm_buffer_bytes
+    args = ["plan", "infer", "llama-3-8b", "--gpu", "h100", "--context", "8192", "--json"]
+    for extra, want in (([], V1_NON_TORCH_BYTES), (["--cuda-context-gib", "1"], GiB),
+                        (["--cuda-context-gib", "1.5"], int(1.5 * GiB))):
+        r = CliRunner().invoke(app, args + extra)
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output)
+        assert d["kv_capacity"]["tp"] == 1
+        assert d["kv_capacity"]["non_torch_bytes"] == want, extra
+    with pytest.raises(TxcalcError, match=r"overheads \(.*\) must be an Overheads"):
+        kv_capacity("llama-3-8b", "h100", overheads={"cuda_context_bytes": GiB})
+
+
 @pytest.mark.xfail(strict=True, reason="+4.8 % (63,268 vs 60,385 blocks): v0.6.5 logs 3.58 GiB "
                    "of non-torch memory at TP 2, twice its TP 1 figure (1.79); measured "
                    "against torch's allocated bytes it holds the caching allocator's slack "

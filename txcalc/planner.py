@@ -53,7 +53,7 @@ from .parallel.evaluate import (Overheads, TrainSetting, build_tables, evaluate,
                                 evaluate_layouts, shard_groups)
 from .parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
                               joint_rules)
-from .timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
+from .timing import DeviceProfile
 from .units import cdiv
 
 DAY_S = 86400.0
@@ -717,6 +717,20 @@ class InferPlan:
 PREFILL_CHUNK = 8192
 
 
+def prompt_prefill_s(sm, prompt: int, chunk: int = PREFILL_CHUNK) -> float:
+    """Seconds to prefill one prompt of ``prompt`` tokens alone on a replica whose steps
+    ``sm`` (a ``serving_sim.StepModel``) times: steps of ``chunk`` tokens, each as the step
+    simulator composes a prefill chunk (c tokens after p cached: c p + c (c + 1) / 2 pairs, p
+    cached tokens read, one logit row on the last chunk)."""
+    total, done = 0.0, 0
+    while done < prompt:
+        c = min(chunk, prompt - done)
+        total += sm.step_s(c, 1 if done + c == prompt else 0, c * done + c * (c + 1) // 2,
+                           done)
+        done += c
+    return total
+
+
 def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: int, *,
                kv_dtype: str = "bf16", tokens_per_s: float | None = None,
                precision: str = "bf16", gpu_file=None, profile: DeviceProfile | None = None,
@@ -731,22 +745,20 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     logit rows and B caches of ``context`` tokens (a roofline per kernel class: the Linears
     against reading the rank's weights, the attention against reading the B caches; stages in
     sequence; two TP all-reduces per block; plus ``overhead_s`` per step, default
-    ``serving_sim.STEP_OVERHEAD_S``). Prefill latency: one sequence of ``context`` tokens,
-    roofline per op, stages in sequence.
+    ``serving_sim.STEP_OVERHEAD_S``). Prefill latency: one sequence of ``context`` tokens
+    alone, in steps of PREFILL_CHUNK tokens timed by the same ``StepModel.step_s``
+    (``prompt_prefill_s``: one rule for a step, prompts included).
 
     ``weights`` (a ``formats.scheme`` name; default: the config.json's quantization_config,
-    else the precision's dtype): each GPU holds and each decode step reads its share of the
-    stored tensors (quantised weights and their scales); prefill runs quantised Linears on the
-    fp8 / int8 peak where their format computes in it, weight-only formats at the 16-bit peak
-    times ``timing.weight_only_factor`` (which also scales decode's compute at its batch);
-    decode's matmuls run on the format's peak likewise. ``layouts``: only these (tp, pp).
+    else the precision's dtype): each GPU holds and each step reads its share of the stored
+    tensors (quantised weights and their scales); the steps' matmuls run on the format's
+    tensor-core peak (fp8 / int8 where it computes in it), weight-only formats at the 16-bit
+    peak times ``timing.weight_only_factor`` at the step's rows (``serving_sim.step_model``).
+    ``layouts``: only these (tp, pp).
     """
     from . import load
-    from .parallel import comm
-    from .parallel.sharding import assign_stages, local_params, tp_style
+    from .parallel.sharding import assign_stages, local_params
     from .serving_sim import STEP_OVERHEAD_S, step_model
-    from .timing import COMPUTE_DTYPE
-    from .workload import Workload
     from . import inputs as I
 
     context = I.integer("context", context, 1, I.MAX_SEQ)
@@ -764,7 +776,6 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
     ov = overheads or Overheads()
     prof = profile or DeviceProfile.from_gpu(gpu)
-    dtype = COMPUTE_DTYPE.get(precision, "bf16")
     from .components import model_ops_tuple
     from . import formats as Q
     sch, _ = Q.resolve(model, weights)
@@ -774,10 +785,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         qops = Q.assign(ops, sch, cfg)
         qbytes = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf")
                   for op, q in zip(ops, qops)}
-        qop = {id(op): q for op, q in zip(ops, qops)}
     kv_all = kv_cache_bytes(cfg, context, 1, kv_dtype)
     n_blocks = sum(d for _, d in cfg.stacks)
-    w = Workload(batch=1, seq=context, attn_impl="flash")
     steps: dict = {}  # tp -> serving_sim.StepModel
     prefill_s: dict[int, float] = {}
     local: dict[int, dict[int, int]] = {}  # tp -> {id(op): parameters one rank holds}
@@ -820,14 +829,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                 return sm.step_s(batch, batch, batch * context, batch * context,
                                  kv_read_bytes=batch * kv_read)
 
-            if tp not in prefill_s:  # forward of one prompt, TP-split matmuls, stages in turn
-                split = {op: tp if tp_style(op) != "replicate" or op.kind.startswith("attn")
-                         else 1 for op in ops}
-                prefill_s[tp] = sum(_prefill_op_s(op, qop[id(op)] if sch else op, w, prof,
-                                                  dtype, wbytes, split[op])
-                                    for op in ops) + float(comm.collective_s(
-                                        "all_reduce", context * cfg.d_model * wbytes, tp, 1,
-                                        gpu, 2 * n_blocks))
+            if tp not in prefill_s:  # one prompt alone, in chunks, by the one step rule
+                prefill_s[tp] = prompt_prefill_s(sm, context)
             prefill = prefill_s[tp]
             replicas = _replicas_for(concurrency, cdiv(concurrency, maxc), tokens_per_s,
                                      decode_s)
@@ -945,28 +948,34 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
 
     B = min(max_batch, the sequences whose KV cache of isl + osl tokens fits (``plan_infer``),
     max_num_tokens x osl / (isl + osl)); ``max_batch`` and max_num_tokens default to the
-    engine settings trtllm-bench picks (``trtllm_bench_settings``: each step carries B decode
-    tokens and, on average, B / osl prompts of isl tokens, which max_num_tokens bounds). Every
-    decode step serves B sequences at the mean context isl + osl / 2: the serving step model
-    ``serving_sim.StepModel.step_s`` (the one ``plan_infer`` and the step simulator use; its
-    per-step ``overhead_s``, default ``serving_sim.STEP_OVERHEAD_S``). Each request's prompt is
-    prefilled in batched chunks that ride in those same steps, compute-bound: its prefill FLOPs
-    (the engine's, output head on the last token, causal pairs only under the fused kernel) at
-    each op's tensor-core rate, peak x ``timing.op_efficiency`` (the GPU's large-GEMM
-    efficiency for Linears; FlashAttention's measured speed by prompt length and head dimension
-    for the attention core), quantised Linears on their format's dtype, attention in
-    ``attention_dtype`` (default ``precision``'s), over tp x pp.
+    engine settings trtllm-bench picks (``trtllm_bench_settings``). In the steady state the B
+    slots each run one request after another: a request takes one step for its whole prompt
+    (chunked prefill is off in trtllm-bench, and max_num_tokens >= isl + max_batch_size),
+    which yields its first token as in the step simulator, then osl - 1 decode steps. Over a
+    cycle of osl steps every slot completes one request, so the B prompts ride in those steps,
+    q = B // osl of them in each and one more in B mod osl of them (B's bound by max_num_tokens
+    holds for the mean step; the steps with one prompt more may pass it by under one prompt;
+    the wave of prompts at the start of the run is not modelled). Every step, prompts
+    included, is timed by the one serving step model, ``serving_sim.StepModel.step_s`` (the
+    rule ``plan_infer`` and the step simulator use; its per-step ``overhead_s``, default
+    ``serving_sim.STEP_OVERHEAD_S``), with the composition the simulator gives it: a prompt
+    of isl tokens is isl tokens, one logit row, isl (isl + 1) / 2 causal pairs and no cached
+    tokens read; a decode at the mean context ctx = isl + osl // 2 is one token, one logit
+    row, ctx pairs and ctx cached tokens. ``attention_dtype`` (default ``precision``'s): the
+    tensor-core dtype of the attention core (``serving_sim.step_model``).
 
-        step_s(B) = StepModel.step_s(B tokens, B logit rows, B x ctx pairs, B x ctx cached)
-        seconds per request (of one sequence slot) = prefill_s + osl x step_s(B) / B
-        output tokens/s = osl / seconds per request
+        step_s(k) = StepModel.step_s((B - k) + k isl, B, (B - k) ctx + k isl (isl + 1) / 2,
+                                     (B - k) ctx)            (k prompts, B - k decodes)
+        cycle_s = (osl - B mod osl) step_s(q) + (B mod osl) step_s(q + 1)
+        output tokens/s = B osl / cycle_s,   requests/s = B / cycle_s
+
+    ``decode_step_s`` is a step of B decodes alone, step_s with B tokens, B logit rows and
+    B x ctx pairs and cached tokens; ``prefill_s_per_request`` = (cycle_s - osl x
+    decode_step_s) / B, the time the prompts add to the steps they ride in, per request.
     """
     from . import formats as Q
     from . import inputs as I
-    from .components import model_ops_tuple
     from .serving_sim import STEP_OVERHEAD_S, step_model
-    from .timing import COMPUTE_DTYPE, op_efficiency, weight_only_factor
-    from .workload import Workload
     from . import load
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
@@ -989,57 +998,37 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
         max_batch = engine["max_batch_size"]
     by_tokens = max(1, engine["max_num_tokens"] * osl // (isl + osl))
     batch = min(max_batch, full.max_concurrency_per_replica, by_tokens)
+    prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
+    if attention_dtype is not None and prof.peak_flops.get(attention_dtype, 0.0) <= 0:
+        raise PlanError(f"attention_dtype ({attention_dtype!r}): {prof.name} has no "
+                        f"{attention_dtype} peak (it has {', '.join(sorted(prof.peak_flops))})")
     sm = step_model(cfg, gpu, tp=tp, pp=pp, kv_dtype=kv_dtype, precision=precision,
                     weights=name, profile=profile, gpu_file=gpu_file, overhead_s=overhead_s,
-                    kv_capacity_tokens=0)  # the batch is sized above, nothing is simulated
+                    kv_capacity_tokens=0,  # the batch is sized above, nothing is simulated
+                    attention_dtype=attention_dtype)
     ctx = isl + osl // 2
+    prompt_pairs = isl * (isl + 1) // 2
+
+    def mixed(k: int) -> dict:  # one step of k prompts and batch - k decodes
+        d = batch - k
+        comp = {"prompts": k, "tokens": d + k * isl, "logit_rows": batch,
+                "pairs": d * ctx + k * prompt_pairs, "kv_read_tokens": d * ctx}
+        return {**comp, "step_s": sm.step_s(comp["tokens"], comp["logit_rows"], comp["pairs"],
+                                            comp["kv_read_tokens"])}
+    q, extra = divmod(batch, osl)
+    cycle = [{"count": osl - extra, **mixed(q)}]
+    if extra:
+        cycle.append({"count": extra, **mixed(q + 1)})
+    cycle_s = sum(c["count"] * c["step_s"] for c in cycle)
     step = sm.step_s(batch, batch, batch * ctx, batch * ctx)
-    prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
-    dtype = COMPUTE_DTYPE.get(precision, "bf16")
-    attn_dtype = dtype if attention_dtype is None else attention_dtype
-    if prof.peak_flops.get(attn_dtype, 0.0) <= 0:
-        raise PlanError(f"attention_dtype ({attention_dtype!r}): {prof.name} has no "
-                        f"{attn_dtype} peak (it has {', '.join(sorted(prof.peak_flops))})")
-    ops = model_ops_tuple(cfg)
-    qops = Q.assign(ops, sch, cfg) if sch is not None else ops
-    w = Workload(batch=1, seq=isl, attn_impl="flash")
-    prefill = 0.0
-    for op, q in zip(ops, qops):
-        flops = op.prefill_flops(w, model=True)
-        if not flops:
-            continue
-        attn = op.kind in ("attn_scores", "attn_context")
-        run = attn_dtype if attn else Q.compute_dtype(q, prof.peak_flops, dtype)
-        rate = prof.peak_flops[run] * op_efficiency(op, w, prof, tp)
-        if Q.is_weight_only(q, prof.peak_flops):
-            rate *= weight_only_factor(prof, isl)
-        prefill += flops / rate
-    prefill /= tp * pp
-    per_request = prefill + osl * step / batch
     return {"model": cfg.name, "gpu": get_gpu(gpu, gpu_file).name,
             "isl": isl, "osl": osl, "tp": tp, "pp": pp, "weights": name or precision,
             "kv_dtype": kv_dtype, "batch": batch, "max_batch_size": max_batch,
             "max_num_tokens": engine["max_num_tokens"],
             "kv_capacity_seqs": full.max_concurrency_per_replica,
-            "decode_step_s": step, "step_overhead_s": overhead_s,
-            "prefill_s_per_request": prefill, "output_tokens_per_s": osl / per_request,
-            "requests_per_s": 1 / per_request}
-
-
-def _prefill_op_s(op, qop, w, prof, dtype: str, wbytes: int, split: int) -> float:
-    """Forward seconds of one op of a prompt: quantised Linears on their format's tensor-core
-    dtype (``formats.compute_dtype``), weight-only ones at the 16-bit peak times
-    ``timing.weight_only_factor`` at the prompt's rows."""
-    from . import formats as Q
-    from .timing import op_times, weight_only_factor
-    if not qop.weight_format:
-        return op_times(op, w, prof, dtype, wbytes, wbytes, split)[0]
-    run = Q.compute_dtype(qop, prof.peak_flops, dtype)
-    if Q.is_weight_only(qop, prof.peak_flops):
-        base = prof.flop_efficiency.get("matmul", DEFAULT_FLOP_EFFICIENCY["matmul"])
-        prof = prof.replace(flop_efficiency={
-            "matmul": base * weight_only_factor(prof, w.rows(op.stream, op.pad_to))})
-    return op_times(op, w, prof, run, wbytes, wbytes, split)[0]
+            "decode_step_s": step, "step_overhead_s": overhead_s, "cycle_steps": cycle,
+            "prefill_s_per_request": (cycle_s - osl * step) / batch,
+            "output_tokens_per_s": batch * osl / cycle_s, "requests_per_s": batch / cycle_s}
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays

@@ -86,10 +86,11 @@ row a test checks; tests/test_vllm_logs.py names both):
                 |                                                  |   all-reduce inputs, still
                 |                                                  |   reserved
 
-``engine`` picks the rule (``vllm`` = ``vllm-v1``, today's vLLM). A context size the caller
-gives (``Overheads`` other than the default: plan's --cuda-context-gib) replaces the engine's
-term with the Overheads one. Measured terms are quoted beside each test and xfail in
-tests/test_serving.py and tests/test_vllm_logs.py.
+``engine`` picks the rule (``vllm`` = ``vllm-v1``, today's vLLM). An ``Overheads`` the caller
+gives (plan's --cuda-context-gib) replaces the engine's term with its context (+ its
+communication buffers past one GPU), whatever its values, the defaults included; without one
+(``overheads=None``) each engine's own rule holds. Measured terms are quoted beside each test
+and xfail in tests/test_serving.py and tests/test_vllm_logs.py.
 
 vllm-0.2: ``peak_memory = total_gpu_memory - free_gpu_memory`` after ``profile_run`` (PR #2031,
 "Fix peak memory profiling") counts what the caching allocator still reserves. Before
@@ -309,7 +310,10 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     prefill, vLLM V1's default budget for online serving on H100-class GPUs).
     ``engine="trtllm"``: the cache takes ``kv_cache_free_gpu_mem_fraction`` of the memory left
     after weights, activations and non-torch memory (``gpu_memory_utilization`` is unused);
-    pass block_size=TRTLLM_BLOCK_SIZE for trtllm-build's default."""
+    pass block_size=TRTLLM_BLOCK_SIZE for trtllm-build's default. ``overheads``: None (the
+    default): each engine's own non-torch term (module table; where that term is the
+    planner's, ``Overheads()``'s); an ``Overheads``: the caller sized the framework memory, its
+    cuda_context_bytes (+ comm_buffer_bytes when tp x pp > 1) replace the engine's term."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -334,6 +338,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
     cfg = load(model)
     g = get_gpu(gpu, gpu_file)
+    if overheads is not None and not isinstance(overheads, Overheads):
+        raise I.InputError(f"overheads ({I.show(overheads)}) must be an Overheads or None")
     ov = overheads or Overheads()
     if cfg.family == "encoder":
         raise ServingError(f"{cfg.name} is an encoder-only model: it has no KV cache")
@@ -348,9 +354,9 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     ops = model_ops_tuple(cfg)
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
-    # each version's non-torch term (module table), unless the caller sized the context
-    # (plan's --cuda-context-gib): then the planner's Overheads
-    sized = ov.cuda_context_bytes != Overheads().cuda_context_bytes
+    # each version's non-torch term (module table), unless the caller gave Overheads (plan's
+    # --cuda-context-gib): then those, at any value
+    sized = overheads is not None
     multi = tp * pp > 1
     if engine in ("vllm", "vllm-v1") and not sized:
         non_torch = V1_NON_TORCH_BYTES + (V1_COMM_BYTES if multi else 0)

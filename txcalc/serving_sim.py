@@ -177,7 +177,8 @@ def busiest_rank_experts(n_experts: int, top_k: int, tokens: int, ep: int) -> fl
 def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                precision: str = "bf16", weights: str | None = None, profile=None,
                gpu_file=None, overhead_s: float = STEP_OVERHEAD_S,
-               kv_capacity_tokens: int | None = None, ep: int = 1, **kv_kw) -> StepModel:
+               kv_capacity_tokens: int | None = None, ep: int = 1,
+               attention_dtype: str | None = None, **kv_kw) -> StepModel:
     """The step coefficients of a tp x pp replica of ``model`` on ``gpu`` (see the module
     table). ``kv_capacity_tokens``: default ``serving.kv_capacity``'s kv_tokens (``kv_kw``
     go to it). ``ep``: expert parallelism over the same tp GPUs (ep == tp; vLLM's
@@ -185,7 +186,8 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     whole experts, tokens reach them by an all-to-all dispatch and return by an all-to-all
     combine (k x d_model activations each), the busiest rank's experts set the weight read.
     The KV capacity is taken from the TP layout (the same bytes per GPU when E / ep is
-    whole)."""
+    whole). ``attention_dtype``: the tensor-core dtype of the attention core (default
+    ``precision``'s compute dtype; "fp8": an fp8 FMHA kernel)."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -267,7 +269,7 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     # per-GPU rates of one rank stand for it; pp only adds stage-boundary sends (ignored)
     return StepModel(lin, head, pair, dense, expert_bytes, n_exp, top_k, kv_tok, tp, pp,
                      prof.flops_per_s("matmul", mm_dtype),
-                     prof.flops_per_s("attention", dtype),
+                     prof.flops_per_s("attention", attention_dtype or dtype),
                      prof.bytes_per_s, peak, prof.hbm_bytes_per_s, lat, slope, 2 * n_blocks,
                      overhead_s, int(kv_capacity_tokens) * pp, ep, n_moe, a2a_lat, a2a_slope,
                      cfg.vocab_size * 4 // tp, floor)

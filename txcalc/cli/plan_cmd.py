@@ -234,9 +234,10 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                    overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
     out = p.to_json()
     b = p.best
+    # the engine's own non-torch rule unless --cuda-context-gib sizes the context
+    sized = _overheads(context_gib, comm_gib, fragmentation) if context_gib is not None else None
     kv = S.kv_capacity_or_none(model, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
-                               precision=precision, weights=weights,
-                               overheads=_overheads(context_gib, comm_gib, fragmentation),
+                               precision=precision, weights=weights, overheads=sized,
                                **{"max_model_len": p.context, **kv_opts})
     out.update(S.kv_json(kv))
     if json_out:

@@ -104,9 +104,10 @@ def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
            "tensors."]
     if serving:
         out.append("Serving layouts: TP x PP per replica, KV heads split over min(TP, K), a "
-                   "chunked-prefill workspace per GPU; a decode step is the serving step model, a "
-                   "roofline per kernel class (the Linears against reading the weights, the "
-                   "attention against reading the caches) plus a fixed overhead per step "
+                   "chunked-prefill workspace per GPU; every step, a decode step and each "
+                   "chunk of one prompt's prefill, is the serving step model, a roofline per "
+                   "kernel class (the Linears against reading the weights, the attention "
+                   "against reading the caches) plus a fixed overhead per step "
                    "(txcalc/serving_sim.py, StepModel; txcalc/planner.py, plan_infer).")
     else:
         out.append(f"Training search: {plan['layouts_evaluated']:,} layouts (TP x PP x DP x CP "
