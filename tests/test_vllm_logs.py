@@ -170,7 +170,14 @@ def test_kv_blocks_qwen25_32b_l40s_tp2_issue15815():
     - non-torch 0.25 GiB (logged 0.30): V1_NON_TORCH_BYTES + V1_COMM_BYTES, from other logs.
     Earlier (parameters only, the fused-MLP group without the held input or the reduced copy):
     4,175 blocks, +5.8 %. Without ``architecture`` (llama.py's MLP, which drops gate_up first)
-    the peak is 1.06 GiB and the row +3.3 %."""
+    the peak is 1.06 GiB and the row +3.3 %.
+
+    Left open: v0.7.1's V0 profile also samples its 256 dummy sequences with top-k/top-p on the
+    driver rank (V0_SORT_BYTES_PER_LOGIT: 256 x 152,064 x 38 B + the final hidden states =
+    1.47 GiB), yet both ranks log 1.26 GiB; the quoted log does not show this run's
+    max_num_seqs (at 215 or fewer the sort stays under the forward's peak). Engine "vllm"
+    leaves the sort out (V1's profile has no V0 sampler); PR #10511's v0.6.5 logs, which do
+    show it, run engine "vllm-0.6.5"."""
     from txcalc.hf import from_hf_dict
     from txcalc.serving import V1_COMM_BYTES, V1_NON_TORCH_BYTES
     cfg = from_hf_dict(QWEN25_32B, "Qwen/Qwen2.5-32B-Instruct")
@@ -182,6 +189,32 @@ def test_kv_blocks_qwen25_32b_l40s_tp2_issue15815():
     assert abs(c.weights_bytes / GiB - 30.7098) < 0.001, c.weights_bytes / GiB
     assert abs(c.activation_peak_bytes / GiB - 1.26) < 0.02, c.activation_peak_bytes / GiB
     assert abs(c.kv_blocks / 3947 - 1) <= 0.03, c.kv_blocks
+
+
+def test_architecture_comes_from_the_config_json(tmp_path):
+    """Given as a config.json, the model names its own architecture (``hf_architecture``: vLLM's
+    registry key), so the Qwen2 row needs no ``architecture`` argument; a preset takes
+    llama.py's rule, and an architecture that is not a string is refused with one line."""
+    import json
+
+    from txcalc.inputs import InputError
+    from txcalc.serving import hf_architecture
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(QWEN25_32B))
+    assert hf_architecture(str(f)) == hf_architecture(tmp_path) == "Qwen2ForCausalLM"
+    assert hf_architecture("llama-3-8b") is None
+    by_file = kv_capacity(str(f), "l40s", tp=2, max_model_len=10000)
+    given = kv_capacity(str(f), "l40s", tp=2, max_model_len=10000,
+                        architecture="Qwen2ForCausalLM")
+    llama = kv_capacity(str(f), "l40s", tp=2, max_model_len=10000,
+                        architecture="LlamaForCausalLM")
+    assert by_file.kv_blocks == given.kv_blocks < llama.kv_blocks
+    # qwen2.py keeps gate_up (27,648 per rank) and SiluAndMul's shard (13,824) while down_proj
+    # writes its partial sum and the all-reduce its copy; llama.py peaks at SiluAndMul instead
+    assert given.activation_peak_bytes == 10000 * (5 * 5120 + 27648 + 13824) * 2
+    assert llama.activation_peak_bytes == 10000 * (3 * 5120 + 27648 + 13824) * 2
+    with pytest.raises(InputError, match="architecture"):
+        kv_capacity("llama-3-8b", "h100", architecture=["LlamaForCausalLM"])
 
 
 #: non_torch_memory as logged by the v0.7-on profiler (non-torch memory added since start-up),

@@ -432,6 +432,28 @@ def vllm_weights_bytes(cfg: ModelConfig, ops, tp: int, pp: int, wbytes: int,
     return best + rotary_cache_bytes(cfg, act_bytes)
 
 
+def hf_architecture(model) -> str | None:
+    """``architectures[0]`` of the HF config.json a model was given as (a path to the file or its
+    folder), the key vLLM's model registry picks the model file by; None for a preset, a Hub id
+    or a ModelConfig (pass ``architecture`` to kv_capacity instead)."""
+    import os
+    from pathlib import Path
+
+    from .safeio import parse_json, read_text
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    try:
+        p = Path(model)
+        p = p / "config.json" if p.is_dir() else p
+        if p.suffix != ".json" or not p.is_file():
+            return None
+    except (OSError, ValueError):
+        return None
+    raw = parse_json(read_text(p, ServingError), str(p), ServingError, infinity=True)
+    archs = raw.get("architectures") if isinstance(raw, dict) else None
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
 def cached_prefix_tokens(input_len, prefix_hit_rate: float, block_size: int = 16):
     """Tokens of each prompt served from the prefix cache (a numpy int64 array): hit rate x
     prompt, cut to whole blocks (the cache hashes full blocks) and to prompt - 1 (vLLM always
@@ -464,7 +486,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     after weights, activations and non-torch memory (``gpu_memory_utilization`` is unused);
     pass block_size=TRTLLM_BLOCK_SIZE for trtllm-build's default. ``architecture``: the HF
     ``architectures[0]`` that picks vLLM's model file, whose MLP keeps or drops its gate_up
-    output before down_proj (VLLM_LLAMA_ARCHITECTURES; None: llama.py's)."""
+    output before down_proj (VLLM_LLAMA_ARCHITECTURES); None: the config.json's own when
+    ``model`` is one (``hf_architecture``), else llama.py's."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -485,9 +508,13 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     _check("kv dtype", kv_dtype, KV_DTYPES)
     if engine not in ENGINES:
         raise I.InputError(f"engine ({I.show(engine)}) must be one of {', '.join(ENGINES)}")
+    if architecture is not None and not isinstance(architecture, str):
+        raise I.InputError(f"architecture ({I.show(architecture)}) must be a HF architecture "
+                           "name such as 'Qwen2ForCausalLM'")
     fraction = I.number("kv_cache_free_gpu_mem_fraction", kv_cache_free_gpu_mem_fraction, 0, 1)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
     cfg = load(model)
+    architecture = architecture if architecture is not None else hf_architecture(model)
     g = get_gpu(gpu, gpu_file)
     ov = overheads or Overheads()
     if cfg.family == "encoder":
