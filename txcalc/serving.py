@@ -294,6 +294,9 @@ def activation_peak_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, tp
     (residual + input + outputs + consumer's input and output, no held layer input): its
     releases were not re-read.
 
+    These are the live sets of vLLM's eager forward (V0, and any run with --enforce-eager); a
+    torch.compile'd V1 forward frees tensors at their last use and is not re-derived here.
+
     After the blocks the sampler: engines in V0_SORT_ENGINES hold V0_SORT_BYTES_PER_LOGIT per
     logit of ``max_num_seqs`` rows over the whole vocabulary, plus the final hidden states
     (tokens x d_model) ``execute_model`` still holds; the others SAMPLER_BYTES_PER_LOGIT over
