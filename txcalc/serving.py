@@ -9,10 +9,16 @@ batch, then give what is left of the utilisation budget to KV blocks):
     total_bytes              | what CUDA reports: the catalog's capacity x CUDA_VISIBLE_FRACTION
     budget_bytes             | total_bytes x gpu_memory_utilization
     weights_bytes            | the fullest pipeline stage's share of the stored weights on one
-                             |   TP rank (``sharding.local_params``, ``formats`` for quantised)
+                             |   TP rank (``sharding.local_params``, ``formats`` for quantised);
+                             |   for vLLM as its loader allocates them: one tensor per fused
+                             |   group, each a caching-allocator block (``allocated_bytes``),
+                             |   plus the rotary cos/sin cache (``vllm_weights_bytes``)
     activation_peak_bytes    | the profiled forward of max_num_batched_tokens tokens: the largest
-                             |   of (a) a fused GEMM group live (``activation_peak_bytes``) and
-                             |   (b) the sampler over max_num_seqs rows of logits
+                             |   of (a) a fused GEMM group and its consumer live, with the layer
+                             |   input the model's loop holds and, at TP > 1, the out-of-place
+                             |   all-reduce's copy (``activation_peak_bytes``) and (b) the
+                             |   sampler over max_num_seqs rows of logits (V0's top-k/top-p sort
+                             |   for vllm-0.6.5: V0_SORT_BYTES_PER_LOGIT)
     non_torch_bytes          | what the engine's vLLM version counts as non-torch memory (the
                              |   version table below: the memory added since start-up for
                              |   today's vLLM, the whole CUDA context for older ones)
@@ -143,6 +149,54 @@ CHUNKED_PREFILL_ABOVE = 32768
 #: fp32 copy, the fp32 probabilities and the fp32 log-probabilities (vLLM's Sampler:
 #: ``logits.to(torch.float)``, ``softmax``, ``log_softmax``)
 SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
+#: vLLM V0's profile samples every dummy sequence with ``SamplingParams(top_p=0.99,
+#: top_k=vocab_size - 1)`` ("Enable top-k sampling to reflect the accurate memory usage",
+#: vllm/worker/model_runner.py ``profile_run``/``_dummy_run`` of v0.6.5 and v0.7.1), so the
+#: Sampler (vllm/model_executor/layers/sampler.py) runs ``_apply_top_k_top_p``, whose
+#: ``logits.sort(dim=-1)`` is the sampler's peak. Bytes per logit live during that sort, on the
+#: driver rank, which holds the whole vocabulary (``tensor_model_parallel_gather``):
+#:   2  the model's logits (bf16, still referenced by ``execute_model``)
+#:   4  their fp32 copy (``logits = logits.to(torch.float)``)
+#:   4  the sorted values and 8 the int64 indices (``sort``'s outputs)
+#:   8  int64 "reverse indices" PyTorch fills as cub's values input (aten/src/ATen/native/cuda/
+#:      SortStable.cu ``segmented_sort_pairs``, taken for 128 rows or more)
+#:   4 + 8  cub's third key and value buffers in its temporary storage
+#:      (``cub::DeviceSegmentedRadixSort::SortPairs`` without a DoubleBuffer, as
+#:      ATen/cuda/cub.cuh calls it)
+V0_SORT_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
+#: vLLM releases whose V0 profile sorts the logits, as above (engine names); the logs of the
+#: other V0 rules show no such share (tests/test_vllm_logs.py), so their sampler term stays
+#: SAMPLER_BYTES_PER_LOGIT over the rank's vocabulary shard
+V0_SORT_ENGINES = ("vllm-0.6.5",)
+#: engines whose tensor-parallel all-reduce is out of place: ``GroupCoordinator.all_reduce``
+#: calls ``torch.ops.vllm.all_reduce`` -> ``_all_reduce_out_place``, and pynccl's
+#: ``all_reduce`` returns ``torch.empty_like(in_tensor)`` ("PyTorch custom ops do not support
+#: mutation ... So we always make the all-reduce operation out-of-place",
+#: vllm/distributed/parallel_state.py of v0.6.5 and v0.7.1): while a row-parallel Linear's
+#: result is reduced, its partial sum and the reduced copy are both live
+OUT_OF_PLACE_ALLREDUCE_ENGINES = ("vllm", "vllm-v1", "vllm-0.6.5")
+#: HF architectures vLLM serves with vllm/model_executor/models/llama.py (its registry, v0.7.1:
+#: the entries mapped to ("llama", "LlamaForCausalLM")). LlamaMLP.forward rebinds the fused
+#: gate_up output (``x, _ = self.gate_up_proj(x); x = self.act_fn(x)``), so it is freed before
+#: down_proj runs; every other vLLM model file with a fused gate_up (qwen2.py, gemma2.py,
+#: qwen2_moe.py, deepseek_v2.py, commandr.py, ... in v0.6.5 and v0.7.1) keeps it
+#: (``gate_up, _ = self.gate_up_proj(x); x = self.act_fn(gate_up)``) until forward returns.
+#: ``architecture=None`` takes llama.py's rule.
+VLLM_LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM",
+                            "AquilaForCausalLM", "AquilaModel", "InternLMForCausalLM",
+                            "InternLM3ForCausalLM", "XverseForCausalLM", "LlamaModel",
+                            "MistralModel")
+#: PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp), whose counts vLLM's
+#: "model weights take" reads (``torch.cuda.max_memory_allocated()`` right after
+#: ``reset_peak_memory_stats()``, i.e. the allocated bytes: vllm/platforms/cuda.py
+#: ``get_current_memory_usage``): requests round up to kMinBlockSize (512 B); from
+#: kMinLargeAlloc (10 MiB) a request gets its own segment rounded up to kRoundLarge (2 MiB), and
+#: the block is split from it only when more than kSmallSize (1 MiB) would remain
+#: (``should_split``)
+ALLOC_MIN_BLOCK = 512
+ALLOC_SMALL = 2**20
+ALLOC_MIN_LARGE = 10 * 2**20
+ALLOC_ROUND_LARGE = 2 * 2**20
 #: What vLLM v0.6.4 (engine "vllm-0.6") logs as non_torch_memory at TP 1: CUDA's memory in use
 #: less torch's allocations after the profile (PR #9352), i.e. the CUDA context alone, as
 #: cuBLAS's workspaces are torch allocations. With lazy module loading (CUDA >= 11.7, on by
@@ -211,21 +265,47 @@ class KvCapacity:
 
 
 def activation_peak_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, tp: int = 1,
-                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
-    """Peak activation bytes of an inference forward over ``tokens`` rows on one TP rank, read
-    off the op list.
+                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, engine: str = "vllm",
+                          architecture: str | None = None) -> int:
+    """Peak activation bytes of vLLM's profile forward over ``tokens`` rows on one TP rank, read
+    off the op list: the larger of the fused GEMM groups' live sets and the sampler's.
 
     Engines fuse the Linears that read the same input (q/k/v: QKVParallelLinear; gate/up:
-    MergedColumnParallelLinear); while such a group runs, live are: the residual stream
-    (d_model), the group's input (its d_in), the group's outputs (sum of d_out x active,
-    column-split over TP), the output of the op that consumes them (the next Linear's input,
-    split likewise when the group was) and that Linear's own output while it runs (vLLM's
-    issue #10517 log: peak torch memory 17.06 GiB at 20,000 tokens and 17.98 GiB at 29,000
-    for Llama-3.1-8B, 14.99 GiB of weights: 110,592 bytes per token = (4,096 residual +
-    4,096 MLP input + 28,672 gate_up + 14,336 SiluAndMul + 4,096 down_proj output) x 2). After the blocks the sampler holds
-    ``max_num_seqs`` rows of logits (SAMPLER_BYTES_PER_LOGIT per element, vocab split over
-    TP). The peak is the larger of the two.
+    MergedColumnParallelLinear). Live while a group and the Linear consuming its output run
+    (vLLM's eager forward, vllm/model_executor/models/llama.py and qwen2.py):
+
+        tensor                                   | width (bytes: x tokens x act_bytes)
+        -----------------------------------------|-----------------------------------------------
+        the layer's input                        | d_model: ``LlamaModel.forward``'s loop holds
+                                                 |   ``hidden_states`` while ``layer(...)`` runs
+                                                 |   (normed in place, fused_add_rms_norm)
+        the residual                             | d_model
+        the group's input                        | d_in (the decoder layer holds it through the
+                                                 |   sub-module call)
+        (a) the group's outputs                  | sum of d_out x active, column-split over TP
+            + the consumer's input               | the next Linear's d_in, split likewise
+        (b) the consumer's input, its output     | + d_out (row-parallel: whole on every rank)
+            and, out of place at TP > 1, the     | + d_out (OUT_OF_PLACE_ALLREDUCE_ENGINES)
+            reduced copy; the group's outputs    | + (a)'s outputs unless vLLM's model file drops
+            while its model file keeps them      |   them first (VLLM_LLAMA_ARCHITECTURES)
+
+    Issue #10517's log (v0.6.4, Llama-3.1-8B, TP 1) measures (a): peak torch memory 17.06 GiB at
+    20,000 tokens and 17.98 GiB at 29,000 over 14.9888 GiB of weights, 110,592 bytes per token =
+    (3 x 4,096 + 2 x 14,336 + 14,336) x 2. Engine "vllm-0.2" keeps the earlier rule
+    (residual + input + outputs + consumer's input and output, no held layer input): its
+    releases were not re-read.
+
+    These are the live sets of vLLM's eager forward (V0, and any run with --enforce-eager); a
+    torch.compile'd V1 forward frees tensors at their last use and is not re-derived here.
+
+    After the blocks the sampler: engines in V0_SORT_ENGINES hold V0_SORT_BYTES_PER_LOGIT per
+    logit of ``max_num_seqs`` rows over the whole vocabulary, plus the final hidden states
+    (tokens x d_model) ``execute_model`` still holds; the others SAMPLER_BYTES_PER_LOGIT over
+    the rank's vocabulary shard.
     """
+    legacy = engine == "vllm-0.2"
+    keeps = architecture not in VLLM_LLAMA_ARCHITECTURES and architecture is not None
+    held = 0 if legacy else cfg.d_model
     best = 0
     i, n = 0, len(ops)
     while i < n:
@@ -242,16 +322,30 @@ def activation_peak_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, tp
         split = tp if op.tp == "colwise" else 1
         nxt = next((o for o in ops[j:] if o.kind == "linear"), None)
         same = nxt is not None and nxt.layer == op.layer
-        consumer = nxt.d_in * max(1, nxt.active) if same else 0
-        # the consuming Linear's output while it runs: vLLM's LlamaMLP.forward keeps gate_up
-        # referenced through ``x, _ = self.down_proj(x)`` (and LlamaAttention qkv through
-        # o_proj); a row-parallel output is whole on every rank (its all-reduce is in place)
+        consumer = cdiv(nxt.d_in * max(1, nxt.active), split) if same else 0
+        # the consuming Linear's output while it runs; a row-parallel output is whole on every
+        # rank, and an out-of-place all-reduce adds its reduced copy
         consumer_out = cdiv(nxt.d_out * max(1, nxt.active), tp if nxt.tp == "colwise" else 1) \
             if same else 0
-        width = cfg.d_model + op.d_in + cdiv(outs, split) + cdiv(consumer, split) + consumer_out
+        reduced = consumer_out if (same and tp > 1 and nxt.tp == "rowwise"
+                                   and engine in OUT_OF_PLACE_ALLREDUCE_ENGINES) else 0
+        # a row-parallel Linear's input is its rank's shard (legacy: the whole width)
+        base = held + cfg.d_model + (op.d_in if legacy or op.tp != "rowwise"
+                                     else cdiv(op.d_in, tp))
+        group = cdiv(outs, split)
+        if legacy:
+            width = base + group + consumer + consumer_out
+        else:
+            width = max(base + group + consumer,
+                        base + (group if keeps else 0) + consumer + consumer_out + reduced)
         best = max(best, tokens * width * act_bytes)
         i = j
-    sampler = min(max_num_seqs, tokens) * cdiv(cfg.vocab_size, tp) * SAMPLER_BYTES_PER_LOGIT
+    rows = min(max_num_seqs, tokens)
+    if engine in V0_SORT_ENGINES:
+        sampler = rows * cfg.vocab_size * V0_SORT_BYTES_PER_LOGIT \
+            + tokens * cfg.d_model * act_bytes
+    else:
+        sampler = rows * cdiv(cfg.vocab_size, tp) * SAMPLER_BYTES_PER_LOGIT
     return max(best, sampler)
 
 
@@ -280,6 +374,90 @@ def _weights_per_gpu(cfg: ModelConfig, model, ops, tp: int, pp: int, weights: st
                    for op in st if op.params_total) for st in stages)
 
 
+def allocated_bytes(nbytes: int) -> int:
+    """Bytes PyTorch's caching allocator counts for one freshly allocated tensor of ``nbytes``
+    (the ALLOC_* rules): a request of 10 MiB or more holds its whole 2 MiB-rounded segment when
+    at most 1 MiB of it would be left over; smaller requests are carved from shared segments,
+    rounded to 512 bytes."""
+    size = cdiv(nbytes, ALLOC_MIN_BLOCK) * ALLOC_MIN_BLOCK
+    if size < ALLOC_MIN_LARGE:
+        return size
+    segment = cdiv(size, ALLOC_ROUND_LARGE) * ALLOC_ROUND_LARGE
+    return segment if segment - size <= ALLOC_SMALL else size
+
+
+def rotary_cache_bytes(cfg: ModelConfig, act_bytes: int) -> int:
+    """vLLM's rotary cos/sin cache: one ``cos_sin_cache`` buffer of [max_position, rotary dim]
+    in the model's dtype (vllm/model_executor/layers/rotary_embedding.py: ``cache =
+    self._compute_cos_sin_cache(); cache = cache.to(dtype)``; ``get_rope`` shares one instance
+    across layers), allocated while the model loads, so "model weights take" includes it
+    (issue #10517: 14.9888 GiB for Llama-3.1-8B = 14.9575 GiB of parameters + 131,072 x 128 x
+    2 B)."""
+    if cfg.pos_type != "rotary":
+        return 0
+    dim = cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim
+    return allocated_bytes(cfg.max_position * dim * act_bytes)
+
+
+def vllm_weights_bytes(cfg: ModelConfig, ops, tp: int, pp: int, wbytes: int,
+                       act_bytes: int) -> int:
+    """The fullest stage's dense weights as vLLM allocates them on one TP rank: one tensor per
+    fused group (the column-parallel Linears of a block reading the same input: QKVParallelLinear,
+    MergedColumnParallelLinear; their biases fused likewise), one per other parameter tensor,
+    each counted as the caching allocator hands it out (``allocated_bytes``), plus the rotary
+    cache. Issue #15815 (Qwen2.5-32B, TP 2): "Loading model weights took 30.7098 GB" against
+    30.5144 GiB of parameters: qkv (35 MiB), o_proj (25 MiB) and down_proj (135 MiB) each hold
+    a 1 MiB-longer segment (64 layers x 3 MiB) and the 8 MiB rotary cache."""
+    from .parallel.sharding import assign_stages, local_tensors
+    best = 0
+    for stage in assign_stages(cfg, ops, pp):
+        total, i = 0, 0
+        while i < len(stage):
+            op = stage[i]
+            j = i + 1
+            if op.kind == "linear" and op.placement == "block" and op.tp == "colwise":
+                while (j < len(stage) and stage[j].kind == "linear" and stage[j].tp == "colwise"
+                       and stage[j].layer == op.layer and stage[j].d_in == op.d_in
+                       and stage[j].placement == "block"):
+                    j += 1
+            mats = vecs = 0
+            for o in stage[i:j]:
+                for d0, rest, count in local_tensors(o, tp):
+                    if rest > 1 and o.kind == "linear" and j > i + 1:
+                        mats += d0 * rest * count
+                    elif rest == 1 and o.kind == "linear" and j > i + 1:
+                        vecs += d0 * count
+                    else:
+                        total += allocated_bytes(d0 * rest * count * wbytes)
+            total += (allocated_bytes(mats * wbytes) if mats else 0) \
+                + (allocated_bytes(vecs * wbytes) if vecs else 0)
+            i = j
+        best = max(best, total)
+    return best + rotary_cache_bytes(cfg, act_bytes)
+
+
+def hf_architecture(model) -> str | None:
+    """``architectures[0]`` of the HF config.json a model was given as (a path to the file or its
+    folder), the key vLLM's model registry picks the model file by; None for a preset, a Hub id
+    or a ModelConfig (pass ``architecture`` to kv_capacity instead)."""
+    import os
+    from pathlib import Path
+
+    from .safeio import parse_json, read_text
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    try:
+        p = Path(model)
+        p = p / "config.json" if p.is_dir() else p
+        if p.suffix != ".json" or not p.is_file():
+            return None
+    except (OSError, ValueError):
+        return None
+    raw = parse_json(read_text(p, ServingError), str(p), ServingError, infinity=True)
+    archs = raw.get("architectures") if isinstance(raw, dict) else None
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
 def cached_prefix_tokens(input_len, prefix_hit_rate: float, block_size: int = 16):
     """Tokens of each prompt served from the prefix cache (a numpy int64 array): hit rate x
     prompt, cut to whole blocks (the cache hashes full blocks) and to prompt - 1 (vLLM always
@@ -301,7 +479,7 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None,
                 overheads=None, engine: str = "vllm",
                 kv_cache_free_gpu_mem_fraction: float = DEFAULT_FREE_FRACTION,
-                prefix_hit_rate: float = 0.0) -> KvCapacity:
+                prefix_hit_rate: float = 0.0, architecture: str | None = None) -> KvCapacity:
     """KV blocks, tokens and concurrency of one GPU of a tp x pp replica (see the module table).
 
     ``max_model_len``: default the model's max_position. ``max_num_batched_tokens``: the
@@ -313,7 +491,11 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     pass block_size=TRTLLM_BLOCK_SIZE for trtllm-build's default. ``overheads``: None (the
     default): each engine's own non-torch term (module table; where that term is the
     planner's, ``Overheads()``'s); an ``Overheads``: the caller sized the framework memory, its
-    cuda_context_bytes (+ comm_buffer_bytes when tp x pp > 1) replace the engine's term."""
+    cuda_context_bytes (+ comm_buffer_bytes when tp x pp > 1) replace the engine's term.
+    ``architecture``: the HF
+    ``architectures[0]`` that picks vLLM's model file, whose MLP keeps or drops its gate_up
+    output before down_proj (VLLM_LLAMA_ARCHITECTURES); None: the config.json's own when
+    ``model`` is one (``hf_architecture``), else llama.py's."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
@@ -334,9 +516,13 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     _check("kv dtype", kv_dtype, KV_DTYPES)
     if engine not in ENGINES:
         raise I.InputError(f"engine ({I.show(engine)}) must be one of {', '.join(ENGINES)}")
+    if architecture is not None and not isinstance(architecture, str):
+        raise I.InputError(f"architecture ({I.show(architecture)}) must be a HF architecture "
+                           "name such as 'Qwen2ForCausalLM'")
     fraction = I.number("kv_cache_free_gpu_mem_fraction", kv_cache_free_gpu_mem_fraction, 0, 1)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
     cfg = load(model)
+    architecture = architecture if architecture is not None else hf_architecture(model)
     g = get_gpu(gpu, gpu_file)
     if overheads is not None and not isinstance(overheads, Overheads):
         raise I.InputError(f"overheads ({I.show(overheads)}) must be an Overheads or None")
@@ -352,8 +538,14 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
         max(max_model_len, 2048) if max_model_len <= CHUNKED_PREFILL_ABOVE
         or engine == "vllm-0.2" else chunk)
     ops = model_ops_tuple(cfg)
+    trt = engine == "trtllm"
     w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
-    act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs)
+    if not trt:  # what vLLM's loader allocates (the caching allocator's blocks, rotary cache)
+        from . import formats as Q
+        w = vllm_weights_bytes(cfg, ops, tp, pp, prec.weight, prec.act) \
+            if Q.resolve(model, weights)[0] is None else w + rotary_cache_bytes(cfg, prec.act)
+    act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs, engine,
+                                architecture)
     # each version's non-torch term (module table), unless the caller gave Overheads (plan's
     # --cuda-context-gib): then those, at any value
     sized = overheads is not None
@@ -368,7 +560,6 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
         if engine == "vllm-0.2" and tp > 1 else 0
     graphs = 0
     total = g.usable_bytes
-    trt = engine == "trtllm"
     budget = total if trt else int(total * gpu_memory_utilization)
     kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
     layers_per_stage = cdiv(n_blocks, pp)
