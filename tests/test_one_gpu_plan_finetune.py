@@ -1,0 +1,100 @@
+"""One GPU (tp = pp = dp = 1): ``plan train``'s per-GPU bytes by category equal the engine's
+(``txcalc memory``, TrainingMemory) for every fine-tuning mode, LM loss and recompute mode,
+byte for byte. The sibling of test_stacks_recompute's
+``test_one_gpu_plan_activations_equal_memory_for_every_stack``.
+
+The planner reads the engine's rules (memory.held_inputs, memory.loss_transient,
+memory.dequant_buffer_bytes) instead of re-deriving them; the engine's phases, which the same
+rules build, are checked against MemTracker and saved_tensors_hooks in tests/test_finetune*.py
+and tests/test_memory_phases.py. Categories:
+
+    planner     | engine (TrainingMemory)
+    ------------|---------------------------------------------------------------------
+    weights     | weights (a QLoRA base in NF4)
+    gradients   | gradients (trainable parameters only)
+    optimizer   | optimizer_total (states, fp32 master, step counters)
+    activations | activations (saved for backward)
+    inputs      | held_inputs_bytes: a frozen table's ids and leaf, unsaved labels, the loss
+    logits      | max(logits_transient, dequant_bytes): the loss's largest transient (the full
+                |   loss's two fp32 T x V buffers) or the largest dequantised weight
+"""
+
+import pytest
+
+import txcalc
+from txcalc.finetune import Finetune
+from txcalc.hardware import get_gpu
+from txcalc.memory import TrainingMemory
+from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+from txcalc.parallel.layout import Layout
+from txcalc.workload import Workload
+
+FINETUNES = {
+    "full": None,
+    "lora-all-linear": Finetune("lora", 16),
+    "lora-qv": Finetune("lora", 8, targets="q_proj,v_proj", lora_dropout=0.1),
+    "qlora": Finetune("qlora", 64),
+    "dora": Finetune("dora", 8, targets="q_proj,v_proj"),
+    "freeze-last2-head": Finetune("freeze", trainable="last:2,head"),
+    "freeze-head": Finetune("freeze", trainable="head"),
+}
+LOSSES = ("full", "chunked", "fused-linear")
+RECOMPUTES = ("none", "selective", "full")
+#: a dense GQA llama, an MHA one, one with tied embeddings; (micro-batch, seq): batch 2 makes
+#: the chunked loss copy its chunks (labels then held beside the saved tensors)
+MODELS = {"llama-3-8b": (1, 4096), "llama-2-7b": (2, 512), "llama-3.2-1b": (2, 1024)}
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "inputs", "logits")
+
+
+def _both(model, ft, loss, recompute):
+    cfg = txcalc.load(model)
+    batch, seq = MODELS[model]
+    s = TrainSetting(cfg, get_gpu("h200"), seq, batch, finetune=ft, loss=loss)
+    r = evaluate_layouts(s, [Layout(micro_batch=batch, recompute=recompute)])
+    m = TrainingMemory(cfg, Workload(batch=batch, seq=seq, attn_impl="flash", loss=loss,
+                                     recompute=recompute), "bf16-mixed", "adamw", ft)
+    engine = {"weights": m.weights, "gradients": m.gradients, "optimizer": m.optimizer_total,
+              "activations": m.activations, "inputs": m.held_inputs_bytes,
+              "logits": max(m.logits_transient, m.dequant_bytes)}
+    return {k: int(r[f"{k}_bytes"][0]) for k in CATEGORIES}, engine, m
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_one_gpu_plan_equals_memory_for_every_finetune_loss_and_recompute(model):
+    """Every fine-tuning mode x loss x recompute mode on one GPU: 0 bytes apart in every
+    category (all 63 combinations of a model in one test, collected so that a failure lists
+    each disagreement)."""
+    wrong = {}
+    for name, ft in FINETUNES.items():
+        for loss in LOSSES:
+            for recompute in RECOMPUTES:
+                planner, engine, _ = _both(model, ft, loss, recompute)
+                diff = {k: planner[k] - engine[k] for k in CATEGORIES if planner[k] != engine[k]}
+                if diff:
+                    wrong[(name, loss, recompute)] = diff
+    assert not wrong
+
+
+def test_the_compared_categories_carry_what_the_planner_used_to_miss():
+    """The equalities above could not pass by both sides missing the same bytes: at llama-3-8b,
+    4,096 tokens, LoRA and the full loss, the engine's inputs hold the frozen table's ids and
+    leaf and the loss scalar (the planner booked none of them before), and its logits the two
+    fp32 T x V buffers (the planner booked one); a QLoRA model's largest dequantised weight
+    (an MLP matrix in bf16) is what the planner books on a stage without the head."""
+    cfg = txcalc.load("llama-3-8b")
+    T, E, V = 4096, cfg.d_model, cfg.vocab_size
+    planner, engine, m = _both("llama-3-8b", FINETUNES["lora-all-linear"], "full", "none")
+    assert planner["inputs"] == engine["inputs"] == 8 * T + T * E * 2 + 4  # 33,587,204 B
+    assert planner["logits"] == engine["logits"] == 8 * T * V  # 4,202,692,608 B
+    assert m.peak_phase == "peak_backward"  # the 8 T V buffers hold the step's peak here
+    # full recompute: block 0's checkpoint is the leaf itself, so only the ids stay beside it
+    planner, engine, _ = _both("llama-3-8b", FINETUNES["lora-all-linear"], "full", "full")
+    assert planner["inputs"] == engine["inputs"] == 8 * T + 4
+    # fused-linear saves no labels: the caller's stay alive beside the saved tensors
+    planner, engine, _ = _both("llama-3-8b", None, "fused-linear", "none")
+    assert planner["inputs"] == engine["inputs"] == 8 * T + 4
+    # QLoRA on two pipeline stages: stage 0 (no head) books the dequantised down_proj
+    s = TrainSetting(cfg, get_gpu("h200"), T, 2, finetune=FINETUNES["qlora"])
+    r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [0])
+    assert int(r["logits_bytes"][0]) == cfg.d_model * cfg.d_ff * 2 \
+        == TrainingMemory(cfg, Workload(batch=1, seq=T), finetune=FINETUNES["qlora"]).dequant_bytes
