@@ -98,3 +98,32 @@ def test_the_compared_categories_carry_what_the_planner_used_to_miss():
     r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [0])
     assert int(r["logits_bytes"][0]) == cfg.d_model * cfg.d_ff * 2 \
         == TrainingMemory(cfg, Workload(batch=1, seq=T), finetune=FINETUNES["qlora"]).dequant_bytes
+
+
+@pytest.mark.parametrize("argv", [
+    ["--finetune", "freeze", "--trainable", "last:2,head", "--loss", "fused-linear"],
+    ["--finetune", "qlora", "--loss", "chunked", "--recompute", "full"],
+], ids=["freeze-fused-linear", "qlora-chunked-full"])
+def test_plan_train_cli_one_gpu_equals_memory_json(argv, big_gpu):
+    """The CLI paths (``plan train --gpus 1 --zero 0`` and ``memory --json``): the same bytes in
+    every category the two share, the held inputs and the loss transient included."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+
+    def run(args):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+    recompute = [] if "--recompute" in argv else ["--recompute", "none"]
+    mem = run(["memory", "llama-3.2-1b", "--batch", "2", "--seq", "1024", *argv, *recompute,
+               "--json"])
+    plan = run(["plan", "train", "llama-3.2-1b", "--gpu", "big", "--gpu-file", big_gpu,
+                "--gpus", "1", "--zero", "0", "--micro-batch", "2", "--seq", "1024",
+                "--tokens", "2048", *argv, *recompute, "--json"])
+    best = plan["best"]["memory_bytes"]
+    assert mem["inputs_bytes"] > 4 and mem["logits_bytes"] > 0
+    for k in ("weights", "gradients", "optimizer", "activations", "inputs", "logits"):
+        assert best[k] == mem[f"{k}_bytes"], k

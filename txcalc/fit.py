@@ -30,8 +30,9 @@ from .units import cdiv
 from .workload import Workload
 
 from .parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
-CUDA_CONTEXT_BYTES = 2**30  #: 1 GiB (2^30 bytes), parallel.evaluate.Overheads default
-FRAGMENTATION = 0.05
+from .parallel.evaluate import Overheads  # noqa: E402  (the planner's framework defaults)
+CUDA_CONTEXT_BYTES = Overheads().cuda_context_bytes  #: 1 GiB (2^30 bytes)
+FRAGMENTATION = Overheads().fragmentation  #: 5 % allocator slack
 
 
 @dataclass(frozen=True)
