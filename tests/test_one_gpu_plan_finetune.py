@@ -127,3 +127,19 @@ def test_plan_train_cli_one_gpu_equals_memory_json(argv, big_gpu):
     assert mem["inputs_bytes"] > 4 and mem["logits_bytes"] > 0
     for k in ("weights", "gradients", "optimizer", "activations", "inputs", "logits"):
         assert best[k] == mem[f"{k}_bytes"], k
+
+
+def test_held_inputs_split_over_pipeline_stages():
+    """On two pipeline stages stage 0 books the frozen table's ids and leaf once per
+    micro-batch in flight (1F1B: two), the last stage the labels and the loss of one
+    (memory.held_inputs' first and last)."""
+    from txcalc.memory import held_inputs
+    cfg = txcalc.load("llama-3.2-1b")
+    ft = FINETUNES["lora-all-linear"]
+    s = TrainSetting(cfg, get_gpu("h200"), 1024, 4, finetune=ft, loss="fused-linear")
+    h = held_inputs(cfg, s.ops, s.work(1), 2, True)
+    assert h.ids == 8 * 1024 and h.leaf == 1024 * cfg.d_model * 2 and h.labels == 8 * 1024
+    r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [0])
+    assert int(r["inputs_bytes"][0]) == 2 * h.first
+    r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [1])
+    assert int(r["inputs_bytes"][0]) == h.last
