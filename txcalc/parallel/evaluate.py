@@ -23,14 +23,14 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   their one chunk (inflight_chunks: Megatron-Core's    |
                   |   schedule; stage 0: pp + (pp - 1) / v micro-batches)  |
     inputs        | the batch and the loss beside the saved tensors, per   |
-                  |   in-flight micro-batch of the edge chunk (the engine's |
-                  |   memory.held_inputs): stage 0 a frozen table's token   |
-                  |   ids and leaf, the last stage the labels the loss does |
-                  |   not save and the fp32 loss                            |
-    logits        | the loss's largest transient on the last stage, / (tp x | tp, cp
-                  |   cp) (memory.loss_transient: the full loss's two fp32  |
-                  |   T x V buffers), or the stage's largest dequantised    |
-                  |   weight (memory.dequant_buffer_bytes), the larger      |
+                  |   in-flight micro-batch of the edge chunk (engine's    |
+                  |   held_inputs): stage 0 a frozen table's ids and leaf, | ids: CP; leaf:
+                  |   the last stage the labels the loss does not save and |   SP, CP
+                  |   the fp32 loss                                        |
+    logits        | the loss's largest transient, last stage (engine's     | TP, CP (the
+                  |   loss_transient: the full loss's two fp32 T x V       |   loss)
+                  |   buffers), or the stage's largest dequantised weight  |
+                  |   (dequant_buffer_bytes), the larger of the two        |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
