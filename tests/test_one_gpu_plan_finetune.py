@@ -3,8 +3,8 @@
 byte for byte. The sibling of test_stacks_recompute's
 ``test_one_gpu_plan_activations_equal_memory_for_every_stack``.
 
-The planner reads the engine's rules (memory.held_inputs, memory.loss_transient,
-memory.dequant_buffer_bytes) instead of re-deriving them; the engine's phases, which the same
+The planner reads the engine's rules (memory.held_inputs, memory.dequant_buffer_bytes,
+lm_loss.logits_grad_bytes) instead of re-deriving them; the engine's phases, which the same
 rules build, are checked against MemTracker and saved_tensors_hooks in tests/test_finetune*.py
 and tests/test_memory_phases.py. Categories:
 
@@ -15,8 +15,15 @@ and tests/test_memory_phases.py. Categories:
     optimizer   | optimizer_total (states, fp32 master, step counters)
     activations | activations (saved for backward)
     inputs      | held_inputs_bytes: a frozen table's ids and leaf, unsaved labels, the loss
-    logits      | max(logits_transient, dequant_bytes): the loss's largest transient (the full
-                |   loss's two fp32 T x V buffers) or the largest dequantised weight
+    logits      | max(logits_transient, dequant_bytes): one fp32 logits gradient (4 T V for
+                |   the full loss) or the largest dequantised weight
+
+Not booked by the planner (open): the phases' early-backward loss transient is two fp32 T x V
+buffers for the full loss (8 T V, lm_loss.backward_early, MemTracker-exact on HF-style code),
+and for fused-linear the final norm's backward. Booking it (tried) breaks the published
+allocated peaks of Megatron-LM's CI goldens (tests/test_training_validation.py: up to +37 %),
+whose vocab-parallel cross-entropy writes its gradient in place of the saved fp32 softmax: the
+loss transient depends on the stack's loss kernel, a rule the engine does not have yet.
 """
 
 import pytest
@@ -78,15 +85,16 @@ def test_one_gpu_plan_equals_memory_for_every_finetune_loss_and_recompute(model)
 def test_the_compared_categories_carry_what_the_planner_used_to_miss():
     """The equalities above could not pass by both sides missing the same bytes: at llama-3-8b,
     4,096 tokens, LoRA and the full loss, the engine's inputs hold the frozen table's ids and
-    leaf and the loss scalar (the planner booked none of them before), and its logits the two
-    fp32 T x V buffers (the planner booked one); a QLoRA model's largest dequantised weight
-    (an MLP matrix in bf16) is what the planner books on a stage without the head."""
+    leaf and the loss scalar (the planner booked none of them before); a QLoRA model's largest
+    dequantised weight (an MLP matrix in bf16) is what the planner books on a stage without
+    the head (it booked nothing before)."""
     cfg = txcalc.load("llama-3-8b")
     T, E, V = 4096, cfg.d_model, cfg.vocab_size
     planner, engine, m = _both("llama-3-8b", FINETUNES["lora-all-linear"], "full", "none")
     assert planner["inputs"] == engine["inputs"] == 8 * T + T * E * 2 + 4  # 33,587,204 B
-    assert planner["logits"] == engine["logits"] == 8 * T * V  # 4,202,692,608 B
-    assert m.peak_phase == "peak_backward"  # the 8 T V buffers hold the step's peak here
+    assert planner["logits"] == engine["logits"] == 4 * T * V  # 2,101,346,304 B
+    # the phases' early backward holds two (see the module docstring: not booked)
+    assert m._loss_temp("backward") == 8 * T * V
     # full recompute: block 0's checkpoint is the leaf itself, so only the ids stay beside it
     planner, engine, _ = _both("llama-3-8b", FINETUNES["lora-all-linear"], "full", "full")
     assert planner["inputs"] == engine["inputs"] == 8 * T + 4
@@ -101,12 +109,12 @@ def test_the_compared_categories_carry_what_the_planner_used_to_miss():
 
 
 @pytest.mark.parametrize("argv", [
-    ["--finetune", "freeze", "--trainable", "last:2,head", "--loss", "fused-linear"],
+    ["--finetune", "freeze", "--trainable", "last:2", "--loss", "full"],
     ["--finetune", "qlora", "--loss", "chunked", "--recompute", "full"],
-], ids=["freeze-fused-linear", "qlora-chunked-full"])
+], ids=["freeze-full", "qlora-chunked-full"])
 def test_plan_train_cli_one_gpu_equals_memory_json(argv, big_gpu):
     """The CLI paths (``plan train --gpus 1 --zero 0`` and ``memory --json``): the same bytes in
-    every category the two share, the held inputs and the loss transient included."""
+    every category the two share, the held inputs and the logits gradient included."""
     import json
 
     from typer.testing import CliRunner

@@ -60,10 +60,11 @@ def logits_grad_bytes(loss: str, batch, seq, vocab: int):
     """The fp32 gradient of the logits of one cross-entropy call: 4 V bytes a row, for the
     rows the call sees (full: all T = batch x seq; chunked:N: the largest chunk, batch x
     ceil(seq / N); fused-linear: none, its gradients are made in the forward, one row chunk
-    at a time, and saved as the head's grad_input / grad_weight). The full loss's early
-    backward holds two such buffers (``backward_early``); the transient the planner books is
-    ``memory.loss_transient``, the phases'. ``batch`` and ``seq`` may be numpy integer arrays:
-    only integer arithmetic here."""
+    at a time, and saved as the head's grad_input / grad_weight). What the planner books on
+    the last stage beside the saved activations (``TrainingMemory.logits_transient``, the
+    planner's "logits" category); the phases hold the exact transients (HF's full loss: two
+    such buffers, ``backward_early``). ``batch`` and ``seq`` may be numpy integer arrays (the
+    planner's micro-batches): only integer arithmetic here."""
     if loss == "fused-linear":
         return 0 * batch
     n = loss_chunks(loss)

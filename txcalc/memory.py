@@ -417,15 +417,6 @@ def fused_norm_temp(cfg: ModelConfig, ops, work: Workload, precision: str) -> in
                                scale and cfg.norm_type == "layernorm" and cfg.norm_bias, p.grad)
 
 
-def loss_transient(cfg: ModelConfig, ops, work: Workload, precision: str) -> int:
-    """The loss's largest transient above the saved activations: the larger of its forward
-    peak's and its early backward's (``loss_temp``; the full loss: the two fp32 T x V buffers
-    of the log-softmax backward, 2 x lm_loss.logits_grad_bytes). What ``phases`` holds at the
-    loss and the planner books on the last stage (its "logits" category)."""
-    return max(loss_temp(cfg, ops, work, precision, "forward"),
-               loss_temp(cfg, ops, work, precision, "backward"))
-
-
 def frozen_table_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
                         finetuned: bool) -> tuple[int, int]:
     """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
@@ -623,9 +614,14 @@ class TrainingMemory:
 
     @cached_property
     def logits_transient(self) -> int:
-        """The loss's largest transient above the saved activations, at the forward peak or as
-        backward starts (``loss_transient``: the full loss's two fp32 T x V buffers, 8 T V)."""
-        return loss_transient(self.cfg, self.ops, self.work, self.precision)
+        """fp32 gradient of the logits of one cross-entropy call, alive while backward starts
+        (T x V x 4 for the full loss; txcalc.lm_loss.logits_grad_bytes): what the planner books
+        as "logits" on the last stage. Not the phases' whole early-backward transient
+        (``_loss_temp``: the full loss's two fp32 T x V buffers, 8 T V, measured on HF-style
+        code); see tests/test_one_gpu_plan_finetune.py for why the planner keeps one."""
+        from .lm_loss import logits_grad_bytes
+        return logits_grad_bytes(self.work.loss, self.work.batch, self.work.seq,
+                                 self.cfg.vocab_size) if self.cfg.head in VOCAB_HEADS else 0
 
     @cached_property
     def held(self) -> HeldInputs:

@@ -27,10 +27,11 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   held_inputs): stage 0 a frozen table's ids and leaf, | ids: CP; leaf:
                   |   the last stage the labels the loss does not save and |   SP, CP
                   |   the fp32 loss                                        |
-    logits        | the loss's largest transient, last stage (engine's     | TP, CP (the
-                  |   loss_transient: the full loss's two fp32 T x V       |   loss)
-                  |   buffers), or the stage's largest dequantised weight  |
-                  |   (dequant_buffer_bytes), the larger of the two        |
+    logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
+                  |   (one loss chunk's rows: lm_loss.logits_grad_bytes,   |
+                  |   TrainingMemory.logits_transient), or the stage's     |
+                  |   largest dequantised weight (the engine's             |
+                  |   dequant_buffer_bytes), the larger of the two         |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
@@ -76,12 +77,13 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from ..components import model_ops_tuple
-from ..config import ModelConfig
+from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
 from ..finetune import op_weight_bytes
+from ..lm_loss import logits_grad_bytes
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, dequant_buffer_bytes,
-                      fp8_saved_delta, fp8_weight_bytes, held_inputs, loss_transient,
-                      optimizer_state_bytes, param_tensor_count, saved_rows, zero_bytes)
+                      fp8_saved_delta, fp8_weight_bytes, held_inputs, optimizer_state_bytes,
+                      param_tensor_count, saved_rows, zero_bytes)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -527,10 +529,8 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     dq = np.array([[[once(group_dequant, gi, tp, ep) for ep in eps] for tp in tps]
                    for gi in range(G)], dtype=np.int64)
     arrays["dequant"] = np.max(np.where(C[..., None, None] > 0, dq[None, None], 0), axis=2)
-    # the engine's loss transient [mb] and held inputs [ids | leaf | labels | loss, mb, mode]
-    # on one GPU of the micro-batch (whole model ops: the head, its norm, block 0's first op)
-    arrays["loss_transient"] = np.array([loss_transient(s.cfg, s.ops, s.work(mb), s.precision)
-                                         for mb in mbs], dtype=np.int64)
+    # the engine's held inputs [ids | leaf | labels | loss, mb, mode] on one GPU of the
+    # micro-batch (whole model ops: the table, block 0's first op)
     arrays["held"] = np.array([[held_inputs(s.cfg, s.ops, s.work(mb, rc), s.bytes.act,
                                             s.finetune is not None) for rc in RECOMPUTE]
                                for mb in mbs], dtype=np.int64).transpose(2, 0, 1)
@@ -700,7 +700,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # the loss's transient (last stage; vocab-parallel over TP, sequence over CP) and the
     # batch held beside the saved tensors (memory.held_inputs: ids and the frozen table's leaf
     # on stage 0, on the residual stream split by SP; labels and the loss on the last stage)
-    logits = _cdiv(A["loss_transient"].take(mi), tp * cp)
+    logits = _cdiv(logits_grad_bytes(s.loss, mbatch, s.seq, cfg.vocab_size), tp * cp) \
+        if cfg.head in VOCAB_HEADS else 0
     ids_b, leaf_b, labels_b, loss_b = (A["held"][j][mi, rc] for j in range(4))
     held_first = _cdiv(ids_b, cp) + _cdiv(leaf_b, np.where(sp == 1, tp, 1) * cp)
     held_last = _cdiv(labels_b, cp) + loss_b
