@@ -62,8 +62,9 @@ def logits_grad_bytes(loss: str, batch, seq, vocab: int):
     ceil(seq / N); fused-linear: none, its gradients are made in the forward, one row chunk
     at a time, and saved as the head's grad_input / grad_weight). What the planner books on
     the last stage beside the saved activations (``TrainingMemory.logits_transient``, the
-    planner's "logits" category); the phases hold the exact transients. ``batch`` and ``seq``
-    may be numpy integer arrays (the planner's micro-batches): only integer arithmetic here."""
+    planner's "logits" category); the phases hold the exact transients (HF's full loss: two
+    such buffers, ``backward_early``). ``batch`` and ``seq`` may be numpy integer arrays (the
+    planner's micro-batches): only integer arithmetic here."""
     if loss == "fused-linear":
         return 0 * batch
     n = loss_chunks(loss)
@@ -158,8 +159,8 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
     t = work.rows("seq")
     if work.loss == "fused-linear":
         return 0
-    if work.loss == "full":
-        return 8 * t * vocab
+    if work.loss == "full":  # the log-softmax's gradient beside the nll's, both fp32
+        return 2 * logits_grad_bytes("full", 1, t, vocab)
     b, sizes = work.batch, _sizes(work)
     n = len(sizes)
     rows = [b * s for s in sizes]

@@ -365,6 +365,133 @@ def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int
                for _, op, b in saved_rows(ops, work, act_bytes))
 
 
+def dequant_buffer_bytes(ops, act_bytes: int) -> int:
+    """The largest transient weight a step builds over the ops: a quantised base weight
+    dequantised to 16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's
+    merged weight W + s B A and B A (two d_out x d_in copies) beside PEFT's d_in x d_in
+    identity. Alive one op at a time (the planner passes one stage's sharded ops)."""
+    out = 0
+    for op in ops:
+        if op.weight_format and op.kind == "linear":
+            out = max(out, op.d_in * op.d_out * op.instances * act_bytes)
+        elif op.kind == "weight_product":  # + PEFT's d_in x d_in identity
+            out = max(out, (2 * op.d_out + op.d_in) * op.d_in * act_bytes)
+    return out
+
+
+def loss_temp(cfg: ModelConfig, ops, work: Workload, precision: str, when: str) -> int:
+    """The loss's transient above the saved activations at the forward peak (``when`` =
+    "forward") or as backward starts ("backward"), txcalc.lm_loss's rules; ``ops``: the
+    model's (the head's and final norm's trainability and saved inputs decide)."""
+    from . import lm_loss
+    if cfg.head not in VOCAB_HEADS:
+        return 0
+    a = PRECISIONS[precision].act
+    if when == "forward":
+        extra = lm_loss.forward_peak_extra(work, cfg.vocab_size, cfg.embed_dim, a)
+        head = next((op for op in ops if op.path == "lm_head"), None)
+        if work.loss == "full" and head is not None and not head.saved:
+            # a frozen head saves no input: the caller's hidden states, alive at the loss
+            extra += work.rows("seq") * cfg.embed_dim * a
+        return extra
+    if work.loss == "fused-linear":
+        return fused_norm_temp(cfg, ops, work, precision)
+    head = any(op.trainable for op in ops if op.path == "lm_head" and op.params)
+    return lm_loss.backward_early(work, cfg.vocab_size, cfg.embed_dim, a,
+                                  PRECISIONS[precision].grad if head else 0)
+
+
+def fused_norm_temp(cfg: ModelConfig, ops, work: Workload, precision: str) -> int:
+    """Under the fused linear cross-entropy: the final norm's backward transient
+    (lm_loss.fused_norm_backward) when the norm feeds the head directly; 0 (not modelled)
+    without a final norm, with a projection between (embed_dim != d_model) or with the
+    compiled RMSNorm kernel of a stack."""
+    from .lm_loss import fused_norm_backward
+    norm = next((op for op in ops if op.path == "final_norm"), None)
+    if norm is None or cfg.embed_dim != cfg.d_model or \
+            (cfg.norm_type == "rmsnorm" and "norm" in work.fused):
+        return 0
+    p = PRECISIONS[precision]
+    scale = norm.trainable and cfg.norm_affine
+    return fused_norm_backward(work.rows("seq"), cfg.d_model, p.act, cfg.norm_type, scale,
+                               scale and cfg.norm_type == "layernorm" and cfg.norm_bias, p.grad)
+
+
+def frozen_table_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
+                        finetuned: bool) -> tuple[int, int]:
+    """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
+    tensors through forward and backward. The frozen lookup saves no ids (the caller still
+    holds them); PEFT's ``enable_input_require_grads`` (reference/lora.py) makes its output
+    a leaf that requires grad, which the graph holds (and, in backward, its ``.grad``,
+    the size of the embedding input gradient counted in ``phases``) until the loss is
+    freed: E a bytes per token of each stream through the table (after forward not
+    beside the saved tensors when block 0 saves that very tensor, ``leaf_saved``).
+    ``finetuned``: a Finetune is given (without one every table trains)."""
+    table = next((op for op in ops if op.path == "embed.tokens" and op.kind == "embedding"),
+                 None)
+    if not finetuned or table is None or table.trainable:
+        return 0, 0
+    rows = sum(work.rows(op.stream) for op in ops if op.path == "embed.tokens")
+    return 8 * rows, rows * cfg.embed_dim * act_bytes
+
+
+def leaf_saved(cfg: ModelConfig, ops, work: Workload, act_bytes: int) -> bool:
+    """Whether block 0 saves the frozen table's output itself: it is block 0's input (no
+    positions added, no norm, dropout or projection between) and block 0 is fully
+    recomputed (its checkpoint) or opens with a norm that saves its input: LayerNorm, a
+    fused RMSNorm, or HF's RMSNorm in fp32 (its fp32 copy is the tensor itself)."""
+    if cfg.pos_type == "learned" or cfg.type_vocab_size or cfg.embed_norm or \
+            cfg.embed_dim != cfg.d_model or (work.dropout and cfg.embed_dropout):
+        return False
+    if work.block_mode(0) == "full" and work.keeps_block_input(0):
+        return True
+    stack = cfg.stacks[0][0]
+    first = next((op for op in ops if op.stack == stack and op.layer == 0 and
+                  op.kind != "checkpoint"), None)
+    if first is None or first.kind != "norm" or not first.saved:
+        return False
+    saved = first.saved_fused if first.saved_fused is not None and "norm" in work.fused \
+        else first.saved
+    return saved[0][1] == "a" or (saved[0][1] == "f32" and act_bytes == 4)
+
+
+class HeldInputs(NamedTuple):
+    """Bytes a step holds beside the saved activations from forward through the start of
+    backward (``held_inputs``): the first pipeline stage's ``ids`` and ``leaf``, the last
+    stage's ``labels`` and ``loss``."""
+    ids: int  #: token ids the caller holds that no op saves (a frozen table; Longformer's pad)
+    leaf: int  #: a frozen table's output leaf (PEFT), unless block 0 saves that very tensor
+    labels: int  #: labels the loss does not save (lm_loss.held_labels)
+    loss: int  #: the fp32 loss scalar the step returns
+
+    @property
+    def first(self) -> int:
+        return self.ids + self.leaf
+
+    @property
+    def last(self) -> int:
+        return self.labels + self.loss
+
+
+def held_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
+                finetuned: bool) -> HeldInputs:
+    """What the batch and the loss hold beside the saved tensors (``HeldInputs``); ``ops``:
+    the model's. ``phases`` adds their sum to the saved activations; the planner books
+    ``first`` on stage 0 and ``last`` on the last stage (its "inputs" category)."""
+    labels = 0
+    if cfg.head == "lm":  # labels the loss does not save (txcalc.lm_loss)
+        from .lm_loss import held_labels
+        labels = held_labels(work)
+    ids, leaf = frozen_table_inputs(cfg, ops, work, act_bytes, finetuned)
+    if leaf and leaf_saved(cfg, ops, work, act_bytes):
+        leaf = 0
+    if cfg.sliding_chunks and work.seq % (2 * cfg.sliding_window):
+        # Longformer pads the ids (a copy, what the embeddings save): the caller's own
+        # ids stay alive beside it
+        ids += 8 * work.rows("seq")
+    return HeldInputs(ids, leaf, labels, 4)
+
+
 @dataclass(frozen=True)
 class TrainingMemory:
     """Memory of one training step on one device (no parallelism), in bytes.
@@ -419,17 +546,8 @@ class TrainingMemory:
 
     @cached_property
     def dequant_bytes(self) -> int:
-        """The largest transient weight a step builds: a quantised base weight dequantised to
-        16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's merged
-        weight W + s B A and B A (two d_out x d_in copies) beside PEFT's d_in x d_in identity.
-        Alive one op at a time."""
-        a, out = self._bytes.act, 0
-        for op in self.ops:
-            if op.weight_format and op.kind == "linear":
-                out = max(out, op.d_in * op.d_out * op.instances * a)
-            elif op.kind == "weight_product":  # + PEFT's d_in x d_in identity
-                out = max(out, (2 * op.d_out + op.d_in) * op.d_in * a)
-        return out
+        """The largest transient weight a step builds (``dequant_buffer_bytes``)."""
+        return dequant_buffer_bytes(self.ops, self._bytes.act)
 
     @property
     def _bytes(self):
@@ -497,10 +615,24 @@ class TrainingMemory:
     @cached_property
     def logits_transient(self) -> int:
         """fp32 gradient of the logits of one cross-entropy call, alive while backward starts
-        (T x V x 4 for the full loss; txcalc.lm_loss.logits_grad_bytes)."""
+        (T x V x 4 for the full loss; txcalc.lm_loss.logits_grad_bytes): what the planner books
+        as "logits" on the last stage. Not the phases' whole early-backward transient
+        (``_loss_temp``: the full loss's two fp32 T x V buffers, 8 T V, measured on HF-style
+        code); see tests/test_one_gpu_plan_finetune.py for why the planner keeps one."""
         from .lm_loss import logits_grad_bytes
         return logits_grad_bytes(self.work.loss, self.work.batch, self.work.seq,
                                  self.cfg.vocab_size) if self.cfg.head in VOCAB_HEADS else 0
+
+    @cached_property
+    def held(self) -> HeldInputs:
+        """The batch and the loss beside the saved activations (``held_inputs``)."""
+        return held_inputs(self.cfg, self.ops, self.work, self._bytes.act,
+                           self.finetune is not None)
+
+    @property
+    def held_inputs_bytes(self) -> int:
+        """``held`` in bytes: what the planner's "inputs" category holds on one GPU."""
+        return self.held.first + self.held.last
 
     @cached_property
     def steady_phases(self) -> dict[str, dict[str, int]]:
@@ -545,39 +677,8 @@ class TrainingMemory:
         return 8 * ids + 4
 
     def _loss_temp(self, when: str) -> int:
-        """The loss's transient at the forward peak or as backward starts (txcalc.lm_loss)."""
-        from . import lm_loss
-        if self.cfg.head not in VOCAB_HEADS:
-            return 0
-        if when == "forward":
-            extra = lm_loss.forward_peak_extra(self.work, self.cfg.vocab_size,
-                                               self.cfg.embed_dim, self._bytes.act)
-            head = next((op for op in self.ops if op.path == "lm_head"), None)
-            if self.work.loss == "full" and head is not None and not head.saved:
-                # a frozen head saves no input: the caller's hidden states, alive at the loss
-                extra += self.work.rows("seq") * self.cfg.embed_dim * self._bytes.act
-            return extra
-        if self.work.loss == "fused-linear":
-            return self._fused_norm_backward()
-        head = any(op.trainable for op in self.ops if op.path == "lm_head" and op.params)
-        return lm_loss.backward_early(self.work, self.cfg.vocab_size, self.cfg.embed_dim,
-                                      self._bytes.act, self._bytes.grad if head else 0)
-
-    def _fused_norm_backward(self) -> int:
-        """Under the fused linear cross-entropy: the final norm's backward transient
-        (lm_loss.fused_norm_backward) when the norm feeds the head directly; 0 (not modelled)
-        without a final norm, with a projection between (embed_dim != d_model) or with the
-        compiled RMSNorm kernel of a stack."""
-        from .lm_loss import fused_norm_backward
-        cfg = self.cfg
-        norm = next((op for op in self.ops if op.path == "final_norm"), None)
-        if norm is None or cfg.embed_dim != cfg.d_model or \
-                (cfg.norm_type == "rmsnorm" and "norm" in self.work.fused):
-            return 0
-        scale = norm.trainable and cfg.norm_affine
-        return fused_norm_backward(self.work.rows("seq"), cfg.d_model, self._bytes.act,
-                                   cfg.norm_type, scale, scale and cfg.norm_type == "layernorm"
-                                   and cfg.norm_bias, self._bytes.grad)
+        """The loss's transient at the forward peak or as backward starts (``loss_temp``)."""
+        return loss_temp(self.cfg, self.ops, self.work, self.precision, when)
 
     @cached_property
     def master_grad_copies(self) -> int:
@@ -632,16 +733,10 @@ class TrainingMemory:
             out["total"] = sum(out.values())
             return out
         a = self._bytes.act
-        act = self.activations - self.offloaded_activations + 4  # + the returned loss
-        if self.cfg.head == "lm":  # labels the loss does not save (txcalc.lm_loss)
-            from .lm_loss import held_labels
-            act += held_labels(w)
-        ids, leaf = self.frozen_table_inputs
-        act += ids + (0 if leaf and self._leaf_saved else leaf)
-        if self.cfg.sliding_chunks and w.seq % (2 * self.cfg.sliding_window):
-            # Longformer pads the ids (a copy, what the embeddings save): the caller's own
-            # ids stay alive beside it
-            act += 8 * w.rows("seq")
+        # + the batch and the loss beside them: labels the loss does not save, a frozen
+        # table's ids and leaf, the returned loss (held_inputs)
+        act = self.activations - self.offloaded_activations + self.held_inputs_bytes
+        leaf = self.frozen_table_inputs[1]
         emb_grad = w.rows("seq") * self.cfg.embed_dim * a
         if self.cfg.family == "encoder-decoder":
             emb_grad += w.rows("src") * self.cfg.embed_dim * a
@@ -677,41 +772,14 @@ class TrainingMemory:
 
     @cached_property
     def frozen_table_inputs(self) -> tuple[int, int]:
-        """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
-        tensors through forward and backward. The frozen lookup saves no ids (the caller still
-        holds them); PEFT's ``enable_input_require_grads`` (reference/lora.py) makes its output
-        a leaf that requires grad, which the graph holds (and, in backward, its ``.grad``,
-        the size of the embedding input gradient counted in ``phases``) until the loss is
-        freed: E a bytes per token of each stream through the table (after forward not
-        beside the saved tensors when block 0 saves that very tensor, ``_leaf_saved``)."""
-        table = next((op for op in self.ops if op.path == "embed.tokens" and
-                      op.kind == "embedding"), None)
-        if self.finetune is None or table is None or table.trainable:
-            return 0, 0
-        rows = sum(self.work.rows(op.stream) for op in self.ops
-                   if op.path == "embed.tokens")
-        return 8 * rows, rows * self.cfg.embed_dim * self._bytes.act
+        """(token-id bytes, leaf bytes) of a frozen token table (``frozen_table_inputs``)."""
+        return frozen_table_inputs(self.cfg, self.ops, self.work, self._bytes.act,
+                                   self.finetune is not None)
 
     @property
     def _leaf_saved(self) -> bool:
-        """Whether block 0 saves the frozen table's output itself: it is block 0's input (no
-        positions added, no norm, dropout or projection between) and block 0 is fully
-        recomputed (its checkpoint) or opens with a norm that saves its input: LayerNorm, a
-        fused RMSNorm, or HF's RMSNorm in fp32 (its fp32 copy is the tensor itself)."""
-        cfg, w, a = self.cfg, self.work, self._bytes.act
-        if cfg.pos_type == "learned" or cfg.type_vocab_size or cfg.embed_norm or \
-                cfg.embed_dim != cfg.d_model or (w.dropout and cfg.embed_dropout):
-            return False
-        if w.block_mode(0) == "full" and w.keeps_block_input(0):
-            return True
-        stack = cfg.stacks[0][0]
-        first = next((op for op in self.ops if op.stack == stack and op.layer == 0 and
-                      op.kind != "checkpoint"), None)
-        if first is None or first.kind != "norm" or not first.saved:
-            return False
-        saved = first.saved_fused if first.saved_fused is not None and "norm" in w.fused \
-            else first.saved
-        return saved[0][1] == "a" or (saved[0][1] == "f32" and a == 4)
+        """Whether block 0 saves the frozen table's output itself (``leaf_saved``)."""
+        return leaf_saved(self.cfg, self.ops, self.work, self._bytes.act)
 
     # --- offload: host memory and PCIe traffic ------------------------------------------------
     @property
@@ -770,7 +838,8 @@ class TrainingMemory:
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
-                "activations_bytes": self.activations, "logits_bytes": self.logits_transient,
+                "activations_bytes": self.activations, "inputs_bytes": self.held_inputs_bytes,
+                "logits_bytes": self.logits_transient,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
                 "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
                 "activations_by_layer_type": self.activations_by_layer_type(),

@@ -59,8 +59,8 @@ from .units import cdiv
 DAY_S = 86400.0
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
 FRONTIER_CAP = 16384
-CATEGORIES = ("weights", "gradients", "optimizer", "activations", "logits", "zero3_buffers",
-              "framework")
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "inputs", "logits",
+              "zero3_buffers", "framework")
 
 
 class PlanError(TxcalcError):

@@ -22,8 +22,16 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   the embeddings/head x the in-flight micro-batches of |
                   |   their one chunk (inflight_chunks: Megatron-Core's    |
                   |   schedule; stage 0: pp + (pp - 1) / v micro-batches)  |
+    inputs        | the batch and the loss beside the saved tensors, per   |
+                  |   in-flight micro-batch of the edge chunk (engine's    |
+                  |   held_inputs): stage 0 a frozen table's ids and leaf, | ids: CP; leaf:
+                  |   the last stage the labels the loss does not save and |   SP, CP
+                  |   the fp32 loss                                        |
     logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
-                  |   (one loss chunk's rows: lm_loss.logits_grad_bytes)   |
+                  |   (one loss chunk's rows: lm_loss.logits_grad_bytes,   |
+                  |   TrainingMemory.logits_transient), or the stage's     |
+                  |   largest dequantised weight (the engine's             |
+                  |   dequant_buffer_bytes), the larger of the two         |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
@@ -73,9 +81,9 @@ from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
 from ..finetune import op_weight_bytes
 from ..lm_loss import logits_grad_bytes
-from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, fp8_saved_delta,
-                      fp8_weight_bytes, optimizer_state_bytes, param_tensor_count, saved_rows,
-                      zero_bytes)
+from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, dequant_buffer_bytes,
+                      fp8_saved_delta, fp8_weight_bytes, held_inputs, optimizer_state_bytes,
+                      param_tensor_count, saved_rows, zero_bytes)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -325,6 +333,12 @@ def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False
     return out
 
 
+def group_dequant(s: TrainSetting, ops, tp: int, ep: int) -> int:
+    """The largest weight one GPU dequantises (or DoRA merges) in the group: the engine's
+    ``dequant_buffer_bytes`` over the sharded ops."""
+    return dequant_buffer_bytes([shard_op(op, tp, ep) for op in ops], s.bytes.act)
+
+
 def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False,
                  trainable: bool = False) -> tuple[dict, dict]:
     """Parameter tensors on one GPU as {(dim 0, elements per row): count}: dense, expert
@@ -539,6 +553,15 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
             has_head[pi, k] = stage == pp - 1
             valid[pi, k] = True
     arrays = {k: np.einsum("psg,gte->pste", C, v) for k, v in st.items()}
+    # the largest dequantised weight among the groups on each stage [p, slot, tp, ep]
+    dq = np.array([[[once(group_dequant, gi, tp, ep) for ep in eps] for tp in tps]
+                   for gi in range(G)], dtype=np.int64)
+    arrays["dequant"] = np.max(np.where(C[..., None, None] > 0, dq[None, None], 0), axis=2)
+    # the engine's held inputs [ids | leaf | labels | loss, mb, mode] on one GPU of the
+    # micro-batch (whole model ops: the table, block 0's first op)
+    arrays["held"] = np.array([[held_inputs(s.cfg, s.ops, s.work(mb, rc), s.bytes.act,
+                                            s.finetune is not None) for rc in RECOMPUTE]
+                               for mb in mbs], dtype=np.int64).transpose(2, 0, 1)
     for k, v in st_copy.items():  # tied copy only where pp > 1 and the head is on the stage
         need = has_head & (np.array(pps)[:, None] > 1)
         arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
@@ -688,7 +711,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                           "t_attn", "o_dense", "o_exp", "tensors",
                                           "root_params", "fp8", "pad_tdense", "pad_texp",
                                           "wf_dense", "wf_exp", "w_all", "root_wbytes",
-                                          "act_host", "act_edge")}
+                                          "act_host", "act_edge", "dequant")}
     tuned = bool(A["wf_dense"].any() or A["wf_exp"].any())  # a frozen base (fine-tuning)
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
@@ -702,8 +725,14 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     unit_cp = comm.collective_s("p2p", tok / cp * kv_width * ab * (cp - 1), cp, tp, gpu)
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
+    # the loss's transient (last stage; vocab-parallel over TP, sequence over CP) and the
+    # batch held beside the saved tensors (memory.held_inputs: ids and the frozen table's leaf
+    # on stage 0, on the residual stream split by SP; labels and the loss on the last stage)
     logits = _cdiv(logits_grad_bytes(s.loss, mbatch, s.seq, cfg.vocab_size), tp * cp) \
         if cfg.head in VOCAB_HEADS else 0
+    ids_b, leaf_b, labels_b, loss_b = (A["held"][j][mi, rc] for j in range(4))
+    held_first = _cdiv(ids_b, cp) + _cdiv(leaf_b, np.where(sp == 1, tp, 1) * cp)
+    held_last = _cdiv(labels_b, cp) + loss_b
     # a shard group of one rank gathers nothing: ZeRO-3 there is ZeRO-0 (FSDP2 at world 1 keeps
     # no unsharded copies beside its parameters)
     z3 = (zero == 3) & (shard > 1)
@@ -813,7 +842,12 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         # over PCIe in forward, back in backward, behind the stage's compute
         host_mb = flat["act_host"].take(act0 + k * s_act)
         host = np.maximum(host, _cdiv(host_mb * chunks[k], v))
-        cat["logits"] = np.where(A["has_head"][:, k].take(pi), logits, 0)
+        # the batch of each in-flight micro-batch of the edge chunk: stage 0's ids, the last
+        # stage's labels and loss (one GPU: both)
+        head_k = A["has_head"][:, k].take(pi)
+        cat["inputs"] = (np.where(A["stage"][:, k].take(pi) == 0, held_first, 0)
+                         + np.where(head_k, held_last, 0)) * edge_chunks[k]
+        cat["logits"] = np.maximum(np.where(head_k, logits, 0), flat["dequant"].take(base))
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
         cat["zero3_buffers"] = np.where(z3, np.minimum(

@@ -19,7 +19,8 @@ DPI = 100
 SIZE = (9.0, 5.0)
 #: one colour per memory category, reused by every plot that shows categories
 CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
-                    "activations": "#8172B2", "temporaries": "#CCB974", "kv cache": "#64B5CD",
+                    "activations": "#8172B2", "inputs": "#937860", "logits": "#C4AD66",
+                    "temporaries": "#CCB974", "kv cache": "#64B5CD",
                     "zero3_buffers": "#DD8452", "prefill workspace": "#DA8BC3",
                     "framework": "#8C8C8C"}
 
