@@ -294,6 +294,39 @@ def test_a_context_given_at_the_default_size_is_honoured():
         kv_capacity("llama-3-8b", "h100", overheads={"cuda_context_bytes": GiB})
 
 
+def test_a_comm_buffer_given_alone_replaces_only_the_communicator_term():
+    """``--comm-buffer-gib`` without ``--cuda-context-gib``: the engine keeps its own context
+    term (V1's measured non-torch memory, v0.6's 400 MiB context) and the given buffers
+    replace its communicator term at TP > 1 (with the context flag too, both are the user's);
+    at TP 1 there are no communicators; a negative size is refused with one line."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    from txcalc.errors import TxcalcError
+    from txcalc.serving import V064_CUDA_CONTEXT_BYTES, V1_COMM_BYTES, V1_NON_TORCH_BYTES
+    for engine, context, comm in (("vllm", V1_NON_TORCH_BYTES, V1_COMM_BYTES),
+                                  ("vllm-0.6", V064_CUDA_CONTEXT_BYTES, GiB // 2)):
+        kw = dict(max_model_len=8192, engine=engine)
+        assert kv_capacity("llama-3-8b", "h100", tp=2, **kw).non_torch_bytes == context + comm
+        given = kv_capacity("llama-3-8b", "h100", tp=2, comm_buffer_bytes=2 * GiB, **kw)
+        assert given.non_torch_bytes == context + 2 * GiB
+        assert kv_capacity("llama-3-8b", "h100", comm_buffer_bytes=2 * GiB,
+                           **kw).non_torch_bytes == context
+    args = ["plan", "infer", "llama-3-70b", "--gpu", "h100", "--context", "8192", "--json"]
+    for extra, want in ((["--comm-buffer-gib", "2"], V1_NON_TORCH_BYTES + 2 * GiB),
+                        (["--engine", "vllm-0.6", "--comm-buffer-gib", "2"],
+                         V064_CUDA_CONTEXT_BYTES + 2 * GiB),
+                        (["--cuda-context-gib", "1", "--comm-buffer-gib", "2"], 3 * GiB)):
+        r = CliRunner().invoke(app, args + extra)
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output)["kv_capacity"]
+        assert d["tp"] > 1 and d["non_torch_bytes"] == want, extra
+    with pytest.raises(TxcalcError, match=r"comm_buffer_bytes \(-1\)"):
+        kv_capacity("llama-3-8b", "h100", tp=2, comm_buffer_bytes=-1)
+
+
 @pytest.mark.xfail(strict=True, reason="+3.6 % (62,538 vs 60,385 blocks): weights 7.483 GiB "
                    "(logged 7.48) and activation peak 1.224 (logged 1.26: V0's top-k/top-p "
                    "sort over 256 x 128,256 logits, test_v065_activation_peak_is_the_v0_sampler"

@@ -479,7 +479,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None,
                 overheads=None, engine: str = "vllm",
                 kv_cache_free_gpu_mem_fraction: float = DEFAULT_FREE_FRACTION,
-                prefix_hit_rate: float = 0.0, architecture: str | None = None) -> KvCapacity:
+                prefix_hit_rate: float = 0.0, architecture: str | None = None,
+                comm_buffer_bytes: int | None = None) -> KvCapacity:
     """KV blocks, tokens and concurrency of one GPU of a tp x pp replica (see the module table).
 
     ``max_model_len``: default the model's max_position. ``max_num_batched_tokens``: the
@@ -492,6 +493,9 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     default): each engine's own non-torch term (module table; where that term is the
     planner's, ``Overheads()``'s); an ``Overheads``: the caller sized the framework memory, its
     cuda_context_bytes (+ comm_buffer_bytes when tp x pp > 1) replace the engine's term.
+    ``comm_buffer_bytes``: the communication buffers alone (plan's --comm-buffer-gib without
+    --cuda-context-gib): at tp x pp > 1 they replace the engine's communicator term
+    (V1_COMM_BYTES, or Overheads'), its context term stays.
     ``architecture``: the HF
     ``architectures[0]`` that picks vLLM's model file, whose MLP keeps or drops its gate_up
     output before down_proj (VLLM_LLAMA_ARCHITECTURES); None: the config.json's own when
@@ -527,6 +531,7 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     if overheads is not None and not isinstance(overheads, Overheads):
         raise I.InputError(f"overheads ({I.show(overheads)}) must be an Overheads or None")
     ov = overheads or Overheads()
+    comm_buffer_bytes = I.integer("comm_buffer_bytes", comm_buffer_bytes, 0, None, none=True)
     if cfg.family == "encoder":
         raise ServingError(f"{cfg.name} is an encoder-only model: it has no KV cache")
     n_blocks = sum(d for _, d in cfg.stacks)
@@ -550,12 +555,15 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     # --cuda-context-gib): then those, at any value
     sized = overheads is not None
     multi = tp * pp > 1
-    if engine in ("vllm", "vllm-v1") and not sized:
-        non_torch = V1_NON_TORCH_BYTES + (V1_COMM_BYTES if multi else 0)
+    v1 = engine in ("vllm", "vllm-v1") and not sized
+    comm = comm_buffer_bytes if comm_buffer_bytes is not None else \
+        V1_COMM_BYTES if v1 else ov.comm_buffer_bytes
+    if v1:
+        non_torch = V1_NON_TORCH_BYTES + (comm if multi else 0)
     else:
         context = V064_CUDA_CONTEXT_BYTES if engine == "vllm-0.6" and not sized \
             else ov.cuda_context_bytes
-        non_torch = context + (ov.comm_buffer_bytes if multi else 0)
+        non_torch = context + (comm if multi else 0)
     held = held_allreduce_bytes(cfg, ops, batched, prec.act, pp) \
         if engine == "vllm-0.2" and tp > 1 else 0
     graphs = 0

@@ -234,10 +234,14 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                    overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
     out = p.to_json()
     b = p.best
-    # the engine's own non-torch rule unless --cuda-context-gib sizes the context
+    # the engine's own non-torch rule unless --cuda-context-gib sizes the context; a
+    # --comm-buffer-gib given alone replaces the engine's communicator term only
     sized = _overheads(context_gib, comm_gib, fragmentation) if context_gib is not None else None
+    comm_alone = None if sized is not None or comm_gib is None else \
+        _overheads(None, comm_gib, None).comm_buffer_bytes
     kv = S.kv_capacity_or_none(model, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
                                precision=precision, weights=weights, overheads=sized,
+                               comm_buffer_bytes=comm_alone,
                                **{"max_model_len": p.context, **kv_opts})
     out.update(S.kv_json(kv))
     if json_out:
