@@ -7,7 +7,9 @@ A *simple command* (issue 18) is one of ``presets``, ``params``, ``flops``, ``me
 Hub, no plot, no planner search), with or without ``--json``: SIMPLE below. Its target is an
 overhead (the command's wall time minus ``python3 -c pass``'s, what txcalc itself costs on
 top of the interpreter) under 0.1 s. ``flops``/``memory``/``params`` of the largest presets
-(HEAVY) are listed too, against 0.5 s of overhead.
+(HEAVY) are listed too, against 0.5 s of overhead. Issue 14's ``fit llama-3.1-8b --gpu
+rtx-4090 --finetune qlora`` (ANSWER) must answer in under 1 s: its target is the whole
+command's time, interpreter start-up included, not an overhead.
 
 For each command, side by side: the minimum of N runs (default 9) of ``python3 -c pass``,
 of the table form ``python3 -m txcalc ...`` and of its ``--json`` form, run in turn (the
@@ -39,7 +41,11 @@ SIMPLE = [["presets"], ["params", "gpt2"], ["params", "llama-3-8b"],
 #: the largest presets: target overhead 0.5 s
 HEAVY = [["params", "deepseek-v3"], ["flops", "llama-3.1-405b", "--seq", "8192"],
          ["memory", "llama-3.1-405b", "--seq", "8192"]]
-COMMANDS = [(a, 0.1) for a in SIMPLE] + [(a, 0.5) for a in HEAVY]
+#: whole commands with a target on their total time (issue 14: "answers in under 1 s")
+ANSWER = [["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--finetune", "qlora"]]
+#: (args, target seconds, what the target bounds: the overhead or the whole command)
+COMMANDS = ([(a, 0.1, "overhead") for a in SIMPLE] + [(a, 0.5, "overhead") for a in HEAVY]
+            + [(a, 1.0, "total") for a in ANSWER])
 
 
 #: compiled bytecode in a folder of its own (nothing written into the checkout), kept for
@@ -111,8 +117,8 @@ def main() -> None:
     print(f"min of {a.runs} runs each; overhead = txcalc - python -c pass, in CPU time (user + "
           "sys: the figure to read when the machine is loaded) and in wall time")
     print(f"{'command':40s} {'python -c pass':>15s} | {'table':>7s} {'overhead':>8s} | "
-          f"{'--json':>7s} {'overhead':>8s} | target (overhead)")
-    for args, target in COMMANDS:
+          f"{'--json':>7s} {'overhead':>8s} | target")
+    for args, target, bound in COMMANDS:
         got = side_by_side(args, a.runs)
         name = "txcalc " + " ".join(args)
         if got is None:
@@ -122,9 +128,10 @@ def main() -> None:
         for kind, i, base, tab, js in (("CPU", 1, base_c, tab_c, js_c),
                                        ("wall", 0, base_w, tab_w, js_w)):
             over = (tab - base, js - base)
-            verdict = "ok" if max(over) < target else "MISSED"
+            worst = max(over) if bound == "overhead" else max(tab, js)
+            verdict = "ok" if worst < target else "MISSED"
             print(f"{name if i else '':40s} {kind:>4s} {base:9.3f}s | {tab:6.3f}s {over[0]:7.3f}s"
-                  f" | {js:6.3f}s {over[1]:7.3f}s | < {target:g} s: {verdict}")
+                  f" | {js:6.3f}s {over[1]:7.3f}s | {bound} < {target:g} s: {verdict}")
     if a.importtime:
         print(f"\nstart-up imports of txcalc {' '.join(SIMPLE[2])} (cumulative ms):")
         for us, mod in importtime(SIMPLE[2]):

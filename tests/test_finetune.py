@@ -349,21 +349,31 @@ def test_bad_finetune_values_in_the_library():
 
 
 # --- txcalc fit ---------------------------------------------------------------------------------
-def test_fit_llama_3_1_8b_qlora_on_rtx_4090_under_a_second(capsys):
-    """The search and its answer: the largest seq fits and one more token does not."""
+def test_fit_llama_3_1_8b_qlora_on_rtx_4090_answers_in_one_bisection(capsys, monkeypatch):
+    """The search and its answer: the largest seq fits and one more token does not.
+
+    Issue 14's "answers in under 1 s" is measured in benchmarks/cli_speed.py (the whole
+    command, wall and CPU time: 0.37 s wall on the 2-core dev machine, 2026-12-01), not here:
+    a timed unit test fails on a loaded CI machine (1.52 s of CPU there once, when every probe
+    rebuilt the fine-tuned ops). What is asserted is the work: one bisection over the lengths,
+    at most log2(MAX_SEQ) + 2 memory evaluations, each reusing the fine-tuned ops built once
+    (finetune.finetuned_ops)."""
     import json
-    import time
 
     from txcalc.cli import main
+    from txcalc.finetune import finetuned_ops
     from txcalc.fit import Setup
+    from txcalc.inputs import MAX_SEQ
     import txcalc
-    main(["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--finetune", "qlora", "--json"])
-    capsys.readouterr()
-    t0 = time.process_time()
+    calls = []
+    need = Setup.need
+    monkeypatch.setattr(Setup, "need", lambda self, b, s: calls.append((b, s)) or need(self, b, s))
+    finetuned_ops.cache_clear()
     rc = main(["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--finetune", "qlora", "--json"])
-    cpu_s = time.process_time() - t0
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and cpu_s < 1.0
+    assert rc == 0 and 0 < len(calls) <= MAX_SEQ.bit_length() + 2
+    built = finetuned_ops.cache_info()
+    assert built.misses == 1 and built.hits >= len(calls) - 1
     assert set(out) >= {"fits", "max_seq", "max_batch", "total_bytes", "suggestions"}
     assert out["fits"] and out["max_batch"] == 1 and out["suggestions"] == []
     setup = Setup(txcalc.load("llama-3.1-8b"), finetune=Finetune("qlora"))

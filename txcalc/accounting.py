@@ -328,11 +328,11 @@ def recompute_flops(ops, work) -> int:
 def count_flops(cfg: ModelConfig, work, finetune=None) -> FlopCounts:
     """FLOPs of one training step; ``finetune`` (txcalc.finetune.Finetune): frozen Linears
     run no weight gradient, adapters add their forward and full backward."""
-    from .finetune import Finetune, apply_finetune
+    from .finetune import Finetune, finetuned_ops
     from .inputs import CONFIG_HINT, instance
     from .workload import Workload
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     if finetune is not None:
         instance("finetune", finetune, Finetune)
     return FlopCounts(cfg, instance("work", work, Workload),
-                      apply_finetune(cfg, model_ops(cfg), finetune))
+                      finetuned_ops(cfg, finetune))

@@ -50,12 +50,12 @@ checkpoints (``formats.Format.tensors``) read too.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from .config import ModelConfig
 from .errors import WorkloadError
 from .ops import Op, elementwise, linear
-from .units import cdiv
 
 FINETUNE_MODES = ("full", "lora", "qlora", "dora", "freeze")
 BASE_FORMATS = ("nf4", "fp4", "int8")
@@ -356,6 +356,15 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
             out.extend(_adapters(op, ft, key in seen or kept))
             seen.add(key)
     return _bias_checkpoints(tuple(out))
+
+
+@functools.lru_cache(maxsize=64)
+def finetuned_ops(cfg: ModelConfig, ft: Finetune | None) -> tuple[Op, ...]:
+    """``apply_finetune`` of the config's own ops, built once per (config, method): configs,
+    methods and ops are frozen, and a search (fit's bisection over lengths, the planner's
+    layouts) asks for the same ops at every probe. Refusals are raised, not cached."""
+    from .components import model_ops_tuple
+    return apply_finetune(cfg, model_ops_tuple(cfg), ft)
 
 
 def _bias_checkpoints(ops: tuple[Op, ...]) -> tuple[Op, ...]:

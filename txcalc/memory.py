@@ -30,7 +30,7 @@ from .accounting import by_layer_type
 from .components import model_ops_tuple
 from .config import VOCAB_HEADS, ModelConfig
 from .errors import WorkloadError
-from .finetune import Finetune, apply_finetune, check_precision, op_weight_bytes
+from .finetune import Finetune, check_precision, finetuned_ops, op_weight_bytes
 from .ops import Op, op_level_kept
 from .units import cdiv
 from .workload import Workload
@@ -527,8 +527,7 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return unreached_untrained(apply_finetune(self.cfg, model_ops_tuple(self.cfg),
-                                                  self.finetune), self.work)
+        return unreached_untrained(finetuned_ops(self.cfg, self.finetune), self.work)
 
     @cached_property
     def trainable_params(self) -> int:

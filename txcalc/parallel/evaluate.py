@@ -76,7 +76,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from ..components import model_ops_tuple
 from ..config import VOCAB_HEADS, ModelConfig
 from ..hardware import Gpu
 from ..finetune import op_weight_bytes
@@ -287,10 +286,9 @@ class TrainSetting:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        from ..finetune import apply_finetune
+        from ..finetune import finetuned_ops
         from ..memory import unreached_untrained
-        return unreached_untrained(apply_finetune(self.cfg, model_ops_tuple(self.cfg),
-                                                  self.finetune), self.work(1))
+        return unreached_untrained(finetuned_ops(self.cfg, self.finetune), self.work(1))
 
     @cached_property
     def n_blocks(self) -> int:
