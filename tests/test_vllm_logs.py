@@ -13,7 +13,10 @@ here checks them):
 Every other row is a test row. The other constants are vLLM's defaults (utilisation 0.9, block
 size 16, max_num_seqs 256, the profiled step), the planner's framework terms (``Overheads``:
 1 GiB CUDA context + workspaces, 0.5 GiB NCCL buffers when TP x PP > 1) for engines vllm-0.2 and
-vllm-0.6.5, ``CUDA_VISIBLE_FRACTION`` and, for engine "vllm-0.6" only,
+vllm-0.6.5, whose NCCL term on NVSwitch GPUs is instead read from NCCL's and vLLM's code
+(``serving.vllm_nccl_bytes``; no calibration row: NVIDIA/nccl issues #964, #1685 and #2363 are
+checks of it, test_nccl_communicator_bytes_match_issue964 and
+test_nccl_buffer_sizes_match_nccl_logs), ``CUDA_VISIBLE_FRACTION`` and, for engine "vllm-0.6" only,
 ``V064_CUDA_CONTEXT_BYTES`` (400 MiB, a PyTorch maintainer's figure for a lazily loaded CUDA
 context). Where a row needs CUDA's total of a GPU the catalog derives (datasheet x 0.99), the
 figure is quoted from another log of the same GPU model and given to txcalc the way a user

@@ -82,15 +82,26 @@ row a test checks; tests/test_vllm_logs.py names both):
                 |                                                  |   tp x pp > 1 V1_COMM_BYTES
                 |                                                  |   (0.09 GiB: issue #13061's
                 |                                                  |   0.25 GiB at TP 2 less it)
-    vllm-0.6.5  | max(max_model_len, 2048), 2,048 past 32K         | the planner's Overheads (1 GiB
-                |                                                  |   context + workspaces, 0.5 GiB
-                |                                                  |   NCCL): no log calibrates
-                |                                                  |   the allocator slack
+    vllm-0.6.5  | max(max_model_len, 2048), 2,048 past 32K         | the planner's Overheads context
+                |                                                  |   (1 GiB; no log calibrates the
+                |                                                  |   allocator slack) + at TP > 1
+                |                                                  |   vllm_nccl_bytes on NVSwitch
+                |                                                  |   GPUs (else Overheads' 0.5)
     vllm-0.6    | max(max_model_len, 2048), V0_CHUNK past 32K      | V064_CUDA_CONTEXT_BYTES (+ the
                 |                                                  |   planner's NCCL): v0.6.4
-    vllm-0.2    | max(max_model_len, 2048) (no chunked prefill)    | Overheads + the profile's
-                |                                                  |   all-reduce inputs, still
-                |                                                  |   reserved
+    vllm-0.2    | max(max_model_len, 2048) (no chunked prefill)    | Overheads' context +
+                |                                                  |   vllm_nccl_bytes (as above) +
+                |                                                  |   the profile's all-reduce
+                |                                                  |   inputs, still reserved
+
+Communicators (``vllm_nccl_bytes``, engines vllm-0.2 and vllm-0.6.5, TP > 1 in one NVSwitch
+node): NCCL's own GPU buffers, read from the code of the NCCL those releases ran (2.18.1 for
+PyTorch 2.1, 2.21.5 for PyTorch 2.5.1): per communicator, every coll channel's P2P connections
+(ring and intra-node chain) and the NET shared P2P buffer made at init
+(``nccl_communicator_bytes``); for v0.6.5 also the P2P channels its profile's logits gather
+connects and its custom all-reduce buffers. The count of communicators is vLLM's own code
+(two in both releases at PP 1). No log calibrates it: NVIDIA/nccl issue #964's 544 and 688 MB
+per A100 communicator are reproduced as a check (tests/test_vllm_logs.py).
 
 ``engine`` picks the rule (``vllm`` = ``vllm-v1``, today's vLLM). An ``Overheads`` the caller
 gives (plan's --cuda-context-gib) replaces the engine's term with its context (+ its
@@ -274,7 +285,7 @@ def nccl_connection_bytes(read: bool) -> tuple[int, int]:
     recv = NCCL_CONN_MEM_BYTES + NCCL_LL_BUFF_BYTES + NCCL_LL128_BUFF_BYTES \
         + (0 if read else NCCL_SIMPLE_BUFF_BYTES)
     send = NCCL_CONN_MEM_BYTES + (NCCL_SIMPLE_BUFF_BYTES if read else 0)
-    return (cdiv(recv, NCCL_IPC_ALIGN) * NCCL_IPC_ALIGN, cdiv(send, NCCL_IPC_ALIGN) * NCCL_IPC_ALIGN)
+    return tuple(cdiv(b, NCCL_IPC_ALIGN) * NCCL_IPC_ALIGN for b in (recv, send))
 
 
 def nccl_communicator_bytes(gpu_name: str, ranks: int, rank: int) -> int | None:
@@ -308,7 +319,9 @@ def vllm_nccl_bytes(engine: str, gpu_name: str, tp: int, pp: int) -> int | None:
     a GPU outside NCCL_NVSWITCH_GPUS, other engines, NVLS: sm90 at more than 2 GPUs).
 
     vllm-0.2 (v0.2.x worker.py ``_init_distributed_environment``): the world group's warm-up
-    all-reduce and the TP group's collectives make two communicators of tp ranks.
+    all-reduce and the TP group's collectives make two communicators of tp ranks (the later
+    releases this rule also covers, v0.3-v0.6.3 with CuPy/PyNccl communicators and custom
+    all-reduce, are not re-derived).
     vllm-0.6.5 (vllm/distributed/parallel_state.py of v0.6.5; every one made after
     ``init_gpu_memory``, so counted): the TP group's PyNccl communicator (created with a warm-up
     all-reduce) and torch's NCCL communicator of the TP device group, which the profile's logits
