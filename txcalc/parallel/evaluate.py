@@ -136,6 +136,11 @@ def inflight_chunks(pp: int, v: int, m: int, stage: int) -> tuple[int, int]:
     return warm + 1, int((f[warm + 1 + k] - b[k]).max())
 
 
+def _whole(x):
+    """``x`` truncated to whole bytes: a Python int, or int64 elementwise for a numpy array."""
+    return x.astype("int64") if getattr(x, "ndim", 0) else int(x)
+
+
 @dataclass(frozen=True)
 class Overheads:
     """Framework memory outside the engine's tensors; defaults are typical, override them.
@@ -165,23 +170,18 @@ class Overheads:
             raise LayoutError("framework overheads must be non-negative integers (fragmentation "
                               "a fraction): " + ", ".join(bad))
 
-    def fixed_bytes(self, gpus: int = 1) -> int:
+    def fixed_bytes(self, gpus=1):
         """The fixed framework bytes on each GPU: the CUDA context, plus the communication
-        buffers when the job spans more than one GPU."""
-        return self.cuda_context_bytes + (self.comm_buffer_bytes if gpus > 1 else 0)
+        buffers when the job spans more than one GPU (elementwise over a numpy array of
+        GPU counts)."""
+        return self.cuda_context_bytes + _whole(self.comm_buffer_bytes * (gpus > 1))
 
     def framework_bytes(self, tensor_bytes, gpus=1):
         """The framework's bytes on one GPU beside ``tensor_bytes`` of tensors: the fixed bytes
         and the caching allocator's slack, fragmentation x the tensors' bytes (truncated). The
         one rule for fit, plan train (elementwise over numpy arrays of layouts: ``gpus`` the
         layouts' GPU counts) and plan infer."""
-        import numpy as np
-        if isinstance(tensor_bytes, np.ndarray) or isinstance(gpus, np.ndarray):
-            fixed = np.where(np.asarray(gpus) > 1,
-                             self.cuda_context_bytes + self.comm_buffer_bytes,
-                             self.cuda_context_bytes)
-            return fixed + (np.asarray(tensor_bytes) * self.fragmentation).astype(np.int64)
-        return self.fixed_bytes(gpus) + int(tensor_bytes * self.fragmentation)
+        return self.fixed_bytes(gpus) + _whole(tensor_bytes * self.fragmentation)
 
     def device_bytes(self, tensor_bytes, gpus=1):
         """What the GPU shows used for ``tensor_bytes`` of tensors: the tensors and the
