@@ -181,3 +181,23 @@ def test_one_gpu_does_not_build_the_planner(monkeypatch):
     m = TrainingMemory(cfg, Workload(batch=1, seq=res.max_seq, attn_impl="flash"),
                        finetune=FINETUNES["qlora"])
     assert res.total_bytes == ev.Overheads().device_bytes(m.total)
+
+
+def test_eager_attention_over_n_gpus_stays_exact():
+    """Eager attention's S x S scores: the answer is still the planner's, and the bisection's
+    first probes (tens of millions of tokens, where the planner's int64 tables would overflow
+    and wrap) are refused on the engine's exact activations instead (fit.PLANNER_MAX_BYTES):
+    before that guard the answer was 109,587,847 tokens on 80 GB."""
+    from txcalc.fit import PLANNER_MAX_BYTES
+    from txcalc.inputs import MAX_SEQ
+    cfg = txcalc.load("llama-3.2-1b")
+    setup = Setup(cfg, precision="bf16", attn="eager", gpus=4)
+    res = fit(setup, 80 * GB)
+
+    def planner(seq):
+        s = TrainSetting(cfg, get_gpu("h200"), seq, 4, precision="bf16", attn_impl="eager")
+        return int(evaluate_layouts(s, [Layout(dp=4, zero=3)])["total_bytes"][0])
+    assert res.total_bytes == planner(res.max_seq) <= 80 * GB < planner(res.max_seq + 1)
+    assert res.max_seq < 8192
+    top = TrainingMemory(cfg, Workload(batch=2, seq=MAX_SEQ, attn_impl="eager"), "bf16")
+    assert top.activations > PLANNER_MAX_BYTES and setup.need(1, MAX_SEQ) == top.activations

@@ -43,6 +43,10 @@ from .parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, 
 from .parallel.evaluate import Overheads  # noqa: E402  (the framework's bytes, one rule)
 
 
+#: the most activation bytes the planner's int64 tables hold with room for the other terms
+PLANNER_MAX_BYTES = 2**62
+
+
 @dataclass(frozen=True)
 class Setup:
     """One training setup on one GPU (everything but the lengths being searched)."""
@@ -67,6 +71,13 @@ class Setup:
         """GPU bytes with the framework's share: the engine's peak on one GPU, the planner's
         per-rank total under ZeRO-3 over ``gpus`` > 1 (``planner_bytes``)."""
         if self.gpus > 1:
+            # the planner tabulates every recompute mode at micro-batches 1 and 2 in int64:
+            # eager attention's S x S scores overflow them at tens of millions of tokens, so
+            # past PLANNER_MAX_BYTES the engine's exact activations stand in (a lower bound on
+            # the need, beyond any GPU)
+            worst = dataclasses.replace(self, recompute="none").memory(max(batch, 2), seq)
+            if worst.activations > PLANNER_MAX_BYTES:
+                return worst.activations
             return int(self.planner_bytes(batch, seq)["total_bytes"][0])
         return Overheads().device_bytes(self.memory(batch, seq).total)
 
