@@ -49,7 +49,8 @@ PLANNER_MAX_BYTES = 2**62
 
 @dataclass(frozen=True)
 class Setup:
-    """One training setup on one GPU (everything but the lengths being searched)."""
+    """One training setup on one GPU, or on each of ``gpus`` under ZeRO-3 (everything but the
+    lengths being searched)."""
 
     cfg: ModelConfig
     precision: str = "bf16-mixed"
@@ -221,8 +222,8 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
             out.append(_row(f"{n} GPUs (ZeRO-3)", more, need, gpu_bytes, batch, seq,
                             peak_flops, base_s))
             return out
-    out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence", "fits": False,
-                "total_bytes": need, "step_time_factor": None})
+    out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence",
+                "fits": False, "total_bytes": need, "step_time_factor": None})
     return out
 
 

@@ -78,8 +78,8 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..memory import OFFLOADS
     from .options import options
 
-    options(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer, attn=attn,
-            recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
+    options(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
+            attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
             **({"gpu": gpu} if gpu is not None else {}))
     choice("--offload", offload, OFFLOADS)
     if (gpu is None) == (gpu_gb is None):
@@ -99,7 +99,6 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     check_precision(ft, precision)
     cfg = load(model)
     setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, gpus, loss)
-
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak)
     out = res.to_json() | {"gpu": label}
