@@ -258,6 +258,9 @@ class ModelConfig:
     #: = none in any layer): the matmuls stay dense, the cutoff's statistics are saved
     act_sparsity: tuple[float, ...] = ()
     source: str = field(default="", compare=False)  #: where the numbers came from
+    #: the HF class its config.json names (``architectures[0]``: vLLM's model-registry key,
+    #: which picks serving.kv_capacity's MLP live set); "" unknown (a preset without one)
+    hf_architecture: str = ""
 
     def __post_init__(self) -> None:
         # Derived values are resolved once, before validation, so that errors name real numbers.

@@ -3,15 +3,25 @@ sequence length, and when nothing fits, the cheapest changes that make it fit.
 
 A setup fits when the step's peak (TrainingMemory.total) plus the framework's memory fits the
 GPU: Overheads().device_bytes(peak) <= GPU memory, the planner's rule and defaults
-(parallel.evaluate.Overheads: (1 + fragmentation) x peak + CUDA context, 1 GiB and 5 %; the
-communication buffers too when ZeRO-3 spans more than one GPU). The peak grows with the
-sequence and the batch, so both are found by bisection.
+(parallel.evaluate.Overheads: (1 + fragmentation) x peak + CUDA context, 1 GiB and 5 %). The
+peak grows with the sequence and the batch, so both are found by bisection.
+
+Over N > 1 GPUs (``Setup.gpus``: ZeRO-3, data parallel N, TP = PP = 1) the bytes are the
+planner's own per-rank evaluation of that layout (``Setup.planner_bytes``: parallel.evaluate,
+what ``plan train --gpus N --zero 3 --tp 1 --pp 1`` reports): rank 0's padded shards
+(FSDP2's ceiling division of dim 0), the gathered root unit and prefetched blocks, the
+communication buffers. Those per-rank bytes are checked against torch.distributed in
+tests/test_distributed.py: FSDP2 over two gloo ranks, model states byte for byte
+(test_rank_bytes_equal_prediction[fsdp]), and llama-3-8b over a fake process group of 8
+(test_fsdp_fake_pg_llama3_8b_peak_within_3_percent: states exact, the peak within 3 %); fit
+against the planner in tests/test_fit_zero3.py. On one GPU fit keeps the engine's peak over
+the phases, which is not the planner's sum of categories (the planner is not built there).
 
 Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
 fits: fused attention, the fused linear cross-entropy (Liger's: no T x V logits, the same
 FLOPs; for a bias-free causal LM head), selective then full recompute, 8-bit Adam, LoRA,
-QLoRA, optimizer offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: weights, gradients and
-optimizer states split N ways). Each comes with its peak bytes and its step-time factor:
+QLoRA, optimizer offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: the
+planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
 (hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
 for the setup asked, which states compute and transfer at their peaks (an estimate of the
 slowdown, not a measured time).
@@ -27,16 +37,20 @@ from .config import ModelConfig
 from .errors import WorkloadError
 from .finetune import Finetune
 from .memory import TrainingMemory
-from .units import cdiv
 from .workload import Workload
 
 from .parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
 from .parallel.evaluate import Overheads  # noqa: E402  (the framework's bytes, one rule)
 
 
+#: the most activation bytes the planner's int64 tables hold with room for the other terms
+PLANNER_MAX_BYTES = 2**62
+
+
 @dataclass(frozen=True)
 class Setup:
-    """One training setup on one GPU (everything but the lengths being searched)."""
+    """One training setup on one GPU, or on each of ``gpus`` under ZeRO-3 (everything but the
+    lengths being searched)."""
 
     cfg: ModelConfig
     precision: str = "bf16-mixed"
@@ -55,19 +69,47 @@ class Setup:
                               self.offload)
 
     def need(self, batch: int, seq: int) -> int:
-        """GPU bytes: the peak (model states split over ``gpus``) with the framework's share."""
-        m = self.memory(batch, seq)
-        total = m.total
+        """GPU bytes with the framework's share: the engine's peak on one GPU, the planner's
+        per-rank total under ZeRO-3 over ``gpus`` > 1 (``planner_bytes``)."""
         if self.gpus > 1:
-            states = m.weights + m.gradients + (0 if m.offload in ("optimizer", "all")
-                                                else m.optimizer_total)
-            total -= states - cdiv(states, self.gpus)
-        return Overheads().device_bytes(total, self.gpus)
+            # the planner tabulates every recompute mode at micro-batches 1 and 2 in int64:
+            # eager attention's S x S scores overflow them at tens of millions of tokens, so
+            # past PLANNER_MAX_BYTES the engine's exact activations stand in (a lower bound on
+            # the need, beyond any GPU)
+            worst = dataclasses.replace(self, recompute="none").memory(max(batch, 2), seq)
+            if worst.activations > PLANNER_MAX_BYTES:
+                return worst.activations
+            return int(self.planner_bytes(batch, seq)["total_bytes"][0])
+        return Overheads().device_bytes(self.memory(batch, seq).total)
+
+    def planner_bytes(self, batch: int, seq: int) -> dict:
+        """The planner's evaluation (``parallel.evaluate.evaluate_layouts``, every category,
+        numpy arrays of one layout) of this setup as ZeRO-3 over ``gpus`` data-parallel ranks,
+        micro-batch ``batch`` (one micro-batch a step), TP = PP = 1. Offload: optimizer (all)
+        is ``TrainSetting.offload_optimizer``; activations (all) the planner's checkpoints in
+        host memory, which it has under full recompute only (the engine's offload of other
+        modes' checkpoints, T5's position bias, stays on the GPU here)."""
+        from .parallel.evaluate import TrainSetting, evaluate_layouts
+        from .parallel.layout import Layout
+        s = TrainSetting(self.cfg, _planner_gpu(), seq, batch * self.gpus, self.precision,
+                         self.optimizer, self.attn, finetune=self.finetune, loss=self.loss,
+                         offload_optimizer=self.offload in ("optimizer", "all"))
+        lay = Layout(dp=self.gpus, zero=3, micro_batch=batch, recompute=self.recompute,
+                     offload_checkpoints=self.recompute == "full"
+                     and self.offload in ("activations", "all"))
+        return evaluate_layouts(s, [lay])
 
     def step_s(self, batch: int, seq: int, peak_flops: float) -> float:
         m = self.memory(batch, seq)
         f = count_flops(self.cfg, m.work, self.finetune)
         return f.hardware / peak_flops / self.gpus + m.pcie_bytes / PCIE_BYTES_PER_S
+
+
+def _planner_gpu():
+    """The GPU the planner's setting names: its step times need one, fit reads none of them,
+    and no per-rank byte depends on a GPU's figures (hybrid sharding aside, not used here)."""
+    from .hardware import get_gpu
+    return get_gpu("h100")
 
 
 @dataclass
@@ -87,7 +129,8 @@ class FitResult:
                 "gpu_bytes": self.gpu_bytes, "precision": s.precision,
                 "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
-                "offload": s.offload, "loss": s.loss, "suggestions": self.suggestions}
+                "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
+                "suggestions": self.suggestions}
 
 
 def _largest(ok, lo: int, hi: int) -> int:
@@ -172,15 +215,15 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
         if need <= gpu_bytes:
             return out
     # more GPUs: ZeRO-3 splits the model states
-    for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+    for n in (n for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n > setup.gpus):
         more = dataclasses.replace(cur, gpus=n)
         need = more.need(batch, seq)
         if need <= gpu_bytes:
             out.append(_row(f"{n} GPUs (ZeRO-3)", more, need, gpu_bytes, batch, seq,
                             peak_flops, base_s))
             return out
-    out.append({"change": "more than 1024 GPUs, or a shorter sequence", "fits": False,
-                "total_bytes": need, "step_time_factor": None})
+    out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence",
+                "fits": False, "total_bytes": need, "step_time_factor": None})
     return out
 
 

@@ -664,24 +664,32 @@ class InferRow:
     prefill_latency_s: float
     decode_tokens_per_s: float
     decode_tokens_per_s_per_seq: float
-    #: what the budget reserves besides weights and KV: the chunked-prefill workspace, the
-    #: fixed framework bytes (CUDA context, communication buffers) and the fragmentation share
+    #: what the budget reserves besides weights and KV: the chunked-prefill workspace, and
+    #: the framework's bytes under the overheads the plan was built with (over a replica's
+    #: tp x pp GPUs: ``gpus_per_replica``)
     workspace_bytes: int = 0
-    framework_fixed_bytes: int = 0
-    fragmentation: float = 0.0
+    overheads: Overheads = field(default_factory=Overheads)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields, the overheads as the fixed framework bytes on each GPU and the
+        fragmentation fraction."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "overheads"}
+        return out | {"framework_fixed_bytes": self.overheads.fixed_bytes(self.gpus_per_replica),
+                      "fragmentation": self.overheads.fragmentation}
 
     def memory_at(self, seqs: int) -> dict[str, int]:
         """Bytes per GPU by category with ``seqs`` sequences cached on its replica: the terms
-        ``plan_infer``'s budget counts (fragmentation on the tensors' bytes)."""
+        ``plan_infer``'s budget counts (``Overheads.framework_bytes`` on the tensors' bytes)."""
         kv = self.kv_bytes_per_seq * seqs
         tensors = self.weights_bytes + kv + self.workspace_bytes
         return {"weights": self.weights_bytes, "kv cache": kv,
                 "prefill workspace": self.workspace_bytes,
-                "framework": Overheads(self.framework_fixed_bytes, 0, self.fragmentation)
-                .framework_bytes(tensors)}
+                "framework": self.overheads.framework_bytes(tensors, self.gpus_per_replica)}
 
 
 @dataclass
@@ -811,7 +819,6 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             kv_seq = cdiv(kv_all * most_blocks, n_blocks * kv_split)
             workspace = PREFILL_CHUNK * (3 * max(cfg.d_ff, cfg.moe_d_ff) // tp
                                          + 6 * cfg.d_model) * prec.act
-            fixed = ov.fixed_bytes(tp * pp)
             budget = ov.tensor_budget(gpu.usable_bytes, tp * pp) - weights - workspace
             if budget < kv_seq:
                 continue
@@ -838,7 +845,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             step = decode_s(per)
             rows.append(InferRow(tp, pp, replicas, replicas * tp * pp, weights, kv_seq, maxc,
                                  maxc * replicas, prefill, replicas * per / step, 1 / step,
-                                 workspace, fixed, ov.fragmentation))
+                                 workspace, ov))
     if not rows:
         raise PlanError(f"{cfg.name} with {context:,} tokens of {kv_dtype} KV cache does not fit "
                         f"on {gpu.name} in any TP x PP layout up to "

@@ -655,7 +655,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     fraction = I.number("kv_cache_free_gpu_mem_fraction", kv_cache_free_gpu_mem_fraction, 0, 1)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
     cfg = load(model)
-    architecture = architecture if architecture is not None else hf_architecture(model)
+    architecture = architecture if architecture is not None else (
+        hf_architecture(model) or cfg.hf_architecture or None)
     g = get_gpu(gpu, gpu_file)
     if overheads is not None and not isinstance(overheads, Overheads):
         raise I.InputError(f"overheads ({I.show(overheads)}) must be an Overheads or None")

@@ -1,6 +1,6 @@
-"""`txcalc fit`: the longest sequence (or largest micro-batch) one GPU trains or fine-tunes,
-and when nothing fits the cheapest changes that make it fit. Also the fine-tuning options
-shared with `memory` and `flops`."""
+"""`txcalc fit`: the longest sequence (or largest micro-batch) one GPU (or each of N under
+ZeRO-3) trains or fine-tunes, and when nothing fits the cheapest changes that make it fit.
+Also the fine-tuning options shared with `memory` and `flops`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable GPU memory in GB (1e9), instead of --gpu: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off (a catalog GPU's is its datasheet's x 0.99)."),
         batch: int = typer.Option(None, "--batch", "-b", help="Micro-batch: find the longest sequence (default 1)."),
         seq: int = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
+        gpus: int = typer.Option(1, "--gpus", help="GPUs the model states are sharded over (N > 1: ZeRO-3 / FSDP full shard, data parallel N, one micro-batch each): the per-GPU bytes of plan train --gpus N --zero 3 --tp 1 --pp 1."),
         precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
         optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
         attn: str = typer.Option("flash", help="eager | sdpa | flash."),
@@ -67,7 +68,8 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         loss: str = FT_OPTS["loss"],
         gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
         json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
-    """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU."""
+    """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
+    or on each of --gpus N under ZeRO-3."""
     from .. import load
     from ..errors import WorkloadError
     from ..finetune import check_precision
@@ -76,8 +78,8 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..memory import OFFLOADS
     from .options import options
 
-    options(batch=batch, seq=seq, precision=precision, optimizer=optimizer, attn=attn,
-            recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
+    options(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
+            attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
             **({"gpu": gpu} if gpu is not None else {}))
     choice("--offload", offload, OFFLOADS)
     if (gpu is None) == (gpu_gb is None):
@@ -96,7 +98,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
                        base_format)
     check_precision(ft, precision)
     cfg = load(model)
-    setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, loss=loss)
+    setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, gpus, loss)
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak)
     out = res.to_json() | {"gpu": label}
@@ -104,6 +106,8 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         emit_json(out)
         return
     what = out["finetune"]
+    if gpus > 1:
+        label, words = f"{gpus:,} x {label}", f"each {words}; ZeRO-3"
     lossword = "" if loss == "full" else f", loss {loss}"
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "

@@ -49,6 +49,8 @@ Recompute policies (``build_tables``): a mode (none, selective, full, op) for th
 blocks of each stage and none for the rest (N = 0: every block; Megatron's block method), and
 full recompute with its checkpoints in host memory (``Layout.offload_checkpoints``: the
 recomputed blocks' saved bytes move to ``host_bytes``, crossing PCIe twice a micro-batch).
+Optimizer offload (``TrainSetting.offload_optimizer``): the optimizer category moves to
+``host_bytes`` too.
 
 Step time: (m + (pp - 1) / v) x the slowest stage's micro-batch time (compute + exposed TP,
 EP, CP and PP communication and offload traffic), plus exposed DP communication and the
@@ -134,6 +136,11 @@ def inflight_chunks(pp: int, v: int, m: int, stage: int) -> tuple[int, int]:
     return warm + 1, int((f[warm + 1 + k] - b[k]).max())
 
 
+def _whole(x):
+    """``x`` truncated to whole bytes: a Python int, or int64 elementwise for a numpy array."""
+    return x.astype("int64") if getattr(x, "ndim", 0) else int(x)
+
+
 @dataclass(frozen=True)
 class Overheads:
     """Framework memory outside the engine's tensors; defaults are typical, override them.
@@ -163,23 +170,18 @@ class Overheads:
             raise LayoutError("framework overheads must be non-negative integers (fragmentation "
                               "a fraction): " + ", ".join(bad))
 
-    def fixed_bytes(self, gpus: int = 1) -> int:
+    def fixed_bytes(self, gpus=1):
         """The fixed framework bytes on each GPU: the CUDA context, plus the communication
-        buffers when the job spans more than one GPU."""
-        return self.cuda_context_bytes + (self.comm_buffer_bytes if gpus > 1 else 0)
+        buffers when the job spans more than one GPU (elementwise over a numpy array of
+        GPU counts)."""
+        return self.cuda_context_bytes + _whole(self.comm_buffer_bytes * (gpus > 1))
 
     def framework_bytes(self, tensor_bytes, gpus=1):
         """The framework's bytes on one GPU beside ``tensor_bytes`` of tensors: the fixed bytes
         and the caching allocator's slack, fragmentation x the tensors' bytes (truncated). The
         one rule for fit, plan train (elementwise over numpy arrays of layouts: ``gpus`` the
         layouts' GPU counts) and plan infer."""
-        import numpy as np
-        if isinstance(tensor_bytes, np.ndarray) or isinstance(gpus, np.ndarray):
-            fixed = np.where(np.asarray(gpus) > 1,
-                             self.cuda_context_bytes + self.comm_buffer_bytes,
-                             self.cuda_context_bytes)
-            return fixed + (np.asarray(tensor_bytes) * self.fragmentation).astype(np.int64)
-        return self.fixed_bytes(gpus) + int(tensor_bytes * self.fragmentation)
+        return self.fixed_bytes(gpus) + _whole(tensor_bytes * self.fragmentation)
 
     def device_bytes(self, tensor_bytes, gpus=1):
         """What the GPU shows used for ``tensor_bytes`` of tensors: the tensors and the
@@ -264,6 +266,12 @@ class TrainSetting:
     loss: str = "full"
     #: Longformer: tokens per sequence with global attention (Workload.global_tokens)
     global_tokens: int = 0
+    #: the optimizer in host memory, its step on the CPU (ZeRO-Offload, FSDP CPU offload;
+    #: TrainingMemory's offload "optimizer"): the optimizer category (states, step counters,
+    #: fp32 master) moves to host_bytes with the fp32 gradients the CPU step reads (4 bytes
+    #: per trainable parameter of the rank); gradients out and updated weights back over PCIe
+    #: each step (the CPU's step itself is not timed)
+    offload_optimizer: bool = False
 
     @property
     def prof(self) -> DeviceProfile:
@@ -769,6 +777,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     best = None
     fwd_first = np.zeros(len(n))  # forward (+ recompute) seconds of a micro-batch, stage 0
     host = np.zeros(len(n), dtype=np.int64)  # offloaded checkpoints in host memory, per GPU
+    pcie_opt = np.zeros(len(n), dtype=np.int64)  # offloaded optimizer: bytes over PCIe a step
     t_mb = np.zeros(len(n))
     t_bwd = np.zeros(len(n))
     p_max = np.zeros(len(n), dtype=np.int64)
@@ -818,6 +827,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                    + _cdiv(flat["o_exp"].take(base) + master * pe, z1e))
         # step counters: one per parameter tensor, never sharded (OPTIMIZER_SPECS)
         opt = opt + OPTIMIZER_SPECS[s.optimizer].step_bytes * flat["tensors"].take(base)
+        host_opt = 0
+        if s.offload_optimizer and s.optimizer != "none":  # TrainingMemory.host_bytes' rule
+            host_opt, opt = opt + 4 * held(1), 0 * opt
+            pcie_opt = np.maximum(pcie_opt, held(1) * (gb_ + wb))
         # weights: the whole parameters (ZeRO-0, 1), FSDP2's gathered copies and its sharded
         # parameter (ZeRO-2), the shard (ZeRO-3); gradients: the full buffer (ZeRO-0, 1) and
         # the fp32 copy of the shard (ZeRO-1 of fp16), the shard (ZeRO-2, 3). ZeRO-3's weight
@@ -839,7 +852,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         # offloaded checkpoints (blocks only): in host memory for every chunk in flight; out
         # over PCIe in forward, back in backward, behind the stage's compute
         host_mb = flat["act_host"].take(act0 + k * s_act)
-        host = np.maximum(host, _cdiv(host_mb * chunks[k], v))
+        host = np.maximum(host, _cdiv(host_mb * chunks[k], v) + host_opt)
         # the batch of each in-flight micro-batch of the edge chunk: stage 0's ids, the last
         # stage's labels and loss (one GPU: both)
         head_k = A["has_head"][:, k].take(pi)
@@ -916,7 +929,8 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         np.where(zero < 3, (np.maximum(0.0, t_rs - t_bwd) if hide_g else t_rs) + ag_x,
                  m * np.maximum(0.0, 2 * t_ag3 + t_rs - t_mb) + t_rep))
     # the optimizer step reads and writes every state once (the stage with the most states)
-    step = pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
+    step = (pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
+            + pcie_opt / comm.PCIE_BYTES_PER_S)
     hw_seq = A["hw_flops_seq"][pi, pol]
     if s.achieved_flops_per_gpu:
         step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
