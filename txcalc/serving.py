@@ -192,7 +192,8 @@ OUT_OF_PLACE_ALLREDUCE_ENGINES = ("vllm", "vllm-v1", "vllm-0.6.5")
 #: down_proj runs; every other vLLM model file with a fused gate_up (qwen2.py, gemma2.py,
 #: qwen2_moe.py, deepseek_v2.py, commandr.py, ... in v0.6.5 and v0.7.1) keeps it
 #: (``gate_up, _ = self.gate_up_proj(x); x = self.act_fn(gate_up)``) until forward returns.
-#: ``architecture=None`` takes llama.py's rule.
+#: ``architecture=None`` takes the config.json's or the preset's class, and llama.py's rule
+#: when neither names one.
 VLLM_LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM",
                             "AquilaForCausalLM", "AquilaModel", "InternLMForCausalLM",
                             "InternLM3ForCausalLM", "XverseForCausalLM", "LlamaModel",
@@ -628,7 +629,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     ``architecture``: the HF
     ``architectures[0]`` that picks vLLM's model file, whose MLP keeps or drops its gate_up
     output before down_proj (VLLM_LLAMA_ARCHITECTURES); None: the config.json's own when
-    ``model`` is one (``hf_architecture``), else llama.py's."""
+    ``model`` is one (``hf_architecture``), else the preset's (``ModelConfig.hf_architecture``,
+    from its stored config.json), else llama.py's."""
     from . import inputs as I
     from . import load
     from .components import model_ops_tuple
