@@ -149,6 +149,9 @@ class Workload:
     recompute_layers: int = 0
     #: the LM loss: full | chunked[:N] | fused-linear (LOSS_IMPLS)
     loss: str = "full"
+    #: the kernel running the full loss (lm_loss.LOSS_KERNELS: hf, vocab_parallel, sharded; a
+    #: stack's); the fused "loss" kernel is torch.compile of hf's (lm_loss.loss_kernel)
+    loss_kernel: str = "hf"
     #: Longformer: tokens per sequence with global attention (HF ``global_attention_mask``;
     #: the sequence classifier gives the first token global attention when none is given, so
     #: its ops read at least 1: ``global_count``)
@@ -196,6 +199,13 @@ class Workload:
             loss_chunks(self.loss)
         except WorkloadError as e:
             problems.append(str(e))
+        from .lm_loss import LOSS_KERNELS
+        if self.loss_kernel not in LOSS_KERNELS:
+            problems.append(f"loss_kernel ({show(self.loss_kernel)}) must be one of "
+                            f"{', '.join(LOSS_KERNELS)}")
+        elif self.loss_kernel != "hf" and isinstance(self.fused, tuple) and "loss" in self.fused:
+            problems.append(f"fused 'loss' compiles hf's cross-entropy; loss_kernel "
+                            f"{self.loss_kernel!r} is another kernel")
         if problems:
             raise WorkloadError("; ".join(problems))
         if self.src_seq == 0:
