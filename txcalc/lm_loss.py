@@ -50,7 +50,7 @@ which saves no labels at all (``held_labels``).
 from __future__ import annotations
 
 from .errors import WorkloadError
-from .workload import Workload, loss_chunks
+from .workload import LOSS_KERNELS, Workload, loss_chunks
 
 
 def check_head(cfg, loss: str) -> None:
@@ -191,16 +191,11 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
     return best
 
 
-#: the kernels that may run the full loss (``Workload.loss == "full"``: the T x V logits at once),
-#: named after the function each stack calls; a stack's (``stacks.Stack.loss_kernel`` ->
-#: ``Workload.loss_kernel``). "compiled" is not a name given but the fused "loss" kernel
-#: (``Workload.fused``): torch.compile of HF's code, what torchtitan runs (``loss_kernel``).
-LOSS_KERNELS = ("hf", "vocab_parallel", "sharded")
-
-
 def loss_kernel(work: Workload) -> str:
-    """The kernel that runs ``work``'s full loss: "compiled" when the stack compiles the loss
-    (fused "loss"), else ``work.loss_kernel`` (LOSS_KERNELS; "hf" by default)."""
+    """The kernel that runs ``work``'s full loss (the T x V logits at once): "compiled" when
+    the stack compiles the loss (fused "loss": torch.compile of HF's code, torchtitan's), else
+    ``work.loss_kernel`` (LOSS_KERNELS, named after the function each stack calls; "hf" by
+    default)."""
     return "compiled" if "loss" in work.fused else work.loss_kernel
 
 

@@ -84,6 +84,11 @@ KEEPS = ("sp_gathered_input", "qkv_copy", "o_proj_copy")
 #: at a time; N = 8, its default, when omitted), fused-linear (Liger's fused linear
 #: cross-entropy: logits and their gradient one row chunk at a time, inside the forward)
 LOSS_IMPLS = ("full", "chunked", "fused-linear")
+#: the kernels that may run the full loss, named after the function each stack calls (a
+#: stack's ``Stack.loss_kernel`` -> ``Workload.loss_kernel``): hf (F.cross_entropy on
+#: logits.float()), vocab_parallel (Megatron-Core's), sharded (nanotron's); the fused "loss"
+#: kernel is torch.compile of hf's. Their transients: lm_loss.full_loss_extra
+LOSS_KERNELS = ("hf", "vocab_parallel", "sharded")
 
 
 def loss_chunks(loss: str) -> int:
@@ -199,7 +204,6 @@ class Workload:
             loss_chunks(self.loss)
         except WorkloadError as e:
             problems.append(str(e))
-        from .lm_loss import LOSS_KERNELS
         if self.loss_kernel not in LOSS_KERNELS:
             problems.append(f"loss_kernel ({show(self.loss_kernel)}) must be one of "
                             f"{', '.join(LOSS_KERNELS)}")
