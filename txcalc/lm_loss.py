@@ -228,9 +228,10 @@ def full_loss_extra(kernel: str, t, vocab: int, a: int) -> tuple:
          of hf's code:  |  row statistics (saved)            |  saved logits and statistics: a T V
          torchtitan)    |                                    |
 
-    Not modelled: the per-row temporaries (a few int64 / fp32 vectors of T: Megatron's and
-    nanotron's masked targets, aranges and 1 - mask; the compiled backward's fp32 row buffer),
-    at most 32 bytes a row, measured in tests/test_loss_kernels.py.
+    Not modelled: the per-row tensors (a few int64 / fp32 vectors of T: Megatron's and
+    nanotron's masked targets, aranges and 1 - mask, made in the backward or saved and freed
+    before its peak; the compiled backward's fp32 row buffer), within 32 bytes a row either
+    way, measured in tests/test_loss_kernels.py.
 
     Sources (the T x V lines), Megatron-LM d98e8a64
     megatron/core/tensor_parallel/cross_entropy.py: forward ``vocab_parallel_logits =

@@ -513,7 +513,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     hf-eager's kernel differs). ``goodput``: the fraction of wall-clock time spent training
     (0 < G <= 1, default timing.GOODPUT): days, GPU-hours and cost are divided by it.
     ``loss``: the LM loss (Workload.loss: full, chunked[:N], fused-linear): what the head and
-    loss save and the logits gradient on the last stage (txcalc.lm_loss).
+    loss save and the loss's T x V transient on the last stage (txcalc.lm_loss).
     ``global_tokens``: Longformer's tokens per sequence with global attention
     (``Workload.global_tokens``).
     """

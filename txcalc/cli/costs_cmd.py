@@ -50,7 +50,8 @@ def _cross_rows(cfg, images: int) -> int:
     return images * cfg.image_states if cfg.cross_layers else 0
 
 
-_LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
+_LABELS = {"total_bytes": "total (peak over the step)",
+           "logits_bytes": "logits (the loss's T x V transient)"}
 _PEAK_PARTS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 
