@@ -154,18 +154,33 @@ def test_loss_the_head_cannot_run_exits_2(loss, tmp_path):
 
 
 def test_planner_logits_are_split_over_tp_and_cp():
-    """The loss's logits gradient on the last stage is split like the full loss's (vocab-
-    parallel over TP, sequence over CP): the same lm_loss function, divided."""
+    """The loss's transient on the last stage is split like the full loss's (vocab-parallel
+    over TP, sequence over CP): the engine's one rule (memory.loss_transient, what its
+    MemTracker-checked phases hold), divided, for HF's kernel and Megatron's. The full loss's
+    with HF's kernel is two fp32 logits gradients (the nll's and the log-softmax's: 8 T V), not
+    one (4 T V, what this test asserted while the planner booked lm_loss.logits_grad_bytes);
+    with Megatron's in-place vocab-parallel kernel, the bf16 cast of the gradient written over
+    the saved softmax (2 T V)."""
     from txcalc.hardware import get_gpu
     from txcalc.lm_loss import logits_grad_bytes
+    from txcalc.memory import TrainingMemory
     from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout
+    from txcalc.workload import Workload
     cfg = txcalc.load("llama-3-8b")
     V = cfg.vocab_size
     # fp32 gradient rows of one cross-entropy call, micro-batch 2 x 8,192 tokens, over TP 2
     rows = {"full": 2 * 8192, "chunked:4": 2 * 2048, "chunked": 2 * 1024, "fused-linear": 0}
     for loss in LOSSES:
-        s = TrainSetting(cfg, get_gpu("h100"), 8192, 8, loss=loss)
-        r = evaluate_layouts(s, [Layout(tp=2, dp=4, micro_batch=2)])
-        assert int(r["logits_bytes"][0]) == 4 * V * rows[loss] // 2
+        engine = {}
+        for kernel in ("hf", "vocab_parallel"):
+            s = TrainSetting(cfg, get_gpu("h100"), 8192, 8, loss=loss, loss_kernel=kernel)
+            r = evaluate_layouts(s, [Layout(tp=2, dp=4, micro_batch=2)])
+            engine[kernel] = TrainingMemory(cfg, Workload(batch=2, seq=8192, loss=loss,
+                                                          loss_kernel=kernel)).logits_transient
+            assert int(r["logits_bytes"][0]) == -(-engine[kernel] // 2) > 0
         assert logits_grad_bytes(loss, 2, 8192, V) == 4 * V * rows[loss]
+        if loss == "full":
+            assert engine == {"hf": 2 * 4 * V * rows[loss], "vocab_parallel": 2 * V * rows[loss]}
+        else:  # the chunked and fused-linear losses run their own kernels
+            assert engine["hf"] == engine["vocab_parallel"]

@@ -218,11 +218,11 @@ def test_llama3_405b_table4_partial_recompute_fits():
 
 def test_llama2_13b_fsdp_no_checkpointing_fits_with_fused_norms():
     """Llama 2 13B, FSDP (ZeRO-3) on 64 A100-80GB, no activation checkpointing, micro-batch
-    2 at 4096 tokens: with HF's eager kernels txcalc refuses it (83.8 GiB, its fp32 RMSNorms
+    2 at 4096 tokens: with HF's eager kernels txcalc refuses it (84.8 GiB, its fp32 RMSNorms
     saving ~6 B a unit); with fused norms, SwiGLU and loss (the torchtitan profile) it fits."""
     from txcalc.planner import PlanError
     only = {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "recompute": "none", "micro_batch": 2}
-    with pytest.raises(PlanError, match="83.8 GiB"):
+    with pytest.raises(PlanError, match="84.8 GiB"):
         _plan("llama-2-13b", "a100-80gb", seq=4096, gpus=64, only=only)
     b = _plan("llama-2-13b", "a100-80gb", seq=4096, gpus=64, only=only, stack="torchtitan").best
     assert b.total_bytes <= 80 * 2**30 and b.layout.recompute == "none"

@@ -291,7 +291,7 @@ def test_nanotron_rows_quote_their_log_and_setup(run):
     assert s["sp"] and s["zero"] == 1 and s["recompute"] == "none"
 
 
-def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data):
+def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data, monkeypatch):
     """The nanotron rows' activation bytes per token (the slope between the mbz-2 and mbz-4
     runs of the same layout, which cancels the model states): the nanotron stack's KEEPS add
     what nanotron's code keeps and the megatron stack's kernels do not (nanotron 9b0de5be,
@@ -317,6 +317,13 @@ def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data):
     tokens = 2 * 4096  # two more sequences of 4096 tokens
     measured = (a.measured_peak - b.measured_peak) / tokens
     engine = (a.predicted["allocated_bytes"] - b.predicted["allocated_bytes"]) / tokens
+
+    # the megatron kernels with nanotron's cross-entropy (stacks.Stack.loss_kernel: its
+    # forward holds the fp32 logits beside their shifted copy, 4 T V / t, where Megatron's
+    # in-place kernel holds 2 T V / t), so that the two stacks differ by the KEEPS alone
+    from txcalc.stacks import STACKS
+    monkeypatch.setitem(STACKS, "megatron", STACKS["megatron"]._replace(
+        loss_kernel=STACKS["nanotron"].loss_kernel))
 
     def megatron(r):
         flags = dict(r.run.setup["flags"], stack="megatron")

@@ -8,6 +8,8 @@ here are the tensors that live only for a moment, relative to the saved activati
     --------------|--------------------------------------|--------------------------------------
     full          | the logits (a) and their fp32 copy   | two fp32 T x V buffers (8 T V)
                   |  (4, none in fp32): T V (a + 4)      |
+                  |  (HF's kernel; a stack's other       |
+                  |  kernels: ``full_loss_extra``)       |
     chunked:N     | every chunk's logits (T V a) and one | per chunk, last first: its two fp32
     (torchtune)   |  chunk's fp32 copy (4 V r_i) while   |  buffers (8 V r_i) while the later
                   |  the chunks after it have saved      |  chunks' log-probabilities are freed
@@ -21,6 +23,10 @@ here are the tensors that live only for a moment, relative to the saved activati
                   |                                      |  (``fused_norm_backward``; with a
                   |                                      |  LayerNorm the last block does: not
                   |                                      |  modelled)
+
+The full loss's rows are HF's code (``F.cross_entropy(logits.float(), labels)``); a training
+stack may run another cross-entropy kernel on the whole T x V logits (``loss_kernel``, the table
+``FULL_LOSS_KERNELS`` below): the transients differ, what is saved is declared on the op.
 
 Measured on the CPU against reference/loss.py (tests/test_finetune_loss.py): chunked exact at
 both peaks; fused-linear's forward peak is Liger's kernel's, which PyTorch on the CPU cannot
@@ -44,7 +50,7 @@ which saves no labels at all (``held_labels``).
 from __future__ import annotations
 
 from .errors import WorkloadError
-from .workload import Workload, loss_chunks
+from .workload import LOSS_KERNELS, Workload, loss_chunks
 
 
 def check_head(cfg, loss: str) -> None:
@@ -60,11 +66,10 @@ def logits_grad_bytes(loss: str, batch, seq, vocab: int):
     """The fp32 gradient of the logits of one cross-entropy call: 4 V bytes a row, for the
     rows the call sees (full: all T = batch x seq; chunked:N: the largest chunk, batch x
     ceil(seq / N); fused-linear: none, its gradients are made in the forward, one row chunk
-    at a time, and saved as the head's grad_input / grad_weight). What the planner books on
-    the last stage beside the saved activations (``TrainingMemory.logits_transient``, the
-    planner's "logits" category); the phases hold the exact transients (HF's full loss: two
-    such buffers, ``backward_early``). ``batch`` and ``seq`` may be numpy integer arrays (the
-    planner's micro-batches): only integer arithmetic here."""
+    at a time, and saved as the head's grad_input / grad_weight). HF's full loss holds two
+    such buffers as backward starts (``full_loss_extra``); the transient the phases hold and
+    the planner books is ``memory.loss_transient``. ``batch`` and ``seq`` may be numpy integer
+    arrays: only integer arithmetic here."""
     if loss == "fused-linear":
         return 0 * batch
     n = loss_chunks(loss)
@@ -97,7 +102,7 @@ def forward_peak_extra(work: Workload, vocab: int, d: int, a: int) -> int:
         return liger_chunk_rows(t, vocab, d) * vocab * a + 4 * t
     copy = 4 if a != 4 else 0  # logits.float() is the tensor itself in fp32
     if work.loss == "full":
-        return t * vocab * (a + copy)
+        return full_loss_extra(loss_kernel(work), t, vocab, a)[0]
     n, best = loss_chunks(work.loss), None
     for i, rows in chunk_runs(work):
         later = t - _rows_through(work, i)  # rows of chunks not yet run: nothing saved
@@ -159,8 +164,8 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
     t = work.rows("seq")
     if work.loss == "fused-linear":
         return 0
-    if work.loss == "full":  # the log-softmax's gradient beside the nll's, both fp32
-        return 2 * logits_grad_bytes("full", 1, t, vocab)
+    if work.loss == "full":  # the kernel's (HF's: two fp32 T x V gradients)
+        return full_loss_extra(loss_kernel(work), t, vocab, a)[1]
     b, sizes = work.batch, _sizes(work)
     n = len(sizes)
     rows = [b * s for s in sizes]
@@ -184,6 +189,85 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
             best = max(best, done + 3 * vocab * d * grad + 4 + (d * a - a * vocab) * later
                        - freed)
     return best
+
+
+def loss_kernel(work: Workload) -> str:
+    """The kernel that runs ``work``'s full loss (the T x V logits at once): "compiled" when
+    the stack compiles the loss (fused "loss": torch.compile of HF's code, torchtitan's), else
+    ``work.loss_kernel`` (LOSS_KERNELS, named after the function each stack calls; "hf" by
+    default)."""
+    return "compiled" if "loss" in work.fused else work.loss_kernel
+
+
+def full_loss_extra(kernel: str, t, vocab: int, a: int) -> tuple:
+    """(forward peak, early backward) bytes above the saved activations of the full loss run
+    by ``kernel`` on t rows of ``vocab`` logits made in the activation dtype (a bytes). The one
+    rule of the loss's T x V transient: the engine's phases (``memory.loss_temp``) and the
+    planner's "logits" category (``memory.loss_transient``, the larger of the two) read it.
+    What each kernel saves (4 V a row for the three eager ones, a V + 8 compiled) is declared on
+    the loss op (``Op.saved`` / ``Op.saved_fused``) and counted with the activations.
+
+        kernel          | forward peak, beside the saved     | early backward, beside the saved
+        ----------------|------------------------------------|-----------------------------------
+        hf              | the logits (a) and their fp32 copy | nll_loss's fp32 gradient and
+         F.cross_entropy|  (4; none in fp32) beside the     |  log_softmax's beside the saved
+         (logits.float()|  saved fp32 log-probabilities:     |  log-probabilities: 8 T V
+         , labels)      |  T V (a + 4)                       |
+        vocab_parallel  | the caller's logits (a) beside     | the fp32 gradient is the saved
+         (Megatron-Core |  their fp32 copy, which becomes    |  softmax, written in place;
+         tensor_parallel|  the saved softmax in place: a T V |  autograd casts it to the logits'
+         .cross_entropy)|  (fp32 logits: the copy is the     |  dtype (engine.cpp validate_
+                        |  logits themselves: 0)             |  outputs): a T V (fp32: 0)
+        sharded         | the fp32 logits (the model's       | as vocab_parallel: the softmax
+         (nanotron      |  cast_to_fp32 output, held by the |  becomes the gradient in place;
+         _ShardedCross  |  caller) beside their shifted      |  the cast's backward (ToCopy-
+         Entropy)       |  copy, which becomes the saved     |  Backward) makes it a: a T V
+                        |  softmax: 4 T V                    |  (fp32: no cast, 0)
+        compiled        | nothing: one kernel reads the      | one kernel writes the logits'
+         (torch.compile |  logits (saved) and keeps two fp32 |  gradient in their dtype from the
+         of hf's code:  |  row statistics (saved)            |  saved logits and statistics: a T V
+         torchtitan)    |                                    |
+
+    Not modelled: the per-row tensors (a few int64 / fp32 vectors of T: Megatron's and
+    nanotron's masked targets, aranges and 1 - mask, made in the backward or saved and freed
+    before its peak; the compiled backward's fp32 row buffer), within 32 bytes a row either
+    way, measured in tests/test_loss_kernels.py.
+
+    Sources (the T x V lines), Megatron-LM d98e8a64
+    megatron/core/tensor_parallel/cross_entropy.py: forward ``vocab_parallel_logits =
+    vocab_parallel_logits.float()``, "In-place subtraction reduces memory pressure."
+    ``vocab_parallel_logits -= logits_max.unsqueeze(dim=-1)``, ``exp_logits =
+    vocab_parallel_logits; torch.exp(vocab_parallel_logits, out=exp_logits)``,
+    ``exp_logits.div_(sum_exp_logits.unsqueeze(dim=-1))``, ``ctx.save_for_backward(exp_logits,
+    target_mask, masked_target_1d)``; backward "All the inputs have softmax as thier gradient."
+    ``grad_input = softmax``, ``grad_2d[arange_1d, masked_target_1d] -= softmax_update``,
+    ``grad_input.mul_(grad_output.unsqueeze(dim=-1))``, ``return grad_input, None, None, None``;
+    its caller (language_module.py compute_language_model_loss) passes the logits as the output
+    layer made them. nanotron 9b0de5be src/nanotron/parallel/tensor_parallel/functional.py
+    _ShardedCrossEntropy: ``sharded_logits = sharded_logits - logits_max.unsqueeze(dim=-1)`` (not
+    in place), then ``torch.exp(sharded_logits, out=exp_logits)``, ``exp_logits.div_(...)``,
+    ``ctx.save_for_backward(exp_logits, target_mask, masked_target_1d)``; backward ``grad_input =
+    softmax`` ... ``grad_input.mul_(...)``; its input is models/llama.py's ``fp32_sharded_logits =
+    self.cast_to_fp32(x=sharded_logits)["output"]`` (``lambda x: x.float()``), returned to
+    LlamaForTraining.forward, which holds it through the loss. Compiled: the code inductor
+    generates on the CPU for reference/model.py's ``_cross_entropy`` (torch 2.13): the forward
+    allocates only (T, 1) fp32 buffers and scalars and returns the logits, amax and log-sum-exp
+    as saved; the backward allocates a (T, 1) fp32 buffer and the (B, S, V) gradient in the
+    logits' dtype. Each measured on the CPU (tests/test_loss_kernels.py): the two in-place
+    kernels' single-rank arithmetic with MemTracker, the compiled kernel's buffers from its
+    generated code."""
+    tv = t * vocab
+    cast = a if a != 4 else 0  # a dtype cast that fp32 logits do not need
+    if kernel == "hf":
+        return tv * (a + (4 if a != 4 else 0)), 2 * logits_grad_bytes("full", 1, t, vocab)
+    if kernel == "vocab_parallel":
+        return cast * tv, cast * tv
+    if kernel == "sharded":
+        return 4 * tv, cast * tv
+    if kernel == "compiled":
+        return 0 * tv, a * tv
+    raise WorkloadError(f"loss kernel ({kernel!r}) must be compiled or one of "
+                        f"{', '.join(LOSS_KERNELS)}")
 
 
 def _chunk_views(work: Workload) -> tuple[bool, int]:

@@ -417,6 +417,16 @@ def fused_norm_temp(cfg: ModelConfig, ops, work: Workload, precision: str) -> in
                                scale and cfg.norm_type == "layernorm" and cfg.norm_bias, p.grad)
 
 
+def loss_transient(cfg: ModelConfig, ops, work: Workload, precision: str) -> int:
+    """The loss's largest transient above the saved activations: the larger of its forward
+    peak's and its early backward's (``loss_temp``; the full loss: its kernel's,
+    lm_loss.full_loss_extra: HF's two fp32 T x V gradients, 8 T V; Megatron's in-place
+    vocab-parallel kernel a T V). What ``phases`` holds at the loss and the planner books on
+    the last stage (its "logits" category)."""
+    return max(loss_temp(cfg, ops, work, precision, "forward"),
+               loss_temp(cfg, ops, work, precision, "backward"))
+
+
 def frozen_table_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
                         finetuned: bool) -> tuple[int, int]:
     """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
@@ -613,14 +623,11 @@ class TrainingMemory:
 
     @cached_property
     def logits_transient(self) -> int:
-        """fp32 gradient of the logits of one cross-entropy call, alive while backward starts
-        (T x V x 4 for the full loss; txcalc.lm_loss.logits_grad_bytes): what the planner books
-        as "logits" on the last stage. Not the phases' whole early-backward transient
-        (``_loss_temp``: the full loss's two fp32 T x V buffers, 8 T V, measured on HF-style
-        code); see tests/test_one_gpu_plan_finetune.py for why the planner keeps one."""
-        from .lm_loss import logits_grad_bytes
-        return logits_grad_bytes(self.work.loss, self.work.batch, self.work.seq,
-                                 self.cfg.vocab_size) if self.cfg.head in VOCAB_HEADS else 0
+        """The loss's largest transient above the saved activations, at the forward peak or as
+        backward starts (``loss_transient``: with HF's kernel the full loss's two fp32 T x V
+        buffers, 8 T V; the stack's kernel's, lm_loss.full_loss_extra): what the planner books
+        as "logits" on the last stage."""
+        return loss_transient(self.cfg, self.ops, self.work, self.precision)
 
     @cached_property
     def held(self) -> HeldInputs:
@@ -707,7 +714,8 @@ class TrainingMemory:
             after_backward | gradients, the batch and the loss (activations are freed)
             peak_backward  | the larger end of backward (gradients grow while activations
                            |   shrink, both about linearly): at the start all activations
-                           |   and two fp32 T x V buffers (loss and log-softmax gradients); at
+                           |   and the loss kernel's gradients (HF's: two fp32 T x V, the
+                           |   loss's and log-softmax's; lm_loss.full_loss_extra); at
                            |   the end all gradients and the embedding's input gradient
                            |   (tied head: + the table's lookup gradient and its sum with
                            |   the head's, two V x E gradients)
@@ -750,8 +758,8 @@ class TrainingMemory:
             "peak_forward": phase(act=act, temp=self._loss_temp("forward")),
             "after_backward": phase(grad=self.gradients, act=done),
         }
-        # the first backward ops: the two fp32 T x V buffers of the loss, or a quantised weight
-        # dequantised for the last block's input gradient, whichever is larger
+        # the first backward ops: the loss kernel's gradients (HF: two fp32 T x V), or a
+        # quantised weight dequantised for the last block's input gradient, whichever is larger
         early = phase(act=act, temp=max(self._loss_temp("backward"), self.dequant_bytes))
         late = phase(grad=self.gradients, act=self.inputs + leaf, temp=emb_grad)
         out["peak_backward"] = max(early, late, key=lambda c: c["total"])

@@ -513,7 +513,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     hf-eager's kernel differs). ``goodput``: the fraction of wall-clock time spent training
     (0 < G <= 1, default timing.GOODPUT): days, GPU-hours and cost are divided by it.
     ``loss``: the LM loss (Workload.loss: full, chunked[:N], fused-linear): what the head and
-    loss save and the logits gradient on the last stage (txcalc.lm_loss).
+    loss save and the loss's T x V transient on the last stage (txcalc.lm_loss).
     ``global_tokens``: Longformer's tokens per sequence with global attention
     (``Workload.global_tokens``).
     """
@@ -590,7 +590,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            softmax_fp32=prof_stack.softmax_fp32 if prof_stack else True,
                            fused=prof_stack.fused if prof_stack else (), overlap=overlap,
                            keeps=prof_stack.keeps if prof_stack else (), goodput=goodput,
-                           loss=loss, global_tokens=global_tokens)
+                           loss=loss, global_tokens=global_tokens,
+                           loss_kernel=prof_stack.loss_kernel if prof_stack else "hf")
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)

@@ -31,7 +31,10 @@ says they keep, the same bytes:
 
 LayerNorm is one kernel everywhere (native layer_norm): nothing to fuse. Megatron's
 vocab-parallel cross-entropy casts the logits to fp32 and keeps them (its softmax in place):
-4 V, as unfused.
+4 V, as unfused; nanotron's the same. Their transients differ from HF's: ``Stack.loss_kernel``
+names the kernel, whose forward and early-backward T x V bytes are lm_loss.full_loss_extra's
+(HF 8 T V as backward starts; Megatron's vocab_parallel and nanotron's sharded write the
+gradient in place of the saved softmax and cast it: a T V; compiled: a T V).
 
 Overlap (``OVERLAPS``; what ``parallel.evaluate`` hides, shown as exposed and hidden seconds in
 the communication table):
@@ -71,6 +74,9 @@ class Stack(NamedTuple):
     softmax_fp32: bool  #: eager softmax upcast (HF)
     source: str
     keeps: tuple[str, ...] = ()  #: KEEPS
+    #: the full loss's cross-entropy kernel (lm_loss.LOSS_KERNELS; "loss" in fused compiles
+    #: hf's): its transients are lm_loss.full_loss_extra's
+    loss_kernel: str = "hf"
 
 
 #: the one table of framework profiles
@@ -92,14 +98,14 @@ STACKS = {s.name: s for s in (
           "Megatron-LM / NeMo with TransformerEngine: TE flash attention and fused RMSNorm, "
           "--bias-swiglu-fusion, vocab-parallel cross-entropy on fp32 logits; the overlap flags "
           "of NeMo's pre-training recipes: --tp-comm-overlap, --overlap-param-gather, "
-          "--overlap-grad-reduce, --overlap-p2p-communication"),
+          "--overlap-grad-reduce, --overlap-p2p-communication", loss_kernel="vocab_parallel"),
     Stack("nanotron", "flash", ("norm", "act"), ("grad_reduce",), False,
           "huggingface/nanotron (9b0de5be) Llama: flash_attn_varlen_func, TritonRMSNorm "
           "(input + fp32 rstd), torch.compile'd GLUActivation, _ShardedCrossEntropy on fp32 "
           "logits; tp_mode REDUCE_SCATTER as sequence parallelism, whose column linears save "
           "the all-gathered input; the attention's qkv and o_proj copies (KEEPS); DDP-style "
           "gradient reduction during backward, tp_linear_async_communication off",
-          keeps=KEEPS),
+          keeps=KEEPS, loss_kernel="sharded"),
     Stack("deepspeed", "flash", (), ("grad_reduce", "param_gather"), True,
           "DeepSpeed ZeRO on HF model code with flash_attention_2: HF's norms, MLP and loss; "
           "overlap_comm: gradient reduction and ZeRO-3 prefetching overlap compute"),

@@ -84,6 +84,11 @@ KEEPS = ("sp_gathered_input", "qkv_copy", "o_proj_copy")
 #: at a time; N = 8, its default, when omitted), fused-linear (Liger's fused linear
 #: cross-entropy: logits and their gradient one row chunk at a time, inside the forward)
 LOSS_IMPLS = ("full", "chunked", "fused-linear")
+#: the kernels that may run the full loss, named after the function each stack calls (a
+#: stack's ``Stack.loss_kernel`` -> ``Workload.loss_kernel``): hf (F.cross_entropy on
+#: logits.float()), vocab_parallel (Megatron-Core's), sharded (nanotron's); the fused "loss"
+#: kernel is torch.compile of hf's. Their transients: lm_loss.full_loss_extra
+LOSS_KERNELS = ("hf", "vocab_parallel", "sharded")
 
 
 def loss_chunks(loss: str) -> int:
@@ -149,6 +154,9 @@ class Workload:
     recompute_layers: int = 0
     #: the LM loss: full | chunked[:N] | fused-linear (LOSS_IMPLS)
     loss: str = "full"
+    #: the kernel running the full loss (lm_loss.LOSS_KERNELS: hf, vocab_parallel, sharded; a
+    #: stack's); the fused "loss" kernel is torch.compile of hf's (lm_loss.loss_kernel)
+    loss_kernel: str = "hf"
     #: Longformer: tokens per sequence with global attention (HF ``global_attention_mask``;
     #: the sequence classifier gives the first token global attention when none is given, so
     #: its ops read at least 1: ``global_count``)
@@ -196,6 +204,12 @@ class Workload:
             loss_chunks(self.loss)
         except WorkloadError as e:
             problems.append(str(e))
+        if self.loss_kernel not in LOSS_KERNELS:
+            problems.append(f"loss_kernel ({show(self.loss_kernel)}) must be one of "
+                            f"{', '.join(LOSS_KERNELS)}")
+        elif self.loss_kernel != "hf" and isinstance(self.fused, tuple) and "loss" in self.fused:
+            problems.append(f"fused 'loss' compiles hf's cross-entropy; loss_kernel "
+                            f"{self.loss_kernel!r} is another kernel")
         if problems:
             raise WorkloadError("; ".join(problems))
         if self.src_seq == 0:

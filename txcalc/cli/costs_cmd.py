@@ -24,6 +24,7 @@ def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
                     dropout=dropout, fused=prof.fused if prof else (),
                     keeps=prof.keeps if prof else (),
+                    loss_kernel=prof.loss_kernel if prof else "hf",
                     softmax_fp32=prof.softmax_fp32 if prof else True,
                     recompute_method=recompute_method, recompute_layers=recompute_layers,
                     loss=loss, global_tokens=global_tokens)
@@ -49,7 +50,8 @@ def _cross_rows(cfg, images: int) -> int:
     return images * cfg.image_states if cfg.cross_layers else 0
 
 
-_LABELS = {"total_bytes": "total (peak over the step)", "logits_bytes": "logits (fp32, T x V)"}
+_LABELS = {"total_bytes": "total (peak over the step)",
+           "logits_bytes": "logits (the loss's T x V transient)"}
 _PEAK_PARTS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 

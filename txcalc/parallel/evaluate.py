@@ -27,11 +27,12 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   held_inputs): stage 0 a frozen table's ids and leaf, | ids: CP; leaf:
                   |   the last stage the labels the loss does not save and |   SP, CP
                   |   the fp32 loss                                        |
-    logits        | fp32 logits gradient, last stage: mb*S*V*4 / (tp*cp)   |
-                  |   (one loss chunk's rows: lm_loss.logits_grad_bytes,   |
-                  |   TrainingMemory.logits_transient), or the stage's     |
-                  |   largest dequantised weight (the engine's             |
-                  |   dequant_buffer_bytes), the larger of the two         |
+    logits        | the loss's largest transient, last stage (engine's     | TP, CP (the
+                  |   loss_transient, the stack's loss kernel's: HF's full |   loss)
+                  |   loss two fp32 T x V buffers, Megatron's in-place     |
+                  |   vocab-parallel one a T V; lm_loss.full_loss_extra),  |
+                  |   or the stage's largest dequantised weight (the       |
+                  |   engine's dequant_buffer_bytes), the larger of the two|
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
@@ -78,12 +79,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from ..config import VOCAB_HEADS, ModelConfig
+from ..config import ModelConfig
 from ..hardware import Gpu
 from ..finetune import op_weight_bytes
-from ..lm_loss import logits_grad_bytes
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, dequant_buffer_bytes,
-                      fp8_saved_delta, fp8_weight_bytes, held_inputs, optimizer_state_bytes,
+                      fp8_saved_delta, fp8_weight_bytes, held_inputs, loss_transient,
+                      optimizer_state_bytes,
                       param_tensor_count, saved_rows, zero_bytes)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
@@ -264,6 +265,8 @@ class TrainSetting:
     goodput: float = 1.0
     #: the LM loss (Workload.loss: full | chunked[:N] | fused-linear)
     loss: str = "full"
+    #: the full loss's kernel (Workload.loss_kernel; a stack's)
+    loss_kernel: str = "hf"
     #: Longformer: tokens per sequence with global attention (Workload.global_tokens)
     global_tokens: int = 0
     #: the optimizer in host memory, its step on the CPU (ZeRO-Offload, FSDP CPU offload;
@@ -289,7 +292,7 @@ class TrainSetting:
         return Workload(batch=micro_batch, seq=self.seq, attn_impl=self.attn_impl,
                         recompute=recompute, dropout=self.dropout,
                         softmax_fp32=self.softmax_fp32, fused=self.fused, keeps=self.keeps,
-                        loss=self.loss,
+                        loss=self.loss, loss_kernel=self.loss_kernel,
                         global_tokens=self.global_tokens)
 
     @cached_property
@@ -563,8 +566,11 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     dq = np.array([[[once(group_dequant, gi, tp, ep) for ep in eps] for tp in tps]
                    for gi in range(G)], dtype=np.int64)
     arrays["dequant"] = np.max(np.where(C[..., None, None] > 0, dq[None, None], 0), axis=2)
-    # the engine's held inputs [ids | leaf | labels | loss, mb, mode] on one GPU of the
-    # micro-batch (whole model ops: the table, block 0's first op)
+    # the engine's loss transient [mb] (its loss kernel's) and held inputs [ids | leaf |
+    # labels | loss, mb, mode] on one GPU of the micro-batch (whole model ops: the head, its
+    # norm, the table, block 0's first op)
+    arrays["loss_transient"] = np.array([loss_transient(s.cfg, s.ops, s.work(mb), s.precision)
+                                         for mb in mbs], dtype=np.int64)
     arrays["held"] = np.array([[held_inputs(s.cfg, s.ops, s.work(mb, rc), s.bytes.act,
                                             s.finetune is not None) for rc in RECOMPUTE]
                                for mb in mbs], dtype=np.int64).transpose(2, 0, 1)
@@ -734,8 +740,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # the loss's transient (last stage; vocab-parallel over TP, sequence over CP) and the
     # batch held beside the saved tensors (memory.held_inputs: ids and the frozen table's leaf
     # on stage 0, on the residual stream split by SP; labels and the loss on the last stage)
-    logits = _cdiv(logits_grad_bytes(s.loss, mbatch, s.seq, cfg.vocab_size), tp * cp) \
-        if cfg.head in VOCAB_HEADS else 0
+    logits = _cdiv(A["loss_transient"].take(mi), tp * cp)
     ids_b, leaf_b, labels_b, loss_b = (A["held"][j][mi, rc] for j in range(4))
     held_first = _cdiv(ids_b, cp) + _cdiv(leaf_b, np.where(sp == 1, tp, 1) * cp)
     held_last = _cdiv(labels_b, cp) + loss_b
