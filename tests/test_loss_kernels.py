@@ -2,10 +2,10 @@
 (``lm_loss.full_loss_extra``, ``Stack.loss_kernel``), measured on the CPU.
 
 Each eager kernel runs one rank's arithmetic (tensor parallelism of 1: the all-reduces are
-identities and the rank's vocabulary is the whole of it) as its source writes it, copied below
-line for line with the collectives removed: Megatron-LM d98e8a64
-megatron/core/tensor_parallel/cross_entropy.py (``_VocabParallelCrossEntropy`` through
-``VocabParallelCrossEntropy``'s static methods) and nanotron 9b0de5be
+identities and the rank's vocabulary is the whole of it), written here (our own code,
+``_InPlaceSoftmaxCrossEntropy``) to make the allocations its source makes, read from
+Megatron-LM d98e8a64 megatron/core/tensor_parallel/cross_entropy.py
+(``_VocabParallelCrossEntropy``) and nanotron 9b0de5be
 src/nanotron/parallel/tensor_parallel/functional.py (``_ShardedCrossEntropy``; its input is
 models/llama.py's ``cast_to_fp32`` output, ``lambda x: x.float()``). HF's
 ``F.cross_entropy(logits.float(), labels)`` runs through the same harness as a check on it
@@ -46,94 +46,42 @@ from txcalc.workload import Workload  # noqa: E402
 ROW_SLACK = 32
 
 
-# --- Megatron-LM d98e8a64, megatron/core/tensor_parallel/cross_entropy.py, one rank ---------
-class _VocabParallelCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, vocab_parallel_logits, target):
-        # calculate_logits_max
-        vocab_parallel_logits = vocab_parallel_logits.float()
-        logits_max = torch.max(vocab_parallel_logits, dim=-1)[0]
-        # (all_reduce MAX over TP: one rank)
-        vocab_start_index, vocab_end_index = 0, vocab_parallel_logits.size()[-1]
-        # calculate_predicted_logits
-        vocab_parallel_logits -= logits_max.unsqueeze(dim=-1)
-        target_mask = (target < vocab_start_index) | (target >= vocab_end_index)
-        masked_target = target.clone() - vocab_start_index
-        masked_target[target_mask] = 0
-        partition_vocab_size = vocab_parallel_logits.size()[-1]
-        logits_2d = vocab_parallel_logits.view(-1, partition_vocab_size)
-        masked_target_1d = masked_target.view(-1)
-        arange_1d = torch.arange(start=0, end=logits_2d.size()[0], device=logits_2d.device)
-        predicted_logits_1d = logits_2d[arange_1d, masked_target_1d]
-        predicted_logits_1d = predicted_logits_1d.clone().contiguous()
-        predicted_logits = predicted_logits_1d.view_as(target)
-        predicted_logits[target_mask] = 0.0
-        exp_logits = vocab_parallel_logits
-        torch.exp(vocab_parallel_logits, out=exp_logits)
-        sum_exp_logits = exp_logits.sum(dim=-1)
-        # (all_reduce SUM of predicted_logits and sum_exp_logits: one rank)
-        # calculate_cross_entropy_loss
-        loss = torch.log(sum_exp_logits) - predicted_logits
-        exp_logits.div_(sum_exp_logits.unsqueeze(dim=-1))
-        ctx.save_for_backward(exp_logits, target_mask, masked_target_1d)
-        return loss
+# --- the in-place kernels: our own code, one rank, the allocations their sources make -------
+class _InPlaceSoftmaxCrossEntropy(torch.autograd.Function):
+    """Softmax cross-entropy at one rank (tensor parallelism 1: every all-reduce an identity)
+    that turns one fp32 T x V buffer into the softmax in place, saves it, and writes the
+    gradient over it in backward: the pattern of Megatron-LM d98e8a64's
+    megatron/core/tensor_parallel/cross_entropy.py (``_VocabParallelCrossEntropy``: its input
+    cast by ``.float()``, the row max subtracted in place, ``torch.exp(..., out=)``, ``div_``,
+    ``save_for_backward`` of that softmax; backward ``grad_input = softmax``, the target column
+    decremented, ``mul_``) and of nanotron 9b0de5be's ``_ShardedCrossEntropy``
+    (src/nanotron/parallel/tensor_parallel/functional.py: the same, except that the max is
+    subtracted out of place, into a new buffer, and its input is already fp32: models/llama.py's
+    ``cast_to_fp32``). Written here from that reading, not copied; what matters for memory is
+    which statements allocate a T x V buffer and which reuse one, and that is kept. The per-row
+    tensors (row max, target logit, row sum, an arange) stand for the sources' own (they also
+    build a target mask and a masked target copy): within ROW_SLACK either way."""
 
     @staticmethod
-    def backward(ctx, grad_output):
-        softmax, target_mask, masked_target_1d = ctx.saved_tensors
-        # prepare_gradient_calculation_operands
-        grad_input = softmax
-        partition_vocab_size = softmax.size()[-1]
-        grad_2d = grad_input.view(-1, partition_vocab_size)
-        arange_1d = torch.arange(start=0, end=grad_2d.size()[0], device=grad_2d.device)
-        softmax_update = 1.0 - target_mask.view(-1).float()
-        # calculate_gradients
-        grad_2d[arange_1d, masked_target_1d] -= softmax_update
-        grad_input.mul_(grad_output.unsqueeze(dim=-1))
-        return grad_input, None
-
-
-# --- nanotron 9b0de5be, src/nanotron/parallel/tensor_parallel/functional.py, one rank --------
-class _ShardedCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, sharded_logits, target):
-        logits_max = torch.max(sharded_logits, dim=-1)[0]
-        # (all_reduce MAX: one rank)
-        sharded_logits = sharded_logits - logits_max.unsqueeze(dim=-1)
-        sharded_hidden_size = sharded_logits.shape[-1]
-        start_index, end_index = 0, sharded_hidden_size
-        target_mask = (target < start_index) | (target >= end_index)
-        masked_target = target.clone() - start_index
-        masked_target[target_mask] = 0
-        logits_2d = sharded_logits.view(-1, sharded_hidden_size)
-        masked_target_1d = masked_target.view(-1)
-        arange_1d = torch.arange(start=0, end=logits_2d.shape[0], device=logits_2d.device)
-        predicted_logits_1d = logits_2d[arange_1d, masked_target_1d]
-        if predicted_logits_1d.is_contiguous():
-            predicted_logits_1d = predicted_logits_1d.clone()
-        else:
-            predicted_logits_1d = predicted_logits_1d.contiguous()
-        predicted_logits = predicted_logits_1d.view_as(target)
-        predicted_logits[target_mask] = 0.0
-        # (all_reduce SUM: one rank)
-        exp_logits = sharded_logits
-        torch.exp(sharded_logits, out=exp_logits)
-        sum_exp_logits = exp_logits.sum(dim=-1)
-        loss = torch.log(sum_exp_logits) - predicted_logits
-        exp_logits.div_(sum_exp_logits.unsqueeze(dim=-1))
-        ctx.save_for_backward(exp_logits, target_mask, masked_target_1d)
-        return loss.view_as(target)
+    def forward(ctx, logits, target, shift_in_place: bool):
+        x = logits.float()  # a new fp32 buffer from bf16; the caller's own when already fp32
+        row_max = x.max(dim=-1)[0].unsqueeze(-1)
+        x = x.sub_(row_max) if shift_in_place else x - row_max  # Megatron / nanotron
+        rows = torch.arange(x.shape[0])
+        target_logit = x[rows, target].clone()
+        x.exp_()
+        row_sum = x.sum(dim=-1)
+        x.div_(row_sum.unsqueeze(-1))  # x is now the softmax
+        ctx.save_for_backward(x, target)
+        return row_sum.log() - target_logit
 
     @staticmethod
-    def backward(ctx, grad_output):
-        softmax, target_mask, masked_target_1d = ctx.saved_tensors
-        grad_input = softmax
-        sharded_hidden_size = softmax.size()[-1]
-        grad_2d = grad_input.view(-1, sharded_hidden_size)
-        arange_1d = torch.arange(start=0, end=grad_2d.size()[0], device=grad_2d.device)
-        grad_2d[arange_1d, masked_target_1d] -= 1.0 - target_mask.view(-1).float()
-        grad_input.mul_(grad_output.unsqueeze(dim=-1))
-        return grad_input, None
+    def backward(ctx, grad_loss):
+        softmax, target = ctx.saved_tensors
+        grad = softmax  # no new buffer: the gradient overwrites the saved softmax
+        grad[torch.arange(grad.shape[0]), target] -= 1.0
+        grad.mul_(grad_loss.unsqueeze(-1))
+        return grad, None, None
 
 
 def _model_logits(z):
@@ -156,10 +104,10 @@ class _Step(torch.nn.Module):
                 sharded_logits = _model_logits(z)
                 return sharded_logits.float()
             fp32_sharded_logits = model(z)
-            return _ShardedCrossEntropy.apply(fp32_sharded_logits, labels).sum()
+            return _InPlaceSoftmaxCrossEntropy.apply(fp32_sharded_logits, labels, False).sum()
         logits = _model_logits(z)
         if self.kernel == "vocab_parallel":  # GPTModel.forward -> compute_language_model_loss
-            return _VocabParallelCrossEntropy.apply(logits, labels).sum()
+            return _InPlaceSoftmaxCrossEntropy.apply(logits, labels, True).sum()
         return F.cross_entropy(logits.float(), labels, reduction="sum")  # hf
 
 
