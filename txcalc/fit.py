@@ -61,12 +61,15 @@ class Setup:
     offload: str = "none"
     gpus: int = 1  #: > 1: ZeRO-3 over this many GPUs (model states split)
     loss: str = "full"  #: the LM loss (Workload.loss: full | chunked[:N] | fused-linear)
+    #: the optimizer step's kernel (memory.OPTIMIZER_STEPS): its fp32 gradient copy and
+    #: temporaries, in the engine and the planner alike
+    optimizer_kernel: str = "foreach"
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
                         loss=self.loss)
         return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
-                              self.offload)
+                              self.offload, self.optimizer_kernel)
 
     def need(self, batch: int, seq: int) -> int:
         """GPU bytes with the framework's share: the engine's peak on one GPU, the planner's
@@ -93,7 +96,8 @@ class Setup:
         from .parallel.layout import Layout
         s = TrainSetting(self.cfg, _planner_gpu(), seq, batch * self.gpus, self.precision,
                          self.optimizer, self.attn, finetune=self.finetune, loss=self.loss,
-                         offload_optimizer=self.offload in ("optimizer", "all"))
+                         offload_optimizer=self.offload in ("optimizer", "all"),
+                         optimizer_kernel=self.optimizer_kernel)
         lay = Layout(dp=self.gpus, zero=3, micro_batch=batch, recompute=self.recompute,
                      offload_checkpoints=self.recompute == "full"
                      and self.offload in ("activations", "all"))

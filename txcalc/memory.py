@@ -208,6 +208,59 @@ def _check(name: str, value: str, choices) -> str:
     return value
 
 
+class OptimizerStep(NamedTuple):
+    """What one optimizer-step kernel allocates beyond the resident states, for the step only
+    (``optimizer_step_extra``)."""
+    temporaries: bool  #: a state-sized temporary (Adam/AdamW: the second moment's sqrt)
+    grad_copy: bool  #: an fp32 copy of low-precision gradients handed to the fp32 master
+
+
+#: the one table of optimizer-step kernels (``Stack.optimizer_kernel``), each by its source:
+#:
+#:     kernel    | temporaries | fp32 grad copy | who, source
+#:     ----------|-------------|----------------|--------------------------------------------
+#:     foreach   | Adam/AdamW: | mixed: 4 B per | torch.optim's default on CUDA
+#:               |   1 state   |   parameter    |   (_default_to_fused_or_foreach: foreach);
+#:               |             |                |   _multi_tensor_adam's torch._foreach_sqrt(
+#:               |             |                |   exp_avg_sqs) for all tensors at once;
+#:               |             |                |   reference/train.py (master.grad =
+#:               |             |                |   grad.float()); MemTracker, test_memory_phases
+#:     fused     | none        | mixed: 4 B per | torch fused=True (_fused_adamw_: one kernel
+#:               |             |   parameter    |   per tensor list, measured on CPU in
+#:               |             |                |   tests/test_optimizer_step.py), Apex/
+#:               |             |                |   DeepSpeed FusedAdam (multi_tensor_apply,
+#:               |             |                |   in place); DeepSpeed's ZeRO casts the
+#:               |             |                |   gradients it steps on to fp32
+#:     main_grad | none        | none           | Megatron-LM: TE/Apex FusedAdam on fp32
+#:               |             |                |   main_grad buffers (the gradients accumulate
+#:               |             |                |   in fp32, the step reads them in place);
+#:               |             |                |   torchtitan: fused AdamW on FSDP2's fp32
+#:               |             |                |   sharded parameters and gradients
+OPTIMIZER_STEPS = {
+    "foreach": OptimizerStep(True, True),
+    "fused": OptimizerStep(False, True),
+    "main_grad": OptimizerStep(False, False),
+}
+OPTIMIZER_KERNELS = tuple(OPTIMIZER_STEPS)
+
+
+def optimizer_step_extra(kernel: str, optimizer: str, precision: str,
+                         trainable: int) -> tuple[int, int]:
+    """(fp32 gradient copy, optimizer temporaries): the bytes one optimizer step allocates and
+    frees above the resident states for ``trainable`` parameters (the rank's local shard in
+    the planner), under the kernel ``kernel`` (OPTIMIZER_STEPS). The copy exists under mixed
+    precision (an fp32 master) where the kernel casts; the temporaries for Adam and AdamW
+    under foreach (one copy of a state; SGD, 8-bit Adam, Adafactor: none modelled)."""
+    _check("optimizer kernel", kernel, OPTIMIZER_STEPS)
+    step = OPTIMIZER_STEPS[kernel]
+    if optimizer == "none" or trainable <= 0:
+        return 0, 0
+    p = PRECISIONS[precision]
+    copy = trainable * 4 if step.grad_copy and p.master else 0
+    temps = trainable * p.state if step.temporaries and optimizer in ("adamw", "adam") else 0
+    return copy, temps
+
+
 #: full-size states per parameter of the optimizers whose state does not depend on shapes
 STATES_PER_PARAM = {k: v.states for k, v in OPTIMIZER_SPECS.items() if v.states is not None}
 
@@ -465,6 +518,21 @@ def leaf_saved(cfg: ModelConfig, ops, work: Workload, act_bytes: int) -> bool:
     return saved[0][1] == "a" or (saved[0][1] == "f32" and act_bytes == 4)
 
 
+def step_held_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
+                     finetuned: bool) -> "HeldInputs":
+    """Bytes of the batch alive from the end of backward through the optimizer step (until
+    the next batch replaces it), as ``HeldInputs`` (its ``first`` on the first pipeline
+    stage, ``last`` on the last): the int64 token ids (and an encoder-decoder's source ids);
+    a frozen table's leaf with its gradient (``leaf``: both, the graph holds them until the
+    loss goes); the int64 labels (an LM-type head) and the fp32 loss.
+    ``TrainingMemory.phases``' after_step and peak_step hold their sum; the planner books
+    them at the step."""
+    ids = work.rows("seq") + (work.rows("src") if cfg.family == "encoder-decoder" else 0)
+    leaf = frozen_table_inputs(cfg, ops, work, act_bytes, finetuned)[1]
+    labels = work.rows("seq") if cfg.head in VOCAB_HEADS else 0
+    return HeldInputs(8 * ids, 2 * leaf, 8 * labels, 4)
+
+
 class HeldInputs(NamedTuple):
     """Bytes a step holds beside the saved activations from forward through the start of
     backward (``held_inputs``): the first pipeline stage's ``ids`` and ``leaf``, the last
@@ -521,6 +589,9 @@ class TrainingMemory:
     #: and the fp32 gradient copy the CPU step reads: ZeRO-Offload, FSDP CPU offload);
     #: activations (recompute checkpoints: the inputs full recompute keeps); all (both)
     offload: str = "none"
+    #: the optimizer step's kernel (OPTIMIZER_STEPS: foreach, fused, main_grad; a stack's
+    #: ``Stack.optimizer_kernel``): what the step allocates above the states
+    optimizer_kernel: str = "foreach"
 
     def __post_init__(self) -> None:
         from .inputs import CONFIG_HINT, instance
@@ -528,6 +599,7 @@ class TrainingMemory:
         _check("precision", self.precision, PRECISIONS)
         _check("optimizer", self.optimizer, OPTIMIZERS)
         _check("offload", self.offload, OFFLOADS)
+        _check("optimizer kernel", self.optimizer_kernel, OPTIMIZER_STEPS)
         if self.finetune is not None:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
@@ -687,19 +759,30 @@ class TrainingMemory:
         return loss_temp(self.cfg, self.ops, self.work, self.precision, when)
 
     @cached_property
+    def _step_extra(self) -> tuple[int, int]:
+        return optimizer_step_extra(self.optimizer_kernel, self.optimizer, self.precision,
+                                    self.trainable_params)
+
+    @property
     def master_grad_copies(self) -> int:
         """Mixed precision: the fp32 copy of the gradients handed to the master weights during
-        the step (4 bytes per parameter)."""
-        return self.trainable_params * 4 if self.master else 0
+        the step (4 bytes per parameter; none where the kernel steps on fp32 gradient buffers:
+        ``optimizer_step_extra``)."""
+        return self._step_extra[0]
+
+    @property
+    def optimizer_temporaries(self) -> int:
+        """Bytes the optimizer allocates and frees inside its step (``optimizer_step_extra``).
+        foreach Adam/AdamW: the sqrt of the second moment for all parameters at once (one copy
+        of the state, torch _multi_tensor_adam); fused kernels: none. SGD with momentum (no
+        weight decay) and no optimizer: none. Adafactor and 8-bit Adam: not modelled (0)."""
+        return self._step_extra[1]
 
     @cached_property
-    def optimizer_temporaries(self) -> int:
-        """Bytes the optimizer allocates and frees inside its step. foreach Adam/AdamW: the
-        sqrt of the second moment for all parameters at once (one copy of the state, torch
-        _multi_tensor_adam). SGD with momentum (no weight decay) and no optimizer: none.
-        Adafactor and 8-bit Adam: not modelled (0)."""
-        return self.trainable_params * self._bytes.state if self.optimizer in ("adamw", "adam") \
-            else 0
+    def step_held(self) -> HeldInputs:
+        """The batch alive at the optimizer step (``step_held_inputs``)."""
+        return step_held_inputs(self.cfg, self.ops, self.work, self._bytes.act,
+                                self.finetune is not None)
 
     def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
         """Bytes in use by category at each point of one training step (reference/train.py:
@@ -752,7 +835,7 @@ class TrainingMemory:
             emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
         # the frozen table's leaf and, from backward on, its gradient: the graph holds both
         # until the loss goes (after the step)
-        done = self.inputs + 2 * leaf
+        done = self.step_held.first + self.step_held.last
         out = {
             "after_forward": phase(act=act),
             "peak_forward": phase(act=act, temp=self._loss_temp("forward")),

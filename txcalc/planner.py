@@ -60,7 +60,7 @@ DAY_S = 86400.0
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
 FRONTIER_CAP = 16384
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "inputs", "logits",
-              "zero3_buffers", "framework")
+              "zero3_buffers", "step", "framework")
 
 
 class PlanError(TxcalcError):
@@ -591,7 +591,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            fused=prof_stack.fused if prof_stack else (), overlap=overlap,
                            keeps=prof_stack.keeps if prof_stack else (), goodput=goodput,
                            loss=loss, global_tokens=global_tokens,
-                           loss_kernel=prof_stack.loss_kernel if prof_stack else "hf")
+                           loss_kernel=prof_stack.loss_kernel if prof_stack else "hf",
+                           optimizer_kernel=prof_stack.optimizer_kernel if prof_stack
+                           else "foreach")
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)

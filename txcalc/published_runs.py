@@ -177,7 +177,8 @@ def apply_flags(run: Run) -> tuple[dict, dict, list[str], list[str]]:
         if name == "stack":
             st = get_stack(value)
             setting.update(fused=st.fused, softmax_fp32=st.softmax_fp32, overlap=st.overlap,
-                           keeps=st.keeps, loss_kernel=st.loss_kernel)
+                           keeps=st.keeps, loss_kernel=st.loss_kernel,
+                           optimizer_kernel=st.optimizer_kernel)
             if s["attn_impl"] == "flash":
                 setting["attn_impl"] = st.attn_impl
         elif name == "overlap":

@@ -77,6 +77,9 @@ class Stack(NamedTuple):
     #: the full loss's cross-entropy kernel (lm_loss.LOSS_KERNELS; "loss" in fused compiles
     #: hf's): its transients are lm_loss.full_loss_extra's
     loss_kernel: str = "hf"
+    #: the optimizer step's kernel (memory.OPTIMIZER_STEPS: foreach, fused, main_grad): what
+    #: the step allocates above the states, memory.optimizer_step_extra
+    optimizer_kernel: str = "foreach"
 
 
 #: the one table of framework profiles
@@ -84,7 +87,8 @@ STACKS = {s.name: s for s in (
     Stack("hf-eager", "eager", (), ("grad_reduce",), True,
           "transformers attn_implementation='eager': fp32 RMSNorm, act(gate) * up and "
           "cross-entropy on fp32 logits written out in PyTorch (modeling_llama.py); DDP / FSDP "
-          "reduce gradients in buckets during backward"),
+          "reduce gradients in buckets during backward; torch.optim.AdamW's default foreach step "
+          "(torch/optim/optimizer.py _default_to_fused_or_foreach: fused only if asked)"),
     Stack("hf-sdpa", "flash", (), ("grad_reduce",), True,
           "transformers attn_implementation='sdpa': on CUDA in bf16 with a causal mask SDPA "
           "runs its flash kernel (no S x S kept); the other kernels as hf-eager"),
@@ -92,23 +96,32 @@ STACKS = {s.name: s for s in (
           "pytorch/torchtitan llama3 configs: SDPA flash, torch.compile per block and of the "
           "loss (compile.components model, loss), FSDP2 prefetching all-gathers and "
           "reduce-scattering during backward; async TP is opt-in "
-          "(parallelism.enable_async_tensor_parallel)"),
+          "(parallelism.enable_async_tensor_parallel); AdamW implementation 'fused' "
+          "(torchtitan/config/job_config.py Optimizer.implementation, 6404b932) on FSDP2's "
+          "fp32 sharded parameters, gradients reduced in fp32 (mixed_precision_reduce)",
+          optimizer_kernel="main_grad"),
     Stack("megatron", "flash", ("norm", "act"), ("tp", "param_gather", "grad_reduce", "pp"),
           False,
           "Megatron-LM / NeMo with TransformerEngine: TE flash attention and fused RMSNorm, "
           "--bias-swiglu-fusion, vocab-parallel cross-entropy on fp32 logits; the overlap flags "
           "of NeMo's pre-training recipes: --tp-comm-overlap, --overlap-param-gather, "
-          "--overlap-grad-reduce, --overlap-p2p-communication", loss_kernel="vocab_parallel"),
+          "--overlap-grad-reduce, --overlap-p2p-communication; TE/Apex FusedAdam stepping on the "
+          "fp32 main_grad buffers gradients accumulate in", loss_kernel="vocab_parallel",
+          optimizer_kernel="main_grad"),
     Stack("nanotron", "flash", ("norm", "act"), ("grad_reduce",), False,
           "huggingface/nanotron (9b0de5be) Llama: flash_attn_varlen_func, TritonRMSNorm "
           "(input + fp32 rstd), torch.compile'd GLUActivation, _ShardedCrossEntropy on fp32 "
           "logits; tp_mode REDUCE_SCATTER as sequence parallelism, whose column linears save "
           "the all-gathered input; the attention's qkv and o_proj copies (KEEPS); DDP-style "
-          "gradient reduction during backward, tp_linear_async_communication off",
-          keeps=KEEPS, loss_kernel="sharded"),
+          "gradient reduction during backward, tp_linear_async_communication off"
+          "; torch AdamW fused=True (torch_adam_is_fused) on the fp32 gradients of "
+          "accumulate_grad_in_fp32 (FP32GradientAccumulator), as its example configs set",
+          keeps=KEEPS, loss_kernel="sharded", optimizer_kernel="main_grad"),
     Stack("deepspeed", "flash", (), ("grad_reduce", "param_gather"), True,
           "DeepSpeed ZeRO on HF model code with flash_attention_2: HF's norms, MLP and loss; "
-          "overlap_comm: gradient reduction and ZeRO-3 prefetching overlap compute"),
+          "overlap_comm: gradient reduction and ZeRO-3 prefetching overlap compute; FusedAdam "
+          "(deepspeed/ops/adam/fused_adam.py, multi_tensor_apply in place), ZeRO casting "
+          "the gradient partition it steps on to fp32", optimizer_kernel="fused"),
 )}
 
 

@@ -37,6 +37,11 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
                   |   (at most the stage's parameters)                      |
+    step          | the optimizer step's peak above the rest: max(0, model | ZeRO-1, 2, 3 (the
+                  |   states + the batch (memory.step_held_inputs) + the   |   local shard's
+                  |   step's fp32 gradient copy and temporaries (memory.   |   transients)
+                  |   optimizer_step_extra, the stack's kernel) - the sum  |
+                  |   above): activations and logits are freed by then     |
     framework     | CUDA context + comm buffers + fragmentation x the rest | (Overheads)
 
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
@@ -84,7 +89,7 @@ from ..hardware import Gpu
 from ..finetune import op_weight_bytes
 from ..memory import (OPTIMIZER_SPECS, PRECISIONS, STATES_PER_PARAM, dequant_buffer_bytes,
                       fp8_saved_delta, fp8_weight_bytes, held_inputs, loss_transient,
-                      optimizer_state_bytes,
+                      optimizer_state_bytes, optimizer_step_extra, step_held_inputs,
                       param_tensor_count, saved_rows, zero_bytes)
 from ..ops import Op
 from ..timing import COMPUTE_DTYPE, DeviceProfile, ops_times
@@ -275,6 +280,9 @@ class TrainSetting:
     #: per trainable parameter of the rank); gradients out and updated weights back over PCIe
     #: each step (the CPU's step itself is not timed)
     offload_optimizer: bool = False
+    #: the optimizer step's kernel (memory.OPTIMIZER_STEPS; a stack's Stack.optimizer_kernel):
+    #: the fp32 gradient copy and temporaries the step adds (memory.optimizer_step_extra)
+    optimizer_kernel: str = "foreach"
 
     @property
     def prof(self) -> DeviceProfile:
@@ -574,6 +582,10 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     arrays["held"] = np.array([[held_inputs(s.cfg, s.ops, s.work(mb, rc), s.bytes.act,
                                             s.finetune is not None) for rc in RECOMPUTE]
                                for mb in mbs], dtype=np.int64).transpose(2, 0, 1)
+    # the batch alive at the optimizer step [ids | leaf and its gradient | labels | loss, mb]
+    arrays["step_held"] = np.array([step_held_inputs(s.cfg, s.ops, s.work(mb), s.bytes.act,
+                                                     s.finetune is not None) for mb in mbs],
+                                   dtype=np.int64).T
     for k, v in st_copy.items():  # tied copy only where pp > 1 and the head is on the stage
         need = has_head & (np.array(pps)[:, None] > 1)
         arrays[k] = arrays[k] + need[:, :, None, None] * v[None, None]
@@ -744,6 +756,16 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     ids_b, leaf_b, labels_b, loss_b = (A["held"][j][mi, rc] for j in range(4))
     held_first = _cdiv(ids_b, cp) + _cdiv(leaf_b, np.where(sp == 1, tp, 1) * cp)
     held_last = _cdiv(labels_b, cp) + loss_b
+    # at the optimizer step (activations, logits and ZeRO-3's gathered copies freed): the
+    # batch (memory.step_held_inputs, split as above), the step's fp32 gradient copy where
+    # the rank's gradients are unsharded in the weight dtype (ZeRO-1/2/3 shards already hold
+    # fp32 gradients: memory.ZeroBytes) and its kernel's temporaries over the rank's local
+    # trainable parameters (memory.optimizer_step_extra, per parameter)
+    sids_b, sleaf_b, slabels_b, sloss_b = (A["step_held"][j].take(mi) for j in range(4))
+    step_first = _cdiv(sids_b, cp) + _cdiv(sleaf_b, np.where(sp == 1, tp, 1) * cp)
+    step_last = _cdiv(slabels_b, cp) + sloss_b
+    copy_pp, temp_pp = (0, 0) if s.offload_optimizer else optimizer_step_extra(
+        s.optimizer_kernel, s.optimizer, s.precision, 1)
     # a shard group of one rank gathers nothing: ZeRO-3 there is ZeRO-0 (FSDP2 at world 1 keeps
     # no unsharded copies beside its parameters)
     z3 = (zero == 3) & (shard > 1)
@@ -869,6 +891,14 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         cat["zero3_buffers"] = np.where(z3, np.minimum(
             zero3_blocks + flat["root_wbytes"].take(base), w_all), 0)
         tensors = sum(cat.values())
+        # the optimizer step (TrainingMemory.phases' peak_step): the model states, the batch
+        # and the step's transients; what it holds above forward and backward is "step"
+        at_step = (cat["weights"] + cat["gradients"] + cat["optimizer"]
+                   + np.where(A["stage"][:, k].take(pi) == 0, step_first, 0)
+                   + np.where(head_k, step_last, 0)
+                   + copy_pp * np.where(z1 | z2 | z3, 0, held(1)) + temp_pp * held(1))
+        cat["step"] = np.maximum(0, at_step - tensors)
+        tensors = tensors + cat["step"]
         cat["framework"] = ov.framework_bytes(tensors, n)
         total = tensors + cat["framework"]
         valid = True if all_valid else A["valid"][pi, k]
