@@ -200,3 +200,39 @@ def test_zero_shards_the_step_transient():
             assert r["step_bytes"] > 0, zero
             assert r["total_bytes"] - r["framework_bytes"] == \
                 states + held.first + held.last + 4 * local, zero
+
+
+@pytest.mark.parametrize("stack", [None, "deepspeed", "megatron"])
+def test_plan_train_cli_one_gpu_total_equals_memory_json(stack, big_gpu):
+    """The CLI paths, full fine-tuning of llama-3.2-1b at 2 x 1,024 tokens with AdamW:
+    ``plan train --gpus 1 --zero 0``'s per-GPU tensors (total less the framework's bytes)
+    are ``memory --json``'s total where the planner's step is its peak (the default stack's
+    foreach step), else above by at most the gradients (the planner's forward/backward sum
+    books them beside every activation): DeepSpeed's fused step and Megatron's, on fp32
+    gradient buffers, allocate less at the step, each the stack's kernel in both commands."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+
+    def run(args):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+    extra = ["--stack", stack] if stack else []
+    mem = run(["memory", "llama-3.2-1b", "--batch", "2", "--seq", "1024", "--recompute",
+               "none", "--loss", "full", *extra, "--json"])
+    plan = run(["plan", "train", "llama-3.2-1b", "--gpu", "big", "--gpu-file", big_gpu,
+                "--gpus", "1", "--zero", "0", "--micro-batch", "2", "--seq", "1024",
+                "--tokens", "2048", "--recompute", "none", "--loss", "full", *extra, "--json"])
+    best = plan["best"]
+    kernel = STACKS[stack].optimizer_kernel if stack else "foreach"
+    assert mem["optimizer_kernel"] == kernel
+    tensors = best["total_bytes"] - best["memory_bytes"]["framework"]
+    if best["memory_bytes"]["step"] > 0:
+        assert tensors == mem["total_bytes"] and mem["peak_phase"] == "peak_step"
+    else:
+        assert 0 < tensors - mem["total_bytes"] <= mem["gradients_bytes"]
+    assert (best["memory_bytes"]["step"] > 0) == (kernel == "foreach")
+    assert (mem["peak_phase"] == "peak_step") == (kernel != "main_grad")

@@ -921,7 +921,7 @@ class TrainingMemory:
 
     def to_json(self) -> dict:
         return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,
-                "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
+                "optimizer_kernel": self.optimizer_kernel, "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
                 "recompute_method": self.work.recompute_method,
                 "recompute_layers": self.work.recompute_layers, "fused": list(self.work.fused),
                 "attn_impl": self.work.attn_impl, "loss": self.work.loss, "params": self.n_params,

@@ -287,7 +287,11 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     work = _workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
                      recompute_layers, loss, global_tokens)
     check_fits(cfg, work)
-    m = TrainingMemory(cfg, work, precision, optimizer, ft, offload)
+    kernel = "foreach"
+    if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train
+        from ..stacks import get_stack
+        kernel = get_stack(stack).optimizer_kernel
+    m = TrainingMemory(cfg, work, precision, optimizer, ft, offload, kernel)
     return m.to_json() | m.finetune_json()
 
 
