@@ -22,7 +22,7 @@ CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "
                     "activations": "#8172B2", "inputs": "#937860", "logits": "#C4AD66",
                     "temporaries": "#CCB974", "kv cache": "#64B5CD",
                     "zero3_buffers": "#DD8452", "prefill workspace": "#DA8BC3",
-                    "framework": "#8C8C8C"}
+                    "step": "#E377C2", "framework": "#8C8C8C"}
 
 
 COUNT_WORDS = {"T": "trillions", "G": "billions", "M": "millions", "k": "thousands"}

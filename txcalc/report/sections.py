@@ -5,7 +5,8 @@ from __future__ import annotations
 
 #: display names of memory categories (the data keeps the engine's and planner's keys)
 CATEGORY_LABELS = {"zero3_buffers": "ZeRO-3 gather buffers",
-                   "temporaries": "temporaries at the peak"}
+                   "temporaries": "temporaries at the peak",
+                   "step": "optimizer step (above backward)"}
 
 
 def section(sid: str, title: str, paragraphs=(), tables=(), plots=(), bullets=()) -> dict:
