@@ -36,6 +36,16 @@ names the kernel, whose forward and early-backward T x V bytes are lm_loss.full_
 (HF 8 T V as backward starts; Megatron's vocab_parallel and nanotron's sharded write the
 gradient in place of the saved softmax and cast it: a T V; compiled: a T V).
 
+The optimizer step (``Stack.optimizer_kernel``, the table memory.OPTIMIZER_STEPS, one rule
+memory.optimizer_step_extra read by ``memory`` and the planner): torch's foreach AdamW (HF code
+with torch.optim's default, reference/train.py) allocates the second moment's sqrt for every
+parameter inside the step and the fp32 master's gradients are cast from the bf16 ones;
+DeepSpeed's FusedAdam allocates nothing beyond its states, its ZeRO casts the gradients it
+steps on; Megatron-LM, nanotron (accumulate_grad_in_fp32) and torchtitan (FSDP2's fp32
+sharded parameters) step fused kernels on fp32 gradient buffers: nothing at the step. The
+fused kernels' nothing and foreach's one state are measured on the CPU
+(tests/test_optimizer_step.py).
+
 Overlap (``OVERLAPS``; what ``parallel.evaluate`` hides, shown as exposed and hidden seconds in
 the communication table):
 
