@@ -262,7 +262,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
             {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
     from ..hardware import memory_words
-    words = memory_words(gpu if opts["gpu_gb"] is not None else row)
+    words = memory_words(gpu if opts["gpu_gb"] is not None else row, "GB")  # its total is in GB
     console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"

@@ -88,7 +88,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     if gpu is not None:
         from ..hardware import get_gpu, memory_words
         g = get_gpu(gpu, gpu_file)
-        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g)
+        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GB")  # totals in GB
         peak = g.peak_flops.get("bf16") or g.peak_flops.get("fp32") or peak
     else:
         from ..hardware import memory_words

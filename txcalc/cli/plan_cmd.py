@@ -108,7 +108,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     from .narrow import fit_table, say
     s, b = p.setting, p.best
     from ..hardware import memory_words
-    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu)}):",
+    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GB')}):",
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
                   f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
         + ([ft.describe()] if ft is not None else []), first=f"{s.cfg.name} on ", sep=" ")
