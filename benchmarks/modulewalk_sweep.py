@@ -3,7 +3,7 @@
     python3 benchmarks/modulewalk_sweep.py [--out results.jsonl] [--timeout 120]
 
 For each type: its default config is written as config.json text (as a Hub file would hold it),
-read back and walked (txcalc.modulewalk.walk_hf_dict); the total is compared with sum(numel) of
+read back and walked (txcalc.model.modulewalk.walk_hf_dict); the total is compared with sum(numel) of
 a second model of the same class built from the config object directly. A refusal must be a
 TxcalcError (one line, exit 2 in the CLI); anything else, or a build past --timeout seconds, is
 a failure. Peak RSS growth per type shows that nothing is allocated (meta device).
@@ -41,7 +41,7 @@ def main() -> int:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from txcalc.errors import TxcalcError
-    from txcalc.modulewalk import build, walk
+    from txcalc.model.modulewalk import build, walk
 
     # import what every build needs before any alarm is armed: an alarm inside a first import
     # leaves the module half-initialised for every later type

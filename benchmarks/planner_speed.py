@@ -21,10 +21,10 @@ def main(model: str = "llama-3.1-405b", gpu_name: str = "h100") -> None:
     import numpy as np
 
     from txcalc import load
-    from txcalc.hardware import get_gpu
-    from txcalc.parallel.evaluate import Overheads, TrainSetting, build_tables, evaluate, \
-        shard_groups
-    from txcalc.planner import default_seq, layout_grid
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.parallel.overheads import Overheads
+    from txcalc.train.evaluate import TrainSetting, build_tables, evaluate, shard_groups
+    from txcalc.train.planner import default_seq, layout_grid
 
     cfg, gpu = load(model), get_gpu(gpu_name)
     seq = default_seq(cfg)

@@ -1,4 +1,4 @@
-"""Speed of the serving plan's screen (txcalc/serving_screen.py): the SLO searches of
+"""Speed of the serving plan's screen (txcalc/serve/screen.py): the SLO searches of
 ``plan infer`` with and without it, the README's worked question first.
 
     python benchmarks/serving_screen.py [--quick]
@@ -24,7 +24,7 @@ QUESTIONS = [
 
 
 def timed(screen: bool, model, gpu, n_in, n_out, kw):
-    from txcalc import serving_disagg, serving_plan, serving_sim
+    from txcalc.serve import disagg as serving_disagg, plan as serving_plan, sim as serving_sim
     count = [0]
     sim = serving_sim.simulate
 

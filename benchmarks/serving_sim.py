@@ -1,4 +1,4 @@
-"""Speed of the serving simulator (txcalc/serving_sim.py): a one-hour Poisson trace at 50
+"""Speed of the serving simulator (txcalc/serve/sim.py): a one-hour Poisson trace at 50
 requests/s (180,000 requests) on one replica of Llama-3-8B on an H100 (a load it sustains),
 prompts of exponentially distributed length (mean 500 tokens, at most 4,000) and outputs of
 mean 100 tokens (at most 2,000).
@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from txcalc.serving_sim import simulate, step_model
+from txcalc.serve.sim import simulate, step_model
 
 HOUR_S = 3600
 RATE = 50.0

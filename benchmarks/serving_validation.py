@@ -30,10 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-from txcalc.hardware import get_gpu
-from txcalc.planner import SERVE_MAX_BATCH
-from txcalc.serving_sim import STEP_OVERHEAD_S, closed_loop_means, simulate, step_model
-from txcalc.timing import DeviceProfile
+from txcalc.engine.hardware import get_gpu
+from txcalc.serve.infer import SERVE_MAX_BATCH
+from txcalc.serve.sim import STEP_OVERHEAD_S, closed_loop_means, simulate, step_model
+from txcalc.engine.timing import DeviceProfile
 
 #: TensorRT-LLM's published perf-overview rows (tests/data/trtllm_perf_overview.json, one copy)
 _PERF = json.loads((Path(__file__).resolve().parents[1] / "tests" / "data"
@@ -141,7 +141,7 @@ def main(quick: bool = False) -> str:
              "https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/performance/"
              "perf-overview.md (trtllm-bench throughput, fp8 weights and KV cache; "
              "Llama-3.1-8B on one GPU, Llama-3.3-70B at TP2 on H100 and TP1 on H200).",
-             "Simulator: `txcalc/serving_sim.py`, every request queued at once (`rate=inf`), "
+             "Simulator: `txcalc/serve/sim.py`, every request queued at once (`rate=inf`), "
              f"max {SERVE_MAX_BATCH} sequences, {MAX_NUM_TOKENS} tokens per step, the KV "
              "cache of `serving.kv_capacity`. Calibrated on the 8B rows 128/128, 128/4096, "
              "1000/1000, 2048/128, 5000/500; the other 15 rows per GPU are held out. "

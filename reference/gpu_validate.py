@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from txcalc.accounting import count_flops, count_params
-from txcalc.config import ModelConfig
-from txcalc.memory import TrainingMemory
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.model.config import ModelConfig
+from txcalc.engine.memory import TrainingMemory
 from txcalc.units import error_pct
-from txcalc.workload import Workload
+from txcalc.engine.workload import Workload
 
 from .measure import make_inputs
 from .model import build

@@ -1,5 +1,5 @@
 """Fine-tuning the reference model: LoRA / DoRA adapters and frozen parameters, under the
-engine's op paths (txcalc/finetune.py).
+engine's op paths (txcalc/engine/finetune.py).
 
 ``finetune(model, ft)`` rewrites a built ReferenceModel in place:
 
@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from txcalc.finetune import Finetune, apply_finetune
-from txcalc.components import model_ops
+from txcalc.engine.finetune import Finetune, apply_finetune
+from txcalc.engine.components import model_ops
 
 
 class DoraScale(nn.Module):

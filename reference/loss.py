@@ -1,5 +1,5 @@
 """The LM loss computed without the whole T x V logits at once: our own implementations of the
-two ways frameworks do it, for the engine's ``Workload.loss`` (txcalc/workload.py).
+two ways frameworks do it, for the engine's ``Workload.loss`` (txcalc/engine/workload.py).
 
     loss          | what runs                                   | after the design of
     --------------|---------------------------------------------|-------------------------------
@@ -109,7 +109,7 @@ def fused_linear_loss(model, h: list, labels: torch.Tensor) -> torch.Tensor:
 def use_loss(model, loss: str):
     """Make ``model`` (a ReferenceModel with an LM head) compute its loss as ``loss`` says
     (Workload.loss: "full", "chunked:N", "fused-linear"); returns the model."""
-    from txcalc.workload import loss_chunks
+    from txcalc.engine.workload import loss_chunks
     if loss == "full":
         model.lm_loss = None
     elif loss == "fused-linear":

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import txcalc
-from txcalc.memory import TrainingMemory
+from txcalc.engine.memory import TrainingMemory
 from txcalc.units import error_pct
-from txcalc.workload import Workload
+from txcalc.engine.workload import Workload
 
 from .train import memory_by_phase
 

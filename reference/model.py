@@ -1,7 +1,7 @@
 """The reference Transformer: an ``nn.Module`` built only from a txcalc ModelConfig.
 
 Module names equal the engine's op paths (``layers.3.attn.q_proj``; see
-``txcalc.components``), so predicted and measured rows join by name. The code follows the
+``txcalc.engine.components``), so predicted and measured rows join by name. The code follows the
 conventions the engine models (HF Llama's): RMSNorm upcasts its input to fp32; the eager
 softmax runs in fp32 unless ``softmax_fp32=False``; grouped-query attention repeats k and v to
 all query heads before the matmuls; the loss is cross-entropy on fp32 logits.
@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from txcalc.config import ModelConfig
+from txcalc.model.config import ModelConfig
 
 NEG_INF = -1e4  # additive mask value that is finite in fp16 and bf16
 #: the model's weight dtype under each of the engine's precision policies (mixed precision:
@@ -112,7 +112,7 @@ def _cross_entropy(logits, labels):
                            ignore_index=-100)
 
 
-#: the kernels a framework profile fuses (txcalc.workload.FUSED_KERNELS), as the code torch.compile
+#: the kernels a framework profile fuses (txcalc.engine.workload.FUSED_KERNELS), as the code torch.compile
 #: (inductor) turns into one kernel each, what torchtitan runs
 _KERNELS = {"rms_norm": _rms_norm, "rms_norm_plain": _rms_norm, "swiglu": _swiglu,
             "gelu_new": _gelu_new, "cross_entropy": _cross_entropy}
@@ -1387,7 +1387,7 @@ class Gemma3nBlock(nn.Module):
         return corrected
 
 
-# --- state-space mixers (txcalc/mixers.py) ------------------------------------------------------
+# --- state-space mixers (txcalc/engine/mixers.py) ------------------------------------------------------
 class CausalConv1d(nn.Module):
     """Depthwise causal conv1d over (B, S, C) followed by SiLU, as HF and Mamba's reference
     code run it: padded by k - 1 on both sides, the first S outputs kept (S + k - 1 computed).
@@ -1671,7 +1671,7 @@ class GDNNorm(nn.Module):
 
 class GatedDeltaNet(nn.Module):
     """Qwen3-Next's linear attention under the engine's paths: ``linear_attn.{in_proj_qkvz,
-    in_proj_ba, conv1d, scan, norm, out_proj}`` (``txcalc.mixers.gated_deltanet``)."""
+    in_proj_ba, conv1d, scan, norm, out_proj}`` (``txcalc.engine.mixers.gated_deltanet``)."""
 
     def __init__(self, cfg: ModelConfig, dtype):
         super().__init__()
@@ -1840,7 +1840,7 @@ class RGLRUScan(nn.Module):
 
 
 class RecurrentBlock(nn.Module):
-    """Griffin's recurrent block under the engine's paths (``txcalc.mixers.rglru_block``):
+    """Griffin's recurrent block under the engine's paths (``txcalc.engine.mixers.rglru_block``):
     ``recurrent.{linear_y, act, linear_x, conv1d, input_gate, recurrent_gate, scan,
     linear_out}``."""
 
@@ -1876,7 +1876,7 @@ class _Adapter(nn.Module):
 
 
 class SharedBlock(nn.Module):
-    """Zamba's shared attention block under the engine's paths (``txcalc.mixers.shared_block``:
+    """Zamba's shared attention block under the engine's paths (``txcalc.engine.mixers.shared_block``:
     ``shared.{attn_norm, attn.*, mlp_norm, mlp.*, proj}``): RMSNorm over [hidden, embeddings]
     (2D), attention, RMSNorm, gated MLP, the per-use Linear ``proj``; no residual inside.
     Zamba2's per-use adapters add to q, k, v and to gate and up. A use after its block's first
@@ -2388,7 +2388,7 @@ class ReferenceModel(nn.Module):
 
 
 def use_kernels(model: nn.Module, fused) -> nn.Module:
-    """Run the kernels a framework profile fuses (txcalc.workload.FUSED_KERNELS): "norm" the
+    """Run the kernels a framework profile fuses (txcalc.engine.workload.FUSED_KERNELS): "norm" the
     RMSNorms, "act" the gated MLP product (and gelu_new), "loss" the cross-entropy, each as
     the single kernel torch.compile builds from the same code."""
     for mod in model.modules():

@@ -23,12 +23,12 @@ from collections.abc import Callable
 
 import torch
 
-from txcalc.accounting import count_flops
-from txcalc.components import model_ops
-from txcalc.config import ModelConfig
-from txcalc.memory import PRECISIONS, TrainingMemory
+from txcalc.engine.accounting import count_flops
+from txcalc.engine.components import model_ops
+from txcalc.model.config import ModelConfig
+from txcalc.engine.memory import PRECISIONS, TrainingMemory
 from txcalc.units import error_pct  # (predicted - measured) / measured, one sign
-from txcalc.workload import Workload
+from txcalc.engine.workload import Workload
 
 from .measure import (flops_by_module, flops_under_fake, join, layer_of, make_inputs,
                       params_by_module, saved_by_module, saved_under_fake)
@@ -166,7 +166,7 @@ def _layer_label(stack: str, layer: int) -> str:
 
 
 def _kv_cache(model, cfg, work, new_tokens: int, precision: str) -> dict:
-    from txcalc.memory import kv_cache_bytes
+    from txcalc.engine.memory import kv_cache_bytes
 
     from .measure import kv_cache_after_generate
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from txcalc.config import ACTIVATIONS, ModelConfig
+from txcalc.model.config import ACTIVATIONS, ModelConfig
 
 
 @st.composite
@@ -85,9 +85,9 @@ def assert_reference_equals_engine(cfg: ModelConfig, batch: int, seq: int) -> No
 
     from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.accounting import count_flops, count_params
-    from txcalc.memory import TrainingMemory
-    from txcalc.workload import Workload
+    from txcalc.engine.accounting import count_flops, count_params
+    from txcalc.engine.memory import TrainingMemory
+    from txcalc.engine.workload import Workload
 
     work = Workload(batch=batch, seq=seq)
     model = build(cfg, torch.bfloat16, "meta")

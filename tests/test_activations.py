@@ -14,8 +14,8 @@ import pytest
 
 import txcalc
 from reference.saved import saved_bytes_by_module
-from txcalc.memory import TrainingMemory
-from txcalc.workload import Workload
+from txcalc.engine.memory import TrainingMemory
+from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, hf_model, torch, transformers
 

@@ -452,7 +452,7 @@ def test_library_load_unknown_preset_suggests():
 
 
 def test_library_from_hf_dict_not_a_dict():
-    from txcalc.hf import from_hf_dict
+    from txcalc.model.hf import from_hf_dict
 
     with pytest.raises(ConfigError, match=r"expected a JSON object, got list"):
         from_hf_dict([LLAMA])

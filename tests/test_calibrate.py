@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from txcalc.calibrate import Case, step_time_s
+from txcalc.train.calibrate import Case, step_time_s
 from txcalc.cli import main
-from txcalc.config import ModelConfig
-from txcalc.hardware import get_gpu
-from txcalc.timing import DeviceProfile
-from txcalc.workload import Workload
+from txcalc.model.config import ModelConfig
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.timing import DeviceProfile
+from txcalc.engine.workload import Workload
 
 LLAMA = dict(activation="swiglu", norm_type="rmsnorm", tie_embeddings=False, vocab_size=32000,
              max_position=32768)

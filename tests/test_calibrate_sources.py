@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from txcalc import calibrate as C
-from txcalc import load, timing
+from txcalc.train import calibrate as C
+from txcalc import load
+from txcalc.engine import timing
 from txcalc.cli import main
-from txcalc.hardware import get_gpu
-from txcalc.timing import DeviceProfile
-from txcalc.workload import Workload
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.timing import DeviceProfile
+from txcalc.engine.workload import Workload
 
 # kernel names as CUDA profiles print them (cuBLAS on A100/H100, FlashAttention-2, PyTorch's
 # memory-efficient SDPA, cuDNN SDPA, elementwise kernels)
@@ -145,7 +146,7 @@ def test_dry_run_report_has_no_memory_rows():
 
 
 def test_calibrate_from_the_published_runs(capsys):
-    from txcalc.published_runs import runs_path
+    from txcalc.train.published_runs import runs_path
     assert main(["calibrate", str(runs_path()), "--gpu", "a100", "--json",
                  "--out", "/tmp/tval-a100-calibrated.json"]) == 0
     r = json.loads(capsys.readouterr().out)

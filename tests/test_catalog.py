@@ -6,7 +6,7 @@ import pytest
 
 import txcalc
 from txcalc.cli import main
-from txcalc.hardware import get_gpu, gpu_memory, load_catalog
+from txcalc.engine.hardware import get_gpu, gpu_memory, load_catalog
 
 NEW_GPUS = ("t4", "v100-sxm2-32gb", "rtx-a6000", "rtx-3090", "l40", "h20", "gb200", "mi250x",
             "mi250x-gcd", "mi325x", "gaudi3", "tpu-v5e", "tpu-v5p")
@@ -60,7 +60,7 @@ def test_h200_usable_memory_sits_under_nvidia_smi():
 
 
 def test_no_tensor_path_is_an_error_naming_the_gpu():
-    from txcalc.hardware import GpuError
+    from txcalc.engine.hardware import GpuError
     with pytest.raises(GpuError, match="t4 has no dense bf16 peak"):
         get_gpu("t4").peak("bf16")
 
@@ -97,7 +97,7 @@ def test_gpu_memory_rule():
 
 
 def test_the_usable_figure_is_printed_with_its_unit_and_what_it_is(capsys):
-    from txcalc.hardware import memory_words, with_usable_gb
+    from txcalc.engine.hardware import memory_words, with_usable_gb
     h100 = get_gpu("h100")
     assert memory_words(h100) == "79.2 GiB usable: CUDA's total, not the datasheet's 80 GiB"
     assert memory_words(h100, "GB") == ("85.0 GB usable: CUDA's total, not the datasheet's "
@@ -148,7 +148,7 @@ def test_a_measured_cuda_total_is_the_usable_memory(tmp_path, capsys):
     #8; tests/test_vllm_logs.py checks it against other logs)."""
     from decimal import Decimal
 
-    from txcalc.hardware import GpuError, memory_words, with_usable_gb
+    from txcalc.engine.hardware import GpuError, memory_words, with_usable_gb
     l40s = get_gpu("l40s")
     assert l40s.cuda_total_bytes == int(Decimal("44.42") * 2**30)
     assert l40s.usable_bytes == l40s.cuda_total_bytes < int(l40s.memory_bytes * 0.99)

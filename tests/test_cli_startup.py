@@ -32,7 +32,7 @@ gc.callbacks.append(lambda phase, info: collections.append(info) if phase == "st
 rc = main()  # sys.argv, as the program runs it
 gc.callbacks.clear()
 mods = sorted(sys.modules)  # before json is imported here
-presets = sys.modules.get("txcalc.presets")
+presets = sys.modules.get("txcalc.model.presets")
 made = (sum(not isinstance(v, presets._Deferred) for v in presets.PRESETS._table.values())
         if presets else 0)
 import json
@@ -44,7 +44,7 @@ sys.exit(rc)
 #: never on a simple command's path: the engine's heavy optional libraries, typer's pydantic
 #: adapters (a third of the start-up), the web page, the planner
 NEVER = ("pydantic", "typer._adapters", "pandas", "numpy", "matplotlib", "torch",
-         "transformers", "txcalc.web", "txcalc.planner", "txcalc.parallel")
+         "transformers", "txcalc.web", "txcalc.train.planner", "txcalc.parallel")
 SIMPLE = [["presets"], ["params", "gpt2"], ["params", "llama-3.1-405b", "--json"],
           ["flops", "llama-3-8b", "--seq", "4096"], ["memory", "llama-3-8b", "--seq", "4096"],
           ["memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"]]
@@ -52,22 +52,22 @@ SIMPLE = [["presets"], ["params", "gpt2"], ["params", "llama-3.1-405b", "--json"
 
 #: what each simple command leaves out on top of NEVER (issue 18's second round; each was on
 #: its path and cost start-up): json where nothing is printed as JSON (txcalc.cli.output and
-#: txcalc.formats import it where used), the Decimal parser where no count or context is read
+#: txcalc.engine.formats import it where used), the Decimal parser where no count or context is read
 #: and rich does not load it (fractions), the stacks table where no command option names a
 #: stack, the HF converters for a preset, the GPU catalog where no fit is checked
 ALSO_NEVER = {
-    ("presets",): ("txcalc.stacks", "txcalc.hardware", "csv"),
-    ("presets", "--json"): ("decimal", "txcalc.stacks", "txcalc.hardware", "csv", "rich"),
-    ("params", "gpt2"): ("json", "txcalc.stacks", "txcalc.hf", "txcalc.hardware", "csv"),
-    ("params", "llama-3.1-405b", "--json"): ("decimal", "txcalc.stacks", "txcalc.hf",
-                                             "txcalc.hardware", "csv", "rich"),
-    ("flops", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf", "txcalc.hardware", "csv",
-                                               "txcalc.memory"),
-    ("flops", "llama-3-8b", "--seq", "4096", "--json"): ("decimal", "txcalc.hf",
-                                                         "txcalc.hardware", "csv", "rich",
-                                                         "txcalc.memory"),
-    ("memory", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.hf"),
-    ("memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"): ("txcalc.hf", "rich"),
+    ("presets",): ("txcalc.engine.stacks", "txcalc.engine.hardware", "csv"),
+    ("presets", "--json"): ("decimal", "txcalc.engine.stacks", "txcalc.engine.hardware", "csv", "rich"),
+    ("params", "gpt2"): ("json", "txcalc.engine.stacks", "txcalc.model.hf", "txcalc.engine.hardware", "csv"),
+    ("params", "llama-3.1-405b", "--json"): ("decimal", "txcalc.engine.stacks", "txcalc.model.hf",
+                                             "txcalc.engine.hardware", "csv", "rich"),
+    ("flops", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.model.hf", "txcalc.engine.hardware", "csv",
+                                               "txcalc.engine.memory"),
+    ("flops", "llama-3-8b", "--seq", "4096", "--json"): ("decimal", "txcalc.model.hf",
+                                                         "txcalc.engine.hardware", "csv", "rich",
+                                                         "txcalc.engine.memory"),
+    ("memory", "llama-3-8b", "--seq", "4096"): ("json", "txcalc.model.hf"),
+    ("memory", "llama-3-8b", "--seq", "4096", "--batch", "2", "--json"): ("txcalc.model.hf", "rich"),
 }
 SIMPLE += [["presets", "--json"], ["flops", "llama-3-8b", "--seq", "4096", "--json"]]
 
@@ -102,7 +102,7 @@ def test_simple_command_loads_only_its_own_module(argv):
     # no cyclic garbage collection during a simple command (txcalc.cli.GC_FREE_COMMANDS)
     assert got["collections"] == 0
     # the preset a command names is the one config it builds (``presets`` lists them all)
-    from txcalc.presets import PRESETS
+    from txcalc.model.presets import PRESETS
     assert got["presets_built"] == (len(PRESETS) if argv[0] == "presets" else 1)
     commands = {m.rsplit(".", 1)[1] for m in mods
                 if m.startswith("txcalc.cli.") and m.endswith("_cmd")}
@@ -161,7 +161,7 @@ def test_stack_help_is_one_text_from_the_stacks_table():
     import typer
 
     from txcalc.cli import app
-    from txcalc.stacks import STACKS
+    from txcalc.engine.stacks import STACKS
 
     group = typer.main.get_command(app)
     helps = {name: next(p.help for p in cmd.params if p.name == "stack")
@@ -240,7 +240,7 @@ def test_a_bad_value_reads_as_typer_words_it(capsys):
 def test_memory_reads_the_gpu_catalog_once(monkeypatch, capsys):
     """``txcalc memory`` parses the GPU catalog once for its fit check and its words (it
     parsed it twice)."""
-    from txcalc import hardware
+    from txcalc.engine import hardware
     from txcalc.cli import main
 
     calls = []

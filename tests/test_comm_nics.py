@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from txcalc.hardware import get_gpu
+from txcalc.engine.hardware import get_gpu
 from txcalc.parallel import comm
 
 SIZE = 8 * 2**30  # a large message: latency is negligible

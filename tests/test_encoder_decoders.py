@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
+from txcalc.engine.accounting import count_flops
 from txcalc.errors import ConfigError
-from txcalc.hf import from_hf_dict
-from txcalc.workload import Workload
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.workload import Workload
 
 from .hf_models import dropout_saved_bytes, numel
 
@@ -272,7 +272,7 @@ def test_frozen_position_tables_are_not_trainable(model_type):
     """HF freezes Marian's and Pegasus's sinusoidal tables and Whisper's encoder positions
     (requires_grad False): txcalc's trainable parameters (gradients, optimizer states) equal
     the HF model's parameters that require grad; the total still counts them."""
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = {"whisper": whisper(), "marian": bart_like("marian"), "pegasus": bart_like("pegasus"),
            "bart": bart_like("bart"), "m2m_100": bart_like("m2m_100")}[model_type].example()
     model = hf_model(raw)
@@ -300,7 +300,7 @@ def test_dropout_masks_equal_hf(model_type, data):
     bytes a training step with dropout saves beyond the same step without it (masks, and the
     probabilities eager attention keeps both before and after dropout) equal what the HF model
     saves beyond its eval-mode run (bf16 on meta: masks in bf16, ``dropout_mask="act"``)."""
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     for key in ("dropout", "attention_dropout", "activation_dropout"):
         raw[key] = data.draw(st.sampled_from([0.0, 0.1]), label=key)

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
+from txcalc.engine.accounting import count_flops
 from txcalc.errors import ConfigError
-from txcalc.hf import from_hf_dict
-from txcalc.workload import Workload
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.workload import Workload
 
 from .hf_models import dropout_saved_bytes, numel, saved_by_block
 
@@ -288,8 +288,8 @@ def reference_matches(cfg, batch: int, seq: int, src: int = 0, recomputes=("none
 
     from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.accounting import count_params
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.accounting import count_params
+    from txcalc.engine.memory import TrainingMemory
 
     work = Workload(batch=batch, seq=seq, src_seq=src)
     model = build(cfg, torch.bfloat16, "meta")
@@ -358,7 +358,7 @@ def test_deberta_dropout_masks_equal_hf(extra):
     under each recompute mode."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = {"model_type": "deberta-v2", "hidden_size": 16, "num_attention_heads": 2,
            "num_hidden_layers": 2, "vocab_size": 50, "intermediate_size": 20,
            "relative_attention": True, "max_relative_positions": 4,
@@ -405,7 +405,7 @@ def test_dropout_masks_equal_hf(model_type, data):
     Wo, on the gated product): the bytes a training step saves beyond the same step in eval
     mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``), each field drawn on
     or off."""
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     keys, fp32 = DROPOUT_KEYS[model_type]
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     for key in keys:
@@ -434,7 +434,7 @@ def test_reference_dropout_places_equal_the_engine(model_type, data):
     layer of a dropout-on step equal the engine's under each recompute mode."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     for key in DROPOUT_KEYS[model_type][0]:
         raw[key] = 0.1
@@ -482,7 +482,7 @@ def test_longformer_params_and_flops_equal_hf(raw, head, batch, chunks, labels):
         warnings.simplefilter("ignore")
         probs = model(input_ids=torch.ones(1, seq, dtype=torch.long) * 5,
                       output_attentions=True).attentions
-    from txcalc.ops import sliding_chunk_pairs
+    from txcalc.engine.ops import sliding_chunk_pairs
     w, h, hd = raw["attention_window"] // 2, cfg.n_heads, cfg.head_dim
     attended = sum(int((p[0, 0] > 0).sum()) for p in probs)
     executed = cfg.n_layers * sum(sliding_chunk_pairs(k, seq, w)
@@ -545,7 +545,7 @@ def test_longformer_reference_equals_hf_and_the_engine(raw, batch, chunks, layer
 
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = dict(raw, num_hidden_layers=layers, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
                attention_probs_dropout_prob=0.0)
     cfg = from_hf_dict(raw)
@@ -586,7 +586,7 @@ def test_longformer_dropout_masks_equal_hf_and_the_reference(batch, seq, heads):
     reference model with dropout agrees per layer under each recompute mode (bf16 on meta)."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": heads,
            "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
            "attention_window": 4, "max_position_embeddings": 64}
@@ -616,7 +616,7 @@ def test_longformer_padding_mask_under_partial_recompute(recompute, layers):
     recompute): reference == engine per layer."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import apply_recompute, build
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     cfg = from_hf_dict({"model_type": "longformer", "hidden_size": 16,
                         "num_attention_heads": 2, "num_hidden_layers": 3, "vocab_size": 30,
                         "intermediate_size": 8, "attention_window": 4,
@@ -717,7 +717,7 @@ def test_nomic_bert_dropout_masks_equal_hf(raw, hidden, probs, seq):
     attention_probs_dropout_prob on the probabilities): the bytes a training step saves beyond
     the same step in eval mode equal the engine's masks (bf16 on meta, ``dropout_mask="act"``;
     its eager softmax runs in the activation dtype)."""
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = dict(raw, hidden_dropout_prob=hidden, attention_probs_dropout_prob=probs)
     cfg = from_hf_dict(raw)
     model = hf_model(raw, "none").to(torch.bfloat16)

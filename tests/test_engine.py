@@ -17,15 +17,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import txcalc
-from txcalc.hardware import get_gpu
-from txcalc.memory import (OPTIMIZERS, PRECISIONS, TrainingMemory, grad_bytes, optimizer_bytes,
-                           weight_bytes)
-from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts, shard_op
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.memory import (OPTIMIZERS, PRECISIONS, TrainingMemory, grad_bytes,
+                                  optimizer_bytes, weight_bytes)
+from txcalc.train.evaluate import TrainSetting, evaluate_layouts, shard_op
 from txcalc.parallel.layout import Layout
 from txcalc.parallel.sharding import (assign_stages, fsdp_padding, local_tensors,
                                       zero_shard_rows)
-from txcalc.presets import PRESETS
-from txcalc.workload import ATTN_IMPLS, RECOMPUTE, Workload
+from txcalc.model.presets import PRESETS
+from txcalc.engine.workload import ATTN_IMPLS, RECOMPUTE, Workload
 
 from .ref_configs import configs
 
@@ -195,7 +195,7 @@ def test_t5_small_pytorch_keeps_more_without_recompute():
 def test_layout_grid_obeys_check_layout(name):
     """The grid's masks and check_layout share one set of joint rules (layout.joint_rules):
     every layout the planner's grid keeps passes check_layout."""
-    from txcalc.planner import _layout_at, layout_grid
+    from txcalc.train.planner import _layout_at, layout_grid
     from txcalc.parallel.layout import check_layout
     cfg = txcalc.load(name)
     g, _ = layout_grid(cfg, get_gpu("h100"), 2048, 64, 256)
@@ -251,7 +251,7 @@ def test_zero3_vs_zero2_fsdp2_fake_pg(tmp_path):
     z2, z3 = got["zero2"], got["zero3"]
     assert z3["Total"] <= z2["Total"]
 
-    from txcalc.hf import from_hf_dict
+    from txcalc.model.hf import from_hf_dict
     cfg = from_hf_dict(dict(TINY_EMBED, model_type="llama"), "tiny-embed")
     s = TrainSetting(cfg, get_gpu("h100"), 64, 8)
     r = evaluate_layouts(s, [Layout(dp=8, zero=2)])
@@ -340,8 +340,8 @@ def test_zero2_zero3_equal_fsdp2_every_policy(world, precision, optimizer, fsdp2
     optimizer = sharded parameter + gradient + states (and category by category without a
     master). With no optimizer the mixed policies have no master (memory.zero_bytes): FSDP2
     on a bf16 model (its fp32 shards under a MixedPrecisionPolicy are a master)."""
-    from txcalc.hf import from_hf_dict
-    from txcalc.memory import zero_bytes
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.engine.memory import zero_bytes
     no_master = precision.endswith("-mixed") and optimizer == "none"
     got = fsdp2_policies
     cfg = from_hf_dict(dict(ODD_VOCAB, model_type="llama"), "tiny-odd")
@@ -399,8 +399,8 @@ def test_zero_stages_never_grow_per_gpu(layers, dp, precision, optimizer):
     ZeRO-2 >= ZeRO-3 still hold, ZeRO-2 and ZeRO-3 exceed ZeRO-1 by at most that padding in
     both copies (2 x w x padding, plus fragmentation), and with an even vocabulary (nothing
     to pad) the order holds throughout."""
-    from txcalc.memory import zero_bytes
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.engine.memory import zero_bytes
+    from txcalc.parallel.overheads import Overheads
     cfg = txcalc.load("gpt2").replace(n_layers=layers)
     totals = _zero_totals(cfg, dp, precision, optimizer)
     if dp == 2 and zero_bytes(precision, optimizer).zero2_param_shard:

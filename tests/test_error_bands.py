@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from txcalc import load, timing
+from txcalc import load
+from txcalc.engine import timing
 from txcalc.cli import main
-from txcalc.planner import plan_train
+from txcalc.train.planner import plan_train
 
 
 @pytest.fixture(scope="module")

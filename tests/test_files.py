@@ -22,8 +22,8 @@ import pytest
 import txcalc
 from txcalc import ConfigError, ModelConfig, TxcalcError
 from txcalc.cli import main
-from txcalc.config import MAX_LAYERS, MAX_VOCAB
-from txcalc.hf import from_hf_dict
+from txcalc.model.config import MAX_LAYERS, MAX_VOCAB
+from txcalc.model.hf import from_hf_dict
 from txcalc.safeio import MAX_FILE_BYTES, MAX_INT_DIGITS, MAX_JSON_DEPTH, read_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,7 +236,7 @@ def test_long_name_is_refused_with_a_truncated_value():
 
 def test_planner_int64_guard(monkeypatch, capsys):
     """A plan whose single-GPU bytes pass INT64_SAFE_BYTES is refused, not wrapped."""
-    import txcalc.planner as planner
+    import txcalc.train.planner as planner
     monkeypatch.setattr(planner, "INT64_SAFE_BYTES", 10**9)
     one_line_error(capsys, ["plan", "train", "llama-3-8b", "--tokens", "1T", "--gpu", "h100"],
                    "64-bit")
@@ -267,7 +267,7 @@ def test_bad_gpu_file_rows(tmp_path, capsys, row, names):
 def test_user_gpu_wins_over_the_catalog_alias(tmp_path):
     """Documented choice: a name or alias in --gpu-file names the user's row, never the
     catalog row it was an alias of (h100 is h100-sxm's alias in the catalog)."""
-    from txcalc.hardware import get_gpu
+    from txcalc.engine.hardware import get_gpu
     for row in ("h100,,40,GiB,1000,10,100,200,200,0,200,100,25,8,mine",
                 "mine,h100,40,GiB,1000,10,100,200,200,0,200,100,25,8,mine"):
         p = tmp_path / "gpus.csv"
@@ -284,7 +284,7 @@ def test_user_gpu_wins_over_the_catalog_alias(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 def _report(tmp_path, **case_changes) -> Path:
-    from txcalc.presets import get_preset
+    from txcalc.model.presets import get_preset
     import dataclasses
     cfg = dataclasses.asdict(get_preset("gpt2"))
     case = {"config": cfg, "batch": 1, "seq": 512, "attn_impl": "flash", "recompute": "none",
@@ -374,7 +374,7 @@ def test_replicas_for_equals_the_linear_scan():
     throughputs that are not monotone in the batch."""
     import random
 
-    from txcalc.planner import MAX_REPLICAS, _replicas_for
+    from txcalc.serve.infer import MAX_REPLICAS, _replicas_for
 
     def linear(c, start, target, step_s):
         r = start
@@ -402,8 +402,8 @@ def test_validate_cpu_refuses_what_will_not_fit(capsys, tmp_path, argv):
                                   str(tmp_path / "v")], "GB", "available")
     assert time.perf_counter() - t0 < 10
     assert not (tmp_path / "v").exists()
-    from txcalc.memory import TrainingMemory
-    from txcalc.workload import Workload
+    from txcalc.engine.memory import TrainingMemory
+    from txcalc.engine.workload import Workload
     batch = int(argv[2]) if len(argv) > 1 else 1
     mem = TrainingMemory(txcalc.load(argv[0]), Workload(batch=batch, seq=512), "bf16-mixed",
                          "adamw")

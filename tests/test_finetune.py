@@ -1,4 +1,4 @@
-"""Fine-tuning (txcalc/finetune.py) against independent references:
+"""Fine-tuning (txcalc/engine/finetune.py) against independent references:
 
 - the reference model with LoRA / DoRA adapters and frozen parameters (reference/lora.py):
   trainable parameters, gradient bytes, FLOPs of a step (FlopCounterMode) and bytes saved for
@@ -16,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_flops
-from txcalc.components import model_ops
+from txcalc.engine.accounting import count_flops
+from txcalc.engine.components import model_ops
 from txcalc.errors import TxcalcError
-from txcalc.finetune import (ADAPTABLE, Finetune, _adaptable, _name, apply_finetune,
-                             quantized_weight_bytes)
-from txcalc.memory import TrainingMemory
-from txcalc.workload import Workload
+from txcalc.engine.finetune import (ADAPTABLE, Finetune, _adaptable, _name, apply_finetune,
+                                    quantized_weight_bytes)
+from txcalc.engine.memory import TrainingMemory
+from txcalc.engine.workload import Workload
 
 from .ref_configs import configs
 
@@ -252,8 +252,8 @@ def _qlora_base_on_gpu(d, layers, heads, d_ff, name):
     caching-allocator slack and a 1 GiB CUDA context with cuBLAS workspaces; the rule fit and
     the planner charge every GPU, with the defaults they have had since the planner's first
     commit, b48def5 of 2026-11-29; nothing here was calibrated on the QLoRA figures)."""
-    from txcalc.hf import from_hf_dict
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.parallel.overheads import Overheads
     cfg = from_hf_dict({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                         "hidden_size": d, "intermediate_size": d_ff, "num_hidden_layers": layers,
                         "num_attention_heads": heads, "num_key_value_heads": heads,
@@ -361,8 +361,8 @@ def test_fit_llama_3_1_8b_qlora_on_rtx_4090_answers_in_one_bisection(capsys, mon
     import json
 
     from txcalc.cli import main
-    from txcalc.finetune import finetuned_ops
-    from txcalc.fit import Setup
+    from txcalc.engine.finetune import finetuned_ops
+    from txcalc.train.fit import Setup
     from txcalc.inputs import MAX_SEQ
     import txcalc
     calls = []

@@ -11,11 +11,11 @@ cross-entropy (reference/loss.py), run on the CPU:
 
 import pytest
 
-from txcalc.accounting import count_flops
+from txcalc.engine.accounting import count_flops
 from txcalc.errors import TxcalcError
-from txcalc.finetune import Finetune
-from txcalc.memory import TrainingMemory
-from txcalc.workload import Workload
+from txcalc.engine.finetune import Finetune
+from txcalc.engine.memory import TrainingMemory
+from txcalc.engine.workload import Workload
 
 torch = pytest.importorskip("torch")
 from reference.loss import use_loss  # noqa: E402

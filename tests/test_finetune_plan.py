@@ -88,7 +88,7 @@ def measured(tmp_path_factory) -> dict:
 
 
 def _finetune(mode: str):
-    from txcalc.finetune import Finetune
+    from txcalc.engine.finetune import Finetune
     if mode == "lora":
         return Finetune("lora", rank=RANK, alpha=8.0, targets="all-linear")
     return Finetune("freeze", trainable=f"last:1,head")
@@ -96,9 +96,9 @@ def _finetune(mode: str):
 
 def _setting(mode: str | None, precision: str = "fp32"):
     from transformers import LlamaConfig
-    from txcalc.hardware import get_gpu
-    from txcalc.hf import from_hf_dict
-    from txcalc.parallel.evaluate import TrainSetting
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.train.evaluate import TrainSetting
     cfg = from_hf_dict(LlamaConfig(**TINY).to_dict(), "tiny-llama")
     return TrainSetting(cfg, get_gpu("h100"), seq=16, global_batch=4, precision=precision,
                         optimizer="adamw", finetune=_finetune(mode) if mode else None)
@@ -111,8 +111,8 @@ needs_gloo = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_availa
 @needs_gloo
 @pytest.mark.parametrize("mode", MODES)
 def test_fsdp2_rank_bytes_equal_prediction(mode, measured):
-    from txcalc.memory import trainable_count
-    from txcalc.parallel.evaluate import evaluate_layouts
+    from txcalc.engine.memory import trainable_count
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     s = _setting(mode)
     r = evaluate_layouts(s, [Layout(dp=2, zero=3, micro_batch=2)])
@@ -131,12 +131,12 @@ def test_one_gpu_plan_equals_training_memory():
     TrainingMemory's (the engine's per-op sums, checked against PEFT and bitsandbytes in
     tests/test_finetune.py): the frozen base in NF4, states only for the adapters."""
     import txcalc
-    from txcalc.finetune import Finetune
-    from txcalc.hardware import get_gpu
-    from txcalc.memory import TrainingMemory
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.engine.finetune import Finetune
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.engine.memory import TrainingMemory
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout
-    from txcalc.workload import Workload
+    from txcalc.engine.workload import Workload
     cfg = txcalc.load("llama-2-7b")
     ft = Finetune("qlora", rank=64, targets="all-linear")
     s = TrainSetting(cfg, get_gpu("h100"), seq=512, global_batch=1, finetune=ft)
@@ -153,9 +153,9 @@ def test_one_gpu_plan_equals_training_memory():
 def test_zero3_shards_the_quantised_base():
     """ZeRO-3 over 8 GPUs holds an eighth of the NF4 base (within the per-tensor padding)."""
     import txcalc
-    from txcalc.finetune import Finetune
-    from txcalc.hardware import get_gpu
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.engine.finetune import Finetune
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout
     s = TrainSetting(txcalc.load("llama-2-7b"), get_gpu("h100"), seq=512, global_batch=8,
                      finetune=Finetune("qlora"))
@@ -186,10 +186,10 @@ def test_plan_train_cli_finetune(capsys):
 def test_report_adapters_section():
     """report --finetune: an adapters section with the engine's figures, the planner run on the
     fine-tuned model, and the command that reproduces the request."""
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     from txcalc.report.model import build_report
     from txcalc.report.request import ReportRequest
-    from txcalc.workload import Workload
+    from txcalc.engine.workload import Workload
     import txcalc
     req = ReportRequest(model="llama-2-7b", gpu="h100", seq=1024, tokens="100M",
                         finetune="lora", lora_rank=8, lora_targets="q_proj,v_proj")
@@ -209,8 +209,8 @@ def test_report_adapters_section():
 def test_head_adapters_sit_with_the_head():
     """An adapter on lm_head is placed after the blocks (the last pipeline stage holds it)."""
     import txcalc
-    from txcalc.components import model_ops_tuple
-    from txcalc.finetune import Finetune, apply_finetune
+    from txcalc.engine.components import model_ops_tuple
+    from txcalc.engine.finetune import Finetune, apply_finetune
     cfg = txcalc.load("llama-2-7b")
     ops = apply_finetune(cfg, model_ops_tuple(cfg), Finetune("lora", targets="lm_head"))
     assert {op.placement for op in ops if op.path.startswith("lm_head.")} == {"post"}

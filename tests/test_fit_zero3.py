@@ -29,13 +29,13 @@ import json
 import pytest
 
 import txcalc
-from txcalc.finetune import Finetune
-from txcalc.fit import Setup, fit
-from txcalc.hardware import get_gpu
-from txcalc.memory import TrainingMemory
-from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+from txcalc.engine.finetune import Finetune
+from txcalc.train.fit import Setup, fit
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.memory import TrainingMemory
+from txcalc.train.evaluate import TrainSetting, evaluate_layouts
 from txcalc.parallel.layout import Layout
-from txcalc.workload import Workload
+from txcalc.engine.workload import Workload
 
 GB = 10**9
 #: model: the GPU's bytes (full fine-tuning fits from two GPUs on); a dense GQA llama with
@@ -184,7 +184,7 @@ def test_one_gpu_does_not_build_the_planner(monkeypatch):
     """N = 1 answers stay the engine's (TrainingMemory.total with the framework's share), and
     fit there never evaluates a layout (the fast path of ``fit llama-3.1-8b --gpu rtx-4090
     --finetune qlora``, benchmarks/cli_speed.py)."""
-    import txcalc.parallel.evaluate as ev
+    import txcalc.train.evaluate as ev
 
     def refuse(*a, **k):
         raise AssertionError("the planner was built for one GPU")
@@ -202,7 +202,7 @@ def test_eager_attention_over_n_gpus_stays_exact():
     first probes (tens of millions of tokens, where the planner's int64 tables would overflow
     and wrap) are refused on the engine's exact activations instead (fit.PLANNER_MAX_BYTES):
     before that guard the answer was 109,587,847 tokens on 80 GB."""
-    from txcalc.fit import PLANNER_MAX_BYTES
+    from txcalc.train.fit import PLANNER_MAX_BYTES
     from txcalc.inputs import MAX_SEQ
     cfg = txcalc.load("llama-3.2-1b")
     setup = Setup(cfg, precision="bf16", attn="eager", gpus=4)

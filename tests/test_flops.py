@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 import txcalc
-from txcalc.accounting import count_flops
-from txcalc.ops import causal_pairs
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops
+from txcalc.engine.ops import causal_pairs
+from txcalc.engine.workload import Workload
 
 from .hf_models import torch, train_step_flops
 

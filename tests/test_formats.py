@@ -1,4 +1,4 @@
-"""Weight formats (txcalc/formats.py) against real files.
+"""Weight formats (txcalc/engine/formats.py) against real files.
 
 1. Our reference packer (reference/quant_pack.py) quantises a small random model for each
    format; safetensors writes it; the file's header lists every tensor (name, dtype, shape,
@@ -22,10 +22,10 @@ import struct
 import pytest
 
 import txcalc
-from txcalc.components import model_ops_tuple
-from txcalc.config import ModelConfig
-from txcalc.formats import (FormatError, checkpoint_bytes, checkpoint_tensors,
-                            model_checkpoint_bytes, scheme, scheme_from_quant_config)
+from txcalc.engine.components import model_ops_tuple
+from txcalc.model.config import ModelConfig
+from txcalc.engine.formats import (FormatError, checkpoint_bytes, checkpoint_tensors,
+                                   model_checkpoint_bytes, scheme, scheme_from_quant_config)
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -348,7 +348,7 @@ def test_cli_bad_weights_exit_2(capsys):
 def test_plan_infer_fp8_deepseek_on_eight_h200():
     """The issue's case: DeepSeek-V3 in bf16 needs 16 H200s; its fp8 checkpoint serves on 8
     (one H200 node, as deployed with SGLang/vLLM)."""
-    from txcalc.planner import plan_infer
+    from txcalc.serve.infer import plan_infer
     assert plan_infer("deepseek-v3", "h200", 8192, 16).best.total_gpus == 16
     assert plan_infer("deepseek-v3", "h200", 8192, 16, weights="fp8-block").best.total_gpus == 8
 
@@ -356,7 +356,7 @@ def test_plan_infer_fp8_deepseek_on_eight_h200():
 def test_plan_infer_int4_70b_on_two_4090():
     """A 70B model in 4-bit on two 24 GB RTX 4090s (bf16 needs 8); each GPU holds half the
     stored bytes."""
-    from txcalc.planner import plan_infer
+    from txcalc.serve.infer import plan_infer
     bf16 = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1).best
     q = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1, weights="awq-int4-g128").best
     assert bf16.total_gpus == 8 and q.total_gpus == 2
@@ -367,7 +367,7 @@ def test_plan_infer_int4_70b_on_two_4090():
 def test_decode_reads_quantised_bytes_and_weight_only_knee():
     """Small-batch decode is bound by the bytes read: 4-bit weights decode faster than bf16;
     past the weight-only knee the dequantising kernel is compute-bound and slower than fp8."""
-    from txcalc.planner import plan_infer
+    from txcalc.serve.infer import plan_infer
     b1 = {w: plan_infer("llama-3-8b", "h100", 2048, 1, weights=w).best.decode_tokens_per_s
           for w in ("bf16", "int4-g128", "fp8")}
     assert b1["int4-g128"] > b1["fp8"] > b1["bf16"]
@@ -381,7 +381,7 @@ def test_report_inference_with_weights(tmp_path, capsys):
     """`txcalc report --inference --weights`: the answer's bytes are the stored checkpoint plus
     the KV cache, and the plan serves it on two 24 GB GPUs."""
     from txcalc.cli import main
-    from txcalc.memory import kv_cache_bytes
+    from txcalc.engine.memory import kv_cache_bytes
     out = tmp_path / "rep"
     assert main(["report", "llama-3.1-70b", "--inference", "--gpu", "rtx-4090", "--context",
                  "4k", "--weights", "awq-int4-g128", "-o", str(out), "--json"]) == 0

@@ -4,10 +4,10 @@ published measurements, and its place in memory, the planner and the time model.
 import pytest
 
 import txcalc
-from txcalc.memory import (FP8_RECIPE, TrainingMemory, fp8_saved_delta, fp8_weight_bytes,
-                           model_states, weight_bytes)
-from txcalc.ops import linear
-from txcalc.workload import Workload
+from txcalc.engine.memory import (FP8_RECIPE, TrainingMemory, fp8_saved_delta, fp8_weight_bytes,
+                                  model_states, weight_bytes)
+from txcalc.engine.ops import linear
+from txcalc.engine.workload import Workload
 from txcalc.errors import WorkloadError
 
 MiB = 2**20
@@ -65,20 +65,21 @@ def test_fp8_mixed_refused_without_shapes():
 def test_plan_train_fp8_faster_on_h100():
     """The fp8 peak (2x bf16 on H100) shortens the step; its extra weight bytes show in the
     plan's weights per GPU (ZeRO 0-2)."""
-    from txcalc.planner import plan_train
+    from txcalc.train.planner import plan_train
     kw = dict(max_gpus=64, only={"zero": 1})
     bf = plan_train("llama-3-8b", "h100", 10**12, precision="bf16-mixed", **kw).best
     f8 = plan_train("llama-3-8b", "h100", 10**12, precision="fp8-mixed", **kw).best
     assert f8.step_time_s * f8.gpus < bf.step_time_s * bf.gpus
     cfg = txcalc.load("llama-3-8b")
-    from txcalc.components import model_ops_tuple
+    from txcalc.engine.components import model_ops_tuple
     cache = fp8_weight_bytes(model_ops_tuple(cfg), "fp8-mixed")
     if f8.layout.tp == 1 and f8.layout.pp == 1:
         assert f8.memory["weights"] - bf.memory["weights"] == cache
 
 
 def test_fp8_training_refused_without_fp8_tensor_cores():
-    from txcalc.planner import PlanError, plan_train
+    from txcalc.errors import PlanError
+    from txcalc.train.planner import plan_train
     with pytest.raises(PlanError, match="fp8-mixed.*a100-80gb has no fp8 peak"):
         plan_train("llama-3-8b", "a100", 10**12, precision="fp8-mixed", max_gpus=64)
 
@@ -106,8 +107,8 @@ def test_te_issue_712_5b_fp8_overheads(monkeypatch):
     Ours (pure bf16 policy, Adam): states 40.0 GiB; fp8 transposes 5.0 GiB less 2.0 GiB of
     activations kept in fp8 = 3.0 GiB; fp8 primary weights save 1 byte per block-Linear
     weight = 5.0 GiB. Each within 1 GB of the issue's figure."""
-    from txcalc.config import ModelConfig
-    from txcalc.memory import FP8_RECIPE, fp8_op
+    from txcalc.model.config import ModelConfig
+    from txcalc.engine.memory import FP8_RECIPE, fp8_op
     cfg = ModelConfig(name="te-fsdp-example-5b", n_layers=32, d_model=4096, n_heads=32,
                       head_dim=128, d_ff=3 * 4096, vocab_size=8, activation="gelu",
                       qkv_bias=True, out_bias=True, mlp_bias=True, norm_type="layernorm",

@@ -1,7 +1,7 @@
 """Fuzz the whole command line: every command, every option, every config.json field.
 
 The commands and their options are read from the typer app itself, and the config.json fields
-from what ``txcalc.hf`` actually reads, so a new option or a new field is fuzzed without touching
+from what ``txcalc.model.hf`` actually reads, so a new option or a new field is fuzzed without touching
 this file. Each example starts from a valid base invocation of one command, replaces one to three
 of its options (or config fields) with a hostile value, runs ``txcalc.cli.main`` in-process in a
 fresh temporary folder, and checks the contract of the CLI (README, issue 10):
@@ -40,7 +40,7 @@ import typer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import txcalc.hf as hf
+import txcalc.model.hf as hf
 from txcalc.cli import app, main
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def _calibration_input() -> str:
 INPUTS = {"gpu_validation.json": _calibration_input(), "precious.txt": "not txcalc's\n"}
 
 # ---------------------------------------------------------------------------------------------
-# config.json fields, read from what txcalc.hf reads.
+# config.json fields, read from what txcalc.model.hf reads.
 
 HF_DATA = Path(__file__).parent / "data" / "hf"
 _FALCON = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71,
@@ -256,7 +256,7 @@ CONFIG_SKIP = {"bert": {"plan infer"}}
 # ---------------------------------------------------------------------------------------------
 # Fields of the other input files: a --gpu-file row (CSV cells) and a calibration report.
 
-from txcalc.hardware import COLUMNS as GPU_COLUMNS  # noqa: E402
+from txcalc.engine.hardware import COLUMNS as GPU_COLUMNS  # noqa: E402
 
 _GPU_ROW = dict(zip(GPU_COLUMNS, next(
     line for line in (Path(hf.__file__).parent / "data" / "gpus.csv").read_text().splitlines()

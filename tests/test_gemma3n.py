@@ -32,10 +32,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
-from txcalc.hf import from_hf_dict
-from txcalc.memory import kv_cache_bytes
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.memory import kv_cache_bytes
+from txcalc.engine.workload import Workload
 
 from .test_hf_import import SETTINGS, maybe
 
@@ -178,7 +178,7 @@ def test_reference_builds_the_gemma3n_blocks_with_exact_params_and_flops(raw, da
     from reference.measure import flops_by_module, make_inputs
     from reference.model import build
 
-    from txcalc.accounting import count_params
+    from txcalc.engine.accounting import count_params
     cfg = txcalc_config(raw)
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 10), label="seq")
@@ -208,7 +208,7 @@ def test_reference_gemma3n_saved_bytes_per_layer_equal_the_engine(raw, data, fp3
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
 
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     cfg = txcalc_config(raw)
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 9), label="seq")
@@ -227,7 +227,7 @@ def test_saved_bytes_see_each_gemma3n_structure():
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
 
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     base = {"hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
             "head_dim": 4, "num_hidden_layers": 3, "vocab_size": 30,
             "vocab_size_per_layer_input": 20, "hidden_size_per_layer_input": 3,

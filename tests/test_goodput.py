@@ -1,7 +1,7 @@
 """Goodput: the planner's wall-clock days, GPU-hours and cost are throughput time / goodput
 (timing.GOODPUT = 0.90, Grattafiori et al. 2024, arXiv:2407.21783, section 3.3.4: "higher than
 90% effective training time"); step time, MFU and tokens/s are throughput, and the published
-benchmark runs (txcalc.published_runs) are compared without it."""
+benchmark runs (txcalc.train.published_runs) are compared without it."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from txcalc import load, timing
+from txcalc import load
+from txcalc.engine import timing
 from txcalc.cli import main
 from txcalc.inputs import InputError
-from txcalc.planner import plan_train
+from txcalc.train.planner import plan_train
 
 KW = dict(seq=4096, global_batch=512, gpus=64, only={"tp": 1, "pp": 1, "cp": 1, "zero": 3,
                                                       "micro_batch": 1, "recompute": "full"})
@@ -67,6 +68,6 @@ def test_cli_json_and_text_state_the_goodput(capsys):
 
 
 def test_published_runs_are_compared_as_throughput():
-    from txcalc.published_runs import load_runs, setting_and_layout
+    from txcalc.train.published_runs import load_runs, setting_and_layout
     for run in load_runs():
         assert setting_and_layout(run)[0].goodput == 1.0, run.id

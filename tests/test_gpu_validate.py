@@ -25,7 +25,7 @@ def test_gpu_script_dry_run_on_cpu_writes_every_case(tmp_path):
         assert case["step_time_s"] > 0 and case["kernels"]
         assert case["predicted"]["peak"] >= case["predicted"]["after_forward"] > 0
     # the file is what `txcalc calibrate` reads: every case a usable one
-    from txcalc.calibrate import memory_errors, read_input, read_report
+    from txcalc.train.calibrate import memory_errors, read_input, read_report
     kind, doc = read_input(tmp_path / "gpu_validation.json")
     assert kind == "validation" and len(read_report("r", doc)[1]) == 11
     assert memory_errors(doc) == [] and report["peak_error_pct_worst"] == {}  # nothing measured

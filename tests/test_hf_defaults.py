@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txcalc.errors import ConfigError
-from txcalc.hf import CONVERTERS, from_hf_dict
+from txcalc.model.hf import CONVERTERS, from_hf_dict
 
 from .hf_models import hf_config
 from .test_hf_import import STRATEGIES as FIRST

@@ -1,6 +1,6 @@
 """Random tiny HF config.json dicts, one strategy per model_type: txcalc must count what HF builds.
 
-For every model_type that ``txcalc.hf`` converts, a hypothesis strategy draws a small config.json
+For every model_type that ``txcalc.model.hf`` converts, a hypothesis strategy draws a small config.json
 (hidden 8..64, 1..4 layers, vocab 16..300) and randomises every field that changes the parameter
 structure of the HF model (biases, tying, GQA, head_dim, MoE layout, MLA ranks, norm layout...).
 Optional fields are left out about half the time so that the defaults of the HF configuration
@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 
 import txcalc
 from txcalc.errors import ConfigError
-from txcalc.hf import _MORE_CONVERTERS, CONVERTERS, from_hf_dict
+from txcalc.model.hf import _MORE_CONVERTERS, CONVERTERS, from_hf_dict
 
-from txcalc.accounting import count_flops
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops
+from txcalc.engine.workload import Workload
 
 from .hf_models import MOE, hf_config, hf_model, numel, train_step_flops
 

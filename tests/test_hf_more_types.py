@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, assume, given, reject, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
+from txcalc.engine.accounting import count_flops
 from txcalc.errors import ConfigError
-from txcalc.hf import _MORE_CONVERTERS, from_hf_dict
-from txcalc.workload import Workload
+from txcalc.model.hf import _MORE_CONVERTERS, from_hf_dict
+from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, numel, torch, transformers
 from .test_hf_import import ACTS, LAYERS, VOCAB, WIDTH, divisors, geometry, hf_windows, maybe

@@ -23,10 +23,10 @@ from hypothesis import given, reject
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
-from txcalc.components import model_ops
-from txcalc.hf import from_hf_dict
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops
+from txcalc.engine.components import model_ops
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, numel
 from .test_hf_import import ACTS, LAYERS, SETTINGS, VOCAB, WIDTH, divisors, geometry, maybe
@@ -394,7 +394,7 @@ BAD_CONFIG = [
 
 @pytest.mark.parametrize("kw,match", BAD_CONFIG, ids=[m for _, m in BAD_CONFIG])
 def test_bad_new_fields_are_config_errors(kw, match):
-    from txcalc.config import ModelConfig
+    from txcalc.model.config import ModelConfig
     from txcalc.errors import ConfigError
     with pytest.raises(ConfigError, match=match):
         ModelConfig(name="bad", n_layers=2, d_model=16, n_heads=2, vocab_size=32, **kw)

@@ -10,7 +10,7 @@ import pytest
 
 import txcalc
 from txcalc.cli import main
-from txcalc.hub import HubError, cache_dir, cached_config, is_hub_id
+from txcalc.model.hub import HubError, cache_dir, cached_config, is_hub_id
 
 DATA = Path(__file__).parent / "data" / "hf"
 COMMIT = "0e9e39f249a16976918f6564b8830bc894c89659"  # any 40-hex commit: the layout matters

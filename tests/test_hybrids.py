@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_flops, count_params
-from txcalc.hf import from_hf_dict
-from txcalc.memory import kv_cache_bytes
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.memory import kv_cache_bytes
+from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, numel
 from .ref_configs import assert_reference_equals_engine
@@ -386,7 +386,7 @@ def test_bad_hybrid_configs_are_config_errors_naming_the_field(raw, field):
 
 
 def test_bad_layer_patterns_are_config_errors_naming_the_values():
-    from txcalc.config import ModelConfig
+    from txcalc.model.config import ModelConfig
     from txcalc.errors import ConfigError
     base = dict(name="x", n_layers=2, d_model=8, n_heads=2, vocab_size=32)
     with pytest.raises(ConfigError, match=r"mixers lists 1 layers, not n_layers \(2\)"):

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_flops, count_params
-from txcalc.hf import from_hf_dict
-from txcalc.memory import kv_cache_bytes
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.memory import kv_cache_bytes
+from txcalc.engine.workload import Workload
 
 from .hf_models import numel
 from .ref_configs import assert_reference_equals_engine
@@ -327,7 +327,7 @@ def test_attention_dropout_masks_equal_hf(model_type, data):
     import warnings
 
     from reference.saved import saved_bytes_by_module
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = _dense(data.draw(_dropout_strategies()[model_type], label="config.json"))
     cfg = from_hf_dict(dict(raw, attention_dropout=0.1))
     drops = model_type != "lfm2"

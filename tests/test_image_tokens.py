@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txcalc.errors import WorkloadError
-from txcalc.hf import from_hf_dict
+from txcalc.model.hf import from_hf_dict
 
 from .test_multimodal import hf_model, llava, qwen_vl
 

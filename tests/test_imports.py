@@ -148,7 +148,7 @@ def test_walker_sees_relative_and_function_level_imports(tmp_path):
 # --- the project -----------------------------------------------------------------------------
 def test_the_project_has_no_import_cycle():
     graph = import_graph(ROOT)
-    assert {"txcalc.planner", "txcalc.report.model", "reference.validate"} <= set(graph)
+    assert {"txcalc.train.planner", "txcalc.report.model", "reference.validate"} <= set(graph)
     assert "txcalc.report.planning" in graph["txcalc.report.answer"]  # the walker sees them
     assert cycles(graph) == []
 
@@ -170,3 +170,58 @@ def test_the_example_regenerator_is_outside_the_package():
     assert not (ROOT / "txcalc" / "report" / "examples.py").exists()
     assert "txcalc.cli" in imported_names("regenerate", ROOT / "reports" / "regenerate.py",
                                           modules(ROOT))
+
+
+# --- the layers ------------------------------------------------------------------------------
+#: txcalc's packages by layer, bottom first: a module imports only its own layer and those
+#: below (model -> engine -> parallel -> train / serve -> answers -> cli / report / web; the
+#: floors under all of them). train and serve share a layer and never import each other.
+LAYERS = {"floor": 0, "model": 1, "engine": 2, "parallel": 3, "train": 4, "serve": 4,
+          "answers": 5, "cli": 6, "report": 6, "web": 6}
+FLOORS = {"errors", "units", "inputs", "safeio", "atomic"}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a txcalc module (None: the package's own __init__ and __main__, and
+    everything outside txcalc/)."""
+    parts = module.split(".")
+    if parts[0] != "txcalc" or len(parts) == 1 or parts[1] == "__main__":
+        return None
+    return "floor" if parts[1] in FLOORS else parts[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for m, targets in graph.items():
+        lm = layer_of(m)
+        for t in targets:
+            lt = layer_of(t)
+            if lm is None or lt is None:
+                continue
+            if LAYERS[lt] > LAYERS[lm] or (LAYERS[lt] == LAYERS[lm] and lt != lm
+                                           and lm in ("train", "serve")):
+                out.append(f"{m} ({lm}) -> {t} ({lt})")
+    return sorted(out)
+
+
+def test_every_txcalc_module_belongs_to_a_layer():
+    graph = import_graph(ROOT)
+    unknown = sorted(m for m in graph if layer_of(m) not in (None, *LAYERS))
+    assert unknown == []
+    assert not list((ROOT / "txcalc").glob("*.py")) or {
+        p.stem for p in (ROOT / "txcalc").glob("*.py")} <= FLOORS | {"__init__", "__main__"}
+
+
+def test_imports_flow_down_the_layers():
+    assert upward_imports(import_graph(ROOT)) == []
+
+
+def test_the_layer_check_can_fail():
+    graph = {"txcalc.engine.memory": {"txcalc.train.planner"},
+             "txcalc.serve.kv": {"txcalc.train.evaluate"},
+             "txcalc.train.fit": {"txcalc.serve.sim", "txcalc.engine.memory"},
+             "txcalc.model.hf": {"txcalc.errors"}}
+    assert upward_imports(graph) == [
+        "txcalc.engine.memory (engine) -> txcalc.train.planner (train)",
+        "txcalc.serve.kv (serve) -> txcalc.train.evaluate (train)",
+        "txcalc.train.fit (train) -> txcalc.serve.sim (serve)"]

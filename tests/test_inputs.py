@@ -173,7 +173,7 @@ def test_report_options_refused_before_anything_is_written(capsys, tmp_path, opt
 # --- strict JSON: a non-finite number never reaches stdout ---------------------------------------
 
 def test_emit_json_refuses_nan_as_one_line(capsys, monkeypatch):
-    from txcalc.accounting import ParamCounts
+    from txcalc.engine.accounting import ParamCounts
 
     monkeypatch.setattr(ParamCounts, "to_json", lambda self: {"total_params": float("nan")})
     line = check_cli_error(capsys, ["params", "gpt2", "--json"], "not a finite number")
@@ -202,7 +202,7 @@ def test_report_json_is_strict():
                                      ("15t", 15 * 10**12), ("2k", 2000), ("1P", 10**15)])
 def test_parse_count(text, n):
     assert inputs.parse_count(text) == n
-    from txcalc.workload import parse_count  # the old import name still works
+    from txcalc.engine.workload import parse_count  # the old import name still works
     assert parse_count(text) == n
 
 

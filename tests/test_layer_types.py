@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 from hypothesis import given
 
-from txcalc.accounting import count_params
-from txcalc.hf import from_hf_dict
-from txcalc.presets import PRESETS
+from txcalc.engine.accounting import count_params
+from txcalc.model.hf import from_hf_dict
+from txcalc.model.presets import PRESETS
 
 from .hf_models import hf_model, numel
 from .test_encoders import SETTINGS, modernbert

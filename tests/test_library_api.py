@@ -17,11 +17,13 @@ import pytest
 
 import txcalc
 from txcalc import TxcalcError
-from txcalc.accounting import count_flops, count_params
-from txcalc.memory import TrainingMemory, kv_cache_bytes, kv_cache_bytes_per_token, model_states
-from txcalc.parallel.evaluate import Overheads
-from txcalc.planner import plan_infer, plan_train
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.engine.memory import (TrainingMemory, kv_cache_bytes, kv_cache_bytes_per_token,
+                                  model_states)
+from txcalc.parallel.overheads import Overheads
+from txcalc.serve.infer import plan_infer
+from txcalc.train.planner import plan_train
+from txcalc.engine.workload import Workload
 
 CFG = txcalc.load("gpt2")
 WORK = Workload(batch=1, seq=128)

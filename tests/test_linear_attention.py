@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_flops, count_params
-from txcalc.hf import from_hf_dict
-from txcalc.memory import kv_cache_bytes
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.memory import kv_cache_bytes
+from txcalc.engine.workload import Workload
 
 from .hf_models import numel
 from .ref_configs import assert_reference_equals_engine

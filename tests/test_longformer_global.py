@@ -31,10 +31,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
+from txcalc.engine.accounting import count_flops
 from txcalc.errors import WorkloadError
-from txcalc.hf import from_hf_dict
-from txcalc.workload import Workload
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.workload import Workload
 
 from .hf_models import dropout_saved_bytes, numel, saved_by_block
 from .test_encoders import _copy_longformer_weights, hf_model, longformer
@@ -137,7 +137,7 @@ def test_reference_equals_hf_and_the_engine(raw, batch, seq, g, layers):
       measured differences, tests/test_encoders.py)."""
     from reference.measure import by_layer, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = dict(raw, num_hidden_layers=layers, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
                attention_probs_dropout_prob=0.0)
     window, g = raw["attention_window"], min(g, seq)
@@ -182,8 +182,8 @@ def test_reference_params_flops_and_dropout_with_global_tokens(head, batch, seq,
     fp32 on CPU) == the engine's."""
     from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
     from reference.model import build
-    from txcalc.accounting import count_params
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.accounting import count_params
+    from txcalc.engine.memory import TrainingMemory
     raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
            "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
            "attention_window": 4, "max_position_embeddings": 64, "num_labels": 3}
@@ -223,7 +223,7 @@ def test_global_tokens_are_checked():
         Workload(seq=8, global_tokens=9)
     with pytest.raises(WorkloadError, match=r"global_tokens \(-1\)"):
         Workload(seq=8, global_tokens=-1)
-    from txcalc.workload import check_fits
+    from txcalc.engine.workload import check_fits
     with pytest.raises(WorkloadError, match=r"global_tokens \(2\).*gpt2 has none"):
         check_fits(txcalc.load("gpt2"), Workload(seq=8, global_tokens=2))
     check_fits(from_hf_dict(raw), Workload(seq=8, global_tokens=2))
@@ -300,7 +300,7 @@ def test_memory_by_phase_equals_memtracker(head, seq, g):
     a copy the reference makes inside the step, which the engine counts as an input held
     after backward, the convention of every masked-LM encoder.)"""
     from reference.train import memory_by_phase
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
            "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
            "attention_window": 4, "max_position_embeddings": 64, "hidden_dropout_prob": 0.0,

@@ -46,7 +46,7 @@ def test_the_losses_differ():
 def test_plan_train_one_gpu_equals_memory(loss, big_gpu):
     """``plan train --gpus 1 --zero 0`` (pinned micro-batch and recompute): every category
     the planner books equals memory --json's, the logits gradient of the loss included
-    (both from txcalc.lm_loss.logits_grad_bytes)."""
+    (both from txcalc.engine.lm_loss.logits_grad_bytes)."""
     mem = _memory(loss)
     plan = _json(["plan", "train", MODEL, "--gpu", "big", "--gpu-file", big_gpu, "--gpus", "1",
                   "--zero", "0", "--micro-batch", "2", "--recompute", "none", "--seq", "1024",
@@ -62,7 +62,7 @@ def test_fit_answer_equals_memory(loss):
     """``fit --batch 2``: the longest sequence is one whose memory --json total (with fit's
     CUDA context and allocator slack) fits the GPU and one token more does not; the answer's
     bytes are that total's."""
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.parallel.overheads import Overheads
     gpu_gb = 12
     out = _json(["fit", MODEL, "--gpu-gb", str(gpu_gb), "--batch", "2", "--loss", loss, *LORA,
                  "--json"])
@@ -75,7 +75,7 @@ def test_fit_answer_equals_memory(loss):
 def test_fit_suggests_the_fused_loss_first_among_the_costly_changes():
     """At a long context the fused linear cross-entropy is the first change after fused
     attention: it costs no FLOPs (step-time factor 1), recompute does; its bytes are memory's."""
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.parallel.overheads import Overheads
     out = _json(["fit", MODEL, "--gpu-gb", "8", "--seq", "32768", "--attn", "eager", *LORA,
                  "--json"])
     assert not out["fits"]
@@ -161,12 +161,12 @@ def test_planner_logits_are_split_over_tp_and_cp():
     one (4 T V, what this test asserted while the planner booked lm_loss.logits_grad_bytes);
     with Megatron's in-place vocab-parallel kernel, the bf16 cast of the gradient written over
     the saved softmax (2 T V)."""
-    from txcalc.hardware import get_gpu
-    from txcalc.lm_loss import logits_grad_bytes
-    from txcalc.memory import TrainingMemory
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.engine.lm_loss import logits_grad_bytes
+    from txcalc.engine.memory import TrainingMemory
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout
-    from txcalc.workload import Workload
+    from txcalc.engine.workload import Workload
     cfg = txcalc.load("llama-3-8b")
     V = cfg.vocab_size
     # fp32 gradient rows of one cross-entropy call, micro-batch 2 x 8,192 tokens, over TP 2

@@ -38,9 +38,9 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from txcalc.errors import WorkloadError  # noqa: E402
-from txcalc.lm_loss import LOSS_KERNELS, full_loss_extra, loss_kernel  # noqa: E402
-from txcalc.stacks import STACKS  # noqa: E402
-from txcalc.workload import Workload  # noqa: E402
+from txcalc.engine.lm_loss import LOSS_KERNELS, full_loss_extra, loss_kernel  # noqa: E402
+from txcalc.engine.stacks import STACKS  # noqa: E402
+from txcalc.engine.workload import Workload  # noqa: E402
 
 #: per-row temporaries the rule leaves out (see the module docstring)
 ROW_SLACK = 32
@@ -214,7 +214,7 @@ def test_every_stack_names_a_kernel_and_the_engine_reads_it():
     (torchtitan), Megatron's vocab_parallel, nanotron's sharded, the HF-code stacks hf; the
     engine's phases hold the kernel's transients as backward starts."""
     import txcalc
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     kernels = {name: loss_kernel(Workload(fused=st.fused, loss_kernel=st.loss_kernel))
                for name, st in STACKS.items()}
     assert kernels == {"hf-eager": "hf", "hf-sdpa": "hf", "torchtitan": "compiled",

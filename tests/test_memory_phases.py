@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import txcalc
-from txcalc.config import ModelConfig
-from txcalc.memory import TrainingMemory
-from txcalc.workload import Workload
+from txcalc.model.config import ModelConfig
+from txcalc.engine.memory import TrainingMemory
+from txcalc.engine.workload import Workload
 
 torch = pytest.importorskip("torch")
 from reference.train import memory_by_phase  # noqa: E402

@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops, count_params
-from txcalc.hf import from_hf_dict
-from txcalc.memory import TrainingMemory, kv_cache_bytes
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.memory import TrainingMemory, kv_cache_bytes
+from txcalc.engine.workload import Workload
 
 from .test_hf_import import SETTINGS, maybe
 

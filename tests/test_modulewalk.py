@@ -1,4 +1,4 @@
-"""The module-walk fallback (txcalc.modulewalk): a model_type without a converter.
+"""The module-walk fallback (txcalc.model.modulewalk): a model_type without a converter.
 
 - Parameters: for 22 model types no converter covers (vision, audio, multimodal, state-space and
   less common LMs), `txcalc params CONFIG --json` equals sum(numel) of the HF model built here on
@@ -26,9 +26,9 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 from txcalc.cli import main  # noqa: E402
 from txcalc.errors import ConfigError  # noqa: E402
-from txcalc.hf import CONVERTERS  # noqa: E402
-from txcalc import modulewalk  # noqa: E402
-from txcalc.modulewalk import walk, walk_hf_dict  # noqa: E402
+from txcalc.model.hf import CONVERTERS  # noqa: E402
+from txcalc.model import modulewalk  # noqa: E402
+from txcalc.model.modulewalk import walk, walk_hf_dict  # noqa: E402
 
 # (model_type, class a user loads: None = AutoModel, config overrides). Default configs (the
 # transformers class defaults: ViT-B/16, CLIP ViT-B/32, wav2vec2-base, RWKV 7B, ...) except where
@@ -447,7 +447,7 @@ def test_walk_agrees_with_converters(name):
     class: these files name CausalLM/LM-head classes whose heads the converters count) the two
     independent counts agree."""
     import txcalc
-    from txcalc.modulewalk import walk_config
+    from txcalc.model.modulewalk import walk_config
 
     path = str(Path(__file__).parent / "data" / "hf" / name)
     w = walk_config(path)

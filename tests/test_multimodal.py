@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txcalc
-from txcalc.accounting import count_flops
+from txcalc.engine.accounting import count_flops
 from txcalc.errors import ConfigError
-from txcalc.hf import from_hf_dict
-from txcalc.workload import Workload
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.workload import Workload
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -259,7 +259,7 @@ def test_images_join_the_sequence_on_the_cli(tmp_path, capsys):
     from typer.testing import CliRunner
 
     from txcalc.cli import app
-    from txcalc.memory import TrainingMemory
+    from txcalc.engine.memory import TrainingMemory
     raw = {"model_type": "llava", "text_config": {
         "hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
         "intermediate_size": 8, "vocab_size": 64}, "vision_config": {

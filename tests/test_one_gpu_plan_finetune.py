@@ -31,13 +31,13 @@ kernel's (which keeps Megatron-LM's CI goldens in tests/test_training_validation
 import pytest
 
 import txcalc
-from txcalc.finetune import Finetune
-from txcalc.hardware import get_gpu
-from txcalc.memory import TrainingMemory
-from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+from txcalc.engine.finetune import Finetune
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.memory import TrainingMemory
+from txcalc.train.evaluate import TrainSetting, evaluate_layouts
 from txcalc.parallel.layout import Layout
-from txcalc.stacks import STACKS
-from txcalc.workload import Workload
+from txcalc.engine.stacks import STACKS
+from txcalc.engine.workload import Workload
 
 FINETUNES = {
     "full": None,
@@ -119,8 +119,8 @@ def test_one_gpu_plan_equals_memory_for_every_stack_loss_kernel(stack, model):
     nanotron's sharded, torchtitan's compiled): the planner with the stack and the engine with
     the same workload, 0 bytes apart in every category, LoRA and full fine-tuning; and the
     logits category is the kernel's own, not HF's, where the kernel differs."""
-    from txcalc.lm_loss import full_loss_extra, loss_kernel
-    from txcalc.stacks import get_stack
+    from txcalc.engine.lm_loss import full_loss_extra, loss_kernel
+    from txcalc.engine.stacks import get_stack
     cfg = txcalc.load(model)
     batch, seq = MODELS[model]
     st = get_stack(stack)
@@ -179,7 +179,7 @@ def test_held_inputs_split_over_pipeline_stages():
     """On two pipeline stages stage 0 books the frozen table's ids and leaf once per
     micro-batch in flight (1F1B: two), the last stage the labels and the loss of one
     (memory.held_inputs' first and last)."""
-    from txcalc.memory import held_inputs
+    from txcalc.engine.memory import held_inputs
     cfg = txcalc.load("llama-3.2-1b")
     ft = FINETUNES["lora-all-linear"]
     s = TrainSetting(cfg, get_gpu("h200"), 1024, 4, finetune=ft, loss="fused-linear")

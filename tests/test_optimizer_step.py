@@ -1,5 +1,5 @@
 """The optimizer step's transients, one rule (memory.optimizer_step_extra, OPTIMIZER_STEPS) read by
-the engine (TrainingMemory.phases' peak_step) and the planner (parallel.evaluate's "step"
+the engine (TrainingMemory.phases' peak_step) and the planner (train.evaluate's "step"
 category), and each stack's kernel (Stack.optimizer_kernel).
 
     kernel    | temporaries                | fp32 gradient copy (mixed precision)
@@ -26,14 +26,15 @@ import pytest
 import torch
 
 import txcalc
-from txcalc.finetune import Finetune
-from txcalc.fit import Setup, fit
-from txcalc.hardware import get_gpu
-from txcalc.memory import OPTIMIZER_STEPS, TrainingMemory, optimizer_step_extra
-from txcalc.parallel.evaluate import Overheads, TrainSetting, evaluate_layouts
+from txcalc.engine.finetune import Finetune
+from txcalc.train.fit import Setup, fit
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.memory import OPTIMIZER_STEPS, TrainingMemory, optimizer_step_extra
+from txcalc.parallel.overheads import Overheads
+from txcalc.train.evaluate import TrainSetting, evaluate_layouts
 from txcalc.parallel.layout import Layout
-from txcalc.stacks import STACKS
-from txcalc.workload import Workload
+from txcalc.engine.stacks import STACKS
+from txcalc.engine.workload import Workload
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -183,7 +184,7 @@ def test_zero_shards_the_step_transient():
     fp32 master and two fp32 states the optimizer category holds, beside one 4-byte step
     counter per tensor), with no fp32 gradient copy (sharded optimizers hold fp32 gradient
     shards, memory.ZeroBytes); a fused step adds nothing and is not the peak."""
-    from txcalc.memory import param_count, param_tensor_count
+    from txcalc.engine.memory import param_count, param_tensor_count
     cfg = txcalc.load("llama-3.2-1b")
     held = TrainingMemory(cfg, Workload(batch=1, seq=256)).step_held
     for zero in (1, 2, 3):

@@ -9,13 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import txcalc
-from txcalc.hardware import get_gpu, load_catalog
-from txcalc.memory import TrainingMemory
-from txcalc.parallel.evaluate import (TrainSetting, evaluate_layouts, group_activations,
-                                      group_ops)
+from txcalc.engine.hardware import get_gpu, load_catalog
+from txcalc.engine.memory import TrainingMemory
+from txcalc.train.evaluate import TrainSetting, evaluate_layouts, group_activations, group_ops
 from txcalc.parallel.layout import Layout
 from txcalc.parallel.sharding import assign_stages, local_params, stage_blocks
-from txcalc.workload import Workload
+from txcalc.engine.workload import Workload
 
 
 # --- Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
@@ -132,8 +131,8 @@ def test_screen_equals_every_stage(model):
     """The search screens the first, second, last and most-parameter stage: the fullest and
     the slowest one for uniform blocks and for dense-first MoE stacks (DeepSeek's 3 dense
     blocks, then MoE), so its totals equal the every-stage evaluation."""
-    from txcalc.planner import layout_grid
-    from txcalc.parallel.evaluate import build_tables, evaluate, shard_groups
+    from txcalc.train.planner import layout_grid
+    from txcalc.train.evaluate import build_tables, evaluate, shard_groups
     import numpy as np
     cfg = (txcalc.load("deepseek-v3").replace(n_layers=13, n_experts=16, top_k=2)
            if model == "deepseek-small" else txcalc.load(model))
@@ -145,7 +144,7 @@ def test_screen_equals_every_stage(model):
     shard, shard_e = shard_groups(sub, gpu)
     screen = evaluate(s, build_tables(s, *axes, np.concatenate([shard, shard_e])), sub,
                       detail=False)
-    from txcalc.planner import _layout_at
+    from txcalc.train.planner import _layout_at
     exact = evaluate_layouts(s, [_layout_at(sub, i) for i in range(len(pick))])
     assert list(screen["total_bytes"]) == list(exact["total_bytes"])
     assert np.allclose(screen["step_time_s"], exact["step_time_s"])
@@ -168,13 +167,13 @@ def test_catalog_rows():
 
 
 def test_unknown_gpu_suggests():
-    from txcalc.hardware import GpuError
+    from txcalc.engine.hardware import GpuError
     with pytest.raises(GpuError, match=r"unknown GPU 'h10'.*did you mean"):
         get_gpu("h10")
 
 
 def test_device_profile_round_trip(tmp_path):
-    from txcalc.timing import DeviceProfile, ProfileError
+    from txcalc.engine.timing import DeviceProfile, ProfileError
     prof = DeviceProfile.from_gpu(get_gpu("h100")).replace(flop_efficiency={"matmul": 0.5})
     prof.save(tmp_path / "p.json")
     back = DeviceProfile.load(tmp_path / "p.json")
@@ -189,8 +188,8 @@ def test_device_profile_round_trip(tmp_path):
 
 def test_slower_profile_slows_the_plan():
     """A calibrated profile (efficiencies halved) doubles compute-bound step time."""
-    from txcalc.planner import plan_train
-    from txcalc.timing import DeviceProfile
+    from txcalc.train.planner import plan_train
+    from txcalc.engine.timing import DeviceProfile
     cfg = txcalc.load("llama-3-8b")
     only = {"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full"}
     base = plan_train(cfg, "h100", 10**12, gpus=64, only=only)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_params, param_totals
+from txcalc.engine.accounting import count_params, param_totals
 from txcalc.errors import ConfigError
-from txcalc.hf import from_hf_dict
-from txcalc.presets import PRESETS
+from txcalc.model.hf import from_hf_dict
+from txcalc.model.presets import PRESETS
 
 from .ref_configs import configs
 from .test_hf_defaults import STRATEGIES

@@ -6,7 +6,7 @@ constructor; fake stage objects stand in for real stages, nothing runs) is repla
 forwards whose backward has not yet run are counted, per rank and per model chunk.
 
 torch's interleaved schedule and Megatron-Core's (``forward_backward_pipelining_with_
-interleaving``, which ``parallel.evaluate.inflight_chunks`` follows and which the measured
+interleaving``, which ``train.evaluate.inflight_chunks`` follows and which the measured
 Megatron rows ran) warm up the same (v - 1) x R + 2 x (pp - rank - 1) forwards, and run the
 forwards chunk by chunk over rounds of R micro-batches, with backwards in reversed chunk order.
 They agree exactly when R = pp: Megatron's round (``microbatch_group_size_per_vp_stage``) is
@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txcalc.parallel.evaluate import inflight_chunks
+from txcalc.train.evaluate import inflight_chunks
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
@@ -97,9 +97,9 @@ TINY = dict(vocab_size=256, n_embd=64, n_layer=8, n_head=4, n_positions=64)
 
 def _stage_activations(lay, stage: int, global_batch: int) -> int:
     from transformers import GPT2Config
-    from txcalc.hardware import get_gpu
-    from txcalc.hf import from_hf_dict
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     cfg = from_hf_dict(GPT2Config(**TINY).to_dict(), "tiny-gpt2")
     s = TrainSetting(cfg, get_gpu("h100"), seq=32, global_batch=global_batch, dropout=True)
     return int(evaluate_layouts(s, [lay], stages=lambda pp: [stage])["activations_bytes"][0])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from txcalc import load
-from txcalc.planner import PlanError, plan_train
+from txcalc.errors import PlanError
+from txcalc.train.planner import plan_train
 
 
 @pytest.mark.parametrize("model, gpu, tokens, kw", [

@@ -8,7 +8,9 @@ import pytest
 
 from txcalc import load
 from txcalc.cli import main
-from txcalc.planner import PlanError, plan_infer, plan_train
+from txcalc.errors import PlanError
+from txcalc.serve.infer import plan_infer
+from txcalc.train.planner import plan_train
 
 
 # --- published figures ----------------------------------------------------------------------
@@ -101,7 +103,7 @@ def test_infer_json_contract():
 
 def test_infer_kv_budget_matches_engine():
     """max concurrency per replica x KV bytes per sequence fits beside the weights."""
-    from txcalc.memory import kv_cache_bytes
+    from txcalc.engine.memory import kv_cache_bytes
     cfg = load("llama-3.1-70b")
     p = plan_infer(cfg, "h200", 131072, 64, kv_dtype="fp8")
     b = p.best
@@ -195,7 +197,7 @@ def test_bad_gpu_files(tmp_path, capsys):
 
 def test_framework_terms_are_overridable():
     """The framework category is context + comm buffers + fragmentation x the tensors."""
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.parallel.overheads import Overheads
     cfg = load("llama-3-8b")
     plain = plan_train(cfg, "h100", 10**12, gpus=8, only={"tp": 8, "micro_batch": 1},
                        overheads=Overheads(0, 0, 0.0))
@@ -209,9 +211,9 @@ def test_framework_terms_are_overridable():
 
 
 def test_tp_not_dividing_heads():
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout, LayoutError
-    from txcalc.hardware import get_gpu
+    from txcalc.engine.hardware import get_gpu
     s = TrainSetting(load("llama-3-8b"), get_gpu("h100"), 4096, 64)
     with pytest.raises(LayoutError, match=r"TP degree \(3\) must divide n_heads \(32\)"):
         evaluate_layouts(s, [Layout(tp=3)])

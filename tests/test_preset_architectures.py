@@ -6,7 +6,7 @@ the others keep it: serving.VLLM_LLAMA_ARCHITECTURES). Before, a preset carried 
 took llama.py's rule whatever the model.
 
 The names are checked against the config.json files stored in tests/data/hf (one per preset
-with a HF class; their sources are cited beside each preset in txcalc/presets.py), not against
+with a HF class; their sources are cited beside each preset in txcalc/model/presets.py), not against
 a list typed again here.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from txcalc.presets import PRESETS
-from txcalc.serving import VLLM_LLAMA_ARCHITECTURES, kv_capacity
+from txcalc.model.presets import PRESETS
+from txcalc.serve.kv import VLLM_LLAMA_ARCHITECTURES, kv_capacity
 
 DATA = Path(__file__).parent / "data" / "hf"
 

@@ -1,4 +1,4 @@
-"""The list of supported model types (one registry: txcalc.hf.CONVERTERS) in `txcalc presets`
+"""The list of supported model types (one registry: txcalc.model.hf.CONVERTERS) in `txcalc presets`
 and the README, and the one-line answer for a model_type txcalc does not read.
 
 After adding a converter, regenerate the README block with
@@ -16,7 +16,7 @@ import pytest
 
 from txcalc.cli import main
 from txcalc.errors import ConfigError
-from txcalc.hf import CONVERTERS, closest_types, from_hf_dict, supported_types
+from txcalc.model.hf import CONVERTERS, closest_types, from_hf_dict, supported_types
 
 README = Path(__file__).parent.parent / "README.md"
 BLOCK = re.compile(r"(<!-- model-types:[^\n]*-->\n)(.*?)(\n<!-- /model-types -->)", re.S)

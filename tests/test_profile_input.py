@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from txcalc.hardware import get_gpu
-from txcalc.timing import DeviceProfile, ProfileError
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.timing import DeviceProfile, ProfileError
 
 
 def _good() -> dict:

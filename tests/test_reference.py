@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_flops, count_params
-from txcalc.memory import TrainingMemory, kv_cache_bytes
-from txcalc.workload import Workload
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.engine.memory import TrainingMemory, kv_cache_bytes
+from txcalc.engine.workload import Workload
 
 from .ref_configs import configs
 
@@ -178,7 +178,7 @@ def test_checkpoint_inputs_that_stay_alive(name):
     bias (H x S x S, activation dtype, needs a gradient) is a checkpoint input and stays alive
     until backward, once per stack and window mask. encoder_output_kept_by_full_recompute:
     with full recompute the decoder blocks keep the encoder output (B x S_src x D, once)."""
-    from txcalc.config import ModelConfig
+    from txcalc.model.config import ModelConfig
     kw, modes = CASES[name]
     cfg = ModelConfig(name=name, **kw)
     for recompute in modes:

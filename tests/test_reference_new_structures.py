@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from txcalc.accounting import count_flops, count_params
+from txcalc.engine.accounting import count_flops, count_params
 from txcalc.errors import ConfigError
-from txcalc.memory import TrainingMemory, kv_cache_bytes
-from txcalc.ops import causal_pairs
-from txcalc.workload import Workload
+from txcalc.engine.memory import TrainingMemory, kv_cache_bytes
+from txcalc.engine.ops import causal_pairs
+from txcalc.engine.workload import Workload
 
 from .ref_configs import configs
 
@@ -143,7 +143,7 @@ def test_new_structures_kv_cache_and_cached_decoding(cfg, data, new):
 
 @pytest.mark.parametrize("s,chunk", [(1, 1), (5, 2), (8, 4), (9, 4), (3, 8), (16, 5)])
 def test_chunked_pairs_equal_the_mask_the_reference_builds(s, chunk):
-    from txcalc.config import ModelConfig
+    from txcalc.model.config import ModelConfig
     cfg = ModelConfig(name="c", n_layers=1, d_model=8, n_heads=2, vocab_size=16,
                       attn_chunk=chunk, chunked_layers=(0,))
     model = build(cfg, torch.float32, "cpu")

@@ -425,8 +425,8 @@ def test_validate_out_must_be_a_folder(tmp_path, capsys, target):
 
 def _calibration_input(tmp_path) -> Path:
     from tests.test_calibrate import synthetic_report
-    from txcalc.hardware import get_gpu
-    from txcalc.timing import DeviceProfile
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.engine.timing import DeviceProfile
     p = tmp_path / "in.json"
     synthetic_report(p, DeviceProfile.from_gpu(get_gpu("h200")))
     return p

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import txcalc
-from txcalc.planner import plan_infer, plan_train
+from txcalc.serve.infer import plan_infer
+from txcalc.train.planner import plan_train
 from txcalc.report.planning import layout_in_words
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
@@ -65,8 +66,8 @@ def test_serving_memory_shows_what_the_planner_reserves():
 def test_serving_prefill_compute_is_stated_masked_and_full():
     rep = _rep("llama-3.1-70b-serve-h200-128k")
     fl = rep["data"]["flops"]
-    from txcalc.accounting import count_flops
-    from txcalc.workload import Workload
+    from txcalc.engine.accounting import count_flops
+    from txcalc.engine.workload import Workload
     f = count_flops(txcalc.load("llama-3.1-70b"), Workload(batch=1, seq=131072))
     assert (fl["prefill_per_sequence"], fl["prefill_model_per_sequence"]) == (
         f.prefill(), f.prefill(model=True))

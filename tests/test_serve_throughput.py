@@ -1,4 +1,4 @@
-"""Serving throughput with fp8 weights (planner.serve_throughput) against TensorRT-LLM's
+"""Serving throughput with fp8 weights (serve.infer.serve_throughput) against TensorRT-LLM's
 published perf-overview (Total Output Throughput, tokens/s, trtllm-bench throughput, PyTorch
 backend, nvidia/Llama-3.1-8B-Instruct-FP8 and nvidia/Llama-3.3-70B-Instruct-FP8, fp8 KV cache),
 https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/performance/perf-overview.md
@@ -9,7 +9,7 @@ of the device profile are fitted (grid, least worst log error) on the 8B rows 12
 70B rows, 70B at TP2 on H100, TP1 on H200) is then predicted.
 
 Engine settings: trtllm-bench picks max_batch_size and max_num_tokens by its heuristic
-(planner.trtllm_bench_settings, after tensorrt_llm/bench/build/tuning.py calc_engine_setting /
+(serve.infer.trtllm_bench_settings, after tensorrt_llm/bench/build/tuning.py calc_engine_setting /
 finetune_setting): on the H200 it caps 8B 128/2048 at 896 sequences where txcalc's KV cache
 holds 932, and 128/128 at 4096 on both GPUs (it was a flat 2048 here before).
 
@@ -40,10 +40,11 @@ from typer.testing import CliRunner
 from txcalc.cli import app
 
 from txcalc.errors import TxcalcError
-from txcalc.hardware import get_gpu
-from txcalc.planner import PlanError, serve_throughput
-from txcalc.serving_sim import STEP_OVERHEAD_S, step_model
-from txcalc.timing import DeviceProfile
+from txcalc.engine.hardware import get_gpu
+from txcalc.errors import PlanError
+from txcalc.serve.infer import serve_throughput
+from txcalc.serve.sim import STEP_OVERHEAD_S, step_model
+from txcalc.engine.timing import DeviceProfile
 
 #: TensorRT-LLM's published perf-overview rows (tests/data/trtllm_perf_overview.json, one copy)
 _PERF = json.loads((Path(__file__).resolve().parents[1] / "tests" / "data"
@@ -103,7 +104,7 @@ def test_decode_step_agrees_with_the_step_simulator(model, gpu, tp, isl, osl):
     mean context are the same number (they were within 0.4 % as three formulas), all with the
     one constant serving_sim.STEP_OVERHEAD_S; without it serve_throughput's step is that much
     shorter."""
-    from txcalc.planner import plan_infer
+    from txcalc.serve.infer import plan_infer
     r = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8")
     b, ctx = r["batch"], isl + osl // 2
     sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8", max_model_len=isl + osl)
@@ -136,7 +137,7 @@ def test_prompts_are_timed_by_the_step_model(model, gpu, tp, isl, osl, kw):
     throughput is B x osl over the cycle. Covers dense, MoE, TP, weight-only int4 and fp8
     attention. The prompts had their own per-op formula before (op_efficiency per op, no step
     overhead, no weight read): these equalities fail on it."""
-    from txcalc.planner import trtllm_bench_settings
+    from txcalc.serve.infer import trtllm_bench_settings
     r = serve_throughput(model, gpu, isl, osl, tp=tp, **kw)
     sm = step_model(model, gpu, tp=tp, kv_capacity_tokens=0, **kw)
     b, ctx = r["batch"], isl + osl // 2
@@ -167,7 +168,7 @@ def test_plan_infer_prefill_latency_is_step_model_chunks(model, gpu, kw):
     step model, as the simulator composes chunks of 8,192 (PREFILL_CHUNK) tokens: 8,192 fresh
     tokens; 8,192 after 8,192 cached; 3,616 after 16,384 with the one logit row. The same
     float (it had its own per-op roofline before, 5-14 % longer)."""
-    from txcalc.planner import PREFILL_CHUNK, plan_infer
+    from txcalc.serve.infer import PREFILL_CHUNK, plan_infer
     assert PREFILL_CHUNK == 8192
     row = plan_infer(model, gpu, 20000, 1, **kw).best
     sm = step_model(model, gpu, tp=row.tp, kv_capacity_tokens=0, **kw)
@@ -258,7 +259,7 @@ def test_trtllm_bench_settings_h200_8b():
     GiB = 139.59 GiB; requests = (139.59 - 7.479) x 0.9 / (64 KiB x 2176 / GiB = 0.1328) =
     895.2 -> max_bs 128 ceil(895.2 / 128) = 896 (below the 932 txcalc's KV cache holds);
     tokens 895.2 x (1 + 128/2048) = 951 -> 2048 (its floor)."""
-    from txcalc.planner import trtllm_bench_settings
+    from txcalc.serve.infer import trtllm_bench_settings
     s = trtllm_bench_settings("llama-3-8b", "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
     assert s["kv_cache_max_requests"] == pytest.approx(895.2, abs=0.05)
     assert (s["max_batch_size"], s["max_num_tokens"]) == (896, 2048)

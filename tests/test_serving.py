@@ -1,5 +1,5 @@
 """Serving: paged-KV capacity against published vLLM logs, the step-level simulator against
-physical limits, SLO planning, and the CLI's flags (txcalc/serving.py)."""
+physical limits, SLO planning, and the CLI's flags (txcalc/serve/kv.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typer.testing import CliRunner
 from txcalc import load
 from txcalc.cli import app, main
 from txcalc.inputs import InputError
-from txcalc.memory import kv_cache_bytes_per_token
-from txcalc.serving import ServingError, kv_capacity
+from txcalc.engine.memory import kv_cache_bytes_per_token
+from txcalc.serve.kv import ServingError, kv_capacity
 
 runner = CliRunner()
 GiB = 2**30
 
 # --- KV capacity against vLLM's logged number of GPU blocks --------------------------------------
 #: (model, gpu, tp, max_model_len, utilisation, logged blocks, engine, source). Nothing in
-#: txcalc/serving.py is fitted to these: its constants are vLLM's defaults, the planner's
+#: txcalc/serve/kv.py is fitted to these: its constants are vLLM's defaults, the planner's
 #: framework terms (Overheads) and CUDA_VISIBLE_FRACTION (from other logs, see its comment).
 #: Each row runs the rule of its log's vLLM version (serving's version table).
 VLLM_BLOCKS = [
@@ -61,7 +61,7 @@ VLLM_BLOCKS_TORCH_PEAK = [
 @pytest.mark.parametrize("model,tp,blocks", VLLM_BLOCKS_TORCH_PEAK)
 def test_kv_blocks_match_vllm_torch_peak_profiling_pr2031(model, tp, blocks):
     """https://github.com/vllm-project/vllm/pull/2031 (max_model_len 4096, utilisation 0.9)."""
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.parallel.overheads import Overheads
     c = kv_capacity(model, "a100-80gb", tp=tp, max_model_len=4096,
                     overheads=Overheads(cuda_context_bytes=0, comm_buffer_bytes=0))
     assert c.non_torch_bytes == 0
@@ -115,8 +115,8 @@ def test_kv_blocks_llama2_70b_tp4_a100_pr2031():
     stays unplaced (PR #2031's TP 1 pair shows 0.77 GiB of context + allocator reserve against
     txcalc's 1 GiB). Assumed: the four GPUs sit on an NVSwitch baseboard (the PR does not say).
     Default engine (V1 rule, no held inputs): +51 %."""
-    from txcalc.parallel.evaluate import Overheads
-    from txcalc.serving import vllm_nccl_bytes
+    from txcalc.parallel.overheads import Overheads
+    from txcalc.serve.kv import vllm_nccl_bytes
     c = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
     assert vllm_nccl_bytes("vllm-0.2", "a100-80gb", 4, 1) == 2 * 832 * 2**20
     assert c.non_torch_bytes == Overheads().cuda_context_bytes + 2 * 832 * 2**20
@@ -150,8 +150,8 @@ def test_kv_blocks_llama31_8b_rtx3090_issue10517(max_len, blocks):
       maintainer (pytorch/pytorch#109888: "around 400MB" with lazy module loading). The log
       shows 0.35 GiB; the same maintainer's "~300MB" (pytorch#107667) would give +2.6 % /
       +3.4 %."""
-    from txcalc.hardware import get_gpu
-    from txcalc.serving import V064_CUDA_CONTEXT_BYTES
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.serve.kv import V064_CUDA_CONTEXT_BYTES
     gpu = dataclasses.replace(get_gpu("rtx-3090"), usable_given=int(23.58 * GiB))
     c = kv_capacity("llama-3-8b", gpu, max_model_len=max_len, engine="vllm-0.6")
     assert c.total_bytes == int(23.58 * GiB) and c.non_torch_bytes == V064_CUDA_CONTEXT_BYTES
@@ -196,7 +196,7 @@ def test_engine_rules_differ_where_the_releases_did(tmp_path):
     assert old.held_allreduce_bytes == (row + 1) * 4096 * 8192 * 2 and new.held_allreduce_bytes == 0
     assert new.activation_peak_bytes == 4096 * (5 * 8192 + 28672 // 4) * 2
     assert old.activation_peak_bytes == 4096 * (3 * 8192 + 3 * 28672 // 4) * 2
-    from txcalc.serving import vllm_nccl_bytes
+    from txcalc.serve.kv import vllm_nccl_bytes
     extra = new.non_torch_bytes - old.non_torch_bytes
     assert extra == vllm_nccl_bytes("vllm-0.6.5", "a100-80gb", 4, 1) \
         - vllm_nccl_bytes("vllm-0.2", "a100-80gb", 4, 1) > 0
@@ -304,10 +304,10 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from txcalc.components import model_ops_tuple  # noqa: E402
-from txcalc.hardware import get_gpu  # noqa: E402
-from txcalc.serving_sim import SimError, simulate, step_model  # noqa: E402
-from txcalc.workload import Workload  # noqa: E402
+from txcalc.engine.components import model_ops_tuple  # noqa: E402
+from txcalc.engine.hardware import get_gpu  # noqa: E402
+from txcalc.serve.sim import SimError, simulate, step_model  # noqa: E402
+from txcalc.engine.workload import Workload  # noqa: E402
 
 LAYOUTS = [("llama-3-8b", "h100", 1), ("llama-3.1-70b", "h200", 4), ("mixtral-8x7b", "h100", 2),
            ("qwen2-7b", "a100-80gb", 1)]
@@ -417,7 +417,7 @@ def test_simulator_bad_input():
 
 
 # --- SLO planning ------------------------------------------------------------------------------------
-from txcalc.serving_plan import ServePlanError, plan_serving  # noqa: E402
+from txcalc.serve.plan import ServePlanError, plan_serving  # noqa: E402
 
 
 def test_slo_plan_meets_its_slos_with_the_fewest_replicas():
@@ -503,8 +503,7 @@ def test_plan_infer_without_serving_flags_is_unchanged():
 
 
 # --- speculative decoding -------------------------------------------------------------------------
-from txcalc.serving_sim import (expected_tokens_per_step, speculation_breakeven_batch,  # noqa: E402
-                                speculative)
+from txcalc.serve.sim import expected_tokens_per_step, speculation_breakeven_batch, speculative
 
 
 def test_expected_tokens_per_step_is_the_truncated_geometric_mean():
@@ -554,7 +553,7 @@ def test_offline_throughput_vs_tensorrt_llm_uncalibrated():
     """The simulator at its default efficiencies (nothing fitted), every request queued at
     once: each row within 25 %, their median within 20 % (reports/serving-validation.md has
     all 40 rows, before and after a two-parameter fit per GPU)."""
-    from txcalc.planner import SERVE_MAX_BATCH
+    from txcalc.serve.infer import SERVE_MAX_BATCH
     errors = []
     for model, gpu, tp, isl, osl, pub in TRTLLM_ROWS:
         sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8",
@@ -578,7 +577,7 @@ def test_concurrency_sweep_vs_nim_uncalibrated():
     reports/serving-validation.md has every row before and after a two-parameter fit)."""
     from pathlib import Path
 
-    from txcalc.serving_sim import closed_loop_means
+    from txcalc.serve.sim import closed_loop_means
     d = json.loads((Path(__file__).parent / "data" / "nim_llama33_70b_h100_tp2.json").read_text())
     sm = step_model(d["model"], d["gpu"], tp=d["tp"], weights=d["weights"], kv_dtype="fp8",
                     max_model_len=d["input_len"] + d["output_len"], max_num_batched_tokens=8192)
@@ -596,7 +595,7 @@ def test_concurrency_sweep_vs_nim_uncalibrated():
 
 
 # --- prefix caching ------------------------------------------------------------------------------
-from txcalc.serving_sim import cached_prefix_tokens, prefix_savings  # noqa: E402
+from txcalc.serve.sim import cached_prefix_tokens, prefix_savings  # noqa: E402
 
 
 def test_prefix_hit_saves_the_engines_prefill_flops():
@@ -667,7 +666,7 @@ def test_cli_prefix_hit_rate_cuts_ttft_and_reports_savings():
 
 
 # --- MoE expert parallelism ---------------------------------------------------------------------
-from txcalc.serving_sim import busiest_rank_experts, experts_touched  # noqa: E402
+from txcalc.serve.sim import busiest_rank_experts, experts_touched  # noqa: E402
 
 
 @pytest.mark.parametrize("E,k,ep", [(8, 2, 2), (8, 2, 4), (64, 6, 8), (256, 8, 8)])
@@ -725,7 +724,7 @@ def test_slo_plan_tries_expert_parallel_layouts():
 
 
 # --- prefill/decode disaggregation ----------------------------------------------------------------
-from txcalc.serving_disagg import kv_transfer_s  # noqa: E402
+from txcalc.serve.disagg import kv_transfer_s  # noqa: E402
 
 
 def test_decode_only_instance_counts_tokens_and_respects_hbm():
@@ -770,7 +769,7 @@ def test_disaggregation_wins_for_long_prompts_under_a_tight_itl_slo():
 
 
 # --- context-parallel prefill ---------------------------------------------------------------------
-from txcalc.serving_cp import CpError, cp_prefill  # noqa: E402
+from txcalc.serve.cp import CpError, cp_prefill  # noqa: E402
 
 
 @pytest.mark.parametrize("tokens,published_s,kernel", [
@@ -878,7 +877,7 @@ def test_plan_lists_context_parallel_prefill_for_long_prompts():
 
 # --- serving plots ------------------------------------------------------------------------------
 def test_serving_load_data_and_pareto_front():
-    from txcalc.serving_report import pareto_front, serving_load_data
+    from txcalc.serve.load import pareto_front, serving_load_data
     assert pareto_front([(1, 1), (2, 2), (2, 1), (0.5, 3)]) == [False, False, True, False]
     d = serving_load_data("llama-3-8b", "h100", 1000, 100, tps=[1, 2])
     pts = d["load"]["points"]

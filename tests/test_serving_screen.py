@@ -1,4 +1,4 @@
-"""The serving plan's fast screen (txcalc/serving_screen.py): every floor is below what the
+"""The serving plan's fast screen (txcalc/serve/screen.py): every floor is below what the
 simulator returns (the independent reference is ``serving_sim.simulate`` itself, run on the
 cases), and a screened search gives the unscreened search's answer."""
 
@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from txcalc import serving_screen as S
-from txcalc.serving_plan import KEEP_UP, plan_serving
-from txcalc.serving_sim import simulate, step_model
+from txcalc.serve import screen as S
+from txcalc.serve.plan import KEEP_UP, plan_serving
+from txcalc.serve.sim import simulate, step_model
 
 #: (model, gpu, tp, ep, prompt, output, chunk, rate): dense and MoE, TP and EP, short and
 #: long prompts, chunks smaller and larger than the prompt

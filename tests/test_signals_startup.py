@@ -41,7 +41,7 @@ def _env() -> dict:
     ("txcalc.cli.typer_app", ["params", "gpt2", "--json"]),
     # a command's module loads as the command is looked up (txcalc.cli.typer_app.LazyGroup)
     ("txcalc.cli.params_cmd", ["params", "gpt2", "--json"]),
-    ("txcalc.presets", ["params", "gpt2", "--json"]),
+    ("txcalc.model.presets", ["params", "gpt2", "--json"]),
     # rich loads with the first line printed for people (--json output never imports it)
     ("rich.console", ["params", "gpt2"])])
 def test_sigint_while_importing_the_cli_is_130_with_one_line(module, argv):
@@ -56,7 +56,7 @@ def test_import_txcalc_cli_is_light():
     """What runs before main's handlers: txcalc and txcalc.cli import neither typer, rich,
     numpy nor the engine."""
     code = ("import sys, txcalc.cli; print(sorted(m for m in ('typer', 'rich', 'numpy', "
-            "'txcalc.config', 'txcalc.accounting') if m in sys.modules))")
+            "'txcalc.model.config', 'txcalc.engine.accounting') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
                        text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stderr

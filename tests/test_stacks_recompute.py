@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 
 from reference.model import apply_recompute, build, use_kernels  # noqa: E402
 from reference.saved import live_bytes_after, saved_bytes_by_module  # noqa: E402
-from txcalc.hf import from_hf_dict  # noqa: E402
-from txcalc.memory import TrainingMemory  # noqa: E402
-from txcalc.stacks import STACKS  # noqa: E402
-from txcalc.workload import FUSED_KERNELS, Workload, WorkloadError  # noqa: E402
+from txcalc.model.hf import from_hf_dict  # noqa: E402
+from txcalc.engine.memory import TrainingMemory  # noqa: E402
+from txcalc.engine.stacks import STACKS  # noqa: E402
+from txcalc.engine.workload import FUSED_KERNELS, Workload, WorkloadError  # noqa: E402
 
 B, S = 2, 64
 TINY = dict(model_type="llama", hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -136,9 +136,9 @@ def test_bad_recompute_inputs():
 
 # --- profiles ---------------------------------------------------------------------------------
 def test_stack_table_is_consistent():
-    from txcalc.stacks import OVERLAPS, STACKS, get_stack
-    from txcalc.workload import ATTN_IMPLS
-    from txcalc.stacks import KEEPS
+    from txcalc.engine.stacks import OVERLAPS, STACKS, get_stack
+    from txcalc.engine.workload import ATTN_IMPLS
+    from txcalc.engine.stacks import KEEPS
     assert set(STACKS) == {"hf-eager", "hf-sdpa", "torchtitan", "megatron", "deepspeed",
                            "nanotron"}
     for s in STACKS.values():
@@ -151,7 +151,7 @@ def test_stack_table_is_consistent():
 
 def test_stack_saved_bytes_on_the_reference(cfg):
     """Each profile's kernels, as a workload, measured on the reference (hooks)."""
-    from txcalc.stacks import STACKS
+    from txcalc.engine.stacks import STACKS
     for s in STACKS.values():
         if s.attn_impl != "flash":
             continue  # hf-eager: eager attention, covered by tests/test_activations.py
@@ -162,7 +162,7 @@ def test_stack_saved_bytes_on_the_reference(cfg):
 # --- 3. overlap -------------------------------------------------------------------------------
 def _plan(model, gpu, **kw):
     from txcalc import load
-    from txcalc.planner import plan_train
+    from txcalc.train.planner import plan_train
     return plan_train(load(model), gpu, int(15.6e12), n_rows=3, **kw)
 
 
@@ -201,7 +201,7 @@ def test_llama3_405b_table4_partial_recompute_fits():
     With the megatron profile and partial recompute (full recompute of the first N blocks of
     each stage) the search finds a layout that fits in 80 GiB; MFU within 15% of the
     measured 43% (uncalibrated efficiencies)."""
-    from txcalc.planner import PlanError
+    from txcalc.errors import PlanError
     p = _plan("llama-3.1-405b", "h100", **LLAMA3_405B, stack="megatron")
     b = p.best
     assert (b.layout.tp, b.layout.pp, b.layout.dp, b.layout.cp) == (8, 16, 64, 1)
@@ -220,7 +220,7 @@ def test_llama2_13b_fsdp_no_checkpointing_fits_with_fused_norms():
     """Llama 2 13B, FSDP (ZeRO-3) on 64 A100-80GB, no activation checkpointing, micro-batch
     2 at 4096 tokens: with HF's eager kernels txcalc refuses it (84.8 GiB, its fp32 RMSNorms
     saving ~6 B a unit); with fused norms, SwiGLU and loss (the torchtitan profile) it fits."""
-    from txcalc.planner import PlanError
+    from txcalc.errors import PlanError
     only = {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "recompute": "none", "micro_batch": 2}
     with pytest.raises(PlanError, match="84.8 GiB"):
         _plan("llama-2-13b", "a100-80gb", seq=4096, gpus=64, only=only)
@@ -251,8 +251,8 @@ def test_offloaded_checkpoints_one_gpu_equal_engine():
     GPU are the engine's offloaded checkpoints (TrainingMemory offload "activations"), and
     the GPU's activations shrink by exactly that much."""
     import txcalc
-    from txcalc.hardware import get_gpu
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout
     cfg = txcalc.load("llama-3-8b")
     s = TrainSetting(cfg, get_gpu("h100"), 4096, 4)
@@ -272,8 +272,8 @@ def test_one_gpu_plan_activations_equal_memory_for_every_stack(stack, model):
     attention kernel), so ``memory --stack`` and ``plan train --stack`` agree; nanotron's
     copies (stacks.KEEPS) are counted by both."""
     import txcalc
-    from txcalc.hardware import get_gpu
-    from txcalc.parallel.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
     from txcalc.parallel.layout import Layout
     st = STACKS[stack]
     cfg = txcalc.load(model)

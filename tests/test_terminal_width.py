@@ -86,7 +86,7 @@ def test_commands_at_width(capsys, monkeypatch, argv, width):
 
 
 def test_presets_names_whole_at_80(capsys, monkeypatch):
-    from txcalc.presets import PRESETS
+    from txcalc.model.presets import PRESETS
     text = _in_process(capsys, monkeypatch, ["presets"], 80)
     assert all(name in text for name in PRESETS)
 

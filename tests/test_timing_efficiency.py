@@ -1,4 +1,4 @@
-"""Efficiencies that depend on the GPU and the shape (txcalc.timing): per-GPU defaults from the
+"""Efficiencies that depend on the GPU and the shape (txcalc.engine.timing): per-GPU defaults from the
 fit, a GEMM's efficiency falling with its smallest local dimension (TP shrinks it), fused
 attention by sequence length and head dimension, and profiles that round-trip."""
 
@@ -8,11 +8,12 @@ import json
 
 import pytest
 
-from txcalc import load, timing
-from txcalc.components import model_ops_tuple
-from txcalc.hardware import get_gpu
-from txcalc.timing import DeviceProfile, ProfileError, op_efficiency
-from txcalc.workload import Workload
+from txcalc import load
+from txcalc.engine import timing
+from txcalc.engine.components import model_ops_tuple
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.timing import DeviceProfile, ProfileError, op_efficiency
+from txcalc.engine.workload import Workload
 
 
 def test_each_gpu_has_its_own_efficiencies():

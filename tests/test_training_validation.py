@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from txcalc import timing
-from txcalc.published_runs import (RunsError, band, fit_efficiencies_cached, load_runs,
-                                   median_abs, pending_reason)
+from txcalc.engine import timing
+from txcalc.train.published_runs import (RunsError, band, fit_efficiencies_cached, load_runs,
+                                         median_abs, pending_reason)
 from txcalc.report import training_validation as tv
 
 
@@ -139,7 +139,7 @@ def test_the_two_runs_issue_17_names_are_in_the_table(data):
     for rid in ("llama3-405b-table4-8192gpu", "torchtitan-2024-a100-llama2-13b-no-ac"):
         row = rows[rid]
         # Llama 3: with Megatron's interleaved warm-up counted on every rank
-        # (parallel.evaluate.inflight_chunks) rank 1 holds 8 blocks x 125/7 micro-batches of
+        # (train.evaluate.inflight_chunks) rank 1 holds 8 blocks x 125/7 micro-batches of
         # activations: 77.6 GiB of tensors, 83.0 GiB with the planner's framework allowance
         # (NCCL buffers, 5% fragmentation), which no measurement checks; the tensors fit
         peak = "allocated_bytes" if rid.startswith("llama3") else "peak_bytes"
@@ -162,7 +162,7 @@ def test_megatron_rows_train_with_megatron_default_dropout_and_are_within_10_per
         assert abs(r.memory_error_counts) <= tv.GOAL_MEMORY, (r.run.id, r.memory_error_counts)
     # and the dropout is what brings the unfused-attention rows in: off, they fall out
     import dataclasses
-    from txcalc.published_runs import measured_peak_bytes, predict
+    from txcalc.train.published_runs import measured_peak_bytes, predict
     r = rows["mcore-ci-gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files"].run
     off = predict(dataclasses.replace(r, setup=dict(r.setup, dropout=False)))
     assert off["allocated_bytes"] < 0.85 * measured_peak_bytes(r)
@@ -192,7 +192,7 @@ def test_reserved_peaks_are_shown_but_not_in_the_memory_goal(data, tmp_path):
                                 and r.peak_stat == "allocated" and not r.pending)
     # a peak without its statistic is refused
     import json
-    from txcalc.published_runs import runs_path
+    from txcalc.train.published_runs import runs_path
     doc = json.loads(runs_path().read_text(encoding="utf-8"))
     r0 = next(r for r in doc["runs"] if "peak_gib" in r["measured"])
     del r0["measured"]["peak_stat"]
@@ -204,7 +204,7 @@ def test_reserved_peaks_are_shown_but_not_in_the_memory_goal(data, tmp_path):
 
 def test_a_dropout_that_is_not_a_bool_is_refused(tmp_path):
     import json
-    from txcalc.published_runs import runs_path
+    from txcalc.train.published_runs import runs_path
     doc = json.loads(runs_path().read_text(encoding="utf-8"))
     r0 = next(r for r in doc["runs"] if r["setup"].get("dropout"))
     r0["setup"]["dropout"] = 0.1
@@ -219,8 +219,8 @@ def test_llama3_table4_row_quotes_the_paper_and_counts_palm_flops():
     size per DP group, tokens per batch, TFLOPs/GPU), and its MFU column is the TFLOPs/GPU
     column over the H100's dense bf16 peak; the measured step counts PaLM's model FLOPs
     (6 x parameters + 12 x layers x attention width x sequence per token)."""
-    from txcalc.accounting import count_params
-    from txcalc.published_runs import measured_step_time_s
+    from txcalc.engine.accounting import count_params
+    from txcalc.train.published_runs import measured_step_time_s
     r = {r.id: r for r in load_runs()}["llama3-405b-table4-8192gpu"]
     c, s = _cells(r.quote), r.setup
     gpus, tp, cp, pp, dp, seq, per_dp, tokens, tflops = (
@@ -245,7 +245,7 @@ def test_every_nth_block_recompute_is_per_stage_as_torchtitan_wraps_it():
     block recomputes nothing."""
     import dataclasses
 
-    from txcalc.published_runs import apply_flags, setting_and_layout
+    from txcalc.train.published_runs import apply_flags, setting_and_layout
     base = {r.id: r for r in load_runs()}["torchtitan-2024-a100-llama3-8b-sel-layer"]
     assert base.setup["flags"]["recompute_every"] == 2 and base.config().n_layers == 32
 
@@ -309,7 +309,7 @@ def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data, mon
     (49,394 bytes a token, about 2,058 a block, not traced to a line of code) is not fitted:
     the rows stay 6-7 % low."""
     import dataclasses
-    from txcalc.published_runs import predict
+    from txcalc.train.published_runs import predict
     rows = {r.run.id: r for r in data["after"]}
     a = rows["nanotron-bench-llama-1b-64gpu-dp-16_tp-4_pp-1_mbz-4"]
     b = rows["nanotron-bench-llama-1b-64gpu-dp-16_tp-4_pp-1_mbz-2"]
@@ -321,7 +321,7 @@ def test_nanotron_gap_is_the_gathered_inputs_and_copies_nanotron_keeps(data, mon
     # the megatron kernels with nanotron's cross-entropy (stacks.Stack.loss_kernel: its
     # forward holds the fp32 logits beside their shifted copy, 4 T V / t, where Megatron's
     # in-place kernel holds 2 T V / t), so that the two stacks differ by the KEEPS alone
-    from txcalc.stacks import STACKS
+    from txcalc.engine.stacks import STACKS
     monkeypatch.setitem(STACKS, "megatron", STACKS["megatron"]._replace(
         loss_kernel=STACKS["nanotron"].loss_kernel))
 
@@ -351,7 +351,7 @@ def test_gathered_column_linear_saves_the_whole_input():
     w = torch.nn.Parameter(torch.randn(3 * D // t, D))
     kept = _saved_storage_bytes(lambda: torch.nn.functional.linear(torch.cat(shards), w), [w])
     assert kept == T * D * 4 == t * shards[0].numel() * 4
-    from txcalc.parallel.evaluate import group_activations
+    from txcalc.train.evaluate import group_activations
     st, ops = _tiny_llama_setting(D=64, H=4, s=8, b=2)
     qkv_in = [op for op in ops if op.kind == "linear" and op.tp == "colwise"
               and op.act_split == "residual"]
@@ -371,9 +371,9 @@ def dataclasses_replace(obj, **kw):
 def _tiny_llama_setting(D, H, s, b):
     """A one-block Llama (K = H heads: nanotron's MHA path), bf16, flash; and its ops."""
     from transformers import LlamaConfig
-    from txcalc.hardware import get_gpu
-    from txcalc.hf import from_hf_dict
-    from txcalc.parallel.evaluate import TrainSetting
+    from txcalc.engine.hardware import get_gpu
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.train.evaluate import TrainSetting
     cfg = from_hf_dict(LlamaConfig(vocab_size=32, hidden_size=D, intermediate_size=2 * D,
                                    num_hidden_layers=1, num_attention_heads=H,
                                    num_key_value_heads=H, max_position_embeddings=s).to_dict(),
@@ -383,7 +383,7 @@ def _tiny_llama_setting(D, H, s, b):
 
 
 def _rows(st, ops, b=2):
-    from txcalc.memory import saved_rows
+    from txcalc.engine.memory import saved_rows
     return list(saved_rows(ops, st.work(b, "none"), st.bytes.act))
 
 
@@ -487,7 +487,7 @@ def test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy():
     measured = _saved_storage_bytes(nanotron_attention, [qkv_proj.weight, o_proj.weight])
     # the engine's rows for the same span: the attention's ops of one block (q/k/v/o
     # projections and the flash core; the rotary tables aside), the same shapes, bf16, flash
-    from txcalc.parallel.evaluate import group_activations
+    from txcalc.train.evaluate import group_activations
     st, ops = _tiny_llama_setting(D, H, s, b)
     attn = [op for op in ops if ".attn." in op.path and op.kind != "rotary"]
     engine = sum(n for _, op, n in _rows(st, attn, b))
@@ -495,7 +495,7 @@ def test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy():
     assert engine == tokens * (2 * D + 2 * D + 2 * 2 * D + 2 * D) + 4 * H * tokens
     assert measured - engine == tokens * (2 + 1) * D * 2
     # the nanotron stack's copies (stacks.KEEPS) add exactly that, on one GPU
-    from txcalc.stacks import get_stack
+    from txcalc.engine.stacks import get_stack
     nano = dataclasses_replace(st, keeps=get_stack("nanotron").keeps)
     assert group_activations(st, attn, 1, False, "none", b) == engine
     assert group_activations(nano, attn, 1, False, "none", b) == measured

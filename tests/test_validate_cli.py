@@ -110,8 +110,8 @@ def test_validate_cuda_refuses_what_will_not_fit_in_free_memory(monkeypatch, cap
     """gpt2 at batch 4096 x 512 on a device with 80 GB free: refused up front with the
     engine's figure (the same as the cpu check's), before any allocation."""
     import txcalc
-    from txcalc.memory import TrainingMemory
-    from txcalc.workload import Workload
+    from txcalc.engine.memory import TrainingMemory
+    from txcalc.engine.workload import Workload
     _fake_cuda(monkeypatch, available=True, free=80 * 10**9)
     err = _cuda_error(capsys, tmp_path, "gpt2", "--batch", "4096")
     mem = TrainingMemory(txcalc.load("gpt2"), Workload(batch=4096, seq=512), "bf16-mixed",

@@ -1,4 +1,4 @@
-"""KV capacity against more published vLLM logs (txcalc.serving.kv_capacity), one test per row,
+"""KV capacity against more published vLLM logs (txcalc.serve.kv.kv_capacity), one test per row,
 each with its source and the quoted figures.
 
 Which rows calibrate what. Calibration rows (their figures set a constant in txcalc and no test
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from txcalc.serving import kv_capacity
+from txcalc.serve.kv import kv_capacity
 
 GiB = 2**30
 
@@ -72,7 +72,7 @@ A6000_PR4454 = [
 @pytest.mark.parametrize("model,max_len,weights,blocks", A6000_PR4454)
 def test_kv_blocks_rtx_a6000_vllm041_pr4454(model, max_len, weights, blocks):
     if model == "opt-125m":
-        from txcalc.hf import from_hf_dict
+        from txcalc.model.hf import from_hf_dict
         model = from_hf_dict(OPT_125M, "facebook/opt-125m")
     c = kv_capacity(model, "rtx-a6000", max_model_len=max_len, weights=weights,
                     engine="vllm-0.2")
@@ -130,7 +130,7 @@ def test_v0_512_token_step_leaves_room_for_the_logged_lengths_issue10517(max_len
     The RTX 3090 as in tests/test_serving.py: CUDA's total 23.58 GiB from vllm PR #14447."""
     import dataclasses
 
-    from txcalc.hardware import get_gpu
+    from txcalc.engine.hardware import get_gpu
     gpu = dataclasses.replace(get_gpu("rtx-3090"), usable_given=int(23.58 * GiB))
     tokens = {e: kv_capacity("llama-3.1-8b", gpu, max_model_len=max_len, engine=e).kv_tokens
               for e in ("vllm-0.6", "vllm-v1", "vllm-0.2")}
@@ -161,7 +161,7 @@ def test_kv_blocks_qwen25_32b_l40s_tp2_issue15815():
     profile runs them all. CUDA's total is the catalog's l40s row (44.42 GiB from another log,
     test_l40s_cuda_total_matches_its_logs), not this row's.
 
-    Each logged term, from vLLM's and PyTorch's code (txcalc/serving.py), none fitted here:
+    Each logged term, from vLLM's and PyTorch's code (txcalc/serve/kv.py), none fitted here:
     - weights 30.7097 GiB (logged 30.7098): 30.5144 GiB of parameters, plus the caching
       allocator's whole 2 MiB-rounded segments of qkv_proj (35 MiB), o_proj (25 MiB) and
       down_proj (135 MiB), 1 MiB each x 64 layers, plus the 8 MiB rotary cache;
@@ -181,8 +181,8 @@ def test_kv_blocks_qwen25_32b_l40s_tp2_issue15815():
     max_num_seqs (at 215 or fewer the sort stays under the forward's peak). Engine "vllm"
     leaves the sort out (V1's profile has no V0 sampler); PR #10511's v0.6.5 logs, which do
     show it, run engine "vllm-0.6.5"."""
-    from txcalc.hf import from_hf_dict
-    from txcalc.serving import V1_COMM_BYTES, V1_NON_TORCH_BYTES
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.serve.kv import V1_COMM_BYTES, V1_NON_TORCH_BYTES
     cfg = from_hf_dict(QWEN25_32B, "Qwen/Qwen2.5-32B-Instruct")
     c = kv_capacity(cfg, "l40s", tp=2, max_model_len=10000,
                     architecture=QWEN25_32B["architectures"][0])
@@ -201,7 +201,7 @@ def test_architecture_comes_from_the_config_json(tmp_path):
     import json
 
     from txcalc.inputs import InputError
-    from txcalc.serving import hf_architecture
+    from txcalc.serve.kv import hf_architecture
     f = tmp_path / "config.json"
     f.write_text(json.dumps(QWEN25_32B))
     assert hf_architecture(str(f)) == hf_architecture(tmp_path) == "Qwen2ForCausalLM"
@@ -240,7 +240,7 @@ def test_v1_non_torch_term_matches_logs_it_was_not_taken_from(tp, logged_gib, so
     all-reduce buffers created after the snapshot. txcalc's term (two calibration logs) against
     the logs of other GPUs and models, within 0.1 GiB (the logs print 0.01 GiB); the planner's
     whole CUDA context + workspaces (1 GiB) would be 0.7-0.8 GiB off."""
-    from txcalc.parallel.evaluate import Overheads
+    from txcalc.parallel.overheads import Overheads
     c = kv_capacity("llama-3-8b", "h100", tp=min(tp, 8), pp=max(1, tp // 8), max_model_len=8192)
     assert abs(c.non_torch_bytes / GiB - logged_gib) <= 0.1, (source, c.non_torch_bytes / GiB)
     assert abs(Overheads().cuda_context_bytes / GiB - logged_gib) > 0.3
@@ -251,8 +251,8 @@ def test_v1_non_torch_term_grows_only_with_communicators():
     GPU (the logs: 0.30 GiB at TP 2 on L40S, 0.20 GiB at 16 GPUs on RTX 3090: no growth with
     the number of ranks). An explicit context size (plan's --cuda-context-gib) replaces the
     term with the planner's Overheads."""
-    from txcalc.parallel.evaluate import Overheads
-    from txcalc.serving import V1_COMM_BYTES, V1_NON_TORCH_BYTES
+    from txcalc.parallel.overheads import Overheads
+    from txcalc.serve.kv import V1_COMM_BYTES, V1_NON_TORCH_BYTES
     terms = {(tp, pp): kv_capacity("llama-3-8b", "h100", tp=tp, pp=pp,
                                    max_model_len=8192).non_torch_bytes
              for tp, pp in ((1, 1), (2, 1), (8, 1), (4, 2))}
@@ -274,8 +274,8 @@ def test_a_context_given_at_the_default_size_is_honoured():
 
     from txcalc.cli import app
     from txcalc.errors import TxcalcError
-    from txcalc.parallel.evaluate import Overheads
-    from txcalc.serving import V064_CUDA_CONTEXT_BYTES, V1_NON_TORCH_BYTES
+    from txcalc.parallel.overheads import Overheads
+    from txcalc.serve.kv import V064_CUDA_CONTEXT_BYTES, V1_NON_TORCH_BYTES
     assert Overheads().cuda_context_bytes == GiB
     assert V1_NON_TORCH_BYTES != GiB and V064_CUDA_CONTEXT_BYTES != GiB
     for engine, rule in (("vllm", V1_NON_TORCH_BYTES), ("vllm-0.6", V064_CUDA_CONTEXT_BYTES)):
@@ -308,7 +308,7 @@ def test_a_comm_buffer_given_alone_replaces_only_the_communicator_term():
 
     from txcalc.cli import app
     from txcalc.errors import TxcalcError
-    from txcalc.serving import V064_CUDA_CONTEXT_BYTES, V1_COMM_BYTES, V1_NON_TORCH_BYTES
+    from txcalc.serve.kv import V064_CUDA_CONTEXT_BYTES, V1_COMM_BYTES, V1_NON_TORCH_BYTES
     for engine, context, comm in (("vllm", V1_NON_TORCH_BYTES, V1_COMM_BYTES),
                                   ("vllm-0.6", V064_CUDA_CONTEXT_BYTES, GiB // 2)):
         kw = dict(max_model_len=8192, engine=engine)
@@ -368,8 +368,8 @@ def test_kv_blocks_llama3_8b_h100_tp2_v065_pr10511():
       non-torch, PR #11809, or NCCL's kernels), and at both TP 1 and TP 2 the 0.79 GiB by which
       v0.6.5's TP 1 figure exceeds the planner's 1 GiB context term (the TP 1 row,
       tests/test_serving.py, +1.5 %)."""
-    from txcalc.parallel.evaluate import Overheads
-    from txcalc.serving import vllm_nccl_bytes
+    from txcalc.parallel.overheads import Overheads
+    from txcalc.serve.kv import vllm_nccl_bytes
     kv = int(71.29 * GiB) - int(7.48 * GiB) - int(3.58 * GiB) - int(1.26 * GiB)
     c = kv_capacity("llama-3-8b", "h100", tp=2, max_model_len=8192, engine="vllm-0.6.5")
     assert c.block_bytes == 2**20
@@ -398,7 +398,7 @@ def test_nccl_communicator_bytes_match_issue964(ranks, mib):
     3 and 4 A100s. The middle ranks of a 4-rank group hold one more send per channel (832 MiB),
     which the 4-GPU rows (vllm-0.2, tests/test_serving.py) take, as vLLM keeps the smallest
     worker's blocks."""
-    from txcalc.serving import nccl_communicator_bytes
+    from txcalc.serve.kv import nccl_communicator_bytes
     assert nccl_communicator_bytes("a100-80gb", ranks, 0) == mib * 2**20
     assert nccl_communicator_bytes("a100-80gb", 4, 1) == 832 * 2**20
     assert nccl_communicator_bytes("l40s", ranks, 0) is None  # PCIe: not derived
@@ -412,9 +412,9 @@ def test_nccl_buffer_sizes_match_nccl_logs():
     single-rank communicator): "Failed to CUDA calloc 536870912 bytes", the NET shared P2P
     buffer at NCCL 2.28's 64 p2p channels x NCCL_SHARED_STEPS x 512 KiB. Outside the table of
     NVSwitch GPUs, at PP > 1 and for NVLS (sm90 above 2 GPUs) the planner's Overheads stay."""
-    from txcalc.parallel.evaluate import Overheads
-    from txcalc.serving import (NCCL_P2P_NVL_CHUNK_BYTES, NCCL_SHARED_STEPS,
-                                nccl_connection_bytes, vllm_nccl_bytes)
+    from txcalc.parallel.overheads import Overheads
+    from txcalc.serve.kv import (NCCL_P2P_NVL_CHUNK_BYTES, NCCL_SHARED_STEPS, nccl_connection_bytes,
+                                 vllm_nccl_bytes)
     assert nccl_connection_bytes(read=False) == (10485760, 2097152)
     assert nccl_connection_bytes(read=True) == (6 * 2**20, 6 * 2**20)
     assert 64 * NCCL_SHARED_STEPS * NCCL_P2P_NVL_CHUNK_BYTES == 536870912
@@ -446,7 +446,7 @@ def test_v065_activation_peak_is_the_v0_sampler_sort_pr10511(tp, weights_gib, pe
     0.04 GiB of the log (PyTorch's 32 MiB cuBLAS workspace on Hopper, allocated by the
     profile's first GEMM, is not modelled). Weights: the parameters plus the 2 MiB rotary cache
     and, at TP 2, the whole 502 MiB segments of the 501 MiB embedding and head shards."""
-    from txcalc.serving import V0_SORT_BYTES_PER_LOGIT
+    from txcalc.serve.kv import V0_SORT_BYTES_PER_LOGIT
     c = kv_capacity("llama-3-8b", "h100", tp=tp, max_model_len=8192, engine="vllm-0.6.5")
     assert c.activation_peak_bytes == 256 * 128256 * V0_SORT_BYTES_PER_LOGIT + 8192 * 4096 * 2
     assert abs(c.activation_peak_bytes / GiB - peak_gib) <= 0.04, c.activation_peak_bytes / GiB
@@ -464,9 +464,9 @@ def test_vllm_weights_are_the_allocators_blocks_issue15815_10517():
     131,072 x 128 x 2 B rotary cache. The planner's parameter count (``_weights_per_gpu``)
     is 0.03-0.2 GiB short of both."""
     from txcalc import load
-    from txcalc.components import model_ops_tuple
-    from txcalc.hf import from_hf_dict
-    from txcalc.serving import _weights_per_gpu, allocated_bytes
+    from txcalc.engine.components import model_ops_tuple
+    from txcalc.model.hf import from_hf_dict
+    from txcalc.serve.kv import _weights_per_gpu, allocated_bytes
     cases = [(from_hf_dict(QWEN25_32B, "Qwen/Qwen2.5-32B-Instruct"), "l40s", 2, 30.7098),
              (load("llama-3.1-8b"), "rtx-3090", 1, 14.9888)]
     for cfg, gpu, tp, logged in cases:
@@ -501,7 +501,7 @@ def test_cuda_total_matches_its_logs(gpu, logged_gib, source):
     """The L40S ships with ECC on (its memory shows as 44.4-44.5 GiB, 3.1 GiB under 0.99 x 48
     GiB) and GeForce cards sit under 0.99 x 24 GiB: the catalog's measured totals, within 0.3 %
     of logs they were not taken from; the 0.99 rule is 0.3-7 % off."""
-    from txcalc.hardware import CUDA_VISIBLE_FRACTION, get_gpu
+    from txcalc.engine.hardware import CUDA_VISIBLE_FRACTION, get_gpu
     g = get_gpu(gpu)
     assert g.cuda_total_bytes and g.cuda_total_source.startswith("https://")
     assert abs(g.usable_bytes / GiB / logged_gib - 1) <= 0.003, (source, g.usable_bytes / GiB)
@@ -517,7 +517,7 @@ def test_plan_infer_engine_vllm06_uses_the_same_context_term():
     from typer.testing import CliRunner
 
     from txcalc.cli import app
-    from txcalc.serving import V064_CUDA_CONTEXT_BYTES
+    from txcalc.serve.kv import V064_CUDA_CONTEXT_BYTES
     args = ["plan", "infer", "llama-3.1-8b", "--gpu", "h100", "--context", "40000",
             "--engine", "vllm-0.6", "--json"]
     r = CliRunner().invoke(app, args)

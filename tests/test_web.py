@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 import pytest
 
 from txcalc.cli import main
-from txcalc.hardware import load_catalog
+from txcalc.engine.hardware import load_catalog
 from txcalc.web import calc
 from txcalc.web.server import make_server
 
@@ -199,8 +199,8 @@ def test_the_peak_labels_are_the_memory_commands():
 def test_options_are_the_librarys_names(server):
     status, _, body = get(server, "/api/options")
     opts = json.loads(body)
-    from txcalc.memory import PRECISIONS
-    from txcalc.presets import PRESETS
+    from txcalc.engine.memory import PRECISIONS
+    from txcalc.model.presets import PRESETS
     assert opts["presets"] == list(PRESETS) and opts["precisions"] == list(PRECISIONS)
     assert {g["name"]: g["memory_bytes"] for g in opts["gpus"]} == {
         g.name: g.memory_bytes for g in load_catalog().values()}
@@ -323,7 +323,7 @@ def test_txcalc_serve_on_a_busy_port_says_so_in_one_line():
 
 
 def test_the_hub_ids_in_the_local_cache_are_offered(tmp_path, monkeypatch):
-    pytest.importorskip("txcalc.hub", reason="txcalc.hub (Hub ids) is not in this tree")
+    pytest.importorskip("txcalc.model.hub", reason="txcalc.model.hub (Hub ids) is not in this tree")
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "models--meta-llama--Llama-3.1-8B"  # the Hub cache's own layout
     (repo / "refs").mkdir(parents=True)

@@ -15,24 +15,28 @@ from .errors import ConfigError, TxcalcError, WorkloadError
 
 __version__ = "0.1.0"
 __all__ = ["ModelConfig", "ConfigError", "TxcalcError", "WorkloadError", "load", "params",
-           "ParamCounts", "__version__"]
+           "ParamCounts", "Workload", "count_flops", "TrainingMemory", "plan_train", "plan_infer",
+           "__version__"]
+
+#: the library's names beyond load and params, each imported from the package that owns it on
+#: first use: ``import txcalc`` stays light, so that the CLI's signal handlers are in place
+#: before most of the start-up (txcalc.cli.main)
+_LAZY = {"ModelConfig": "model.config", "ParamCounts": "engine.accounting",
+         "Workload": "engine.workload", "count_flops": "engine.accounting",
+         "TrainingMemory": "engine.memory", "plan_train": "train.planner",
+         "plan_infer": "serve.infer"}
 
 
 def __getattr__(name: str):
-    """ModelConfig and ParamCounts on first use: ``import txcalc`` stays light, so that the
-    CLI's signal handlers are in place before most of the start-up (txcalc.cli.main)."""
-    if name == "ModelConfig":
-        from .config import ModelConfig
-        return ModelConfig
-    if name == "ParamCounts":
-        from .accounting import ParamCounts
-        return ParamCounts
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfig:
     """A ModelConfig from a preset name, a HF config.json path (or its folder), a Hugging
-    Face Hub id (``org/name``: its config.json from the local cache or downloaded, txcalc.hub),
+    Face Hub id (``org/name``: its config.json from the local cache or downloaded, txcalc.model.hub),
     or a config.
 
     ``head`` (a config.json of an encoder): none (the base model, the default), mlm,
@@ -41,7 +45,7 @@ def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfi
     if head is not None and not isinstance(model, (str, os.PathLike)):
         raise ConfigError(f"head ({head!r}) applies to a HF config.json, not to a "
                           f"{type(model).__name__}")
-    from .config import ModelConfig
+    from .model.config import ModelConfig
     if isinstance(model, ModelConfig):
         return model
     from .inputs import InputError, path_text, show
@@ -57,13 +61,13 @@ def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfi
     except (OSError, ValueError):
         is_path = "/" in text
     if is_path:
-        from .hf import load_hf_config
+        from .model.hf import load_hf_config
         return load_hf_config(text, head)
     if "/" in text:  # org/name: a Hugging Face Hub id, read from the cache or downloaded
-        from .hub import is_hub_id, load_hub
+        from .model.hub import is_hub_id, load_hub
         if is_hub_id(text):
             return load_hub(text, head)
-    from .presets import get_preset
+    from .model.presets import get_preset
     cfg = get_preset(text)
     if head not in (None, cfg.head):
         raise ConfigError(f"head ({head!r}) applies to a HF config.json; preset {text!r} is "
@@ -73,5 +77,5 @@ def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfi
 
 def params(model: str | Path | ModelConfig) -> ParamCounts:
     """Exact parameter accounting: ``.total``, ``.active``, ``.component_frame()``, ..."""
-    from .accounting import count_params
+    from .engine.accounting import count_params
     return count_params(load(model))

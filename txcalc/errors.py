@@ -11,3 +11,7 @@ class ConfigError(TxcalcError):
 
 class WorkloadError(TxcalcError):
     """A workload (batch, sequence, dtype, optimizer, ...) that is impossible for the model."""
+
+
+class PlanError(TxcalcError):
+    """A plan no layout can satisfy (does not fit, deadline impossible, bad option)."""

@@ -16,6 +16,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def error_pct(predicted: float, measured: float) -> float:
     """Prediction error in percent, one sign everywhere: (predicted - measured) / measured
     x 100. Positive: txcalc predicts more than was measured. When nothing was measured: 0 if

@@ -1,5 +1,5 @@
 """`txcalc calibrate FILE`: fit the time model's efficiencies to a GPU validation report, a
-torch.profiler trace or the published training runs (txcalc.calibrate)."""
+torch.profiler trace or the published training runs (txcalc.train.calibrate)."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
     """Fit matmul/attention FLOP efficiencies and the bandwidth efficiency to measured step
     times (a validation report), kernel times (a trace) or published runs; print each case's
     error before and after (and a report's peak memory per phase); save a device profile."""
-    from .. import calibrate as C
-    from ..hardware import get_gpu
+    from ..train import calibrate as C
+    from ..engine.hardware import get_gpu
     from ..inputs import MAX_ROWS, integer
-    from ..timing import DeviceProfile
+    from ..engine.timing import DeviceProfile
     from ..atomic import check_out_file
 
     from .options import options
@@ -63,7 +63,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
             raise C.CalibrationInputError(f"a torch.profiler trace needs the workload it ran: "
                                           f"give {', '.join(missing)}")
         from .. import load
-        from ..workload import Workload
+        from ..engine.workload import Workload
         g = get_gpu(gpu)
         case = C.Case("trace", load(model), Workload(batch=opts["batch"], seq=opts["seq"],
                                                      attn_impl=opts["attn"],

@@ -13,12 +13,12 @@ from .fit_cmd import FT_OPTS, make_finetune
 
 def _workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
               recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
-    """The workload of flops / memory; ``stack`` (txcalc.stacks) sets the fused kernels and,
+    """The workload of flops / memory; ``stack`` (txcalc.engine.stacks) sets the fused kernels and,
     when ``attn`` is None, the attention kernel (else flash)."""
-    from ..workload import Workload
+    from ..engine.workload import Workload
     prof = None
     if stack is not None:
-        from ..stacks import get_stack
+        from ..engine.stacks import get_stack
         prof = get_stack(stack)
     attn = attn or (prof.attn_impl if prof else "flash")
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
@@ -86,9 +86,9 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from .. import load
-    from ..accounting import count_flops
+    from ..engine.accounting import count_flops
     from .options import options
-    from ..workload import check_fits
+    from ..engine.workload import check_fits
 
     context = options(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                       context=context, images=images, image_size=image_size,
@@ -105,7 +105,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     f = count_flops(cfg, work, ft)
     out = f.to_json()
     if ft is not None:
-        from ..finetune import dequant_bytes_moved
+        from ..engine.finetune import dequant_bytes_moved
         out["finetune"] = ft.describe()
         out["dequant_bytes_per_step"] = dequant_bytes_moved(f.ops, 2, recompute)
     out["prefill_flops"] = f.prefill()
@@ -186,7 +186,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                    recompute_method=recompute_method, recompute_layers=recompute_layers,
                    global_tokens=global_tokens, **({"gpu": gpu} if gpu is not None else {}))
     context = opts["context"]
-    from ..hardware import get_gpu, gpu_memory
+    from ..engine.hardware import get_gpu, gpu_memory
     # the catalog row, read once: the fit check's bytes and, below, its words
     row = get_gpu(gpu or "h100-sxm", gpu_file) if gpu is not None or opts["gpu_gb"] is None \
         else None
@@ -218,7 +218,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                          src_seq)
     else:
         from ..inputs import choice
-        from ..memory import OFFLOADS
+        from ..engine.memory import OFFLOADS
         choice("--offload", offload, OFFLOADS)
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
@@ -261,7 +261,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
             f"recompute {out['recompute']})", out["activations_by_layer_type"],
             {"activations_bytes": "saved"}, "B"))
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
-    from ..hardware import memory_words
+    from ..engine.hardware import memory_words
     words = memory_words(gpu if opts["gpu_gb"] is not None else row, "GB")  # its total is in GB
     console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
@@ -270,7 +270,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
 
 def _states_only(n_params: int, precision: str, optimizer: str) -> dict:
-    from ..memory import model_states
+    from ..engine.memory import model_states
 
     return model_states(n_params, precision, optimizer)
 
@@ -280,8 +280,8 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
               recompute_method="block", recompute_layers=0, loss="full",
               global_tokens=0) -> dict:
     from .. import load
-    from ..memory import TrainingMemory
-    from ..workload import check_fits
+    from ..engine.memory import TrainingMemory
+    from ..engine.workload import check_fits
 
     cfg = load(model) if head is None else load(model, head)
     work = _workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
@@ -289,7 +289,7 @@ def _training(model, batch, seq, src_seq, attn, recompute, precision, optimizer,
     check_fits(cfg, work)
     kernel = "foreach"
     if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train
-        from ..stacks import get_stack
+        from ..engine.stacks import get_stack
         kernel = get_stack(stack).optimizer_kernel
     m = TrainingMemory(cfg, work, precision, optimizer, ft, offload, kernel)
     return m.to_json() | m.finetune_json()
@@ -299,8 +299,8 @@ def _inference(model, context, concurrency, kv_dtype, precision, weights=None,
                src_seq: int = 0) -> dict:
     from .. import load
     from ..errors import WorkloadError
-    from ..memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
-    from ..accounting import count_params
+    from ..engine.memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.accounting import count_params
 
     cfg = load(model)
     if concurrency <= 0 or context <= 0:
@@ -308,7 +308,7 @@ def _inference(model, context, concurrency, kv_dtype, precision, weights=None,
     wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
     kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype, src_seq=src_seq)
-    from ..formats import model_checkpoint_bytes, resolve
+    from ..engine.formats import model_checkpoint_bytes, resolve
     sch, _ = resolve(model, weights)
     if sch is not None:  # the stored tensors (quantised weights and scales) stay resident
         stored = model_checkpoint_bytes(cfg, sch)

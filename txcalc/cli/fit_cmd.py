@@ -42,7 +42,7 @@ FT_OPTS = {
 def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
                   trainable: str, base: str):
     """The Finetune the options describe (None for full fine-tuning)."""
-    from ..finetune import finetune_from_options
+    from ..engine.finetune import finetune_from_options
     return finetune_from_options(mode, rank, alpha, targets, dropout, trainable, base)
 
 
@@ -72,10 +72,10 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     or on each of --gpus N under ZeRO-3."""
     from .. import load
     from ..errors import WorkloadError
-    from ..finetune import check_precision
-    from ..fit import Setup, fit as fit_one
+    from ..engine.finetune import check_precision
+    from ..train.fit import Setup, fit as fit_one
     from ..inputs import choice
-    from ..memory import OFFLOADS
+    from ..engine.memory import OFFLOADS
     from .options import options
 
     options(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
@@ -86,12 +86,12 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         raise WorkloadError("give --gpu NAME or --gpu-gb N, one of them")
     peak = 1e15
     if gpu is not None:
-        from ..hardware import get_gpu, memory_words
+        from ..engine.hardware import get_gpu, memory_words
         g = get_gpu(gpu, gpu_file)
         gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GB")  # totals in GB
         peak = g.peak_flops.get("bf16") or g.peak_flops.get("fp32") or peak
     else:
-        from ..hardware import memory_words
+        from ..engine.hardware import memory_words
         gpu_bytes, label = int(gpu_gb * GB), f"{gpu_gb:g} GB GPU"
         words = memory_words(gpu_bytes)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,

@@ -7,16 +7,16 @@ from ..inputs import (GPU_GB_RANGE, MAX_BATCH, MAX_DAYS, MAX_GPUS, MAX_KV_TOKENS
                       MAX_PRICE, MAX_ROWS, MAX_SEQ, MAX_TOKENS, OVERHEAD_GIB_MAX, TFLOPS_RANGE,
                       TOKENS_PER_S_MAX, choice, integer, number, parse_context, parse_count,
                       path_text, text)
-from ..workload import ATTN_IMPLS, RECOMPUTE, RECOMPUTE_METHODS
+from ..engine.workload import ATTN_IMPLS, RECOMPUTE, RECOMPUTE_METHODS
 
 
 def _named_choices(key: str) -> tuple:
     """The values of a choice option whose table lives in an engine module that a command
-    without the option need not load (``flops`` reads no precision: txcalc.memory)."""
+    without the option need not load (``flops`` reads no precision: txcalc.engine.memory)."""
     if key == "stack":
-        from ..stacks import STACKS
+        from ..engine.stacks import STACKS
         return tuple(STACKS)
-    from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    from ..engine.memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
     return {"precision": tuple(PRECISIONS), "optimizer": OPTIMIZERS,
             "kv_dtype": tuple(KV_DTYPES)}[key]
 

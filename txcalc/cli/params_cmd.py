@@ -20,9 +20,9 @@ def __getattr__(name: str):
     """``STACK_HELP`` (``--stack`` of memory and plan train), made from the stacks table when
     a command that has the option loads: ``params`` and ``presets`` never import it."""
     if name == "STACK_HELP":
-        from ..stacks import DEFAULT_OVERLAP, STACKS
+        from ..engine.stacks import DEFAULT_OVERLAP, STACKS
         return (f"Framework profile: {' | '.join(STACKS)} (its attention kernel, fused kernels "
-                "and overlapped collectives: txcalc/stacks.py; default: flash attention, HF's "
+                "and overlapped collectives: txcalc/engine/stacks.py; default: flash attention, HF's "
                 f"other kernels, {', '.join(DEFAULT_OVERLAP)} overlapped).")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -31,9 +31,9 @@ def __getattr__(name: str):
 def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """List the named models and their parameter counts, and the config.json model types
     txcalc reads."""
-    from ..accounting import param_totals
-    from ..hf import supported_types
-    from ..presets import PRESETS
+    from ..engine.accounting import param_totals
+    from ..model.hf import supported_types
+    from ..model.presets import PRESETS
 
     rows = []
     for name, cfg in PRESETS.items():
@@ -63,14 +63,14 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
                "default: the config's architectures[0], else AutoModel.")):
     """Exact parameter counts per component and per layer type, and the checkpoint's bytes."""
     from .. import load
-    from ..accounting import count_params
+    from ..engine.accounting import count_params
     from ..errors import ConfigError
-    from ..formats import model_checkpoint_bytes, resolve
+    from ..engine.formats import model_checkpoint_bytes, resolve
 
     try:
         cfg = load(model) if head is None else load(model, head)
-    except ConfigError as e:  # txcalc.hf (heavy) is imported only where a config.json is read
-        from ..hf import UnsupportedModelType
+    except ConfigError as e:  # txcalc.model.hf (heavy) is imported only where a config.json is read
+        from ..model.hf import UnsupportedModelType
         if not isinstance(e, UnsupportedModelType):
             raise
         if weights is not None:
@@ -108,9 +108,9 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
 
 def _module_walk(e, hf_class: str | None, json_out: bool) -> None:
     """``txcalc params`` for a model_type without a converter: the module walk's rows."""
-    from ..hf import CONVERTERS
+    from ..model.hf import CONVERTERS
     from ..inputs import text
-    from ..modulewalk import walk_hf_dict
+    from ..model.modulewalk import walk_hf_dict
 
     if hf_class is not None:
         hf_class = text("--hf-class", hf_class, max_len=200)

@@ -18,7 +18,7 @@ app.add_typer(plan_app, name="plan")
 
 
 def _overheads(context_gib, comm_gib, fragmentation):
-    from ..parallel.evaluate import Overheads
+    from ..parallel.overheads import Overheads
     return Overheads.from_gib(context_gib, comm_gib, fragmentation)
 
 
@@ -67,7 +67,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from .options import options
-    from ..planner import plan_train
+    from ..train.planner import plan_train
 
     opts = options(tokens=tokens, gpu=gpu, days=days, max_gpus=max_gpus, gpus=gpus, seq=seq,
                    global_batch=global_batch, precision=precision, optimizer=optimizer,
@@ -107,7 +107,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     to key-value blocks when the terminal is narrow (txcalc.cli.narrow)."""
     from .narrow import fit_table, say
     s, b = p.setting, p.best
-    from ..hardware import memory_words
+    from ..engine.hardware import memory_words
     say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GB')}):",
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
                   f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
@@ -204,10 +204,10 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
     with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
-    meet latency SLOs, from a simulation of continuous batching (txcalc.serving_sim)."""
+    meet latency SLOs, from a simulation of continuous batching (txcalc.serve.sim)."""
     from .options import options
-    from ..planner import plan_infer
-    from .. import serving as S
+    from ..serve.infer import plan_infer
+    from ..serve import kv as S
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
                            max_num_batched_tokens, prefix_hit_rate, engine)
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
@@ -275,11 +275,12 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
 def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weights, gpu_file,
                     json_out) -> None:
     """plan infer's offline mode (--rate inf, no SLO): output tokens/s at maximum load, every
-    request queued at once (``trtllm-bench throughput``), from ``planner.serve_throughput``
+    request queued at once (``trtllm-bench throughput``), from ``serve.infer.serve_throughput``
     with trtllm-bench's engine settings; tp (pp) pinned, else each TP degree up to a node
     whose layout fits, ranked by output tokens/s per GPU."""
-    from ..hardware import get_gpu
-    from ..planner import PlanError, serve_throughput
+    from ..engine.hardware import get_gpu
+    from ..errors import PlanError
+    from ..serve.infer import serve_throughput
     g = get_gpu(gpu, gpu_file)
     pp = 1 if pp is None else pp
     tps = [tp] if tp is not None else [t for t in (1, 2, 4, 8, 16, 32, 64)
@@ -304,7 +305,7 @@ def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weight
                      "min(trtllm-bench's max_batch_size, the KV cache's sequences, "
                      "max_num_tokens x output / (input + output)); step time from "
                      "serving_sim.StepModel at the default efficiencies (calibrate them "
-                     "for a GPU with txcalc.planner.serve_throughput(profile=...))"]}
+                     "for a GPU with txcalc.serve.infer.serve_throughput(profile=...))"]}
     if json_out:
         emit_json(out)
         return
@@ -331,8 +332,8 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     """plan infer's SLO mode: ``serving_plan.plan_serving`` on the checked flags."""
     from .options import options
     from .. import inputs as I
-    from ..serving import ServingError
-    from ..serving_plan import parse_duration, parse_rate, plan_serving
+    from ..serve.kv import ServingError
+    from ..serve.plan import parse_duration, parse_rate, plan_serving
     if input_len is None or output_len is None:
         raise ServingError("a serving plan needs both --input-len and --output-len")
     if context is not None:
@@ -369,7 +370,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     out = p.to_json()
     if plot is not None:
         from ..report.serving_load import write_serving_plots
-        from ..serving_report import serving_load_data
+        from ..serve.load import serving_load_data
         b = p.best
         out["plots"] = write_serving_plots(serving_load_data(
             model, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,

@@ -52,8 +52,8 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     from .. import load
     from ..errors import WorkloadError
     from .options import options
-    from ..memory import PRECISIONS, _check
-    from ..workload import Workload, check_fits
+    from ..engine.memory import PRECISIONS, _check
+    from ..engine.workload import Workload, check_fits
     from ..atomic import check_out_folder, write_files
 
     options(device=device, batch=batch, seq=seq, src_seq=src_seq, attn=attn,
@@ -62,7 +62,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
-    from ..memory import FP8_RECIPE
+    from ..engine.memory import FP8_RECIPE
     if precision in FP8_RECIPE:
         from ..errors import WorkloadError
         raise WorkloadError(f"--precision {precision} cannot be validated: the reference model "
@@ -150,7 +150,7 @@ def _check_memory(cfg, work, precision: str, device: str, have: int | None,
     weights the reference keeps for the parameter, FLOP and KV-cache checks. Without this
     torch allocates for minutes (cpu) or fails deep inside with an out-of-memory error."""
     from ..errors import WorkloadError
-    from ..memory import TrainingMemory
+    from ..engine.memory import TrainingMemory
 
     mem = TrainingMemory(cfg, work, precision, "adamw")
     need = mem.total + mem.weights

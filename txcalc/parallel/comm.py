@@ -22,11 +22,11 @@ cannot aggregate the bandwidth of multiple NICs" (NCCL's maintainer, NVIDIA/nccl
 all-to-all and point-to-point run at one NIC's speed. Latency: 10 us a collective inside a
 node, 20 us across nodes (order of NCCL's measured small-message latency).
 
-Overlap assumptions (used by ``parallel.evaluate``): the CP ring overlaps the attention
+Overlap assumptions (used by ``train.evaluate``): the CP ring overlaps the attention
 compute of its layer; ZeRO-3 gathers overlap the compute of the micro-batch they serve; EP
 all-to-alls sit on the critical path. TP/SP traffic, ZeRO-1/2's parameter all-gather, DP
 gradient reduction and PP sends overlap only as ``TrainSetting.overlap`` says (the switches of
-txcalc.stacks: by default gradient reduction behind the last micro-batch's backward only).
+txcalc.engine.stacks: by default gradient reduction behind the last micro-batch's backward only).
 Offloaded recompute checkpoints cross the host link (``PCIE_BYTES_PER_S``) out in forward and
 back in backward, behind the stage's compute.
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ModelConfig
+from ..model.config import ModelConfig
 from ..errors import TxcalcError
-from ..workload import RECOMPUTE  # noqa: F401  (the one list of recompute modes)
+from ..engine.workload import RECOMPUTE  # noqa: F401  (the one list of recompute modes)
 
 SCHEDULES = ("1f1b", "interleaved")
 #: partial recompute the planner tries: full recompute of the first N blocks of each stage

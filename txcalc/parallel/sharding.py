@@ -28,12 +28,12 @@ its own copy of the embedding shard on the last stage (Megatron's word-embedding
 
 from __future__ import annotations
 
-from ..config import ModelConfig
-from ..ops import Op
+from ..model.config import ModelConfig
+from ..engine.ops import Op
 from ..units import cdiv
-from ..workload import Workload
+from ..engine.workload import Workload
 
-from ..ops import TP_REGION_KINDS  # noqa: F401  (re-exported: the roles' vocabulary)
+from ..engine.ops import TP_REGION_KINDS  # noqa: F401  (re-exported: the roles' vocabulary)
 
 
 _cdiv = cdiv

@@ -17,7 +17,7 @@ CONVENTIONS = [
     "with the optimizer (Adam: 2 + 2 + 12 bytes per parameter).",
 ]
 SOURCES = [
-    "Model shapes: the preset table (txcalc/presets.py, one cited config.json or paper per "
+    "Model shapes: the preset table (txcalc/model/presets.py, one cited config.json or paper per "
     "row) or the given config.json.",
     "Activation memory: the tensors PyTorch keeps for backward in the eager implementation, "
     "tested byte for byte against torch.autograd.graph.saved_tensors_hooks.",
@@ -50,17 +50,17 @@ def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
            + ("." if gpu["source"] == "--gpu-gb" else f" ({gpu['source']})."),
            f"Precision {req.precision}" + ("." if req.inference else
                                            f", optimizer {req.optimizer}.")]
-    from ..memory import FP8_RECIPE
+    from ..engine.memory import FP8_RECIPE
     if req.precision in FP8_RECIPE and not req.inference:
         r = FP8_RECIPE[req.precision]
-        out.append(f"fp8 training (TransformerEngine, DelayedScaling, txcalc/memory.py "
+        out.append(f"fp8 training (TransformerEngine, DelayedScaling, txcalc/engine/memory.py "
                    f"Fp8Recipe): {r.weight_copies} bytes of fp8 weight copies per block-Linear "
                    f"weight, {r.amax_history}-entry amax histories, Linear inputs saved in fp8, "
                    "block Linears on the fp8 peak; embeddings, head, norms and router in bf16.")
     if req.inference:
         out.append(f"Serving: context {req.serve_context:,} tokens, {req.concurrency:,} "
                    f"concurrent sequences, KV cache in {req.kv_dtype}; weights "
-                   + (f"stored as {req.weights_format} (txcalc/formats.py: quantised tensors "
+                   + (f"stored as {req.weights_format} (txcalc/engine/formats.py: quantised tensors "
                       "and their scales)" if req.weights_format else
                       "in the precision's weight dtype")
                    + "; no activation memory beyond the KV cache.")

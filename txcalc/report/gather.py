@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ..errors import WorkloadError
 from ..units import GB, cdiv
-from ..workload import RECOMPUTE as RECOMPUTE_MODES
+from ..engine.workload import RECOMPUTE as RECOMPUTE_MODES
 from .request import ReportRequest
 
 #: sequence lengths of the activation plot, and contexts of the KV plot (powers of two)
@@ -32,10 +32,10 @@ def resolve_gpu(req: ReportRequest):
     catalog row (its usable memory: CUDA's total, hardware.gpu_memory's rule) and ``--gpu-gb``
     overrides that; ``--gpu-gb`` alone is a GPU known only by its memory (no plan); neither
     is DEFAULT_GPU's memory (no plan)."""
-    from ..hardware import memory_words, with_usable_gb
+    from ..engine.hardware import memory_words, with_usable_gb
     if req.gpu is not None:
         try:
-            from ..hardware import get_gpu
+            from ..engine.hardware import get_gpu
         except ImportError:  # pragma: no cover - a build without the GPU catalog
             get_gpu = None
         if get_gpu is not None:
@@ -53,7 +53,7 @@ def resolve_gpu(req: ReportRequest):
         usable = int(req.gpu_gb * GB)
         return {"name": req.gpu or f"{req.gpu_gb:g} GB GPU", "usable_bytes": usable,
                 "words": memory_words(usable), "source": "--gpu-gb"}, None
-    from ..hardware import get_gpu  # the rule of every command: plan's default GPU
+    from ..engine.hardware import get_gpu  # the rule of every command: plan's default GPU
     g = get_gpu(DEFAULT_GPU)
     return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GB"),
             "source": f"default (no --gpu given: {DEFAULT_GPU}, as plan's)"}, None
@@ -109,9 +109,9 @@ def categories(mem) -> dict:
 
 
 def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
-    from ..accounting import count_flops, count_params
-    from ..memory import TrainingMemory
-    from ..workload import Workload, check_fits, parse_count
+    from ..engine.accounting import count_flops, count_params
+    from ..engine.memory import TrainingMemory
+    from ..engine.workload import Workload, check_fits, parse_count
 
     work = Workload(batch=req.batch, seq=req.seq, src_seq=req.src_seq, attn_impl=req.attn,
                     recompute=req.recompute, loss=req.loss)
@@ -158,7 +158,7 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
 
 # --- serving ----------------------------------------------------------------------------------
 def kv_data(req: ReportRequest, cfg) -> dict | None:
-    from ..memory import kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.memory import kv_cache_bytes, kv_cache_bytes_per_token
 
     if cfg.family == "encoder":
         return None
@@ -176,9 +176,9 @@ def kv_data(req: ReportRequest, cfg) -> dict | None:
 
 
 def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
-    from ..accounting import count_flops, count_params
-    from ..memory import PRECISIONS, _check
-    from ..workload import Workload
+    from ..engine.accounting import count_flops, count_params
+    from ..engine.memory import PRECISIONS, _check
+    from ..engine.workload import Workload
 
     if cfg.family == "encoder":
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it has no KV cache to serve")
@@ -201,7 +201,7 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
                    "decode_per_token": f.decode(ctx)},
          "weights_bytes": p.total * wbytes}
     if req.weights_format is not None:  # the stored tensors: quantised weights and scales
-        from ..formats import model_checkpoint_bytes, scheme
+        from ..engine.formats import model_checkpoint_bytes, scheme
         d["weights_bytes"] = model_checkpoint_bytes(cfg, scheme(req.weights_format))
     progress("KV cache against context and concurrency")
     d["kv_cache"] = kv_data(req, cfg)

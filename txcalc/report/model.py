@@ -52,7 +52,7 @@ def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None
     if req.tokens is None:
         return None, ("Planning (GPUs, layout, days, cost) needs the training token budget: "
                       "give --tokens N.")
-    from ..workload import parse_count
+    from ..engine.workload import parse_count
     return planning.train_plan(req, cfg, parse_count(req.tokens), gpu, progress), ""
 
 
@@ -60,8 +60,8 @@ def _serving_load(req: ReportRequest) -> dict:
     """TTFT/ITL against load and the layouts' Pareto front (``serving_report``) for the
     layout ``plan infer --input-len --output-len --concurrency C`` picks: its tp, pp and
     chunk budget."""
-    from ..serving_plan import plan_serving
-    from ..serving_report import serving_load_data
+    from ..serve.plan import plan_serving
+    from ..serve.load import serving_load_data
     kw = dict(weights=req.weights, kv_dtype=req.kv_dtype, gpu_file=req.gpu_file,
               precision=req.precision)
     best = plan_serving(req.model, req.gpu, req.input_len, req.output_len,
@@ -79,18 +79,18 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     """The report of ``req`` as plain data (see the module docstring). ``runner(argv,
     label) -> dict`` answers the options of ``req.compare`` (txcalc.report.compare)."""
     from .. import load
-    from ..workload import parse_count
+    from ..engine.workload import parse_count
 
     progress("model and GPU")
     cfg = load(req.model) if req.model is not None else None
     if cfg is not None and req.seq is None and not (req.inference and req.serve_context):
         # the planner's default sequence, recorded in the command (serving needs it only as
         # the context when none is given)
-        from ..planner import default_seq
+        from ..train.planner import default_seq
         req = dataclasses.replace(req, seq=default_seq(cfg))
     gpu, gpu_spec = resolve_gpu(req)
     if cfg is None:
-        from ..memory import model_states
+        from ..engine.memory import model_states
         if req.inference:
             raise WorkloadError("a serving report needs MODEL (the KV cache needs its shapes)")
         states = model_states(parse_count(req.params), req.precision, req.optimizer)

@@ -1,7 +1,7 @@
 """The planner's answers as report data: training (GPUs, layout, days, cost, the GPUs-days
 frontier, memory of the best layouts) and serving (replicas, concurrency, latency).
 
-Every number here is the planner's (``txcalc.planner``), copied into plain data; nothing is
+Every number here is the planner's (``txcalc.train.planner``), copied into plain data; nothing is
 re-derived (the one product formed here is a serving cost per hour: GPUs x the given price). Rates (days, seconds, MFU) are floats rounded to 6 significant digits so that the
 committed reports compare equal across numpy builds; byte and GPU counts stay exact ints.
 """
@@ -34,8 +34,8 @@ def _row(r) -> dict:
 def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> dict:
     """The planner's answer for a training request, its GPUs-days frontier included (one
     search: ``TrainPlan.frontier`` reads the same screen as ``best``)."""
-    from ..hardware import memory_words
-    from ..planner import plan_train
+    from ..engine.hardware import memory_words
+    from ..train.planner import plan_train
 
     progress("planner: searching layouts")
     p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus, n_rows=N_LAYOUTS,
@@ -64,8 +64,8 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
 
 
 def infer_plan(req, cfg, gpu) -> dict:
-    from ..hardware import memory_words
-    from ..planner import plan_infer
+    from ..engine.hardware import memory_words
+    from ..serve.infer import plan_infer
 
     p = plan_infer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
                    tokens_per_s=req.tokens_per_s, precision=req.precision,
@@ -88,17 +88,17 @@ def infer_plan(req, cfg, gpu) -> dict:
 
 def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
     """What the planner assumed, read from its own defaults (never retyped here)."""
-    from ..parallel.evaluate import Overheads
-    from ..timing import DeviceProfile
+    from ..parallel.overheads import Overheads
+    from ..engine.timing import DeviceProfile
 
     ov, prof = Overheads(), DeviceProfile.from_gpu(gpu)
     eff = prof.flop_efficiency
-    out = [f"Time model (txcalc/timing.py): a roofline per op on {gpu.name}'s datasheet peaks "
+    out = [f"Time model (txcalc/engine/timing.py): a roofline per op on {gpu.name}'s datasheet peaks "
            f"(source above), at {eff.get('matmul', 1):.0%} of the dense peak "
            f"for matmuls, {eff.get('attention', 1):.0%} for attention and "
            f"{prof.bw_efficiency:.0%} of HBM bandwidth; communication per collective over "
            "the intra- and inter-node links (txcalc/parallel/comm.py).",
-           f"Framework memory per GPU (txcalc/parallel/evaluate.py, Overheads): CUDA context "
+           f"Framework memory per GPU (txcalc/parallel/overheads.py, Overheads): CUDA context "
            f"{gb(ov.cuda_context_bytes)}, communication buffers {gb(ov.comm_buffer_bytes)} "
            f"when more than one GPU, allocator fragmentation {ov.fragmentation:.0%} of the "
            "tensors."]
@@ -108,12 +108,12 @@ def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
                    "chunk of one prompt's prefill, is the serving step model, a roofline per "
                    "kernel class (the Linears against reading the weights, the attention "
                    "against reading the caches) plus a fixed overhead per step "
-                   "(txcalc/serving_sim.py, StepModel; txcalc/planner.py, plan_infer).")
+                   "(txcalc/serve/sim.py, StepModel; txcalc/train/planner.py, plan_infer).")
     else:
         out.append(f"Training search: {plan['layouts_evaluated']:,} layouts (TP x PP x DP x CP "
                    "x EP x ZeRO stage x micro-batch x recompute); global batch "
                    f"{plan['global_batch']:,} sequences of {plan['seq']:,} tokens "
-                   "(txcalc/planner.py, plan_train).")
+                   "(txcalc/train/planner.py, plan_train).")
     return out
 
 

@@ -266,7 +266,7 @@ def _plain_log(ax, which: str) -> None:
 
 
 def _serve_load(report: dict):
-    """TTFT and ITL (p50, p99) against the request rate (txcalc.serving_report)."""
+    """TTFT and ITL (p50, p99) against the request rate (txcalc.serve.load)."""
     d = report["data"]["serving_load"]
     pts = d["load"]["points"]
     rates = [p["rate"] for p in pts]

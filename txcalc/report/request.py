@@ -45,7 +45,7 @@ class ReportRequest:
     output_len: int = 0
     weights: str | None = None  #: serving: weight format (formats.scheme; None: the
     #: config.json's quantization_config, else the precision's dtype)
-    finetune: str = "full"  #: training: full | lora | qlora | dora | freeze (txcalc.finetune)
+    finetune: str = "full"  #: training: full | lora | qlora | dora | freeze (txcalc.engine.finetune)
     lora_rank: int = 16  #: adapters' rank
     lora_alpha: float | None = None  #: adapters' alpha (None: the rank)
     lora_targets: str = "all-linear"  #: all-linear | attn | mlp | module names
@@ -59,14 +59,14 @@ class ReportRequest:
     @property
     def ft(self):
         """The ``finetune.Finetune`` of the request (None: full training)."""
-        from ..finetune import finetune_from_options
+        from ..engine.finetune import finetune_from_options
         return finetune_from_options(self.finetune, self.lora_rank, self.lora_alpha, self.lora_targets,
                              self.lora_dropout, self.trainable, self.base_format)
 
     @property
     def weights_format(self) -> str | None:
         """The serving weight format's name, or None for the precision's dtype."""
-        from ..formats import resolve
+        from ..engine.formats import resolve
         sch, _ = resolve(self.model, self.weights) if self.model is not None else (None, 0)
         return sch.name if sch is not None else None
 
@@ -102,7 +102,7 @@ class ReportRequest:
             if not self.inference:
                 raise WorkloadError(f"--weights ({self.weights!r:.60}) applies to --inference "
                                     "reports")
-            from ..formats import scheme
+            from ..engine.formats import scheme
             scheme(self.weights)  # an unknown format fails here, before any work
         if self.finetune != "full" and self.inference:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) applies to training "
@@ -111,7 +111,7 @@ class ReportRequest:
             from .compare import compare_options
             compare_options(self.compare)  # a malformed --compare fails here, before any work
         if self.loss != "full":
-            from ..workload import loss_chunks
+            from ..engine.workload import loss_chunks
             loss_chunks(self.loss)  # a malformed loss fails here, naming it
             if self.inference or self.model is None:
                 raise WorkloadError(f"--loss ({self.loss!r:.60}) applies to training reports "

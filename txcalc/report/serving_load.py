@@ -10,11 +10,11 @@ from .sections import plot, section
 def serving_load_section(data: dict) -> dict:
     """A report section showing both plots (``data`` from serving_load_data, stored in the
     report's data as "serving_load")."""
-    from ..serving_report import LOAD_FRACTIONS, PARETO_CONCURRENCY
+    from ..serve.load import LOAD_FRACTIONS, PARETO_CONCURRENCY
     d = data
     return section(
         "serving_load", "Latency against load, and the layouts' Pareto front",
-        [f"Simulated continuous batching (txcalc.serving_sim) of {d['input_len']:,}-token "
+        [f"Simulated continuous batching (txcalc.serve.sim) of {d['input_len']:,}-token "
          f"prompts with {d['output_len']:,}-token outputs, Poisson arrivals at "
          f"{', '.join(f'{f:g}' for f in LOAD_FRACTIONS)} of the tp "
          f"{d['load']['tp']} x pp {d['load']['pp']} replica's offline capacity "

@@ -17,8 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..published_runs import (Row, band, evaluate_runs, fit_efficiencies, load_runs,
-                              median_abs, runs_path)
+from ..train.published_runs import (Row, band, evaluate_runs, fit_efficiencies, load_runs,
+                                    median_abs, runs_path)
 
 REPORT = Path(__file__).resolve().parents[2] / "reports" / "training-validation.md"
 #: the acceptance goals (issue 17): test-set median |throughput error| and every memory figure
@@ -28,8 +28,8 @@ GOAL_MEMORY = 0.10
 
 def before_profile(gpu_name: str):
     """The profile every GPU had before issue 17: one matmul and attention efficiency."""
-    from ..hardware import get_gpu
-    from ..timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
+    from ..engine.hardware import get_gpu
+    from ..engine.timing import DEFAULT_FLOP_EFFICIENCY, DeviceProfile
     return DeviceProfile.from_gpu(get_gpu(gpu_name)).replace(
         flop_efficiency=dict(DEFAULT_FLOP_EFFICIENCY), matmul_half_dim=0.0,
         attention_shape=False)
@@ -83,7 +83,7 @@ def _gib(b) -> str:
 
 
 def render(data: dict) -> str:
-    from .. import timing
+    from ..engine import timing
     before, after = data["before"], data["after"]
     lo, hi, n = data["band"]
     out = ["# Training validation: published runs against the planner", "",
@@ -98,7 +98,7 @@ def render(data: dict) -> str:
            "`timing.MATMUL_HALF_DIM` (fitted), FlashAttention-2's speed by sequence length and "
            "head dimension (sourced tables). Fit rows were used to fit; test rows never were. "
            "Each row's `flags` name its setup features in the planner's words (a kernel stack "
-           "`txcalc.stacks`, communication overlap, partial or every-N-th-block recompute; "
+           "`txcalc.engine.stacks`, communication overlap, partial or every-N-th-block recompute; "
            "`published_runs.FLAGS`); the status column lists those applied. A pending row "
            "(none today) would be predicted where possible but left out of every statistic. "
            "Fit and test rows alternate by model size within each published table (the "
@@ -203,7 +203,7 @@ def render(data: dict) -> str:
             "model chunks on rank r and holds one more (`forward_backward_pipelining_with_"
             "interleaving`): 29 of the last rank's 32 one-layer chunks, 3.625 micro-batches "
             "of its blocks' activations where plain 1F1B holds one; "
-            "`parallel.evaluate.inflight_chunks` follows that schedule (checked against torch's "
+            "`train.evaluate.inflight_chunks` follows that schedule (checked against torch's "
             "`ScheduleInterleaved1F1B` in `tests/test_pipeline_inflight.py`).", "",
             "## Rows", "",
             "| run | split | GPU | GPUs | TP/PP/DP/CP | seq | batch | recompute | "

@@ -238,11 +238,11 @@ def run_json(argv: list[str], cache: bool = False) -> dict:
 
 
 def cached_hub_ids(limit: int = 500) -> list[str]:
-    """Hugging Face ids whose config.json is in the local Hub cache (``txcalc.hub`` reads the
+    """Hugging Face ids whose config.json is in the local Hub cache (``txcalc.model.hub`` reads the
     cache and names its folders ``models--{org}--{name}``); [] where this txcalc has no
-    ``txcalc.hub`` or no cache."""
+    ``txcalc.model.hub`` or no cache."""
     try:
-        from ..hub import cache_dir, cached_config, is_hub_id
+        from ..model.hub import cache_dir, cached_config, is_hub_id
     except ImportError:
         return []
     try:
@@ -262,12 +262,12 @@ def cached_hub_ids(limit: int = 500) -> list[str]:
 def options() -> dict:
     """What the page's selects offer: the library's own names (presets, the GPU catalog,
     precisions, optimizers, kernels, formats), and the controls' starting values."""
-    from ..finetune import BASE_FORMATS, FINETUNE_MODES, TARGET_GROUPS
-    from ..formats import WEIGHTS_EXAMPLES
-    from ..hardware import load_catalog
-    from ..memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
-    from ..presets import PRESETS
-    from ..workload import ATTN_IMPLS, RECOMPUTE
+    from ..engine.finetune import BASE_FORMATS, FINETUNE_MODES, TARGET_GROUPS
+    from ..engine.formats import WEIGHTS_EXAMPLES
+    from ..engine.hardware import load_catalog
+    from ..engine.memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    from ..model.presets import PRESETS
+    from ..engine.workload import ATTN_IMPLS, RECOMPUTE
     return {
         "presets": list(PRESETS), "hub_models": cached_hub_ids(), "tasks": list(TASKS),
         "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes, "aliases": list(g.aliases)}

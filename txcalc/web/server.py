@@ -213,7 +213,7 @@ class Handler(BaseHTTPRequestHandler):
     def _fixed(self, model: str) -> bool:
         """Whether a command's answer depends on its arguments alone: a preset, or a
         config.json uploaded here (its folder is named by its hash)."""
-        from ..presets import PRESETS
+        from ..model.presets import PRESETS
         return model in PRESETS or model.startswith(str(self.server.workdir / "uploads") + "/")
 
     def _post(self) -> None:

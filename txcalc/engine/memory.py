@@ -1,0 +1,1031 @@
+"""Bytes: model states (weights, gradients, optimizer), activations, KV cache, the peak.
+
+Precision policies (bytes per parameter):
+
+    policy       | weights | grads | master (fp32) | optimizer state dtype | activations
+    -------------|---------|-------|---------------|-----------------------|------------
+    fp32         | 4       | 4     | -             | fp32                  | 4
+    bf16-mixed   | 2       | 2     | 4             | fp32                  | 2
+    fp16-mixed   | 2       | 2     | 4             | fp32                  | 2
+    bf16 (pure)  | 2       | 2     | -             | bf16                  | 2
+
+Optimizers (states per parameter): adamw/adam 2 (first and second moments); adam8bit 2 at
+1 byte each plus one fp32 absmax per 2048-element block and state (bitsandbytes blockwise
+quantisation, Dettmers et al. 2021, arXiv:2110.02861); sgd (momentum) 1; adafactor: factored
+second moment, rows + columns per matrix and the full size for vectors (Shazeer and Stern
+2018, arXiv:1804.04235; no momentum); none 0. As in the chapter's 80B example, the fp32
+master copy of mixed precision is reported with the optimizer (2 + 2 + 12 = 16 bytes/param
+for Adam).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cached_property
+from typing import NamedTuple
+
+from .accounting import by_layer_type
+from .components import model_ops_tuple
+from ..model.config import VOCAB_HEADS, ModelConfig
+from ..errors import WorkloadError
+from .finetune import Finetune, check_precision, finetuned_ops, op_weight_bytes
+from .ops import Op, op_level_kept
+from ..units import cdiv
+from .workload import Workload
+
+class Precision(NamedTuple):
+    """Bytes per element of one precision policy (the table above)."""
+    weight: int
+    grad: int
+    master: int  #: fp32 master copy (0: none), reported with the optimizer
+    state: int  #: optimizer-state dtype
+    act: int
+
+
+PRECISIONS = {
+    "fp32": Precision(4, 4, 0, 4, 4),
+    "bf16-mixed": Precision(2, 2, 4, 4, 2),
+    "fp16-mixed": Precision(2, 2, 4, 4, 2),
+    "bf16": Precision(2, 2, 0, 2, 2),
+    # fp8 training: bf16 mixed precision's states plus the fp8 terms of FP8_RECIPE
+    "fp8-mixed": Precision(2, 2, 4, 4, 2),
+}
+class ZeroBytes(NamedTuple):
+    """Bytes per parameter that a sharded optimizer keeps where ZeRO-0 keeps ``grad`` per
+    parameter (the shard group having more than one rank; one rank keeps ZeRO-0's bytes).
+
+    ZeRO-1 (Megatron-LM's distributed optimizer, a modelling choice: no framework to measure
+    here; docs/source/api-guide/distrib_optimizer.md: fp16 params and grads 4 + 16/d bytes per
+    parameter, bf16 params with fp32 grads 6 + 12/d, fp32 8 + 8/d; states and the fp32 master
+    sharded, the parameters and the gradient buffer not):
+        zero1_grad: the full gradient buffer (Megatron accumulates bf16 training in fp32:
+            accumulate_allreduce_grads_in_fp32 is forced under --bf16)
+        zero1_grad_copy: the fp32 copy of this rank's gradient shard that the fp32 master
+            steps on, sharded like the states (fp16: main_param.grad = shard.float(); bf16's
+            fp32 buffer and fp32 models use views of the buffer: none)
+    ZeRO-2 (FSDP2 ``fully_shard(reshard_after_forward=False)``, byte for byte against its
+    fake-process-group memory tracker in tests/test_engine.py):
+        zero2_grad_shard: the gradient shard, in the dtype of FSDP2's sharded parameter (the
+            fp32 master under mixed precision, reduce_dtype fp32; else the weight dtype)
+        zero2_param_shard: FSDP2's sharded parameter beside the gathered one, where it is not
+            already the fp32 master reported with the optimizer (fp32, pure bf16: w per
+            parameter). The gathered parameters are views of the padded all-gather output:
+            d x rank 0's padded shard, not P.
+    ZeRO-3 (FSDP2, reshard_after_forward=True) needs no entry: its weight and gradient shards
+    in w and g plus the master (2 + 2 + 4 under mixed precision) are FSDP2's fp32 parameter and
+    gradient shards (4 + 4); without a master they are the same tensors.
+    """
+    zero1_grad: int
+    zero1_grad_copy: int
+    zero2_grad_shard: int
+    zero2_param_shard: int
+
+
+#: the one table of sharded-optimizer bytes (ZeroBytes); mixed rows with their fp32 master
+ZERO_BYTES = {
+    "fp32": ZeroBytes(4, 0, 4, 4),
+    "bf16-mixed": ZeroBytes(4, 0, 4, 0),
+    "fp16-mixed": ZeroBytes(2, 4, 4, 0),
+    "bf16": ZeroBytes(2, 0, 2, 2),
+    "fp8-mixed": ZeroBytes(4, 0, 4, 0),  # bf16 mixed precision's (fp8 terms: Fp8Recipe)
+}
+
+
+def zero_bytes(precision: str, optimizer: str) -> ZeroBytes:
+    """``ZERO_BYTES`` of the policy; with no optimizer there is no fp32 master (as in
+    ``master_bytes``), and every policy keeps what the fp32 and bf16 rows keep for its own
+    weight and gradient dtypes: FSDP2 on a model held in the weight dtype."""
+    p = PRECISIONS[precision]
+    if p.master and optimizer == "none":
+        return ZeroBytes(p.grad, 0, p.grad, p.weight)
+    return ZERO_BYTES[precision]
+
+
+class Fp8Recipe(NamedTuple):
+    """fp8 training as TransformerEngine runs it by default on Hopper and Ada (te.Linear /
+    LayerNormLinear / LayerNormMLP in every block, DelayedScaling, bf16 parameters, fp32 master
+    weights in the optimizer); embeddings, the output head, norms and the MoE router stay bf16.
+
+        term                  | bytes                                      | source
+        ----------------------|--------------------------------------------|------------------
+        fp8 weight copies     | weight_copies (2) per block-Linear weight:  | TE #1261: Hopper's
+                              |   the fp8 weight and its fp8 transpose,     |   fp8 GEMMs are TN
+                              |   cached between steps (TE's workspaces)    |   only; #1880: 1 B
+                              |                                             |   on Blackwell
+        amax history, scales  | per Linear (per expert): 3 fp8 tensors      | DelayedScaling
+                              |   (input, weight, output gradient) x (1024  |   amax_history_len
+                              |   fp32 amax + fp32 scale + scale_inv)       |   = 1024
+        saved Linear inputs   | 1 byte per element (TE keeps the fp8        | TE docs, "Memory
+                              |   columnwise copy) instead of the bf16 one; |   usage": 2 MB bf16
+                              |   o_proj's input stays alive in bf16 for    |   weight + 1 MB fp8
+                              |   the attention core's backward, so there   |   weight + 1 MB fp8
+                              |   it adds the fp8 byte                      |   input + ...
+        matmul peak           | block Linears on the fp8 tensor-core peak;  | timing.op_times
+                              |   attention, head in bf16                   |
+    """
+    weight_copies: int = 2  #: fp8 weight + its transpose, at the step's peak (backward)
+    forward_copies: int = 1  #: made by forward (the rowwise fp8 weight; the transpose is for
+    #: the backward GEMMs): TE's docs measure 8.02 MiB after forward of a 1024 x 1024 te.Linear
+    amax_history: int = 1024
+    tensors_per_linear: int = 3
+
+
+#: per precision policy: its fp8 recipe (None: no fp8)
+FP8_RECIPE = {"fp8-mixed": Fp8Recipe()}
+
+
+def fp8_op(op: Op) -> bool:
+    """Ops fp8 training runs in fp8: the Linears inside the blocks but the MoE router (and the
+    shared-expert gate)."""
+    return op.kind == "linear" and op.layer >= 0 and op.component not in (
+        "moe.router", "moe.shared_gate")
+
+
+def fp8_weight_bytes(ops, precision: str) -> int:
+    """fp8 weight copies (and transposes) plus the amax histories and scales of the ops."""
+    r = FP8_RECIPE.get(precision)
+    if r is None:
+        return 0
+    total = 0
+    for op in ops:
+        if fp8_op(op) and op.params:
+            weight = op.d_in * op.d_out * (not op.tied)
+            meta = r.tensors_per_linear * (r.amax_history + 2) * 4
+            total += (r.weight_copies * weight + meta) * op.instances
+    return total
+
+
+def fp8_saved_delta(op: Op, saved: int, act_bytes: int, precision: str) -> int:
+    """Change of one op's saved bytes under fp8 training (Fp8Recipe): a block Linear keeps its
+    input as 1-byte fp8 instead of act_bytes; o_proj's bf16 input is kept anyway (the attention
+    core's output), so the fp8 copy adds to it."""
+    if precision not in FP8_RECIPE or not fp8_op(op) or not saved or not op.saved:
+        return 0
+    fp8 = saved // act_bytes
+    return fp8 if op.component.endswith("o_proj") else fp8 - saved
+
+
+class OptimizerSpec(NamedTuple):
+    """One optimizer's memory: full-size states per parameter (None: shaped by the tensors,
+    see ``optimizer_state_bytes``) and bytes of its step counter per parameter tensor (torch's
+    Adam, AdamW and Adafactor keep a 4-byte fp32 ``step`` tensor per parameter; bitsandbytes'
+    8-bit Adam keeps a Python int; SGD none)."""
+    states: int | None
+    step_bytes: int
+
+
+class Optimizer(StrEnum):
+    ADAMW = "adamw"
+    ADAM = "adam"
+    ADAM8BIT = "adam8bit"
+    SGD = "sgd"
+    ADAFACTOR = "adafactor"
+    NONE = "none"
+
+
+#: the one table of optimizer memory (states per parameter, step counter per tensor)
+OPTIMIZER_SPECS = {
+    "adamw": OptimizerSpec(2, 4),
+    "adam": OptimizerSpec(2, 4),
+    "adam8bit": OptimizerSpec(None, 0),
+    "sgd": OptimizerSpec(1, 0),
+    "adafactor": OptimizerSpec(None, 4),
+    "none": OptimizerSpec(0, 0),
+}
+OPTIMIZERS = tuple(o.value for o in Optimizer)
+#: bits per cached element
+KV_DTYPES = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+ADAM8BIT_BLOCK = 2048
+OFFLOADS = ("none", "optimizer", "activations", "all")
+
+
+def _check(name: str, value: str, choices) -> str:
+    if not isinstance(value, str) or value not in choices:
+        from ..inputs import show
+        raise WorkloadError(f"unknown {name} {show(value)}; choose one of {', '.join(choices)}")
+    return value
+
+
+class OptimizerStep(NamedTuple):
+    """What one optimizer-step kernel allocates beyond the resident states, for the step only
+    (``optimizer_step_extra``)."""
+    temporaries: bool  #: a state-sized temporary (Adam/AdamW: the second moment's sqrt)
+    grad_copy: bool  #: an fp32 copy of low-precision gradients handed to the fp32 master
+
+
+#: the one table of optimizer-step kernels (``Stack.optimizer_kernel``), each by its source:
+#:
+#:     kernel    | temporaries | fp32 grad copy | who, source
+#:     ----------|-------------|----------------|--------------------------------------------
+#:     foreach   | Adam/AdamW: | mixed: 4 B per | torch.optim's default on CUDA
+#:               |   1 state   |   parameter    |   (_default_to_fused_or_foreach: foreach);
+#:               |             |                |   _multi_tensor_adam's torch._foreach_sqrt(
+#:               |             |                |   exp_avg_sqs) for all tensors at once;
+#:               |             |                |   reference/train.py (master.grad =
+#:               |             |                |   grad.float()); MemTracker, test_memory_phases
+#:     fused     | none        | mixed: 4 B per | torch fused=True (_fused_adamw_: one kernel
+#:               |             |   parameter    |   per tensor list, measured on CPU in
+#:               |             |                |   tests/test_optimizer_step.py), Apex/
+#:               |             |                |   DeepSpeed FusedAdam (multi_tensor_apply,
+#:               |             |                |   in place); DeepSpeed's ZeRO casts the
+#:               |             |                |   gradients it steps on to fp32
+#:     main_grad | none        | none           | Megatron-LM: TE/Apex FusedAdam on fp32
+#:               |             |                |   main_grad buffers (the gradients accumulate
+#:               |             |                |   in fp32, the step reads them in place);
+#:               |             |                |   torchtitan: fused AdamW on FSDP2's fp32
+#:               |             |                |   sharded parameters and gradients
+OPTIMIZER_STEPS = {
+    "foreach": OptimizerStep(True, True),
+    "fused": OptimizerStep(False, True),
+    "main_grad": OptimizerStep(False, False),
+}
+OPTIMIZER_KERNELS = tuple(OPTIMIZER_STEPS)
+
+
+def optimizer_step_extra(kernel: str, optimizer: str, precision: str,
+                         trainable: int) -> tuple[int, int]:
+    """(fp32 gradient copy, optimizer temporaries): the bytes one optimizer step allocates and
+    frees above the resident states for ``trainable`` parameters (the rank's local shard in
+    the planner), under the kernel ``kernel`` (OPTIMIZER_STEPS). The copy exists under mixed
+    precision (an fp32 master) where the kernel casts; the temporaries for Adam and AdamW
+    under foreach (one copy of a state; SGD, 8-bit Adam, Adafactor: none modelled)."""
+    _check("optimizer kernel", kernel, OPTIMIZER_STEPS)
+    step = OPTIMIZER_STEPS[kernel]
+    if optimizer == "none" or trainable <= 0:
+        return 0, 0
+    p = PRECISIONS[precision]
+    copy = trainable * 4 if step.grad_copy and p.master else 0
+    temps = trainable * p.state if step.temporaries and optimizer in ("adamw", "adam") else 0
+    return copy, temps
+
+
+#: full-size states per parameter of the optimizers whose state does not depend on shapes
+STATES_PER_PARAM = {k: v.states for k, v in OPTIMIZER_SPECS.items() if v.states is not None}
+
+
+def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
+    """Optimizer state of one op's parameters (all instances), step counters excluded."""
+    n = op.params
+    if n == 0 or not op.trainable or optimizer == "none":
+        return 0
+    if optimizer in STATES_PER_PARAM:
+        per = STATES_PER_PARAM[optimizer] * n * state_bytes
+    elif optimizer == "adam8bit":
+        per = 2 * n + 2 * 4 * cdiv(n, ADAM8BIT_BLOCK)
+    else:  # adafactor: factored second moment (rows + columns, fp32) for every matrix
+        # (embedding tables too, as in torch.optim.Adafactor and the paper), the full size
+        # for vectors (biases, norm scales); a tied head owns only its bias
+        per = sum(((d0 + rest) if ndim == 2 else d0 * rest) * 4
+                  for d0, rest, ndim in op.tensors())
+    return per * op.instances
+
+
+# --- the engine: one function per quantity, over any iterable of ops ---------------------------
+# (the whole model, one pipeline stage, one TP/EP shard: the planner passes sharded ops)
+def param_count(ops) -> int:
+    """Parameters of the ops (all instances; tied weights once)."""
+    return sum(op.params_total for op in ops)
+
+
+def param_tensor_count(ops) -> int:
+    """Parameter tensors: a weight and a bias are two; stacked experts one per matrix."""
+    return sum(len(op.tensors()) for op in ops if op.params)
+
+
+def weight_bytes(ops, precision: str) -> int:
+    """Weights in the policy dtype; a quantised op (``Op.weight_format``, a QLoRA base) in its
+    storage format (finetune.op_weight_bytes); plus fp8 training's weight copies (FP8_RECIPE)."""
+    w = PRECISIONS[precision].weight
+    return sum(op_weight_bytes(op, w) for op in ops) + fp8_weight_bytes(ops, precision)
+
+
+def unreached_untrained(ops, work: Workload) -> tuple[Op, ...]:
+    """The ops, a Linear that no row reaches under ``work`` marked untrained: torch leaves its
+    .grad None and the optimizer keeps no state for it (Longformer's global projections
+    when no token has global attention)."""
+    return tuple(dataclasses.replace(op, trainable=False) if op.kind == "linear" and op.params
+                 and op.trainable and not work.rows(op.stream) else op for op in ops)
+
+
+def trainable_count(ops) -> int:
+    """Parameters that train (all instances): gradients, master weights and states follow."""
+    return sum(op.params_total for op in ops if op.trainable)
+
+
+def grad_bytes(ops, precision: str) -> int:
+    return trainable_count(ops) * PRECISIONS[precision].grad
+
+
+def master_bytes(ops, precision: str, optimizer: str) -> int:
+    """fp32 master weights of mixed precision (none without an optimizer)."""
+    if optimizer == "none":
+        return 0
+    return trainable_count(ops) * PRECISIONS[precision].master
+
+
+def step_counter_bytes(ops, optimizer: str) -> int:
+    return OPTIMIZER_SPECS[optimizer].step_bytes * param_tensor_count(
+        op for op in ops if op.trainable)
+
+
+def optimizer_states_bytes(ops, precision: str, optimizer: str) -> int:
+    """Optimizer states of the ops (no master weights, no step counters)."""
+    state = PRECISIONS[precision].state
+    return sum(optimizer_state_bytes(op, optimizer, state) for op in ops)
+
+
+def optimizer_bytes(ops, precision: str, optimizer: str) -> int:
+    """Everything the optimizer holds: states, fp32 master weights and step counters."""
+    return (optimizer_states_bytes(ops, precision, optimizer)
+            + master_bytes(ops, precision, optimizer) + step_counter_bytes(ops, optimizer))
+
+
+def saved_rows(ops, work: Workload, act_bytes: int):
+    """(row path, op, bytes) each op keeps for backward under the recompute mode of its block
+    (``Workload.block_mode``: partial recompute leaves some blocks at none).
+
+    none: every op's ``saved_bytes``; selective: the attention core keeps only its inputs (no
+    S x S); full: block ops keep nothing, reported under their block's path; op (op-level
+    selective checkpointing): block ops keep only the outputs ``ops.op_level_kept`` names
+    (``Op.output_bytes``), as in full the block keeps its input. Checkpoint ops keep their
+    input under the modes they declare (``Op.kept``; "fused": also with no recompute under a
+    fused kernel; op-level checkpoints a whole block, so it keeps what full keeps; uniform
+    method: only the first block of each group keeps its input).
+    """
+    ops = tuple(ops)
+    kept = op_level_kept(ops, work) if work.recompute == "op" else set()
+    for op in ops:
+        mode = work.block_mode(op.layer)
+        if op.kind == "checkpoint":
+            whole = "full" if mode == "op" else mode  # op-level checkpoints the whole block
+            # "fused": with no recompute a fused kernel keeps this input itself (T5's bias
+            # is the attn_mask of SDPA's memory-efficient kernel, which saves it for backward)
+            if (whole in op.kept and (op.layer < 0 or work.keeps_block_input(op.layer))) or (
+                    mode == "none" and "fused" in op.kept and work.attn_impl == "flash"):
+                path = op.block_path if whole == "full" else op.path
+                yield path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if op.kind == "rotary" and mode in ("full", "op") and any(
+                work.block_mode(o.layer) in ("none", "selective") for o in ops
+                if o.stack == op.stack and o.layer >= 0):
+            # the shared tables, counted in the first block, stay saved by any block that is
+            # not recomputed (partial recompute)
+            yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if op.kind == "pad_mask":  # Longformer: kept by the first block whose core runs
+            # unrecomputed (block 0's op; partial recompute may leave only later ones)
+            first = next((o for o in ops if o.stack == op.stack and o.layer >= 0
+                          and work.block_mode(o.layer) == "none"), None)
+            if first is not None:
+                op = dataclasses.replace(op, layer=first.layer, path=op.path.replace(
+                    op.block_path, first.block_path, 1))
+                yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if mode in ("full", "op") and op.reruns("full"):
+            if op.path in kept:
+                # the output, not the input: a colwise Linear's is split over TP, a rowwise
+                # one's is the residual stream (split only with SP)
+                split = "tp" if op.tp in ("colwise", "vocab") or op.kind != "linear" else \
+                    "residual"
+                yield op.path, dataclasses.replace(op, act_split=split), \
+                    op.output_bytes(work, act_bytes)
+            continue
+        yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective") \
+            * _kept_again(op, work)
+
+
+def _kept_again(op, work: Workload) -> int:
+    """2 where the framework's code keeps a second copy of what the op saves (``work.keeps``,
+    stacks.KEEPS, traced to nanotron's code there): under a flash kernel, multi-head
+    attention's k and v thirds of the permuted qkv copy (again the keys op's bytes) and
+    o_proj's reshaped copy of the attention output (again its input); else 1."""
+    if not work.keeps or work.attn_impl != "flash":
+        return 1
+    if op.kind == "attn_keys" and "qkv_copy" in work.keeps and op.kv_heads == op.heads:
+        return 2
+    if op.kind == "linear" and "o_proj_copy" in work.keeps \
+            and op.component.rsplit(".", 1)[-1] == "o_proj" and op.tp == "rowwise":
+        return 2
+    return 1
+
+
+def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int:
+    """Bytes the ops keep for backward under the workload's recompute policy and kernel
+    (``precision``: fp8 training keeps block Linears' inputs in fp8, ``fp8_saved_delta``)."""
+    return sum(b + fp8_saved_delta(op, b, act_bytes, precision)
+               for _, op, b in saved_rows(ops, work, act_bytes))
+
+
+def dequant_buffer_bytes(ops, act_bytes: int) -> int:
+    """The largest transient weight a step builds over the ops: a quantised base weight
+    dequantised to 16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's
+    merged weight W + s B A and B A (two d_out x d_in copies) beside PEFT's d_in x d_in
+    identity. Alive one op at a time (the planner passes one stage's sharded ops)."""
+    out = 0
+    for op in ops:
+        if op.weight_format and op.kind == "linear":
+            out = max(out, op.d_in * op.d_out * op.instances * act_bytes)
+        elif op.kind == "weight_product":  # + PEFT's d_in x d_in identity
+            out = max(out, (2 * op.d_out + op.d_in) * op.d_in * act_bytes)
+    return out
+
+
+def loss_temp(cfg: ModelConfig, ops, work: Workload, precision: str, when: str) -> int:
+    """The loss's transient above the saved activations at the forward peak (``when`` =
+    "forward") or as backward starts ("backward"), txcalc.engine.lm_loss's rules; ``ops``: the
+    model's (the head's and final norm's trainability and saved inputs decide)."""
+    from . import lm_loss
+    if cfg.head not in VOCAB_HEADS:
+        return 0
+    a = PRECISIONS[precision].act
+    if when == "forward":
+        extra = lm_loss.forward_peak_extra(work, cfg.vocab_size, cfg.embed_dim, a)
+        head = next((op for op in ops if op.path == "lm_head"), None)
+        if work.loss == "full" and head is not None and not head.saved:
+            # a frozen head saves no input: the caller's hidden states, alive at the loss
+            extra += work.rows("seq") * cfg.embed_dim * a
+        return extra
+    if work.loss == "fused-linear":
+        return fused_norm_temp(cfg, ops, work, precision)
+    head = any(op.trainable for op in ops if op.path == "lm_head" and op.params)
+    return lm_loss.backward_early(work, cfg.vocab_size, cfg.embed_dim, a,
+                                  PRECISIONS[precision].grad if head else 0)
+
+
+def fused_norm_temp(cfg: ModelConfig, ops, work: Workload, precision: str) -> int:
+    """Under the fused linear cross-entropy: the final norm's backward transient
+    (lm_loss.fused_norm_backward) when the norm feeds the head directly; 0 (not modelled)
+    without a final norm, with a projection between (embed_dim != d_model) or with the
+    compiled RMSNorm kernel of a stack."""
+    from .lm_loss import fused_norm_backward
+    norm = next((op for op in ops if op.path == "final_norm"), None)
+    if norm is None or cfg.embed_dim != cfg.d_model or \
+            (cfg.norm_type == "rmsnorm" and "norm" in work.fused):
+        return 0
+    p = PRECISIONS[precision]
+    scale = norm.trainable and cfg.norm_affine
+    return fused_norm_backward(work.rows("seq"), cfg.d_model, p.act, cfg.norm_type, scale,
+                               scale and cfg.norm_type == "layernorm" and cfg.norm_bias, p.grad)
+
+
+def loss_transient(cfg: ModelConfig, ops, work: Workload, precision: str) -> int:
+    """The loss's largest transient above the saved activations: the larger of its forward
+    peak's and its early backward's (``loss_temp``; the full loss: its kernel's,
+    lm_loss.full_loss_extra: HF's two fp32 T x V gradients, 8 T V; Megatron's in-place
+    vocab-parallel kernel a T V). What ``phases`` holds at the loss and the planner books on
+    the last stage (its "logits" category)."""
+    return max(loss_temp(cfg, ops, work, precision, "forward"),
+               loss_temp(cfg, ops, work, precision, "backward"))
+
+
+def frozen_table_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
+                        finetuned: bool) -> tuple[int, int]:
+    """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
+    tensors through forward and backward. The frozen lookup saves no ids (the caller still
+    holds them); PEFT's ``enable_input_require_grads`` (reference/lora.py) makes its output
+    a leaf that requires grad, which the graph holds (and, in backward, its ``.grad``,
+    the size of the embedding input gradient counted in ``phases``) until the loss is
+    freed: E a bytes per token of each stream through the table (after forward not
+    beside the saved tensors when block 0 saves that very tensor, ``leaf_saved``).
+    ``finetuned``: a Finetune is given (without one every table trains)."""
+    table = next((op for op in ops if op.path == "embed.tokens" and op.kind == "embedding"),
+                 None)
+    if not finetuned or table is None or table.trainable:
+        return 0, 0
+    rows = sum(work.rows(op.stream) for op in ops if op.path == "embed.tokens")
+    return 8 * rows, rows * cfg.embed_dim * act_bytes
+
+
+def leaf_saved(cfg: ModelConfig, ops, work: Workload, act_bytes: int) -> bool:
+    """Whether block 0 saves the frozen table's output itself: it is block 0's input (no
+    positions added, no norm, dropout or projection between) and block 0 is fully
+    recomputed (its checkpoint) or opens with a norm that saves its input: LayerNorm, a
+    fused RMSNorm, or HF's RMSNorm in fp32 (its fp32 copy is the tensor itself)."""
+    if cfg.pos_type == "learned" or cfg.type_vocab_size or cfg.embed_norm or \
+            cfg.embed_dim != cfg.d_model or (work.dropout and cfg.embed_dropout):
+        return False
+    if work.block_mode(0) == "full" and work.keeps_block_input(0):
+        return True
+    stack = cfg.stacks[0][0]
+    first = next((op for op in ops if op.stack == stack and op.layer == 0 and
+                  op.kind != "checkpoint"), None)
+    if first is None or first.kind != "norm" or not first.saved:
+        return False
+    saved = first.saved_fused if first.saved_fused is not None and "norm" in work.fused \
+        else first.saved
+    return saved[0][1] == "a" or (saved[0][1] == "f32" and act_bytes == 4)
+
+
+def step_held_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
+                     finetuned: bool) -> "HeldInputs":
+    """Bytes of the batch alive from the end of backward through the optimizer step (until
+    the next batch replaces it), as ``HeldInputs`` (its ``first`` on the first pipeline
+    stage, ``last`` on the last): the int64 token ids (and an encoder-decoder's source ids);
+    a frozen table's leaf with its gradient (``leaf``: both, the graph holds them until the
+    loss goes); the int64 labels (an LM-type head) and the fp32 loss.
+    ``TrainingMemory.phases``' after_step and peak_step hold their sum; the planner books
+    them at the step."""
+    ids = work.rows("seq") + (work.rows("src") if cfg.family == "encoder-decoder" else 0)
+    leaf = frozen_table_inputs(cfg, ops, work, act_bytes, finetuned)[1]
+    labels = work.rows("seq") if cfg.head in VOCAB_HEADS else 0
+    return HeldInputs(8 * ids, 2 * leaf, 8 * labels, 4)
+
+
+class HeldInputs(NamedTuple):
+    """Bytes a step holds beside the saved activations from forward through the start of
+    backward (``held_inputs``): the first pipeline stage's ``ids`` and ``leaf``, the last
+    stage's ``labels`` and ``loss``."""
+    ids: int  #: token ids the caller holds that no op saves (a frozen table; Longformer's pad)
+    leaf: int  #: a frozen table's output leaf (PEFT), unless block 0 saves that very tensor
+    labels: int  #: labels the loss does not save (lm_loss.held_labels)
+    loss: int  #: the fp32 loss scalar the step returns
+
+    @property
+    def first(self) -> int:
+        return self.ids + self.leaf
+
+    @property
+    def last(self) -> int:
+        return self.labels + self.loss
+
+
+def held_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
+                finetuned: bool) -> HeldInputs:
+    """What the batch and the loss hold beside the saved tensors (``HeldInputs``); ``ops``:
+    the model's. ``phases`` adds their sum to the saved activations; the planner books
+    ``first`` on stage 0 and ``last`` on the last stage (its "inputs" category)."""
+    labels = 0
+    if cfg.head == "lm":  # labels the loss does not save (txcalc.engine.lm_loss)
+        from .lm_loss import held_labels
+        labels = held_labels(work)
+    ids, leaf = frozen_table_inputs(cfg, ops, work, act_bytes, finetuned)
+    if leaf and leaf_saved(cfg, ops, work, act_bytes):
+        leaf = 0
+    if cfg.sliding_chunks and work.seq % (2 * cfg.sliding_window):
+        # Longformer pads the ids (a copy, what the embeddings save): the caller's own
+        # ids stay alive beside it
+        ids += 8 * work.rows("seq")
+    return HeldInputs(ids, leaf, labels, 4)
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Memory of one training step on one device (no parallelism), in bytes.
+
+    ``total`` is the peak over the step: the largest of the phases' totals (``phases()``: the
+    end of forward with the logits transients, either end of backward, the optimizer step with
+    its temporaries). The category sizes (weights, gradients, optimizer, activations) are not
+    all alive at once, so they need not add up to it.
+    """
+
+    cfg: ModelConfig
+    work: Workload
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    finetune: Finetune | None = None  #: None: every parameter trains (txcalc.engine.finetune)
+    #: what lives in host memory: none; optimizer (states, step counters, fp32 master weights
+    #: and the fp32 gradient copy the CPU step reads: ZeRO-Offload, FSDP CPU offload);
+    #: activations (recompute checkpoints: the inputs full recompute keeps); all (both)
+    offload: str = "none"
+    #: the optimizer step's kernel (OPTIMIZER_STEPS: foreach, fused, main_grad; a stack's
+    #: ``Stack.optimizer_kernel``): what the step allocates above the states
+    optimizer_kernel: str = "foreach"
+
+    def __post_init__(self) -> None:
+        from ..inputs import CONFIG_HINT, instance
+        instance("cfg", self.cfg, ModelConfig, CONFIG_HINT), instance("work", self.work, Workload)
+        _check("precision", self.precision, PRECISIONS)
+        _check("optimizer", self.optimizer, OPTIMIZERS)
+        _check("offload", self.offload, OFFLOADS)
+        _check("optimizer kernel", self.optimizer_kernel, OPTIMIZER_STEPS)
+        if self.finetune is not None:
+            instance("finetune", self.finetune, Finetune)
+            check_precision(self.finetune, self.precision)
+            self.ops  # refuses unknown targets and ranks above a target's width now
+        from .lm_loss import check_head
+        check_head(self.cfg, self.work.loss)
+
+    @cached_property
+    def ops(self) -> tuple[Op, ...]:
+        return unreached_untrained(finetuned_ops(self.cfg, self.finetune), self.work)
+
+    @cached_property
+    def trainable_params(self) -> int:
+        return trainable_count(self.ops)
+
+    @cached_property
+    def adapter_params(self) -> int:
+        """Parameters of the adapters (LoRA's A and B, DoRA's magnitudes)."""
+        return sum(op.params_total for op in self.ops if _is_adapter(op))
+
+    @cached_property
+    def adapter_bytes(self) -> int:
+        """The adapters' weights: what a saved adapter checkpoint holds (policy dtype)."""
+        return self.adapter_params * self._bytes.weight
+
+    @cached_property
+    def dequant_bytes(self) -> int:
+        """The largest transient weight a step builds (``dequant_buffer_bytes``)."""
+        return dequant_buffer_bytes(self.ops, self._bytes.act)
+
+    @property
+    def _bytes(self):
+        return PRECISIONS[self.precision]
+
+    @cached_property
+    def n_params(self) -> int:
+        return param_count(self.ops)
+
+    @cached_property
+    def weights(self) -> int:
+        return weight_bytes(self.ops, self.precision)
+
+    @cached_property
+    def gradients(self) -> int:
+        return grad_bytes(self.ops, self.precision)
+
+    @cached_property
+    def master(self) -> int:
+        return master_bytes(self.ops, self.precision, self.optimizer)
+
+    @cached_property
+    def optimizer_states(self) -> int:
+        return optimizer_states_bytes(self.ops, self.precision, self.optimizer)
+
+    @property
+    def optimizer_total(self) -> int:
+        """Everything the optimizer holds: states, the fp32 master weights (the chapter's 12
+        bytes per parameter for Adam) and the step counters (``optimizer_bytes``)."""
+        return self.optimizer_states + self.master + self.step_counters
+
+    def op_activations(self, op: Op) -> int:
+        return op.saved_bytes(self.work, self._bytes.act)
+
+    @cached_property
+    def activations(self) -> int:
+        """Bytes saved for backward over the whole forward, under the recompute policy."""
+        return saved_bytes(self.ops, self.work, self._bytes.act, self.precision)
+
+    def _saved_rows(self):
+        """(row path, (stack, layer), bytes): the engine's ``saved_rows``."""
+        for path, op, b in saved_rows(self.ops, self.work, self._bytes.act):
+            yield path, (op.stack, op.layer), b + fp8_saved_delta(op, b, self._bytes.act,
+                                                                    self.precision)
+
+    def activations_by_layer(self) -> dict[tuple[str, int], int]:
+        """{(stack, layer): saved bytes}; layer -1 holds embeddings, final norm, head, loss."""
+        out: dict[tuple[str, int], int] = {}
+        for _, key, b in self._saved_rows():
+            out[key] = out.get(key, 0) + b
+        return out
+
+    def activations_by_op(self) -> dict[str, int]:
+        """{op path (a block's path under full recompute): saved bytes}."""
+        out: dict[str, int] = {}
+        for path, _, b in self._saved_rows():
+            out[path] = out.get(path, 0) + b
+        return out
+
+    def activations_by_layer_type(self) -> list[dict]:
+        """Saved bytes summed over blocks of the same kind, and outside the blocks."""
+        return by_layer_type(self.cfg, {k: {"activations_bytes": v}
+                                        for k, v in self.activations_by_layer().items()})
+
+    @cached_property
+    def logits_transient(self) -> int:
+        """The loss's largest transient above the saved activations, at the forward peak or as
+        backward starts (``loss_transient``: with HF's kernel the full loss's two fp32 T x V
+        buffers, 8 T V; the stack's kernel's, lm_loss.full_loss_extra): what the planner books
+        as "logits" on the last stage."""
+        return loss_transient(self.cfg, self.ops, self.work, self.precision)
+
+    @cached_property
+    def held(self) -> HeldInputs:
+        """The batch and the loss beside the saved activations (``held_inputs``)."""
+        return held_inputs(self.cfg, self.ops, self.work, self._bytes.act,
+                           self.finetune is not None)
+
+    @property
+    def held_inputs_bytes(self) -> int:
+        """``held`` in bytes: what the planner's "inputs" category holds on one GPU."""
+        return self.held.first + self.held.last
+
+    @cached_property
+    def steady_phases(self) -> dict[str, dict[str, int]]:
+        """``phases()`` of a step after the first (optimizer state already allocated)."""
+        return self.phases()
+
+    @property
+    def total(self) -> int:
+        return self.steady_phases["peak"]["total"]
+
+    @property
+    def peak_phase(self) -> str:
+        """Which point of the step holds the peak: peak_forward, peak_backward or peak_step."""
+        ph = self.steady_phases
+        return next(k for k in ("peak_forward", "peak_backward", "peak_step")
+                    if ph[k] is ph["peak"])
+
+    # --- one training step by phase (additions for issue 4, checked by MemTracker) ---------------
+    @cached_property
+    def param_tensors(self) -> int:
+        """Parameter tensors: a weight and a bias are two; stacked experts are one per matrix."""
+        return param_tensor_count(self.ops)
+
+    @cached_property
+    def step_counters(self) -> int:
+        """torch's Adam, AdamW and Adafactor keep a 4-byte fp32 step per parameter tensor."""
+        return step_counter_bytes(self.ops, self.optimizer)
+
+    @cached_property
+    def resident(self) -> int:
+        """Between steps: weights, optimizer states (and step counters), fp32 master weights."""
+        return self.weights + self.optimizer_total
+
+    @cached_property
+    def inputs(self) -> int:
+        """The batch the step holds: int64 token ids, labels (with an LM head) and source ids
+        (encoder-decoder), and the fp32 loss scalar it returns."""
+        w, head = self.work, self.cfg.head in VOCAB_HEADS
+        ids = w.rows("seq") * (2 if head else 1)
+        if self.cfg.family == "encoder-decoder":
+            ids += w.rows("src")
+        return 8 * ids + 4
+
+    def _loss_temp(self, when: str) -> int:
+        """The loss's transient at the forward peak or as backward starts (``loss_temp``)."""
+        return loss_temp(self.cfg, self.ops, self.work, self.precision, when)
+
+    @cached_property
+    def _step_extra(self) -> tuple[int, int]:
+        return optimizer_step_extra(self.optimizer_kernel, self.optimizer, self.precision,
+                                    self.trainable_params)
+
+    @property
+    def master_grad_copies(self) -> int:
+        """Mixed precision: the fp32 copy of the gradients handed to the master weights during
+        the step (4 bytes per parameter; none where the kernel steps on fp32 gradient buffers:
+        ``optimizer_step_extra``)."""
+        return self._step_extra[0]
+
+    @property
+    def optimizer_temporaries(self) -> int:
+        """Bytes the optimizer allocates and frees inside its step (``optimizer_step_extra``).
+        foreach Adam/AdamW: the sqrt of the second moment for all parameters at once (one copy
+        of the state, torch _multi_tensor_adam); fused kernels: none. SGD with momentum (no
+        weight decay) and no optimizer: none. Adafactor and 8-bit Adam: not modelled (0)."""
+        return self._step_extra[1]
+
+    @cached_property
+    def step_held(self) -> HeldInputs:
+        """The batch alive at the optimizer step (``step_held_inputs``)."""
+        return step_held_inputs(self.cfg, self.ops, self.work, self._bytes.act,
+                                self.finetune is not None)
+
+    def phases(self, first_step: bool = False) -> dict[str, dict[str, int]]:
+        """Bytes in use by category at each point of one training step (reference/train.py:
+        forward, backward, optimizer step, then zero_grad), no parallelism.
+
+            phase          | what is alive besides the resident model states
+            ---------------|---------------------------------------------------------------
+            after_forward  | activations saved for backward, the loss
+            peak_forward   | + the logits transients at the loss: lm_head output (a bytes)
+                           |   and its fp32 copy (4, absent in fp32) beside the saved fp32
+                           |   log-probabilities
+            after_backward | gradients, the batch and the loss (activations are freed)
+            peak_backward  | the larger end of backward (gradients grow while activations
+                           |   shrink, both about linearly): at the start all activations
+                           |   and the loss kernel's gradients (HF's: two fp32 T x V, the
+                           |   loss's and log-softmax's; lm_loss.full_loss_extra); at
+                           |   the end all gradients and the embedding's input gradient
+                           |   (tied head: + the table's lookup gradient and its sum with
+                           |   the head's, two V x E gradients)
+            after_step     | as after_backward (gradients live until zero_grad)
+            peak_step      | + master_grad_copies (temp) + optimizer_temporaries (opt)
+            peak           | the largest of the three peaks
+
+        ``first_step``: optimizer state is created lazily inside the first step, so forward and
+        backward run without it (the step's peak is the same).
+        Categories: param, grad, opt (states, step counters; temporaries at the step's peak),
+        master (fp32 master weights), act (saved activations, the batch, the loss), temp.
+        """
+        w = self.work
+        opt = 0 if first_step else self.optimizer_states + self.step_counters
+        if self._offload_opt:
+            opt = 0
+        base = {"param": self.weights, "grad": 0, "opt": opt,
+                "master": 0 if self._offload_opt else self.master, "act": 0, "temp": 0}
+
+        def phase(**cats):
+            out = base | cats
+            out["total"] = sum(out.values())
+            return out
+        a = self._bytes.act
+        # + the batch and the loss beside them: labels the loss does not save, a frozen
+        # table's ids and leaf, the returned loss (held_inputs)
+        act = self.activations - self.offloaded_activations + self.held_inputs_bytes
+        leaf = self.frozen_table_inputs[1]
+        emb_grad = w.rows("seq") * self.cfg.embed_dim * a
+        if self.cfg.family == "encoder-decoder":
+            emb_grad += w.rows("src") * self.cfg.embed_dim * a
+        if self.cfg.tie_embeddings and self.cfg.head in VOCAB_HEADS and self._table_trains:
+            # the table's gradient from the lookup, then its sum with the head's gradient
+            emb_grad += 2 * self.cfg.vocab_size * self.cfg.embed_dim * self._bytes.grad
+        # the frozen table's leaf and, from backward on, its gradient: the graph holds both
+        # until the loss goes (after the step)
+        done = self.step_held.first + self.step_held.last
+        out = {
+            "after_forward": phase(act=act),
+            "peak_forward": phase(act=act, temp=self._loss_temp("forward")),
+            "after_backward": phase(grad=self.gradients, act=done),
+        }
+        # the first backward ops: the loss kernel's gradients (HF: two fp32 T x V), or a
+        # quantised weight dequantised for the last block's input gradient, whichever is larger
+        early = phase(act=act, temp=max(self._loss_temp("backward"), self.dequant_bytes))
+        late = phase(grad=self.gradients, act=self.inputs + leaf, temp=emb_grad)
+        out["peak_backward"] = max(early, late, key=lambda c: c["total"])
+        steady = base | {"opt": 0 if self._offload_opt else
+                         self.optimizer_states + self.step_counters}
+        out["after_step"] = dict(steady, grad=self.gradients, act=done)
+        out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
+        # offloaded: the step and its temporaries run on the host
+        temps = (0, 0) if self._offload_opt else (self.master_grad_copies,
+                                                  self.optimizer_temporaries)
+        out["peak_step"] = dict(out["after_step"], temp=temps[0],
+                                opt=out["after_step"]["opt"] + temps[1])
+        out["peak_step"]["total"] += sum(temps)
+        out["peak"] = max((out[k] for k in ("peak_forward", "peak_backward", "peak_step")),
+                          key=lambda c: c["total"])
+        return out
+
+    @cached_property
+    def frozen_table_inputs(self) -> tuple[int, int]:
+        """(token-id bytes, leaf bytes) of a frozen token table (``frozen_table_inputs``)."""
+        return frozen_table_inputs(self.cfg, self.ops, self.work, self._bytes.act,
+                                   self.finetune is not None)
+
+    @property
+    def _leaf_saved(self) -> bool:
+        """Whether block 0 saves the frozen table's output itself (``leaf_saved``)."""
+        return leaf_saved(self.cfg, self.ops, self.work, self._bytes.act)
+
+    # --- offload: host memory and PCIe traffic ------------------------------------------------
+    @property
+    def _offload_opt(self) -> bool:
+        return self.offload in ("optimizer", "all")
+
+    @cached_property
+    def offloaded_activations(self) -> int:
+        """Recompute checkpoints kept in host memory (offload activations/all): what the
+        checkpoint ops keep under the recompute mode (block inputs under full recompute)."""
+        if self.offload not in ("activations", "all"):
+            return 0
+        return sum(b for _, op, b in saved_rows(self.ops, self.work, self._bytes.act)
+                   if op.kind == "checkpoint")
+
+    @cached_property
+    def host_bytes(self) -> int:
+        """Host (CPU) memory the step needs: offloaded optimizer states, step counters, fp32
+        master weights and the fp32 gradients the CPU optimizer reads (4 per trainable
+        parameter, ZeRO-Offload, arXiv:2101.06840, section 4.1), offloaded checkpoints."""
+        out = self.offloaded_activations
+        if self._offload_opt and self.optimizer != "none":
+            out += self.optimizer_total + self.trainable_params * 4
+        return out
+
+    @cached_property
+    def pcie_bytes(self) -> int:
+        """Bytes over PCIe per step: gradients to the host and updated weights back
+        (optimizer offload), each checkpoint out in forward and back in backward."""
+        out = 2 * self.offloaded_activations
+        if self._offload_opt and self.optimizer != "none":
+            out += self.trainable_params * (self._bytes.grad + self._bytes.weight)
+        return out
+
+    @property
+    def _table_trains(self) -> bool:
+        return any(op.trainable for op in self.ops if op.path == "embed.tokens")
+
+    def finetune_json(self) -> dict:
+        """Fine-tuning figures (memory --json): trainable and adapter parameters, bytes."""
+        ft = self.finetune
+        return {"finetune": ft.mode if ft else "full",
+                "finetune_setup": ft.describe() if ft else "full fine-tuning",
+                "trainable_params": self.trainable_params, "adapter_params": self.adapter_params,
+                "adapter_bytes": self.adapter_bytes, "frozen_params": self.n_params
+                - self.trainable_params, "dequant_bytes": self.dequant_bytes,
+                "offload": self.offload, "host_bytes": self.host_bytes,
+                "pcie_bytes_per_step": self.pcie_bytes}
+
+    def to_json(self) -> dict:
+        return {"model": self.cfg.name, "precision": self.precision, "optimizer": self.optimizer,
+                "optimizer_kernel": self.optimizer_kernel, "batch": self.work.batch, "seq": self.work.seq, "recompute": self.work.recompute,
+                "recompute_method": self.work.recompute_method,
+                "recompute_layers": self.work.recompute_layers, "fused": list(self.work.fused),
+                "attn_impl": self.work.attn_impl, "loss": self.work.loss, "params": self.n_params,
+                "weights_bytes": self.weights, "gradients_bytes": self.gradients,
+                "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),
+                "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
+                "activations_bytes": self.activations, "inputs_bytes": self.held_inputs_bytes,
+                "logits_bytes": self.logits_transient,
+                "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
+                "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
+                "activations_by_layer_type": self.activations_by_layer_type(),
+                **({"global_tokens": self.work.global_tokens} if self.cfg.global_qkv else {})}
+
+
+def _is_adapter(op: Op) -> bool:
+    return op.path.rpartition(".")[2] in ("lora_A", "lora_B", "dora")
+
+
+def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = "adamw") -> dict:
+    """Weights, gradients and optimizer bytes (master included) of ``n_params`` parameters
+    when only the count is known (no shapes): the chapter's 80B example, 2 + 2 + 12 bytes per
+    parameter for Adam in fp16 mixed precision. Optimizers whose state depends on the shapes
+    (adam8bit blocks, adafactor's factored moments) need a ModelConfig."""
+    from ..inputs import MAX_PARAMS, integer
+    n_params = integer("n_params", n_params, 1, MAX_PARAMS)
+    w, g, master, state, _ = PRECISIONS[_check("precision", precision, PRECISIONS)]
+    _check("optimizer", optimizer, OPTIMIZERS)
+    if optimizer not in STATES_PER_PARAM:
+        raise WorkloadError(f"optimizer {optimizer!r} needs the model's shapes: give MODEL, "
+                            "not --params")
+    if precision in FP8_RECIPE:
+        raise WorkloadError(f"precision {precision!r} needs the model's shapes (its fp8 weight "
+                            "copies cover the blocks' Linears only): give MODEL, not --params")
+    opt = n_params * (STATES_PER_PARAM[optimizer] * state
+                      + (master if optimizer != "none" else 0))
+    out = {"model": f"{n_params:,} parameters", "params": n_params, "precision": precision,
+           "optimizer": optimizer, "weights_bytes": n_params * w,
+           "gradients_bytes": n_params * g, "optimizer_bytes": opt, "activations_bytes": 0,
+           "kv_cache_bytes": 0}
+    out["total_bytes"] = out["weights_bytes"] + out["gradients_bytes"] + opt
+    return out
+
+
+def kv_cache_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
+    """Bytes one token adds to the cache over all layers (no window cap).
+
+    Per decoder layer: k and v, K heads of h each (2 * K * h elements); MLA caches the
+    compressed latent and the shared rotary key instead (kv_lora_rank + rope elements,
+    DeepSeek-V2 arXiv:2405.04434 section 2.1.2).
+    """
+    return kv_cache_bytes(cfg, 1, 1, kv_dtype, window=False, state=False)
+
+
+def state_elements(ops) -> int:
+    """Serving state per sequence, in elements, that the ops declare (``Op.state``: conv
+    states of state-space mixers, constant in context, in the KV dtype)."""
+    return sum(op.state for op in ops)
+
+
+def state_fp32_elements(ops) -> int:
+    """Recurrent (SSM) state per sequence, in elements, kept in fp32 whatever the KV dtype
+    (``Op.state_fp32``: HF's cache holds it so, as the Mamba kernels and FLA do)."""
+    return sum(op.state_fp32 for op in ops)
+
+
+def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str = "bf16",
+                   window: bool = True, src_seq: int = 0, state: bool = True) -> int:
+    """KV cache of ``batch`` sequences at ``context`` tokens (self-attention) and, for
+    encoder-decoder models, the cross-attention cache over ``src_seq`` source tokens.
+    Sliding-window layers keep only the last ``window`` tokens, chunked layers the last
+    ``attn_chunk``. Only layers that attend keep keys and values; state-space mixers keep
+    their declared state instead (``state``: conv + SSM state per sequence, constant in
+    context: the conv states in ``kv_dtype``, the SSM / recurrent states in fp32, as HF's
+    cache keeps them)."""
+    from ..inputs import CONFIG_HINT, MAX_BATCH, MAX_SEQ, instance, integer
+    instance("cfg", cfg, ModelConfig, CONFIG_HINT)
+    context = integer("context", context, 1, MAX_SEQ)
+    batch = integer("batch", batch, 1, MAX_BATCH)
+    src_seq = integer("src_seq", src_seq, 0, MAX_SEQ)
+    if not isinstance(window, bool):
+        raise WorkloadError(f"window ({window!r:.60}) must be True or False")
+    bits = KV_DTYPES[_check("kv dtype", kv_dtype, KV_DTYPES)]
+    if cfg.family == "encoder":
+        raise WorkloadError(f"{cfg.name} is an encoder-only model: it has no KV cache")
+    per_token = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) if cfg.is_mla else 2 * cfg.kv_dim
+    elements = 0
+    for i in range(cfg.n_layers):
+        if not cfg.has_attention(i):
+            continue
+        if i in cfg.kv_shared_layers:  # Gemma 3n: reads an earlier layer's cache
+            continue
+        if i in cfg.cross_layers:  # Mllama: the vision states' keys and values only
+            elements += 2 * cfg.kv_dim * src_seq
+            continue
+        tokens = context
+        if window and (cfg.window(i) or cfg.chunk(i)):
+            # a chunked layer caches its last chunk of tokens, as a window would (HF's cache)
+            tokens = min(context, cfg.window(i) or cfg.chunk(i))
+        elements += per_token * tokens
+        if cfg.family == "encoder-decoder":
+            elements += 2 * cfg.kv_dim * (src_seq or context)
+    fp32 = 0
+    if state:
+        ops = model_ops_tuple(cfg)
+        elements += state_elements(ops)
+        fp32 = state_fp32_elements(ops) * batch * 4
+    return cdiv(elements * batch * bits, 8) + fp32

@@ -1,0 +1,237 @@
+"""What fits on one GPU: the longest sequence at a micro-batch, or the largest micro-batch at a
+sequence length, and when nothing fits, the cheapest changes that make it fit.
+
+A setup fits when the step's peak (TrainingMemory.total) plus the framework's memory fits the
+GPU: Overheads().device_bytes(peak) <= GPU memory, the planner's rule and defaults
+(parallel.overheads.Overheads: (1 + fragmentation) x peak + CUDA context, 1 GiB and 5 %). The
+peak grows with the sequence and the batch, so both are found by bisection.
+
+Over N > 1 GPUs (``Setup.gpus``: ZeRO-3, data parallel N, TP = PP = 1) the bytes are the
+planner's own per-rank evaluation of that layout (``Setup.planner_bytes``: train.evaluate,
+what ``plan train --gpus N --zero 3 --tp 1 --pp 1`` reports): rank 0's padded shards
+(FSDP2's ceiling division of dim 0), the gathered root unit and prefetched blocks, the
+communication buffers. Those per-rank bytes are checked against torch.distributed in
+tests/test_distributed.py: FSDP2 over two gloo ranks, model states byte for byte
+(test_rank_bytes_equal_prediction[fsdp]), and llama-3-8b over a fake process group of 8
+(test_fsdp_fake_pg_llama3_8b_peak_within_3_percent: states exact, the peak within 3 %); fit
+against the planner in tests/test_fit_zero3.py. On one GPU fit keeps the engine's peak over
+the phases, which is not the planner's sum of categories (the planner is not built there).
+
+Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
+fits: fused attention, the fused linear cross-entropy (Liger's: no T x V logits, the same
+FLOPs; for a bias-free causal LM head), selective then full recompute, 8-bit Adam, LoRA,
+QLoRA, optimizer offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: the
+planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
+(hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
+for the setup asked, which states compute and transfer at their peaks (an estimate of the
+slowdown, not a measured time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..engine.accounting import count_flops
+from ..model.config import ModelConfig
+from ..errors import WorkloadError
+from ..engine.finetune import Finetune
+from ..engine.memory import TrainingMemory
+from ..engine.workload import Workload
+
+from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
+from ..parallel.overheads import Overheads  # noqa: E402  (the framework's bytes, one rule)
+
+
+#: the most activation bytes the planner's int64 tables hold with room for the other terms
+PLANNER_MAX_BYTES = 2**62
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One training setup on one GPU, or on each of ``gpus`` under ZeRO-3 (everything but the
+    lengths being searched)."""
+
+    cfg: ModelConfig
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    attn: str = "flash"
+    recompute: str = "none"
+    finetune: Finetune | None = None
+    offload: str = "none"
+    gpus: int = 1  #: > 1: ZeRO-3 over this many GPUs (model states split)
+    loss: str = "full"  #: the LM loss (Workload.loss: full | chunked[:N] | fused-linear)
+    #: the optimizer step's kernel (memory.OPTIMIZER_STEPS): its fp32 gradient copy and
+    #: temporaries, in the engine and the planner alike
+    optimizer_kernel: str = "foreach"
+
+    def memory(self, batch: int, seq: int) -> TrainingMemory:
+        work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
+                        loss=self.loss)
+        return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
+                              self.offload, self.optimizer_kernel)
+
+    def need(self, batch: int, seq: int) -> int:
+        """GPU bytes with the framework's share: the engine's peak on one GPU, the planner's
+        per-rank total under ZeRO-3 over ``gpus`` > 1 (``planner_bytes``)."""
+        if self.gpus > 1:
+            # the planner tabulates every recompute mode at micro-batches 1 and 2 in int64:
+            # eager attention's S x S scores overflow them at tens of millions of tokens, so
+            # past PLANNER_MAX_BYTES the engine's exact activations stand in (a lower bound on
+            # the need, beyond any GPU)
+            worst = dataclasses.replace(self, recompute="none").memory(max(batch, 2), seq)
+            if worst.activations > PLANNER_MAX_BYTES:
+                return worst.activations
+            return int(self.planner_bytes(batch, seq)["total_bytes"][0])
+        return Overheads().device_bytes(self.memory(batch, seq).total)
+
+    def planner_bytes(self, batch: int, seq: int) -> dict:
+        """The planner's evaluation (``train.evaluate.evaluate_layouts``, every category,
+        numpy arrays of one layout) of this setup as ZeRO-3 over ``gpus`` data-parallel ranks,
+        micro-batch ``batch`` (one micro-batch a step), TP = PP = 1. Offload: optimizer (all)
+        is ``TrainSetting.offload_optimizer``; activations (all) the planner's checkpoints in
+        host memory, which it has under full recompute only (the engine's offload of other
+        modes' checkpoints, T5's position bias, stays on the GPU here)."""
+        from .evaluate import TrainSetting, evaluate_layouts
+        from ..parallel.layout import Layout
+        s = TrainSetting(self.cfg, _planner_gpu(), seq, batch * self.gpus, self.precision,
+                         self.optimizer, self.attn, finetune=self.finetune, loss=self.loss,
+                         offload_optimizer=self.offload in ("optimizer", "all"),
+                         optimizer_kernel=self.optimizer_kernel)
+        lay = Layout(dp=self.gpus, zero=3, micro_batch=batch, recompute=self.recompute,
+                     offload_checkpoints=self.recompute == "full"
+                     and self.offload in ("activations", "all"))
+        return evaluate_layouts(s, [lay])
+
+    def step_s(self, batch: int, seq: int, peak_flops: float) -> float:
+        m = self.memory(batch, seq)
+        f = count_flops(self.cfg, m.work, self.finetune)
+        return f.hardware / peak_flops / self.gpus + m.pcie_bytes / PCIE_BYTES_PER_S
+
+
+def _planner_gpu():
+    """The GPU the planner's setting names: its step times need one, fit reads none of them,
+    and no per-rank byte depends on a GPU's figures (hybrid sharding aside, not used here)."""
+    from ..engine.hardware import get_gpu
+    return get_gpu("h100")
+
+
+@dataclass
+class FitResult:
+    fits: bool
+    max_seq: int | None
+    max_batch: int | None
+    total_bytes: int  #: GPU bytes at the answer (or at the smallest try when nothing fits)
+    gpu_bytes: int
+    setup: Setup
+    suggestions: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        s = self.setup
+        return {"model": s.cfg.name, "fits": self.fits, "max_seq": self.max_seq,
+                "max_batch": self.max_batch, "total_bytes": self.total_bytes,
+                "gpu_bytes": self.gpu_bytes, "precision": s.precision,
+                "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
+                "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
+                "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
+                "suggestions": self.suggestions}
+
+
+def _largest(ok, lo: int, hi: int) -> int:
+    """The largest x in [lo, hi] with ok(x), ok monotone (True then False); lo - 1 if none."""
+    if not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _seq_limit(cfg: ModelConfig) -> int:
+    from ..inputs import MAX_SEQ
+    return min(MAX_SEQ, cfg.max_position) if cfg.pos_type == "learned" else MAX_SEQ
+
+
+def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None = None,
+        peak_flops: float = 1e15) -> FitResult:
+    """Largest seq at ``batch`` (default 1), or largest batch at ``seq`` when it is given."""
+    from ..inputs import MAX_BATCH
+    if batch is not None and seq is not None:
+        raise WorkloadError(f"give --batch ({batch}) or --seq ({seq}), not both: fit finds "
+                            "the other")
+    if seq is None:
+        b = batch or 1
+        best = _largest(lambda s: setup.need(b, s) <= gpu_bytes, 1, _seq_limit(setup.cfg))
+        fits, at = best >= 1, (b, max(best, 1))
+        res = FitResult(fits, best if fits else None, b if fits else None,
+                        setup.need(*at), gpu_bytes, setup)
+    else:
+        if seq > _seq_limit(setup.cfg):
+            raise WorkloadError(f"--seq ({seq}) exceeds {setup.cfg.name}'s learned position "
+                                f"table (max_position {setup.cfg.max_position})")
+        best = _largest(lambda b: setup.need(b, seq) <= gpu_bytes, 1, MAX_BATCH)
+        fits, at = best >= 1, (max(best, 1), seq)
+        res = FitResult(fits, seq if fits else None, best if fits else None,
+                        setup.need(*at), gpu_bytes, setup)
+    if not fits:
+        res.suggestions = suggestions(setup, gpu_bytes, *at, peak_flops)
+    return res
+
+
+def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
+                peak_flops: float) -> list[dict]:
+    """Changes tried cumulatively (module docstring) until one fits, each with its bytes and
+    step-time factor against the setup asked."""
+    base_s = setup.step_s(batch, seq, peak_flops)
+    steps: list[tuple[str, dict]] = []
+    ft = setup.finetune
+    if setup.attn != "flash":
+        steps.append(("fused attention (--attn flash)", {"attn": "flash"}))
+    if setup.loss != "fused-linear" and setup.cfg.head == "lm" and not setup.cfg.lm_head_bias:
+        # no T x V logits kept, at no FLOPs: the head's backward moves into the forward
+        steps.append(("fused linear cross-entropy (--loss fused-linear)",
+                      {"loss": "fused-linear"}))
+    if setup.recompute == "none":
+        steps.append(("selective recompute", {"recompute": "selective"}))
+    if setup.recompute != "full":
+        steps.append(("full recompute", {"recompute": "full"}))
+    if setup.optimizer in ("adamw", "adam"):
+        steps.append(("8-bit Adam (--optimizer adam8bit)", {"optimizer": "adam8bit"}))
+    if ft is None or ft.mode in ("full", "freeze"):
+        steps.append(("LoRA r=16 on all linear layers", {"finetune": Finetune("lora")}))
+    if ft is None or ft.mode != "qlora":
+        steps.append(("QLoRA (NF4 base, double quant)",
+                      {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
+                       else Finetune("qlora"), "precision": "bf16-mixed"
+                       if setup.precision == "fp32" else setup.precision}))
+    if setup.offload in ("none", "activations"):
+        steps.append(("offload optimizer states and master weights to CPU",
+                      {"offload": "optimizer" if setup.offload == "none" else "all"}))
+    steps.append(("offload recompute checkpoints to CPU", {"offload": "all"}))
+    out, cur = [], setup
+    for label, change in steps:
+        cur = dataclasses.replace(cur, **change)
+        need = cur.need(batch, seq)
+        out.append(_row(label, cur, need, gpu_bytes, batch, seq, peak_flops, base_s))
+        if need <= gpu_bytes:
+            return out
+    # more GPUs: ZeRO-3 splits the model states
+    for n in (n for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n > setup.gpus):
+        more = dataclasses.replace(cur, gpus=n)
+        need = more.need(batch, seq)
+        if need <= gpu_bytes:
+            out.append(_row(f"{n} GPUs (ZeRO-3)", more, need, gpu_bytes, batch, seq,
+                            peak_flops, base_s))
+            return out
+    out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence",
+                "fits": False, "total_bytes": need, "step_time_factor": None})
+    return out
+
+
+def _row(label, setup, need, gpu_bytes, batch, seq, peak_flops, base_s) -> dict:
+    return {"change": label, "fits": need <= gpu_bytes, "total_bytes": need,
+            "step_time_factor": round(
+                setup.step_s(batch, seq, peak_flops) / base_s, 4)}
