@@ -201,7 +201,7 @@ def quantise_model(model: torch.nn.Module, method: str, dtype=torch.bfloat16,
     """The state dict a checkpoint of ``method`` stores for the reference model (tied weights
     once). Methods: gptq(bits, group), awq(group), ct(bits, group), int8, fp8(mode), nf4/fp4
     (double_quant), mxfp4, nvfp4."""
-    from .model import GroupedLinear, Router, SharedGate
+    from .mlp import GroupedLinear, Router, SharedGate
     linear_types = (torch.nn.Linear, GroupedLinear, Router, SharedGate)
     owners = {}
     for mname, mod in model.named_modules():

@@ -341,7 +341,7 @@ def test_reference_scans_compute_what_hf_computes():
     from transformers.models.mamba.modeling_mamba import mamba_selective_scan
     from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
 
-    from reference.model import MambaScan, SSDScan
+    from reference.ssm import MambaScan, SSDScan
     torch.manual_seed(0)
     b, S, H, P, N, G, Q = 2, 7, 4, 3, 5, 2, 3
     ssd = SSDScan(H, P, N, G, Q, torch.float32)

@@ -376,7 +376,7 @@ def test_reference_recurrent_block_computes_what_hf_computes():
     from transformers.models.recurrent_gemma.modeling_recurrent_gemma import \
         RecurrentGemmaRecurrentBlock
 
-    from reference.model import RecurrentBlock
+    from reference.ssm import RecurrentBlock
     raw = {"model_type": "recurrent_gemma", "hidden_size": 4, "num_attention_heads": 2,
            "lru_width": 8, "conv1d_width": 3, "num_hidden_layers": 1}
     torch.manual_seed(0)

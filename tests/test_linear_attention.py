@@ -220,7 +220,7 @@ def test_reference_gated_delta_rule_computes_what_hf_computes(S):
     import torch.nn.functional as F
     from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
 
-    from reference.model import GDNScan
+    from reference.ssm import GDNScan
     torch.manual_seed(0)
     b, Hv, Hk, dk, dv = 2, 4, 2, 3, 5
     scan = GDNScan(Hv, Hk, dk, dv, 64, torch.float32)

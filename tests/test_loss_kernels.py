@@ -179,7 +179,7 @@ def test_compiled_kernel_buffers_from_the_generated_code():
     scalars within the per-row slack."""
     from torch._inductor.utils import run_and_get_code
 
-    from reference.model import compiled
+    from reference.layers import compiled
     B, S, V = 2, 32, 384
     T = B * S
     z = torch.randn(B, S, V, dtype=torch.bfloat16).requires_grad_()
