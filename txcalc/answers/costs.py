@@ -6,6 +6,10 @@ from __future__ import annotations
 from .common import (Answer, cross_rows, image_tokens, load_model, make_finetune,
                      stored_weights, workload)
 
+#: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
+PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
+               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
+
 
 def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: str = "flash",
           recompute: str = "none", context: str = "0", finetune: str = "full",

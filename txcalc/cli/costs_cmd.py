@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..units import GB
+from ..answers.costs import PEAK_LABELS as _PEAK_PARTS
 from .typer_app import app
 from .output import console, emit_json, human, table
 from .params_cmd import HEAD_HELP, MODEL_HELP, STACK_HELP
@@ -21,8 +22,6 @@ IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dyna
 
 _LABELS = {"total_bytes": "total (peak over the step)",
            "logits_bytes": "logits (the loss's T x V transient)"}
-_PEAK_PARTS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
-               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 
 
 def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
