@@ -1,6 +1,5 @@
 """`txcalc fit`: the longest sequence (or largest micro-batch) one GPU (or each of N under
-ZeRO-3) trains or fine-tunes, and when nothing fits the cheapest changes that make it fit.
-Also the fine-tuning options shared with `memory` and `flops`."""
+ZeRO-3) trains or fine-tunes, and when nothing fits the cheapest changes that make it fit."""
 
 from __future__ import annotations
 
@@ -9,41 +8,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, table
-from .params_cmd import MODEL_HELP
-
-FT_HELP = {
-    "finetune": "full | lora | qlora | dora | freeze.",
-    "rank": "LoRA rank r (lora, qlora, dora).",
-    "alpha": "LoRA alpha (scaling alpha / r; no memory or FLOPs effect).",
-    "targets": "all-linear | attn | mlp | module names (q_proj,v_proj).",
-    "dropout": "LoRA dropout probability (saves a mask and the dropped input per adapter).",
-    "trainable": "freeze: what trains, comma-separated: last:N (blocks), head, norms, embeddings.",
-    "base": "qlora: the frozen base's format: nf4 | fp4 (block 64, double quant) | int8.",
-    "offload": "none | optimizer (states, master weights: CPU) | activations (checkpoints) | all.",
-    "loss": "LM loss: full (the T x V logits at once), chunked[:N] (torchtune's chunked "
-            "cross-entropy, N sequence chunks, default 8) or fused-linear (Liger's fused "
-            "linear cross-entropy: no logits kept, the head's gradients in the forward).",
-}
-#: the fine-tuning options (and the LM loss), declared once for fit, memory, flops, plan train
-#: and report
-FT_OPTS = {
-    "finetune": typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
-    "lora_rank": typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
-    "lora_alpha": typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
-    "lora_targets": typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
-    "lora_dropout": typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
-    "trainable": typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
-    "base_format": typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
-    "offload": typer.Option("none", "--offload", help=FT_HELP["offload"]),
-    "loss": typer.Option("full", "--loss", help=FT_HELP["loss"]),
-}
-
-
-def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
-                  trainable: str, base: str):
-    """The Finetune the options describe (None for full fine-tuning)."""
-    from ..engine.finetune import finetune_from_options
-    return finetune_from_options(mode, rank, alpha, targets, dropout, trainable, base)
+from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, TRAIN_OPTS
 
 
 @app.command()
@@ -53,8 +18,8 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         batch: int = typer.Option(None, "--batch", "-b", help="Micro-batch: find the longest sequence (default 1)."),
         seq: int = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
         gpus: int = typer.Option(1, "--gpus", help="GPUs the model states are sharded over (N > 1: ZeRO-3 / FSDP full shard, data parallel N, one micro-batch each): the per-GPU bytes of plan train --gpus N --zero 3 --tp 1 --pp 1."),
-        precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
-        optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+        precision: str = TRAIN_OPTS["precision"],
+        optimizer: str = TRAIN_OPTS["optimizer"],
         attn: str = typer.Option("flash", help="eager | sdpa | flash."),
         recompute: str = typer.Option("none", help="none | selective | full."),
         finetune: str = FT_OPTS["finetune"],
@@ -66,45 +31,21 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         base_format: str = FT_OPTS["base_format"],
         offload: str = FT_OPTS["offload"],
         loss: str = FT_OPTS["loss"],
-        gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
-        json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+        gpu_file: str = COMMON_OPTS["gpu_file"],
+        json_out: bool = COMMON_OPTS["json"]):
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of --gpus N under ZeRO-3."""
-    from .. import load
-    from ..errors import WorkloadError
-    from ..engine.finetune import check_precision
-    from ..train.fit import Setup, fit as fit_one
-    from ..inputs import choice
-    from ..engine.memory import OFFLOADS
-    from .options import options
+    from ..answers.fit import fit as answer
 
-    options(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
-            attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
-            **({"gpu": gpu} if gpu is not None else {}))
-    choice("--offload", offload, OFFLOADS)
-    if (gpu is None) == (gpu_gb is None):
-        raise WorkloadError("give --gpu NAME or --gpu-gb N, one of them")
-    peak = 1e15
-    if gpu is not None:
-        from ..engine.hardware import get_gpu, memory_words
-        g = get_gpu(gpu, gpu_file)
-        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GB")  # totals in GB
-        peak = g.peak_flops.get("bf16") or g.peak_flops.get("fp32") or peak
-    else:
-        from ..engine.hardware import memory_words
-        gpu_bytes, label = int(gpu_gb * GB), f"{gpu_gb:g} GB GPU"
-        words = memory_words(gpu_bytes)
-    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
-                       base_format)
-    check_precision(ft, precision)
-    cfg = load(model)
-    setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, gpus, loss)
-    setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
-    res = fit_one(setup, gpu_bytes, batch, seq, peak)
-    out = res.to_json() | {"gpu": label}
+    ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
+                 finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
+                 base_format, offload, loss, gpu_file)
+    out = ans.json
     if json_out:
         emit_json(out)
         return
+    res, cfg = ans.parts["result"], ans.parts["cfg"]
+    label, words = ans.parts["label"], ans.parts["words"]
     what = out["finetune"]
     if gpus > 1:
         label, words = f"{gpus:,} x {label}", f"each {words}; ZeRO-3"

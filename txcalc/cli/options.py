@@ -1,89 +1,100 @@
-"""The CLI's options: one table of how each option is read and its bounds (``txcalc.inputs``
-holds the parsers and the named bounds; this table only names which applies to which option)."""
+"""The CLI's options, declared once per group and shared by every command that takes them
+(one help text per option). How a value is checked is the answers' business
+(txcalc.answers.checks: ``options`` here is its ``checked``).
+
+    group       | options                                                | commands
+    ------------|--------------------------------------------------------|----------------------
+    FT_OPTS     | --finetune --lora-rank --lora-alpha --lora-targets     | flops, memory, fit,
+                | --lora-dropout --trainable --base-format --offload     | plan train, report
+                | --loss                                                 |
+    TRAIN_OPTS  | --precision --optimizer (training's)                   | memory, fit,
+                |                                                        | plan train, report
+    SERVE_OPTS  | --kv-dtype --weights                                   | params, memory,
+                |                                                        | plan infer, report
+    LAYOUT_OPTS | --tp --pp --ep (pins), --cuda-context-gib              | plan train,
+                | --comm-buffer-gib --fragmentation                      | plan infer
+    COMMON_OPTS | --gpu-file --json                                      | every command with them
+
+Only typer is imported here: a command's module reads these at import time.
+"""
 
 from __future__ import annotations
 
-from ..inputs import (GPU_GB_RANGE, MAX_BATCH, MAX_DAYS, MAX_GPUS, MAX_KV_TOKENS, MAX_PARAMS,
-                      MAX_PRICE, MAX_ROWS, MAX_SEQ, MAX_TOKENS, OVERHEAD_GIB_MAX, TFLOPS_RANGE,
-                      TOKENS_PER_S_MAX, choice, integer, number, parse_context, parse_count,
-                      path_text, text)
-from ..engine.workload import ATTN_IMPLS, RECOMPUTE, RECOMPUTE_METHODS
-
-
-def _named_choices(key: str) -> tuple:
-    """The values of a choice option whose table lives in an engine module that a command
-    without the option need not load (``flops`` reads no precision: txcalc.engine.memory)."""
-    if key == "stack":
-        from ..engine.stacks import STACKS
-        return tuple(STACKS)
-    from ..engine.memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
-    return {"precision": tuple(PRECISIONS), "optimizer": OPTIMIZERS,
-            "kv_dtype": tuple(KV_DTYPES)}[key]
-
-
-# --- the CLI's options: one table, one name per option ------------------------------------------
-def _option_specs() -> dict:
-    """{option: (kind, lo, hi, extra)}: how each CLI option is read and its bounds."""
-    gpus = ("int", 1, MAX_GPUS)
-    return {
-        "batch": ("int", 1, MAX_BATCH), "seq": ("int", 1, MAX_SEQ),
-        "src_seq": ("int", 0, MAX_SEQ), "concurrency": ("int", 1, MAX_BATCH),
-        "global_tokens": ("int", 0, MAX_SEQ),
-        "images": ("int", 0, 2**16), "image_size": ("int", 0, 2**16),
-        "global_batch": ("int", 1, MAX_BATCH), "micro_batch": ("int", 1, MAX_BATCH),
-        "max_gpus": gpus, "gpus": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,
-        "zero": ("int", 0, 3), "rows": ("int", 1, MAX_ROWS),
-        "kv_tokens": ("int", 0, MAX_KV_TOKENS),
-        "days": ("float", 0, MAX_DAYS, "(]"), "price": ("float", 0, MAX_PRICE, "[]"),
-        "achieved_tflops": ("float", *TFLOPS_RANGE, "[]"),
-        "tokens_per_s": ("float", 0, TOKENS_PER_S_MAX, "(]"),
-        "gpu_gb": ("float", *GPU_GB_RANGE, "[]"),
-        "cuda_context_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
-                             " GiB (it sets Overheads.cuda_context_bytes)"),
-        "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
-                            " GiB (it sets Overheads.comm_buffer_bytes)"),
-        "fragmentation": ("float", 0, 1, "[)", " (a fraction of the tensors' bytes)"),
-        "goodput": ("float", 0, 1, "(]", " (the fraction of wall-clock time spent training)"),
-        "attn": ("choice", ATTN_IMPLS), "recompute": ("choice", RECOMPUTE),
-        "stack": ("choice", None), "overlap": ("text", 200),
-        "recompute_method": ("choice", RECOMPUTE_METHODS),
-        "recompute_layers": ("int", 0, MAX_BATCH),
-        # None: the values come from _named_choices
-        "precision": ("choice", None), "optimizer": ("choice", None),
-        "kv_dtype": ("choice", None), "device": ("choice", ("meta", "cpu", "cuda")),
-        "tokens": ("count", MAX_TOKENS), "params": ("count", MAX_PARAMS),
-        "context": ("context", True), "required_context": ("context", False),
-        "gpu": ("text", 200), "gpu_file": ("path",), "out": ("path",),
-        "validation_dir": ("path",),
-    }
+import typer
 
 
 def options(**given) -> dict:
-    """Check CLI options by their names (``batch=...`` is ``--batch``); None means not given.
-    Returns the values read: counts and contexts as ints, floats as floats."""
-    specs = _option_specs()
-    out = {}
-    for key, value in given.items():
-        spec = specs[key]
-        flag = "--" + ("context" if key == "required_context" else key).replace("_", "-")
-        kind = spec[0]
-        if value is None:
-            out[key] = None
-        elif kind == "int":
-            out[key] = integer(flag, value, spec[1], spec[2])
-        elif kind == "float":
-            ends = spec[3]
-            out[key] = number(flag, value, spec[1], spec[2], lo_open=ends[0] == "(",
-                              hi_open=ends[1] == ")", note=spec[4] if len(spec) > 4 else "")
-        elif kind == "choice":
-            out[key] = choice(flag, value, spec[1] if spec[1] is not None else
-                              _named_choices(key))
-        elif kind == "count":
-            out[key] = parse_count(value, flag, spec[1])
-        elif kind == "context":
-            out[key] = parse_context(value, flag, zero=spec[1])
-        elif kind == "text":
-            out[key] = text(flag, value, max_len=spec[1])
-        else:
-            out[key] = path_text(flag, value)
-    return out
+    """Check options by their names (``batch=...`` is ``--batch``); None means not given
+    (txcalc.answers.checks.checked)."""
+    from ..answers.checks import checked
+    return checked(**given)
+
+
+MODEL_HELP = ("A preset name (see `txcalc presets`), a path to a Hugging Face config.json, or a Hub "
+              "id (org/name: its config.json from the local HF cache, else downloaded).")
+WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
+                "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
+HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
+             "discriminator (ELECTRA's ForPreTraining; its generator is mlm) | "
+             "auto (the class its 'architectures' names).")
+
+FT_HELP = {
+    "finetune": "full | lora | qlora | dora | freeze.",
+    "rank": "LoRA rank r (lora, qlora, dora).",
+    "alpha": "LoRA alpha (scaling alpha / r; no memory or FLOPs effect).",
+    "targets": "all-linear | attn | mlp | module names (q_proj,v_proj).",
+    "dropout": "LoRA dropout probability (saves a mask and the dropped input per adapter).",
+    "trainable": "freeze: what trains, comma-separated: last:N (blocks), head, norms, embeddings.",
+    "base": "qlora: the frozen base's format: nf4 | fp4 (block 64, double quant) | int8.",
+    "offload": "none | optimizer (states, master weights: CPU) | activations (checkpoints) | all.",
+    "loss": "LM loss: full (the T x V logits at once), chunked[:N] (torchtune's chunked "
+            "cross-entropy, N sequence chunks, default 8) or fused-linear (Liger's fused "
+            "linear cross-entropy: no logits kept, the head's gradients in the forward).",
+}
+#: the fine-tuning options (and the LM loss)
+FT_OPTS = {
+    "finetune": typer.Option("full", "--finetune", help=FT_HELP["finetune"]),
+    "lora_rank": typer.Option(16, "--lora-rank", help=FT_HELP["rank"]),
+    "lora_alpha": typer.Option(None, "--lora-alpha", help=FT_HELP["alpha"]),
+    "lora_targets": typer.Option("all-linear", "--lora-targets", help=FT_HELP["targets"]),
+    "lora_dropout": typer.Option(0.0, "--lora-dropout", help=FT_HELP["dropout"]),
+    "trainable": typer.Option("head", "--trainable", help=FT_HELP["trainable"]),
+    "base_format": typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
+    "offload": typer.Option("none", "--offload", help=FT_HELP["offload"]),
+    "loss": typer.Option("full", "--loss", help=FT_HELP["loss"]),
+}
+
+#: the training precision and optimizer
+TRAIN_OPTS = {
+    "precision": typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | "
+                              "fp8-mixed (TransformerEngine fp8)."),
+    "optimizer": typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+}
+
+#: serving: the KV cache's dtype and the weights' stored format
+SERVE_OPTS = {
+    "kv_dtype": typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
+    "weights": typer.Option(None, "--weights", help=WEIGHTS_HELP),
+}
+
+#: the plans' layout pins and per-GPU overheads
+LAYOUT_OPTS = {
+    "tp": typer.Option(None, "--tp", help="Pin the tensor-parallel degree (plan infer: with "
+                       "--input-len)."),
+    "pp": typer.Option(None, "--pp", help="Pin the pipeline-parallel degree (plan infer: with "
+                       "--input-len)."),
+    "ep": typer.Option(None, "--ep", help="Pin the expert-parallel degree (plan infer: of a MoE "
+                       "model over the tp GPUs, 1 or tp, with --input-len)."),
+    "cuda_context_gib": typer.Option(None, "--cuda-context-gib",
+                                     help="CUDA context and workspaces per GPU (default 1 GiB)."),
+    "comm_buffer_gib": typer.Option(None, "--comm-buffer-gib",
+                                    help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
+    "fragmentation": typer.Option(None, "--fragmentation",
+                                  help="Allocator slack, fraction of tensor bytes (default 0.05)."),
+}
+
+#: options every command that has them spells alike
+COMMON_OPTS = {
+    "gpu_file": typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
+    "json": typer.Option(False, "--json", help="Print JSON for scripts."),
+}

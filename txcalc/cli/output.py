@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import TxcalcError
+from ..answers.common import json_text as strict_json  # noqa: F401  (compare, report)
 from ..units import human  # noqa: F401  (re-exported for the commands)
 
 
@@ -50,18 +50,6 @@ class _Console:
 
 
 console = _Console()
-
-
-def strict_json(obj, **kw) -> str:
-    """JSON text with ``allow_nan=False``: NaN and infinities are not JSON. Input validation
-    (txcalc.inputs) keeps every figure finite; one that still is not becomes a TxcalcError
-    (one line, exit 2), never invalid JSON."""
-    import json  # here: a table's command never needs it
-    try:
-        return json.dumps(obj, allow_nan=False, **kw)
-    except ValueError as e:
-        raise TxcalcError(f"a result is not a finite number, so it cannot be written as JSON "
-                          f"({e}); please report the command") from None
 
 
 def emit_json(obj: dict) -> None:

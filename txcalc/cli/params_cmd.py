@@ -7,13 +7,7 @@ import typer
 from .typer_app import app
 from .output import console, emit_json, human, table
 
-MODEL_HELP = ("A preset name (see `txcalc presets`), a path to a Hugging Face config.json, or a Hub "
-              "id (org/name: its config.json from the local HF cache, else downloaded).")
-WEIGHTS_HELP = ("Weight format: bf16, int8, int4-g128 (GPTQ), awq-int4-g128, fp8, fp8-block, nf4, "
-                "mxfp4, nvfp4, gguf:Q4_K_M ... (default: the config.json's quantization_config).")
-HEAD_HELP = ("Encoder head of a config.json: none (base model) | mlm | seq_cls | token_cls | "
-             "discriminator (ELECTRA's ForPreTraining; its generator is mlm) | "
-             "auto (the class its 'architectures' names).")
+from .options import COMMON_OPTS, HEAD_HELP, MODEL_HELP, SERVE_OPTS, WEIGHTS_HELP  # noqa: F401
 
 
 def __getattr__(name: str):
@@ -28,22 +22,16 @@ def __getattr__(name: str):
 
 
 @app.command()
-def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+def presets(json_out: bool = COMMON_OPTS["json"]):
     """List the named models and their parameter counts, and the config.json model types
     txcalc reads."""
-    from ..engine.accounting import param_totals
-    from ..model.hf import supported_types
-    from ..model.presets import PRESETS
+    from ..answers.params import presets as answer
 
-    rows = []
-    for name, cfg in PRESETS.items():
-        total, active = param_totals(cfg)  # count_params's sums, each kind of block built once
-        rows.append({"name": name, "family": cfg.family, "layers": cfg.n_layers,
-                     "d_model": cfg.d_model, "total_params": total, "active_params": active})
-    types = supported_types()
+    out = answer().json
     if json_out:
-        emit_json({"presets": rows, "model_types": types})
+        emit_json(out)
         return
+    rows, types = out["presets"], out["model_types"]
     console.print(table("txcalc presets", ["name", "family", "layers", "d_model", "params",
                                            "active"],
                         [(r["name"], r["family"], r["layers"], r["d_model"],
@@ -55,41 +43,24 @@ def presets(json_out: bool = typer.Option(False, "--json", help="Print JSON for 
 @app.command()
 def params(model: str = typer.Argument(..., help=MODEL_HELP),
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
-           weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
-           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+           weights: str = SERVE_OPTS["weights"],
+           json_out: bool = COMMON_OPTS["json"],
            hf_class: str = typer.Option(
                None, "--hf-class", help="For a model_type txcalc has no converter for (counted "
                "by a module walk): the transformers class to build, e.g. AutoModelForCausalLM; "
                "default: the config's architectures[0], else AutoModel.")):
     """Exact parameter counts per component and per layer type, and the checkpoint's bytes."""
-    from .. import load
-    from ..engine.accounting import count_params
-    from ..errors import ConfigError
-    from ..engine.formats import model_checkpoint_bytes, resolve
+    from ..answers.params import params as answer
 
-    try:
-        cfg = load(model) if head is None else load(model, head)
-    except ConfigError as e:  # txcalc.model.hf (heavy) is imported only where a config.json is read
-        from ..model.hf import UnsupportedModelType
-        if not isinstance(e, UnsupportedModelType):
-            raise
-        if weights is not None:
-            from ..errors import ConfigError
-            raise ConfigError(f"--weights ({weights!r:.80}) needs a model_type txcalc has a "
-                              f"converter for; {e.name} is counted by a module walk") from None
-        _module_walk(e, hf_class, json_out)
-        return
-    if hf_class is not None:
-        from ..errors import ConfigError
-        raise ConfigError(f"--hf-class ({hf_class!r:.80}) applies only to a model_type txcalc "
-                          f"has no converter for; {cfg.name} has one")
-    counts = count_params(cfg)
-    sch, mtp = resolve(model, weights)
-    ckpt = model_checkpoint_bytes(cfg, sch, mtp)
-    fmt = sch.name if sch is not None else "bf16"
+    ans = answer(model, head, weights, hf_class)
     if json_out:
-        emit_json(counts.to_json() | {"weights": fmt, "checkpoint_bytes": ckpt})
+        emit_json(ans.json)
         return
+    if "walk" in ans.parts:
+        _print_walk(ans.parts["walk"])
+        return
+    counts, fmt, mtp = ans.parts["counts"], ans.parts["format"], ans.parts["mtp"]
+    ckpt = ans.parts["checkpoint_bytes"]
     total = counts.total
     console.print(f"[bold]{counts.cfg.name}[/bold]: {total:,} parameters "
                   f"({human(total)}), {counts.active:,} active per token; "
@@ -106,18 +77,8 @@ def params(model: str = typer.Argument(..., help=MODEL_HELP),
                          for r in counts.by_layer_type()]))
 
 
-def _module_walk(e, hf_class: str | None, json_out: bool) -> None:
+def _print_walk(w) -> None:
     """``txcalc params`` for a model_type without a converter: the module walk's rows."""
-    from ..model.hf import CONVERTERS
-    from ..inputs import text
-    from ..model.modulewalk import walk_hf_dict
-
-    if hf_class is not None:
-        hf_class = text("--hf-class", hf_class, max_len=200)
-    w = walk_hf_dict(e.raw, e.name, hf_class, supported=", ".join(sorted(CONVERTERS)))
-    if json_out:
-        emit_json(w.to_json())
-        return
     total = w.total
     console.print(f"[bold]{w.name}[/bold]: {total:,} parameters ({human(total)}); "
                   f"method: module-walk of {w.model_class} ({w.class_source}), transformers "

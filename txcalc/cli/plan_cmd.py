@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import math
-
 import typer
 
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json
-from .params_cmd import MODEL_HELP, STACK_HELP, WEIGHTS_HELP
-from .fit_cmd import FT_OPTS, make_finetune
+from .params_cmd import STACK_HELP
+from .options import COMMON_OPTS, FT_OPTS, LAYOUT_OPTS, MODEL_HELP, SERVE_OPTS, TRAIN_OPTS
 from .costs_cmd import GLOBAL_HELP
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
-
-
-def _overheads(context_gib, comm_gib, fragmentation):
-    from ..parallel.overheads import Overheads
-    return Overheads.from_gib(context_gib, comm_gib, fragmentation)
 
 
 @plan_app.command("train")
@@ -32,19 +25,19 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           seq: int = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
           global_batch: int = typer.Option(None, "--global-batch",
                                            help="Sequences per step (default ~4M tokens)."),
-          precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
-          optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+          precision: str = TRAIN_OPTS["precision"],
+          optimizer: str = TRAIN_OPTS["optimizer"],
           price: float = typer.Option(None, "--price", help="Price per GPU-hour (your currency)."),
           achieved_tflops: float = typer.Option(None, "--achieved-tflops",
                                                 help="Sustained hardware TFLOP/s per GPU (overrides the roofline)."),
-          gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
-          context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
-          comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
-          fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
-          tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree."),
-          pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree."),
+          gpu_file: str = COMMON_OPTS["gpu_file"],
+          context_gib: float = LAYOUT_OPTS["cuda_context_gib"],
+          comm_gib: float = LAYOUT_OPTS["comm_buffer_gib"],
+          fragmentation: float = LAYOUT_OPTS["fragmentation"],
+          tp: int = LAYOUT_OPTS["tp"],
+          pp: int = LAYOUT_OPTS["pp"],
           cp: int = typer.Option(None, "--cp", help="Pin the context-parallel degree."),
-          ep: int = typer.Option(None, "--ep", help="Pin the expert-parallel degree."),
+          ep: int = LAYOUT_OPTS["ep"],
           zero: int = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
           micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch."),
           recompute: str = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full | op (torchtitan's op-level)."),
@@ -64,38 +57,21 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           loss: str = FT_OPTS["loss"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
-          json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+          json_out: bool = COMMON_OPTS["json"]):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
-    from .options import options
-    from ..train.planner import plan_train
+    from ..answers.plan import plan_train as answer
 
-    opts = options(tokens=tokens, gpu=gpu, days=days, max_gpus=max_gpus, gpus=gpus, seq=seq,
-                   global_batch=global_batch, precision=precision, optimizer=optimizer,
-                   price=price, achieved_tflops=achieved_tflops, gpu_file=gpu_file,
-                   cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
-                   fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
-                   micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
-                   stack=stack, overlap=overlap, recompute_layers=recompute_layers,
-                   goodput=goodput, global_tokens=global_tokens)
-    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
-                       base_format)
-    p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
-                   days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
-                   optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
-                   achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
-                   stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
-                   global_tokens=global_tokens,
-                   overheads=_overheads(context_gib, comm_gib, fragmentation),
-                   only={k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
-                                           ("zero", zero), ("micro_batch", micro_batch),
-                                           ("recompute", recompute),
-                                           ("recompute_layers", recompute_layers),
-                                           ("offload_checkpoints", offload_checkpoints))
-                         if v is not None})
-    out = p.to_json()
+    ans = answer(model, tokens, gpu, days, max_gpus, gpus, seq, global_batch, precision,
+                 optimizer, price, achieved_tflops, gpu_file, context_gib, comm_gib,
+                 fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
+                 offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
+                 lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
+                 global_tokens)
+    out = ans.json
     if json_out:
         emit_json(out)
         return
+    p, ft = ans.parts["plan"], ans.parts["finetune"]
     _print_train(p, {"--gpus": gpus, "--max-gpus": max_gpus, "--tp": tp, "--pp": pp,
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
                      "--recompute": recompute, "--recompute-layers": recompute_layers,
@@ -175,14 +151,14 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
           context: str = typer.Option(None, "--context", help="Tokens per sequence: 128k (=131072), 8192 (default with --input-len: input + output)."),
           concurrency: int = typer.Option(None, "--concurrency", help="Sequences served at once (default 1); with --input-len: clients of a closed loop."),
-          kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
+          kv_dtype: str = SERVE_OPTS["kv_dtype"],
           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
           precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
-          weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
-          gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
-          context_gib: float = typer.Option(None, "--cuda-context-gib", help="CUDA context and workspaces per GPU (default 1 GiB)."),
-          comm_gib: float = typer.Option(None, "--comm-buffer-gib", help="NCCL/bucket buffers per GPU (default 0.5 GiB)."),
-          fragmentation: float = typer.Option(None, "--fragmentation", help="Allocator slack, fraction of tensor bytes (default 0.05)."),
+          weights: str = SERVE_OPTS["weights"],
+          gpu_file: str = COMMON_OPTS["gpu_file"],
+          context_gib: float = LAYOUT_OPTS["cuda_context_gib"],
+          comm_gib: float = LAYOUT_OPTS["comm_buffer_gib"],
+          fragmentation: float = LAYOUT_OPTS["fragmentation"],
           gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization", help="vLLM's fraction of GPU memory for weights, activations and KV blocks (default 0.9)."),
           block_size: int = typer.Option(None, "--block-size", help="Tokens per KV block (vLLM 16; TRT-LLM 64 or 128)."),
           max_model_len: str = typer.Option(None, "--max-model-len", help="Longest sequence the engine admits (default: the context)."),
@@ -196,57 +172,45 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           ttft_p99: str = typer.Option(None, "--ttft-p99", help="SLO on the 99th percentile time to first token: 2s, 500ms."),
           itl_p99: str = typer.Option(None, "--itl-p99", help="SLO on the 99th percentile inter-token latency: 50ms."),
           price: float = typer.Option(None, "--price", help="Price per GPU-hour: cost per million tokens."),
-          tp: int = typer.Option(None, "--tp", help="Pin the tensor-parallel degree (with --input-len)."),
-          pp: int = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree (with --input-len)."),
-          ep: int = typer.Option(None, "--ep", help="Pin expert parallelism of a MoE model over the tp GPUs (1 or tp; with --input-len)."),
+          tp: int = LAYOUT_OPTS["tp"],
+          pp: int = LAYOUT_OPTS["pp"],
+          ep: int = LAYOUT_OPTS["ep"],
           plot: str = typer.Option(None, "--plot", help="Folder for two PNGs (with --input-len): TTFT/ITL against load, and the layouts' throughput-latency Pareto front."),
           replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
-          json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
+          json_out: bool = COMMON_OPTS["json"]):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
     with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
     meet latency SLOs, from a simulation of continuous batching (txcalc.serve.sim)."""
-    from .options import options
-    from ..serve.infer import plan_infer
-    from ..serve import kv as S
-    kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
-                           max_num_batched_tokens, prefix_hit_rate, engine)
-    if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
-        _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
-                    itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                    kv_opts, json_out, ep, plot, attention_kernel)
-        return
-    for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep),
-                    ("--plot", plot), ("--attention-kernel", attention_kernel)):
-        if v is not None:
-            raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
-                                 "--output-len with --rate or --concurrency")
-    if context is None:
-        raise S.ServingError("give --context (tokens per sequence), or --input-len and "
-                             "--output-len for a serving plan")
-    concurrency = 1 if concurrency is None else concurrency
+    from ..answers.plan import plan_infer as answer
 
-    opts = options(gpu=gpu, required_context=context, concurrency=concurrency,
-                   kv_dtype=kv_dtype, tokens_per_s=tokens_per_s, precision=precision,
-                   gpu_file=gpu_file, cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
-                   fragmentation=fragmentation)
-    p = plan_infer(model, gpu, opts["required_context"], concurrency, kv_dtype=kv_dtype,
-                   tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
-                   overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
-    out = p.to_json()
-    b = p.best
-    # the engine's own non-torch rule unless --cuda-context-gib sizes the context; a
-    # --comm-buffer-gib given alone replaces the engine's communicator term only
-    sized = _overheads(context_gib, comm_gib, fragmentation) if context_gib is not None else None
-    comm_alone = None if sized is not None or comm_gib is None else \
-        _overheads(None, comm_gib, None).comm_buffer_bytes
-    kv = S.kv_capacity_or_none(model, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
-                               precision=precision, weights=weights, overheads=sized,
-                               comm_buffer_bytes=comm_alone,
-                               **{"max_model_len": p.context, **kv_opts})
-    out.update(S.kv_json(kv))
+    ans = answer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precision, weights,
+                 gpu_file, context_gib, comm_gib, fragmentation, gpu_memory_utilization,
+                 block_size, max_model_len, max_num_batched_tokens, prefix_hit_rate,
+                 attention_kernel, engine, input_len, output_len, rate, ttft_p99, itl_p99,
+                 price, tp, pp, ep, plot, replicas)
+    out, mode = ans.json, ans.parts["mode"]
+    if mode == "slo" and plot is not None:
+        from ..report.serving_load import write_serving_plots
+        from ..serve.load import serving_load_data
+        b = ans.parts["plan"].best
+        out["plots"] = write_serving_plots(serving_load_data(
+            ans.parts["served"], gpu, ans.parts["input_len"], ans.parts["output_len"],
+            tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
+            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file), plot)
     if json_out:
         emit_json(out)
         return
+    if mode == "offline":
+        _print_max_throughput(out, kv_dtype)
+    elif mode == "slo":
+        _print_serve_plan(ans.parts["plan"], out)
+    else:
+        _print_infer(ans.parts["plan"], ans.parts["kv"])
+
+
+def _print_infer(p, kv) -> None:
+    """plan infer's capacity answer for people."""
+    b = p.best
     from .narrow import fit_table, say
     say(console, [f"{p.concurrency} sequences of {p.context:,} tokens,",
                   f"KV cache {p.kv_dtype},", f"weights {p.weights}"],
@@ -272,43 +236,10 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                   f"block {kv.block_size}): ", sep=" ")
 
 
-def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weights, gpu_file,
-                    json_out) -> None:
-    """plan infer's offline mode (--rate inf, no SLO): output tokens/s at maximum load, every
-    request queued at once (``trtllm-bench throughput``), from ``serve.infer.serve_throughput``
-    with trtllm-bench's engine settings; tp (pp) pinned, else each TP degree up to a node
-    whose layout fits, ranked by output tokens/s per GPU."""
-    from ..engine.hardware import get_gpu
-    from ..errors import PlanError
-    from ..serve.infer import serve_throughput
-    g = get_gpu(gpu, gpu_file)
-    pp = 1 if pp is None else pp
-    tps = [tp] if tp is not None else [t for t in (1, 2, 4, 8, 16, 32, 64)
-                                        if t <= g.gpus_per_node]
-    rows, errors = [], []
-    for t in tps:
-        try:
-            rows.append(serve_throughput(model, g, n_in, n_out, tp=t, pp=pp, weights=weights,
-                                         kv_dtype=kv_dtype, precision=precision,
-                                         gpu_file=gpu_file))
-        except PlanError as e:
-            errors.append(str(e))
-    if not rows:
-        raise PlanError(errors[0] if len(errors) == 1 else
-                        f"no tp in {tps} x pp {pp} fits: {errors[0]}")
-    rows.sort(key=lambda d: (-d["output_tokens_per_s"] / (d["tp"] * d["pp"]), d["tp"]))
+def _print_max_throughput(out: dict, kv_dtype: str) -> None:
+    """plan infer's offline answer (--rate inf, no SLO) for people."""
+    rows, n_in, n_out = out["layouts"], out["input_len"], out["output_len"]
     b = rows[0]
-    out = {**b, "input_len": n_in, "output_len": n_out, "rate": "inf",
-           "mode": "offline max throughput", "total_gpus": b["tp"] * b["pp"],
-           "layouts": rows,
-           "notes": ["every request queued at once (trtllm-bench throughput); batch = "
-                     "min(trtllm-bench's max_batch_size, the KV cache's sequences, "
-                     "max_num_tokens x output / (input + output)); step time from "
-                     "serving_sim.StepModel at the default efficiencies (calibrate them "
-                     "for a GPU with txcalc.serve.infer.serve_throughput(profile=...))"]}
-    if json_out:
-        emit_json(out)
-        return
     from .narrow import fit_table, say
     say(console, [f"{n_in:,} in / {n_out:,} out tokens,", "every request at once,",
                   f"weights {b['weights']},", f"KV cache {kv_dtype}"],
@@ -326,58 +257,8 @@ def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weight
                 f"{d['output_tokens_per_s'] / (d['tp'] * d['pp']):,.0f}") for d in rows])
 
 
-def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
-                itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                kv_opts, json_out, ep=None, plot=None, attention_kernel=None) -> None:
-    """plan infer's SLO mode: ``serving_plan.plan_serving`` on the checked flags."""
-    from .options import options
-    from .. import inputs as I
-    from ..serve.kv import ServingError
-    from ..serve.plan import parse_duration, parse_rate, plan_serving
-    if input_len is None or output_len is None:
-        raise ServingError("a serving plan needs both --input-len and --output-len")
-    if context is not None:
-        raise ServingError("--context and --input-len/--output-len exclude each other (the "
-                           "context of a request is input + output)")
-    n_in = I.parse_context(input_len, "--input-len", zero=False)
-    n_out = I.parse_context(output_len, "--output-len", zero=False)
-    if (rate is None) == (concurrency is None):
-        raise ServingError("a serving plan needs exactly one of --rate and --concurrency")
-    opts = options(gpu=gpu, concurrency=concurrency, kv_dtype=kv_dtype, precision=precision,
-                   gpu_file=gpu_file, price=price, tp=tp, pp=pp)
-    r = None if rate is None else parse_rate(rate)
-    ttft = None if ttft_p99 is None else parse_duration(ttft_p99, "--ttft-p99")
-    itl = None if itl_p99 is None else parse_duration(itl_p99, "--itl-p99")
-    reps = None if replicas is None else I.integer("--replicas", replicas, 1, 4096)
-    if r is not None and math.isinf(r) and ttft is None and itl is None and reps is None \
-            and plot is None and not kv_opts:
-        _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weights,
-                        gpu_file, json_out)
-        return
-    kw = {k: v for k, v in kv_opts.items() if k != "max_model_len"}
-    if "max_model_len" in kv_opts and kv_opts["max_model_len"] < n_in + n_out:
-        raise ServingError(f"--max-model-len ({kv_opts['max_model_len']:,}) is shorter than "
-                           f"--input-len + --output-len ({n_in + n_out:,})")
-    if plot is not None:  # refuse a bad folder before the simulations
-        from ..atomic import check_out_folder
-        check_out_folder(plot, "--plot")
-    p = plan_serving(model, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
-                     ttft_p99_s=ttft, itl_p99_s=itl, price_per_gpu_hour=price, tp=tp, pp=pp,
-                     replicas=reps, kv_dtype=kv_dtype, precision=precision, weights=weights,
-                     gpu_file=gpu_file, ep=ep, **kw,
-                     **({} if attention_kernel is None
-                        else {"attention_kernel": attention_kernel}))
-    out = p.to_json()
-    if plot is not None:
-        from ..report.serving_load import write_serving_plots
-        from ..serve.load import serving_load_data
-        b = p.best
-        out["plots"] = write_serving_plots(serving_load_data(
-            model, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
-            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file), plot)
-    if json_out:
-        emit_json(out)
-        return
+def _print_serve_plan(p, out: dict) -> None:
+    """plan infer's SLO answer for people."""
     b = p.best
     load = (f"{p.rate:g} requests/s" if p.rate is not None else
             f"{p.concurrency} concurrent clients")

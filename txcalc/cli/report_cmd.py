@@ -6,8 +6,7 @@ import typer
 
 from .typer_app import app
 from .output import console, emit_json
-from .params_cmd import MODEL_HELP, WEIGHTS_HELP
-from .fit_cmd import FT_OPTS
+from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, SERVE_OPTS, TRAIN_OPTS
 
 
 @app.command()
@@ -15,12 +14,12 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            out: str = typer.Option(..., "--out", "-o", help="Folder to write the report to."),
            params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B): model states only."),
            inference: bool = typer.Option(False, "--inference", help="A serving report (weights + KV cache) instead of training."),
-           weights: str = typer.Option(None, "--weights", help="Serving: " + WEIGHTS_HELP),
+           weights: str = SERVE_OPTS["weights"],
            gpu: str = typer.Option(None, "--gpu", help="GPU name (h100, h200, ...)."),
            gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
-           gpu_file: str = typer.Option(None, "--gpu-file", help="CSV of extra GPUs (catalog columns)."),
-           precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp8-mixed (TransformerEngine fp8)."),
-           optimizer: str = typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+           gpu_file: str = COMMON_OPTS["gpu_file"],
+           precision: str = TRAIN_OPTS["precision"],
+           optimizer: str = TRAIN_OPTS["optimizer"],
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
            seq: int = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
@@ -33,7 +32,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            price: float = typer.Option(None, "--price", help="Price of one GPU-hour, for the cost (training run or serving per hour)."),
            context: str = typer.Option("0", "--context", help="Serving: tokens per sequence, 128k = 131072 (0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
-           kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32."),
+           kv_dtype: str = SERVE_OPTS["kv_dtype"],
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
            input_len: str = typer.Option("0", "--input-len", help="Serving: prompt tokens per request; with --output-len adds TTFT/ITL against load and the layouts' throughput-latency Pareto front (simulated)."),
            output_len: str = typer.Option("0", "--output-len", help="Serving: output tokens per request (with --input-len)."),

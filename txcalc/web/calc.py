@@ -1,12 +1,14 @@
 """The what-if page's answers: the page's controls -> the CLI commands they stand for -> those
-commands' own ``--json`` answers.
+commands' answers, computed in this process by txcalc.answers.
 
 Nothing here computes a figure. A form (the page's controls, all text) becomes the argument
-lists of the CLI commands behind each panel of the page (``commands``); ``run_json`` runs one
-of them as a command (``python -m txcalc ARGV --json``), so the JSON the page shows is, byte
-for byte, what the CLI prints, and a bad input gives the CLI's own one-line message. The page
-shows the same argument lists as the equivalent commands. (A command, not an import: the page
-is one more user of the CLI, above it, and nothing outside txcalc/cli imports the CLI.)
+lists of the CLI commands behind each panel of the page (``commands``); ``answer_bytes`` reads
+one back into its answer function's arguments (``call_of``: each ``--flag`` is the parameter
+of that name, its text read as the parameter's type) and calls it, so the JSON the page shows
+is, byte for byte, what ``txcalc ARGV --json`` prints (the same function, the same JSON text),
+and a bad input gives the command's own one-line message. The page shows the same argument
+lists as the equivalent commands. Only the report link still runs a command (``run_cli``):
+a report is a set of files, written by ``txcalc report``.
 
     task      | panel   | command
     ----------|---------|-------------------------------------------------------------------
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -33,6 +36,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from ..answers.costs import PEAK_LABELS  # noqa: F401  (the page's words for the peak)
 from ..errors import TxcalcError
 
 TASKS = ("train", "finetune", "serve")
@@ -177,10 +181,6 @@ def shell_line(argv: list[str]) -> str:
     return shlex.join(["txcalc", *argv])
 
 
-#: the memory command's words for its peak categories (cli.costs_cmd._PEAK_PARTS; a test
-#: keeps the two equal: this package runs the CLI, it does not import it)
-PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
-               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 COMMAND_TIMEOUT_S = 600
 CACHE_ENTRIES = 256
 
@@ -200,8 +200,8 @@ def _env() -> dict[str, str]:
 
 
 def run_cli(argv: list[str], cache: bool = False) -> bytes:
-    """What ``txcalc ARGV --json`` prints: the CLI itself, run as a command (the page is one
-    more user of it), so the page's JSON is the CLI's byte for byte. A refused input raises
+    """What ``txcalc ARGV --json`` prints, the CLI run as a command (the report link, and
+    benchmarks/web_speed.py's baseline). A refused input raises
     CommandFailed with the CLI's one line (its ``txcalc: error:`` prefix cut); a command that
     ends otherwise raises RuntimeError. ``cache``: the answer depends on argv alone (a preset,
     an uploaded file named by its hash), so a repeated question is answered from memory."""
@@ -232,9 +232,95 @@ def run_cli(argv: list[str], cache: bool = False) -> bytes:
     raise RuntimeError(f"{shell_line(argv)} exited with status {r.returncode}: {last:.300}")
 
 
+#: the commands the page's panels run -> their answer functions (txcalc.answers)
+ANSWERS = {("params",): "params", ("flops",): "flops", ("memory",): "memory", ("fit",): "fit",
+           ("plan", "train"): "plan_train", ("plan", "infer"): "plan_infer"}
+
+
+def _value(flag: str, text: str, annotation: str):
+    """A control's text as the answer's parameter type (its annotation's first word), as the
+    CLI reads it: an ASCII integer, a decimal number or text."""
+    kind = annotation.split("|")[0].strip()
+    if kind == "int":
+        if not re.fullmatch(r"[+-]?[0-9]{1,18}", text):
+            raise CommandFailed(f"Invalid value for '{flag}': {text!r} is not a valid integer.",
+                                [])
+        return int(text)
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise CommandFailed(f"Invalid value for '{flag}': {text!r} is not a valid float.",
+                                []) from None
+    return text
+
+
+def call_of(argv: list[str]):
+    """(answer function, keyword arguments) of a panel's command: the command's words name
+    the function (ANSWERS), the model is its first argument, each ``--flag VALUE`` the
+    parameter ``flag`` (``--kv-dtype``: kv_dtype), each bare ``--flag`` a True bool."""
+    import inspect
+
+    from .. import answers
+    n = 2 if argv[:1] == ["plan"] else 1
+    name = ANSWERS.get(tuple(argv[:n]))
+    if name is None:
+        raise WebInputError(f"no answer for the command {shell_line(argv[:n])!r}")
+    fn = answers.get(name)
+    sig = inspect.signature(fn).parameters
+    kw, rest = {"model": argv[n]}, argv[n + 1:]
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        key = flag.removeprefix("--").replace("-", "_")
+        if not flag.startswith("--") or key not in sig or key == "model":
+            raise RuntimeError(f"{shell_line(argv)}: {flag!r} is no option of {name}")
+        ann = str(sig[key].annotation)
+        if ann.startswith("bool"):
+            kw[key], i = True, i + 1
+            continue
+        try:
+            kw[key] = _value(flag, rest[i + 1], ann)
+        except CommandFailed as e:
+            raise CommandFailed(str(e), argv) from None
+        i += 2
+    return fn, kw
+
+
+def answer_bytes(argv: list[str], cache: bool = False) -> bytes:
+    """What ``txcalc ARGV --json`` prints, computed here: the answer function of the command
+    (``call_of``) and the JSON text the command prints. A refused input raises CommandFailed
+    with the command's one line. ``cache``: the answer depends on argv alone (a preset, an
+    uploaded file named by its hash), so a repeated question is answered from memory."""
+    from ..answers import json_text
+    key = tuple(argv)
+    if cache:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+                return _CACHE[key]
+    fn, kw = call_of(argv)
+    with _SLOTS:
+        try:
+            body = (json_text(fn(**kw).json, indent=2) + "\n").encode()
+        except CommandFailed:
+            raise
+        except TxcalcError as e:
+            raise CommandFailed(str(e), argv) from None
+    if cache:
+        with _CACHE_LOCK:
+            _CACHE[key] = body
+            while len(_CACHE) > CACHE_ENTRIES:
+                _CACHE.popitem(last=False)
+    return body
+
+
 def run_json(argv: list[str], cache: bool = False) -> dict:
-    """``run_cli``'s answer as a dict (json keeps the CLI's integers exact)."""
-    return json.loads(run_cli(argv, cache))
+    """The answer of a command as a dict (json keeps the integers exact): a panel's computed
+    here (``answer_bytes``), a report's by running ``txcalc report`` (``run_cli``)."""
+    if argv[:1] == ["report"]:
+        return json.loads(run_cli(argv, cache))
+    return json.loads(answer_bytes(argv, cache))
 
 
 def cached_hub_ids(limit: int = 500) -> list[str]:

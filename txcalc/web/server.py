@@ -5,7 +5,8 @@
     GET /                    | the page (static/index.html; its script and style beside it)
     GET /api/options         | what the controls offer: presets, GPUs, precisions, formats ...
     GET /api/commands?FORM   | {panel: the equivalent ``txcalc`` command}, and the report link
-    GET /api/PANEL?FORM      | the JSON ``txcalc ... --json`` prints for the panel's command
+    GET /api/PANEL?FORM      | the JSON ``txcalc ... --json`` prints for the panel's command,
+                             | computed in this process by its txcalc.answers function
                              | (PANEL: params, flops, memory, answer; calc.commands)
     POST /api/upload?name=N  | a config.json (the body; N: its file name) kept for this
                              | server's life: {"model": its path}
@@ -198,7 +199,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path.startswith("/api/") and path[5:] in calc.PANELS:
             form = self._form(url.query)
             argv = calc.commands(form)[path[5:]]
-            body = calc.run_cli(argv, cache=self._fixed(form["model"]))
+            body = calc.answer_bytes(argv, cache=self._fixed(form["model"]))
             self._send(HTTPStatus.OK, body, "application/json",
                        {"X-Txcalc-Command": calc.shell_line(argv)})
         elif path == "/report":

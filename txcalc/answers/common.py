@@ -1,0 +1,103 @@
+"""What every answer shares: the Answer record, JSON text, a model resolved once, and the
+workload and fine-tuning setup of flops, memory, fit and plan train."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import TxcalcError
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One command's answer: ``json`` is what its ``--json`` prints; ``parts`` the objects
+    the command's tables are drawn from (a plan, the parameter counts, the GPU row)."""
+
+    json: dict
+    parts: dict = field(default_factory=dict)
+
+
+def json_text(obj, **kw) -> str:
+    """JSON text with ``allow_nan=False``: NaN and infinities are not JSON. Input validation
+    (txcalc.inputs) keeps every figure finite; one that still is not becomes a TxcalcError
+    (one line, exit 2), never invalid JSON. Python ints stay exact (no float round trip).
+    ``json_text(answer.json, indent=2)`` is what a command's ``--json`` prints (and a
+    newline)."""
+    import json  # here: a table's command never needs it
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError as e:
+        raise TxcalcError(f"a result is not a finite number, so it cannot be written as JSON "
+                          f"({e}); please report the command") from None
+
+
+def load_model(model, head: str | None = None):
+    """The ModelConfig of a model argument (a preset, a config.json, a Hub id), read once."""
+    from .. import load
+    return load(model) if head is None else load(model, head)
+
+
+def stored_weights(model, weights: str | None):
+    """(scheme, MTP layers) of the weights: ``--weights`` when given, else the
+    quantization_config of the config.json ``model`` names (None: the precision's dtype)."""
+    from ..engine.formats import resolve
+    return resolve(model, weights)
+
+
+def serving_model(model, cfg, weights: str | None):
+    """What the serve functions get for the model: its ModelConfig, or the config.json's path
+    when the file says more than a ModelConfig carries: its quantization_config (the stored
+    format, without ``--weights``) or an ``architectures[0]`` (vLLM's model-file key, which
+    sizes the profiling run) other than the config's ``hf_architecture``. The serve
+    functions read those from the file."""
+    from ..serve.kv import hf_architecture
+    arch = hf_architecture(model)
+    if (weights is None and stored_weights(model, None)[0] is not None) or (
+            arch is not None and arch != cfg.hf_architecture):
+        return model
+    return cfg
+
+
+def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
+             recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
+    """The workload of flops / memory; ``stack`` (txcalc.engine.stacks) sets the fused kernels
+    and, when ``attn`` is None, the attention kernel (else flash)."""
+    from ..engine.workload import Workload
+    prof = None
+    if stack is not None:
+        from ..engine.stacks import get_stack
+        prof = get_stack(stack)
+    attn = attn or (prof.attn_impl if prof else "flash")
+    return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
+                    dropout=dropout, fused=prof.fused if prof else (),
+                    keeps=prof.keeps if prof else (),
+                    loss_kernel=prof.loss_kernel if prof else "hf",
+                    softmax_fp32=prof.softmax_fp32 if prof else True,
+                    recompute_method=recompute_method, recompute_layers=recompute_layers,
+                    loss=loss, global_tokens=global_tokens)
+
+
+def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
+                  trainable: str, base: str):
+    """The Finetune the fine-tuning options describe (None for full fine-tuning)."""
+    from ..engine.finetune import finetune_from_options
+    return finetune_from_options(mode, rank, alpha, targets, dropout, trainable, base)
+
+
+def image_tokens(cfg, images: int, image_size: int) -> int:
+    """Tokens ``images`` images add to each sequence (0 without --images)."""
+    return cfg.image_seq_tokens(images, image_size) if images else 0
+
+
+def cross_rows(cfg, images: int) -> int:
+    """Mllama: vision-state rows its cross-attention layers read, those of --images N images
+    (--src-seq overrides; without either they read --seq rows, as every command and the
+    planner take an unset src_seq); 0 for other models."""
+    return images * cfg.image_states if cfg.cross_layers else 0
+
+
+def overheads(context_gib, comm_gib, fragmentation):
+    """The per-GPU overheads of ``--cuda-context-gib``, ``--comm-buffer-gib`` and
+    ``--fragmentation`` (None: the default of each)."""
+    from ..parallel.overheads import Overheads
+    return Overheads.from_gib(context_gib, comm_gib, fragmentation)

@@ -1,0 +1,174 @@
+"""``txcalc flops`` and ``txcalc memory``: the answers (one training step or inference, per
+component)."""
+
+from __future__ import annotations
+
+from .common import (Answer, cross_rows, image_tokens, load_model, make_finetune,
+                     stored_weights, workload)
+
+#: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
+PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
+               "master": "fp32 master", "act": "activations", "temp": "temporaries"}
+
+
+def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: str = "flash",
+          recompute: str = "none", context: str = "0", finetune: str = "full",
+          lora_rank: int = 16, lora_alpha: float | None = None,
+          lora_targets: str = "all-linear", lora_dropout: float = 0.0,
+          trainable: str = "head", base_format: str = "nf4", loss: str = "full",
+          head: str | None = None, images: int = 0, image_size: int = 0,
+          global_tokens: int = 0) -> Answer:
+    """Matmul FLOPs of one training step (executed and model), and inference costs."""
+    from ..engine.accounting import count_flops
+    from ..engine.workload import check_fits
+    from .checks import checked
+
+    context = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
+                      context=context, images=images, image_size=image_size,
+                      global_tokens=global_tokens)["context"]
+    cfg = load_model(model, head)
+    extra = image_tokens(cfg, images, image_size)
+    seq = checked(seq=seq + extra)["seq"]
+    src_seq = src_seq or cross_rows(cfg, images)
+    work = workload(batch, seq, src_seq, attn, recompute, loss=loss,
+                    global_tokens=global_tokens)
+    check_fits(cfg, work)
+    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
+                       base_format)
+    f = count_flops(cfg, work, ft)
+    out = f.to_json()
+    if ft is not None:
+        from ..engine.finetune import dequant_bytes_moved
+        out["finetune"] = ft.describe()
+        out["dequant_bytes_per_step"] = dequant_bytes_moved(f.ops, 2, recompute)
+    out["prefill_flops"] = f.prefill()
+    if images:
+        out["image_tokens"] = extra
+    if context:
+        if cfg.family == "encoder":
+            from ..errors import WorkloadError
+            raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
+        out["decode_context"] = context
+        out["decode_flops_per_token"] = f.decode(context) // batch
+    return Answer(out, {"cfg": cfg, "seq": seq, "context": context})
+
+
+def memory(model: str | None = None, params: str | None = None, batch: int = 1,
+           seq: int = 2048, src_seq: int = 0, precision: str = "bf16-mixed",
+           optimizer: str = "adamw", attn: str | None = None, recompute: str = "none",
+           recompute_method: str = "block", recompute_layers: int = 0,
+           stack: str | None = None, dropout: bool = False, inference: bool = False,
+           weights: str | None = None, context: str = "0", concurrency: int = 1,
+           kv_dtype: str = "bf16", gpu: str | None = None, gpu_gb: float | None = None,
+           gpu_file: str | None = None, finetune: str = "full", lora_rank: int = 16,
+           lora_alpha: float | None = None, lora_targets: str = "all-linear",
+           lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
+           offload: str = "none", loss: str = "full", head: str | None = None,
+           images: int = 0, image_size: int = 0, global_tokens: int = 0) -> Answer:
+    """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
+    and whether they fit one GPU."""
+    from ..engine.hardware import get_gpu, gpu_memory
+    from ..errors import WorkloadError
+    from .checks import checked
+
+    opts = checked(params=params, batch=batch, seq=seq, src_seq=src_seq, precision=precision,
+                   optimizer=optimizer, attn=attn, recompute=recompute, context=context,
+                   concurrency=concurrency, kv_dtype=kv_dtype, gpu_gb=gpu_gb, gpu_file=gpu_file,
+                   images=images, image_size=image_size, stack=stack,
+                   recompute_method=recompute_method, recompute_layers=recompute_layers,
+                   global_tokens=global_tokens, **({"gpu": gpu} if gpu is not None else {}))
+    context = opts["context"]
+    # the catalog row, read once: the fit check's bytes and, in the CLI, its words
+    row = get_gpu(gpu or "h100-sxm", gpu_file) if gpu is not None or opts["gpu_gb"] is None \
+        else None
+    gpu_bytes, gpu_label, _ = gpu_memory(row, opts["gpu_gb"], gpu_file)
+    if (model is None) == (params is None):
+        raise WorkloadError("give either MODEL or --params N, not both or neither")
+    if params is not None and inference:
+        # the KV cache depends on the layers, KV heads and head width: a count cannot say
+        raise WorkloadError(f"--inference needs MODEL (a preset or config.json): the KV cache "
+                            f"depends on the model's layers and KV heads, which --params "
+                            f"({params}) does not give")
+    if weights is not None and not inference:
+        raise WorkloadError(f"--weights ({weights!r:.60}) applies to --inference; training with "
+                            "quantised frozen weights is QLoRA (txcalc's fine-tuning commands)")
+    cfg = None
+    extra = 0
+    if images:
+        if model is None:
+            raise WorkloadError(f"--images ({images}) needs MODEL (a vision-language config)")
+        cfg = load_model(model, head)
+        extra = image_tokens(cfg, images, image_size)
+        src_seq = src_seq or cross_rows(cfg, images)
+        seq = checked(seq=seq + extra)["seq"]
+        context = checked(context=str(context + extra))["context"] if context else 0
+    if params is not None:
+        from ..engine.memory import model_states
+        out = model_states(opts["params"], precision, optimizer)
+    elif inference:
+        cfg = cfg or load_model(model, head)
+        out = _inference(model, cfg, context or seq, concurrency, kv_dtype, precision, weights,
+                         src_seq)
+    else:
+        from ..engine.memory import OFFLOADS
+        from ..inputs import choice
+        choice("--offload", offload, OFFLOADS)
+        ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
+                           trainable, base_format)
+        cfg = cfg or load_model(model, head)
+        out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
+                        dropout, ft, offload, stack, recompute_method, recompute_layers,
+                        loss, global_tokens)
+    if images:
+        out["image_tokens"] = extra
+    out["gpu"] = gpu_label
+    out["gpu_bytes"] = gpu_bytes
+    out["fits_one_gpu"] = out["total_bytes"] <= gpu_bytes
+    return Answer(out, {"gpu_row": row, "gpu_gb": opts["gpu_gb"]})
+
+
+def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
+              dropout=False, ft=None, offload="none", stack=None,
+              recompute_method="block", recompute_layers=0, loss="full",
+              global_tokens=0) -> dict:
+    from ..engine.memory import TrainingMemory
+    from ..engine.workload import check_fits
+
+    work = workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
+                    recompute_layers, loss, global_tokens)
+    check_fits(cfg, work)
+    kernel = "foreach"
+    if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train
+        from ..engine.stacks import get_stack
+        kernel = get_stack(stack).optimizer_kernel
+    m = TrainingMemory(cfg, work, precision, optimizer, ft, offload, kernel)
+    return m.to_json() | m.finetune_json()
+
+
+def _inference(model, cfg, context, concurrency, kv_dtype, precision, weights=None,
+               src_seq: int = 0) -> dict:
+    from ..engine.accounting import count_params
+    from ..engine.formats import model_checkpoint_bytes
+    from ..engine.memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
+    from ..errors import WorkloadError
+
+    if concurrency <= 0 or context <= 0:
+        raise WorkloadError(f"--concurrency ({concurrency}) and --context ({context}) must be positive")
+    wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
+    n = count_params(cfg).total
+    kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype, src_seq=src_seq)
+    sch, _ = stored_weights(model, weights)
+    if sch is not None:  # the stored tensors (quantised weights and scales) stay resident
+        stored = model_checkpoint_bytes(cfg, sch)
+        return {"model": cfg.name, "precision": precision, "weights": sch.name,
+                "context": context, "concurrency": concurrency, "kv_dtype": kv_dtype,
+                "params": n, "weights_bytes": stored, "gradients_bytes": 0,
+                "optimizer_bytes": 0, "activations_bytes": 0, "kv_cache_bytes": kv,
+                "kv_cache_bytes_per_token": kv_cache_bytes_per_token(cfg, kv_dtype),
+                "total_bytes": stored + kv}
+    return {"model": cfg.name, "precision": precision, "context": context,
+            "concurrency": concurrency, "kv_dtype": kv_dtype, "params": n,
+            "weights_bytes": n * wbytes, "gradients_bytes": 0, "optimizer_bytes": 0,
+            "activations_bytes": 0, "kv_cache_bytes": kv,
+            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(cfg, kv_dtype),
+            "total_bytes": n * wbytes + kv}

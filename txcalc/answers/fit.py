@@ -1,0 +1,51 @@
+"""``txcalc fit``: the longest sequence (or largest micro-batch) one GPU (or each of N under
+ZeRO-3) trains or fine-tunes, and when nothing fits the cheapest changes that make it fit."""
+
+from __future__ import annotations
+
+from ..units import GB
+from .common import Answer, load_model, make_finetune
+
+
+def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
+        batch: int | None = None, seq: int | None = None, gpus: int = 1,
+        precision: str = "bf16-mixed", optimizer: str = "adamw", attn: str = "flash",
+        recompute: str = "none", finetune: str = "full", lora_rank: int = 16,
+        lora_alpha: float | None = None, lora_targets: str = "all-linear",
+        lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
+        offload: str = "none", loss: str = "full", gpu_file: str | None = None) -> Answer:
+    """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
+    or on each of ``gpus`` under ZeRO-3. ``parts``: the FitResult, the ModelConfig, the GPU's
+    label and memory words."""
+    from ..engine.finetune import check_precision
+    from ..engine.hardware import memory_words
+    from ..engine.memory import OFFLOADS
+    from ..errors import WorkloadError
+    from ..inputs import choice
+    from ..train.fit import Setup, fit as fit_one
+    from .checks import checked
+
+    checked(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
+            attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
+            **({"gpu": gpu} if gpu is not None else {}))
+    choice("--offload", offload, OFFLOADS)
+    if (gpu is None) == (gpu_gb is None):
+        raise WorkloadError("give --gpu NAME or --gpu-gb N, one of them")
+    peak = 1e15
+    if gpu is not None:
+        from ..engine.hardware import get_gpu
+        g = get_gpu(gpu, gpu_file)
+        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GB")  # totals in GB
+        peak = g.peak_flops.get("bf16") or g.peak_flops.get("fp32") or peak
+    else:
+        gpu_bytes, label = int(gpu_gb * GB), f"{gpu_gb:g} GB GPU"
+        words = memory_words(gpu_bytes)
+    ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
+                       base_format)
+    check_precision(ft, precision)
+    cfg = load_model(model)
+    setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, gpus, loss)
+    setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
+    res = fit_one(setup, gpu_bytes, batch, seq, peak)
+    return Answer(res.to_json() | {"gpu": label},
+                  {"result": res, "cfg": cfg, "label": label, "words": words})
