@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, _show
+from ..checks import _show
+from ..config import ModelConfig
 from ...errors import ConfigError, TxcalcError
 from ...safeio import check_path, parse_json, read_text, shown
 from .encoders import ENCODER_HEADS

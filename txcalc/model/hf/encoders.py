@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 from .fields import GATED, Fields, no_cross_attention, sliding_flags, window_layout
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 
 

@@ -3,7 +3,7 @@ one global) and Gemma 3n's text part (AltUp, LAuReL, per-layer embeddings, share
 
 from __future__ import annotations
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 from .fields import (GATED, Fields, layer_types, llama_like, pattern_types, read_decoder, text_part,
                      typed_windows)

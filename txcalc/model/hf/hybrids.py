@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 from .fields import GATED, Fields, fill_defaults, llama_like
 

@@ -3,7 +3,7 @@ OLMoE, Phi-3.5-MoE, MiniMax-M2, GLM-4.5, DBRX), Llama 4 and gpt-oss."""
 
 from __future__ import annotations
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 from .fields import (ACT, GATED, Fields, layer_list, layer_types, llama_like, nullable,
                      read_decoder, read_window, text_part, typed_windows)

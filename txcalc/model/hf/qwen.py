@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 from .fields import (Fields, fill_defaults, is_index, layer_pattern, llama_like, read_window,
                      sliding_flags)

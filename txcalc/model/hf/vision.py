@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import _show
+from ..checks import _show
 from ...errors import ConfigError
 from .fields import Fields, layer_list, read_decoder, read_dropouts, resolve_aliases, text_part
 
