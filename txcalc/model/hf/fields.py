@@ -88,9 +88,9 @@ class Fields:
 
 
 def llama_like(f: Fields, *, act_default: str = "silu", tie: bool = False,
-                max_pos: int = 2048, bias_key: str | None = "attention_bias",
-                bias_default: bool = False, kv_heads: int | None = None,
-                head_dim: int | None = None, mlp_bias: bool = False) -> dict[str, Any]:
+               max_pos: int = 2048, bias_key: str | None = "attention_bias",
+               bias_default: bool = False, kv_heads: int | None = None,
+               head_dim: int | None = None, mlp_bias: bool = False) -> dict[str, Any]:
     """Llama and its kin: RMSNorm, rotary, gated MLP, GQA. Shared by most decoder types.
 
     ``kv_heads`` and ``head_dim`` are the HF class defaults when the field is absent (None:

@@ -11,7 +11,7 @@ from .fields import (GATED, Fields, layer_types, llama_like, pattern_types, read
 
 def gemma(f, v2: bool = False):  # Gemma reads ``hidden_act``, Gemma 2 ``hidden_activation``
     out = llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=8192,
-                      kv_heads=4 if v2 else 16, head_dim=256)
+                     kv_heads=4 if v2 else 16, head_dim=256)
     act_key = "hidden_activation" if v2 else "hidden_act"
     act = f.act(act_key, "gelu_pytorch_tanh")
     if not v2 and f.get("hidden_act") == "gelu":  # GemmaConfig reads legacy "gelu" as tanh GELU
@@ -76,7 +76,7 @@ def gemma3n_text(f):  # Gemma3nForCausalLM
         raise ConfigError(f"{f.where}: field 'intermediate_size' ({_show(widths)}) must be a "
                           f"width, or one for each of the {n} layers")
     types = layer_types(f, n, ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention"
-                                for i in range(n)])
+                               for i in range(n)])
     shared = f.int("num_kv_shared_layers", 15)
     if not 0 <= shared <= n or (shared and set(types[:n - shared]) != set(types)):
         raise ConfigError(f"{f.where}: field 'num_kv_shared_layers' ({shared}) must leave an "

@@ -71,7 +71,7 @@ def jamba(f: Fields) -> dict[str, Any]:
     every ``attn_layer_period`` (no positions), MoE every ``expert_layer_period`` (a plain
     MLP where ``num_experts`` is 1)."""
     fill_defaults(f, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-              num_attention_heads=32, vocab_size=65536)
+                  num_attention_heads=32, vocab_size=65536)
     out = llama_like(f, max_pos=262144, bias_key=None, kv_heads=8)
     n, d = out["n_layers"], out["d_model"]
     attn = _period(f, "attn_layer_period", "attn_layer_offset", 8, 4, n)
@@ -95,7 +95,7 @@ def falcon_h1(f: Fields) -> dict[str, Any]:
     side by side on one RMSNorm, then a SwiGLU MLP. The muP multipliers scale activations
     only (no parameters, no matmul FLOPs)."""
     fill_defaults(f, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-              num_attention_heads=32, vocab_size=128000)
+                  num_attention_heads=32, vocab_size=128000)
     out = llama_like(f, max_pos=8192, kv_heads=8, mlp_bias=True)
     n, d = out["n_layers"], out["d_model"]
     if "mamba_d_ssm" in f.raw and f.raw["mamba_d_ssm"] is None:  # null: expand * D
@@ -178,7 +178,7 @@ def granitemoehybrid(f: Fields) -> dict[str, Any]:
     shared SwiGLU MLP (``shared_intermediate_size``), or that MLP alone with 0 experts. The
     muP multipliers scale activations only."""
     fill_defaults(f, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-              num_attention_heads=32, vocab_size=32000)
+                  num_attention_heads=32, vocab_size=32000)
     out = llama_like(f, bias_key="attention_bias")
     n, d = out["n_layers"], out["d_model"]
     types = f.get("layer_types", f.get("layers_block_type", ["linear_attention"] * n))

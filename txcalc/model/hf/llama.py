@@ -42,7 +42,7 @@ def phi3(f):
 
 def starcoder2(f):  # ``use_bias`` (default true) on every projection, attention and MLP
     out = llama_like(f, act_default="gelu_pytorch_tanh", tie=True, max_pos=4096,
-                      bias_key="use_bias", bias_default=True, kv_heads=2)
+                     bias_key="use_bias", bias_default=True, kv_heads=2)
     return out | {"activation": f.act("hidden_act", "gelu_pytorch_tanh"), "mlp_bias": out["qkv_bias"],
                   "norm_type": "layernorm", "norm_bias": True}
 
@@ -79,7 +79,7 @@ def ernie4_5(f):  # ``use_bias`` on every projection, attention and MLP
 
 def seed_oss(f):  # q/k/v biased by attention_bias (default true), o by attention_out_bias
     out = llama_like(f, max_pos=524288, bias_default=True, kv_heads=8, head_dim=128,
-                      mlp_bias=True)
+                     mlp_bias=True)
     return out | {"out_bias": f.bool("attention_out_bias", False)}
 
 
@@ -129,7 +129,7 @@ def olmo3(f):  # OLMo 2 with three window-4096 layers to one global
     out = olmo2(f)
     n = out["n_layers"]
     types = layer_types(f, n, ["sliding_attention" if (i + 1) % 4 else "full_attention"
-                                for i in range(n)])
+                               for i in range(n)])
     return out | typed_windows(f, types, 4096)
 
 

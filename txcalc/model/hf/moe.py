@@ -130,7 +130,7 @@ def llama4_text(f):
     nope = tuple(i for i in range(n) if not flags[i])
     chunk = nullable(f, "attention_chunk_size", 8192)
     types = layer_types(f, n, ["chunked_attention" if flags[i] and chunk is not None
-                                else "full_attention" for i in range(n)])
+                               else "full_attention" for i in range(n)])
     chunked = tuple(i for i, t in enumerate(types) if t == "chunked_attention")
     out["d_ff"] = f.int("intermediate_size_mlp", 16384)
     n_experts = f.int("num_local_experts", 16)
@@ -163,7 +163,7 @@ def gpt_oss(f):
     out = read_decoder(f, _GPT_OSS)
     n = out["n_layers"]
     types = layer_types(f, n, ["sliding_attention" if (i + 1) % 2 else "full_attention"
-                                for i in range(n)])
+                               for i in range(n)])
     d_ff = out["d_ff"]
     return out | typed_windows(f, types, 128) | dict(
         attn_sinks=True, n_experts=f.int("num_local_experts", 128),

@@ -127,11 +127,11 @@ def qwen3_next(f: Fields) -> dict[str, Any]:
     experts plus a gated shared expert, dense where ``mlp_only_layers`` or
     ``decoder_sparse_step`` say (or with 0 experts)."""
     fill_defaults(f, hidden_size=2048, intermediate_size=5632, num_hidden_layers=48,
-              num_attention_heads=16, vocab_size=151936)
+                  num_attention_heads=16, vocab_size=151936)
     out = _qwen3_next_layers(f, llama_like(f, max_pos=32768, kv_heads=2, head_dim=256))
     n = out["n_layers"]
     fill_defaults(f, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
-              shared_expert_intermediate_size=512)
+                  shared_expert_intermediate_size=512)
     moe = _moe_qwen(f, n, shared=True)  # {} with 0 experts: every layer dense
     dense = set(moe.get("dense_layers", ()))
     step = moe.get("moe_every", 1)
@@ -170,7 +170,7 @@ def qwen3_5_text(f):
     ``full_attention_interval``-th, gated attention) with the DeltaNet's input projected by
     four Linears, and a dense SwiGLU MLP in every layer."""
     fill_defaults(f, hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
-              num_attention_heads=16, vocab_size=248320)
+                  num_attention_heads=16, vocab_size=248320)
     out = _qwen3_next_layers(f, llama_like(f, max_pos=32768, kv_heads=4, head_dim=256))
     return out | {"gdn_split_proj": True, "ffns": ("mlp",) * out["n_layers"]}
 
@@ -179,8 +179,8 @@ def qwen3_5_moe_text(f):
     """Qwen3.5-MoE's language model: as Qwen3.5, with a MoE of SwiGLU experts and a gated
     shared expert in every layer (no dense layers, ``intermediate_size`` unused)."""
     fill_defaults(f, hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
-              vocab_size=248320, num_experts=256, num_experts_per_tok=8,
-              moe_intermediate_size=512, shared_expert_intermediate_size=512)
+                  vocab_size=248320, num_experts=256, num_experts_per_tok=8,
+                  moe_intermediate_size=512, shared_expert_intermediate_size=512)
     f.raw.setdefault("intermediate_size", f.raw["moe_intermediate_size"])  # read, unused
     out = _qwen3_next_layers(f, llama_like(f, max_pos=32768, kv_heads=2, head_dim=256))
     n = out["n_layers"]

@@ -98,7 +98,7 @@ def _sub(f: Fields, key: str, kind: str, absent: dict[str, Any]) -> Fields:
         raise ConfigError(f"{f.where}: {key}.model_type ({_show(kind)}) is not a vision tower "
                           f"txcalc sizes ({', '.join(sorted(_VISION_DEFAULTS))})")
     return Fields(_VISION_DEFAULTS[kind] | {k: v for k, v in sub.items() if v is not None},
-                   f"{f.where} ({key})")
+                  f"{f.where} ({key})")
 
 
 def _side(v: Fields, key: str) -> int:
@@ -302,7 +302,7 @@ def mllama(f):  # MllamaForConditionalGeneration: vision tower, projector, langu
     if not isinstance(sub, dict):
         raise ConfigError(f"{f.where}: field 'vision_config' ({_show(sub)}) must be an object")
     v = Fields(_MLLAMA_VISION | {k: x for k, x in sub.items() if x is not None},
-                f"{f.where} (vision_config)")
+               f"{f.where} (vision_config)")
     D, F, C = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_channels")
     P, S, T = _side(v, "patch_size"), _side(v, "image_size"), v.int("max_num_tiles")
     ratios = v.get("supported_aspect_ratios")
