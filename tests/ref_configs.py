@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from txcalc.model.config import ACTIVATIONS, ModelConfig
+from txcalc.model.checks import ACTIVATIONS
+from txcalc.model.config import ModelConfig
 
 
 @st.composite

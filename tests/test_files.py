@@ -22,7 +22,7 @@ import pytest
 import txcalc
 from txcalc import ConfigError, ModelConfig, TxcalcError
 from txcalc.cli import main
-from txcalc.model.config import MAX_LAYERS, MAX_VOCAB
+from txcalc.model.checks import MAX_LAYERS, MAX_VOCAB
 from txcalc.model.hf import from_hf_dict
 from txcalc.safeio import MAX_FILE_BYTES, MAX_INT_DIGITS, MAX_JSON_DEPTH, read_json
 

@@ -41,6 +41,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import txcalc.model.hf as hf
+from txcalc.model.hf.fields import Fields
+from txcalc.model.hf.registry import MODELS
 from txcalc.cli import app, main
 
 # ---------------------------------------------------------------------------------------------
@@ -227,17 +229,17 @@ def config_fields(model_type: str) -> tuple[str, ...]:
     """Every field hf.py reads for this model type (recorded on the base config), its aliases,
     the base's own fields, and the two read before the converter (model_type, _name_or_path)."""
     seen: set[str] = set()
-    orig = hf._Fields.__init__
+    orig = Fields.__init__
 
     def recording_init(self, raw, where):
         orig(self, _Recorder(raw, seen), where)
 
-    hf._Fields.__init__ = recording_init
+    Fields.__init__ = recording_init
     try:
         hf.from_hf_dict(_Recorder(CONFIG_BASES[model_type], seen))
     finally:
-        hf._Fields.__init__ = orig
-    aliases = hf._ALIASES.get(model_type, {})
+        Fields.__init__ = orig
+    aliases = MODELS[model_type].aliases
     seen |= set(aliases) | set(aliases.values()) | set(CONFIG_BASES[model_type])
     return tuple(sorted(seen | {"model_type", "_name_or_path"}))
 

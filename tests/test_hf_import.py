@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import txcalc
 from txcalc.errors import ConfigError
-from txcalc.model.hf import _MORE_CONVERTERS, CONVERTERS, from_hf_dict
+from txcalc.model.hf import CONVERTERS, from_hf_dict
 
 from txcalc.engine.accounting import count_flops
 from txcalc.engine.workload import Workload
@@ -359,7 +359,7 @@ STRATEGIES = {
 
 def test_every_converter_has_a_strategy():
     # the types added later have theirs elsewhere: aliases and small converters
-    # (hf._MORE_CONVERTERS) in tests/test_hf_more_types.py, state-space and hybrid types in
+    # (MORE_TYPES) in tests/test_hf_more_types.py, state-space and hybrid types in
     # tests/test_hybrids.py, the new structures in tests/test_hf_new_structures.py, the
     # encoders and encoder-decoders of issue 13 in their own files; tests/test_hf_defaults.py
     # checks that the sets together cover every converter
@@ -372,6 +372,7 @@ def test_every_converter_has_a_strategy():
     from .test_hybrids_shared import STRATEGIES as SHARED_HYBRIDS  # zamba, recurrent_gemma
     from .test_gemma3n import STRATEGIES as GEMMA3N
     from .test_mllama import STRATEGIES as MLLAMA
+    from .test_hf_more_types import MORE_TYPES as _MORE_CONVERTERS
     assert (set(STRATEGIES) | set(HYBRID_STRATEGIES) | set(NEW_STRUCTURES) | set(SHARED_HYBRIDS)
             | set(MLLAMA) | set(GEMMA3N)
             | {"longformer"}  # its strategy: test_encoders.longformer (HF on CPU, its own heads)

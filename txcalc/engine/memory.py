@@ -28,7 +28,8 @@ from typing import NamedTuple
 
 from .accounting import by_layer_type
 from .components import model_ops_tuple
-from ..model.config import VOCAB_HEADS, ModelConfig
+from ..model.checks import VOCAB_HEADS
+from ..model.config import ModelConfig
 from ..errors import WorkloadError
 from .finetune import Finetune, check_precision, finetuned_ops, op_weight_bytes
 from .ops import Op, op_level_kept

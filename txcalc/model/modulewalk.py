@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .config import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH
+from .checks import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH
 from ..errors import ConfigError
 
 METHOD = "module-walk"
