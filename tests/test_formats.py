@@ -349,16 +349,16 @@ def test_plan_infer_fp8_deepseek_on_eight_h200():
     """The issue's case: DeepSeek-V3 in bf16 needs 16 H200s; its fp8 checkpoint serves on 8
     (one H200 node, as deployed with SGLang/vLLM)."""
     from txcalc.serve.infer import plan_infer
-    assert plan_infer("deepseek-v3", "h200", 8192, 16).best.total_gpus == 16
-    assert plan_infer("deepseek-v3", "h200", 8192, 16, weights="fp8-block").best.total_gpus == 8
+    assert plan_infer(txcalc.load("deepseek-v3"), "h200", 8192, 16).best.total_gpus == 16
+    assert plan_infer(txcalc.load("deepseek-v3"), "h200", 8192, 16, weights="fp8-block").best.total_gpus == 8
 
 
 def test_plan_infer_int4_70b_on_two_4090():
     """A 70B model in 4-bit on two 24 GB RTX 4090s (bf16 needs 8); each GPU holds half the
     stored bytes."""
     from txcalc.serve.infer import plan_infer
-    bf16 = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1).best
-    q = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1, weights="awq-int4-g128").best
+    bf16 = plan_infer(txcalc.load("llama-3.1-70b"), "rtx-4090", 4096, 1).best
+    q = plan_infer(txcalc.load("llama-3.1-70b"), "rtx-4090", 4096, 1, weights="awq-int4-g128").best
     assert bf16.total_gpus == 8 and q.total_gpus == 2
     stored = model_checkpoint_bytes(txcalc.load("llama-3.1-70b"), scheme("awq-int4-g128"))
     assert abs(q.weights_bytes - stored / 2) < 0.01 * stored
@@ -368,10 +368,10 @@ def test_decode_reads_quantised_bytes_and_weight_only_knee():
     """Small-batch decode is bound by the bytes read: 4-bit weights decode faster than bf16;
     past the weight-only knee the dequantising kernel is compute-bound and slower than fp8."""
     from txcalc.serve.infer import plan_infer
-    b1 = {w: plan_infer("llama-3-8b", "h100", 2048, 1, weights=w).best.decode_tokens_per_s
+    b1 = {w: plan_infer(txcalc.load("llama-3-8b"), "h100", 2048, 1, weights=w).best.decode_tokens_per_s
           for w in ("bf16", "int4-g128", "fp8")}
     assert b1["int4-g128"] > b1["fp8"] > b1["bf16"]
-    big = {w: plan_infer("llama-3-8b", "h100", 256, 256, weights=w).best
+    big = {w: plan_infer(txcalc.load("llama-3-8b"), "h100", 256, 256, weights=w).best
            for w in ("int4-g128", "fp8")}
     per = {w: r.decode_tokens_per_s_per_seq for w, r in big.items()}
     assert per["fp8"] > per["int4-g128"]

@@ -59,7 +59,7 @@ _PLAN = []
 
 def _TRAIN_PLAN():
     if not _PLAN:
-        _PLAN.append(plan_train(CFG, "h100", 10**9, gpus=1))
+        _PLAN.append(plan_train(txcalc.load(CFG), "h100", 10**9, gpus=1))
     return _PLAN[0]
 
 
@@ -146,13 +146,13 @@ def test_bad_argument_raises_txcalc_error_naming_it(name, fn, valid, arg, bad):
 @pytest.mark.parametrize("call, pattern", [
     (lambda: count_flops(CFG, None), r"work \(None\)"),
     (lambda: count_params("x"), r"cfg \('x'\) must be a ModelConfig"),
-    (lambda: plan_infer(CFG, "h100", None, 1), r"context \(None\)"),
+    (lambda: plan_infer(txcalc.load(CFG), "h100", None, 1), r"context \(None\)"),
     (lambda: model_states("80B"), r"n_params \('80B'\)"),
     (lambda: txcalc.load("a\0b.json"), r"model .*NUL"),
     (lambda: CFG.replace(nope=1), r"unknown ModelConfig field.*'nope'"),
     (lambda: kv_cache_bytes(CFG, -5), r"context \(-5\)"),
     (lambda: model_states(-5), r"n_params \(-5\)"),
-    (lambda: plan_train(CFG, "h100", 10**9, n_rows=0), r"n_rows \(0\)"),
+    (lambda: plan_train(txcalc.load(CFG), "h100", 10**9, n_rows=0), r"n_rows \(0\)"),
 ])
 def test_issue_10_library_examples(call, pattern):
     with pytest.raises(TxcalcError, match=pattern) as e:

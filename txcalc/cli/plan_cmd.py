@@ -67,6 +67,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts.")):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from .options import options
+    from .. import load
     from ..train.planner import plan_train
 
     opts = options(tokens=tokens, gpu=gpu, days=days, max_gpus=max_gpus, gpus=gpus, seq=seq,
@@ -79,7 +80,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                    goodput=goodput, global_tokens=global_tokens)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
-    p = plan_train(model, gpu, opts["tokens"], seq=seq, global_batch=global_batch,
+    p = plan_train(load(model), gpu, opts["tokens"], seq=seq, global_batch=global_batch,
                    days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                    optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                    achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
@@ -206,6 +207,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
     meet latency SLOs, from a simulation of continuous batching (txcalc.serve.sim)."""
     from .options import options
+    from .. import load
     from ..serve.infer import plan_infer
     from ..serve import kv as S
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
@@ -229,7 +231,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                    kv_dtype=kv_dtype, tokens_per_s=tokens_per_s, precision=precision,
                    gpu_file=gpu_file, cuda_context_gib=context_gib, comm_buffer_gib=comm_gib,
                    fragmentation=fragmentation)
-    p = plan_infer(model, gpu, opts["required_context"], concurrency, kv_dtype=kv_dtype,
+    p = plan_infer(load(model), gpu, opts["required_context"], concurrency, kv_dtype=kv_dtype,
                    tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
                    overheads=_overheads(context_gib, comm_gib, fragmentation), weights=weights)
     out = p.to_json()
@@ -239,7 +241,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
     sized = _overheads(context_gib, comm_gib, fragmentation) if context_gib is not None else None
     comm_alone = None if sized is not None or comm_gib is None else \
         _overheads(None, comm_gib, None).comm_buffer_bytes
-    kv = S.kv_capacity_or_none(model, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
+    kv = S.kv_capacity_or_none(p.cfg, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
                                precision=precision, weights=weights, overheads=sized,
                                comm_buffer_bytes=comm_alone,
                                **{"max_model_len": p.context, **kv_opts})
@@ -280,15 +282,17 @@ def _max_throughput(model, gpu, n_in, n_out, tp, pp, kv_dtype, precision, weight
     whose layout fits, ranked by output tokens/s per GPU."""
     from ..engine.hardware import get_gpu
     from ..errors import PlanError
+    from .. import load
     from ..serve.infer import serve_throughput
     g = get_gpu(gpu, gpu_file)
+    cfg = load(model)
     pp = 1 if pp is None else pp
     tps = [tp] if tp is not None else [t for t in (1, 2, 4, 8, 16, 32, 64)
                                         if t <= g.gpus_per_node]
     rows, errors = [], []
     for t in tps:
         try:
-            rows.append(serve_throughput(model, g, n_in, n_out, tp=t, pp=pp, weights=weights,
+            rows.append(serve_throughput(cfg, g, n_in, n_out, tp=t, pp=pp, weights=weights,
                                          kv_dtype=kv_dtype, precision=precision,
                                          gpu_file=gpu_file))
         except PlanError as e:
@@ -333,6 +337,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     from .options import options
     from .. import inputs as I
     from ..serve.kv import ServingError
+    from .. import load
     from ..serve.plan import parse_duration, parse_rate, plan_serving
     if input_len is None or output_len is None:
         raise ServingError("a serving plan needs both --input-len and --output-len")
@@ -361,7 +366,8 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     if plot is not None:  # refuse a bad folder before the simulations
         from ..atomic import check_out_folder
         check_out_folder(plot, "--plot")
-    p = plan_serving(model, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
+    cfg = load(model)
+    p = plan_serving(cfg, gpu, n_in, n_out, rate=r, concurrency=opts["concurrency"],
                      ttft_p99_s=ttft, itl_p99_s=itl, price_per_gpu_hour=price, tp=tp, pp=pp,
                      replicas=reps, kv_dtype=kv_dtype, precision=precision, weights=weights,
                      gpu_file=gpu_file, ep=ep, **kw,
@@ -373,7 +379,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
         from ..serve.load import serving_load_data
         b = p.best
         out["plots"] = write_serving_plots(serving_load_data(
-            model, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
+            cfg, gpu, n_in, n_out, tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
             max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file), plot)
     if json_out:
         emit_json(out)

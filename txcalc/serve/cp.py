@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TxcalcError
+from ..model.config import ModelConfig
 
 VARIANTS = ("auto", "pass-kv", "pass-q")
 ATTENTION_KERNELS = ("profile", "fa3")
@@ -95,7 +96,6 @@ def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_token
     in the cache) on cp x tp GPUs (see the module table; ``attention_kernel``: "profile" or
     "fa3", module docstring)."""
     from .. import inputs as I
-    from .. import load
     from ..engine.hardware import get_gpu
     from ..engine.memory import PRECISIONS
     from ..parallel import comm
@@ -111,7 +111,7 @@ def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_token
     if attention_kernel not in ATTENTION_KERNELS:
         raise CpError(f"attention_kernel ({I.show(attention_kernel)}) must be one of "
                       f"{', '.join(ATTENTION_KERNELS)}")
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     g = get_gpu(gpu, gpu_file)
     if attention_kernel == "fa3" and g.name not in HOPPER:
         raise CpError(f"attention_kernel fa3 is a Hopper kernel; {g.name} is not one of "

@@ -133,7 +133,6 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     peak times ``timing.weight_only_factor`` at the step's rows (``serving_sim.step_model``).
     ``layouts``: only these (tp, pp).
     """
-    from .. import load
     from ..parallel.sharding import assign_stages, local_params
     from .sim import STEP_OVERHEAD_S, step_model
     from .. import inputs as I
@@ -145,7 +144,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
         I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     check_plan_args(gpu, gpu_file, profile, overheads)
     _check("kv dtype", kv_dtype, KV_DTYPES)
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     gpu = get_gpu(gpu, gpu_file)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
     wbytes = prec.weight
@@ -271,11 +270,10 @@ def trtllm_bench_settings(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: in
     the 4096 cap; max_num_tokens bounds the tokens of one step."""
     from ..engine import formats as Q
     from .. import inputs as I
-    from .. import load
     from ..engine.components import model_ops_tuple
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     g = get_gpu(gpu, gpu_file)
     sch, _ = Q.resolve(model, weights)
     algo = sch.name if sch is not None else None
@@ -352,13 +350,12 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     from ..engine import formats as Q
     from .. import inputs as I
     from .sim import STEP_OVERHEAD_S, step_model
-    from .. import load
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
     max_batch = I.integer("max_batch", max_batch, 1, I.MAX_BATCH, none=True)
     overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
         I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
     pp = I.integer("pp", pp, 1, I.MAX_GPUS)
     if cfg.n_heads % tp:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+from ..model.config import ModelConfig
+
 LOAD_FRACTIONS = (0.1, 0.25, 0.5, 0.7, 0.85, 0.95, 1.05)
 PARETO_CONCURRENCY = (1, 4, 16, 64, 256)
 
@@ -51,11 +53,11 @@ def serving_load_data(model, gpu, input_len: int, output_len: int, *, tp: int = 
     Pareto plot (default: every tp that divides the heads, up to a node). Every point is a
     ``plan_serving`` answer pinned to its layout, one replica and the chunk budget
     (``_point``), so a plotted number equals the matching ``plan infer --json`` field."""
-    from .. import load
+    from .. import inputs as I
     from ..engine.hardware import get_gpu
     from .kv import ServingError
     from .plan import ServePlanError
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     g = get_gpu(gpu, gpu_file)
     kw = dict(weights=weights, kv_dtype=kv_dtype, gpu_file=gpu_file, precision=precision)
     chunk = max_num_batched_tokens

@@ -31,6 +31,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ..errors import TxcalcError
+from ..model.config import ModelConfig
 from .sim import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 
 #: most replicas a plan tries per layout
@@ -160,7 +161,6 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     the same best answer, layouts that cannot beat it left out of ``rows``).
     ``attention_kernel``: of the context-parallel table (``serving_cp``: "profile", "fa3")."""
     from .. import inputs as I
-    from .. import load
     from ..engine.hardware import get_gpu
     from .kv import ServingError
     from .disagg import plan_disaggregated
@@ -181,7 +181,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     tp = I.integer("tp", tp, 1, 64, none=True)
     pp = I.integer("pp", pp, 1, 64, none=True)
     replicas = I.integer("replicas", replicas, 1, MAX_REPLICAS, none=True)
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     g = get_gpu(gpu, gpu_file)
     from .cp import ATTENTION_KERNELS, HOPPER
     if attention_kernel not in ATTENTION_KERNELS or (attention_kernel == "fa3"

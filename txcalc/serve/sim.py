@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import TxcalcError
+from ..model.config import ModelConfig
 from .kv import cached_prefix_tokens
 
 #: CPU time per engine step outside the GPU kernels (scheduling, sampling, input preparation,
@@ -189,7 +190,6 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     whole). ``attention_dtype``: the tensor-core dtype of the attention core (default
     ``precision``'s compute dtype; "fp8": an fp8 FMHA kernel)."""
     from .. import inputs as I
-    from .. import load
     from ..engine.components import model_ops_tuple
     from ..engine.hardware import get_gpu
     from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes_per_token
@@ -204,7 +204,7 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     overhead_s = I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     _check("kv dtype", kv_dtype, KV_DTYPES)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     g = get_gpu(gpu, gpu_file)
     prof = profile or DeviceProfile.from_gpu(g)
     dtype = COMPUTE_DTYPE.get(precision, "bf16")

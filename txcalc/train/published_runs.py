@@ -88,10 +88,10 @@ class Run:
         return self.setup["gpu"]
 
     def config(self):
-        from .. import load
         from ..model.config import ModelConfig
-        if "preset" in self.model:
-            return load(self.model["preset"])
+        from ..model.presets import get_preset
+        if "preset" in self.model:  # the runs file names presets only (no paths, no Hub ids)
+            return get_preset(self.model["preset"])
         return ModelConfig(**self.model)
 
 
