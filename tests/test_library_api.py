@@ -182,3 +182,29 @@ def test_readme_api_is_covered():
     assert not missing, f"README functions without bad-input cases: {missing}"
     assert {"txcalc.load", "txcalc.params", "count_flops", "TrainingMemory", "Workload",
             "plan_train", "plan_infer"} <= called
+
+
+NAME_TAKERS = [  # (module, function, the arguments after the model)
+    ("txcalc.train.planner", "plan_train", ("h100", 10**12)),
+    ("txcalc.serve.kv", "kv_capacity", ("h100",)),
+    ("txcalc.serve.sim", "step_model", ("h100",)),
+    ("txcalc.serve.plan", "plan_serving", ("h100", 100, 10)),
+    ("txcalc.serve.cp", "cp_prefill", ("h100", 1000)),
+    ("txcalc.serve.load", "serving_load_data", ("h100", 100, 10)),
+    ("txcalc.serve.infer", "plan_infer", ("h100", 4096, 1)),
+    ("txcalc.serve.infer", "trtllm_bench_settings", ("h100", 128, 128)),
+    ("txcalc.serve.infer", "serve_throughput", ("h100", 128, 128)),
+]
+
+
+@pytest.mark.parametrize("module,name,args", NAME_TAKERS, ids=[n for _, n, _ in NAME_TAKERS])
+def test_train_and_serve_take_a_config_not_a_name(module, name, args):
+    """A name becomes a ModelConfig once, at the top (txcalc.load): below it a name is refused
+    with one error naming the value and the way to get a config."""
+    import importlib
+    from txcalc.inputs import InputError
+    f = getattr(importlib.import_module(module), name)
+    kw = {"cp": 2} if name == "cp_prefill" else {"rate": 1.0} if name == "plan_serving" else {}
+    with pytest.raises(InputError, match=r"model \('llama-3-8b'\) must be a ModelConfig, not "
+                                         r"str \(txcalc\.load\(NAME_OR_PATH\) gives one\)"):
+        f("llama-3-8b", *args, **kw)
