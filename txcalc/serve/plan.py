@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import TxcalcError
 from ..model.config import ModelConfig
+from ..units import fewest
 from .sim import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 
 #: most replicas a plan tries per layout
@@ -325,35 +326,21 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
             r = replicas or 1
             ok, res = run(r)
         else:
-            lo, hi = 0, 1  # lo fails (or is 0), hi is tried
             cache = {}
-            while hi <= MAX_REPLICAS:
-                cache[hi] = run(hi)
-                if cache[hi][0]:
-                    break
-                lo, hi = hi, hi * 2
-                if cut is not None and lo >= cut:
-                    break  # the answer lies past lo: more GPUs than the best
-            if cut is not None and lo >= cut:
-                screened.append(label)
-                screened_keys.add((t, p, e))
-                continue
-            if hi > MAX_REPLICAS:
-                notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
-                             "the SLOs")
-                continue
-            while hi - lo > 1 and not (cut is not None and lo >= cut):
-                mid = (lo + hi) // 2
-                cache[mid] = run(mid)
-                if cache[mid][0]:
-                    hi = mid
+
+            def meets(r: int) -> bool:
+                cache[r] = run(r)
+                return cache[r][0]
+            # past cut replicas the answer needs more GPUs than the best: the search stops
+            r = fewest(meets, MAX_REPLICAS, cut=cut)
+            if r is None:
+                if cut is not None and max(k for k, v in cache.items() if not v[0]) >= cut:
+                    screened.append(label)
+                    screened_keys.add((t, p, e))
                 else:
-                    lo = mid
-            if cut is not None and lo >= cut:
-                screened.append(label)
-                screened_keys.add((t, p, e))
+                    notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} "
+                                 "meets the SLOs")
                 continue
-            r = hi
             ok, res = cache[r]
         total = r * t * p
         if rate is not None and not offline and ok:  # keeping up: it serves what is offered

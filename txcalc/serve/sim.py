@@ -607,16 +607,6 @@ def speculation_breakeven_batch(target: StepModel, alpha: float, gamma: int, con
     """The smallest decode batch at which speculation slows decoding down (speedup < 1), or
     None when it helps at every batch up to ``max_batch``: past it the verification's extra
     positions turn the step compute-bound."""
-    b = 1
-    while b <= max_batch:
-        if speculative(target, alpha, gamma, b, context, draft).speedup < 1.0:
-            lo, hi = b // 2, b
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if speculative(target, alpha, gamma, mid, context, draft).speedup < 1.0:
-                    hi = mid
-                else:
-                    lo = mid
-            return max(hi, 1)
-        b *= 2
-    return None
+    from ..units import fewest
+    return fewest(lambda b: speculative(target, alpha, gamma, b, context, draft).speedup < 1.0,
+                  max_batch)
