@@ -93,7 +93,8 @@ class Setup:
         is ``TrainSetting.offload_optimizer``; activations (all) the planner's checkpoints in
         host memory, which it has under full recompute only (the engine's offload of other
         modes' checkpoints, T5's position bias, stays on the GPU here)."""
-        from .evaluate import TrainSetting, evaluate_layouts
+        from .setting import TrainSetting
+        from .evaluate import evaluate_layouts
         from ..parallel.layout import Layout
         s = TrainSetting(self.cfg, _planner_gpu(), seq, batch * self.gpus, self.precision,
                          self.optimizer, self.attn, finetune=self.finetune, loss=self.loss,

@@ -48,7 +48,8 @@ from ..errors import PlanError, WorkloadError
 from ..engine.hardware import Gpu, get_gpu, memory_words
 from ..engine.memory import OPTIMIZERS, PRECISIONS, _check
 from ..parallel.overheads import Overheads, check_plan_args
-from .evaluate import TrainSetting, build_tables, evaluate, evaluate_layouts, shard_groups
+from .setting import TrainSetting, shard_groups
+from .evaluate import build_tables, evaluate, evaluate_layouts
 from ..parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
                                joint_rules)
 from ..engine.timing import DeviceProfile

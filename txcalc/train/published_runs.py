@@ -218,7 +218,8 @@ def setting_and_layout(run: Run, profile=None):
     recompute_layers resolved to the smallest N whose every stage fits the GPU, else every
     block)."""
     from ..engine.hardware import get_gpu
-    from .evaluate import TrainSetting, evaluate_layouts
+    from .setting import TrainSetting
+    from .evaluate import evaluate_layouts
     from ..parallel.layout import Layout
     s = run.setup
     extra_s, extra_l, _, _ = apply_flags(run)
