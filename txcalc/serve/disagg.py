@@ -21,7 +21,6 @@ stream is Poisson); the transfer never queues (one prompt's KV per link at a tim
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..units import fewest
