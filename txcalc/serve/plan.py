@@ -1,6 +1,6 @@
 """SLO-driven serving plans: which TP x PP, how many replicas, at what cost per million tokens.
 
-    >>> p = plan_serving("llama-3.1-70b", "h100", 5000, 500, rate=20, ttft_p99_s=2,
+    >>> p = plan_serving(load("llama-3.1-70b"), "h100", 5000, 500, rate=20, ttft_p99_s=2,
     ...                  itl_p99_s=0.05, price_per_gpu_hour=2.5)
     >>> p.best.total_gpus, p.best.tp, p.best.replicas, p.best.ttft_p99_s
 
