@@ -78,8 +78,8 @@ def nim_predict(c: int, prof, overhead: float, cache) -> dict:
     key = ("nim", c, prof.flop_efficiency["matmul"], overhead)
     if key not in cache:
         d = _NIM
-        sm = step_model(txcalc.load(d["model"]), d["gpu"], tp=d["tp"], weights=d["weights"], kv_dtype="fp8",
-                        profile=prof, overhead_s=overhead,
+        sm = step_model(txcalc.load(d["model"]), d["gpu"], tp=d["tp"], weights=d["weights"],
+                        kv_dtype="fp8", profile=prof, overhead_s=overhead,
                         max_model_len=d["input_len"] + d["output_len"],
                         max_num_batched_tokens=MAX_NUM_TOKENS)
         cache[key] = closed_loop_means(sm, c, d["input_len"], d["output_len"],

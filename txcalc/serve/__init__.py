@@ -3,6 +3,6 @@ ServeSetting), KV cache capacity (kv), the step-time model and request simulator
 SLO screen (screen), replica plans and disaggregation (plan, disagg), context-parallel prefill
 (cp), load sweeps (load) and GPUs for a context and concurrency (infer).
 
-Takes a ModelConfig (txcalc.load resolves a name, at the top); imports model/, engine/, parallel/ and the floors; never train/, answers/, cli/, report/ or
-web/.
+Takes a ModelConfig (txcalc.load resolves a name, at the top); imports model/, engine/,
+parallel/ and the floors; never train/, answers/, cli/, report/ or web/.
 """
