@@ -208,3 +208,33 @@ def test_train_and_serve_take_a_config_not_a_name(module, name, args):
     with pytest.raises(InputError, match=r"model \('llama-3-8b'\) must be a ModelConfig, not "
                                          r"str \(txcalc\.load\(NAME_OR_PATH\) gives one\)"):
         f("llama-3-8b", *args, **kw)
+
+
+def test_a_serving_answer_looks_its_gpu_up_once(monkeypatch):
+    """serve.setting.ServeSetting: the GPU name is resolved once per answer, then the catalog
+    row travels down (a layout search calls get_gpu with a Gpu only)."""
+    from txcalc.engine import hardware
+    from txcalc.serve.infer import plan_infer, serve_throughput
+    from txcalc.serve.plan import plan_serving
+    real, names = hardware.get_gpu, []
+
+    def counting(name, extra=None):
+        if not isinstance(name, hardware.Gpu):
+            names.append(name)
+        return real(name, extra)
+    import importlib
+    import sys
+    for name in ("cp", "kv", "load", "sim", "disagg", "setting"):  # every serving module
+        importlib.import_module(f"txcalc.serve.{name}")
+    for mod in [m for name, m in sys.modules.items() if name.startswith("txcalc.")]:
+        if getattr(mod, "get_gpu", None) is real:  # a module-level import counts too
+            monkeypatch.setattr(mod, "get_gpu", counting)
+    cfg = txcalc.load("llama-3.2-1b")
+    plan_infer(cfg, "h100", 4096, 8)
+    assert names == ["h100"]
+    names.clear()
+    serve_throughput(cfg, "h100", 128, 128)
+    assert names == ["h100"]
+    names.clear()
+    plan_serving(cfg, "h100", 200, 20, concurrency=4, replicas=1)
+    assert names == ["h100"]
