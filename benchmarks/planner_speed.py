@@ -23,7 +23,8 @@ def main(model: str = "llama-3.1-405b", gpu_name: str = "h100") -> None:
     from txcalc import load
     from txcalc.engine.hardware import get_gpu
     from txcalc.parallel.overheads import Overheads
-    from txcalc.train.evaluate import TrainSetting, build_tables, evaluate, shard_groups
+    from txcalc.train.setting import TrainSetting, shard_groups
+    from txcalc.train.evaluate import build_tables, evaluate
     from txcalc.train.planner import default_seq, layout_grid
 
     cfg, gpu = load(model), get_gpu(gpu_name)

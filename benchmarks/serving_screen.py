@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 import time
 
+import txcalc
+
 #: (model, gpu, input, output, load and SLOs): the README's question, then smaller ones
 QUESTIONS = [
     ("llama-3.1-70b", "h100", 5000, 500, dict(rate=20, ttft_p99_s=2, itl_p99_s=0.05)),
@@ -34,7 +36,7 @@ def timed(screen: bool, model, gpu, n_in, n_out, kw):
     serving_sim.simulate = serving_disagg.simulate = counting
     try:
         w, c = time.perf_counter(), time.process_time()
-        p = serving_plan.plan_serving(model, gpu, n_in, n_out, price_per_gpu_hour=2.5,
+        p = serving_plan.plan_serving(txcalc.load(model), gpu, n_in, n_out, price_per_gpu_hour=2.5,
                                       screen=screen, **kw)
         return p, time.process_time() - c, time.perf_counter() - w, count[0]
     finally:

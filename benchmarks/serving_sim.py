@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+import txcalc
 from txcalc.serve.sim import simulate, step_model
 
 HOUR_S = 3600
@@ -25,7 +26,7 @@ def trace(n: int, seed: int = 0):
 
 
 if __name__ == "__main__":
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(txcalc.load("llama-3-8b"), "h100", max_model_len=8192)
     n = int(HOUR_S * RATE)
     ins, outs = trace(n)
     t = time.perf_counter()

@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import txcalc
 from txcalc.engine.hardware import get_gpu
 from txcalc.serve.infer import SERVE_MAX_BATCH
 from txcalc.serve.sim import STEP_OVERHEAD_S, closed_loop_means, simulate, step_model
@@ -56,7 +57,7 @@ def rows(gpu: str):
 def predict(model, gpu, tp, isl, osl, prof, overhead, cache) -> float:
     key = (model, gpu, tp, isl, osl, prof.flop_efficiency["matmul"], overhead)
     if key not in cache:
-        sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8", profile=prof,
+        sm = step_model(txcalc.load(model), gpu, tp=tp, weights="fp8", kv_dtype="fp8", profile=prof,
                         overhead_s=overhead, max_model_len=isl + osl,
                         max_num_batched_tokens=MAX_NUM_TOKENS, max_num_seqs=SERVE_MAX_BATCH)
         n = max(1000, min(4000, 2 * min(SERVE_MAX_BATCH, sm.kv_capacity_tokens // (isl + osl))))
@@ -77,8 +78,8 @@ def nim_predict(c: int, prof, overhead: float, cache) -> dict:
     key = ("nim", c, prof.flop_efficiency["matmul"], overhead)
     if key not in cache:
         d = _NIM
-        sm = step_model(d["model"], d["gpu"], tp=d["tp"], weights=d["weights"], kv_dtype="fp8",
-                        profile=prof, overhead_s=overhead,
+        sm = step_model(txcalc.load(d["model"]), d["gpu"], tp=d["tp"], weights=d["weights"],
+                        kv_dtype="fp8", profile=prof, overhead_s=overhead,
                         max_model_len=d["input_len"] + d["output_len"],
                         max_num_batched_tokens=MAX_NUM_TOKENS)
         cache[key] = closed_loop_means(sm, c, d["input_len"], d["output_len"],

@@ -136,7 +136,8 @@ def _predicted(layout) -> dict:
     from transformers import LlamaConfig
     from txcalc.model.hf import from_hf_dict
     from txcalc.engine.hardware import get_gpu
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     cfg = from_hf_dict(LlamaConfig(**TINY).to_dict(), "tiny-llama")
     s = TrainSetting(cfg, get_gpu("h100"), seq=16, global_batch=2 * layout.dp,
                      precision="fp32", optimizer="adamw")
@@ -219,7 +220,8 @@ def test_fsdp_fake_pg_llama3_8b_peak_within_3_percent(tmp_path):
 
     import txcalc
     from txcalc.engine.hardware import get_gpu
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     s = TrainSetting(txcalc.load("llama-3-8b"), get_gpu("h100"), seq=FAKE_SEQ, global_batch=16,
                      attn_impl="flash")

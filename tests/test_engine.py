@@ -20,7 +20,8 @@ import txcalc
 from txcalc.engine.hardware import get_gpu
 from txcalc.engine.memory import (OPTIMIZERS, PRECISIONS, TrainingMemory, grad_bytes,
                                   optimizer_bytes, weight_bytes)
-from txcalc.train.evaluate import TrainSetting, evaluate_layouts, shard_op
+from txcalc.train.setting import TrainSetting, shard_op
+from txcalc.train.evaluate import evaluate_layouts
 from txcalc.parallel.layout import Layout
 from txcalc.parallel.sharding import (assign_stages, fsdp_padding, local_tensors,
                                       zero_shard_rows)

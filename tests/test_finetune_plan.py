@@ -98,7 +98,7 @@ def _setting(mode: str | None, precision: str = "fp32"):
     from transformers import LlamaConfig
     from txcalc.engine.hardware import get_gpu
     from txcalc.model.hf import from_hf_dict
-    from txcalc.train.evaluate import TrainSetting
+    from txcalc.train.setting import TrainSetting
     cfg = from_hf_dict(LlamaConfig(**TINY).to_dict(), "tiny-llama")
     return TrainSetting(cfg, get_gpu("h100"), seq=16, global_batch=4, precision=precision,
                         optimizer="adamw", finetune=_finetune(mode) if mode else None)
@@ -134,7 +134,8 @@ def test_one_gpu_plan_equals_training_memory():
     from txcalc.engine.finetune import Finetune
     from txcalc.engine.hardware import get_gpu
     from txcalc.engine.memory import TrainingMemory
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     from txcalc.engine.workload import Workload
     cfg = txcalc.load("llama-2-7b")
@@ -155,7 +156,8 @@ def test_zero3_shards_the_quantised_base():
     import txcalc
     from txcalc.engine.finetune import Finetune
     from txcalc.engine.hardware import get_gpu
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     s = TrainSetting(txcalc.load("llama-2-7b"), get_gpu("h100"), seq=512, global_batch=8,
                      finetune=Finetune("qlora"))

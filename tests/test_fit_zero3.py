@@ -33,7 +33,9 @@ from txcalc.engine.finetune import Finetune
 from txcalc.train.fit import Setup, fit
 from txcalc.engine.hardware import get_gpu
 from txcalc.engine.memory import TrainingMemory
-from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+from txcalc.parallel.overheads import Overheads
+from txcalc.train.setting import TrainSetting
+from txcalc.train.evaluate import evaluate_layouts
 from txcalc.parallel.layout import Layout
 from txcalc.engine.workload import Workload
 
@@ -194,7 +196,7 @@ def test_one_gpu_does_not_build_the_planner(monkeypatch):
     res = fit(setup, 24 * GB)
     m = TrainingMemory(cfg, Workload(batch=1, seq=res.max_seq, attn_impl="flash"),
                        finetune=FINETUNES["qlora"])
-    assert res.total_bytes == ev.Overheads().device_bytes(m.total)
+    assert res.total_bytes == Overheads().device_bytes(m.total)
 
 
 def test_eager_attention_over_n_gpus_stays_exact():

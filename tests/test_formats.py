@@ -21,7 +21,7 @@ import struct
 
 import pytest
 
-import txcalc
+from txcalc import load
 from txcalc.engine.components import model_ops_tuple
 from txcalc.model.config import ModelConfig
 from txcalc.engine.formats import (FormatError, checkpoint_bytes, checkpoint_tensors,
@@ -156,7 +156,7 @@ def test_llama_31_8b_fp8():
     and static input scales, lm_head kept): model-00001-of-00002.safetensors 5 GB +
     model-00002 4.08 GB = 9.08 GB,
     https://huggingface.co/neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8/tree/4d24bdfe60a152b4193362a9c379d19ebdacc627"""
-    pred = model_checkpoint_bytes(txcalc.load("llama-3-8b"), scheme("fp8"))
+    pred = model_checkpoint_bytes(load("llama-3-8b"), scheme("fp8"))
     assert within(pred, 9.08e9)
 
 
@@ -168,7 +168,7 @@ def test_llama_31_70b_awq_int4():
     a verified duplicate)"""
     sch = scheme_from_quant_config({"quant_method": "awq", "bits": 4, "group_size": 128,
                                     "version": "gemm", "zero_point": True})
-    pred = model_checkpoint_bytes(txcalc.load("llama-3.1-70b"), sch)
+    pred = model_checkpoint_bytes(load("llama-3.1-70b"), sch)
     assert within(pred, 4.97e9 + 6 * 4.89e9 + 3.36e9 + 2.1e9)
 
 
@@ -178,7 +178,7 @@ def test_llama_2_7b_gptq():
     https://huggingface.co/TheBloke/Llama-2-7B-GPTQ/blob/refs%2Fpr%2F10/model.safetensors)"""
     sch = scheme_from_quant_config({"quant_method": "gptq", "bits": 4, "group_size": 128,
                                     "desc_act": True})
-    pred = model_checkpoint_bytes(txcalc.load("llama-2-7b"), sch)
+    pred = model_checkpoint_bytes(load("llama-2-7b"), sch)
     assert within(pred, 3.90e9)
 
 
@@ -193,7 +193,7 @@ def test_llama_3_8b_bnb_nf4(double_quant, published):
     the 3 bytes per 64 weights of the fp32 absmax, which the test tells apart."""
     qc = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
           "bnb_4bit_use_double_quant": double_quant, "bnb_4bit_compute_dtype": "bfloat16"}
-    pred = model_checkpoint_bytes(txcalc.load("llama-3-8b"), scheme_from_quant_config(qc))
+    pred = model_checkpoint_bytes(load("llama-3-8b"), scheme_from_quant_config(qc))
     assert within(pred, published)
 
 
@@ -202,7 +202,7 @@ def test_llama_31_8b_gguf(recipe, published):
     """unsloth GGUF exports of Llama 3.1 8B: unsloth.Q4_K_M.gguf 4.92 GB, unsloth.Q5_K_M.gguf
     5.73 GB, https://huggingface.co/kbang2021/unsloth-Meta-Llama-3.1-8B-Instruct-bnb-4bit/tree/56fdecaca4b9caf1bca949d060cf8f3201a2a79a
     (the 128,256-token vocabulary adds a few MB of metadata)."""
-    pred = model_checkpoint_bytes(txcalc.load("llama-3-8b"), scheme("gguf:" + recipe))
+    pred = model_checkpoint_bytes(load("llama-3-8b"), scheme("gguf:" + recipe))
     assert within(pred, published)
 
 
@@ -215,7 +215,7 @@ def test_deepseek_v3_fp8_block():
     sch = scheme_from_quant_config({"quant_method": "fp8", "fmt": "e4m3",
                                     "activation_scheme": "dynamic",
                                     "weight_block_size": [128, 128]})
-    pred = model_checkpoint_bytes(txcalc.load("deepseek-v3"), sch, mtp_layers=1)
+    pred = model_checkpoint_bytes(load("deepseek-v3"), sch, mtp_layers=1)
     assert within(pred, 688_586_727_753)
 
 
@@ -228,7 +228,7 @@ def test_llama_2_7b_gguf(recipe, published):
     Q5_K_M 4.78 GB from the same-shaped LLaMA-7B release,
     https://huggingface.co/TheBloke/LLaMA-7b-GGUF/tree/main. A GGUF file adds its metadata (the
     32,000-token vocabulary, under 1 MB) to the tensors."""
-    pred = model_checkpoint_bytes(txcalc.load("llama-2-7b"), scheme("gguf:" + recipe))
+    pred = model_checkpoint_bytes(load("llama-2-7b"), scheme("gguf:" + recipe))
     assert within(pred, published)
 
 
@@ -246,17 +246,17 @@ def test_gpt_oss_mxfp4(model, total_size):
     sch = scheme_from_quant_config({"quant_method": "mxfp4", "modules_to_not_convert": [
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
         "lm_head"]})
-    pred = model_checkpoint_bytes(txcalc.load(model), sch)
+    pred = model_checkpoint_bytes(load(model), sch)
     assert within(pred, total_size)
     assert pred == total_size  # to the byte: every stored tensor is accounted for
-    assert pred == model_checkpoint_bytes(txcalc.load(model), scheme("mxfp4"))
+    assert pred == model_checkpoint_bytes(load(model), scheme("mxfp4"))
 
 
 def test_mxfp4_scheme_covers_experts_only():
     """gpt-oss ships MXFP4 experts (quantization_config modules_to_not_convert: self_attn,
     router, embed_tokens, lm_head). On another MoE preset (mixtral) the scheme changes only
     the routed experts, at 4.25 bits per weight (gpt-oss itself: test_gpt_oss_mxfp4)."""
-    cfg = txcalc.load("mixtral-8x7b")
+    cfg = load("mixtral-8x7b")
     ops = model_ops_tuple(cfg)
     sch = scheme_from_quant_config({"quant_method": "mxfp4", "modules_to_not_convert": [
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
@@ -284,7 +284,7 @@ def test_quant_config_compressed_tensors_fp8():
 
 
 def test_keep_pattern_overrides_convention():
-    cfg = txcalc.load("llama-2-7b")
+    cfg = load("llama-2-7b")
     ops = model_ops_tuple(cfg)
     all_q = checkpoint_bytes(ops, scheme("fp8"))
     kept = checkpoint_bytes(ops, scheme("fp8", keep=("layers.0.*",)))
@@ -331,11 +331,34 @@ def test_cli_params_reads_quantization_config(tmp_path):
     out = json.loads(r.output)
     assert out["weights"] == "nf4"
     # nf4 with double quant: 0.5 + 1/64 + ... bytes per quantised weight, bf16 elsewhere
-    assert out["checkpoint_bytes"] == model_checkpoint_bytes(txcalc.load(str(path)),
+    assert out["checkpoint_bytes"] == model_checkpoint_bytes(load(str(path)),
                                                              scheme("nf4", keep=("lm_head",)))
     assert 5.6e9 < out["checkpoint_bytes"] < 5.8e9
     r = _cli("params", str(path), "--weights", "bf16", "--json")
     assert json.loads(r.output)["checkpoint_bytes"] == 2 * out["total_params"]
+
+
+def test_a_loaded_config_keeps_its_files_quantization(tmp_path):
+    """A name becomes a ModelConfig once, at the top: a config.json's quantization_config (a
+    property of the file, not a field) still reaches the serving plan through the config
+    txcalc.load returns (ModelConfig.loaded_from); the same fields built without the file
+    serve in the precision's dtype."""
+    import dataclasses
+
+    from txcalc.engine.formats import resolve
+    from txcalc.serve.infer import plan_infer
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+           "vocab_size": 128256, "max_position_embeddings": 131072,
+           "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    loaded = load(str(path))
+    assert loaded.loaded_from == str(path)
+    want = resolve(str(path))[0].name  # what the path itself gives
+    assert want == "fp8-channel" and plan_infer(loaded, "h100", 4096, 1).weights == want
+    assert plan_infer(dataclasses.replace(loaded, loaded_from=""), "h100", 4096,
+                      1).weights == "bf16"
 
 
 def test_cli_bad_weights_exit_2(capsys):
@@ -349,18 +372,19 @@ def test_plan_infer_fp8_deepseek_on_eight_h200():
     """The issue's case: DeepSeek-V3 in bf16 needs 16 H200s; its fp8 checkpoint serves on 8
     (one H200 node, as deployed with SGLang/vLLM)."""
     from txcalc.serve.infer import plan_infer
-    assert plan_infer("deepseek-v3", "h200", 8192, 16).best.total_gpus == 16
-    assert plan_infer("deepseek-v3", "h200", 8192, 16, weights="fp8-block").best.total_gpus == 8
+    assert plan_infer(load("deepseek-v3"), "h200", 8192, 16).best.total_gpus == 16
+    assert plan_infer(load("deepseek-v3"), "h200", 8192, 16,
+                      weights="fp8-block").best.total_gpus == 8
 
 
 def test_plan_infer_int4_70b_on_two_4090():
     """A 70B model in 4-bit on two 24 GB RTX 4090s (bf16 needs 8); each GPU holds half the
     stored bytes."""
     from txcalc.serve.infer import plan_infer
-    bf16 = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1).best
-    q = plan_infer("llama-3.1-70b", "rtx-4090", 4096, 1, weights="awq-int4-g128").best
+    bf16 = plan_infer(load("llama-3.1-70b"), "rtx-4090", 4096, 1).best
+    q = plan_infer(load("llama-3.1-70b"), "rtx-4090", 4096, 1, weights="awq-int4-g128").best
     assert bf16.total_gpus == 8 and q.total_gpus == 2
-    stored = model_checkpoint_bytes(txcalc.load("llama-3.1-70b"), scheme("awq-int4-g128"))
+    stored = model_checkpoint_bytes(load("llama-3.1-70b"), scheme("awq-int4-g128"))
     assert abs(q.weights_bytes - stored / 2) < 0.01 * stored
 
 
@@ -368,10 +392,10 @@ def test_decode_reads_quantised_bytes_and_weight_only_knee():
     """Small-batch decode is bound by the bytes read: 4-bit weights decode faster than bf16;
     past the weight-only knee the dequantising kernel is compute-bound and slower than fp8."""
     from txcalc.serve.infer import plan_infer
-    b1 = {w: plan_infer("llama-3-8b", "h100", 2048, 1, weights=w).best.decode_tokens_per_s
+    b1 = {w: plan_infer(load("llama-3-8b"), "h100", 2048, 1, weights=w).best.decode_tokens_per_s
           for w in ("bf16", "int4-g128", "fp8")}
     assert b1["int4-g128"] > b1["fp8"] > b1["bf16"]
-    big = {w: plan_infer("llama-3-8b", "h100", 256, 256, weights=w).best
+    big = {w: plan_infer(load("llama-3-8b"), "h100", 256, 256, weights=w).best
            for w in ("int4-g128", "fp8")}
     per = {w: r.decode_tokens_per_s_per_seq for w, r in big.items()}
     assert per["fp8"] > per["int4-g128"]
@@ -386,7 +410,7 @@ def test_report_inference_with_weights(tmp_path, capsys):
     assert main(["report", "llama-3.1-70b", "--inference", "--gpu", "rtx-4090", "--context",
                  "4k", "--weights", "awq-int4-g128", "-o", str(out), "--json"]) == 0
     ans = json.loads(capsys.readouterr().out)["answer"]
-    cfg = txcalc.load("llama-3.1-70b")
+    cfg = load("llama-3.1-70b")
     assert ans["total_bytes"] == model_checkpoint_bytes(cfg, scheme("awq-int4-g128")) + \
         kv_cache_bytes(cfg, 4096, 1, "bf16")
     assert ans["total_gpus"] == 2

@@ -77,7 +77,8 @@ def test_torchao_float8_fsdp2_states_per_gpu(tmp_path):
 
     from txcalc.engine.hardware import get_gpu
     from txcalc.model.hf import from_hf_dict
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     cfg = from_hf_dict(_raw(), "llama-3-8b-2-layers")
     s = TrainSetting(cfg, get_gpu("h100"), seq=SEQ, global_batch=2 * WORLD,

@@ -67,8 +67,8 @@ def test_plan_train_fp8_faster_on_h100():
     plan's weights per GPU (ZeRO 0-2)."""
     from txcalc.train.planner import plan_train
     kw = dict(max_gpus=64, only={"zero": 1})
-    bf = plan_train("llama-3-8b", "h100", 10**12, precision="bf16-mixed", **kw).best
-    f8 = plan_train("llama-3-8b", "h100", 10**12, precision="fp8-mixed", **kw).best
+    bf = plan_train(txcalc.load("llama-3-8b"), "h100", 10**12, precision="bf16-mixed", **kw).best
+    f8 = plan_train(txcalc.load("llama-3-8b"), "h100", 10**12, precision="fp8-mixed", **kw).best
     assert f8.step_time_s * f8.gpus < bf.step_time_s * bf.gpus
     cfg = txcalc.load("llama-3-8b")
     from txcalc.engine.components import model_ops_tuple
@@ -81,7 +81,7 @@ def test_fp8_training_refused_without_fp8_tensor_cores():
     from txcalc.errors import PlanError
     from txcalc.train.planner import plan_train
     with pytest.raises(PlanError, match="fp8-mixed.*a100-80gb has no fp8 peak"):
-        plan_train("llama-3-8b", "a100", 10**12, precision="fp8-mixed", max_gpus=64)
+        plan_train(txcalc.load("llama-3-8b"), "a100", 10**12, precision="fp8-mixed", max_gpus=64)
 
 
 GiB = 2**30

@@ -59,7 +59,7 @@ _PLAN = []
 
 def _TRAIN_PLAN():
     if not _PLAN:
-        _PLAN.append(plan_train(CFG, "h100", 10**9, gpus=1))
+        _PLAN.append(plan_train(txcalc.load(CFG), "h100", 10**9, gpus=1))
     return _PLAN[0]
 
 
@@ -146,13 +146,13 @@ def test_bad_argument_raises_txcalc_error_naming_it(name, fn, valid, arg, bad):
 @pytest.mark.parametrize("call, pattern", [
     (lambda: count_flops(CFG, None), r"work \(None\)"),
     (lambda: count_params("x"), r"cfg \('x'\) must be a ModelConfig"),
-    (lambda: plan_infer(CFG, "h100", None, 1), r"context \(None\)"),
+    (lambda: plan_infer(txcalc.load(CFG), "h100", None, 1), r"context \(None\)"),
     (lambda: model_states("80B"), r"n_params \('80B'\)"),
     (lambda: txcalc.load("a\0b.json"), r"model .*NUL"),
     (lambda: CFG.replace(nope=1), r"unknown ModelConfig field.*'nope'"),
     (lambda: kv_cache_bytes(CFG, -5), r"context \(-5\)"),
     (lambda: model_states(-5), r"n_params \(-5\)"),
-    (lambda: plan_train(CFG, "h100", 10**9, n_rows=0), r"n_rows \(0\)"),
+    (lambda: plan_train(txcalc.load(CFG), "h100", 10**9, n_rows=0), r"n_rows \(0\)"),
 ])
 def test_issue_10_library_examples(call, pattern):
     with pytest.raises(TxcalcError, match=pattern) as e:
@@ -182,3 +182,59 @@ def test_readme_api_is_covered():
     assert not missing, f"README functions without bad-input cases: {missing}"
     assert {"txcalc.load", "txcalc.params", "count_flops", "TrainingMemory", "Workload",
             "plan_train", "plan_infer"} <= called
+
+
+NAME_TAKERS = [  # (module, function, the arguments after the model)
+    ("txcalc.train.planner", "plan_train", ("h100", 10**12)),
+    ("txcalc.serve.kv", "kv_capacity", ("h100",)),
+    ("txcalc.serve.sim", "step_model", ("h100",)),
+    ("txcalc.serve.plan", "plan_serving", ("h100", 100, 10)),
+    ("txcalc.serve.cp", "cp_prefill", ("h100", 1000)),
+    ("txcalc.serve.load", "serving_load_data", ("h100", 100, 10)),
+    ("txcalc.serve.infer", "plan_infer", ("h100", 4096, 1)),
+    ("txcalc.serve.infer", "trtllm_bench_settings", ("h100", 128, 128)),
+    ("txcalc.serve.infer", "serve_throughput", ("h100", 128, 128)),
+]
+
+
+@pytest.mark.parametrize("module,name,args", NAME_TAKERS, ids=[n for _, n, _ in NAME_TAKERS])
+def test_train_and_serve_take_a_config_not_a_name(module, name, args):
+    """A name becomes a ModelConfig once, at the top (txcalc.load): below it a name is refused
+    with one error naming the value and the way to get a config."""
+    import importlib
+    from txcalc.inputs import InputError
+    f = getattr(importlib.import_module(module), name)
+    kw = {"cp": 2} if name == "cp_prefill" else {"rate": 1.0} if name == "plan_serving" else {}
+    with pytest.raises(InputError, match=r"model \('llama-3-8b'\) must be a ModelConfig, not "
+                                         r"str \(txcalc\.load\(NAME_OR_PATH\) gives one\)"):
+        f("llama-3-8b", *args, **kw)
+
+
+def test_a_serving_answer_looks_its_gpu_up_once(monkeypatch):
+    """serve.setting.ServeSetting: the GPU name is resolved once per answer, then the catalog
+    row travels down (a layout search calls get_gpu with a Gpu only)."""
+    from txcalc.engine import hardware
+    from txcalc.serve.infer import plan_infer, serve_throughput
+    from txcalc.serve.plan import plan_serving
+    real, names = hardware.get_gpu, []
+
+    def counting(name, extra=None):
+        if not isinstance(name, hardware.Gpu):
+            names.append(name)
+        return real(name, extra)
+    import importlib
+    import sys
+    for name in ("cp", "kv", "load", "sim", "disagg", "setting"):  # every serving module
+        importlib.import_module(f"txcalc.serve.{name}")
+    for mod in [m for name, m in sys.modules.items() if name.startswith("txcalc.")]:
+        if getattr(mod, "get_gpu", None) is real:  # a module-level import counts too
+            monkeypatch.setattr(mod, "get_gpu", counting)
+    cfg = txcalc.load("llama-3.2-1b")
+    plan_infer(cfg, "h100", 4096, 8)
+    assert names == ["h100"]
+    names.clear()
+    serve_throughput(cfg, "h100", 128, 128)
+    assert names == ["h100"]
+    names.clear()
+    plan_serving(cfg, "h100", 200, 20, concurrency=4, replicas=1)
+    assert names == ["h100"]

@@ -164,7 +164,8 @@ def test_planner_logits_are_split_over_tp_and_cp():
     from txcalc.engine.hardware import get_gpu
     from txcalc.engine.lm_loss import logits_grad_bytes
     from txcalc.engine.memory import TrainingMemory
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     from txcalc.engine.workload import Workload
     cfg = txcalc.load("llama-3-8b")

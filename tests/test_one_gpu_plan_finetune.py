@@ -34,7 +34,8 @@ import txcalc
 from txcalc.engine.finetune import Finetune
 from txcalc.engine.hardware import get_gpu
 from txcalc.engine.memory import TrainingMemory
-from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+from txcalc.train.setting import TrainSetting
+from txcalc.train.evaluate import evaluate_layouts
 from txcalc.parallel.layout import Layout
 from txcalc.engine.stacks import STACKS
 from txcalc.engine.workload import Workload

@@ -31,7 +31,8 @@ from txcalc.train.fit import Setup, fit
 from txcalc.engine.hardware import get_gpu
 from txcalc.engine.memory import OPTIMIZER_STEPS, TrainingMemory, optimizer_step_extra
 from txcalc.parallel.overheads import Overheads
-from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+from txcalc.train.setting import TrainSetting
+from txcalc.train.evaluate import evaluate_layouts
 from txcalc.parallel.layout import Layout
 from txcalc.engine.stacks import STACKS
 from txcalc.engine.workload import Workload

@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 import txcalc
 from txcalc.engine.hardware import get_gpu, load_catalog
 from txcalc.engine.memory import TrainingMemory
-from txcalc.train.evaluate import TrainSetting, evaluate_layouts, group_activations, group_ops
+from txcalc.train.setting import TrainSetting, group_activations, group_ops
+from txcalc.train.evaluate import evaluate_layouts
 from txcalc.parallel.layout import Layout
 from txcalc.parallel.sharding import assign_stages, local_params, stage_blocks
 from txcalc.engine.workload import Workload
@@ -132,7 +133,8 @@ def test_screen_equals_every_stage(model):
     the slowest one for uniform blocks and for dense-first MoE stacks (DeepSeek's 3 dense
     blocks, then MoE), so its totals equal the every-stage evaluation."""
     from txcalc.train.planner import layout_grid
-    from txcalc.train.evaluate import build_tables, evaluate, shard_groups
+    from txcalc.train.setting import shard_groups
+    from txcalc.train.evaluate import build_tables, evaluate
     import numpy as np
     cfg = (txcalc.load("deepseek-v3").replace(n_layers=13, n_experts=16, top_k=2)
            if model == "deepseek-small" else txcalc.load(model))

@@ -99,7 +99,8 @@ def _stage_activations(lay, stage: int, global_batch: int) -> int:
     from transformers import GPT2Config
     from txcalc.engine.hardware import get_gpu
     from txcalc.model.hf import from_hf_dict
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     cfg = from_hf_dict(GPT2Config(**TINY).to_dict(), "tiny-gpt2")
     s = TrainSetting(cfg, get_gpu("h100"), seq=32, global_batch=global_batch, dropout=True)
     return int(evaluate_layouts(s, [lay], stages=lambda pp: [stage])["activations_bytes"][0])

@@ -211,7 +211,8 @@ def test_framework_terms_are_overridable():
 
 
 def test_tp_not_dividing_heads():
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout, LayoutError
     from txcalc.engine.hardware import get_gpu
     s = TrainSetting(load("llama-3-8b"), get_gpu("h100"), 4096, 64)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from txcalc import load
 from txcalc.model.presets import PRESETS
 from txcalc.serve.kv import VLLM_LLAMA_ARCHITECTURES, kv_capacity
 
@@ -45,19 +46,21 @@ def test_kv_capacity_of_a_preset_follows_its_architecture(model, own, other):
     given explicitly, and differs from the other model file's rule (so the default is read,
     not the same number either way)."""
     assert PRESETS[model].hf_architecture == own
-    base = kv_capacity(model, "h100")
-    assert base == kv_capacity(model, "h100", architecture=own)
-    assert base.kv_tokens != kv_capacity(model, "h100", architecture=other).kv_tokens
+    base = kv_capacity(load(model), "h100")
+    assert base == kv_capacity(load(model), "h100", architecture=own)
+    assert base.kv_tokens != kv_capacity(load(model), "h100", architecture=other).kv_tokens
     # qwen2.py keeps gate_up beside down_proj's input: fewer KV tokens than llama.py's rule
     keeps = own not in VLLM_LLAMA_ARCHITECTURES
-    assert (base.kv_tokens < kv_capacity(model, "h100", architecture=other).kv_tokens) == keeps
+    other_tokens = kv_capacity(load(model), "h100", architecture=other).kv_tokens
+    assert (base.kv_tokens < other_tokens) == keeps
 
 
 def test_an_explicit_architecture_still_wins_and_a_config_json_reads_its_own():
     """``architecture=`` overrides the preset's name; a config.json path gives its own
     architectures[0] (as before), which is the preset's for the stored file."""
-    qwen = kv_capacity("qwen2-7b", "h100", architecture="LlamaForCausalLM")
-    assert qwen.kv_tokens == kv_capacity("qwen2-7b", "h100",
+    qwen = kv_capacity(load("qwen2-7b"), "h100", architecture="LlamaForCausalLM")
+    assert qwen.kv_tokens == kv_capacity(load("qwen2-7b"), "h100",
                                          architecture="MistralForCausalLM").kv_tokens
     path = str(DATA / "qwen2-7b.json")
-    assert kv_capacity(path, "h100").kv_tokens == kv_capacity("qwen2-7b", "h100").kv_tokens
+    assert kv_capacity(load(path), "h100").kv_tokens == \
+        kv_capacity(load("qwen2-7b"), "h100").kv_tokens

@@ -80,7 +80,7 @@ def test_t5_on_one_gpu_gets_zero_stage_0_not_3():
     rep = _rep("t5-base-finetune-1gpu")
     assert rep["data"]["plan"]["best"]["layout"] == "tp1 pp1 dp1 z0 mb16"
     # ties (same memory, same time) go to the simpler stage in the planner itself
-    p = plan_train("t5-base", "a100-40gb", 10**9, max_gpus=1, seq=512, global_batch=32,
+    p = plan_train(txcalc.load("t5-base"), "a100-40gb", 10**9, max_gpus=1, seq=512, global_batch=32,
                    attn_impl="eager")
     same = [r for r in p.rows if r.days == p.best.days and r.total_bytes == p.best.total_bytes]
     assert [r.layout.zero for r in same] == sorted(r.layout.zero for r in same)

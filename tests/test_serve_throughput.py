@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from txcalc import load
 from txcalc.cli import app
 
 from txcalc.errors import TxcalcError
@@ -54,7 +55,7 @@ LLAMA_31_8B, LLAMA_33_70B, TP_70B = _PERF["llama-3.1-8b"], _PERF["llama-3.3-70b"
 
 
 def _tok_s(model, gpu, tp, isl, osl, prof):
-    return serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8",
+    return serve_throughput(load(model), gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8",
                             profile=prof)["output_tokens_per_s"]
 
 
@@ -85,7 +86,7 @@ def test_fp8_throughput_vs_tensorrt_llm(gpu):
 def test_serve_throughput_prefill_bound_row_uncalibrated():
     """A prefill-dominated row (2048 in, 128 out) is compute-bound on the fp8 peak: within 10 %
     of TensorRT-LLM's 3,450 tokens/s on one H100 with the default profile (measured +3.6 %)."""
-    r = serve_throughput("llama-3-8b", "h100", 2048, 128, weights="fp8", kv_dtype="fp8")
+    r = serve_throughput(load("llama-3-8b"), "h100", 2048, 128, weights="fp8", kv_dtype="fp8")
     assert abs(r["output_tokens_per_s"] / 3450 - 1) <= 0.10
 
 
@@ -105,19 +106,20 @@ def test_decode_step_agrees_with_the_step_simulator(model, gpu, tp, isl, osl):
     one constant serving_sim.STEP_OVERHEAD_S; without it serve_throughput's step is that much
     shorter."""
     from txcalc.serve.infer import plan_infer
-    r = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8")
+    r = serve_throughput(load(model), gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8")
     b, ctx = r["batch"], isl + osl // 2
-    sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8", max_model_len=isl + osl)
+    sm = step_model(load(model), gpu, tp=tp, weights="fp8", kv_dtype="fp8", max_model_len=isl + osl)
     assert r["step_overhead_s"] == sm.overhead_s == STEP_OVERHEAD_S
     assert r["decode_step_s"] == pytest.approx(sm.step_s(b, b, b * ctx, b * ctx), rel=1e-12)
-    row = plan_infer(model, gpu, ctx, b, weights="fp8", kv_dtype="fp8", layouts={(tp, 1)}).best
+    row = plan_infer(load(model), gpu, ctx, b, weights="fp8", kv_dtype="fp8",
+                     layouts={(tp, 1)}).best
     assert row.replicas == 1
     assert 1 / row.decode_tokens_per_s_per_seq == pytest.approx(r["decode_step_s"], rel=1e-12)
-    r0 = serve_throughput(model, gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8",
+    r0 = serve_throughput(load(model), gpu, isl, osl, tp=tp, weights="fp8", kv_dtype="fp8",
                           overhead_s=0)
     assert r0["decode_step_s"] == pytest.approx(r["decode_step_s"] - STEP_OVERHEAD_S)
     assert r0["output_tokens_per_s"] > r["output_tokens_per_s"]
-    p0 = plan_infer(model, gpu, ctx, b, weights="fp8", kv_dtype="fp8", layouts={(tp, 1)},
+    p0 = plan_infer(load(model), gpu, ctx, b, weights="fp8", kv_dtype="fp8", layouts={(tp, 1)},
                     overhead_s=0).best
     assert 1 / p0.decode_tokens_per_s_per_seq == pytest.approx(r0["decode_step_s"], rel=1e-12)
 
@@ -138,10 +140,10 @@ def test_prompts_are_timed_by_the_step_model(model, gpu, tp, isl, osl, kw):
     attention. The prompts had their own per-op formula before (op_efficiency per op, no step
     overhead, no weight read): these equalities fail on it."""
     from txcalc.serve.infer import trtllm_bench_settings
-    r = serve_throughput(model, gpu, isl, osl, tp=tp, **kw)
-    sm = step_model(model, gpu, tp=tp, kv_capacity_tokens=0, **kw)
+    r = serve_throughput(load(model), gpu, isl, osl, tp=tp, **kw)
+    sm = step_model(load(model), gpu, tp=tp, kv_capacity_tokens=0, **kw)
     b, ctx = r["batch"], isl + osl // 2
-    s = trtllm_bench_settings(model, gpu, isl, osl, tp=tp, weights=kw.get("weights"),
+    s = trtllm_bench_settings(load(model), gpu, isl, osl, tp=tp, weights=kw.get("weights"),
                               kv_dtype=kw.get("kv_dtype", "bf16"))
     assert b <= s["max_num_tokens"] * osl // (isl + osl)
     q, extra = divmod(b, osl)
@@ -170,8 +172,8 @@ def test_plan_infer_prefill_latency_is_step_model_chunks(model, gpu, kw):
     float (it had its own per-op roofline before, 5-14 % longer)."""
     from txcalc.serve.infer import PREFILL_CHUNK, plan_infer
     assert PREFILL_CHUNK == 8192
-    row = plan_infer(model, gpu, 20000, 1, **kw).best
-    sm = step_model(model, gpu, tp=row.tp, kv_capacity_tokens=0, **kw)
+    row = plan_infer(load(model), gpu, 20000, 1, **kw).best
+    sm = step_model(load(model), gpu, tp=row.tp, kv_capacity_tokens=0, **kw)
     c = 8192
     want = sm.step_s(c, 0, c * (c + 1) // 2, 0) \
         + sm.step_s(c, 0, c * c + c * (c + 1) // 2, c) \
@@ -185,7 +187,7 @@ def test_step_is_a_roofline_per_kernel_class():
     than one roofline over the whole step. Llama 3 8B fp8 on one H100, 512 sequences of 2,048
     tokens: compute 512 x 2 x (Linear parameters) FLOPs at the fp8 matmul rate, KV 512 x
     2,048 x 64 KiB (fp8: 2 x 32 layers x 8 heads x 128) at the achievable bandwidth."""
-    sm = step_model("llama-3-8b", "h100", weights="fp8", kv_dtype="fp8", max_model_len=4096)
+    sm = step_model(load("llama-3-8b"), "h100", weights="fp8", kv_dtype="fp8", max_model_len=4096)
     assert sm.kv_bytes_per_token == 2 * 32 * 8 * 128
     # Llama 3 8B: 8,030,261,248 parameters = two 128,256 x 4,096 matrices (embedding, head)
     # + 266,240 norm weights + the blocks' Linears; 2 FLOPs per weight per token
@@ -205,13 +207,13 @@ def test_serve_throughput_attention_dtype():
     """fp8 attention speeds a long prompt's prefill (the attention core on the fp8 peak);
     a dtype the GPU has no peak for is refused, naming it."""
     kw = dict(weights="fp8", kv_dtype="fp8")
-    bf16 = serve_throughput("llama-3-8b", "h100", 20000, 2000, **kw)
-    fp8 = serve_throughput("llama-3-8b", "h100", 20000, 2000, attention_dtype="fp8", **kw)
+    bf16 = serve_throughput(load("llama-3-8b"), "h100", 20000, 2000, **kw)
+    fp8 = serve_throughput(load("llama-3-8b"), "h100", 20000, 2000, attention_dtype="fp8", **kw)
     assert fp8["prefill_s_per_request"] < bf16["prefill_s_per_request"]
     with pytest.raises(PlanError, match="fp4"):
-        serve_throughput("llama-3-8b", "a100", 128, 128, attention_dtype="fp4")
+        serve_throughput(load("llama-3-8b"), "a100", 128, 128, attention_dtype="fp4")
     with pytest.raises(TxcalcError, match=r"overhead_s \(-1\)"):
-        serve_throughput("llama-3-8b", "h100", 128, 128, overhead_s=-1)
+        serve_throughput(load("llama-3-8b"), "h100", 128, 128, overhead_s=-1)
 
 
 def _cli(*args):
@@ -229,7 +231,7 @@ def test_cli_plan_infer_rate_inf_is_serve_throughput():
              "--input-len", "128", "--output-len", "2048", "--rate", "inf", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    want = serve_throughput("llama-3-8b", "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
+    want = serve_throughput(load("llama-3-8b"), "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
     assert d["tp"] == 1 and d["rate"] == "inf"
     assert d["output_tokens_per_s"] == want["output_tokens_per_s"]
     assert abs(d["output_tokens_per_s"] / LLAMA_31_8B["h200"][ISL_OSL.index((128, 2048))] - 1) \
@@ -260,9 +262,9 @@ def test_trtllm_bench_settings_h200_8b():
     895.2 -> max_bs 128 ceil(895.2 / 128) = 896 (below the 932 txcalc's KV cache holds);
     tokens 895.2 x (1 + 128/2048) = 951 -> 2048 (its floor)."""
     from txcalc.serve.infer import trtllm_bench_settings
-    s = trtllm_bench_settings("llama-3-8b", "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
+    s = trtllm_bench_settings(load("llama-3-8b"), "h200", 128, 2048, weights="fp8", kv_dtype="fp8")
     assert s["kv_cache_max_requests"] == pytest.approx(895.2, abs=0.05)
     assert (s["max_batch_size"], s["max_num_tokens"]) == (896, 2048)
     # a format trtllm-bench does not tune: TensorRT-LLM's BuildConfig defaults
-    d = trtllm_bench_settings("llama-3-8b", "h200", 128, 2048, weights="int4-g128")
+    d = trtllm_bench_settings(load("llama-3-8b"), "h200", 128, 2048, weights="int4-g128")
     assert (d["max_batch_size"], d["max_num_tokens"]) == (2048, 8192)

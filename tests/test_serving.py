@@ -40,7 +40,7 @@ VLLM_BLOCKS = [
 @pytest.mark.parametrize("model,gpu,tp,max_len,util,blocks,engine,source", VLLM_BLOCKS)
 def test_kv_blocks_match_published_vllm_logs(model, gpu, tp, max_len, util, blocks, engine,
                                              source):
-    c = kv_capacity(model, gpu, tp=tp, max_model_len=max_len, gpu_memory_utilization=util,
+    c = kv_capacity(load(model), gpu, tp=tp, max_model_len=max_len, gpu_memory_utilization=util,
                     engine=engine)
     assert abs(c.kv_blocks / blocks - 1) <= 0.03, (source, c.kv_blocks, blocks)
     assert c.kv_tokens == c.kv_blocks * 16
@@ -62,7 +62,7 @@ VLLM_BLOCKS_TORCH_PEAK = [
 def test_kv_blocks_match_vllm_torch_peak_profiling_pr2031(model, tp, blocks):
     """https://github.com/vllm-project/vllm/pull/2031 (max_model_len 4096, utilisation 0.9)."""
     from txcalc.parallel.overheads import Overheads
-    c = kv_capacity(model, "a100-80gb", tp=tp, max_model_len=4096,
+    c = kv_capacity(load(model), "a100-80gb", tp=tp, max_model_len=4096,
                     overheads=Overheads(cuda_context_bytes=0, comm_buffer_bytes=0))
     assert c.non_torch_bytes == 0
     assert abs(c.kv_blocks / blocks - 1) <= 0.03, (c.kv_blocks, blocks)
@@ -75,7 +75,7 @@ def test_kv_tokens_match_tensorrt_llm_free_fraction_log():
     max_num_tokens 4096, max_batch_size 1). The issue hides the model's name; 69524783104 /
     132608 = 524,288 bytes per token is Llama-2-7B's fp16 KV (32 layers x 2 x 4096 x 2 B) and
     6683 MiB its int8 Linears with 16-bit embeddings and head: txcalc's int8 weights."""
-    c = kv_capacity("llama-2-7b", "a100-80gb", engine="trtllm", weights="int8",
+    c = kv_capacity(load("llama-2-7b"), "a100-80gb", engine="trtllm", weights="int8",
                     max_model_len=5120, max_num_batched_tokens=4096, max_num_seqs=1,
                     block_size=64)
     assert c.kv_bytes_per_token == 524288
@@ -84,14 +84,14 @@ def test_kv_tokens_match_tensorrt_llm_free_fraction_log():
     assert abs(c.kv_tokens / 132608 - 1) <= 0.03
     assert c.kv_tokens % 64 == 0 and c.engine == "trtllm"
     # the fraction scales the free memory, and utilisation plays no part
-    half = kv_capacity("llama-2-7b", "a100-80gb", engine="trtllm", weights="int8",
+    half = kv_capacity(load("llama-2-7b"), "a100-80gb", engine="trtllm", weights="int8",
                        max_model_len=5120, max_num_batched_tokens=4096, max_num_seqs=1,
                        kv_cache_free_gpu_mem_fraction=0.45, gpu_memory_utilization=0.5)
     assert half.kv_cache_bytes == pytest.approx(c.kv_cache_bytes / 2, rel=1e-6)
     with pytest.raises(InputError, match="engine"):
-        kv_capacity("llama-2-7b", "a100-80gb", engine="sglang")
+        kv_capacity(load("llama-2-7b"), "a100-80gb", engine="sglang")
     with pytest.raises(InputError, match="kv_cache_free_gpu_mem_fraction"):
-        kv_capacity("llama-2-7b", "a100-80gb", engine="trtllm",
+        kv_capacity(load("llama-2-7b"), "a100-80gb", engine="trtllm",
                     kv_cache_free_gpu_mem_fraction=1.5)
 
 
@@ -117,7 +117,7 @@ def test_kv_blocks_llama2_70b_tp4_a100_pr2031():
     Default engine (V1 rule, no held inputs): +51 %."""
     from txcalc.parallel.overheads import Overheads
     from txcalc.serve.kv import vllm_nccl_bytes
-    c = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
+    c = kv_capacity(load("llama-2-70b"), "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
     assert vllm_nccl_bytes("vllm-0.2", "a100-80gb", 4, 1) == 2 * 832 * 2**20
     assert c.non_torch_bytes == Overheads().cuda_context_bytes + 2 * 832 * 2**20
     assert abs(c.kv_blocks / 20865 - 1) <= 0.03, c.kv_blocks
@@ -153,7 +153,7 @@ def test_kv_blocks_llama31_8b_rtx3090_issue10517(max_len, blocks):
     from txcalc.engine.hardware import get_gpu
     from txcalc.serve.kv import V064_CUDA_CONTEXT_BYTES
     gpu = dataclasses.replace(get_gpu("rtx-3090"), usable_given=int(23.58 * GiB))
-    c = kv_capacity("llama-3-8b", gpu, max_model_len=max_len, engine="vllm-0.6")
+    c = kv_capacity(load("llama-3-8b"), gpu, max_model_len=max_len, engine="vllm-0.6")
     assert c.total_bytes == int(23.58 * GiB) and c.non_torch_bytes == V064_CUDA_CONTEXT_BYTES
     assert abs(c.kv_blocks / blocks - 1) <= 0.03, c.kv_blocks
 
@@ -165,7 +165,7 @@ def test_kv_torch_peak_matches_issue10517(tmp_path, max_len, peak_gib):
     txcalc's stored weights + activation peak must give, within 1 %."""
     f = tmp_path / "gpus.csv"
     f.write_text(RTX3090_CSV)
-    c = kv_capacity("llama-3-8b", "rtx-3090", max_model_len=max_len, gpu_file=str(f),
+    c = kv_capacity(load("llama-3-8b"), "rtx-3090", max_model_len=max_len, gpu_file=str(f),
                     engine="vllm-0.6")
     assert (c.weights_bytes + c.activation_peak_bytes) / GiB == pytest.approx(peak_gib,
                                                                              rel=0.01)
@@ -191,8 +191,9 @@ def test_engine_rules_differ_where_the_releases_did(tmp_path):
     # the model's loop holds, the residual, the MLP input, SiluAndMul's shard (28,672 / 4),
     # down_proj's partial sum and its reduced copy (vllm/distributed/parallel_state.py of
     # v0.6.5, ``_all_reduce_out_place``) -- v0.2's rule keeps its fused-group peak
-    old = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
-    new = kv_capacity("llama-2-70b", "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.6.5")
+    old = kv_capacity(load("llama-2-70b"), "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
+    new = kv_capacity(load("llama-2-70b"), "a100-80gb", tp=4, max_model_len=4096,
+                      engine="vllm-0.6.5")
     assert old.held_allreduce_bytes == (row + 1) * 4096 * 8192 * 2 and new.held_allreduce_bytes == 0
     assert new.activation_peak_bytes == 4096 * (5 * 8192 + 28672 // 4) * 2
     assert old.activation_peak_bytes == 4096 * (3 * 8192 + 3 * 28672 // 4) * 2
@@ -202,11 +203,11 @@ def test_engine_rules_differ_where_the_releases_did(tmp_path):
         - vllm_nccl_bytes("vllm-0.2", "a100-80gb", 4, 1) > 0
     assert new.kv_cache_bytes - old.kv_cache_bytes == \
         old.held_allreduce_bytes - (new.activation_peak_bytes - old.activation_peak_bytes) - extra
-    one = kv_capacity("llama-2-7b", "a100-80gb", max_model_len=4096, engine="vllm-0.2")
+    one = kv_capacity(load("llama-2-7b"), "a100-80gb", max_model_len=4096, engine="vllm-0.2")
     assert one.held_allreduce_bytes == 0
-    assert one.kv_blocks == kv_capacity("llama-2-7b", "a100-80gb", max_model_len=4096,
+    assert one.kv_blocks == kv_capacity(load("llama-2-7b"), "a100-80gb", max_model_len=4096,
                                         engine="vllm-0.6.5").kv_blocks
-    steps = {e: kv_capacity("llama-3.1-8b", "h200", max_model_len=131072,
+    steps = {e: kv_capacity(load("llama-3.1-8b"), "h200", max_model_len=131072,
                             engine=e).max_num_batched_tokens
              for e in ("vllm", "vllm-v1", "vllm-0.6.5", "vllm-0.6", "vllm-0.2")}
     assert steps == {"vllm": 8192, "vllm-v1": 8192, "vllm-0.6.5": 2048, "vllm-0.6": 512,
@@ -218,7 +219,7 @@ def test_kv_activation_slope_matches_issue10517(tmp_path):
     17.06 GiB at 20,000 tokens, 17.98 GiB at 29,000 (0.92 GiB for 9,000 tokens), within 10 %."""
     f = tmp_path / "gpus.csv"
     f.write_text(RTX3090_CSV)
-    a, b = (kv_capacity("llama-3-8b", "rtx-3090", max_model_len=n, gpu_file=str(f))
+    a, b = (kv_capacity(load("llama-3-8b"), "rtx-3090", max_model_len=n, gpu_file=str(f))
             for n in (20000, 29000))
     assert (b.activation_peak_bytes - a.activation_peak_bytes) / GiB == pytest.approx(0.92,
                                                                                     rel=0.10)
@@ -235,13 +236,13 @@ def test_kv_block_bytes_come_from_the_engine_kv_function():
 
 
 def test_kv_capacity_moves_the_right_way():
-    base = kv_capacity("llama-3-8b", "h100", max_model_len=8192)
-    assert kv_capacity("llama-3-8b", "h100", max_model_len=8192,
+    base = kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192)
+    assert kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192,
                        gpu_memory_utilization=0.95).kv_blocks > base.kv_blocks
-    big = kv_capacity("llama-3-8b", "h100", max_model_len=8192, max_num_batched_tokens=65536)
+    big = kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192, max_num_batched_tokens=65536)
     assert big.activation_peak_bytes > base.activation_peak_bytes
     assert big.kv_blocks < base.kv_blocks
-    fp8 = kv_capacity("llama-3-8b", "h100", max_model_len=8192, kv_dtype="fp8")
+    fp8 = kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192, kv_dtype="fp8")
     assert fp8.kv_blocks >= 2 * base.kv_blocks  # half the bytes per token
     assert base.budget_bytes - base.weights_bytes - base.activation_peak_bytes \
         - base.non_torch_bytes - base.cuda_graph_bytes == base.kv_cache_bytes
@@ -252,17 +253,17 @@ def test_activation_peak_is_the_fused_mlp_group():
     + down_proj's output (4096) while down_proj runs (vLLM's LlamaMLP.forward holds gate_up
     until it returns; issue #10517's peak_torch_memory, test above), bf16 -- the largest
     group, larger than the sampler's 256 x 128256 x 14 bytes."""
-    c = kv_capacity("llama-3-8b", "h100", max_model_len=8192)
+    c = kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192)
     assert c.activation_peak_bytes == 8192 * (4096 + 4096 + 2 * 14336 + 14336 + 4096) * 2
 
 
 def test_kv_capacity_errors():
     with pytest.raises(ServingError, match="no room for one KV block"):
-        kv_capacity("llama-3.1-70b", "h100", tp=1, max_model_len=8192)
+        kv_capacity(load("llama-3.1-70b"), "h100", tp=1, max_model_len=8192)
     with pytest.raises(InputError, match="block_size"):
-        kv_capacity("llama-3-8b", "h100", block_size=12)
+        kv_capacity(load("llama-3-8b"), "h100", block_size=12)
     with pytest.raises(InputError, match="gpu_memory_utilization"):
-        kv_capacity("llama-3-8b", "h100", gpu_memory_utilization=0)
+        kv_capacity(load("llama-3-8b"), "h100", gpu_memory_utilization=0)
 
 
 def test_plan_infer_json_has_kv_capacity():
@@ -270,7 +271,7 @@ def test_plan_infer_json_has_kv_capacity():
                             "--gpu-memory-utilization", "0.9", "--block-size", "16", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["kv_blocks"] == kv_capacity("llama-3-8b", "h100", max_model_len=8192).kv_blocks
+    assert d["kv_blocks"] == kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192).kv_blocks
     assert d["kv_tokens"] == 16 * d["kv_blocks"]
     assert d["kv_capacity"]["max_concurrency"] == pytest.approx(d["kv_tokens"] / 8192)
     assert "max_concurrency" in d and d["kv_cache_bytes"] > 0
@@ -323,7 +324,7 @@ def _prefill_flops(model: str, seq: int) -> int:
 def test_decode_never_beats_hbm_bandwidth(model, gpu, tp):
     """Tokens/s of one sequence <= HBM bandwidth / bytes read per token (its rank's weights --
     the experts its token touches for MoE -- and its KV cache), at every load."""
-    sm = step_model(model, gpu, tp=tp, max_model_len=4096)
+    sm = step_model(load(model), gpu, tp=tp, max_model_len=4096)
     g = get_gpu(gpu)
     cfg = load(model)
     kv = kv_cache_bytes_per_token(cfg) // min(tp, cfg.n_kv_heads)
@@ -341,14 +342,14 @@ def test_prefill_never_beats_the_tensor_core_peak(model, gpu, tp):
     """A lone prompt's TTFT >= its FLOPs (the engine's per-op prefill FLOPs) / (tp x dense
     peak); and the chunked prompt is not faster than the whole one."""
     g = get_gpu(gpu)
-    sm = step_model(model, gpu, tp=tp, max_model_len=16384)
+    sm = step_model(load(model), gpu, tp=tp, max_model_len=16384)
     for seq in (512, 8000, 12000):
         r = simulate(sm, 1, seq, 2, rate=1.0, max_num_batched_tokens=4096)
         assert r.ttft(50) >= _prefill_flops(model, seq) / (tp * g.peak_flops["bf16"])
 
 
 def test_simulator_counts_every_token_and_request():
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     rng = np.random.default_rng(3)
     ins = rng.integers(1, 3000, 500)
     outs = rng.integers(1, 400, 500)
@@ -362,7 +363,7 @@ def test_simulator_counts_every_token_and_request():
 
 
 def test_simulator_latency_grows_with_load():
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     res = {rate: simulate(sm, 1500, 2000, 200, rate=rate, seed=5)
            for rate in (1.0, 8.0, 14.0, math.inf)}
     assert res[1.0].ttft(99) < res[8.0].ttft(99) < res[14.0].ttft(99)
@@ -380,7 +381,7 @@ def test_simulator_latency_grows_with_load():
 
 def test_lone_request_matches_its_step_times():
     """One request: TTFT = the prompt's chunks, each a step; then one step per token."""
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     r = simulate(sm, 1, 5000, 3, rate=1.0, max_num_batched_tokens=2048)
     chunks = [(2048, 0), (2048, 2048), (904, 4096)]
     want = sum(sm.step_s(c, int(c + p == 5000), c * p + c * (c + 1) // 2, p)
@@ -391,7 +392,7 @@ def test_lone_request_matches_its_step_times():
 
 
 def test_moe_reads_more_experts_at_larger_batches():
-    sm = step_model("mixtral-8x7b", "h100", tp=2, max_model_len=4096)
+    sm = step_model(load("mixtral-8x7b"), "h100", tp=2, max_model_len=4096)
     assert sm.n_experts == 8 and sm.top_k == 2
     one, many = sm.step_s(1, 1, 100, 100), sm.step_s(64, 64, 6400, 6400)
     assert many > one
@@ -405,7 +406,7 @@ def test_moe_reads_more_experts_at_larger_batches():
 
 
 def test_simulator_bad_input():
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     with pytest.raises(SimError, match="exactly one"):
         simulate(sm, 10, 100, 10)
     with pytest.raises(SimError, match="does not fit the KV cache"):
@@ -421,14 +422,14 @@ from txcalc.serve.plan import ServePlanError, plan_serving  # noqa: E402
 
 
 def test_slo_plan_meets_its_slos_with_the_fewest_replicas():
-    p = plan_serving("llama-3-8b", "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
+    p = plan_serving(load("llama-3-8b"), "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
                      itl_p99_s=0.08, price_per_gpu_hour=2.5, tp=1)
     b = p.best
     assert b.meets_slo and b.ttft_p99_s <= 2.0 and b.itl_p99_s <= 0.08
     assert b.total_gpus == b.replicas * b.tp * b.pp
     # one replica fewer misses (what "fewest" means), checked with a pinned count
     if b.replicas > 1:
-        fewer = plan_serving("llama-3-8b", "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
+        fewer = plan_serving(load("llama-3-8b"), "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
                              itl_p99_s=0.08, tp=1, replicas=b.replicas - 1).best
         assert not fewer.meets_slo
     # cost per million tokens = GPU-seconds price / tokens per second
@@ -438,16 +439,17 @@ def test_slo_plan_meets_its_slos_with_the_fewest_replicas():
 
 
 def test_tighter_slo_needs_at_least_as_many_gpus():
-    loose = plan_serving("llama-3-8b", "h100", 2000, 200, rate=20.0, itl_p99_s=0.2, tp=1).best
-    tight = plan_serving("llama-3-8b", "h100", 2000, 200, rate=20.0, itl_p99_s=0.03, tp=1).best
+    loose = plan_serving(load("llama-3-8b"), "h100", 2000, 200, rate=20.0, itl_p99_s=0.2, tp=1).best
+    tight = plan_serving(load("llama-3-8b"), "h100", 2000, 200, rate=20.0, itl_p99_s=0.03,
+                         tp=1).best
     assert tight.total_gpus >= loose.total_gpus and tight.itl_p99_s <= 0.03
 
 
 def test_slo_plan_errors():
     with pytest.raises(ServePlanError, match="exactly one"):
-        plan_serving("llama-3-8b", "h100", 100, 10)
+        plan_serving(load("llama-3-8b"), "h100", 100, 10)
     with pytest.raises(ServePlanError, match="does not fit"):
-        plan_serving("llama-3.1-405b", "a100-40gb", 100000, 10, rate=1.0, pp=1)
+        plan_serving(load("llama-3.1-405b"), "a100-40gb", 100000, 10, rate=1.0, pp=1)
 
 
 def test_cli_slo_plan_json_answers_every_key():
@@ -520,8 +522,8 @@ def test_expected_tokens_per_step_is_the_truncated_geometric_mean():
 
 
 def test_speculation_helps_small_batches_and_hurts_past_the_breakeven():
-    sm = step_model("llama-3.1-70b", "h100", tp=4, max_model_len=8192)
-    draft = step_model("llama-3-8b", "h100", tp=4, max_model_len=8192)
+    sm = step_model(load("llama-3.1-70b"), "h100", tp=4, max_model_len=8192)
+    draft = step_model(load("llama-3-8b"), "h100", tp=4, max_model_len=8192)
     small = speculative(sm, 0.8, 4, 1, 2000, draft)
     # at batch 1 the step is bandwidth-bound: verifying 5 positions costs what one does
     assert small.verify_s == pytest.approx(small.plain_step_s, rel=0.01)
@@ -556,7 +558,7 @@ def test_offline_throughput_vs_tensorrt_llm_uncalibrated():
     from txcalc.serve.infer import SERVE_MAX_BATCH
     errors = []
     for model, gpu, tp, isl, osl, pub in TRTLLM_ROWS:
-        sm = step_model(model, gpu, tp=tp, weights="fp8", kv_dtype="fp8",
+        sm = step_model(load(model), gpu, tp=tp, weights="fp8", kv_dtype="fp8",
                         max_model_len=isl + osl, max_num_batched_tokens=8192,
                         max_num_seqs=SERVE_MAX_BATCH)
         n = max(1000, min(4000, 2 * min(SERVE_MAX_BATCH, sm.kv_capacity_tokens // (isl + osl))))
@@ -579,7 +581,7 @@ def test_concurrency_sweep_vs_nim_uncalibrated():
 
     from txcalc.serve.sim import closed_loop_means
     d = json.loads((Path(__file__).parent / "data" / "nim_llama33_70b_h100_tp2.json").read_text())
-    sm = step_model(d["model"], d["gpu"], tp=d["tp"], weights=d["weights"], kv_dtype="fp8",
+    sm = step_model(load(d["model"]), d["gpu"], tp=d["tp"], weights=d["weights"], kv_dtype="fp8",
                     max_model_len=d["input_len"] + d["output_len"], max_num_batched_tokens=8192)
     errors = []
     for c, ttft_ms, itl_ms, tok_s in d["rows"]:
@@ -602,7 +604,7 @@ def test_prefix_hit_saves_the_engines_prefill_flops():
     """The prefill left after a hit of c cached tokens is the engine's prompt FLOPs of all L
     tokens minus those of the c-token prefix alone (causal attention: the prefix's own pairs
     are all that is saved), plus the one head row the prefix alone would have counted."""
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     head = sm.head_flops_per_row
     for L, h in ((4000, 0.75), (1000, 0.3), (333, 0.99), (50, 0.1)):
         s = prefix_savings(sm, L, h)
@@ -622,7 +624,7 @@ def test_prefix_hit_saves_the_engines_prefill_flops():
 def test_prefix_hit_shortens_a_lone_prompt_to_its_uncached_chunks():
     """One request with 2,992 of 5,000 tokens cached: TTFT is the step of the 2,008 uncached
     tokens attending to the cached 2,992 (pairs c p + c (c + 1) / 2, KV of p read)."""
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     r = simulate(sm, 1, 5000, 3, rate=1.0, max_num_batched_tokens=8192, prefix_hit_rate=0.6)
     c, p = 5000 - 2992, 2992
     assert r.cached_tokens == p and r.shared_blocks == p // 16
@@ -634,7 +636,7 @@ def test_shared_prefix_blocks_are_stored_once():
     """A cache of 40,000 tokens, prompts of 4,000 (+ 100 out): without sharing at most 9
     requests fit at once; with 3,008 tokens of each shared and stored once, (40,000 - 3,008) //
     1,092 = 33 do (the closed loop offers 64). Every token is still produced."""
-    sm = dataclasses.replace(step_model("llama-3-8b", "h100", max_model_len=8192),
+    sm = dataclasses.replace(step_model(load("llama-3-8b"), "h100", max_model_len=8192),
                              kv_capacity_tokens=40000)
     plain = simulate(sm, 200, 4000, 100, concurrency=64)
     shared = simulate(sm, 200, 4000, 100, concurrency=64, prefix_hit_rate=0.755)
@@ -646,12 +648,12 @@ def test_shared_prefix_blocks_are_stored_once():
 
 
 def test_kv_capacity_counts_the_shared_prefix_once():
-    c = kv_capacity("llama-3-8b", "h100", max_model_len=8192, prefix_hit_rate=0.5)
+    c = kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192, prefix_hit_rate=0.5)
     shared = c.prefix_shared_blocks * c.block_size
     assert shared == 4096
     n = math.floor(c.max_concurrency_prefix)
     assert shared + n * (8192 - shared) <= c.kv_tokens < shared + (n + 1) * (8192 - shared)
-    none = kv_capacity("llama-3-8b", "h100", max_model_len=8192)
+    none = kv_capacity(load("llama-3-8b"), "h100", max_model_len=8192)
     assert none.max_concurrency_prefix == none.max_concurrency and none.kv_blocks == c.kv_blocks
 
 
@@ -691,8 +693,8 @@ def test_expert_parallel_step_respects_hbm_and_reads_the_busiest_rank():
     bandwidth; once every expert is touched both layouts read the same weight bytes (the
     step differs only by the all-to-all instead of the MoE all-reduce); at one token the
     busiest rank reads a whole expert where TP reads two halves."""
-    tp_sm = step_model("mixtral-8x7b", "h100", tp=2, max_model_len=4096)
-    ep_sm = step_model("mixtral-8x7b", "h100", tp=2, ep=2, max_model_len=4096)
+    tp_sm = step_model(load("mixtral-8x7b"), "h100", tp=2, max_model_len=4096)
+    ep_sm = step_model(load("mixtral-8x7b"), "h100", tp=2, ep=2, max_model_len=4096)
     g = get_gpu("h100")
     assert ep_sm.n_moe_layers == 32 and ep_sm.a2a_s_per_token > 0
     for b in (1, 8, 64, 512):
@@ -709,18 +711,18 @@ def test_expert_parallel_step_respects_hbm_and_reads_the_busiest_rank():
     one_tp = tp_sm.step_s(1, 1, 0, 0) - tp_sm.overhead_s
     assert one_ep > one_tp  # decode at batch 1: EP waits on a whole expert
     with pytest.raises(SimError, match="mixture-of-experts"):
-        step_model("llama-3-8b", "h100", tp=2, ep=2, max_model_len=4096)
+        step_model(load("llama-3-8b"), "h100", tp=2, ep=2, max_model_len=4096)
     with pytest.raises(SimError, match="must equal tp"):
-        step_model("mixtral-8x7b", "h100", tp=4, ep=2, max_model_len=4096)
+        step_model(load("mixtral-8x7b"), "h100", tp=4, ep=2, max_model_len=4096)
 
 
 def test_slo_plan_tries_expert_parallel_layouts():
-    p = plan_serving("mixtral-8x7b", "h100", 2000, 200, rate=5.0, itl_p99_s=0.1, tp=2)
+    p = plan_serving(load("mixtral-8x7b"), "h100", 2000, 200, rate=5.0, itl_p99_s=0.1, tp=2)
     assert {r.ep for r in p.rows} == {1, 2}
-    pinned = plan_serving("mixtral-8x7b", "h100", 2000, 200, rate=5.0, ep=2)
+    pinned = plan_serving(load("mixtral-8x7b"), "h100", 2000, 200, rate=5.0, ep=2)
     assert all(r.ep == 2 and r.tp == 2 for r in pinned.rows)
     with pytest.raises(ServePlanError, match="mixture-of-experts"):
-        plan_serving("llama-3-8b", "h100", 2000, 200, rate=5.0, ep=2)
+        plan_serving(load("llama-3-8b"), "h100", 2000, 200, rate=5.0, ep=2)
 
 
 # --- prefill/decode disaggregation ----------------------------------------------------------------
@@ -731,7 +733,7 @@ def test_decode_only_instance_counts_tokens_and_respects_hbm():
     """A disaggregated decode instance: requests arrive with their KV; every output token is
     counted, no step carries a prompt, and no inter-token gap beats HBM bandwidth over the
     weights and one sequence's cache."""
-    sm = step_model("llama-3-8b", "h100", max_model_len=8192)
+    sm = step_model(load("llama-3-8b"), "h100", max_model_len=8192)
     g = get_gpu("h100")
     r = simulate(sm, 400, 4000, 200, rate=5.0, decode_only=True)
     assert r.output_tokens == 400 * 200 and int(r.itl_weights.sum()) == 400 * 199
@@ -743,7 +745,7 @@ def test_decode_only_instance_counts_tokens_and_respects_hbm():
 
 
 def test_kv_transfer_is_bounded_by_the_link():
-    sm = step_model("llama-3.1-70b", "h100", tp=4, max_model_len=32768)
+    sm = step_model(load("llama-3.1-70b"), "h100", tp=4, max_model_len=32768)
     g = get_gpu("h100")
     t = kv_transfer_s(sm, 32000, g)
     assert t >= 32000 * sm.kv_bytes_per_token / g.inter_node_bytes_per_s
@@ -755,14 +757,14 @@ def test_disaggregation_wins_for_long_prompts_under_a_tight_itl_slo():
     share decode steps and it takes more replicas to keep the p99 gap under 20 ms than a
     prefill pool plus a decode pool need; 2,000-token prompts at a loose ITL SLO: colocated
     is cheaper (a decode pool idles between short prompts' tokens)."""
-    p = plan_serving("llama-3-8b", "h100", 8000, 400, rate=8.0, ttft_p99_s=3.0,
+    p = plan_serving(load("llama-3-8b"), "h100", 8000, 400, rate=8.0, ttft_p99_s=3.0,
                      itl_p99_s=0.02, tp=1)
     best, colo = p.best, next(r for r in p.rows if r.mode == "colocated")
     assert best.mode == "disaggregated" and best.total_gpus < colo.total_gpus
     assert best.prefill_replicas + best.decode_replicas == best.replicas
     assert best.ttft_p99_s <= 3.0 and best.itl_p99_s <= 0.02 and best.kv_transfer_s > 0
     # unscreened, so that the losing disaggregated layout is simulated and listed, not screened
-    q = plan_serving("llama-3-8b", "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
+    q = plan_serving(load("llama-3-8b"), "h100", 2000, 200, rate=20.0, ttft_p99_s=2.0,
                      itl_p99_s=0.08, tp=1, screen=False)
     assert q.best.mode == "colocated"
     assert any(r.mode == "disaggregated" for r in q.rows)
@@ -794,7 +796,7 @@ def test_cp_prefill_vs_published_llama3_405b(tokens, published_s, kernel):
     utilization)" and "128K context prefill in 3.8s". txcalc's default efficiencies, bf16,
     nothing fitted: within 25 % (measured -16 % at 128K; the paper's FP8 Linears would take
     the 128K figure further down); at 1M with an FA3-class attention kernel (-20 %)."""
-    r = cp_prefill("llama-3.1-405b", "h100", tokens, cp=16, tp=8, attention_kernel=kernel)
+    r = cp_prefill(load("llama-3.1-405b"), "h100", tokens, cp=16, tp=8, attention_kernel=kernel)
     assert r.variant == "pass-kv"  # full prefill of a GQA model
     assert abs(r.prefill_s / published_s - 1) <= 0.25, r.prefill_s
 
@@ -804,8 +806,8 @@ def test_fa3_kernel_rates_attention_at_three_quarters_of_the_peak():
     of the cp x tp GPUs (Shah et al. 2024's 740 TFLOPs/s of 989.5); Linears and links are the
     profile's; only Hopper GPUs take it, and a bad name is refused."""
     g = get_gpu("h100")
-    a = cp_prefill("llama-3.1-405b", "h100", 1048576, cp=16, tp=8)
-    b = cp_prefill("llama-3.1-405b", "h100", 1048576, cp=16, tp=8, attention_kernel="fa3")
+    a = cp_prefill(load("llama-3.1-405b"), "h100", 1048576, cp=16, tp=8)
+    b = cp_prefill(load("llama-3.1-405b"), "h100", 1048576, cp=16, tp=8, attention_kernel="fa3")
     assert b.linear_s == a.linear_s and b.tp_comm_s == a.tp_comm_s and b.flops == a.flops
     assert 740e12 / g.peak_flops["bf16"] == pytest.approx(0.75, abs=0.005)
     pairs = 1048576 * 1048577 // 2
@@ -815,9 +817,9 @@ def test_fa3_kernel_rates_attention_at_three_quarters_of_the_peak():
                                           rel=1e-3)
     assert b.attention_s < a.attention_s
     with pytest.raises(CpError, match="Hopper"):
-        cp_prefill("llama-3-8b", "a100-80gb", 131072, cp=2, attention_kernel="fa3")
+        cp_prefill(load("llama-3-8b"), "a100-80gb", 131072, cp=2, attention_kernel="fa3")
     with pytest.raises(CpError, match="attention_kernel"):
-        cp_prefill("llama-3-8b", "h100", 131072, cp=2, attention_kernel="fa9")
+        cp_prefill(load("llama-3-8b"), "h100", 131072, cp=2, attention_kernel="fa9")
 
 
 def test_plan_infer_takes_the_attention_kernel(capsys):
@@ -826,7 +828,7 @@ def test_plan_infer_takes_the_attention_kernel(capsys):
                             "--attention-kernel", "fa3", "--json"])
     assert r.exit_code == 0, r.output
     cp = json.loads(r.output)["context_parallel"]
-    want = [cp_prefill("llama-3-8b", "h200", 131072, cp=c["cp"], tp=1,
+    want = [cp_prefill(load("llama-3-8b"), "h200", 131072, cp=c["cp"], tp=1,
                        attention_kernel="fa3").prefill_s for c in cp]
     assert [c["prefill_s"] for c in cp] == want
     one_line_error(capsys, ["plan", "infer", "llama-3-8b", "--gpu", "a100-80gb", "--input-len",
@@ -838,11 +840,11 @@ def test_cp_prefill_physical_limits_and_scaling():
     """Never faster than the prompt's engine FLOPs on the cp x tp tensor-core peak; more
     ranks never slower; parallel efficiency at most 1."""
     g = get_gpu("h100")
-    r1 = cp_prefill("llama-3-8b", "h100", 131072, cp=1)
+    r1 = cp_prefill(load("llama-3-8b"), "h100", 131072, cp=1)
     assert r1.flops == _prefill_flops("llama-3-8b", 131072) and r1.ring_bytes_per_gpu == 0
     prev = r1.prefill_s
     for cp in (2, 4, 8, 16):
-        r = cp_prefill("llama-3-8b", "h100", 131072, cp=cp)
+        r = cp_prefill(load("llama-3-8b"), "h100", 131072, cp=cp)
         assert r.prefill_s >= r.flops / (cp * g.peak_flops["bf16"])
         assert r.prefill_s <= prev and r1.prefill_s / (cp * r.prefill_s) <= 1.0
         assert r.kv_bytes_per_gpu == -(-131072 // cp) * r1.kv_bytes_per_gpu // 131072
@@ -855,22 +857,22 @@ def test_cp_pass_q_wins_only_when_most_of_the_context_is_cached():
     T / (T + P) is above about 1/16, pass-Q below it."""
     kw = dict(cp=16, tp=8)
     for cached, want in ((0, "pass-kv"), (100000, "pass-kv"), (128000, "pass-q")):
-        kv = cp_prefill("llama-3.1-405b", "h100", 131072, cached_tokens=cached,
+        kv = cp_prefill(load("llama-3.1-405b"), "h100", 131072, cached_tokens=cached,
                         variant="pass-kv", **kw)
-        q = cp_prefill("llama-3.1-405b", "h100", 131072, cached_tokens=cached,
+        q = cp_prefill(load("llama-3.1-405b"), "h100", 131072, cached_tokens=cached,
                        variant="pass-q", **kw)
         new_share = (131072 - cached) / 131072
         assert (kv.ring_bytes_per_gpu < q.ring_bytes_per_gpu) == (new_share > 8 / 128)
-        assert cp_prefill("llama-3.1-405b", "h100", 131072, cached_tokens=cached,
+        assert cp_prefill(load("llama-3.1-405b"), "h100", 131072, cached_tokens=cached,
                           **kw).variant == want
     with pytest.raises(CpError, match="cached_tokens"):
-        cp_prefill("llama-3-8b", "h100", 1000, cp=2, cached_tokens=1000)
+        cp_prefill(load("llama-3-8b"), "h100", 1000, cp=2, cached_tokens=1000)
     with pytest.raises(CpError, match="variant"):
-        cp_prefill("llama-3-8b", "h100", 1000, cp=2, variant="ring")
+        cp_prefill(load("llama-3-8b"), "h100", 1000, cp=2, variant="ring")
 
 
 def test_plan_lists_context_parallel_prefill_for_long_prompts():
-    p = plan_serving("llama-3-8b", "h200", 131072, 100, concurrency=1, tp=1)
+    p = plan_serving(load("llama-3-8b"), "h200", 131072, 100, concurrency=1, tp=1)
     ttfts = [c["prefill_s"] for c in p.to_json()["context_parallel"]]
     assert len(ttfts) == 5 and ttfts == sorted(ttfts, reverse=True)
 
@@ -879,7 +881,7 @@ def test_plan_lists_context_parallel_prefill_for_long_prompts():
 def test_serving_load_data_and_pareto_front():
     from txcalc.serve.load import pareto_front, serving_load_data
     assert pareto_front([(1, 1), (2, 2), (2, 1), (0.5, 3)]) == [False, False, True, False]
-    d = serving_load_data("llama-3-8b", "h100", 1000, 100, tps=[1, 2])
+    d = serving_load_data(load("llama-3-8b"), "h100", 1000, 100, tps=[1, 2])
     pts = d["load"]["points"]
     assert [p["rate"] for p in pts] == sorted(p["rate"] for p in pts)
     assert pts[-1]["ttft_p99_s"] > pts[0]["ttft_p99_s"]  # latency grows with load

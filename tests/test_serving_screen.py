@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from txcalc import load
 from txcalc.serve import screen as S
 from txcalc.serve.plan import KEEP_UP, plan_serving
 from txcalc.serve.sim import simulate, step_model
@@ -22,7 +23,7 @@ CASES = [("llama-3-8b", "h100", 1, 1, 2000, 200, 512, 6.0),
 
 @pytest.mark.parametrize("model, gpu, tp, ep, n_in, n_out, chunk, rate", CASES)
 def test_floors_lie_below_the_simulation(model, gpu, tp, ep, n_in, n_out, chunk, rate):
-    sm = step_model(model, gpu, tp=tp, ep=ep, max_model_len=n_in + n_out,
+    sm = step_model(load(model), gpu, tp=tp, ep=ep, max_model_len=n_in + n_out,
                     max_num_batched_tokens=chunk)
     n = 200
     for out, decode_only in ((n_out, False), (1, False), (n_out, True)):
@@ -53,8 +54,8 @@ def test_floors_lie_below_the_simulation(model, gpu, tp, ep, n_in, n_out, chunk,
     ("llama-3.2-3b", "h100", 6000, 100, dict(rate=2, ttft_p99_s=1.5, itl_p99_s=0.012)),
 ])
 def test_screened_search_gives_the_unscreened_answer(model, gpu, n_in, n_out, kw):
-    a = plan_serving(model, gpu, n_in, n_out, price_per_gpu_hour=2.0, **kw)
-    b = plan_serving(model, gpu, n_in, n_out, price_per_gpu_hour=2.0, screen=False, **kw)
+    a = plan_serving(load(model), gpu, n_in, n_out, price_per_gpu_hour=2.0, **kw)
+    b = plan_serving(load(model), gpu, n_in, n_out, price_per_gpu_hour=2.0, screen=False, **kw)
     assert a.best.to_json() == b.best.to_json()
     # every row the screen kept is a row of the full search, with the same numbers
     full = {(r.tp, r.pp, r.ep, r.mode): r.to_json() for r in b.rows}
@@ -64,7 +65,7 @@ def test_screened_search_gives_the_unscreened_answer(model, gpu, n_in, n_out, kw
 
 def test_the_screen_stays_out_of_other_searches():
     """Pinned replicas, closed loops and prefix caching are searched as before."""
-    a = plan_serving("llama-3.2-3b", "l40s", 1000, 100, concurrency=8, itl_p99_s=0.03)
-    b = plan_serving("llama-3.2-3b", "l40s", 1000, 100, concurrency=8, itl_p99_s=0.03,
+    a = plan_serving(load("llama-3.2-3b"), "l40s", 1000, 100, concurrency=8, itl_p99_s=0.03)
+    b = plan_serving(load("llama-3.2-3b"), "l40s", 1000, 100, concurrency=8, itl_p99_s=0.03,
                      screen=False)
     assert [r.to_json() for r in a.rows] == [r.to_json() for r in b.rows]

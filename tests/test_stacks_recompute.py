@@ -252,7 +252,8 @@ def test_offloaded_checkpoints_one_gpu_equal_engine():
     the GPU's activations shrink by exactly that much."""
     import txcalc
     from txcalc.engine.hardware import get_gpu
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     cfg = txcalc.load("llama-3-8b")
     s = TrainSetting(cfg, get_gpu("h100"), 4096, 4)
@@ -273,7 +274,8 @@ def test_one_gpu_plan_activations_equal_memory_for_every_stack(stack, model):
     copies (stacks.KEEPS) are counted by both."""
     import txcalc
     from txcalc.engine.hardware import get_gpu
-    from txcalc.train.evaluate import TrainSetting, evaluate_layouts
+    from txcalc.train.setting import TrainSetting
+    from txcalc.train.evaluate import evaluate_layouts
     from txcalc.parallel.layout import Layout
     st = STACKS[stack]
     cfg = txcalc.load(model)

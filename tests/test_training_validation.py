@@ -351,7 +351,7 @@ def test_gathered_column_linear_saves_the_whole_input():
     w = torch.nn.Parameter(torch.randn(3 * D // t, D))
     kept = _saved_storage_bytes(lambda: torch.nn.functional.linear(torch.cat(shards), w), [w])
     assert kept == T * D * 4 == t * shards[0].numel() * 4
-    from txcalc.train.evaluate import group_activations
+    from txcalc.train.setting import group_activations
     st, ops = _tiny_llama_setting(D=64, H=4, s=8, b=2)
     qkv_in = [op for op in ops if op.kind == "linear" and op.tp == "colwise"
               and op.act_split == "residual"]
@@ -373,7 +373,7 @@ def _tiny_llama_setting(D, H, s, b):
     from transformers import LlamaConfig
     from txcalc.engine.hardware import get_gpu
     from txcalc.model.hf import from_hf_dict
-    from txcalc.train.evaluate import TrainSetting
+    from txcalc.train.setting import TrainSetting
     cfg = from_hf_dict(LlamaConfig(vocab_size=32, hidden_size=D, intermediate_size=2 * D,
                                    num_hidden_layers=1, num_attention_heads=H,
                                    num_key_value_heads=H, max_position_embeddings=s).to_dict(),
@@ -487,7 +487,7 @@ def test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy():
     measured = _saved_storage_bytes(nanotron_attention, [qkv_proj.weight, o_proj.weight])
     # the engine's rows for the same span: the attention's ops of one block (q/k/v/o
     # projections and the flash core; the rotary tables aside), the same shapes, bf16, flash
-    from txcalc.train.evaluate import group_activations
+    from txcalc.train.setting import group_activations
     st, ops = _tiny_llama_setting(D, H, s, b)
     attn = [op for op in ops if ".attn." in op.path and op.kind != "rotary"]
     engine = sum(n for _, op, n in _rows(st, attn, b))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pytest
 
+from txcalc import load
 from txcalc.serve.kv import kv_capacity
 
 GiB = 2**30
@@ -74,7 +75,7 @@ def test_kv_blocks_rtx_a6000_vllm041_pr4454(model, max_len, weights, blocks):
     if model == "opt-125m":
         from txcalc.model.hf import from_hf_dict
         model = from_hf_dict(OPT_125M, "facebook/opt-125m")
-    c = kv_capacity(model, "rtx-a6000", max_model_len=max_len, weights=weights,
+    c = kv_capacity(load(model), "rtx-a6000", max_model_len=max_len, weights=weights,
                     engine="vllm-0.2")
     assert c.max_num_batched_tokens == max(max_len, 2048) and c.tp == 1
     assert c.held_allreduce_bytes == 0  # one GPU: no all-reduce
@@ -107,7 +108,7 @@ def test_v0_profiles_a_512_token_step_past_32k_issue10517():
     logs show that share (test_v065_activation_peak_is_the_v0_sampler_sort_pr10511), this log
     does not: its run sampled fewer rows, or v0.6.4 sampled otherwise; engine vllm-0.6 keeps
     SAMPLER_BYTES_PER_LOGIT."""
-    rules = {e: kv_capacity("llama-3.1-8b", "rtx-3090", max_model_len=35000, engine=e)
+    rules = {e: kv_capacity(load("llama-3.1-8b"), "rtx-3090", max_model_len=35000, engine=e)
              for e in ("vllm-0.6", "vllm-v1", "vllm-0.2")}
     assert {e: c.max_num_batched_tokens for e, c in rules.items()} == \
         {"vllm-0.6": 512, "vllm-v1": 8192, "vllm-0.2": 35000}
@@ -132,7 +133,7 @@ def test_v0_512_token_step_leaves_room_for_the_logged_lengths_issue10517(max_len
 
     from txcalc.engine.hardware import get_gpu
     gpu = dataclasses.replace(get_gpu("rtx-3090"), usable_given=int(23.58 * GiB))
-    tokens = {e: kv_capacity("llama-3.1-8b", gpu, max_model_len=max_len, engine=e).kv_tokens
+    tokens = {e: kv_capacity(load("llama-3.1-8b"), gpu, max_model_len=max_len, engine=e).kv_tokens
               for e in ("vllm-0.6", "vllm-v1", "vllm-0.2")}
     assert tokens["vllm-0.6"] >= 0.97 * max_len, tokens
     assert tokens["vllm-0.2"] < 0.97 * max_len, tokens
@@ -206,10 +207,10 @@ def test_architecture_comes_from_the_config_json(tmp_path):
     f.write_text(json.dumps(QWEN25_32B))
     assert hf_architecture(str(f)) == hf_architecture(tmp_path) == "Qwen2ForCausalLM"
     assert hf_architecture("llama-3-8b") is None
-    by_file = kv_capacity(str(f), "l40s", tp=2, max_model_len=10000)
-    given = kv_capacity(str(f), "l40s", tp=2, max_model_len=10000,
+    by_file = kv_capacity(load(str(f)), "l40s", tp=2, max_model_len=10000)
+    given = kv_capacity(load(str(f)), "l40s", tp=2, max_model_len=10000,
                         architecture="Qwen2ForCausalLM")
-    llama = kv_capacity(str(f), "l40s", tp=2, max_model_len=10000,
+    llama = kv_capacity(load(str(f)), "l40s", tp=2, max_model_len=10000,
                         architecture="LlamaForCausalLM")
     assert by_file.kv_blocks == given.kv_blocks < llama.kv_blocks
     # qwen2.py keeps gate_up (27,648 per rank) and SiluAndMul's shard (13,824) while down_proj
@@ -217,7 +218,7 @@ def test_architecture_comes_from_the_config_json(tmp_path):
     assert given.activation_peak_bytes == 10000 * (5 * 5120 + 27648 + 13824) * 2
     assert llama.activation_peak_bytes == 10000 * (3 * 5120 + 27648 + 13824) * 2
     with pytest.raises(InputError, match="architecture"):
-        kv_capacity("llama-3-8b", "h100", architecture=["LlamaForCausalLM"])
+        kv_capacity(load("llama-3-8b"), "h100", architecture=["LlamaForCausalLM"])
 
 
 #: non_torch_memory as logged by the v0.7-on profiler (non-torch memory added since start-up),
@@ -241,7 +242,8 @@ def test_v1_non_torch_term_matches_logs_it_was_not_taken_from(tp, logged_gib, so
     the logs of other GPUs and models, within 0.1 GiB (the logs print 0.01 GiB); the planner's
     whole CUDA context + workspaces (1 GiB) would be 0.7-0.8 GiB off."""
     from txcalc.parallel.overheads import Overheads
-    c = kv_capacity("llama-3-8b", "h100", tp=min(tp, 8), pp=max(1, tp // 8), max_model_len=8192)
+    c = kv_capacity(load("llama-3-8b"), "h100", tp=min(tp, 8), pp=max(1, tp // 8),
+                    max_model_len=8192)
     assert abs(c.non_torch_bytes / GiB - logged_gib) <= 0.1, (source, c.non_torch_bytes / GiB)
     assert abs(Overheads().cuda_context_bytes / GiB - logged_gib) > 0.3
 
@@ -253,13 +255,13 @@ def test_v1_non_torch_term_grows_only_with_communicators():
     term with the planner's Overheads."""
     from txcalc.parallel.overheads import Overheads
     from txcalc.serve.kv import V1_COMM_BYTES, V1_NON_TORCH_BYTES
-    terms = {(tp, pp): kv_capacity("llama-3-8b", "h100", tp=tp, pp=pp,
+    terms = {(tp, pp): kv_capacity(load("llama-3-8b"), "h100", tp=tp, pp=pp,
                                    max_model_len=8192).non_torch_bytes
              for tp, pp in ((1, 1), (2, 1), (8, 1), (4, 2))}
     assert terms[1, 1] == V1_NON_TORCH_BYTES
     assert {terms[k] for k in ((2, 1), (8, 1), (4, 2))} == {V1_NON_TORCH_BYTES + V1_COMM_BYTES}
     mine = Overheads(cuda_context_bytes=2 * GiB)
-    c = kv_capacity("llama-3-8b", "h100", tp=2, max_model_len=8192, overheads=mine)
+    c = kv_capacity(load("llama-3-8b"), "h100", tp=2, max_model_len=8192, overheads=mine)
     assert c.non_torch_bytes == 2 * GiB + mine.comm_buffer_bytes
 
 
@@ -280,10 +282,10 @@ def test_a_context_given_at_the_default_size_is_honoured():
     assert V1_NON_TORCH_BYTES != GiB and V064_CUDA_CONTEXT_BYTES != GiB
     for engine, rule in (("vllm", V1_NON_TORCH_BYTES), ("vllm-0.6", V064_CUDA_CONTEXT_BYTES)):
         kw = dict(max_model_len=8192, engine=engine)
-        assert kv_capacity("llama-3-8b", "h100", **kw).non_torch_bytes == rule
-        given = kv_capacity("llama-3-8b", "h100", overheads=Overheads(), **kw)
+        assert kv_capacity(load("llama-3-8b"), "h100", **kw).non_torch_bytes == rule
+        given = kv_capacity(load("llama-3-8b"), "h100", overheads=Overheads(), **kw)
         assert given.non_torch_bytes == GiB
-        assert kv_capacity("llama-3-8b", "h100", tp=2, overheads=Overheads(),
+        assert kv_capacity(load("llama-3-8b"), "h100", tp=2, overheads=Overheads(),
                            **kw).non_torch_bytes == GiB + Overheads().comm_buffer_bytes
     args = ["plan", "infer", "llama-3-8b", "--gpu", "h100", "--context", "8192", "--json"]
     for extra, want in (([], V1_NON_TORCH_BYTES), (["--cuda-context-gib", "1"], GiB),
@@ -294,7 +296,7 @@ def test_a_context_given_at_the_default_size_is_honoured():
         assert d["kv_capacity"]["tp"] == 1
         assert d["kv_capacity"]["non_torch_bytes"] == want, extra
     with pytest.raises(TxcalcError, match=r"overheads \(.*\) must be an Overheads"):
-        kv_capacity("llama-3-8b", "h100", overheads={"cuda_context_bytes": GiB})
+        kv_capacity(load("llama-3-8b"), "h100", overheads={"cuda_context_bytes": GiB})
 
 
 def test_a_comm_buffer_given_alone_replaces_only_the_communicator_term():
@@ -312,10 +314,10 @@ def test_a_comm_buffer_given_alone_replaces_only_the_communicator_term():
     for engine, context, comm in (("vllm", V1_NON_TORCH_BYTES, V1_COMM_BYTES),
                                   ("vllm-0.6", V064_CUDA_CONTEXT_BYTES, GiB // 2)):
         kw = dict(max_model_len=8192, engine=engine)
-        assert kv_capacity("llama-3-8b", "h100", tp=2, **kw).non_torch_bytes == context + comm
-        given = kv_capacity("llama-3-8b", "h100", tp=2, comm_buffer_bytes=2 * GiB, **kw)
+        assert kv_capacity(load("llama-3-8b"), "h100", tp=2, **kw).non_torch_bytes == context + comm
+        given = kv_capacity(load("llama-3-8b"), "h100", tp=2, comm_buffer_bytes=2 * GiB, **kw)
         assert given.non_torch_bytes == context + 2 * GiB
-        assert kv_capacity("llama-3-8b", "h100", comm_buffer_bytes=2 * GiB,
+        assert kv_capacity(load("llama-3-8b"), "h100", comm_buffer_bytes=2 * GiB,
                            **kw).non_torch_bytes == context
     args = ["plan", "infer", "llama-3-70b", "--gpu", "h100", "--context", "8192", "--json"]
     for extra, want in ((["--comm-buffer-gib", "2"], V1_NON_TORCH_BYTES + 2 * GiB),
@@ -327,7 +329,7 @@ def test_a_comm_buffer_given_alone_replaces_only_the_communicator_term():
         d = json.loads(r.output)["kv_capacity"]
         assert d["tp"] > 1 and d["non_torch_bytes"] == want, extra
     with pytest.raises(TxcalcError, match=r"comm_buffer_bytes \(-1\)"):
-        kv_capacity("llama-3-8b", "h100", tp=2, comm_buffer_bytes=-1)
+        kv_capacity(load("llama-3-8b"), "h100", tp=2, comm_buffer_bytes=-1)
 
 
 def test_kv_blocks_llama3_8b_h100_tp2_v065_pr10511():
@@ -371,7 +373,7 @@ def test_kv_blocks_llama3_8b_h100_tp2_v065_pr10511():
     from txcalc.parallel.overheads import Overheads
     from txcalc.serve.kv import vllm_nccl_bytes
     kv = int(71.29 * GiB) - int(7.48 * GiB) - int(3.58 * GiB) - int(1.26 * GiB)
-    c = kv_capacity("llama-3-8b", "h100", tp=2, max_model_len=8192, engine="vllm-0.6.5")
+    c = kv_capacity(load("llama-3-8b"), "h100", tp=2, max_model_len=8192, engine="vllm-0.6.5")
     assert c.block_bytes == 2**20
     nccl = vllm_nccl_bytes("vllm-0.6.5", "h100-sxm", 2, 1)
     assert nccl == 1432 * 2**20
@@ -422,9 +424,9 @@ def test_nccl_buffer_sizes_match_nccl_logs():
     assert vllm_nccl_bytes("vllm-0.6.5", "h100-sxm", 2, 2) is None
     assert vllm_nccl_bytes("vllm", "h100-sxm", 2, 1) is None
     assert vllm_nccl_bytes("vllm-0.2", "rtx-4090", 2, 1) is None
-    c = kv_capacity("llama-3-8b", "h100", tp=4, max_model_len=8192, engine="vllm-0.6.5")
+    c = kv_capacity(load("llama-3-8b"), "h100", tp=4, max_model_len=8192, engine="vllm-0.6.5")
     assert c.non_torch_bytes == Overheads().cuda_context_bytes + Overheads().comm_buffer_bytes
-    given = kv_capacity("llama-3-8b", "h100", tp=2, max_model_len=8192, engine="vllm-0.6.5",
+    given = kv_capacity(load("llama-3-8b"), "h100", tp=2, max_model_len=8192, engine="vllm-0.6.5",
                         comm_buffer_bytes=GiB)
     assert given.non_torch_bytes == Overheads().cuda_context_bytes + GiB
 
@@ -447,11 +449,11 @@ def test_v065_activation_peak_is_the_v0_sampler_sort_pr10511(tp, weights_gib, pe
     profile's first GEMM, is not modelled). Weights: the parameters plus the 2 MiB rotary cache
     and, at TP 2, the whole 502 MiB segments of the 501 MiB embedding and head shards."""
     from txcalc.serve.kv import V0_SORT_BYTES_PER_LOGIT
-    c = kv_capacity("llama-3-8b", "h100", tp=tp, max_model_len=8192, engine="vllm-0.6.5")
+    c = kv_capacity(load("llama-3-8b"), "h100", tp=tp, max_model_len=8192, engine="vllm-0.6.5")
     assert c.activation_peak_bytes == 256 * 128256 * V0_SORT_BYTES_PER_LOGIT + 8192 * 4096 * 2
     assert abs(c.activation_peak_bytes / GiB - peak_gib) <= 0.04, c.activation_peak_bytes / GiB
     assert abs(c.weights_bytes / GiB - weights_gib) <= 0.005, c.weights_bytes / GiB
-    fwd = kv_capacity("llama-3-8b", "h100", tp=tp, max_model_len=8192, engine="vllm")
+    fwd = kv_capacity(load("llama-3-8b"), "h100", tp=tp, max_model_len=8192, engine="vllm")
     assert fwd.activation_peak_bytes < 0.7 * c.activation_peak_bytes  # the forward alone
 
 
@@ -524,7 +526,7 @@ def test_plan_infer_engine_vllm06_uses_the_same_context_term():
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["kv_capacity"]["non_torch_bytes"] == V064_CUDA_CONTEXT_BYTES
-    assert d["kv_blocks"] == kv_capacity("llama-3.1-8b", "h100", tp=d["kv_capacity"]["tp"],
+    assert d["kv_blocks"] == kv_capacity(load("llama-3.1-8b"), "h100", tp=d["kv_capacity"]["tp"],
                                          max_model_len=40000, engine="vllm-0.6").kv_blocks
     r = CliRunner().invoke(app, args + ["--cuda-context-gib", "2"])
     assert r.exit_code == 0, r.output

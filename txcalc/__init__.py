@@ -60,13 +60,16 @@ def load(model: str | Path | ModelConfig, head: str | None = None) -> ModelConfi
         is_path = text.endswith(".json") or Path(text).exists()
     except (OSError, ValueError):
         is_path = "/" in text
+    # a config.json or Hub id keeps the text it was loaded from: its quantization_config and
+    # architectures, which serving reads, are the file's (ModelConfig.loaded_from)
+    import dataclasses
     if is_path:
         from .model.hf import load_hf_config
-        return load_hf_config(text, head)
+        return dataclasses.replace(load_hf_config(text, head), loaded_from=text)
     if "/" in text:  # org/name: a Hugging Face Hub id, read from the cache or downloaded
         from .model.hub import is_hub_id, load_hub
         if is_hub_id(text):
-            return load_hub(text, head)
+            return dataclasses.replace(load_hub(text, head), loaded_from=text)
     from .model.presets import get_preset
     cfg = get_preset(text)
     if head not in (None, cfg.head):

@@ -28,6 +28,34 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def first_true(pred, lo: int, hi: int, *, cut: int | None = None) -> int | None:
+    """The smallest n in (lo, hi] with ``pred(n)``, for a monotone ``pred`` (False, then True)
+    known False at lo (or lo below the range) and taken True at hi (not evaluated there): a
+    bisection, pred evaluated at most ceil(log2(hi - lo)) times. ``cut``: give up, returning
+    None, once some n >= cut is found False (the answer lies above cut)."""
+    while hi - lo > 1 and (cut is None or lo < cut):
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid
+    return None if cut is not None and lo >= cut else hi
+
+
+def fewest(pred, hi: int, *, cut: int | None = None) -> int | None:
+    """The smallest n in [1, hi] with ``pred(n)``, for a monotone ``pred`` (False, then True):
+    pred(1), pred(2), pred(4), ... (hi last) until one holds, then ``first_true`` between it and
+    the last that failed, so a small answer costs few evaluations (a replica count, a batch).
+    None when pred(hi) fails too, or, with ``cut``, once some n >= cut fails."""
+    lo, n = 0, 1
+    while not pred(n):
+        lo = n
+        if n >= hi or (cut is not None and lo >= cut):
+            return None
+        n = min(2 * n, hi)
+    return first_true(pred, lo, n, cut=cut)
+
+
 def error_pct(predicted: float, measured: float) -> float:
     """Prediction error in percent, one sign everywhere: (predicted - measured) / measured
     x 100. Positive: txcalc predicts more than was measured. When nothing was measured: 0 if

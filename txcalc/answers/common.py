@@ -44,20 +44,6 @@ def stored_weights(model, weights: str | None):
     return resolve(model, weights)
 
 
-def serving_model(model, cfg, weights: str | None):
-    """What the serve functions get for the model: its ModelConfig, or the config.json's path
-    when the file says more than a ModelConfig carries: its quantization_config (the stored
-    format, without ``--weights``) or an ``architectures[0]`` (vLLM's model-file key, which
-    sizes the profiling run) other than the config's ``hf_architecture``. The serve
-    functions read those from the file."""
-    from ..serve.kv import hf_architecture
-    arch = hf_architecture(model)
-    if (weights is None and stored_weights(model, None)[0] is not None) or (
-            arch is not None and arch != cfg.hf_architecture):
-        return model
-    return cfg
-
-
 def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
              recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
     """The workload of flops / memory; ``stack`` (txcalc.engine.stacks) sets the fused kernels

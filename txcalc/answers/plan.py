@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .common import Answer, load_model, make_finetune, overheads, serving_model
+from .common import Answer, load_model, make_finetune, overheads
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -108,9 +108,8 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                    gpu_file=gpu_file, cuda_context_gib=cuda_context_gib,
                    comm_buffer_gib=comm_buffer_gib, fragmentation=fragmentation)
     cfg = load_model(model)
-    served = serving_model(model, cfg, weights)
     g = get_gpu(gpu, gpu_file)
-    p = search(served, g, opts["required_context"], concurrency, kv_dtype=kv_dtype,
+    p = search(cfg, g, opts["required_context"], concurrency, kv_dtype=kv_dtype,
                tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
                weights=weights)
@@ -122,7 +121,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
         if cuda_context_gib is not None else None
     comm_alone = None if sized is not None or comm_buffer_gib is None else \
         overheads(None, comm_buffer_gib, None).comm_buffer_bytes
-    kv = S.kv_capacity_or_none(served, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
+    kv = S.kv_capacity_or_none(cfg, p.gpu, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype,
                                precision=precision, weights=weights, overheads=sized,
                                comm_buffer_bytes=comm_alone,
                                **{"max_model_len": p.context, **kv_opts})
@@ -187,7 +186,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     if r is not None and math.isinf(r) and ttft is None and itl is None and reps is None \
             and plot is None and not kv_opts:
         cfg = load_model(model)
-        return _max_throughput(serving_model(model, cfg, weights), get_gpu(gpu, gpu_file),
+        return _max_throughput(cfg, get_gpu(gpu, gpu_file),
                                n_in, n_out, tp, pp, kv_dtype, precision, weights, gpu_file)
     kw = {k: v for k, v in kv_opts.items() if k != "max_model_len"}
     if "max_model_len" in kv_opts and kv_opts["max_model_len"] < n_in + n_out:
@@ -197,12 +196,11 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
         from ..atomic import check_out_folder
         check_out_folder(plot, "--plot")
     cfg = load_model(model)
-    served = serving_model(model, cfg, weights)
-    p = plan_serving(served, get_gpu(gpu, gpu_file), n_in, n_out, rate=r,
+    p = plan_serving(cfg, get_gpu(gpu, gpu_file), n_in, n_out, rate=r,
                      concurrency=opts["concurrency"], ttft_p99_s=ttft, itl_p99_s=itl,
                      price_per_gpu_hour=price, tp=tp, pp=pp, replicas=reps, kv_dtype=kv_dtype,
                      precision=precision, weights=weights, gpu_file=gpu_file, ep=ep, **kw,
                      **({} if attention_kernel is None
                         else {"attention_kernel": attention_kernel}))
-    return Answer(p.to_json(), {"mode": "slo", "plan": p, "served": served,
+    return Answer(p.to_json(), {"mode": "slo", "plan": p, "served": cfg,
                                 "input_len": n_in, "output_len": n_out})

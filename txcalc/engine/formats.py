@@ -609,11 +609,13 @@ def scheme_from_config_file(path) -> tuple[Scheme | None, int]:
 
 def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
     """(scheme, mtp layers) for a model argument: ``--weights`` when given, else the
-    quantization_config of the config.json the model names (None: the precision's dtype)."""
+    quantization_config of the config.json the model names, or the one a ModelConfig was loaded
+    from (its ``loaded_from``; None: the precision's dtype)."""
     import os
     from pathlib import Path
     if weights is not None:
         return scheme(weights), 0
+    model = getattr(model, "loaded_from", model) or None
     if not isinstance(model, (str, os.PathLike)):
         return None, 0
     try:

@@ -60,7 +60,7 @@ FUSED_KERNELS = ("norm", "act", "loss")
 #: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps`` ->
 #: ``Workload.keeps``; counted by the engine's ``memory.saved_rows``, so ``memory``, ``plan
 #: train`` and the training validation agree; sp_gathered_input is a TP split, applied in
-#: ``train.evaluate.group_activations``), each traced to its source:
+#: ``train.setting.group_activations``), each traced to its source:
 #:
 #:     item              | kept, a token                          | nanotron 9b0de5be
 #:     ------------------|----------------------------------------|---------------------------------

@@ -245,6 +245,10 @@ class ModelConfig:
     #: the HF class its config.json names (``architectures[0]``: vLLM's model-registry key,
     #: which picks serving.kv_capacity's MLP live set); "" unknown (a preset without one)
     hf_architecture: str = ""
+    #: the config.json path or Hub id ``txcalc.load`` read this config from ("" for a preset
+    #: or a built config): its quantization_config and architectures are the file's, not
+    #: fields; serving reads them there (formats.resolve, serve.kv.hf_architecture)
+    loaded_from: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Derived values are resolved once, before validation, so that errors name real numbers.

@@ -56,7 +56,7 @@ def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None
     return planning.train_plan(req, cfg, parse_count(req.tokens), gpu, progress), ""
 
 
-def _serving_load(req: ReportRequest) -> dict:
+def _serving_load(req: ReportRequest, cfg) -> dict:
     """TTFT/ITL against load and the layouts' Pareto front (``serving_report``) for the
     layout ``plan infer --input-len --output-len --concurrency C`` picks: its tp, pp and
     chunk budget."""
@@ -64,9 +64,9 @@ def _serving_load(req: ReportRequest) -> dict:
     from ..serve.load import serving_load_data
     kw = dict(weights=req.weights, kv_dtype=req.kv_dtype, gpu_file=req.gpu_file,
               precision=req.precision)
-    best = plan_serving(req.model, req.gpu, req.input_len, req.output_len,
+    best = plan_serving(cfg, req.gpu, req.input_len, req.output_len,
                         concurrency=req.concurrency, **kw).best
-    d = serving_load_data(req.model, req.gpu, req.input_len, req.output_len, tp=best.tp,
+    d = serving_load_data(cfg, req.gpu, req.input_len, req.output_len, tp=best.tp,
                           pp=best.pp, max_num_batched_tokens=best.max_num_batched_tokens, **kw)
     d["layout_from"] = {"concurrency": req.concurrency, "tp": best.tp, "pp": best.pp,
                         "max_num_batched_tokens": best.max_num_batched_tokens}
@@ -134,7 +134,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         data["compare"] = compare_report(req, runner)
     if req.inference and req.input_len and plan is not None:
         progress("latency against load (simulated)")
-        data["serving_load"] = _serving_load(req)
+        data["serving_load"] = _serving_load(req, cfg)
     progress("assembling sections")
     if req.inference:
         answer = text.answer_serving(data, req, gpu, name, no_plan)

@@ -1,8 +1,8 @@
-"""Serving answers' machinery: KV cache capacity (kv), the step-time model and request
-simulator (sim), the SLO screen (screen), replica plans and disaggregation (plan, disagg),
-context-parallel prefill (cp), load sweeps (load) and GPUs for a context and concurrency
-(infer).
+"""Serving answers' machinery: what an answer keeps fixed, resolved once (setting:
+ServeSetting), KV cache capacity (kv), the step-time model and request simulator (sim), the
+SLO screen (screen), replica plans and disaggregation (plan, disagg), context-parallel prefill
+(cp), load sweeps (load) and GPUs for a context and concurrency (infer).
 
-Imports model/, engine/, parallel/ and the floors; never train/, answers/, cli/, report/ or
-web/.
+Takes a ModelConfig (txcalc.load resolves a name, at the top); imports model/, engine/,
+parallel/ and the floors; never train/, answers/, cli/, report/ or web/.
 """

@@ -94,12 +94,19 @@ def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_token
     """Time to prefill one prompt of ``input_len`` tokens (``cached_tokens`` of them already
     in the cache) on cp x tp GPUs (see the module table; ``attention_kernel``: "profile" or
     "fa3", module docstring)."""
+    from .setting import serve_setting
+    return prefill_on_cp(serve_setting(model, gpu, kv_dtype=kv_dtype, precision=precision,
+                                       weights=weights, profile=profile, gpu_file=gpu_file),
+                         input_len, cp=cp, tp=tp, cached_tokens=cached_tokens, variant=variant,
+                         attention_kernel=attention_kernel)
+
+
+def prefill_on_cp(s, input_len: int, *, cp: int, tp: int = 1, cached_tokens: int = 0,
+                  variant: str = "auto", attention_kernel: str = "profile") -> CpPrefill:
+    """``cp_prefill`` of a resolved ``serve.setting.ServeSetting``."""
     from .. import inputs as I
-    from .. import load
-    from ..engine.hardware import get_gpu
-    from ..engine.memory import PRECISIONS
     from ..parallel import comm
-    from .sim import step_model
+    from .sim import replica_steps
     input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
     cp = I.integer("cp", cp, 1, I.MAX_GPUS)
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
@@ -111,16 +118,14 @@ def cp_prefill(model, gpu, input_len: int, *, cp: int, tp: int = 1, cached_token
     if attention_kernel not in ATTENTION_KERNELS:
         raise CpError(f"attention_kernel ({I.show(attention_kernel)}) must be one of "
                       f"{', '.join(ATTENTION_KERNELS)}")
-    cfg = load(model)
-    g = get_gpu(gpu, gpu_file)
+    cfg, g = s.cfg, s.gpu
     if attention_kernel == "fa3" and g.name not in HOPPER:
         raise CpError(f"attention_kernel fa3 is a Hopper kernel; {g.name} is not one of "
                       f"{', '.join(HOPPER)}")
     if cfg.n_heads % tp:
         raise CpError(f"tp ({tp}) must divide {cfg.name}'s n_heads ({cfg.n_heads})")
-    sm = step_model(model, g, tp=tp, kv_dtype=kv_dtype, precision=precision, weights=weights,
-                    profile=profile, gpu_file=gpu_file, kv_capacity_tokens=0)
-    act = PRECISIONS[precision].act
+    sm = replica_steps(s, tp=tp, kv_capacity_tokens=0)
+    act = s.prec.act
     n_layers = max(1, sm.n_allreduce // 2)
     kvb = -(-sm.kv_bytes_per_token // n_layers)
     new = input_len - cached

@@ -21,9 +21,9 @@ stream is Poisson); the transfer never queues (one prompt's KV per link at a tim
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from ..units import fewest
 from .sim import StepModel, simulate
 
 #: a pool keeps up when it completes this share of what it is offered (serving_plan.KEEP_UP)
@@ -53,22 +53,13 @@ def kv_transfer_s(sm: StepModel, input_len: int, gpu) -> float:
 
 def _fewest(run, limit: int):
     """The smallest replica count r in [1, limit] with run(r)[0], and its result (or None)."""
-    lo, hi, cache = 0, 1, {}
-    while hi <= limit:
-        cache[hi] = run(hi)
-        if cache[hi][0]:
-            break
-        lo, hi = hi, hi * 2
-    if hi > limit:
-        return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        cache[mid] = run(mid)
-        if cache[mid][0]:
-            hi = mid
-        else:
-            lo = mid
-    return hi, cache[hi][1]
+    cache = {}
+
+    def meets(r: int) -> bool:
+        cache[r] = run(r)
+        return cache[r][0]
+    r = fewest(meets, limit)
+    return None if r is None else (r, cache[r][1])
 
 
 def plan_disaggregated(sm: StepModel, gpu, input_len: int, output_len: int, rate: float, *,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from ..model.config import ModelConfig
 from ..errors import PlanError, WorkloadError
-from ..engine.hardware import Gpu, get_gpu
-from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes
+from ..engine.hardware import Gpu
+from ..engine.memory import kv_cache_bytes
 from ..parallel.overheads import Overheads, check_plan_args
 from ..engine.timing import DeviceProfile
 from ..units import cdiv, divisors, pow2_upto
@@ -133,9 +133,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     peak times ``timing.weight_only_factor`` at the step's rows (``serving_sim.step_model``).
     ``layouts``: only these (tp, pp).
     """
-    from .. import load
-    from ..parallel.sharding import assign_stages, local_params
-    from .sim import STEP_OVERHEAD_S, step_model
+    from .setting import serve_setting
+    from .sim import STEP_OVERHEAD_S
     from .. import inputs as I
 
     context = I.integer("context", context, 1, I.MAX_SEQ)
@@ -144,20 +143,23 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
     overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
         I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
     check_plan_args(gpu, gpu_file, profile, overheads)
-    _check("kv dtype", kv_dtype, KV_DTYPES)
-    cfg = load(model)
-    gpu = get_gpu(gpu, gpu_file)
-    prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
+    s = serve_setting(model, gpu, kv_dtype=kv_dtype, precision=precision, weights=weights,
+                      profile=profile, gpu_file=gpu_file)
+    return layouts_plan(s, context, concurrency, tokens_per_s, overheads, layouts, overhead_s)
+
+
+def layouts_plan(s, context: int, concurrency: int, tokens_per_s: float | None,
+                 overheads: Overheads | None, layouts, overhead_s: float) -> InferPlan:
+    """``plan_infer`` of a resolved ``serve.setting.ServeSetting`` and checked arguments."""
+    from ..parallel.sharding import assign_stages, local_params
+    from .sim import replica_steps
+    cfg, gpu, prec, kv_dtype, sch = s.cfg, s.gpu, s.prec, s.kv_dtype, s.scheme
     wbytes = prec.weight
     if cfg.family == "encoder":
         raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
     ov = overheads or Overheads()
-    prof = profile or DeviceProfile.from_gpu(gpu)
-    from ..engine.components import model_ops_tuple
     from ..engine import formats as Q
-    sch, _ = Q.resolve(model, weights)
-    weights_arg = weights  # ``weights`` is reused below for a layout's bytes
-    ops = model_ops_tuple(cfg)
+    ops = s.ops
     if sch is not None:  # stored bytes of each op (quantised weights + scales), all ranks
         qops = Q.assign(ops, sch, cfg)
         qbytes = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf")
@@ -194,10 +196,8 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
             maxc = budget // kv_seq
 
             if tp not in steps:  # the serving step model (pipeline stages in sequence)
-                steps[tp] = step_model(model, gpu, tp=tp, kv_dtype=kv_dtype,
-                                       precision=precision, weights=weights_arg, profile=prof,
-                                       gpu_file=gpu_file, overhead_s=overhead_s,
-                                       kv_capacity_tokens=0)
+                steps[tp] = replica_steps(s, tp=tp, overhead_s=overhead_s,
+                                          kv_capacity_tokens=0)
             sm = steps[tp]
             kv_read = cdiv(kv_all, kv_split)  # one sequence's cache on one rank, all stages
 
@@ -226,7 +226,7 @@ def plan_infer(model: ModelConfig, gpu: str | Gpu, context: int, concurrency: in
                             f"decode tokens/s at context {context:,}")
     rows.sort(key=lambda r: (r.total_gpus, r.tp * r.pp, r.prefill_latency_s))
     return InferPlan(cfg, gpu, context, concurrency, kv_dtype, rows,
-                     sch.name if sch is not None else precision)
+                     sch.name if sch is not None else s.precision)
 
 
 #: TensorRT-LLM's BuildConfig defaults (max_batch_size 2048, max_num_tokens 8192): what
@@ -269,15 +269,18 @@ def trtllm_bench_settings(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: in
     total, ~0.4 GiB below NVML's). The settings bound the batch only where they are below what
     the KV cache holds: max_bs is rounded *up* from the cache's estimate, so it binds only at
     the 4096 cap; max_num_tokens bounds the tokens of one step."""
-    from ..engine import formats as Q
     from .. import inputs as I
-    from .. import load
-    from ..engine.components import model_ops_tuple
+    from .setting import serve_setting
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
-    cfg = load(model)
-    g = get_gpu(gpu, gpu_file)
-    sch, _ = Q.resolve(model, weights)
+    s = serve_setting(model, gpu, kv_dtype=kv_dtype, weights=weights, gpu_file=gpu_file)
+    return bench_settings(s, isl, osl, tp=tp, pp=pp, kv_fraction=kv_fraction)
+
+
+def bench_settings(s, isl: int, osl: int, *, tp: int = 1, pp: int = 1,
+                   kv_fraction: float = TRTLLM_KV_FRACTION) -> dict:
+    """``trtllm_bench_settings`` of a resolved ``serve.setting.ServeSetting``."""
+    cfg, g, kv_dtype, sch = s.cfg, s.gpu, s.kv_dtype, s.scheme
     algo = sch.name if sch is not None else None
     if algo not in _TRTLLM_BYTES:  # not a tuned quantisation: TensorRT-LLM's defaults
         return {"max_batch_size": SERVE_MAX_BATCH,
@@ -285,7 +288,7 @@ def trtllm_bench_settings(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: in
                 "kv_cache_max_requests": None}
     byte_per_elem = _TRTLLM_BYTES[algo]
     byte_per_kv = 1.0 if kv_dtype == "fp8" else 2.0
-    params = sum(op.params_total for op in model_ops_tuple(cfg))
+    params = sum(op.params_total for op in s.ops)
     n_attn = sum(d for _, d in cfg.stacks)
     gib = 1024 ** 3
     byte_per_token = 2 * n_attn * max(tp, cfg.n_kv_heads) * cfg.head_dim * byte_per_kv / gib
@@ -349,39 +352,40 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
     B x ctx pairs and cached tokens; ``prefill_s_per_request`` = (cycle_s - osl x
     decode_step_s) / B, the time the prompts add to the steps they ride in, per request.
     """
-    from ..engine import formats as Q
     from .. import inputs as I
-    from .sim import STEP_OVERHEAD_S, step_model
-    from .. import load
+    from .setting import serve_setting
+    from .sim import STEP_OVERHEAD_S, replica_steps
     isl = I.integer("isl", isl, 1, I.MAX_SEQ)
     osl = I.integer("osl", osl, 1, I.MAX_SEQ)
     max_batch = I.integer("max_batch", max_batch, 1, I.MAX_BATCH, none=True)
     overhead_s = STEP_OVERHEAD_S if overhead_s is None else \
         I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
     pp = I.integer("pp", pp, 1, I.MAX_GPUS)
     if cfg.n_heads % tp:
         raise PlanError(f"tp ({tp}) must divide {cfg.name}'s {cfg.n_heads} attention heads")
-    sch, _ = Q.resolve(model, weights)
-    name = sch.name if sch is not None else None
-    kw = dict(kv_dtype=kv_dtype, precision=precision, gpu_file=gpu_file, profile=profile,
-              overheads=overheads, weights=name, layouts={(tp, pp)})
-    full = plan_infer(cfg, gpu, isl + osl, 1, **kw).best
-    engine = trtllm_bench_settings(cfg, gpu, isl, osl, tp=tp, pp=pp, weights=name,
-                                   kv_dtype=kv_dtype, gpu_file=gpu_file)
+    check_plan_args(gpu, gpu_file, profile, overheads)
+    s = serve_setting(cfg, gpu, kv_dtype=kv_dtype, precision=precision, weights=weights,
+                      profile=profile, gpu_file=gpu_file)
+    name = s.scheme.name if s.scheme is not None else None
+    if name != weights:  # trtllm-bench names its quantisation: the format by that name
+        s = serve_setting(cfg, s.gpu, kv_dtype=kv_dtype, precision=precision, weights=name,
+                          profile=profile)
+    full = layouts_plan(s, I.integer("context", isl + osl, 1, I.MAX_SEQ), 1, None, overheads,
+                        {(tp, pp)}, STEP_OVERHEAD_S).best
+    engine = bench_settings(s, isl, osl, tp=tp, pp=pp)
     if max_batch is None:
         max_batch = engine["max_batch_size"]
     by_tokens = max(1, engine["max_num_tokens"] * osl // (isl + osl))
     batch = min(max_batch, full.max_concurrency_per_replica, by_tokens)
-    prof = profile or DeviceProfile.from_gpu(get_gpu(gpu, gpu_file))
+    prof = s.prof
     if attention_dtype is not None and prof.peak_flops.get(attention_dtype, 0.0) <= 0:
         raise PlanError(f"attention_dtype ({attention_dtype!r}): {prof.name} has no "
                         f"{attention_dtype} peak (it has {', '.join(sorted(prof.peak_flops))})")
-    sm = step_model(cfg, gpu, tp=tp, pp=pp, kv_dtype=kv_dtype, precision=precision,
-                    weights=name, profile=profile, gpu_file=gpu_file, overhead_s=overhead_s,
-                    kv_capacity_tokens=0,  # the batch is sized above, nothing is simulated
-                    attention_dtype=attention_dtype)
+    sm = replica_steps(s, tp=tp, pp=pp, overhead_s=overhead_s,
+                       kv_capacity_tokens=0,  # the batch is sized above, nothing is simulated
+                       attention_dtype=attention_dtype)
     ctx = isl + osl // 2
     prompt_pairs = isl * (isl + 1) // 2
 
@@ -397,7 +401,7 @@ def serve_throughput(model, gpu, isl: int, osl: int, *, tp: int = 1, pp: int = 1
         cycle.append({"count": extra, **mixed(q + 1)})
     cycle_s = sum(c["count"] * c["step_s"] for c in cycle)
     step = sm.step_s(batch, batch, batch * ctx, batch * ctx)
-    return {"model": cfg.name, "gpu": get_gpu(gpu, gpu_file).name,
+    return {"model": cfg.name, "gpu": s.gpu.name,
             "isl": isl, "osl": osl, "tp": tp, "pp": pp, "weights": name or precision,
             "kv_dtype": kv_dtype, "batch": batch, "max_batch_size": max_batch,
             "max_num_tokens": engine["max_num_tokens"],

@@ -568,12 +568,14 @@ def vllm_weights_bytes(cfg: ModelConfig, ops, tp: int, pp: int, wbytes: int,
 
 def hf_architecture(model) -> str | None:
     """``architectures[0]`` of the HF config.json a model was given as (a path to the file or its
-    folder), the key vLLM's model registry picks the model file by; None for a preset, a Hub id
-    or a ModelConfig (pass ``architecture`` to kv_capacity instead)."""
+    folder, or that a ModelConfig was loaded from: its ``loaded_from``), the key vLLM's model
+    registry picks the model file by; None for a preset, a Hub id or a built ModelConfig (pass
+    ``architecture`` to kv_capacity instead)."""
     import os
     from pathlib import Path
 
     from ..safeio import parse_json, read_text
+    model = getattr(model, "loaded_from", model) or None
     if not isinstance(model, (str, os.PathLike)):
         return None
     try:
@@ -632,7 +634,6 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     ``model`` is one (``hf_architecture``), else the preset's (``ModelConfig.hf_architecture``,
     from its stored config.json), else llama.py's."""
     from .. import inputs as I
-    from .. import load
     from ..engine.components import model_ops_tuple
     from ..engine.hardware import get_gpu
     from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes_per_token
@@ -656,7 +657,7 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                            "name such as 'Qwen2ForCausalLM'")
     fraction = I.number("kv_cache_free_gpu_mem_fraction", kv_cache_free_gpu_mem_fraction, 0, 1)
     prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     architecture = architecture if architecture is not None else (
         hf_architecture(model) or cfg.hf_architecture or None)
     g = get_gpu(gpu, gpu_file)

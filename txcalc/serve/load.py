@@ -51,20 +51,20 @@ def serving_load_data(model, gpu, input_len: int, output_len: int, *, tp: int = 
     Pareto plot (default: every tp that divides the heads, up to a node). Every point is a
     ``plan_serving`` answer pinned to its layout, one replica and the chunk budget
     (``_point``), so a plotted number equals the matching ``plan infer --json`` field."""
-    from .. import load
-    from ..engine.hardware import get_gpu
     from .kv import ServingError
     from .plan import ServePlanError
-    cfg = load(model)
-    g = get_gpu(gpu, gpu_file)
+    from .setting import serve_setting
+    s = serve_setting(model, gpu, kv_dtype=kv_dtype, precision=precision, weights=weights,
+                      gpu_file=gpu_file)
+    cfg, g = s.cfg, s.gpu
     kw = dict(weights=weights, kv_dtype=kv_dtype, gpu_file=gpu_file, precision=precision)
     chunk = max_num_batched_tokens
-    cap = _point(model, gpu, input_len, output_len, tp=tp, pp=pp, chunk=chunk, kw=kw,
+    cap = _point(cfg, g, input_len, output_len, tp=tp, pp=pp, chunk=chunk, kw=kw,
                  rate=math.inf)
     load_pts = []
     for f in LOAD_FRACTIONS:
         rate = f * cap.requests_per_s
-        r = _point(model, gpu, input_len, output_len, tp=tp, pp=pp, chunk=chunk, kw=kw,
+        r = _point(cfg, g, input_len, output_len, tp=tp, pp=pp, chunk=chunk, kw=kw,
                    rate=rate)
         load_pts.append({"fraction": f, "rate": rate,
                          "ttft_p50_s": r.ttft_p50_s, "ttft_p99_s": r.ttft_p99_s,
@@ -76,7 +76,7 @@ def serving_load_data(model, gpu, input_len: int, output_len: int, *, tp: int = 
     for t in tps:
         for c in PARETO_CONCURRENCY:
             try:
-                r = _point(model, gpu, input_len, output_len, tp=t, pp=1, chunk=chunk,
+                r = _point(cfg, g, input_len, output_len, tp=t, pp=1, chunk=chunk,
                            kw=kw, concurrency=c)
             except (ServingError, ServePlanError):  # the layout does not hold one request
                 break

@@ -1,6 +1,6 @@
 """SLO-driven serving plans: which TP x PP, how many replicas, at what cost per million tokens.
 
-    >>> p = plan_serving("llama-3.1-70b", "h100", 5000, 500, rate=20, ttft_p99_s=2,
+    >>> p = plan_serving(load("llama-3.1-70b"), "h100", 5000, 500, rate=20, ttft_p99_s=2,
     ...                  itl_p99_s=0.05, price_per_gpu_hour=2.5)
     >>> p.best.total_gpus, p.best.tp, p.best.replicas, p.best.ttft_p99_s
 
@@ -31,6 +31,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ..errors import TxcalcError
+from ..units import fewest
 from .sim import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 
 #: most replicas a plan tries per layout
@@ -160,12 +161,11 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     the same best answer, layouts that cannot beat it left out of ``rows``).
     ``attention_kernel``: of the context-parallel table (``serving_cp``: "profile", "fa3")."""
     from .. import inputs as I
-    from .. import load
-    from ..engine.hardware import get_gpu
     from .kv import ServingError
     from .disagg import plan_disaggregated
     from . import screen as S
-    from .sim import STEP_OVERHEAD_S, prefix_savings, simulate, step_model
+    from .setting import serve_setting
+    from .sim import STEP_OVERHEAD_S, prefix_savings, replica_steps, simulate
     input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
     output_len = I.integer("output_len", output_len, 1, I.MAX_SEQ)
     if (rate is None) == (concurrency is None):
@@ -181,8 +181,9 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     tp = I.integer("tp", tp, 1, 64, none=True)
     pp = I.integer("pp", pp, 1, 64, none=True)
     replicas = I.integer("replicas", replicas, 1, MAX_REPLICAS, none=True)
-    cfg = load(model)
-    g = get_gpu(gpu, gpu_file)
+    st = serve_setting(model, gpu, kv_dtype=kv_dtype, precision=precision, weights=weights,
+                       profile=profile, gpu_file=gpu_file)
+    cfg, g = st.cfg, st.gpu
     from .cp import ATTENTION_KERNELS, HOPPER
     if attention_kernel not in ATTENTION_KERNELS or (attention_kernel == "fa3"
                                                      and g.name not in HOPPER):
@@ -222,12 +223,11 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     if screening:
         def floor_gpus(lay) -> float:
             try:
-                smf = step_model(model, g, tp=lay[0], pp=lay[1], kv_dtype=kv_dtype,
-                                 precision=precision, weights=weights, profile=profile,
-                                 gpu_file=gpu_file, max_model_len=seq,
-                                 max_num_batched_tokens=chunks[-1], max_num_seqs=max_num_seqs,
-                                 overhead_s=STEP_OVERHEAD_S if overhead_s is None
-                                 else overhead_s, **kv_kw)
+                smf = replica_steps(st, tp=lay[0], pp=lay[1], max_model_len=seq,
+                                    max_num_batched_tokens=chunks[-1],
+                                    max_num_seqs=max_num_seqs,
+                                    overhead_s=STEP_OVERHEAD_S if overhead_s is None
+                                    else overhead_s, **kv_kw)
             except ServingError:
                 return math.inf
             if smf.kv_capacity_tokens < seq:
@@ -246,12 +246,11 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         if pp is None and p > 1 and any(q == 1 for _, q in tried):
             continue  # pipeline stages only where no single-stage layout fits
         try:
-            sm = step_model(model, g, tp=t, pp=p, kv_dtype=kv_dtype, precision=precision,
-                            weights=weights, profile=profile, gpu_file=gpu_file,
-                            overhead_s=STEP_OVERHEAD_S if overhead_s is None else overhead_s,
-                            max_model_len=seq, max_num_batched_tokens=chunk,
-                            max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate,
-                            ep=e, **kv_kw)
+            sm = replica_steps(st, tp=t, pp=p,
+                               overhead_s=STEP_OVERHEAD_S if overhead_s is None else overhead_s,
+                               max_model_len=seq, max_num_batched_tokens=chunk,
+                               max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate,
+                               ep=e, **kv_kw)
         except ServingError:
             continue
         if sm.kv_capacity_tokens < seq:
@@ -325,35 +324,21 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
             r = replicas or 1
             ok, res = run(r)
         else:
-            lo, hi = 0, 1  # lo fails (or is 0), hi is tried
             cache = {}
-            while hi <= MAX_REPLICAS:
-                cache[hi] = run(hi)
-                if cache[hi][0]:
-                    break
-                lo, hi = hi, hi * 2
-                if cut is not None and lo >= cut:
-                    break  # the answer lies past lo: more GPUs than the best
-            if cut is not None and lo >= cut:
-                screened.append(label)
-                screened_keys.add((t, p, e))
-                continue
-            if hi > MAX_REPLICAS:
-                notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
-                             "the SLOs")
-                continue
-            while hi - lo > 1 and not (cut is not None and lo >= cut):
-                mid = (lo + hi) // 2
-                cache[mid] = run(mid)
-                if cache[mid][0]:
-                    hi = mid
+
+            def meets(r: int) -> bool:
+                cache[r] = run(r)
+                return cache[r][0]
+            # past cut replicas the answer needs more GPUs than the best: the search stops
+            r = fewest(meets, MAX_REPLICAS, cut=cut)
+            if r is None:
+                if cut is not None and max(k for k, v in cache.items() if not v[0]) >= cut:
+                    screened.append(label)
+                    screened_keys.add((t, p, e))
                 else:
-                    lo = mid
-            if cut is not None and lo >= cut:
-                screened.append(label)
-                screened_keys.add((t, p, e))
+                    notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} "
+                                 "meets the SLOs")
                 continue
-            r = hi
             ok, res = cache[r]
         total = r * t * p
         if rate is not None and not offline and ok:  # keeping up: it serves what is offered
@@ -422,10 +407,9 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         notes.append("no layout meets the SLOs with the pinned replicas; best shown")
     cp_rows = None
     if input_len >= CP_FROM:
-        from .cp import cp_prefill
-        cp_rows = [cp_prefill(model, g, input_len, cp=c, tp=rows[0].tp, weights=weights,
-                              kv_dtype=kv_dtype, precision=precision, profile=profile,
-                              gpu_file=gpu_file, attention_kernel=attention_kernel).to_json()
+        from .cp import prefill_on_cp
+        cp_rows = [prefill_on_cp(st, input_len, cp=c, tp=rows[0].tp,
+                                 attention_kernel=attention_kernel).to_json()
                    for c in CP_DEGREES]
         notes.append("context parallelism: one prompt's prefill on cp x tp GPUs in "
                      "context_parallel (ring attention; the simulation itself runs tp only)")

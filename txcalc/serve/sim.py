@@ -188,27 +188,33 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     The KV capacity is taken from the TP layout (the same bytes per GPU when E / ep is
     whole). ``attention_dtype``: the tensor-core dtype of the attention core (default
     ``precision``'s compute dtype; "fp8": an fp8 FMHA kernel)."""
+    from .setting import serve_setting
+    return replica_steps(serve_setting(model, gpu, kv_dtype=kv_dtype, precision=precision,
+                                       weights=weights, profile=profile, gpu_file=gpu_file),
+                         tp=tp, pp=pp, overhead_s=overhead_s,
+                         kv_capacity_tokens=kv_capacity_tokens, ep=ep,
+                         attention_dtype=attention_dtype, **kv_kw)
+
+
+def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERHEAD_S,
+                  kv_capacity_tokens: int | None = None, ep: int = 1,
+                  attention_dtype: str | None = None, **kv_kw) -> StepModel:
+    """``step_model`` of a resolved ``serve.setting.ServeSetting`` (the search of a plan
+    builds one setting and calls this for each layout)."""
     from .. import inputs as I
-    from .. import load
-    from ..engine.components import model_ops_tuple
-    from ..engine.hardware import get_gpu
-    from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes_per_token
+    from ..engine.memory import kv_cache_bytes_per_token
     from ..parallel import comm
     from .kv import _weights_per_gpu, kv_capacity
-    from ..engine.timing import COMPUTE_DTYPE, DEFAULT_WEIGHT_ONLY_FLOOR, DeviceProfile
+    from ..engine.timing import COMPUTE_DTYPE, DEFAULT_WEIGHT_ONLY_FLOOR
     from ..units import cdiv
     from ..engine.workload import Workload
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
     pp = I.integer("pp", pp, 1, I.MAX_GPUS)
     ep = I.integer("ep", ep, 1, I.MAX_GPUS)
     overhead_s = I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
-    _check("kv dtype", kv_dtype, KV_DTYPES)
-    prec = PRECISIONS[_check("precision", precision, PRECISIONS)]
-    cfg = load(model)
-    g = get_gpu(gpu, gpu_file)
-    prof = profile or DeviceProfile.from_gpu(g)
+    cfg, g, prof, prec, ops = s.cfg, s.gpu, s.prof, s.prec, s.ops
+    kv_dtype, precision, weights = s.kv_dtype, s.precision, s.weights
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
-    ops = model_ops_tuple(cfg)
     one = Workload(batch=1, seq=1, attn_impl="flash")
     lin = head = pair = 0
     moe_ops = [op for op in ops if op.kind == "linear" and op.instances > 1]
@@ -222,7 +228,7 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
             pair += op.decode_flops(1, 1, model=False)
     # weights one rank reads: all stages (they run one after another), routed experts apart
     from ..parallel.sharding import local_params
-    all_w = _weights_per_gpu(cfg, model, ops, tp, 1, weights, prec.weight)
+    all_w = _weights_per_gpu(cfg, cfg, ops, tp, 1, weights, prec.weight)
     total_local = sum(local_params(op, tp) for op in ops) or 1
     moe_local = sum(local_params(op, tp) for op in moe_ops)
     expert_bytes = 0
@@ -258,10 +264,10 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     else:
         lat = slope = 0.0
     if kv_capacity_tokens is None:
-        kv_capacity_tokens = kv_capacity(model, g, tp=tp, pp=pp, kv_dtype=kv_dtype,
+        kv_capacity_tokens = kv_capacity(cfg, g, tp=tp, pp=pp, kv_dtype=kv_dtype,
                                          precision=precision, weights=weights,
                                          **kv_kw).kv_tokens
-    mm_dtype, weight_only = _matmul_dtype(model, cfg, ops, weights, prof, dtype)
+    mm_dtype, weight_only = _matmul_dtype(s.scheme, cfg, ops, prof, dtype)
     peak = prof.peak_flops.get(mm_dtype, 0.0)
     floor = prof.flop_efficiency.get("weight_only", DEFAULT_WEIGHT_ONLY_FLOOR) \
         if weight_only else None
@@ -275,12 +281,11 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                      cfg.vocab_size * 4 // tp, floor)
 
 
-def _matmul_dtype(model, cfg, ops, weights, prof, dtype: str) -> tuple[str, bool]:
+def _matmul_dtype(sch, cfg, ops, prof, dtype: str) -> tuple[str, bool]:
     """(the tensor-core dtype of the Linears, whether a weight-only format dequantises): a
-    quantised format's own dtype when every quantised op computes in it (fp8 W8A8: the fp8
-    peak), else ``dtype``."""
+    quantised format's (``sch``) own dtype when every quantised op computes in it (fp8 W8A8:
+    the fp8 peak), else ``dtype``."""
     from ..engine import formats as Q
-    sch, _ = Q.resolve(model, weights)
     if sch is None:
         return dtype, False
     qops = Q.assign(ops, sch, cfg)
@@ -607,16 +612,6 @@ def speculation_breakeven_batch(target: StepModel, alpha: float, gamma: int, con
     """The smallest decode batch at which speculation slows decoding down (speedup < 1), or
     None when it helps at every batch up to ``max_batch``: past it the verification's extra
     positions turn the step compute-bound."""
-    b = 1
-    while b <= max_batch:
-        if speculative(target, alpha, gamma, b, context, draft).speedup < 1.0:
-            lo, hi = b // 2, b
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if speculative(target, alpha, gamma, mid, context, draft).speedup < 1.0:
-                    hi = mid
-                else:
-                    lo = mid
-            return max(hi, 1)
-        b *= 2
-    return None
+    from ..units import fewest
+    return fewest(lambda b: speculative(target, alpha, gamma, b, context, draft).speedup < 1.0,
+                  max_batch)

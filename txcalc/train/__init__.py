@@ -1,5 +1,6 @@
 """Training answers' machinery: the layout search (planner), its per-rank evaluator over
-numpy tables (evaluate: TrainSetting), fine-tuning fit (fit), the published runs and the
+numpy tables (evaluate) and what it keeps fixed with the costs of grouped ops (setting:
+TrainSetting), fine-tuning fit (fit), the published runs and the
 calibration on them (published_runs, calibrate).
 
 Takes a ModelConfig; imports model/, engine/, parallel/ and the floors; never serve/,

@@ -38,6 +38,7 @@ from ..errors import WorkloadError
 from ..engine.finetune import Finetune
 from ..engine.memory import TrainingMemory
 from ..engine.workload import Workload
+from ..units import first_true
 
 from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
 from ..parallel.overheads import Overheads  # noqa: E402  (the framework's bytes, one rule)
@@ -92,7 +93,8 @@ class Setup:
         is ``TrainSetting.offload_optimizer``; activations (all) the planner's checkpoints in
         host memory, which it has under full recompute only (the engine's offload of other
         modes' checkpoints, T5's position bias, stays on the GPU here)."""
-        from .evaluate import TrainSetting, evaluate_layouts
+        from .setting import TrainSetting
+        from .evaluate import evaluate_layouts
         from ..parallel.layout import Layout
         s = TrainSetting(self.cfg, _planner_gpu(), seq, batch * self.gpus, self.precision,
                          self.optimizer, self.attn, finetune=self.finetune, loss=self.loss,
@@ -141,13 +143,7 @@ def _largest(ok, lo: int, hi: int) -> int:
     """The largest x in [lo, hi] with ok(x), ok monotone (True then False); lo - 1 if none."""
     if not ok(lo):
         return lo - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return first_true(lambda x: not ok(x), lo, hi + 1) - 1  # the first x that fails, less 1
 
 
 def _seq_limit(cfg: ModelConfig) -> int:

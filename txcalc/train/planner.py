@@ -48,7 +48,8 @@ from ..errors import PlanError, WorkloadError
 from ..engine.hardware import Gpu, get_gpu, memory_words
 from ..engine.memory import OPTIMIZERS, PRECISIONS, _check
 from ..parallel.overheads import Overheads, check_plan_args
-from .evaluate import TrainSetting, build_tables, evaluate, evaluate_layouts, shard_groups
+from .setting import TrainSetting, shard_groups
+from .evaluate import build_tables, evaluate, evaluate_layouts
 from ..parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
                                joint_rules)
 from ..engine.timing import DeviceProfile
@@ -489,7 +490,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     """
     t0 = time.perf_counter()
     import numpy as np
-    from .. import inputs as I, load
+    from .. import inputs as I
     from ..engine.workload import ATTN_IMPLS
     tokens = I.integer("tokens", tokens, 1, I.MAX_TOKENS)
     seq = I.integer("seq", seq, 1, I.MAX_SEQ, none=True)
@@ -526,7 +527,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
             I.integer(f"only[{key!r}]", value, 0 if key in ("zero", "recompute_layers") else 1,
                       3 if key == "zero" else I.MAX_GPUS if key != "micro_batch"
                       else I.MAX_BATCH)
-    cfg = load(model)
+    cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)
     from ..engine.lm_loss import check_head
     from ..engine.workload import loss_chunks
     loss_chunks(loss)  # a malformed loss fails here, naming it

@@ -88,10 +88,10 @@ class Run:
         return self.setup["gpu"]
 
     def config(self):
-        from .. import load
         from ..model.config import ModelConfig
-        if "preset" in self.model:
-            return load(self.model["preset"])
+        from ..model.presets import get_preset
+        if "preset" in self.model:  # the runs file names presets only (no paths, no Hub ids)
+            return get_preset(self.model["preset"])
         return ModelConfig(**self.model)
 
 
@@ -218,7 +218,8 @@ def setting_and_layout(run: Run, profile=None):
     recompute_layers resolved to the smallest N whose every stage fits the GPU, else every
     block)."""
     from ..engine.hardware import get_gpu
-    from .evaluate import TrainSetting, evaluate_layouts
+    from .setting import TrainSetting
+    from .evaluate import evaluate_layouts
     from ..parallel.layout import Layout
     s = run.setup
     extra_s, extra_l, _, _ = apply_flags(run)
