@@ -299,7 +299,8 @@ def _inference(model, context, concurrency, kv_dtype, precision, weights=None,
                src_seq: int = 0) -> dict:
     from .. import load
     from ..errors import WorkloadError
-    from ..engine.memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.kvcache import kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.memory import PRECISIONS, _check
     from ..engine.accounting import count_params
 
     cfg = load(model)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from ..model.config import ModelConfig
 from ..errors import PlanError, WorkloadError
 from ..engine.hardware import Gpu, get_gpu
-from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes
+from ..engine.kvcache import KV_DTYPES, kv_cache_bytes
+from ..engine.memory import PRECISIONS, _check
 from ..parallel.overheads import Overheads, check_plan_args
 from ..engine.timing import DeviceProfile
 from ..units import cdiv, divisors, pow2_upto

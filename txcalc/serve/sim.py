@@ -43,7 +43,7 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
 
 Rates come from ``timing.DeviceProfile`` (dense peak x efficiency), FLOPs from the op list
 (``Op.fwd_flops``/``decode_flops``), bytes from ``sharding.local_params`` and
-``memory.kv_cache_bytes_per_token``: nothing is re-derived here.
+``kvcache.kv_cache_bytes_per_token``: nothing is re-derived here.
 
 Speed: per step the state is a handful of sums (decoding requests, their summed context), the
 prefill queue and the requests due to finish at that step, so an hour at 50 requests/s runs in
@@ -192,7 +192,8 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     from .. import load
     from ..engine.components import model_ops_tuple
     from ..engine.hardware import get_gpu
-    from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes_per_token
+    from ..engine.kvcache import KV_DTYPES, kv_cache_bytes_per_token
+    from ..engine.memory import PRECISIONS, _check
     from ..parallel import comm
     from .kv import _weights_per_gpu, kv_capacity
     from ..engine.timing import COMPUTE_DTYPE, DEFAULT_WEIGHT_ONLY_FLOOR, DeviceProfile
