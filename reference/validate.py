@@ -7,7 +7,7 @@ behind ``txcalc validate``.
     forward FLOPs   | Op.fwd_flops per op                | FlopCounterMode, innermost module
     backward FLOPs  | Op.bwd_flops + recompute (total)   | FlopCounterMode over loss.backward()
     saved bytes     | TrainingMemory.op_activations      | saved_tensors_hooks, unique storages
-    KV cache (cpu)  | memory.kv_cache_bytes              | cache storages after generate()
+    KV cache (cpu)  | kvcache.kv_cache_bytes             | cache storages after generate()
     memory (cpu)    | TrainingMemory.phases              | MemTracker over a real training step
 
 Error % is (predicted - measured) / measured * 100 (txcalc.units.error_pct; 0 when both
@@ -166,7 +166,7 @@ def _layer_label(stack: str, layer: int) -> str:
 
 
 def _kv_cache(model, cfg, work, new_tokens: int, precision: str) -> dict:
-    from txcalc.engine.memory import kv_cache_bytes
+    from txcalc.engine.kvcache import kv_cache_bytes
 
     from .measure import kv_cache_after_generate
 

@@ -405,7 +405,7 @@ def test_report_inference_with_weights(tmp_path, capsys):
     """`txcalc report --inference --weights`: the answer's bytes are the stored checkpoint plus
     the KV cache, and the plan serves it on two 24 GB GPUs."""
     from txcalc.cli import main
-    from txcalc.engine.memory import kv_cache_bytes
+    from txcalc.engine.kvcache import kv_cache_bytes
     out = tmp_path / "rep"
     assert main(["report", "llama-3.1-70b", "--inference", "--gpu", "rtx-4090", "--context",
                  "4k", "--weights", "awq-int4-g128", "-o", str(out), "--json"]) == 0

@@ -4,8 +4,8 @@ published measurements, and its place in memory, the planner and the time model.
 import pytest
 
 import txcalc
-from txcalc.engine.memory import (FP8_RECIPE, TrainingMemory, fp8_saved_delta, fp8_weight_bytes,
-                                  model_states, weight_bytes)
+from txcalc.engine.fp8 import FP8_RECIPE, fp8_saved_delta, fp8_weight_bytes
+from txcalc.engine.memory import TrainingMemory, model_states, weight_bytes
 from txcalc.engine.ops import linear
 from txcalc.engine.workload import Workload
 from txcalc.errors import WorkloadError
@@ -108,7 +108,7 @@ def test_te_issue_712_5b_fp8_overheads(monkeypatch):
     activations kept in fp8 = 3.0 GiB; fp8 primary weights save 1 byte per block-Linear
     weight = 5.0 GiB. Each within 1 GB of the issue's figure."""
     from txcalc.model.config import ModelConfig
-    from txcalc.engine.memory import FP8_RECIPE, fp8_op
+    from txcalc.engine.fp8 import FP8_RECIPE, fp8_op
     cfg = ModelConfig(name="te-fsdp-example-5b", n_layers=32, d_model=4096, n_heads=32,
                       head_dim=128, d_ff=3 * 4096, vocab_size=8, activation="gelu",
                       qkv_bias=True, out_bias=True, mlp_bias=True, norm_type="layernorm",

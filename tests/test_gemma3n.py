@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 import txcalc
 from txcalc.engine.accounting import count_flops
 from txcalc.model.hf import from_hf_dict
-from txcalc.engine.memory import kv_cache_bytes
+from txcalc.engine.kvcache import kv_cache_bytes
 from txcalc.engine.workload import Workload
 
 from .test_hf_import import SETTINGS, maybe

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from txcalc.engine.accounting import count_flops, count_params
 from txcalc.model.hf import from_hf_dict
-from txcalc.engine.memory import kv_cache_bytes
+from txcalc.engine.kvcache import kv_cache_bytes
 from txcalc.engine.workload import Workload
 
 from .hf_models import numel

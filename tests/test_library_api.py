@@ -18,8 +18,8 @@ import pytest
 import txcalc
 from txcalc import TxcalcError
 from txcalc.engine.accounting import count_flops, count_params
-from txcalc.engine.memory import (TrainingMemory, kv_cache_bytes, kv_cache_bytes_per_token,
-                                  model_states)
+from txcalc.engine.kvcache import kv_cache_bytes, kv_cache_bytes_per_token
+from txcalc.engine.memory import TrainingMemory, model_states
 from txcalc.parallel.overheads import Overheads
 from txcalc.serve.infer import plan_infer
 from txcalc.train.planner import plan_train

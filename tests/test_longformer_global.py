@@ -4,7 +4,7 @@ HF's ``LongformerSelfAttention`` (transformers 5.x) with g tokens of global atte
 sequence adds to the chunked local attention: every query against the g global keys (one
 softmax with the band), the g global values in the output, and for the g global rows their
 own q_global / key_global / value_global attention over every token (txcalc
-``components.global_attention``, ``Workload.global_tokens``; the sequence classifier gives
+``attention.global_attention``, ``Workload.global_tokens``; the sequence classifier gives
 the first token global attention by default). ``LongformerModel._pad_to_window_size`` pads
 any sequence to a multiple of attention_window and every block runs the padded length
 (``Op.pad_to``). HF has only this eager attention (LongformerModel refuses sdpa and

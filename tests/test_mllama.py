@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 import txcalc
 from txcalc.engine.accounting import count_flops, count_params
 from txcalc.model.hf import from_hf_dict
-from txcalc.engine.memory import TrainingMemory, kv_cache_bytes
+from txcalc.engine.kvcache import kv_cache_bytes
+from txcalc.engine.memory import TrainingMemory
 from txcalc.engine.workload import Workload
 
 from .test_hf_import import SETTINGS, maybe

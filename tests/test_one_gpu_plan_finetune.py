@@ -3,7 +3,7 @@
 byte for byte. The sibling of test_stacks_recompute's
 ``test_one_gpu_plan_activations_equal_memory_for_every_stack``.
 
-The planner reads the engine's rules (memory.held_inputs, memory.loss_transient,
+The planner reads the engine's rules (held.held_inputs, memory.loss_transient,
 memory.dequant_buffer_bytes) instead of re-deriving them; the engine's phases, which the same
 rules build, are checked against MemTracker and saved_tensors_hooks in tests/test_finetune*.py
 and tests/test_memory_phases.py (the loss kernels of the stacks in tests/test_loss_kernels.py).
@@ -179,8 +179,8 @@ def test_plan_train_cli_one_gpu_equals_memory_json(argv, big_gpu):
 def test_held_inputs_split_over_pipeline_stages():
     """On two pipeline stages stage 0 books the frozen table's ids and leaf once per
     micro-batch in flight (1F1B: two), the last stage the labels and the loss of one
-    (memory.held_inputs' first and last)."""
-    from txcalc.engine.memory import held_inputs
+    (held.held_inputs' first and last)."""
+    from txcalc.engine.held import held_inputs
     cfg = txcalc.load("llama-3.2-1b")
     ft = FINETUNES["lora-all-linear"]
     s = TrainSetting(cfg, get_gpu("h200"), 1024, 4, finetune=ft, loss="fused-linear")

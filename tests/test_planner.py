@@ -103,7 +103,7 @@ def test_infer_json_contract():
 
 def test_infer_kv_budget_matches_engine():
     """max concurrency per replica x KV bytes per sequence fits beside the weights."""
-    from txcalc.engine.memory import kv_cache_bytes
+    from txcalc.engine.kvcache import kv_cache_bytes
     cfg = load("llama-3.1-70b")
     p = plan_infer(cfg, "h200", 131072, 64, kv_dtype="fp8")
     b = p.best

@@ -80,7 +80,7 @@ def test_jamba_1_5_large_active_params_and_kv_cache_at_256k():
     """arXiv:2408.12570: 94B active parameters; Table 1: a 9 GB KV cache (16-bit) for one
     256K-token sequence: 9 attention layers x 2 x 8 KV heads x 128 x 262,144 tokens x 2 bytes
     = 9.0 GiB (the paper's GB are GiB), plus 41 MB of Mamba conv and SSM state."""
-    from txcalc.engine.memory import kv_cache_bytes
+    from txcalc.engine.kvcache import kv_cache_bytes
     assert abs(txcalc.params("jamba-1.5-large").active - 94e9) / 94e9 < 0.002
     kv = kv_cache_bytes(txcalc.load("jamba-1.5-large"), 262144, 1, "bf16")
     assert abs(kv / 2**30 - 9) / 9 < 0.01

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from txcalc.engine.accounting import count_flops, count_params
-from txcalc.engine.memory import TrainingMemory, kv_cache_bytes
+from txcalc.engine.kvcache import kv_cache_bytes
+from txcalc.engine.memory import TrainingMemory
 from txcalc.engine.workload import Workload
 
 from .ref_configs import configs

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from txcalc.engine.accounting import count_flops, count_params
 from txcalc.errors import ConfigError
-from txcalc.engine.memory import TrainingMemory, kv_cache_bytes
+from txcalc.engine.kvcache import kv_cache_bytes
+from txcalc.engine.memory import TrainingMemory
 from txcalc.engine.ops import causal_pairs
 from txcalc.engine.workload import Workload
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from txcalc import load
 from txcalc.cli import app, main
 from txcalc.inputs import InputError
-from txcalc.engine.memory import kv_cache_bytes_per_token
+from txcalc.engine.kvcache import kv_cache_bytes_per_token
 from txcalc.serve.kv import ServingError, kv_capacity
 
 runner = CliRunner()
@@ -226,7 +226,8 @@ def test_kv_activation_slope_matches_issue10517(tmp_path):
 
 
 def test_kv_block_bytes_come_from_the_engine_kv_function():
-    """block bytes = block size x memory.kv_cache_bytes_per_token / (heads split, stages)."""
+    """block bytes = block size x the stage's share of kvcache.kv_cache_bytes_per_token (its
+    layers, heads split over TP); a uniform model's stages each hold n / pp of the layers."""
     cfg = load("llama-3.1-70b")
     per = kv_cache_bytes_per_token(cfg, "fp8")
     c = kv_capacity(cfg, "h200", tp=4, max_model_len=8192, kv_dtype="fp8", block_size=32)

@@ -383,7 +383,7 @@ def _tiny_llama_setting(D, H, s, b):
 
 
 def _rows(st, ops, b=2):
-    from txcalc.engine.memory import saved_rows
+    from txcalc.engine.saved import saved_rows
     return list(saved_rows(ops, st.work(b, "none"), st.bytes.act))
 
 

@@ -17,7 +17,8 @@ def _named_choices(key: str) -> tuple:
     if key == "stack":
         from ..engine.stacks import STACKS
         return tuple(STACKS)
-    from ..engine.memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    from ..engine.kvcache import KV_DTYPES
+    from ..engine.memory import OPTIMIZERS, PRECISIONS
     return {"precision": tuple(PRECISIONS), "optimizer": OPTIMIZERS,
             "kv_dtype": tuple(KV_DTYPES)}[key]
 

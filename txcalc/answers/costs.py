@@ -149,7 +149,8 @@ def _inference(model, cfg, context, concurrency, kv_dtype, precision, weights=No
                src_seq: int = 0) -> dict:
     from ..engine.accounting import count_params
     from ..engine.formats import model_checkpoint_bytes
-    from ..engine.memory import PRECISIONS, _check, kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.kvcache import kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.memory import PRECISIONS, _check
     from ..errors import WorkloadError
 
     if concurrency <= 0 or context <= 0:

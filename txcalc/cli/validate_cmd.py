@@ -62,7 +62,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
     _check("precision", precision, PRECISIONS)
-    from ..engine.memory import FP8_RECIPE
+    from ..engine.fp8 import FP8_RECIPE
     if precision in FP8_RECIPE:
         from ..errors import WorkloadError
         raise WorkloadError(f"--precision {precision} cannot be validated: the reference model "

@@ -51,7 +51,7 @@ def block_kind(cfg: ModelConfig, stack: str, layer: int, first_rotary: int) -> t
     saves the encoder output there, DeBERTa's shared norm), the one that holds the rotary
     tables, a gated cross-attention block (the first owns the vision projection), a Zamba
     shared-attention use (its copy and adapters) and a Gemma 3n block (AltUp, per-layer
-    inputs). ``first_rotary``: components._first_rotary(cfg, stack). tests/test_param_totals.py
+    inputs). ``first_rotary``: attention._first_rotary(cfg, stack). tests/test_param_totals.py
     checks ``param_totals`` against ``count_params`` for every preset and model_type."""
     if (layer == 0 or layer == first_rotary or layer in cfg.cross_layers
             or layer in cfg.shared_attn_layers or cfg.altup_inputs):
@@ -200,7 +200,8 @@ def param_totals(cfg: ModelConfig) -> tuple[int, int]:
     (``block_kind``) built once and its ops summed once per block of that kind: the same
     ops and the same sums, without building a 126-layer model's blocks 126 times
     (``txcalc presets`` counts every preset)."""
-    from .components import _first_rotary, block
+    from .attention import _first_rotary
+    from .components import block
     from ..inputs import CONFIG_HINT, instance
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     kinds: dict[tuple, list] = {}  # block_kind -> [its ops, how many blocks]

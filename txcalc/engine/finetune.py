@@ -52,10 +52,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..model.config import ModelConfig
 from ..errors import WorkloadError
 from .ops import Op, elementwise, linear
+
+if TYPE_CHECKING:
+    from .formats import Format
 
 FINETUNE_MODES = ("full", "lora", "qlora", "dora", "freeze")
 BASE_FORMATS = ("nf4", "fp4", "int8")
@@ -87,20 +91,28 @@ def quantized_weight_bytes(d_out: int, d_in: int, fmt: str, block: int = 64,
                for _, dtype, shape in bnb_4bit_tensors(d_out * d_in, block, double_quant))
 
 
-def parse_format(weight_format: str) -> tuple[str, int, bool]:
-    """``"nf4/64/dq"`` -> ("nf4", 64, True): the format an Op's ``weight_format`` names."""
-    fmt, block, dq = weight_format.split("/")
-    return fmt, int(block), dq == "dq"
+def bnb_format(quant: str, block: int = 64, double_quant: bool = True) -> Format:
+    """The ``Op.weight_format`` of a bitsandbytes base weight (QLoRA): kind ``bnb-<quant>``
+    (nf4, fp4, int8: the device layout of ``quantized_weight_bytes``), ``group`` elements per
+    absmax block; named ``nf4/64/dq`` as ``Finetune.describe`` shows it."""
+    from .formats import Format
+    return Format(f"{quant}/{block}/{'dq' if double_quant else 'nodq'}", f"bnb-{quant}",
+                  8 if quant == "int8" else 4, group=block, double_quant=double_quant)
+
+
+def _matrix_bytes(op: Op) -> int:
+    """One instance's quantised weight matrix as bitsandbytes keeps it (``bnb_format``)."""
+    fmt = op.weight_format
+    return quantized_weight_bytes(op.d_out, op.d_in, fmt.kind.removeprefix("bnb-"), fmt.group,
+                                  fmt.double_quant)
 
 
 def op_weight_bytes(op: Op, weight_bytes: int) -> int:
     """Weight bytes of one op (all instances): quantised matrices by ``quantized_weight_bytes``
     (a bias stays in the policy dtype), everything else ``weight_bytes`` per parameter."""
-    if not op.weight_format or op.tied:
+    if op.weight_format is None or op.tied:
         return op.params_total * weight_bytes
-    fmt, block, dq = parse_format(op.weight_format)
-    matrix = quantized_weight_bytes(op.d_out, op.d_in, fmt, block, dq)
-    return (matrix + (op.d_out * weight_bytes if op.bias else 0)) * op.instances
+    return (_matrix_bytes(op) + (op.d_out * weight_bytes if op.bias else 0)) * op.instances
 
 
 # --- the method -------------------------------------------------------------------------------
@@ -138,18 +150,19 @@ class Finetune:
         return self.mode in ("lora", "qlora", "dora")
 
     @property
-    def weight_format(self) -> str:
-        """The frozen base linears' ``Op.weight_format`` ("" = the precision policy's dtype)."""
+    def base(self) -> Format | None:
+        """The frozen base linears' ``Op.weight_format`` (``bnb_format``; None: the precision
+        policy's dtype)."""
         if self.mode != "qlora":
-            return ""
-        return f"{self.base_format}/{self.block}/{'dq' if self.double_quant else 'nodq'}"
+            return None
+        return bnb_format(self.base_format, self.block, self.double_quant)
 
     def describe(self) -> str:
         if self.mode == "full":
             return "full fine-tuning"
         if self.mode == "freeze":
             return f"frozen except {self.trainable}"
-        base = f", base {self.weight_format}" if self.mode == "qlora" else ""
+        base = f", base {self.base.name}" if self.mode == "qlora" else ""
         drop = f", dropout {self.lora_dropout:g}" if self.lora_dropout else ""
         return f"{self.mode} r={self.rank} alpha={self.alpha:g} on {self.targets}{base}{drop}"
 
@@ -247,7 +260,7 @@ def _trainable_paths(cfg: ModelConfig, ops, spec: str) -> set[str]:
     return out
 
 
-def _frozen(cfg: ModelConfig, op: Op, fmt: str) -> Op:
+def _frozen(cfg: ModelConfig, op: Op, fmt: Format | None) -> Op:
     """The op with frozen parameters: what only its weight gradient needed is not saved."""
     saved = op.saved
     if op.kind == "linear" and saved[:1] == ((op.d_in * op.active, "a"),):
@@ -265,10 +278,10 @@ def _frozen(cfg: ModelConfig, op: Op, fmt: str) -> Op:
     elif op.kind in ("embedding", "token_ids"):
         saved = tuple(s for s in saved if s[1] != "i64")
     # bitsandbytes replaces every nn.Linear but the output layer (llm_int8_skip_modules)
-    quantize = fmt and op.kind == "linear" and not op.tied and op.params and \
+    quantize = fmt is not None and op.kind == "linear" and not op.tied and op.params and \
         _name(op) != "lm_head"
     return dataclasses.replace(op, trainable=False, saved=saved,
-                               weight_format=fmt if quantize else "")
+                               weight_format=fmt if quantize else None)
 
 
 def _input_key(cfg: ModelConfig, op: Op) -> tuple:
@@ -311,7 +324,7 @@ def _adapters(op: Op, ft: Finetune, shared: bool) -> list[Op]:
                         ((op.d_out, "a"), (op.d_out, "a")), stream=op.stream),
             params=op.d_out, d_in=op.d_out, d_out=op.d_out))
         out.append(Op(f"{p}.dora_norm", "weight_product", op.stack, op.layer,
-                      f"{c}.dora_norm", d_in=op.d_in, d_out=op.d_out, heads=r, stream="one",
+                      f"{c}.dora_norm", d_in=op.d_in, d_out=op.d_out, rank=r, stream="one",
                       saved=((3 * op.d_out, "a"),), recompute=op.recompute, trainable=False,
                       placement=op.placement))
     # on the target's side of the blocks (an lm_head adapter on the last pipeline stage)
@@ -333,7 +346,7 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
     if ft.mode == "freeze":
         keep = _trainable_paths(cfg, ops, ft.trainable)
         return _bias_checkpoints(tuple(op if op.path in keep or not _has_weights(op)
-                                       else _frozen(cfg, op, "") for op in ops))
+                                       else _frozen(cfg, op, None) for op in ops))
     targets = select_targets(cfg, ops, ft.targets)
     for op in ops:
         if op.path in targets and ft.rank > min(op.d_in, op.d_out):
@@ -342,7 +355,7 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
                                 f"no longer low-rank")
     out: list[Op] = []
     seen: set[tuple] = set()
-    fmt = ft.weight_format
+    fmt = ft.base
     for op in ops:
         out.append(_frozen(cfg, op, fmt) if _has_weights(op) else op)
         if op.path in targets:
@@ -383,10 +396,8 @@ def dequant_bytes_moved(ops, act_bytes: int, recompute: str = "none") -> int:
     in backward (the input gradient) and once more when recompute re-runs the op."""
     out = 0
     for op in ops:
-        if op.weight_format and op.kind == "linear":
-            fmt, block, dq = parse_format(op.weight_format)
-            per = quantized_weight_bytes(op.d_out, op.d_in, fmt, block, dq) + \
-                op.d_out * op.d_in * act_bytes
+        if op.weight_format is not None and op.kind == "linear":
+            per = _matrix_bytes(op) + op.d_out * op.d_in * act_bytes
             out += per * op.instances * (3 if op.reruns(recompute) else 2)
     return out
 

@@ -109,7 +109,8 @@ BNB_OFFSET_CHARS = 20
 @dataclass(frozen=True)
 class Format:
     """How one weight matrix is stored. ``kind``: dense | gptq | awq | int8 | fp8 | fp8-channel |
-    fp8-block | nf4 | fp4 | mxfp4 | nvfp4 | gguf. ``compute``: the dtype the matmul runs in
+    fp8-block | nf4 | fp4 | mxfp4 | nvfp4 | gguf; bnb-nf4 | bnb-fp4 | bnb-int8: a QLoRA base on
+    the device (``finetune.bnb_format``, bytes ``finetune.quantized_weight_bytes``). ``compute``: the dtype the matmul runs in
     (fp8 / int8 where the kernel multiplies in it; weight-only formats dequantise to bf16)."""
 
     name: str
@@ -376,25 +377,25 @@ def _gguf_type(op: Op, recipe: str, cfg) -> str:
 
 def assign(ops, sch: Scheme, cfg=None) -> tuple[Op, ...]:
     """The ops with ``weight_format`` set to the storage format of their weights under the
-    scheme ("" = the scheme's dense dtype). ``cfg`` (the ModelConfig) is needed by GGUF recipes
+    scheme (a ``Format``, parsed once; None = the scheme's dense dtype). ``cfg`` (the ModelConfig) is needed by GGUF recipes
     (layer count, GQA ratio, experts)."""
     out = []
     for op in ops:
-        fmt = ""
+        fmt = None
         has_matrix = op.params and op.kind in ("linear", "embedding") and not (
             op.kind == "linear" and op.tied)
         if has_matrix and not _matches(op, sch.keep):
             s = sch.scope
             if s == "blocks" and op.kind == "linear" and op.layer >= 0 and not _is_router(op) \
                     and op.component != "lm_head":  # an MTP module's copy of the head: bf16
-                fmt = sch.fmt.name
+                fmt = sch.fmt
             elif s == "linears" and op.kind == "linear" and op.component != "lm_head":
-                fmt = sch.fmt.name
+                fmt = sch.fmt
             elif s == "experts" and op.kind == "linear" and op.instances > 1:
-                fmt = sch.fmt.name
+                fmt = sch.fmt
             elif s == "gguf" and not _is_router(op) and op.component not in (
                     "embed.positions", "rel_bias", "embed.token_types"):
-                fmt = "gguf-type:" + _gguf_type(op, sch.recipe, cfg)
+                fmt = parse_format("gguf-type:" + _gguf_type(op, sch.recipe, cfg))
         out.append(dataclasses.replace(op, weight_format=fmt) if fmt != op.weight_format else op)
     return tuple(out)
 
@@ -410,16 +411,14 @@ def op_tensors(op: Op, dense: str = "bf16", gguf: bool = False
         first = op.kind == "linear" and not op.tied and i == 0 or op.kind == "embedding"
         if ndim == 2 and first:
             d_out, d_in = (d0, rest)
-            fmt = parse_format(op.weight_format) if op.weight_format else None
-            if fmt is None:
-                fmt = Format(dense, "dense")
+            fmt = op.weight_format or Format(dense, "dense")
             for suffix, dtype, shape in fmt.tensors(d_out, d_in, dense):
                 if op.instances > 1:
                     shape = (op.instances,) + shape
                 out.append((f"{op.path}.{suffix}", dtype, shape))
         else:
             name = "bias" if op.kind == "linear" else ("weight" if i == 0 else "bias")
-            fmt = parse_format(op.weight_format) if op.weight_format else None
+            fmt = op.weight_format
             # GPTQ/AWQ store biases in f16
             dtype = "f16" if fmt is not None and fmt.kind in ("gptq", "awq") else small
             shape = (d0,) if ndim == 1 else (d0, rest)
@@ -636,17 +635,17 @@ def compute_dtype(op: Op, peaks: dict[str, float], default: str = "bf16") -> str
     """The tensor-core dtype an op's matmul runs in: fp8 / int8 where its format computes in
     it and the GPU has that peak; FP4 formats on the fp8 peak (the catalog has no FP4 column);
     everything else (weight-only formats, unquantised ops) in ``default``."""
-    if not op.weight_format or op.kind != "linear":
+    if op.weight_format is None or op.kind != "linear":
         return default
-    want = parse_format(op.weight_format).compute
+    want = op.weight_format.compute
     want = "fp8" if want == "fp4" else want
     return want if peaks.get(want, 0) > 0 else default
 
 
 def is_weight_only(op: Op, peaks: dict[str, float]) -> bool:
     """A quantised Linear whose kernel dequantises its weights to 16 bits."""
-    if not op.weight_format or op.kind != "linear":
+    if op.weight_format is None or op.kind != "linear":
         return False
-    want = parse_format(op.weight_format).compute
+    want = op.weight_format.compute
     want = "fp8" if want == "fp4" else want
     return want == "bf16" or peaks.get(want, 0) <= 0

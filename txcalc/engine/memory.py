@@ -1,4 +1,8 @@
-"""Bytes: model states (weights, gradients, optimizer), activations, KV cache, the peak.
+"""Bytes of training: model states (weights, gradients, optimizer), activations, the peak.
+
+Beside this module: ``saved`` (the tensors each op keeps for backward), ``held`` (the batch
+and a frozen table's leaf), ``fp8`` (fp8 training's terms) and, for serving, ``kvcache`` (the
+KV cache and recurrent state, summed over the op rows).
 
 Precision policies (bytes per parameter):
 
@@ -27,12 +31,15 @@ from functools import cached_property
 from typing import NamedTuple
 
 from .accounting import by_layer_type
-from .components import model_ops_tuple
 from ..model.checks import VOCAB_HEADS
 from ..model.config import ModelConfig
 from ..errors import WorkloadError
 from .finetune import Finetune, check_precision, finetuned_ops, op_weight_bytes
-from .ops import Op, op_level_kept
+from .fp8 import FP8_RECIPE, fp8_saved_delta, fp8_weight_bytes
+from .saved import saved_bytes, saved_rows
+from .held import (HeldInputs, frozen_table_inputs, held_inputs, leaf_saved,
+                   step_held_inputs)
+from .ops import Op
 from ..units import cdiv
 from .workload import Workload
 
@@ -104,70 +111,6 @@ def zero_bytes(precision: str, optimizer: str) -> ZeroBytes:
     return ZERO_BYTES[precision]
 
 
-class Fp8Recipe(NamedTuple):
-    """fp8 training as TransformerEngine runs it by default on Hopper and Ada (te.Linear /
-    LayerNormLinear / LayerNormMLP in every block, DelayedScaling, bf16 parameters, fp32 master
-    weights in the optimizer); embeddings, the output head, norms and the MoE router stay bf16.
-
-        term                  | bytes                                      | source
-        ----------------------|--------------------------------------------|------------------
-        fp8 weight copies     | weight_copies (2) per block-Linear weight:  | TE #1261: Hopper's
-                              |   the fp8 weight and its fp8 transpose,     |   fp8 GEMMs are TN
-                              |   cached between steps (TE's workspaces)    |   only; #1880: 1 B
-                              |                                             |   on Blackwell
-        amax history, scales  | per Linear (per expert): 3 fp8 tensors      | DelayedScaling
-                              |   (input, weight, output gradient) x (1024  |   amax_history_len
-                              |   fp32 amax + fp32 scale + scale_inv)       |   = 1024
-        saved Linear inputs   | 1 byte per element (TE keeps the fp8        | TE docs, "Memory
-                              |   columnwise copy) instead of the bf16 one; |   usage": 2 MB bf16
-                              |   o_proj's input stays alive in bf16 for    |   weight + 1 MB fp8
-                              |   the attention core's backward, so there   |   weight + 1 MB fp8
-                              |   it adds the fp8 byte                      |   input + ...
-        matmul peak           | block Linears on the fp8 tensor-core peak;  | timing.op_times
-                              |   attention, head in bf16                   |
-    """
-    weight_copies: int = 2  #: fp8 weight + its transpose, at the step's peak (backward)
-    forward_copies: int = 1  #: made by forward (the rowwise fp8 weight; the transpose is for
-    #: the backward GEMMs): TE's docs measure 8.02 MiB after forward of a 1024 x 1024 te.Linear
-    amax_history: int = 1024
-    tensors_per_linear: int = 3
-
-
-#: per precision policy: its fp8 recipe (None: no fp8)
-FP8_RECIPE = {"fp8-mixed": Fp8Recipe()}
-
-
-def fp8_op(op: Op) -> bool:
-    """Ops fp8 training runs in fp8: the Linears inside the blocks but the MoE router (and the
-    shared-expert gate)."""
-    return op.kind == "linear" and op.layer >= 0 and op.component not in (
-        "moe.router", "moe.shared_gate")
-
-
-def fp8_weight_bytes(ops, precision: str) -> int:
-    """fp8 weight copies (and transposes) plus the amax histories and scales of the ops."""
-    r = FP8_RECIPE.get(precision)
-    if r is None:
-        return 0
-    total = 0
-    for op in ops:
-        if fp8_op(op) and op.params:
-            weight = op.d_in * op.d_out * (not op.tied)
-            meta = r.tensors_per_linear * (r.amax_history + 2) * 4
-            total += (r.weight_copies * weight + meta) * op.instances
-    return total
-
-
-def fp8_saved_delta(op: Op, saved: int, act_bytes: int, precision: str) -> int:
-    """Change of one op's saved bytes under fp8 training (Fp8Recipe): a block Linear keeps its
-    input as 1-byte fp8 instead of act_bytes; o_proj's bf16 input is kept anyway (the attention
-    core's output), so the fp8 copy adds to it."""
-    if precision not in FP8_RECIPE or not fp8_op(op) or not saved or not op.saved:
-        return 0
-    fp8 = saved // act_bytes
-    return fp8 if op.component.endswith("o_proj") else fp8 - saved
-
-
 class OptimizerSpec(NamedTuple):
     """One optimizer's memory: full-size states per parameter (None: shaped by the tensors,
     see ``optimizer_state_bytes``) and bytes of its step counter per parameter tensor (torch's
@@ -196,8 +139,6 @@ OPTIMIZER_SPECS = {
     "none": OptimizerSpec(0, 0),
 }
 OPTIMIZERS = tuple(o.value for o in Optimizer)
-#: bits per cached element
-KV_DTYPES = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 ADAM8BIT_BLOCK = 2048
 OFFLOADS = ("none", "optimizer", "activations", "all")
 
@@ -343,82 +284,6 @@ def optimizer_bytes(ops, precision: str, optimizer: str) -> int:
             + master_bytes(ops, precision, optimizer) + step_counter_bytes(ops, optimizer))
 
 
-def saved_rows(ops, work: Workload, act_bytes: int):
-    """(row path, op, bytes) each op keeps for backward under the recompute mode of its block
-    (``Workload.block_mode``: partial recompute leaves some blocks at none).
-
-    none: every op's ``saved_bytes``; selective: the attention core keeps only its inputs (no
-    S x S); full: block ops keep nothing, reported under their block's path; op (op-level
-    selective checkpointing): block ops keep only the outputs ``ops.op_level_kept`` names
-    (``Op.output_bytes``), as in full the block keeps its input. Checkpoint ops keep their
-    input under the modes they declare (``Op.kept``; "fused": also with no recompute under a
-    fused kernel; op-level checkpoints a whole block, so it keeps what full keeps; uniform
-    method: only the first block of each group keeps its input).
-    """
-    ops = tuple(ops)
-    kept = op_level_kept(ops, work) if work.recompute == "op" else set()
-    for op in ops:
-        mode = work.block_mode(op.layer)
-        if op.kind == "checkpoint":
-            whole = "full" if mode == "op" else mode  # op-level checkpoints the whole block
-            # "fused": with no recompute a fused kernel keeps this input itself (T5's bias
-            # is the attn_mask of SDPA's memory-efficient kernel, which saves it for backward)
-            if (whole in op.kept and (op.layer < 0 or work.keeps_block_input(op.layer))) or (
-                    mode == "none" and "fused" in op.kept and work.attn_impl == "flash"):
-                path = op.block_path if whole == "full" else op.path
-                yield path, op, op.saved_bytes(work, act_bytes)
-            continue
-        if op.kind == "rotary" and mode in ("full", "op") and any(
-                work.block_mode(o.layer) in ("none", "selective") for o in ops
-                if o.stack == op.stack and o.layer >= 0):
-            # the shared tables, counted in the first block, stay saved by any block that is
-            # not recomputed (partial recompute)
-            yield op.path, op, op.saved_bytes(work, act_bytes)
-            continue
-        if op.kind == "pad_mask":  # Longformer: kept by the first block whose core runs
-            # unrecomputed (block 0's op; partial recompute may leave only later ones)
-            first = next((o for o in ops if o.stack == op.stack and o.layer >= 0
-                          and work.block_mode(o.layer) == "none"), None)
-            if first is not None:
-                op = dataclasses.replace(op, layer=first.layer, path=op.path.replace(
-                    op.block_path, first.block_path, 1))
-                yield op.path, op, op.saved_bytes(work, act_bytes)
-            continue
-        if mode in ("full", "op") and op.reruns("full"):
-            if op.path in kept:
-                # the output, not the input: a colwise Linear's is split over TP, a rowwise
-                # one's is the residual stream (split only with SP)
-                split = "tp" if op.tp in ("colwise", "vocab") or op.kind != "linear" else \
-                    "residual"
-                yield op.path, dataclasses.replace(op, act_split=split), \
-                    op.output_bytes(work, act_bytes)
-            continue
-        yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective") \
-            * _kept_again(op, work)
-
-
-def _kept_again(op, work: Workload) -> int:
-    """2 where the framework's code keeps a second copy of what the op saves (``work.keeps``,
-    stacks.KEEPS, traced to nanotron's code there): under a flash kernel, multi-head
-    attention's k and v thirds of the permuted qkv copy (again the keys op's bytes) and
-    o_proj's reshaped copy of the attention output (again its input); else 1."""
-    if not work.keeps or work.attn_impl != "flash":
-        return 1
-    if op.kind == "attn_keys" and "qkv_copy" in work.keeps and op.kv_heads == op.heads:
-        return 2
-    if op.kind == "linear" and "o_proj_copy" in work.keeps \
-            and op.component.rsplit(".", 1)[-1] == "o_proj" and op.tp == "rowwise":
-        return 2
-    return 1
-
-
-def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int:
-    """Bytes the ops keep for backward under the workload's recompute policy and kernel
-    (``precision``: fp8 training keeps block Linears' inputs in fp8, ``fp8_saved_delta``)."""
-    return sum(b + fp8_saved_delta(op, b, act_bytes, precision)
-               for _, op, b in saved_rows(ops, work, act_bytes))
-
-
 def dequant_buffer_bytes(ops, act_bytes: int) -> int:
     """The largest transient weight a step builds over the ops: a quantised base weight
     dequantised to 16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's
@@ -426,7 +291,7 @@ def dequant_buffer_bytes(ops, act_bytes: int) -> int:
     identity. Alive one op at a time (the planner passes one stage's sharded ops)."""
     out = 0
     for op in ops:
-        if op.weight_format and op.kind == "linear":
+        if op.weight_format is not None and op.kind == "linear":
             out = max(out, op.d_in * op.d_out * op.instances * act_bytes)
         elif op.kind == "weight_product":  # + PEFT's d_in x d_in identity
             out = max(out, (2 * op.d_out + op.d_in) * op.d_in * act_bytes)
@@ -479,96 +344,6 @@ def loss_transient(cfg: ModelConfig, ops, work: Workload, precision: str) -> int
     the last stage (its "logits" category)."""
     return max(loss_temp(cfg, ops, work, precision, "forward"),
                loss_temp(cfg, ops, work, precision, "backward"))
-
-
-def frozen_table_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
-                        finetuned: bool) -> tuple[int, int]:
-    """(token-id bytes, leaf bytes) a frozen token table leaves alive beside the saved
-    tensors through forward and backward. The frozen lookup saves no ids (the caller still
-    holds them); PEFT's ``enable_input_require_grads`` (reference/lora.py) makes its output
-    a leaf that requires grad, which the graph holds (and, in backward, its ``.grad``,
-    the size of the embedding input gradient counted in ``phases``) until the loss is
-    freed: E a bytes per token of each stream through the table (after forward not
-    beside the saved tensors when block 0 saves that very tensor, ``leaf_saved``).
-    ``finetuned``: a Finetune is given (without one every table trains)."""
-    table = next((op for op in ops if op.path == "embed.tokens" and op.kind == "embedding"),
-                 None)
-    if not finetuned or table is None or table.trainable:
-        return 0, 0
-    rows = sum(work.rows(op.stream) for op in ops if op.path == "embed.tokens")
-    return 8 * rows, rows * cfg.embed_dim * act_bytes
-
-
-def leaf_saved(cfg: ModelConfig, ops, work: Workload, act_bytes: int) -> bool:
-    """Whether block 0 saves the frozen table's output itself: it is block 0's input (no
-    positions added, no norm, dropout or projection between) and block 0 is fully
-    recomputed (its checkpoint) or opens with a norm that saves its input: LayerNorm, a
-    fused RMSNorm, or HF's RMSNorm in fp32 (its fp32 copy is the tensor itself)."""
-    if cfg.pos_type == "learned" or cfg.type_vocab_size or cfg.embed_norm or \
-            cfg.embed_dim != cfg.d_model or (work.dropout and cfg.embed_dropout):
-        return False
-    if work.block_mode(0) == "full" and work.keeps_block_input(0):
-        return True
-    stack = cfg.stacks[0][0]
-    first = next((op for op in ops if op.stack == stack and op.layer == 0 and
-                  op.kind != "checkpoint"), None)
-    if first is None or first.kind != "norm" or not first.saved:
-        return False
-    saved = first.saved_fused if first.saved_fused is not None and "norm" in work.fused \
-        else first.saved
-    return saved[0][1] == "a" or (saved[0][1] == "f32" and act_bytes == 4)
-
-
-def step_held_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
-                     finetuned: bool) -> "HeldInputs":
-    """Bytes of the batch alive from the end of backward through the optimizer step (until
-    the next batch replaces it), as ``HeldInputs`` (its ``first`` on the first pipeline
-    stage, ``last`` on the last): the int64 token ids (and an encoder-decoder's source ids);
-    a frozen table's leaf with its gradient (``leaf``: both, the graph holds them until the
-    loss goes); the int64 labels (an LM-type head) and the fp32 loss.
-    ``TrainingMemory.phases``' after_step and peak_step hold their sum; the planner books
-    them at the step."""
-    ids = work.rows("seq") + (work.rows("src") if cfg.family == "encoder-decoder" else 0)
-    leaf = frozen_table_inputs(cfg, ops, work, act_bytes, finetuned)[1]
-    labels = work.rows("seq") if cfg.head in VOCAB_HEADS else 0
-    return HeldInputs(8 * ids, 2 * leaf, 8 * labels, 4)
-
-
-class HeldInputs(NamedTuple):
-    """Bytes a step holds beside the saved activations from forward through the start of
-    backward (``held_inputs``): the first pipeline stage's ``ids`` and ``leaf``, the last
-    stage's ``labels`` and ``loss``."""
-    ids: int  #: token ids the caller holds that no op saves (a frozen table; Longformer's pad)
-    leaf: int  #: a frozen table's output leaf (PEFT), unless block 0 saves that very tensor
-    labels: int  #: labels the loss does not save (lm_loss.held_labels)
-    loss: int  #: the fp32 loss scalar the step returns
-
-    @property
-    def first(self) -> int:
-        return self.ids + self.leaf
-
-    @property
-    def last(self) -> int:
-        return self.labels + self.loss
-
-
-def held_inputs(cfg: ModelConfig, ops, work: Workload, act_bytes: int,
-                finetuned: bool) -> HeldInputs:
-    """What the batch and the loss hold beside the saved tensors (``HeldInputs``); ``ops``:
-    the model's. ``phases`` adds their sum to the saved activations; the planner books
-    ``first`` on stage 0 and ``last`` on the last stage (its "inputs" category)."""
-    labels = 0
-    if cfg.head == "lm":  # labels the loss does not save (txcalc.engine.lm_loss)
-        from .lm_loss import held_labels
-        labels = held_labels(work)
-    ids, leaf = frozen_table_inputs(cfg, ops, work, act_bytes, finetuned)
-    if leaf and leaf_saved(cfg, ops, work, act_bytes):
-        leaf = 0
-    if cfg.sliding_chunks and work.seq % (2 * cfg.sliding_window):
-        # Longformer pads the ids (a copy, what the embeddings save): the caller's own
-        # ids stay alive beside it
-        ids += 8 * work.rows("seq")
-    return HeldInputs(ids, leaf, labels, 4)
 
 
 @dataclass(frozen=True)
@@ -964,69 +739,3 @@ def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = 
            "kv_cache_bytes": 0}
     out["total_bytes"] = out["weights_bytes"] + out["gradients_bytes"] + opt
     return out
-
-
-def kv_cache_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
-    """Bytes one token adds to the cache over all layers (no window cap).
-
-    Per decoder layer: k and v, K heads of h each (2 * K * h elements); MLA caches the
-    compressed latent and the shared rotary key instead (kv_lora_rank + rope elements,
-    DeepSeek-V2 arXiv:2405.04434 section 2.1.2).
-    """
-    return kv_cache_bytes(cfg, 1, 1, kv_dtype, window=False, state=False)
-
-
-def state_elements(ops) -> int:
-    """Serving state per sequence, in elements, that the ops declare (``Op.state``: conv
-    states of state-space mixers, constant in context, in the KV dtype)."""
-    return sum(op.state for op in ops)
-
-
-def state_fp32_elements(ops) -> int:
-    """Recurrent (SSM) state per sequence, in elements, kept in fp32 whatever the KV dtype
-    (``Op.state_fp32``: HF's cache holds it so, as the Mamba kernels and FLA do)."""
-    return sum(op.state_fp32 for op in ops)
-
-
-def kv_cache_bytes(cfg: ModelConfig, context: int, batch: int = 1, kv_dtype: str = "bf16",
-                   window: bool = True, src_seq: int = 0, state: bool = True) -> int:
-    """KV cache of ``batch`` sequences at ``context`` tokens (self-attention) and, for
-    encoder-decoder models, the cross-attention cache over ``src_seq`` source tokens.
-    Sliding-window layers keep only the last ``window`` tokens, chunked layers the last
-    ``attn_chunk``. Only layers that attend keep keys and values; state-space mixers keep
-    their declared state instead (``state``: conv + SSM state per sequence, constant in
-    context: the conv states in ``kv_dtype``, the SSM / recurrent states in fp32, as HF's
-    cache keeps them)."""
-    from ..inputs import CONFIG_HINT, MAX_BATCH, MAX_SEQ, instance, integer
-    instance("cfg", cfg, ModelConfig, CONFIG_HINT)
-    context = integer("context", context, 1, MAX_SEQ)
-    batch = integer("batch", batch, 1, MAX_BATCH)
-    src_seq = integer("src_seq", src_seq, 0, MAX_SEQ)
-    if not isinstance(window, bool):
-        raise WorkloadError(f"window ({window!r:.60}) must be True or False")
-    bits = KV_DTYPES[_check("kv dtype", kv_dtype, KV_DTYPES)]
-    if cfg.family == "encoder":
-        raise WorkloadError(f"{cfg.name} is an encoder-only model: it has no KV cache")
-    per_token = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) if cfg.is_mla else 2 * cfg.kv_dim
-    elements = 0
-    for i in range(cfg.n_layers):
-        if not cfg.has_attention(i):
-            continue
-        if i in cfg.kv_shared_layers:  # Gemma 3n: reads an earlier layer's cache
-            continue
-        if i in cfg.cross_layers:  # Mllama: the vision states' keys and values only
-            elements += 2 * cfg.kv_dim * src_seq
-            continue
-        tokens = context
-        if window and (cfg.window(i) or cfg.chunk(i)):
-            # a chunked layer caches its last chunk of tokens, as a window would (HF's cache)
-            tokens = min(context, cfg.window(i) or cfg.chunk(i))
-        elements += per_token * tokens
-        if cfg.family == "encoder-decoder":
-            elements += 2 * cfg.kv_dim * (src_seq or context)
-    fp32 = 0
-    if state:
-        ops = model_ops_tuple(cfg)
-        elements += state_elements(ops)
-        fp32 = state_fp32_elements(ops) * batch * 4
-    return cdiv(elements * batch * bits, 8) + fp32

@@ -61,9 +61,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from ..model.config import ModelConfig
-from .ops import Op, _roles, attention_core, elementwise, linear, norm
-
-Where = tuple[str, int]
+from .ops import Op, Where, _roles, attention_core, elementwise, linear, norm
 
 
 def conv1d(path: str, where: Where, component: str, channels: int, kernel: int, bias: bool,
@@ -119,7 +117,7 @@ def mamba2(cfg: ModelConfig, p: str, where: Where, shares_input: bool = False) -
     # saved per token: softplus's input dt (H), dt and x in fp32 (H + E); the chunked
     # temporaries: ops.ssd_saved_bytes; once: exp(A_log) and A (H each)
     yield Op(c + "scan", "ssd_scan", where[0], where[1], "mamba.scan", 3 * H, 1, 1, P, N,
-             heads=H, chunk=cfg.ssm_chunk, saved=((H, "a"), (H + E, "f32")),
+             heads=H, scan_chunk=cfg.ssm_chunk, saved=((H, "a"), (H + E, "f32")),
              saved_once=((2 * H, "f32"),), state_fp32=H * P * N,
              **_roles("ssd_scan", where[1]))
     # y * silu(z) in fp32 (z upcast: a copy unless fp32, where z is part of in_proj's output,
@@ -183,7 +181,7 @@ def gated_deltanet(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
                  saved=_GDN_CONV_SAVED(C))
     # once per forward: exp(A_log) and -exp(A_log) (Hv each, fp32)
     yield Op(c + "scan", "gdn_scan", where[0], where[1], "linear_attn.scan", 2 * Hv, 1, 1,
-             dk, dv, heads=Hv, chunk=cfg.ssm_chunk, saved=_gdn_scan_saved(Hv, Hk, dk, dv),
+             dk, dv, heads=Hv, scan_chunk=cfg.ssm_chunk, saved=_gdn_scan_saved(Hv, Hk, dk, dv),
              saved_once=((2 * Hv, "f32"),), state_fp32=Hv * dk * dv,
              **_roles("gdn_scan", where[1]))
     op = norm(c + "norm", where, "linear_attn.norm", dv, "rmsnorm", False, True)
@@ -277,7 +275,8 @@ def shared_block(cfg: ModelConfig, p: str, where: Where) -> Iterator[Op]:
                           ((h, "a"), (h, "a")), stream="pos")
     yield from attention_core(c + "attn.core", where, comp + "attn.core", heads=H,
                               kv_heads=K, qk_dim=h, v_dim=h, stream="seq", kv_stream="seq",
-                              causal=True, window=0, dropout=cfg.attn_dropout)
+                              causal=True, window=0, dropout=cfg.attn_dropout,
+                              kv_elements=2 * K * h)
     yield block(linear(c + "attn.o_proj", where, comp + "attn.o_proj", H * h, D, False,
                        tp="rowwise"))
     yield block(norm(c + "mlp_norm", where, comp + "mlp_norm", D, "rmsnorm", False, True))

@@ -29,6 +29,10 @@ FLOPs (a multiply-add is 2 FLOPs; "rows" are the tokens an op sees, T = B*S):
                                |                               |   recomputes the scores)
     embedding, norm, softmax   | 0 matmul FLOPs                | 0
 
+Serving state (``kvcache``): the ``.keys`` row of each attention core declares the elements one
+cached token adds to its layer (``kv_elements``) and how many tokens it keeps (``kv_window``);
+each state-space op its state per sequence (``state``, ``state_fp32``).
+
 Executed attention FLOPs use the full S_q x S_k (what dense kernels run and what torch's
 FlopCounterMode counts); model FLOPs count only the attended pairs: causal i >= j, and
 i - j < window with sliding windows.
@@ -39,6 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .workload import Workload, global_rows, loss_chunks
+
+#: where an op sits: (stack, block index), ("", -1) outside the blocks
+Where = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +69,12 @@ class Op:
     d_out: int = 0  #: output width; h_v for the attention context
     stream: str = "seq"  #: whose tokens are the rows: seq, src (encoder) or first (pooler)
     kv_stream: str = ""  #: attention only: whose tokens are the keys
-    heads: int = 0  #: attention only: query heads
+    heads: int = 0  #: head count: attention's query heads, a scan's heads, a per-head norm's
     causal: bool = False  #: attention only: causal mask
     window: int = 0  #: attention only: sliding window (0 = none)
     kv_heads: int = 0  #: attention only: key/value heads (what a fused GQA kernel stores)
     dropout: float = 0.0  #: attention scores: dropout probability on the probabilities
-    chunk: int = 0  #: attention only: chunked attention, chunk length (0 = none; Llama 4)
+    attn_chunk: int = 0  #: attention only: chunked attention, chunk length (0 = none; Llama 4)
     sinks: bool = False  #: attention scores: a learned sink logit per head (gpt-oss)
     saved: tuple[tuple[int, str], ...] = ()  #: per row: (width, dtype tag) saved for backward
     # --- roles, declared where components.py builds the op (read by memory, sharding, planner)
@@ -83,11 +90,20 @@ class Op:
     kept: tuple[str, ...] = ()  #: checkpoint ops: recompute modes that keep this input
     ckpt_heads: int = 0  #: checkpoint ops: heads of a per-pair input (T5's position bias)
     trainable: bool = True  #: False = frozen (fine-tuning, HF's frozen tables): no grad or states
-    weight_format: str = ""  #: reserved (quantised weights): "" = the precision policy's dtype
+    #: the storage format of a quantised weight, parsed once where it is chosen: a
+    #: ``formats.Format`` (not imported here: formats reads Op) from a checkpoint's scheme
+    #: (``formats.assign``) or a QLoRA base (``Finetune.base``); None: the policy's dtype
+    weight_format: Format | None = None  # noqa: F821
+    #: attention keys only: elements one cached token adds to this layer's KV cache (k and v,
+    #: 2 K h; MLA's latent and rotary key, kv_lora_rank + rope); 0: the op keeps no cache of its
+    #: own (an encoder, a shared-KV layer reading an earlier one's). Tokens cached: the key
+    #: stream's (``kv_stream`` "src": the source tokens), at most ``kv_window`` of them
+    #: (``kvcache.kv_rows``)
+    kv_elements: int = 0
     # --- state-space mixers (txcalc/engine/mixers.py) ----------------------------------------------
-    chunk: int = 0  #: ssd_scan: chunk length Q of the SSD algorithm
+    scan_chunk: int = 0  #: ssd_scan, gdn_scan: chunk length Q of the chunked scan algorithm
     #: serving state this op keeps per sequence, in elements, constant in context: the
-    #: conv1d's last inputs, the scan's SSM state (read by ``memory.kv_cache_bytes``)
+    #: conv1d's last inputs, the scan's SSM state (read by ``kvcache.kv_rows``)
     state: int = 0
     #: serving state kept in fp32 whatever the KV dtype, elements per sequence: the recurrent
     #: (SSM) state of a scan, which HF's cache, the Mamba kernels and FLA keep in fp32
@@ -95,6 +111,7 @@ class Op:
     #: saved for backward once per forward, not per row: a tensor derived from a parameter
     #: (Mamba's A = -exp(A_log), E x N); same (width, dtype tag) form as ``saved``
     saved_once: tuple[tuple[int, str], ...] = ()
+    rank: int = 0  #: weight_product only: the adapter rank r of DoRA's B A
     input_grad: bool = True  #: linear: its input needs a gradient (False: Whisper's conv1 on mels)
     #: rows that do not scale with the workload: a Linear over DeBERTa's 2 x span relative
     #: embeddings (computed once per forward), or the keys of a rel_scores op
@@ -109,6 +126,12 @@ class Op:
     #: the embeddings and every block on the padded length (``Workload.length``); executed
     #: FLOPs and saved bytes count the padding, model FLOPs do not (0 = no padding)
     pad_to: int = 0
+
+    @property
+    def kv_window(self) -> int:
+        """Tokens an attention op's cache keeps at most: its sliding window, or its attention
+        chunk (a chunked layer caches the last chunk, as a window would: HF's cache); 0: all."""
+        return self.window or self.attn_chunk
 
     @property
     def block_path(self) -> str:
@@ -170,7 +193,7 @@ class Op:
             return bidirectional_pairs(s_q, self.window)
         if not model or not self.causal:
             return s_q * s_k
-        return causal_pairs(s_q, self.window, self.chunk)
+        return causal_pairs(s_q, self.window, self.attn_chunk)
 
     def _matmul(self, rows: int, keys: int) -> int:
         """The one place the matmul formula lives (2 FLOPs per multiply-add): a Linear over
@@ -188,14 +211,14 @@ class Op:
         if self.kind == "ssm_scan":  # ``keys``: positions per sequence
             return 2 * rows * keys * self.d_in * self.d_out
         if self.kind == "ssd_scan":  # ``keys``: positions per sequence
-            return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)
+            return ssd_flops(rows, keys, self.heads, self.d_in, self.d_out, self.scan_chunk)
         if self.kind == "gdn_scan":  # ``keys``: positions per sequence
-            return gdn_flops(rows, keys, self.heads, self.d_in, self.d_out, self.chunk)[0]
+            return gdn_flops(rows, keys, self.heads, self.d_in, self.d_out, self.scan_chunk)[0]
         if self.kind == "altup_mix":  # Gemma 3n's AltUp: per token (D x A) @ (A x A)
             return 2 * rows * self.d_in * self.d_out * self.d_out
         if self.kind == "weight_product":  # DoRA's B A as PEFT forms it, once a step:
             # lora_B(lora_A(eye(d_in))), A on the d_in x d_in identity, then B
-            return 2 * self.d_in * self.heads * (self.d_in + self.d_out)
+            return 2 * self.d_in * self.rank * (self.d_in + self.d_out)
         return 0
 
     def fwd_flops(self, w: Workload, model: bool = False) -> int:
@@ -244,8 +267,8 @@ class Op:
         keys = src_seq if self.kv_stream == "src" else context
         if model and self.window and self.kv_stream != "src":
             keys = min(keys, self.window)
-        if model and self.chunk:  # the keys of the new token's own chunk, itself included
-            keys = (keys - 1) % self.chunk + 1
+        if model and self.attn_chunk:  # the keys of the new token's own chunk, itself included
+            keys = (keys - 1) % self.attn_chunk + 1
         return self._matmul(batch, keys)
 
     # --- bytes saved for backward -------------------------------------------------------------
@@ -380,10 +403,10 @@ class Op:
         total += sum(width * size[tag] for width, tag in self.saved_once)
         if self.kind == "ssd_scan":
             total += ssd_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
-                                     self.chunk)
+                                     self.scan_chunk)
         if self.kind == "gdn_scan":
             total += gdn_saved_bytes(w.batch, w.seq, self.heads, self.d_in, self.d_out,
-                                     self.chunk)
+                                     self.scan_chunk)
         return total
 
     def output_bytes(self, w: Workload, act_bytes: int) -> int:
@@ -420,7 +443,7 @@ class Op:
         if self.kind == "weight_product":
             return 0
         if self.kind == "gdn_scan":
-            return gdn_flops(w.batch, w.seq, self.heads, self.d_in, self.d_out, self.chunk)[1]
+            return gdn_flops(w.batch, w.seq, self.heads, self.d_in, self.d_out, self.scan_chunk)[1]
         if self.kind == "linear" and not self.trainable:  # the input gradient only
             return fwd if self.input_grad else 0
         if not self.input_grad:  # the weight gradient only
@@ -559,7 +582,7 @@ def sliding_chunk_saved_bytes(kind: str, s: int, w: int, h: int, act_bytes: int,
     q and k themselves (s h a each) and the padded values ((s + 2w) h a).
 
     Once per forward (not here): the (B, S) bool padding mask that every block's
-    masked_fill reads, kept by the first block (``components._core``'s pad_mask op)."""
+    masked_fill reads, kept by the first block (``attention._core``'s pad_mask op)."""
     if kind == "attn_keys":
         return ((s + 2 * w) if single else 3 * s) * h * act_bytes
     qk = 2 * s if single else 4 * (s - w)
@@ -628,7 +651,7 @@ def op_level_kept(ops, w: Workload) -> set[str]:
     reduce-scatter (under SP; not modelled) are saved, "except every second mm": the 1st, 3rd,
     5th ... Linear of the block in forward order is kept, the 2nd, 4th ... recomputed. Under
     TP a kept colwise output is split over the ranks, a rowwise one is the residual stream
-    (``memory.saved_rows``). Routed experts run grouped
+    (``saved.saved_rows``). Routed experts run grouped
     GEMMs (not ``aten.mm``): neither counted nor kept. Eager attention (bmm) is recomputed.
     Everything else in the block is recomputed; the block keeps its input (a checkpoint)."""
     kept: set[str] = set()
@@ -716,11 +739,13 @@ def checkpoint(path: str, where: tuple[str, int], component: str, kept: tuple[st
 def attention_core(path: str, where: tuple[str, int], component: str, *, heads: int,
                    kv_heads: int, qk_dim: int, v_dim: int, stream: str, kv_stream: str,
                    causal: bool, window: int, dropout: float = 0.0, chunk: int = 0,
-                   sinks: bool = False) -> list[Op]:
+                   sinks: bool = False, kv_elements: int = 0) -> list[Op]:
     """softmax(Q K^T / sqrt(h)) V as two matmul ops: ``.scores`` and ``.context``.
-    ``sinks``: one more logit per head and query row in the softmax (no matmul)."""
+    ``sinks``: one more logit per head and query row in the softmax (no matmul).
+    ``kv_elements``: what one cached token adds to this layer's KV cache, declared on the
+    ``.keys`` row (``Op.kv_elements``; 0: no cache of its own)."""
     common = dict(d_in=qk_dim, d_out=v_dim, stream=stream, kv_stream=kv_stream, heads=heads,
-                  kv_heads=kv_heads, causal=causal, window=window, chunk=chunk,
+                  kv_heads=kv_heads, causal=causal, window=window, attn_chunk=chunk,
                   **_roles("attn_scores", where[1]))
     # Saved: q and k for the scores (k repeated to all H heads under GQA), the S x S softmax
     # output (see Op.saved_bytes), and v for the context. Keys and values are stored per key
@@ -729,7 +754,7 @@ def attention_core(path: str, where: tuple[str, int], component: str, *, heads: 
                saved=((heads * qk_dim, "a"),), dropout=dropout, sinks=sinks, **common),
             Op(f"{path}.keys", "attn_keys", where[0], where[1], f"{component}.keys",
                **(common | {"stream": kv_stream}),
-               saved=((heads * qk_dim, "a"), (heads * v_dim, "a"))),
+               saved=((heads * qk_dim, "a"), (heads * v_dim, "a")), kv_elements=kv_elements),
             Op(f"{path}.context", "attn_context", where[0], where[1], f"{component}.context",
                **common)]
 

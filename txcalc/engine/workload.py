@@ -58,7 +58,7 @@ class RecomputeMethod(StrEnum):
 FUSED_KERNELS = ("norm", "act", "loss")
 
 #: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps`` ->
-#: ``Workload.keeps``; counted by the engine's ``memory.saved_rows``, so ``memory``, ``plan
+#: ``Workload.keeps``; counted by the engine's ``saved.saved_rows``, so ``memory``, ``plan
 #: train`` and the training validation agree; sp_gathered_input is a TP split, applied in
 #: ``train.setting.group_activations``), each traced to its source:
 #:
@@ -147,7 +147,7 @@ class Workload:
     #: kernels run fused (FUSED_KERNELS; a framework profile's, txcalc.engine.stacks)
     fused: tuple[str, ...] = ()
     #: tensors a framework's own code keeps for backward beyond the ops' (KEEPS; a
-    #: profile's): counted in memory.saved_rows, split over TP in train.evaluate
+    #: profile's): counted in saved.saved_rows, split over TP in train.evaluate
     keeps: tuple[str, ...] = ()
     #: which blocks ``recompute`` applies to (RecomputeMethod) and N (0: every block)
     recompute_method: str = "block"

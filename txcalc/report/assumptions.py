@@ -50,7 +50,7 @@ def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
            + ("." if gpu["source"] == "--gpu-gb" else f" ({gpu['source']})."),
            f"Precision {req.precision}" + ("." if req.inference else
                                            f", optimizer {req.optimizer}.")]
-    from ..engine.memory import FP8_RECIPE
+    from ..engine.fp8 import FP8_RECIPE
     if req.precision in FP8_RECIPE and not req.inference:
         r = FP8_RECIPE[req.precision]
         out.append(f"fp8 training (TransformerEngine, DelayedScaling, txcalc/engine/memory.py "

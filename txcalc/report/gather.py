@@ -158,7 +158,7 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
 
 # --- serving ----------------------------------------------------------------------------------
 def kv_data(req: ReportRequest, cfg) -> dict | None:
-    from ..engine.memory import kv_cache_bytes, kv_cache_bytes_per_token
+    from ..engine.kvcache import kv_cache_bytes, kv_cache_bytes_per_token
 
     if cfg.family == "encoder":
         return None

@@ -78,7 +78,7 @@ def ring_bytes(cfg, tp: int, new: int, cached: int, cp: int, variant: str,
                act_bytes: int, kv_bytes_per_token_layer: int) -> int:
     """Bytes one rank sends over the ring per layer (see the module table); pass-KV sends
     the cache as stored (``kv_bytes_per_token_layer``: one TP rank, one layer, the engine's
-    memory.kv_cache_bytes_per_token), pass-Q each query (H / tp heads of head_dim) and its
+    kvcache.kv_cache_bytes_per_token), pass-Q each query (H / tp heads of head_dim) and its
     partial output back with one fp32 log-sum-exp per head."""
     if variant == "pass-kv":
         return (cp - 1) * -(-(new + cached) // cp) * kv_bytes_per_token_layer

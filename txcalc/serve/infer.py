@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ..model.config import ModelConfig
 from ..errors import PlanError, WorkloadError
 from ..engine.hardware import Gpu
-from ..engine.memory import kv_cache_bytes
+from ..engine.kvcache import kv_cache_bytes
 from ..parallel.overheads import Overheads, check_plan_args
 from ..engine.timing import DeviceProfile
 from ..units import cdiv, divisors, pow2_upto

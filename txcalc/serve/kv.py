@@ -8,7 +8,7 @@ batch, then give what is left of the utilisation budget to KV blocks):
     -------------------------|-------------------------------------------------------------------
     total_bytes              | what CUDA reports: the catalog's capacity x CUDA_VISIBLE_FRACTION
     budget_bytes             | total_bytes x gpu_memory_utilization
-    weights_bytes            | the fullest pipeline stage's share of the stored weights on one
+    weights_bytes            | the pipeline stage's share of the stored weights on one
                              |   TP rank (``sharding.local_params``, ``formats`` for quantised);
                              |   for vLLM as its loader allocates them: one tensor per fused
                              |   group, each a caching-allocator block (``allocated_bytes``),
@@ -25,16 +25,25 @@ batch, then give what is left of the utilisation budget to KV blocks):
     cuda_graph_bytes         | 0 inside the budget: vLLM captures its graphs after sizing the
                              |   cache, above the utilisation limit (CUDA_GRAPH_NOTE)
     kv_cache_bytes           | budget - weights - activation peak - non-torch - graphs
+                             |   - max_num_seqs x the state-space layers' state per
+                             |   sequence (conv + SSM state; vLLM's Mamba cache holds one
+                             |   per schedulable sequence)
     block_bytes              | block_size x the KV bytes of one token on one GPU
-                             |   (``memory.kv_cache_bytes_per_token``, heads split over
-                             |   min(tp, K), layers over the stages)
+                             |   (``stage_cache_bytes``: the stage's own attention layers,
+                             |   ``kvcache.cache_bytes``; heads split over min(tp, K))
     kv_blocks                | kv_cache_bytes // block_bytes
+
     kv_tokens                | kv_blocks x block_size
     max_concurrency          | kv_tokens / max_model_len (vLLM's "Maximum concurrency" line)
     prefix_shared_blocks     | with a prefix-cache hit rate h: the blocks of a prefix of h x
                              |   max_model_len tokens (whole blocks, at most max_model_len - 1)
                              |   that every sequence shares, stored once
     max_concurrency_prefix   | (kv_tokens - shared tokens) / (max_model_len - shared tokens)
+
+Every pipeline stage sizes its cache from its own layers and its own weights (the weights,
+kv_cache and block rows above are that stage's); the replica gets the fewest blocks of any
+stage, as vLLM takes the minimum of its workers' block counts. A stage without attention
+layers (state-space blocks only) caches no tokens and does not limit the count.
 
 TensorRT-LLM (``engine="trtllm"``) sizes its cache from what is free once the engine is
 loaded, not from a budget: kv_cache_bytes = kv_cache_free_gpu_mem_fraction (default 0.9) x
@@ -492,16 +501,22 @@ def held_allreduce_bytes(cfg: ModelConfig, ops, tokens: int, act_bytes: int, pp:
 def _weights_per_gpu(cfg: ModelConfig, model, ops, tp: int, pp: int, weights: str | None,
                      wbytes: int) -> int:
     """The fullest stage's stored weight bytes on one TP rank (plan_infer's accounting)."""
+    return max(_stage_weights(cfg, model, ops, tp, pp, weights, wbytes))
+
+
+def _stage_weights(cfg: ModelConfig, model, ops, tp: int, pp: int, weights: str | None,
+                   wbytes: int) -> list[int]:
+    """Each pipeline stage's stored weight bytes on one TP rank."""
     from ..engine import formats as Q
     from ..parallel.sharding import assign_stages, local_params
     sch, _ = Q.resolve(model, weights)
     stages = assign_stages(cfg, ops, pp)
     if sch is None:
-        return max(sum(local_params(op, tp) for op in st) for st in stages) * wbytes
+        return [sum(local_params(op, tp) for op in st) * wbytes for st in stages]
     qops = Q.assign(ops, sch, cfg)
     qb = {id(op): Q.weight_bytes_of(q, sch.dense, sch.scope == "gguf") for op, q in zip(ops, qops)}
-    return max(sum(cdiv(qb[id(op)] * local_params(op, tp), op.params_total)
-                   for op in st if op.params_total) for st in stages)
+    return [sum(cdiv(qb[id(op)] * local_params(op, tp), op.params_total)
+                for op in st if op.params_total) for st in stages]
 
 
 def allocated_bytes(nbytes: int) -> int:
@@ -538,8 +553,14 @@ def vllm_weights_bytes(cfg: ModelConfig, ops, tp: int, pp: int, wbytes: int,
     cache. Issue #15815 (Qwen2.5-32B, TP 2): "Loading model weights took 30.7098 GB" against
     30.5144 GiB of parameters: qkv (35 MiB), o_proj (25 MiB) and down_proj (135 MiB) each hold
     a 1 MiB-longer segment (64 layers x 3 MiB) and the 8 MiB rotary cache."""
+    return max(_vllm_stage_weights(cfg, ops, tp, pp, wbytes)) + rotary_cache_bytes(cfg, act_bytes)
+
+
+def _vllm_stage_weights(cfg: ModelConfig, ops, tp: int, pp: int, wbytes: int) -> list[int]:
+    """Each stage's dense weights as vLLM allocates them (``vllm_weights_bytes``), without the
+    rotary cache."""
     from ..parallel.sharding import assign_stages, local_tensors
-    best = 0
+    out = []
     for stage in assign_stages(cfg, ops, pp):
         total, i = 0, 0
         while i < len(stage):
@@ -562,8 +583,8 @@ def vllm_weights_bytes(cfg: ModelConfig, ops, tp: int, pp: int, wbytes: int,
             total += (allocated_bytes(mats * wbytes) if mats else 0) \
                 + (allocated_bytes(vecs * wbytes) if vecs else 0)
             i = j
-        best = max(best, total)
-    return best + rotary_cache_bytes(cfg, act_bytes)
+        out.append(total)
+    return out
 
 
 def hf_architecture(model) -> str | None:
@@ -636,7 +657,9 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     from .. import inputs as I
     from ..engine.components import model_ops_tuple
     from ..engine.hardware import get_gpu
-    from ..engine.memory import KV_DTYPES, PRECISIONS, _check, kv_cache_bytes_per_token
+    from ..engine import formats as Q
+    from ..engine.kvcache import KV_DTYPES
+    from ..engine.memory import PRECISIONS, _check
     from ..parallel.overheads import Overheads
     tp = I.integer("tp", tp, 1, I.MAX_GPUS)
     pp = I.integer("pp", pp, 1, I.MAX_GPUS)
@@ -677,11 +700,13 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
         or engine == "vllm-0.2" else chunk)
     ops = model_ops_tuple(cfg)
     trt = engine == "trtllm"
-    w = _weights_per_gpu(cfg, model, ops, tp, pp, weights, prec.weight)
-    if not trt:  # what vLLM's loader allocates (the caching allocator's blocks, rotary cache)
-        from ..engine import formats as Q
-        w = vllm_weights_bytes(cfg, ops, tp, pp, prec.weight, prec.act) \
-            if Q.resolve(model, weights)[0] is None else w + rotary_cache_bytes(cfg, prec.act)
+    quantised = Q.resolve(model, weights)[0] is not None
+    if trt or quantised:
+        ws = _stage_weights(cfg, model, ops, tp, pp, weights, prec.weight)
+    else:  # what vLLM's loader allocates (the caching allocator's blocks)
+        ws = _vllm_stage_weights(cfg, ops, tp, pp, prec.weight)
+    if not trt:  # vLLM's rotary cache, allocated while the model loads
+        ws = [w + rotary_cache_bytes(cfg, prec.act) for w in ws]
     act = activation_peak_bytes(cfg, ops, batched, prec.act, tp, max_num_seqs, engine,
                                 architecture)
     # each version's non-torch term (module table), unless the caller gave Overheads (plan's
@@ -704,15 +729,23 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
     graphs = 0
     total = g.usable_bytes
     budget = total if trt else int(total * gpu_memory_utilization)
-    kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
-    layers_per_stage = cdiv(n_blocks, pp)
-    per_token = cdiv(kv_cache_bytes_per_token(cfg, kv_dtype) * layers_per_stage,
-                     n_blocks * kv_split)
-    block = block_size * per_token
-    kv = budget - w - act - non_torch - graphs - held
-    if trt:  # the free memory's fraction, not a budget's remainder
-        kv = int(max(kv, 0) * fraction)
-    if kv < block:
+    # every stage sizes its own cache from its own layers and weights; the engine takes the
+    # fewest blocks of all its workers (vLLM: the min over workers' num_gpu_blocks)
+    sizes = []
+    for w, (per_token, state) in zip(ws, stage_cache_bytes(cfg, ops, tp, pp, kv_dtype)):
+        if not per_token:  # no attention layer here (state-space or encoder blocks only)
+            continue
+        kv = budget - w - act - non_torch - graphs - held - state * max_num_seqs
+        if trt:  # the free memory's fraction, not a budget's remainder
+            kv = int(max(kv, 0) * fraction)
+        block = block_size * per_token
+        sizes.append((kv // block if kv >= block else -1, kv, w, per_token, block,
+                      state * max_num_seqs))
+    if not sizes:
+        raise ServingError(f"{cfg.name} has no attention layer: no paged KV cache to size")
+    # ties: the stage with the least room, then the more bytes per token (the fullest stage)
+    blocks, kv, w, per_token, block, states = min(sizes, key=lambda x: (x[0], x[1], -x[3]))
+    if blocks < 0:
         share = f"free fraction {fraction:g}" if trt else \
             f"utilisation {gpu_memory_utilization:g}"
         raise ServingError(
@@ -720,8 +753,8 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
             f": no room for one KV block: budget {budget / GB:.2f} GB - weights "
             f"{w / GB:.2f} - activations {act / GB:.2f} - non-torch {non_torch / GB:.2f} "
             + (f"- all-reduce inputs {held / GB:.2f} " if held else "")
+            + (f"- state of {max_num_seqs} sequences {states / GB:.2f} " if states else "")
             + f"= {kv / GB:.2f} GB")
-    blocks = kv // block
     tokens = blocks * block_size
     shared = int(cached_prefix_tokens([max_model_len], prefix_hit_rate, block_size)[0])
     return KvCapacity(cfg.name, g.name, tp, pp, gpu_memory_utilization, block_size,
@@ -730,6 +763,23 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                       engine, held, float(prefix_hit_rate), shared // block_size,
                       max(0, tokens - shared) / (max_model_len - shared),
                       fraction if trt else None)
+
+
+def stage_cache_bytes(cfg: ModelConfig, ops, tp: int, pp: int,
+                      kv_dtype: str = "bf16") -> list[tuple[int, int]]:
+    """(KV bytes per token, state bytes per sequence) on one GPU of each pipeline stage, from
+    the stage's own op rows (``sharding.assign_stages``; ``kvcache.cache_bytes``): keys and
+    values with no window cap (the paged cache gives every layer a block per token), their
+    heads split over min(tp, K) (MLA's latent is not split; an encoder-decoder's
+    cross-attention counted per token, as ``kvcache.kv_cache_bytes_per_token`` does), and the
+    state-space ops' conv and recurrent state split over tp (heads and channels are)."""
+    from ..engine.kvcache import KV_DTYPES, cache_bytes, source_tokens, state_bytes
+    from ..parallel.sharding import assign_stages
+    bits = KV_DTYPES[kv_dtype]
+    kv_split = 1 if cfg.is_mla else min(tp, cfg.n_kv_heads)
+    src = source_tokens(cfg, 1, 0)
+    return [(cdiv(cache_bytes(st, 1, 1, bits, window=False, src_seq=src, state=False), kv_split),
+             cdiv(state_bytes(st, bits), tp)) for st in assign_stages(cfg, ops, pp)]
 
 
 def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,

@@ -63,7 +63,8 @@ def serve_setting(model, gpu, *, kv_dtype: str = "bf16", precision: str = "bf16"
     from .. import inputs as I
     from ..engine import formats as Q
     from ..engine.hardware import get_gpu
-    from ..engine.memory import KV_DTYPES, PRECISIONS, _check
+    from ..engine.kvcache import KV_DTYPES
+    from ..engine.memory import PRECISIONS, _check
     _check("kv dtype", kv_dtype, KV_DTYPES)
     _check("precision", precision, PRECISIONS)
     cfg = I.instance("model", model, ModelConfig, I.CONFIG_HINT)

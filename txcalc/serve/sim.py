@@ -43,7 +43,7 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
 
 Rates come from ``timing.DeviceProfile`` (dense peak x efficiency), FLOPs from the op list
 (``Op.fwd_flops``/``decode_flops``), bytes from ``sharding.local_params`` and
-``memory.kv_cache_bytes_per_token``: nothing is re-derived here.
+``kvcache.kv_cache_bytes_per_token``: nothing is re-derived here.
 
 Speed: per step the state is a handful of sums (decoding requests, their summed context), the
 prefill queue and the requests due to finish at that step, so an hour at 50 requests/s runs in
@@ -202,7 +202,7 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
     """``step_model`` of a resolved ``serve.setting.ServeSetting`` (the search of a plan
     builds one setting and calls this for each layout)."""
     from .. import inputs as I
-    from ..engine.memory import kv_cache_bytes_per_token
+    from ..engine.kvcache import kv_cache_bytes_per_token
     from ..parallel import comm
     from .kv import _weights_per_gpu, kv_capacity
     from ..engine.timing import COMPUTE_DTYPE, DEFAULT_WEIGHT_ONLY_FLOOR

@@ -38,7 +38,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   from forward to backward) + `prefetch` largest blocks |
                   |   (at most the stage's parameters)                      |
     step          | the optimizer step's peak above the rest: max(0, model | ZeRO-1, 2, 3 (the
-                  |   states + the batch (memory.step_held_inputs) + the   |   local shard's
+                  |   states + the batch (held.step_held_inputs) + the     |   local shard's
                   |   step's fp32 gradient copy and temporaries (memory.   |   transients)
                   |   optimizer_step_extra, the stack's kernel) - the sum  |
                   |   above): activations and logits are freed by then     |
@@ -83,8 +83,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..engine.memory import (OPTIMIZER_SPECS, STATES_PER_PARAM, held_inputs, loss_transient,
-                             optimizer_step_extra, step_held_inputs, zero_bytes)
+from ..engine.held import held_inputs, step_held_inputs
+from ..engine.memory import (OPTIMIZER_SPECS, STATES_PER_PARAM, loss_transient,
+                             optimizer_step_extra, zero_bytes)
 from ..units import cdiv
 from ..parallel import comm
 from ..parallel.layout import RECOMPUTE, RECOMPUTE_POLICIES, Layout, check_layout
@@ -170,7 +171,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     recomputed blocks keep (their checkpoints) lives in host memory (``act_host``); default
     the planner's grid's (layout.RECOMPUTE_POLICIES). The rotary tables shared by all blocks
     are counted with block 0 and go with its policy (2 x S x h elements; on one device
-    ``memory.saved_rows`` keeps them while any block is not recomputed).
+    ``saved.saved_rows`` keeps them while any block is not recomputed).
 
     ``slots_of(pp)`` lists the stages evaluated for a pipeline depth (default: first, second
     (the most micro-batches in flight after the first), last, and the stage with the most
@@ -423,14 +424,14 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     t_pp = comm.collective_s("p2p", act_size / np.where(sp == 1, tp, 1), pp, tp * cp * dp, gpu,
                              2 * v)
     # the loss's transient (last stage; vocab-parallel over TP, sequence over CP) and the
-    # batch held beside the saved tensors (memory.held_inputs: ids and the frozen table's leaf
+    # batch held beside the saved tensors (held.held_inputs: ids and the frozen table's leaf
     # on stage 0, on the residual stream split by SP; labels and the loss on the last stage)
     logits = _cdiv(A["loss_transient"].take(mi), tp * cp)
     ids_b, leaf_b, labels_b, loss_b = (A["held"][j][mi, rc] for j in range(4))
     held_first = _cdiv(ids_b, cp) + _cdiv(leaf_b, np.where(sp == 1, tp, 1) * cp)
     held_last = _cdiv(labels_b, cp) + loss_b
     # at the optimizer step (activations, logits and ZeRO-3's gathered copies freed): the
-    # batch (memory.step_held_inputs, split as above), the step's fp32 gradient copy where
+    # batch (held.step_held_inputs, split as above), the step's fp32 gradient copy where
     # the rank's gradients are unsharded in the weight dtype (ZeRO-1/2/3 shards already hold
     # fp32 gradients: memory.ZeroBytes) and its kernel's temporaries over the rank's local
     # trainable parameters (memory.optimizer_step_extra, per parameter)

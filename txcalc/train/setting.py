@@ -14,8 +14,10 @@ from functools import cached_property
 from ..model.config import ModelConfig
 from ..engine.hardware import Gpu
 from ..engine.finetune import op_weight_bytes
-from ..engine.memory import (PRECISIONS, dequant_buffer_bytes, fp8_saved_delta, fp8_weight_bytes,
-                             optimizer_state_bytes, param_tensor_count, saved_rows)
+from ..engine.fp8 import fp8_saved_delta, fp8_weight_bytes
+from ..engine.memory import (PRECISIONS, dequant_buffer_bytes, optimizer_state_bytes,
+                             param_tensor_count)
+from ..engine.saved import saved_rows
 from ..engine.ops import Op
 from ..engine.timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv

@@ -351,7 +351,8 @@ def options() -> dict:
     from ..engine.finetune import BASE_FORMATS, FINETUNE_MODES, TARGET_GROUPS
     from ..engine.formats import WEIGHTS_EXAMPLES
     from ..engine.hardware import load_catalog
-    from ..engine.memory import KV_DTYPES, OPTIMIZERS, PRECISIONS
+    from ..engine.kvcache import KV_DTYPES
+    from ..engine.memory import OPTIMIZERS, PRECISIONS
     from ..model.presets import PRESETS
     from ..engine.workload import ATTN_IMPLS, RECOMPUTE
     return {

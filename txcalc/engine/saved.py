@@ -1,0 +1,88 @@
+"""What a training step keeps for backward: each op's saved tensors under the recompute mode
+of its block (none, selective, full, op-level), the checkpoints that recompute keeps, and the
+second copies a framework's code makes. ``memory.TrainingMemory`` sums the rows on one GPU;
+the planner (``train.evaluate``) splits each row over TP as its op declares."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .fp8 import fp8_saved_delta
+from .ops import op_level_kept
+from .workload import Workload
+
+
+def saved_rows(ops, work: Workload, act_bytes: int):
+    """(row path, op, bytes) each op keeps for backward under the recompute mode of its block
+    (``Workload.block_mode``: partial recompute leaves some blocks at none).
+
+    none: every op's ``saved_bytes``; selective: the attention core keeps only its inputs (no
+    S x S); full: block ops keep nothing, reported under their block's path; op (op-level
+    selective checkpointing): block ops keep only the outputs ``ops.op_level_kept`` names
+    (``Op.output_bytes``), as in full the block keeps its input. Checkpoint ops keep their
+    input under the modes they declare (``Op.kept``; "fused": also with no recompute under a
+    fused kernel; op-level checkpoints a whole block, so it keeps what full keeps; uniform
+    method: only the first block of each group keeps its input).
+    """
+    ops = tuple(ops)
+    kept = op_level_kept(ops, work) if work.recompute == "op" else set()
+    for op in ops:
+        mode = work.block_mode(op.layer)
+        if op.kind == "checkpoint":
+            whole = "full" if mode == "op" else mode  # op-level checkpoints the whole block
+            # "fused": with no recompute a fused kernel keeps this input itself (T5's bias
+            # is the attn_mask of SDPA's memory-efficient kernel, which saves it for backward)
+            if (whole in op.kept and (op.layer < 0 or work.keeps_block_input(op.layer))) or (
+                    mode == "none" and "fused" in op.kept and work.attn_impl == "flash"):
+                path = op.block_path if whole == "full" else op.path
+                yield path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if op.kind == "rotary" and mode in ("full", "op") and any(
+                work.block_mode(o.layer) in ("none", "selective") for o in ops
+                if o.stack == op.stack and o.layer >= 0):
+            # the shared tables, counted in the first block, stay saved by any block that is
+            # not recomputed (partial recompute)
+            yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if op.kind == "pad_mask":  # Longformer: kept by the first block whose core runs
+            # unrecomputed (block 0's op; partial recompute may leave only later ones)
+            first = next((o for o in ops if o.stack == op.stack and o.layer >= 0
+                          and work.block_mode(o.layer) == "none"), None)
+            if first is not None:
+                op = dataclasses.replace(op, layer=first.layer, path=op.path.replace(
+                    op.block_path, first.block_path, 1))
+                yield op.path, op, op.saved_bytes(work, act_bytes)
+            continue
+        if mode in ("full", "op") and op.reruns("full"):
+            if op.path in kept:
+                # the output, not the input: a colwise Linear's is split over TP, a rowwise
+                # one's is the residual stream (split only with SP)
+                split = "tp" if op.tp in ("colwise", "vocab") or op.kind != "linear" else \
+                    "residual"
+                yield op.path, dataclasses.replace(op, act_split=split), \
+                    op.output_bytes(work, act_bytes)
+            continue
+        yield op.path, op, op.saved_bytes(work, act_bytes, pairs=mode != "selective") \
+            * _kept_again(op, work)
+
+
+def _kept_again(op, work: Workload) -> int:
+    """2 where the framework's code keeps a second copy of what the op saves (``work.keeps``,
+    stacks.KEEPS, traced to nanotron's code there): under a flash kernel, multi-head
+    attention's k and v thirds of the permuted qkv copy (again the keys op's bytes) and
+    o_proj's reshaped copy of the attention output (again its input); else 1."""
+    if not work.keeps or work.attn_impl != "flash":
+        return 1
+    if op.kind == "attn_keys" and "qkv_copy" in work.keeps and op.kv_heads == op.heads:
+        return 2
+    if op.kind == "linear" and "o_proj_copy" in work.keeps \
+            and op.component.rsplit(".", 1)[-1] == "o_proj" and op.tp == "rowwise":
+        return 2
+    return 1
+
+
+def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int:
+    """Bytes the ops keep for backward under the workload's recompute policy and kernel
+    (``precision``: fp8 training keeps block Linears' inputs in fp8, ``fp8_saved_delta``)."""
+    return sum(b + fp8_saved_delta(op, b, act_bytes, precision)
+               for _, op, b in saved_rows(ops, work, act_bytes))
