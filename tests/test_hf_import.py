@@ -32,7 +32,8 @@ from txcalc.model.hf import _MORE_CONVERTERS, CONVERTERS, from_hf_dict
 from txcalc.engine.accounting import count_flops
 from txcalc.engine.workload import Workload
 
-from .hf_models import MOE, hf_config, hf_model, numel, train_step_flops
+from .hf_models import ENCODERS, MOE, SEQ2SEQ, hf_config, hf_model, numel, train_step_flops
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 
 EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "50"))  # raise it for a deeper search
 # CI draws the same examples every run; setting TXCALC_HF_EXAMPLES also draws new ones
@@ -428,19 +429,31 @@ def hf_windows(model) -> list[int]:
     return out
 
 
+def hf_counts(raw: dict) -> dict:
+    """What test_hf_import_counts_what_hf_builds reads from the HF model of ``raw``."""
+    model = hf_model(raw)
+    out = {"total": expected_total(raw, model)}
+    if raw["model_type"] not in ENCODERS | SEQ2SEQ:
+        out["windows"] = hf_windows(model)
+    if raw["model_type"] in MOE:
+        out["active"] = expected_active(raw, model)
+    return out
+
+
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_hf_import_counts_what_hf_builds(model_type, data):
+def test_hf_import_counts_what_hf_builds(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
-    model = hf_model(raw)
+    hf = hf_answers(raw, "hf_import.counts", lambda: hf_counts(raw))
     cfg = from_hf_dict(raw)
     counts = txcalc.params(cfg)
-    assert counts.total == expected_total(raw, model)
+    assert counts.total == hf["total"]
     if model_type in MOE:
-        assert counts.active == expected_active(raw, model)
+        assert counts.active == hf["active"]
     if cfg.family == "decoder":
-        assert [cfg.window(i) for i in range(cfg.n_layers)] == hf_windows(model)
+        assert [cfg.window(i) for i in range(cfg.n_layers)] == hf["windows"]
 
 
 DEEPSEEK = {"model_type": "deepseek_v2", "hidden_size": 16, "num_attention_heads": 2,
@@ -481,12 +494,29 @@ def test_unrepresentable_hf_combinations_are_config_errors(raw, field):
 reject_reason: list[str] = []
 
 
+def hf_train_step_flops(hf_answers, raw: dict, batch: int, seq: int, src_seq: int | None = None,
+                        rejected: list[str] | None = None) -> int | None:
+    """hf_models.train_step_flops through the recording; None where HF's own forward cannot
+    run the config on meta (the reason appended to ``rejected`` when HF is asked live)."""
+    def measure():
+        try:
+            return train_step_flops(raw, batch, seq, src_seq=src_seq)
+        except (RuntimeError, AttributeError, ValueError, TypeError, ZeroDivisionError) as e:
+            if rejected is not None:
+                rejected.append(f"{raw['model_type']}: {type(e).__name__}: {e}")
+            return None
+    return hf_answers(raw, "hf_models.train_step_flops", measure, batch=batch, seq=seq,
+                      src_seq=src_seq)
+
+
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @settings(max_examples=max(3, EXAMPLES // 5), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
 @given(data=st.data())
-def test_training_step_flops_of_random_configs_equal_flopcountermode(model_type, data):
+def test_training_step_flops_of_random_configs_equal_flopcountermode(model_type, data,
+                                                                      hf_answers):
     """forward + backward FLOPs of one training step (forward, loss, backward) equal torch's
     FlopCounterMode on the HF model built on meta, for drawn configs of every model_type."""
     raw = data.draw(STRATEGIES[model_type], label="config.json")
@@ -499,13 +529,11 @@ def test_training_step_flops_of_random_configs_equal_flopcountermode(model_type,
     f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
     if model_type == "t5":  # HF needs it to shift labels into decoder inputs
         raw = {"decoder_start_token_id": 0, **raw}
-    try:
-        measured = train_step_flops(raw, batch, seq, src_seq=src or None)
-    except (RuntimeError, AttributeError, ValueError, TypeError, ZeroDivisionError) as e:
+    measured = hf_train_step_flops(hf_answers, raw, batch, seq, src or None, reject_reason)
+    if measured is None:
         # HF's own forward cannot run this corner of its config space on meta (e.g. Falcon
         # layouts its modeling code does not build, complex rotary views of odd widths):
         # no reference to compare with. A type whose every draw fails makes hypothesis
         # report it as unsatisfiable.
-        reject_reason.append(f"{model_type}: {type(e).__name__}: {e}")
         reject()
     assert f.forward + f.backward == measured
