@@ -32,7 +32,7 @@ from txcalc.model.hf import _MORE_CONVERTERS, CONVERTERS, from_hf_dict
 from txcalc.engine.accounting import count_flops
 from txcalc.engine.workload import Workload
 
-from .hf_models import ENCODERS, MOE, SEQ2SEQ, hf_config, hf_model, numel, train_step_flops
+from .hf_models import ENCODERS, MOE, SEQ2SEQ, hf_config, hf_model, numel, recorded_train_step_flops
 from .hf_record import hf_answers  # noqa: F401 (a fixture)
 
 EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "50"))  # raise it for a deeper search
@@ -518,9 +518,7 @@ def test_training_step_flops_of_random_configs_equal_flopcountermode(model_type,
     f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
     if model_type == "t5":  # HF needs it to shift labels into decoder inputs
         raw = {"decoder_start_token_id": 0, **raw}
-    measured = hf_answers(raw, "hf_models.train_step_flops",
-                          lambda: train_step_flops(raw, batch, seq, src_seq=src or None),
-                          cannot_run=CANNOT_RUN, batch=batch, seq=seq, src_seq=src or None)
+    measured = recorded_train_step_flops(hf_answers, raw, batch, seq, src or None, CANNOT_RUN)
     if measured is None:
         # no reference to compare with: a type whose every draw fails makes hypothesis report
         # it as unsatisfiable
