@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .hf_record import MissingRecording, Recorder, answer_key
+from .hf_record import MissingRecording, Recorder, _live_requested, answer_key
 
 RAW = {"model_type": "llama", "hidden_size": 16, "num_attention_heads": 2,
        "num_hidden_layers": 1, "vocab_size": 50, "intermediate_size": 32}
@@ -58,3 +58,21 @@ def test_no_recording_for_the_version_means_live_and_record_merges(tmp_path):
                                             answer_key(RAW, "flops", batch=1): None}
     assert Recorder(path)(RAW, "flops", never, batch=1) is None
 
+
+
+class Options:
+    def __init__(self, markexpr: str):
+        self.markexpr = markexpr
+
+    def getoption(self, name: str, default=None):
+        return {"markexpr": self.markexpr}.get(name, default)
+
+
+@pytest.mark.parametrize("markexpr,live", [("", False), ("live", True), ("not live", False),
+                                           ("live and not slow", True), ("slow", False)])
+def test_the_live_marker_asks_hf_itself(markexpr, live, monkeypatch):
+    for var in ("TXCALC_HF_LIVE", "TXCALC_HF_EXAMPLES"):
+        monkeypatch.delenv(var, raising=False)
+    assert _live_requested(Options(markexpr)) is live
+    monkeypatch.setenv("TXCALC_HF_LIVE", "1")
+    assert _live_requested(Options(markexpr))
