@@ -12,8 +12,12 @@ arguments>``. A test asks ``hf_answers(raw, measurement, compute, **args)``:
 - live (``pytest -m live``, ``TXCALC_HF_LIVE=1``, ``TXCALC_HF_EXAMPLES`` set, or no recording
   for the installed transformers): ``compute()`` builds the HF model as before; where the
   recording has the key, it must agree with what HF says now;
-- ``TXCALC_HF_RECORD=1``: live, and the answers are merged into the recording when the session ends
-  (delete the file first to drop keys no draw asks for any more).
+- ``TXCALC_HF_RECORD=1``: live, and the answers are merged into the recording when the
+  session ends (delete the file first to drop keys no draw asks for any more).
+
+The draws must be the same in every run: the tests derandomize them, and this module keeps
+hypothesis from mixing the project's own constants into them (below). An edited test function
+or strategy, or another hypothesis version, draws other configs: re-record then.
 
 The answer is ``None`` when HF itself cannot run the config (``compute()`` raises one of the
 ``cannot_run`` exceptions; the tests then reject the draw); that is recorded too.
@@ -33,8 +37,9 @@ from typing import Callable
 
 import pytest
 
+
 def _draw_without_local_constants() -> None:
-    """Hypothesis (since 6.131) mixes into its draws constants read from the project's own
+    """Recent hypothesis versions mix into their draws constants read from the project's own
     modules loaded at the time (txcalc/, reference/): the derandomized draws would then move with
     every edit of txcalc and with which test files ran first, and a recording keyed by the
     drawn configs could not be replayed. Its own constant pool (fixed per hypothesis version)
