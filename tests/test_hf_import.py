@@ -11,6 +11,8 @@ as well: txcalc must ignore them where HF does. Aliases from a class's ``attribu
 The reference is the HF model built on the meta device (tests/hf_models.py): the sum of numel
 over its parameters, tied weights once. For MoE types the active count is derived from the HF
 model as well: every parameter outside the stacked expert tensors once, plus top_k/E of them.
+HF's answers for the drawn configs are recorded once per transformers version
+(tests/hf_record.py); ``pytest -m live`` asks HF itself again.
 """
 
 from __future__ import annotations
