@@ -113,3 +113,17 @@ def saved_by_block(model, **inputs) -> dict[int, int]:
         if m:
             out[int(m[1])] = out.get(int(m[1]), 0) + v
     return out
+
+
+def recorded_numel(hf_answers, raw: dict) -> int:
+    """numel of hf_model(raw), through the recording of HF's answers (tests/hf_record.py)."""
+    return hf_answers(raw, "hf_models.numel", lambda: numel(hf_model(raw)))
+
+
+def recorded_train_step_flops(hf_answers, raw: dict, batch: int, seq: int,
+                              src_seq: int | None = None, cannot_run: tuple = ()) -> int | None:
+    """train_step_flops through the recording of HF's answers (tests/hf_record.py); None where
+    it raises one of ``cannot_run`` (HF's own forward cannot run the config on meta)."""
+    return hf_answers(raw, "hf_models.train_step_flops",
+                      lambda: train_step_flops(raw, batch, seq, src_seq=src_seq),
+                      cannot_run=cannot_run, batch=batch, seq=seq, src_seq=src_seq)

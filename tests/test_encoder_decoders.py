@@ -24,6 +24,7 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
 from .hf_models import dropout_saved_bytes, numel
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -118,20 +119,23 @@ def train_step_flops(raw: dict, batch: int, seq: int, src: int) -> int:
     return counter.get_total_flops()
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_equal_hf_seq2seq_lm(model_type, data):
+def test_params_equal_hf_seq2seq_lm(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
-    assert txcalc.params(from_hf_dict(raw)).total == numel(hf_model(raw))
+    assert txcalc.params(from_hf_dict(raw)).total == hf_answers(
+        raw, "encoder_decoders.numel", lambda: numel(hf_model(raw)))
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
 @given(data=st.data())
-def test_training_step_flops_equal_flopcountermode(model_type, data):
+def test_training_step_flops_equal_flopcountermode(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     cfg = from_hf_dict(raw)
     batch = data.draw(st.integers(1, 2), label="batch")
@@ -140,7 +144,9 @@ def test_training_step_flops_equal_flopcountermode(model_type, data):
     if model_type == "whisper":  # HF takes exactly 2 x max_source_positions mel frames
         src = raw["max_source_positions"]
     f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
-    assert f.forward + f.backward == train_step_flops(raw, batch, seq, src)
+    assert f.forward + f.backward == hf_answers(
+        raw, "encoder_decoders.train_step_flops", lambda: train_step_flops(raw, batch, seq, src),
+        batch=batch, seq=seq, src=src)
 
 
 def test_unequal_stacks_are_modelled_per_stack():
@@ -289,13 +295,14 @@ def test_frozen_position_tables_are_not_trainable(model_type):
     assert planner == engine
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", ["bart", "mbart", "marian", "pegasus", "m2m_100",
                                         "whisper"])
 @settings(max_examples=max(2, EXAMPLES // 5), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
 @given(data=st.data())
-def test_dropout_masks_equal_hf(model_type, data):
+def test_dropout_masks_equal_hf(model_type, data, hf_answers):
     """BART-family dropout (``dropout``, ``attention_dropout``, ``activation_dropout``): the
     bytes a training step with dropout saves beyond the same step without it (masks, and the
     probabilities eager attention keeps both before and after dropout) equal what the HF model
@@ -308,15 +315,19 @@ def test_dropout_masks_equal_hf(model_type, data):
     if model_type == "whisper":
         src = raw["max_source_positions"]
     cfg = from_hf_dict(raw)
-    model = hf_model(raw).to(torch.bfloat16)
-    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    inputs = {"input_ids": torch.zeros(batch, src, dtype=torch.long, device="meta"),
-              "labels": ids}
-    if model_type == "whisper":
-        inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
-                                                dtype=torch.bfloat16, device="meta"),
+
+    def measure() -> int:
+        model = hf_model(raw).to(torch.bfloat16)
+        ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+        inputs = {"input_ids": torch.zeros(batch, src, dtype=torch.long, device="meta"),
                   "labels": ids}
-    dropped = dropout_saved_bytes(model, lambda: model(**inputs).loss)
+        if model_type == "whisper":
+            inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
+                                                    dtype=torch.bfloat16, device="meta"),
+                      "labels": ids}
+        return dropout_saved_bytes(model, lambda: model(**inputs).loss)
+    dropped = hf_answers(raw, "encoder_decoders.dropout_saved_bytes", measure, batch=batch,
+                         seq=seq, src=src)
 
     def act(dropout: bool) -> int:
         # HF BART-family eager attention: softmax in the activation dtype (bf16)

@@ -24,6 +24,7 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
 from .hf_models import dropout_saved_bytes, numel, saved_by_block
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -187,21 +188,35 @@ def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
     return counter.get_total_flops()
 
 
+def hf_numel(hf_answers, raw: dict, head: str) -> int:
+    """numel of the HF class of ``head``, through the recording (tests/hf_record.py)."""
+    return hf_answers(raw, "encoders.numel", lambda: numel(hf_model(raw, head)), head=head)
+
+
+def hf_flops(hf_answers, raw: dict, head: str, batch: int, seq: int) -> int:
+    """train_step_flops through the recording (tests/hf_record.py)."""
+    return hf_answers(raw, "encoders.train_step_flops",
+                      lambda: train_step_flops(raw, head, batch, seq),
+                      head=head, batch=batch, seq=seq)
+
+
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_equal_the_hf_class_of_each_head(model_type, data):
+def test_params_equal_the_hf_class_of_each_head(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     head = data.draw(HEADS, label="head")
     raw["num_labels"] = data.draw(st.integers(1, 5), label="num_labels")
-    assert txcalc.params(from_hf_dict(raw, head=head)).total == numel(hf_model(raw, head))
+    assert txcalc.params(from_hf_dict(raw, head=head)).total == hf_numel(hf_answers, raw, head)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @settings(max_examples=max(3, EXAMPLES // 3), deadline=None, suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
 @given(data=st.data())
-def test_training_step_flops_equal_flopcountermode(model_type, data):
+def test_training_step_flops_equal_flopcountermode(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     head = data.draw(HEADS, label="head")
     raw["num_labels"] = data.draw(st.integers(1, 5), label="num_labels")
@@ -209,7 +224,7 @@ def test_training_step_flops_equal_flopcountermode(model_type, data):
     batch, seq = data.draw(st.integers(1, 2), label="batch"), data.draw(st.integers(2, 24),
                                                                           label="seq")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
-    assert f.forward + f.backward == train_step_flops(raw, head, batch, seq)
+    assert f.forward + f.backward == hf_flops(hf_answers, raw, head, batch, seq)
 
 
 def test_albert_shares_one_block_params_once_flops_every_layer():
@@ -227,17 +242,18 @@ def test_albert_shares_one_block_params_once_flops_every_layer():
     assert txcalc.params(twelve).total == numel(hf_model(raw, "none"))
 
 
+@pytest.mark.live
 @SETTINGS
 @given(raw=electra(), batch=st.integers(1, 2), seq=st.integers(2, 16))
-def test_electra_discriminator_head(raw, batch, seq):
+def test_electra_discriminator_head(raw, batch, seq, hf_answers):
     """ELECTRA's replaced-token detector (ElectraForPreTraining, ``--head discriminator``):
     params == HF on meta, a training step's FLOPs (BCE on one logit per token) ==
     FlopCounterMode, the reference model's saved bytes per layer exact; the generator is the
     masked-LM head (ElectraForMaskedLM), drawn with the other heads above."""
     cfg = from_hf_dict(raw, head="discriminator")
-    assert txcalc.params(cfg).total == numel(hf_model(raw, "discriminator"))
+    assert txcalc.params(cfg).total == hf_numel(hf_answers, raw, "discriminator")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
-    assert f.forward + f.backward == train_step_flops(raw, "discriminator", batch, seq)
+    assert f.forward + f.backward == hf_flops(hf_answers, raw, "discriminator", batch, seq)
     assert from_hf_dict(dict(raw, architectures=["ElectraForPreTraining"]), head="auto") == cfg
     reference_matches(cfg, batch, min(seq, 8), recomputes=("none",))
     with pytest.raises(ConfigError, match="discriminator"):
@@ -394,12 +410,13 @@ DROPOUT_KEYS = {"distilbert": (("dropout", "attention_dropout"), False),
                 "modernbert": (("embedding_dropout", "attention_dropout", "mlp_dropout"), True)}
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(DROPOUT_KEYS))
 @settings(max_examples=max(3, EXAMPLES // 3), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
 @given(data=st.data())
-def test_dropout_masks_equal_hf(model_type, data):
+def test_dropout_masks_equal_hf(model_type, data, hf_answers):
     """DistilBERT (embeddings, probabilities, after the MLP only), ALBERT (BERT's places less
     the MLP output's), ESM (less the embeddings'), ModernBERT (embeddings, probabilities, after
     Wo, on the gated product): the bytes a training step saves beyond the same step in eval
@@ -412,10 +429,12 @@ def test_dropout_masks_equal_hf(model_type, data):
         raw[key] = data.draw(st.sampled_from([0.0, 0.1]), label=key)
     seq = data.draw(st.integers(2, 10), label="seq")
     cfg = from_hf_dict(raw)
-    model = hf_model(raw, "none").to(torch.bfloat16)
-    ids = torch.ones(1, seq, dtype=torch.long, device="meta")
 
-    dropped = dropout_saved_bytes(model, lambda: model(input_ids=ids))
+    def measure() -> int:
+        model = hf_model(raw, "none").to(torch.bfloat16)
+        ids = torch.ones(1, seq, dtype=torch.long, device="meta")
+        return dropout_saved_bytes(model, lambda: model(input_ids=ids))
+    dropped = hf_answers(raw, "encoders.dropout_saved_bytes", measure, seq=seq)
 
     def act(dropout: bool) -> int:
         w = Workload(batch=1, seq=seq, attn_impl="eager", dropout=dropout, dropout_mask="act",

@@ -30,6 +30,7 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, numel, torch, transformers
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 from .test_hf_import import ACTS, LAYERS, VOCAB, WIDTH, divisors, geometry, hf_windows, maybe
 
 EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5  # 10 per type in CI
@@ -310,32 +311,41 @@ def layer_windows(model) -> list[int]:
     return hf_windows(model)
 
 
+def hf_counts(raw: dict) -> dict:
+    """What test_params_equal_hf reads from the HF model of ``raw``."""
+    model = hf_model(raw)
+    out = {"language": language_params(raw, model), "total": numel(model),
+           "windows": layer_windows(model)}
+    if raw["model_type"] in MOE:
+        out["active"] = expected_active(raw, model)
+    return out
+
+
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_equal_hf(model_type, data):
+def test_params_equal_hf(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
-    model = hf_model(raw)
+    hf = hf_answers(raw, "hf_more_types.counts", lambda: hf_counts(raw))
     cfg = from_hf_dict(raw)
     counts = txcalc.params(cfg)
     # issue 12 item 3: VL types count the whole HF model; less the vision tower and merger
     # (vision_params) it is the language model
-    assert counts.total - cfg.vision_params == language_params(raw, model)
-    assert counts.total == numel(model)
+    assert counts.total - cfg.vision_params == hf["language"]
+    assert counts.total == hf["total"]
     if model_type in MOE:
-        assert counts.active - cfg.vision_params == expected_active(raw, model)
-    assert [cfg.window(i) for i in range(cfg.n_layers)] == layer_windows(model)
+        assert counts.active - cfg.vision_params == hf["active"]
+    assert [cfg.window(i) for i in range(cfg.n_layers)] == hf["windows"]
 
 
-rejected: list[str] = []
-
-
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @settings(max_examples=max(3, EXAMPLES // 2), deadline=None,
           suppress_health_check=list(HealthCheck),
           derandomize="TXCALC_HF_EXAMPLES" not in os.environ)
 @given(data=st.data())
-def test_training_step_flops_equal_flopcountermode(model_type, data):
+def test_training_step_flops_equal_flopcountermode(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     if model_type in ("qwen2_vl", "qwen2_5_vl"):
         # its rotary reads head_dim, its attention does not: HF runs only when they agree
@@ -349,13 +359,14 @@ def test_training_step_flops_equal_flopcountermode(model_type, data):
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, min(16, limit)), label="seq")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
-    try:
-        measured = train_step_flops(raw, batch, seq)
-    except (RuntimeError, ValueError, TypeError, AttributeError) as e:
+    measured = hf_answers(raw, "hf_more_types.train_step_flops",
+                          lambda: train_step_flops(raw, batch, seq),
+                          cannot_run=(RuntimeError, ValueError, TypeError, AttributeError),
+                          batch=batch, seq=seq)
+    if measured is None:
         # HF's own forward cannot run this corner of its config space (Ministral without a
         # window still builds a sliding mask; code that needs real data on meta): no
         # reference. A type whose every draw fails makes hypothesis report it unsatisfiable.
-        rejected.append(f"{model_type}: {type(e).__name__}: {e}")
         reject()
     assert f.forward + f.backward == measured
 

@@ -28,7 +28,8 @@ from txcalc.engine.components import model_ops
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from .hf_models import hf_config, numel
+from .hf_models import hf_config, numel, recorded_numel, recorded_train_step_flops
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 from .test_hf_import import ACTS, LAYERS, SETTINGS, VOCAB, WIDTH, divisors, geometry, maybe
 
 torch = pytest.importorskip("torch")
@@ -236,20 +237,28 @@ STRATEGIES = {
 
 
 # --- tests ----------------------------------------------------------------------------------------
+def hf_counts(raw: dict) -> dict:
+    """What test_params_and_layout_equal_what_hf_builds reads from the HF model of ``raw``."""
+    model = build(raw)
+    return {"language": expected_params(raw, model), "total": numel(model),
+            "layout": hf_layout(language_model(model, raw["model_type"]))}
+
+
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_and_layout_equal_what_hf_builds(model_type, data):
+def test_params_and_layout_equal_what_hf_builds(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
-    model = build(raw)
+    hf = hf_answers(raw, "hf_new_structures.counts", lambda: hf_counts(raw))
     cfg = from_hf_dict(raw)
     # issue 12 item 3: the total is the whole HF model; without the vision tower and
     # projector (vision_params) it is the language model
-    assert txcalc.params(cfg).total - cfg.vision_params == expected_params(raw, model)
+    assert txcalc.params(cfg).total - cfg.vision_params == hf["language"]
     if model_type == "gemma3":
-        assert txcalc.params(cfg).total == numel(model) and cfg.vision_params > 0
-    ours = [(cfg.window(i), cfg.chunk(i), cfg.rotary(i)) for i in range(cfg.n_layers)]
-    assert ours == hf_layout(language_model(model, model_type))
+        assert txcalc.params(cfg).total == hf["total"] and cfg.vision_params > 0
+    ours = [[cfg.window(i), cfg.chunk(i), cfg.rotary(i)] for i in range(cfg.n_layers)]
+    assert ours == hf["layout"]
 
 
 def hf_train_step_flops(raw: dict, batch: int, seq: int) -> int:
@@ -267,19 +276,21 @@ def routed_expert_flops(cfg, work) -> int:
                if op.kind == "linear" and op.instances > 1)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS.__class__(parent=SETTINGS, max_examples=max(3, SETTINGS.max_examples // 5))
 @given(data=st.data())
-def test_training_step_flops_equal_flopcountermode(model_type, data):
+def test_training_step_flops_equal_flopcountermode(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     cfg = from_hf_dict(raw)
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 16), label="seq")
     work = Workload(batch=batch, seq=seq)
     f = count_flops(cfg, work)
-    try:
-        measured = hf_train_step_flops(raw, batch, seq)
-    except (RuntimeError, ValueError, TypeError):
+    measured = hf_answers(raw, "hf_new_structures.train_step_flops",
+                          lambda: hf_train_step_flops(raw, batch, seq),
+                          cannot_run=(RuntimeError, ValueError, TypeError), batch=batch, seq=seq)
+    if measured is None:
         # HF's own forward cannot run this corner of its config space (gpt-oss with a null
         # window and sliding layer types fails in its cache): no reference to compare with.
         # A type whose every draw fails makes hypothesis report it as unsatisfiable.
@@ -410,18 +421,18 @@ def gemma2_softcapped(draw) -> dict:
     return raw
 
 
+@pytest.mark.live
 @SETTINGS.__class__(parent=SETTINGS, max_examples=max(3, SETTINGS.max_examples // 5))
 @given(data=st.data())
-def test_logit_softcapping_changes_no_count(data):
+def test_logit_softcapping_changes_no_count(data, hf_answers):
     """Gemma 2's soft-capping (tanh on logits and scores) and scaling are elementwise: the
     import ignores them, and params and FLOPs still equal HF's."""
-    from .hf_models import hf_model, train_step_flops
     raw = data.draw(gemma2_softcapped(), label="config.json")
     cfg = from_hf_dict(raw)
-    assert txcalc.params(cfg).total == numel(hf_model(raw))
+    assert txcalc.params(cfg).total == recorded_numel(hf_answers, raw)
     f = count_flops(cfg, Workload(batch=1, seq=7))
-    try:
-        measured = train_step_flops(raw, 1, 7)
-    except (RuntimeError, ValueError, TypeError):  # HF cannot run a null window on meta
+    measured = recorded_train_step_flops(hf_answers, raw, 1, 7,
+                                         cannot_run=(RuntimeError, ValueError, TypeError))
+    if measured is None:  # HF cannot run a null window on meta
         reject()
     assert f.forward + f.backward == measured

@@ -27,6 +27,7 @@ from txcalc.engine.kvcache import kv_cache_bytes
 from txcalc.engine.workload import Workload
 
 from .hf_models import hf_config, numel
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 from .ref_configs import assert_reference_equals_engine
 
 from reference.measure import conv_backward_by_groups  # noqa: E402  (torch is installed)
@@ -241,6 +242,17 @@ def hf_train_step_flops(raw: dict, batch: int, seq: int) -> int:
     return c.get_total_flops()
 
 
+def hf_numel(hf_answers, raw: dict) -> int:
+    """numel of hf_causal_lm(raw), through the recording (tests/hf_record.py)."""
+    return hf_answers(raw, "hybrids.numel", lambda: numel(hf_causal_lm(raw)))
+
+
+def hf_flops(hf_answers, raw: dict, batch: int, seq: int) -> int:
+    """hf_train_step_flops through the recording (tests/hf_record.py)."""
+    return hf_answers(raw, "hybrids.train_step_flops", lambda: hf_train_step_flops(raw, batch, seq),
+                      batch=batch, seq=seq)
+
+
 def test_flopcounter_overcounts_depthwise_conv_backward():
     """Why the conv backward is corrected: a depthwise conv's gradients are two convs as large
     as its forward, but torch's formula counts the weight gradient C times over."""
@@ -255,13 +267,14 @@ def test_flopcounter_overcounts_depthwise_conv_backward():
         assert c.get_total_flops() == fwd + factor * fwd
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(HYBRID_STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_and_training_flops_equal_hf(model_type, data):
+def test_params_and_training_flops_equal_hf(model_type, data, hf_answers):
     raw = data.draw(HYBRID_STRATEGIES[model_type], label="config.json")
     cfg = from_hf_dict(raw)
-    assert count_params(cfg).total == numel(hf_causal_lm(raw))
+    assert count_params(cfg).total == hf_numel(hf_answers, raw)
     batch = data.draw(st.integers(1, 2), label="batch")
     # HF's hybrids build a cache even in a training forward (and cannot run on meta without
     # one), and with a cache pad the conv input of a prompt shorter than the kernel to k
@@ -269,7 +282,7 @@ def test_params_and_training_flops_equal_hf(model_type, data):
     shortest = cfg.ssm_conv if model_type in CACHE_IN_TRAINING else 1
     seq = data.draw(st.integers(shortest, 12), label="seq")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
-    assert f.forward + f.backward == hf_train_step_flops(raw, batch, seq)
+    assert f.forward + f.backward == hf_flops(hf_answers, raw, batch, seq)
 
 
 def cache_bytes(cache) -> int:
@@ -296,11 +309,12 @@ def cache_bytes(cache) -> int:
     return total
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(HYBRID_STRATEGIES))
 @settings(max_examples=max(3, EXAMPLES // 2), deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_serving_state_after_generate_equals_hf_cache(model_type, data):
+def test_serving_state_after_generate_equals_hf_cache(model_type, data, hf_answers):
     """KV of the attention layers + conv and SSM state of the mixers: the bytes HF's cache
     holds after generate() (tiny fp32 models on the CPU)."""
     import warnings
@@ -309,16 +323,20 @@ def test_serving_state_after_generate_equals_hf_cache(model_type, data):
     batch = data.draw(st.integers(1, 2), label="batch")
     prompt = data.draw(st.integers(1, 6), label="prompt")
     new = data.draw(st.integers(1, 3), label="new tokens")
-    torch.manual_seed(0)
-    model = hf_causal_lm(raw, "cpu").eval()
-    ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                             return_dict_in_generate=True, pad_token_id=0)
+
+    def measure() -> int:
+        torch.manual_seed(0)
+        model = hf_causal_lm(raw, "cpu").eval()
+        ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                 return_dict_in_generate=True, pad_token_id=0)
+        return cache_bytes(out.past_key_values)
     # the last token generated is never fed back: the cache holds prompt + new - 1 tokens
     context = prompt + new - 1
-    assert cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, context, batch, "fp32")
+    assert hf_answers(raw, "hybrids.cache_bytes_after_generate", measure, batch=batch,
+                      prompt=prompt, new=new) == kv_cache_bytes(cfg, context, batch, "fp32")
 
 
 # --- the reference model (reference/model.py) builds the same mixers under the engine's paths --

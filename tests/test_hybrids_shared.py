@@ -34,8 +34,9 @@ from .ref_configs import assert_reference_equals_engine
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from .hf_record import hf_answers  # noqa: E402,F401 (a fixture)
 from .test_hybrids import (HYBRID_STRATEGIES, cache_bytes, hf_causal_lm,  # noqa: E402
-                           hf_train_step_flops)
+                           hf_flops, hf_numel)
 
 EXAMPLES = int(os.environ.get("TXCALC_HF_EXAMPLES", "12"))
 # half the examples of tests/test_hybrids.py: each HF model here is larger (shared blocks)
@@ -141,14 +142,15 @@ def recurrent_gemma(draw):
 STRATEGIES = {"zamba": zamba(), "zamba2": zamba2(), "recurrent_gemma": recurrent_gemma()}
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_and_training_flops_equal_hf(model_type, data):
+def test_params_and_training_flops_equal_hf(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     cfg = from_hf_dict(raw)
     counts = count_params(cfg)
-    assert counts.total == numel(hf_causal_lm(raw))
+    assert counts.total == hf_numel(hf_answers, raw)
     # the per-layer-type table groups only blocks of equal parameters (a shared block's first
     # use holds its weights, a later use none)
     assert sum(r["params"] for r in counts.by_layer_type()) == counts.total
@@ -158,7 +160,7 @@ def test_params_and_training_flops_equal_hf(model_type, data):
     shortest = max(cfg.ssm_conv, 2)
     seq = data.draw(st.integers(shortest, 10), label="seq")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
-    assert f.forward + f.backward == hf_train_step_flops(raw, batch, seq)
+    assert f.forward + f.backward == hf_flops(hf_answers, raw, batch, seq)
 
 
 def test_shared_weights_are_counted_once():

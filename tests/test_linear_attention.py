@@ -21,8 +21,9 @@ from txcalc.engine.workload import Workload
 
 from .hf_models import numel
 from .ref_configs import assert_reference_equals_engine
+from .hf_record import hf_answers  # noqa: F401 (a fixture)
 from .test_hybrids import (EXAMPLES, HYBRID_STRATEGIES, LAYERS, SETTINGS, VOCAB, cache_bytes,
-                           hf_causal_lm, hf_train_step_flops, maybe)
+                           hf_causal_lm, hf_flops, hf_numel, maybe)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -127,19 +128,20 @@ def test_multimodal_language_model_params_equal_hf(model_type, data):
         language_model_numel({"model_type": model_type})
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
 @SETTINGS
 @given(data=st.data())
-def test_params_and_training_flops_equal_hf(model_type, data):
+def test_params_and_training_flops_equal_hf(model_type, data, hf_answers):
     raw = data.draw(STRATEGIES[model_type], label="config.json")
     cfg = from_hf_dict(raw)
-    assert count_params(cfg).total == numel(hf_causal_lm(raw))
+    assert count_params(cfg).total == hf_numel(hf_answers, raw)
     batch = data.draw(st.integers(1, 2), label="batch")
     # one to three 64-token chunks; HF's cache pads a prompt shorter than the conv kernel to
     # k tokens (a decoding artefact, see tests/test_hybrids.py): at least k tokens
     seq = data.draw(st.integers(cfg.ssm_conv, 140), label="seq")
     f = count_flops(cfg, Workload(batch=batch, seq=seq))
-    assert f.forward + f.backward == hf_train_step_flops(raw, batch, seq)
+    assert f.forward + f.backward == hf_flops(hf_answers, raw, batch, seq)
 
 
 @pytest.mark.parametrize("model_type", sorted(STRATEGIES))
