@@ -40,6 +40,7 @@ import typer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import txcalc
 import txcalc.model.hf as hf
 from txcalc.cli import app, main
 
@@ -259,7 +260,7 @@ CONFIG_SKIP = {"bert": {"plan infer"}}
 from txcalc.engine.hardware import COLUMNS as GPU_COLUMNS  # noqa: E402
 
 _GPU_ROW = dict(zip(GPU_COLUMNS, next(
-    line for line in (Path(hf.__file__).parent / "data" / "gpus.csv").read_text().splitlines()
+    line for line in (Path(txcalc.__file__).parent / "data" / "gpus.csv").read_text().splitlines()
     if line.startswith("h100-sxm,")).split(",")))
 GPU_ROW = _GPU_ROW | {"name": "mygpu", "aliases": "mine"}  # a user's GPU, h100's figures
 GPU_FILE_COMMANDS = {"plan infer": ["plan", "infer", "gpt2", "--context", "1k", "--gpu", "mine",
