@@ -1,10 +1,26 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules, and the markers' selection.
+
+Markers (pyproject.toml): ``fuzz`` tests run only when ``-m`` names them (CI runs
+``pytest -m fuzz`` after the default run); ``slow`` tests (over ~2 s each, measured with
+``--durations``) are listed in SLOW below, so that ``pytest -m "not slow"``, the inner loop,
+runs in about two minutes and still runs some tests of every file.
+"""
 
 import os
+import re
 
 import pytest
 
 import txcalc
+
+#: Markers whose tests run only when the ``-m`` expression names them (or a test is named
+#: by its node id on the command line).
+OPT_IN = ("fuzz",)
+
+#: Tests over ~2 s each (``--durations``, on 2 cores): file -> test function names, every
+#: parametrisation of each. A name here that no longer exists fails tests/test_markers.py.
+SLOW: dict[str, tuple[str, ...]] = {
+}
 
 
 @pytest.fixture(scope="module")
@@ -14,3 +30,22 @@ def big_gpu(tmp_path_factory):
     header = open(os.path.join(os.path.dirname(txcalc.__file__), "data", "gpus.csv")).readline()
     path.write_text(header + "big,,100000,GB,4800,60,495,990,990,1980,1980,900,50,8,test\n")
     return str(path)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the marks added here
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = SLOW.get(item.path.name, ())
+        if getattr(item, "originalname", item.name) in names:
+            item.add_marker(pytest.mark.slow)
+    expr = config.getoption("markexpr") or ""
+    named = set(config.args)
+    wanted = {m for m in OPT_IN if re.search(rf"\b{m}\b", expr)}
+    keep, drop = [], []
+    for item in items:
+        opt_in = {m for m in OPT_IN if item.get_closest_marker(m)}
+        explicit = item.nodeid in named or any(a.endswith(item.nodeid) for a in named)
+        (drop if opt_in - wanted and not explicit else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
