@@ -17,8 +17,9 @@ import txcalc
 #: by its node id on the command line).
 OPT_IN = ("fuzz",)
 
-#: Tests over ~2 s each (``--durations``, on 2 cores): file -> test function names, every
-#: parametrisation of each. A name here that no longer exists fails tests/test_markers.py.
+#: Tests over ~2 s each (measured: CPU seconds per test, the machine being shared): file ->
+#: test function names (every parametrisation) or one parametrisation's name (``f[id]``).
+#: A name here that no longer exists fails tests/test_markers.py.
 SLOW: dict[str, tuple[str, ...]] = {
 }
 
@@ -36,7 +37,7 @@ def big_gpu(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         names = SLOW.get(item.path.name, ())
-        if getattr(item, "originalname", item.name) in names:
+        if item.name in names or getattr(item, "originalname", None) in names:
             item.add_marker(pytest.mark.slow)
     expr = config.getoption("markexpr") or ""
     named = set(config.args)

@@ -14,14 +14,15 @@ which must agree with the in-process run), and checks the contract of the CLI (R
   that was there before (inputs, an unrelated file) disappears or changes;
 - no example spends more than a few seconds of CPU time (a hang; CPU time of the thread that
   runs it, so a loaded machine or a parallel run does not make a slow example look hung; a
-  blocked example is caught by a wall-clock limit ten times longer), nor grows memory by more
-  than ~1.5 GiB.
+  blocked example is caught by a wall-clock limit twelve times longer), nor grows memory by
+  more than ~1.5 GiB.
 
 The default run draws about 200 examples (the ``quick`` tests); the same tests at full size
 (over 2,000 examples) carry the ``fuzz`` marker, which only ``pytest -m fuzz`` selects (CI runs
 both; tests/conftest.py). Both draw the same examples every run (derandomised);
-``TXCALC_FUZZ_EXAMPLES=N`` scales the counts and draws fresh examples for a deeper search. ``python -m benchmarks.fuzz_summary``
-runs the same generators without asserting and prints the outcomes per command.
+``TXCALC_FUZZ_EXAMPLES=N`` scales the counts and draws fresh examples for a deeper search.
+``python -m benchmarks.fuzz_summary`` runs the same generators without asserting and prints
+the outcomes per command.
 """
 
 from __future__ import annotations
@@ -742,16 +743,21 @@ def run_process(case: Case) -> Outcome:
         for name, text in case.files.items():
             Path(tmp, name).write_text(text, encoding="utf-8")
         before = _snapshot(tmp)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu()
         try:
             r = subprocess.run(_process_argv() + case.argv, cwd=tmp, capture_output=True,
                                text=True, timeout=120, stdin=subprocess.DEVNULL)
             rc, stdout, stderr, error = r.returncode, r.stdout, r.stderr, None
         except subprocess.TimeoutExpired as e:
             rc, stdout, stderr, error = None, str(e.stdout or ""), str(e.stderr or ""), "hang"
-        seconds = time.perf_counter() - t0
+        seconds, cpu_s = time.perf_counter() - t0, _children_cpu() - cpu0
         stray, lost = _compare(before, _snapshot(tmp), tmp, case.out)
-    return Outcome(rc, stdout, stderr, seconds, seconds, error, "", [], stray, lost)
+    return Outcome(rc, stdout, stderr, seconds, cpu_s, error, "", [], stray, lost)
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _processes() -> dict[str, Case]:
