@@ -4,18 +4,25 @@ The commands and their options are read from the typer app itself, and the confi
 from what ``txcalc.model.hf`` actually reads, so a new option or a new field is fuzzed without touching
 this file. Each example starts from a valid base invocation of one command, replaces one to three
 of its options (or config fields) with a hostile value, runs ``txcalc.cli.main`` in-process in a
-fresh temporary folder, and checks the contract of the CLI (README, issue 10):
+fresh temporary folder (a handful of fixed hostile cases also run as real ``txcalc`` processes,
+which must agree with the in-process run), and checks the contract of the CLI (README, issue 10):
 
 - the exit code is 0 or 2 (130 only after a signal, which the fuzzer never sends);
 - on 2, stderr is exactly one line, never a traceback;
 - on 0 with ``--json``, stdout is one strict JSON document (no NaN, no Infinity);
 - no file appears outside ``-o``/``--out`` (or the command's default out folder), and no file
   that was there before (inputs, an unrelated file) disappears or changes;
-- no example runs longer than a few seconds (a hang), nor grows memory by more than ~1.5 GiB.
+- no example spends more than a few seconds of CPU time (a hang; CPU time of the thread that
+  runs it, so a loaded machine or a parallel run does not make a slow example look hung; a
+  blocked example is caught by a wall-clock limit twelve times longer), nor grows memory by
+  more than ~1.5 GiB.
 
-CI draws the same examples every run (derandomised); ``TXCALC_FUZZ_EXAMPLES=N`` scales the
-counts and draws fresh examples for a deeper search. ``python -m benchmarks.fuzz_summary``
-runs the same generators without asserting and prints the outcomes per command.
+The default run draws about 200 examples (the ``quick`` tests); the same tests at full size
+(over 2,000 examples) carry the ``fuzz`` marker, which only ``pytest -m fuzz`` selects (CI runs
+both; tests/conftest.py). Both draw the same examples every run (derandomised);
+``TXCALC_FUZZ_EXAMPLES=N`` scales the counts and draws fresh examples for a deeper search.
+``python -m benchmarks.fuzz_summary`` runs the same generators without asserting and prints
+the outcomes per command.
 """
 
 from __future__ import annotations
@@ -28,7 +35,10 @@ import os
 import re
 import resource
 import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -40,6 +50,7 @@ import typer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import txcalc
 import txcalc.model.hf as hf
 from txcalc.model.hf.fields import Fields
 from txcalc.model.hf.registry import MODELS
@@ -73,9 +84,10 @@ JSON_VALUES: dict[str, str] = {
     "nested_objects_5000": '{"a": ' * 5000 + "1" + "}" * 5000,
 }
 
-HANG_S = 5.0  # an example that runs longer is a hang
+HANG_S = 5.0  # CPU seconds: an example that computes longer is a hang
 SLOW_HANG_S = {"report": 15.0, "validate": 10.0, "calibrate": 10.0, "calibration": 10.0,
-               "compare": 15.0}  # these write plots / fit; the machine is shared
+               "compare": 15.0}  # these write plots / fit
+BLOCKED = 12  # an example that waits (no CPU) this many times its hang limit of wall time hangs
 MEMORY_HEADROOM = 3 << 29  # 1.5 GiB of address space over what the process already maps
 SCALE = float(os.environ.get("TXCALC_FUZZ_EXAMPLES", "1"))
 DERANDOMIZE = "TXCALC_FUZZ_EXAMPLES" not in os.environ
@@ -151,7 +163,7 @@ BASES: dict[str, dict[str, str]] = {
     "calibrate": {"report": "gpu_validation.json", "gpu": "h200", "out": "profile.json"},
     "compare": {"words": "params", "vary": "model=gpt2,gpt2-medium"},
 }
-#: Examples per command per CI run (a command missing here gets DEFAULT_EXAMPLES).
+#: Examples per command in the full run (a command missing here gets DEFAULT_EXAMPLES).
 EXAMPLES = {"presets": 5, "params": 120, "flops": 250, "memory": 300, "plan train": 150,
             "plan infer": 250, "report": 60, "validate": 50, "calibrate": 40}
 DEFAULT_EXAMPLES = 100
@@ -261,7 +273,7 @@ CONFIG_SKIP = {"bert": {"plan infer"}}
 from txcalc.engine.hardware import COLUMNS as GPU_COLUMNS  # noqa: E402
 
 _GPU_ROW = dict(zip(GPU_COLUMNS, next(
-    line for line in (Path(hf.__file__).parents[2] / "data" / "gpus.csv").read_text().splitlines()
+    line for line in (Path(txcalc.__file__).parent / "data" / "gpus.csv").read_text().splitlines()
     if line.startswith("h100-sxm,")).split(",")))
 GPU_ROW = _GPU_ROW | {"name": "mygpu", "aliases": "mine"}  # a user's GPU, h100's figures
 GPU_FILE_COMMANDS = {"plan infer": ["plan", "infer", "gpt2", "--context", "1k", "--gpu", "mine",
@@ -399,6 +411,38 @@ def _on_alarm(signum, frame):
     raise _Hang()
 
 
+class _Watchdog:
+    """Sends SIGALRM to the calling (main) thread once that thread has spent ``cpu_s`` seconds
+    of CPU time, or ``wall_s`` seconds have passed (an example blocked on something). The CPU
+    clock is the thread's own: other processes and other threads do not advance it."""
+
+    def __init__(self, cpu_s: float, wall_s: float):
+        self.cpu_s, self.wall_s = cpu_s, wall_s
+        self.thread_id = threading.get_ident()
+        self.clock = time.pthread_getcpuclockid(self.thread_id)
+        self.stop = threading.Event()
+        self.cpu0 = time.clock_gettime(self.clock)
+        self.wall0 = time.perf_counter()
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
+        self.watcher.start()
+
+    def cpu(self) -> float:
+        return time.clock_gettime(self.clock) - self.cpu0
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.wall0
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.02):
+            if self.cpu() > self.cpu_s or self.wall() > self.wall_s:
+                signal.pthread_kill(self.thread_id, signal.SIGALRM)
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.watcher.join()
+
+
 def _vm_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -424,7 +468,8 @@ class Outcome:
     rc: int | None
     stdout: str
     stderr: str
-    seconds: float
+    seconds: float  # wall clock
+    cpu_s: float = 0.0  # CPU time of the thread that ran the example
     error: str | None = None  # exception type that escaped main (a traceback), or "hang"
     where: str = ""  # the escaped exception's message and innermost txcalc frame
     warnings: list[str] = field(default_factory=list)
@@ -433,7 +478,7 @@ class Outcome:
 
 
 def run_case(case: Case, hang_s: float | None = None, headroom: int = MEMORY_HEADROOM) -> Outcome:
-    """Run ``case`` in a fresh temporary folder, with a time alarm and a memory cap."""
+    """Run ``case`` in a fresh temporary folder, with a CPU-time alarm and a memory cap."""
     hang_s = hang_s or SLOW_HANG_S.get(case.command, HANG_S)
     old_cwd = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="txcalc-fuzz-") as tmp:
@@ -445,7 +490,7 @@ def run_case(case: Case, hang_s: float | None = None, headroom: int = MEMORY_HEA
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         old_handler = signal.signal(signal.SIGALRM, _on_alarm)
         os.chdir(tmp)
-        t0 = time.perf_counter()
+        watchdog = None
         try:
             with warnings.catch_warnings(record=True) as caught, \
                     contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -453,11 +498,11 @@ def run_case(case: Case, hang_s: float | None = None, headroom: int = MEMORY_HEA
                 limit = _vm_bytes() + headroom
                 resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY
                                                         else min(limit, hard), hard))
-                signal.setitimer(signal.ITIMER_REAL, hang_s)
+                watchdog = _Watchdog(hang_s, BLOCKED * hang_s)
                 try:
                     rc = main(case.argv)
                 finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    watchdog.close()
                     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
         except _Hang:
             error = "hang"
@@ -467,14 +512,14 @@ def run_case(case: Case, hang_s: float | None = None, headroom: int = MEMORY_HEA
             error = type(e).__name__
             where = _where(e)
         finally:
-            seconds = time.perf_counter() - t0
+            seconds, cpu_s = (watchdog.wall(), watchdog.cpu()) if watchdog else (0.0, 0.0)
             os.chdir(old_cwd)
             signal.signal(signal.SIGALRM, old_handler)
-        if error is None and seconds > hang_s:  # a C call the alarm could not interrupt
-            error = "hang"
+        if error is None and (cpu_s > hang_s or seconds > BLOCKED * hang_s):
+            error = "hang"  # a C call the alarm could not interrupt
         after = _snapshot(tmp)
         stray, lost = _compare(before, after, tmp, case.out)
-    return Outcome(rc, out.getvalue(), err.getvalue(), seconds, error, where,
+    return Outcome(rc, out.getvalue(), err.getvalue(), seconds, cpu_s, error, where,
                    [f"{w.category.__name__}: {w.message}" for w in caught], stray, lost)
 
 
@@ -521,7 +566,7 @@ def problems(case: Case, o: Outcome) -> list[str]:
     bad = []
     if o.error is not None:
         bad.append(f"{o.error} escaped main: {o.where}" if o.error != "hang" else
-                   f"hang: ran {o.seconds:.1f} s")
+                   f"hang: ran {o.cpu_s:.1f} s of CPU, {o.seconds:.1f} s of wall clock")
     elif o.rc not in (0, 2):
         bad.append(f"exit code {o.rc}")
     if o.rc == 2:
@@ -613,13 +658,22 @@ def calibration_cases(draw) -> Case:
 FILE_STRATEGIES = {"gpu_file": gpu_file_cases, "calibration": calibration_cases}
 
 
-def examples(n: int) -> int:
-    return max(1, round(n * SCALE))
+#: The share of every count the default (quick) tests draw: about 200 examples in all.
+QUICK = 0.08
+#: Each fuzz test at both sizes; the full one only under ``-m fuzz`` (tests/conftest.py).
+SIZES = [pytest.param(QUICK, id="quick"), pytest.param(1.0, id="full", marks=pytest.mark.fuzz)]
+#: Examples the quick tests run together at least (counted); the full ones run 2,000.
+QUICK_FLOOR = 200
+
+
+def examples(n: int, size: float = 1.0) -> int:
+    return max(1, round(n * size * SCALE))
 
 
 def describe(case: Case, o: Outcome) -> str:
     return (f"txcalc {' '.join(repr(a) if not a.isprintable() or not a or ' ' in a else a for a in case.argv)}"
-            f"\n  changed: {case.changed}\n  exit {o.rc}, error {o.error}, {o.seconds:.2f} s"
+            f"\n  changed: {case.changed}\n  exit {o.rc}, error {o.error}, {o.cpu_s:.2f} s CPU"
+            f" ({o.seconds:.2f} s wall)"
             f"\n  stderr: {o.stderr[:300]!r}\n  stdout: {o.stdout[:200]!r}"
             + (f"\n  config.json: {case.files.get('cfg.json', '')[:300]!r}"
                if "cfg.json" in case.files else ""))
@@ -629,9 +683,10 @@ def describe(case: Case, o: Outcome) -> str:
 # The tests.
 
 
-#: Examples each fuzz test ran (hypothesis stops early when a command's space is exhausted).
+#: Examples each fuzz test ran, per (size, test) (hypothesis stops early when a command's
+#: space is exhausted).
 RAN: collections.Counter = collections.Counter()
-DONE: set[str] = set()  # the fuzz tests that ran to the end (passed)
+DONE: set[tuple[float, str]] = set()  # the fuzz tests that ran to the end (passed)
 
 
 def warm_up(case: Case) -> None:
@@ -640,51 +695,109 @@ def warm_up(case: Case) -> None:
     run_case(case, hang_s=120, headroom=1 << 40)
 
 
-def _check(case: Case, test: str) -> None:
-    RAN[test] += 1
-    o = run_case(case)
-    bad = problems(case, o)
-    assert not bad, "; ".join(bad) + "\n" + describe(case, o)
+def _fuzz(test: str, size: float, n: int, strategy) -> None:
+    """Draw ``n`` examples from ``strategy`` and check each; counted under (size, test)."""
+    @settings(max_examples=examples(n, size), **SETTINGS)
+    @given(strategy)
+    def run(case):
+        RAN[size, test] += 1
+        o = run_case(case)
+        bad = problems(case, o)
+        assert not bad, "; ".join(bad) + "\n" + describe(case, o)
+
+    RAN[size, test] = 0
+    run()
+    DONE.add((size, test))
 
 
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_every_option_of_every_command(name):
+def test_every_option_of_every_command(name, size):
     cmd = COMMANDS[name]
     warm_up(build_cli_case(cmd, {}))
-
-    @settings(max_examples=examples(EXAMPLES.get(name, DEFAULT_EXAMPLES)), **SETTINGS)
-    @given(cli_cases(cmd))
-    def run(case):
-        _check(case, name)
-
-    RAN[name] = 0
-    run()
-    DONE.add(name)
+    _fuzz(name, size, EXAMPLES.get(name, DEFAULT_EXAMPLES), cli_cases(cmd))
 
 
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("model_type", sorted(CONFIG_BASES))
-def test_every_config_field(model_type):
-    @settings(max_examples=examples(CONFIG_EXAMPLES), **SETTINGS)
-    @given(config_cases(model_type))
-    def run(case):
-        _check(case, f"config:{model_type}")
-
-    RAN[f"config:{model_type}"] = 0
-    run()
-    DONE.add(f"config:{model_type}")
+def test_every_config_field(model_type, size):
+    _fuzz(f"config:{model_type}", size, CONFIG_EXAMPLES, config_cases(model_type))
 
 
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("kind", sorted(FILE_STRATEGIES))
-def test_every_field_of_the_input_files(kind):
+def test_every_field_of_the_input_files(kind, size):
     """--gpu-file cells (plan train/infer) and calibration-report fields (calibrate)."""
-    @settings(max_examples=examples(FILE_EXAMPLES[kind]), **SETTINGS)
-    @given(FILE_STRATEGIES[kind]())
-    def run(case):
-        _check(case, f"file:{kind}")
+    _fuzz(f"file:{kind}", size, FILE_EXAMPLES[kind], FILE_STRATEGIES[kind]())
 
-    RAN[f"file:{kind}"] = 0
-    run()
-    DONE.add(f"file:{kind}")
+
+def _process_argv() -> list[str]:
+    """The installed ``txcalc`` script (what a user runs), else this interpreter's module."""
+    import shutil
+    exe = shutil.which("txcalc")
+    return [exe] if exe else [sys.executable, "-m", "txcalc"]
+
+
+def run_process(case: Case) -> Outcome:
+    """Run ``case`` as a real ``txcalc`` process in a fresh temporary folder. A generous
+    wall-clock limit only: the in-process run of the same case checks its CPU time."""
+    with tempfile.TemporaryDirectory(prefix="txcalc-fuzz-") as tmp:
+        for name, text in case.files.items():
+            Path(tmp, name).write_text(text, encoding="utf-8")
+        before = _snapshot(tmp)
+        t0, cpu0 = time.perf_counter(), _children_cpu()
+        try:
+            r = subprocess.run(_process_argv() + case.argv, cwd=tmp, capture_output=True,
+                               text=True, timeout=120, stdin=subprocess.DEVNULL)
+            rc, stdout, stderr, error = r.returncode, r.stdout, r.stderr, None
+        except subprocess.TimeoutExpired as e:
+            rc, stdout, stderr, error = None, str(e.stdout or ""), str(e.stderr or ""), "hang"
+        seconds, cpu_s = time.perf_counter() - t0, _children_cpu() - cpu0
+        stray, lost = _compare(before, _snapshot(tmp), tmp, case.out)
+    return Outcome(rc, stdout, stderr, seconds, cpu_s, error, "", [], stray, lost)
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _processes() -> dict[str, Case]:
+    """Hostile cases that end in exit 2 (and one valid one), one per kind of input."""
+    cli = {name: build_cli_case(COMMANDS[name], {opt: (label, CLI_VALUES[label]), **more})
+           for name, opt, label, more in (
+               ("flops", "seq", "int_5000_digits", {}),
+               ("plan train", "tokens", "control", {"json_out": True}),
+               ("memory", "seq", "nan", {"json_out": True}),
+               ("params", "model", "bidi", {}))}
+    return cli | {
+        "params --json": build_cli_case(COMMANDS["params"], {"json_out": True}),
+        "config.json nested": build_config_case(
+            "deepseek_v3", "plan train", {"kv_lora_rank": ("nested_5000", JSON_VALUES[
+                "nested_5000"])}, True),
+        "config.json 1e400": build_config_case(
+            "gpt2", "memory", {"n_layer": ("1e400", JSON_VALUES["1e400"])}, False),
+        "gpu file": build_gpu_file_case(
+            "plan infer", {"memory": ("unicode", CLI_VALUES["unicode"])}, True),
+        "calibration report": build_calibration_case(
+            {"cases": ("string", JSON_VALUES["string"])}, False),
+    }
+
+
+PROCESSES = _processes()
+
+
+@pytest.mark.parametrize("label", sorted(PROCESSES))
+def test_a_handful_as_real_processes(label):
+    """The contract as a terminal sees it (exit code, one stderr line, no traceback), and the
+    in-process run the fuzz tests rely on gives the same exit code and output."""
+    case = PROCESSES[label]
+    o = run_process(case)
+    assert not problems(case, o), "; ".join(problems(case, o)) + "\n" + describe(case, o)
+    inside = run_case(case, hang_s=120)
+    assert (inside.rc, inside.stdout, inside.stderr) == (o.rc, o.stdout, o.stderr), \
+        describe(case, inside) + "\n" + describe(case, o)
+    assert o.rc == (0 if label == "params --json" else 2), describe(case, o)
 
 
 def test_the_fuzzer_sees_every_command_and_option():
@@ -723,11 +836,15 @@ def test_the_fuzzer_sees_every_command_and_option():
     assert _compare({}, {"out/report.md": b""}, "/tmp", "out") == ([], [])
 
 
-def test_at_least_2000_examples_ran():
-    """Runs last: when every fuzz test above passed in this session, they ran >= 2,000
-    examples together (counted, not the max_examples asked for)."""
-    everything = set(COMMANDS) | {f"config:{t}" for t in CONFIG_BASES} \
-        | {f"file:{k}" for k in FILE_STRATEGIES}
-    if DONE != everything:
+@pytest.mark.parametrize("size", SIZES)
+def test_at_least_2000_examples_ran(size):
+    """Runs last: when every fuzz test above of this size passed in this session, they ran
+    >= 2,000 examples together at full size, >= 200 quick (counted, not the max_examples
+    asked for)."""
+    everything = {(size, t) for t in set(COMMANDS) | {f"config:{t}" for t in CONFIG_BASES}
+                  | {f"file:{k}" for k in FILE_STRATEGIES}}
+    if not everything <= DONE:
         pytest.skip(f"not every fuzz test ran to the end here: {sorted(everything - DONE)}")
-    assert sum(RAN.values()) >= 2000 * min(SCALE, 1), dict(RAN)
+    ran = {t: n for (s, t), n in RAN.items() if s == size}
+    floor = 2000 if size == 1.0 else QUICK_FLOOR
+    assert sum(ran.values()) >= floor * min(SCALE, 1), ran
