@@ -1,4 +1,4 @@
-"""Outcomes of the CLI fuzz test (tests/test_fuzz_cli.py), counted per command.
+"""Outcomes of the CLI fuzz test (tests/cli/test_fuzz_cli.py), counted per command.
 
 Runs the same generators with the same settings (derandomised unless TXCALC_FUZZ_EXAMPLES is
 set) without stopping at the first failure, and prints, per command, the examples run, how many

@@ -6,7 +6,7 @@ reports/serving-validation.md.
 Source: https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/performance/perf-overview.md
 (Total Output Throughput, tokens/s; nvidia/Llama-3.1-8B-Instruct-FP8 on one GPU,
 nvidia/Llama-3.3-70B-Instruct-FP8 at TP2 on H100 and TP1 on H200; the tables of
-tests/test_serve_throughput.py). Fit rows: the 8B rows 128/128, 128/4096, 1000/1000,
+tests/published/test_serve_throughput.py). Fit rows: the 8B rows 128/128, 128/4096, 1000/1000,
 2048/128, 5000/500 (every other); held out: the other five 8B rows and all ten 70B rows.
 Parameters: the matmul efficiency of the DeviceProfile and the per-step overhead
 (serving_sim.STEP_OVERHEAD_S), on a grid, minimising the worst log error of the fit rows.

@@ -289,7 +289,7 @@ class HybridBlock(nn.Module):
         if any(hasattr(self, m) for m in ("mamba", "conv", "linear_attn", "recurrent")):
             from txcalc.errors import WorkloadError
             raise WorkloadError("the reference model does not decode state-space layers; "
-                                "tests/test_hybrids.py measures their state on HF's cache")
+                                "tests/conformance/test_hybrids.py measures their state on HF's cache")
         return KVCache(self.window), None
 
 

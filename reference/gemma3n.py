@@ -151,7 +151,7 @@ class Gemma3nAttention(nn.Module):
 
 class Gemma3nBlock(nn.Module):
     """A Gemma 3n block over the A AltUp streams (A, B, S, D), HF's
-    ``Gemma3nTextDecoderLayer`` op for op (tests/test_gemma3n.py checks equal outputs):
+    ``Gemma3nTextDecoderLayer`` op for op (tests/conformance/test_gemma3n.py checks equal outputs):
 
         predict: router_norm -> / D -> modality_router -> tanh (fp32) -> prediction_coefs ->
                  the streams mixed per token (altup.predict), plus the streams

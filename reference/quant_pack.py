@@ -3,7 +3,7 @@
 Independent of txcalc.engine.formats: every tensor here comes out of actually quantising and packing
 the weights (bit streams, block scales, bitsandbytes' JSON quant state), following each
 toolchain's published layout, so the shapes and dtypes are what the packing produces, not a
-formula typed again. tests/test_formats.py writes the result with safetensors and compares the
+formula typed again. tests/conformance/test_formats.py writes the result with safetensors and compares the
 file's tensors with ``txcalc.engine.formats.checkpoint_tensors`` byte for byte.
 
     toolchain          | which weights are packed (its convention)

@@ -19,7 +19,7 @@ OPT_IN = ("fuzz",)
 
 #: Tests over ~2 s each (measured: CPU seconds per test, the machine being shared): file ->
 #: test function names (every parametrisation) or one parametrisation's name (``f[id]``).
-#: A name here that no longer exists fails tests/test_markers.py.
+#: A name here that no longer exists fails tests/unit/test_markers.py.
 SLOW: dict[str, tuple[str, ...]] = {
     "test_calibrate.py": ("test_fit_recovers_known_efficiencies",),
     "test_calibrate_sources.py": (
@@ -67,7 +67,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_plan_search.py": ("test_frontier_equals_a_search_pinned_to_each_count",),
     "test_planner.py": ("test_gpt3_training_compute",),
     "test_presets.py": ("test_preset_params_equal_hf_model_on_meta",),
-    "test_presets_more.py": ("test_qwen2_5_vl_72b_language_model",),
+    "test_model_type_list.py": ("test_qwen2_5_vl_72b_language_model",),
     "test_report.py": (
         "test_committed_example_equals_a_fresh_run",
         "test_example_params_equal_the_hf_model_on_meta",

@@ -1,8 +1,8 @@
 """One FSDP2 training step measured per rank on a fake process group under FakeTensorMode.
 
-The same measurement serves tests/test_distributed.py (llama-3-8b at full scale),
-tests/test_engine.py (ZeRO-2 against ZeRO-3, precision policies x optimizers x world sizes)
-and tests/test_fp8_fsdp.py (torchao Float8 with fp8 all-gather): every block and then the root
+The same measurement serves tests/conformance/test_distributed.py (llama-3-8b at full scale),
+tests/unit/test_engine.py (ZeRO-2 against ZeRO-3, precision policies x optimizers x world sizes)
+and tests/conformance/test_fp8_fsdp.py (torchao Float8 with fp8 all-gather): every block and then the root
 wrapped with ``fully_shard``; one whole step first (outside the tracker), then micro-batch 1 of
 2, then, inside torch's FSDPMemTracker, micro-batch 2 (accumulating onto the gradients) and the
 optimizer step. Run it inside ``fake_pg(world)``, in a spawned process (the fake group is global

@@ -11,7 +11,7 @@ Start-up stays short (issue 18: a simple command under 0.1 s over ``python -c pa
 - typer >= 0.2x coerces every option through a pydantic TypeAdapter (``typer._adapters``:
   pydantic is a third of the start-up). ``fast_params`` gives each option of ours a coercion
   that does without it for the values whose pydantic result is certain (a plain str, an
-  ASCII integer, a decimal float; ``tests/test_cli_startup.py`` checks them against pydantic)
+  ASCII integer, a decimal float; ``tests/cli/test_cli_startup.py`` checks them against pydantic)
   and hands every other value to typer's own pydantic coercion, so an error reads exactly as
   typer says it.
 """

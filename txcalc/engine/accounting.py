@@ -51,7 +51,7 @@ def block_kind(cfg: ModelConfig, stack: str, layer: int, first_rotary: int) -> t
     saves the encoder output there, DeBERTa's shared norm), the one that holds the rotary
     tables, a gated cross-attention block (the first owns the vision projection), a Zamba
     shared-attention use (its copy and adapters) and a Gemma 3n block (AltUp, per-layer
-    inputs). ``first_rotary``: attention._first_rotary(cfg, stack). tests/test_param_totals.py
+    inputs). ``first_rotary``: attention._first_rotary(cfg, stack). tests/conformance/test_param_totals.py
     checks ``param_totals`` against ``count_params`` for every preset and model_type."""
     if (layer == 0 or layer == first_rotary or layer in cfg.cross_layers
             or layer in cfg.shared_attn_layers or cfg.altup_inputs):

@@ -364,7 +364,7 @@ def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:
     norm's statistics for each of the L layers; the per-layer inputs themselves are kept by
     block 0's product (``gemma3n_block``). HF's elementwise scalings (the embedding scales,
     the streams' magnitude matching) are not modelled: reference/model.py leaves them out
-    (checked against it with saved_tensors_hooks in tests/test_gemma3n.py)."""
+    (checked against it with saved_tensors_hooks in tests/conformance/test_gemma3n.py)."""
     top: Where = ("", -1)
     D, L, P = cfg.d_model, cfg.n_layers, cfg.per_layer_dim
     if P:
@@ -406,7 +406,7 @@ def gemma3n_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
 
     Saved for backward, per token (HF's order of operations, which reference/model.py
     ``Gemma3nBlock`` follows op for op; checked with saved_tensors_hooks in
-    tests/test_gemma3n.py, none / selective / full recompute, bf16 and fp32):
+    tests/conformance/test_gemma3n.py, none / selective / full recompute, bf16 and fp32):
 
         op                      | saved per token
         ------------------------|-------------------------------------------------------------
@@ -529,7 +529,7 @@ def checkpoints(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
                                     |                   |   per stack and window mask, at the
                                     |                   |   first block using it
 
-    (checked with saved_tensors_hooks against reference/model.py in tests/test_reference.py).
+    (checked with saved_tensors_hooks against reference/model.py in tests/conformance/test_reference.py).
     """
     p, where, D = f"{_prefix(stack)}layers.{i}", (stack, i), cfg.d_model
     s = _stream(stack)

@@ -38,7 +38,7 @@ DoRA (Liu et al. 2024, arXiv:2402.09353), PEFT's ``DoraLinearLayer``: m = magnit
 (row norms of the merged weight, detached), y = W x + (m - 1) W x + m s B A x. Adds the d_out
 magnitude vector (trainable), the merged-weight product B A as PEFT forms it,
 lora_B(lora_A(eye(d_in))) (2 r d_in (d_in + d_out) FLOPs per step, no backward: it only
-feeds the detached norm; FlopCounterMode on PEFT's DoRA in tests/test_finetune.py) and saves per token W x and B A x (2 d_out), per
+feeds the detached norm; FlopCounterMode on PEFT's DoRA in tests/conformance/test_finetune.py) and saves per token W x and B A x (2 d_out), per
 op the norm, m and m - 1 (3 d_out).
 
 QLoRA (Dettmers et al. 2023, arXiv:2305.14314): the frozen base in 4 bits; storage in
@@ -75,7 +75,7 @@ TRAINABLE_PARTS = ("head", "norms", "embeddings")  #: plus last:N (the last N bl
 def quantized_weight_bytes(d_out: int, d_in: int, fmt: str, block: int = 64,
                            double_quant: bool = True) -> int:
     """Bytes of one d_out x d_in weight as bitsandbytes keeps it on the device (0.50); checked
-    against real ``Params4bit`` / ``Int8Params`` tensors in tests/test_finetune.py:
+    against real ``Params4bit`` / ``Int8Params`` tensors in tests/conformance/test_finetune.py:
 
         fmt        | tensors                                | bytes
         -----------|----------------------------------------|---------------------------------

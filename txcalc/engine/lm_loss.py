@@ -28,7 +28,7 @@ The full loss's rows are HF's code (``F.cross_entropy(logits.float(), labels)``)
 stack may run another cross-entropy kernel on the whole T x V logits (``loss_kernel``, the table
 ``FULL_LOSS_KERNELS`` below): the transients differ, what is saved is declared on the op.
 
-Measured on the CPU against reference/loss.py (tests/test_finetune_loss.py): chunked exact at
+Measured on the CPU against reference/loss.py (tests/conformance/test_finetune_loss.py): chunked exact at
 both peaks; fused-linear's forward peak is Liger's kernel's, which PyTorch on the CPU cannot
 reproduce (its softmax gradient needs fp32 temporaries), so only bounded there; its backward
 peak exact where the final RMSNorm holds it.
@@ -139,7 +139,7 @@ def fused_norm_backward(t: int, d: int, a: int, norm: str, scale: bool, bias: bo
         layernorm (native)    | the kernel's grad_input (a t d) and weight / | a t d + grad d
                               |  bias gradients, the incoming one alive      |  (x each trained)
 
-    Measured with MemTracker on the reference (tests/test_finetune_loss.py): the whole step's
+    Measured with MemTracker on the reference (tests/conformance/test_finetune_loss.py): the whole step's
     backward peak, exact for an RMSNorm (scale frozen, trained or absent; bf16, fp32) before
     the head with LoRA or frozen blocks. Not modelled: the blocks' own backward transients,
     which hold the peak instead when the norm's is small (a LayerNorm: the last block's MLP,
@@ -231,7 +231,7 @@ def full_loss_extra(kernel: str, t, vocab: int, a: int) -> tuple:
     Not modelled: the per-row tensors (a few int64 / fp32 vectors of T: Megatron's and
     nanotron's masked targets, aranges and 1 - mask, made in the backward or saved and freed
     before its peak; the compiled backward's fp32 row buffer), within 32 bytes a row either
-    way, measured in tests/test_loss_kernels.py.
+    way, measured in tests/conformance/test_loss_kernels.py.
 
     Sources (the T x V lines), Megatron-LM d98e8a64
     megatron/core/tensor_parallel/cross_entropy.py: forward ``vocab_parallel_logits =
@@ -253,7 +253,7 @@ def full_loss_extra(kernel: str, t, vocab: int, a: int) -> tuple:
     generates on the CPU for reference/model.py's ``_cross_entropy`` (torch 2.13): the forward
     allocates only (T, 1) fp32 buffers and scalars and returns the logits, amax and log-sum-exp
     as saved; the backward allocates a (T, 1) fp32 buffer and the (B, S, V) gradient in the
-    logits' dtype. Each measured on the CPU (tests/test_loss_kernels.py): the two in-place
+    logits' dtype. Each measured on the CPU (tests/conformance/test_loss_kernels.py): the two in-place
     kernels' single-rank arithmetic with MemTracker, the compiled kernel's buffers from its
     generated code."""
     tv = t * vocab

@@ -74,7 +74,7 @@ class ZeroBytes(NamedTuple):
             steps on, sharded like the states (fp16: main_param.grad = shard.float(); bf16's
             fp32 buffer and fp32 models use views of the buffer: none)
     ZeRO-2 (FSDP2 ``fully_shard(reshard_after_forward=False)``, byte for byte against its
-    fake-process-group memory tracker in tests/test_engine.py):
+    fake-process-group memory tracker in tests/unit/test_engine.py):
         zero2_grad_shard: the gradient shard, in the dtype of FSDP2's sharded parameter (the
             fp32 master under mixed precision, reduce_dtype fp32; else the weight dtype)
         zero2_param_shard: FSDP2's sharded parameter beside the gathered one, where it is not
@@ -169,7 +169,7 @@ class OptimizerStep(NamedTuple):
 #:               |             |                |   grad.float()); MemTracker, test_memory_phases
 #:     fused     | none        | mixed: 4 B per | torch fused=True (_fused_adamw_: one kernel
 #:               |             |   parameter    |   per tensor list, measured on CPU in
-#:               |             |                |   tests/test_optimizer_step.py), Apex/
+#:               |             |                |   tests/conformance/test_optimizer_step.py), Apex/
 #:               |             |                |   DeepSpeed FusedAdam (multi_tensor_apply,
 #:               |             |                |   in place); DeepSpeed's ZeRO casts the
 #:               |             |                |   gradients it steps on to fp32

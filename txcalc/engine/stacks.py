@@ -8,7 +8,7 @@ backward, and which collectives it overlaps with compute.
 The one table (``STACKS``), one row a profile. ``fused`` are the kernels of
 ``workload.FUSED_KERNELS`` the stack runs fused; what each keeps for backward is declared once,
 per op (``Op.saved_fused``), and measured on the reference model with the kernels torch.compile
-builds (tests/test_stacks_recompute.py). Kernels that cannot run on CPU keep what their source
+builds (tests/conformance/test_stacks_recompute.py). Kernels that cannot run on CPU keep what their source
 says they keep, the same bytes:
 
     kernel      | unfused (HF eager)                   | fused                       | who, source
@@ -44,7 +44,7 @@ DeepSpeed's FusedAdam allocates nothing beyond its states, its ZeRO casts the gr
 steps on; Megatron-LM, nanotron (accumulate_grad_in_fp32) and torchtitan (FSDP2's fp32
 sharded parameters) step fused kernels on fp32 gradient buffers: nothing at the step. The
 fused kernels' nothing and foreach's one state are measured on the CPU
-(tests/test_optimizer_step.py).
+(tests/conformance/test_optimizer_step.py).
 
 Overlap (``OVERLAPS``; what ``train.evaluate`` hides, shown as exposed and hidden seconds in
 the communication table):

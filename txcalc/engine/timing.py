@@ -76,7 +76,7 @@ DEFAULT_BW_EFFICIENCY = 0.80
 #: Per GPU (catalog name): the matmul efficiency of a large GEMM (``base`` of the module doc),
 #: fitted with MATMUL_HALF_DIM on the fit set of txcalc/data/training_runs.json
 #: (``python3 -m txcalc.report.training_validation --fit`` prints them; the test
-#: tests/test_training_validation.py checks that they are the fit's answer), and the fused
+#: tests/published/test_training_validation.py checks that they are the fit's answer), and the fused
 #: attention efficiency at head dimension 128 and long sequences: A100: FlashAttention-2's
 #: 50-73% of peak on A100 (Dao 2023, arXiv:2307.08691, abstract), midpoint; H100:
 #: FlashAttention-2's 370 TFLOP/s forward at head dim 128, 8k tokens, of the 989 dense bf16

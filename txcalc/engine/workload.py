@@ -73,7 +73,7 @@ FUSED_KERNELS = ("norm", "act", "loss")
 #:     o_proj_copy       | o_proj's input reshaped from the        | models/llama.py 593-596:
 #:                       |   transposed flash output: a copy      |   .view().transpose(0, 1)
 #:
-#: measured on CPU with saved_tensors_hooks (tests/test_training_validation.py:
+#: measured on CPU with saved_tensors_hooks (tests/published/test_training_validation.py:
 #: test_nanotron_attention_keeps_the_qkv_buffer_and_an_o_proj_copy,
 #: test_gathered_column_linear_saves_the_whole_input)
 KEEPS = ("sp_gathered_input", "qkv_copy", "o_proj_copy")

@@ -1,14 +1,18 @@
 """What a ModelConfig field may hold, and ``validate``: the allowed values of the choice fields,
 the bounds on sizes and products of sizes, and the cross-field rules, each problem named with
 its values. ``ModelConfig`` (config.py) runs ``validate`` once it has resolved its derived
-fields; this module reads a config's fields and never builds one (``ModelConfig`` appears in
-annotations only, so config.py is the one that imports)."""
+fields; this module reads a config's fields and never builds one (``ModelConfig`` is
+imported for the annotations only, so config.py is the one that imports at run time)."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
 
 FAMILIES = ("decoder", "encoder", "encoder-decoder")
 #: Activations of the MLP. Gated ones (GLU variants, Shazeer 2020) have two input projections.

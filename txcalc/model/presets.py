@@ -330,7 +330,7 @@ PRESETS["qwen3-next-80b-a3b"] = _llama(
 # meta-llama/Llama-3.2-11B-Vision config.json (Mllama): Llama 3.1 8B's text model with 8 gated
 # cross-attention blocks inserted (every 5th from layer 3: 40 layers), a token table of
 # 128256 + 8 rows; its ViT-H/14 vision tower (32 + 8 gated global layers, four 560-px tiles of
-# 1601 rows) and projector: 895,028,755 parameters. 10,670,220,835 in all (tests/test_mllama.py
+# 1601 rows) and projector: 895,028,755 parameters. 10,670,220,835 in all (tests/conformance/test_mllama.py
 # cites the published count)
 PRESETS["llama-3.2-11b-vision"] = _llama(
     name="llama-3.2-11b-vision", hf_architecture="MllamaForConditionalGeneration", n_layers=40,

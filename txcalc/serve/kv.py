@@ -82,7 +82,7 @@ Chunked prefill profiles one chunk past 32K tokens: 512 tokens up to v0.6.4 (vLL
 2,048 from v0.6.5 (PR #10544); V1 its 8192-token budget.
 
 The non-torch term of each rule, and where its constant comes from (calibration logs, never a
-row a test checks; tests/test_vllm_logs.py names both):
+row a test checks; tests/published/test_vllm_logs.py names both):
 
     engine      | profiled step (max_num_batched_tokens default)  | non-torch term
     ------------|--------------------------------------------------|-------------------------------
@@ -110,13 +110,13 @@ PyTorch 2.1, 2.21.5 for PyTorch 2.5.1): per communicator, every coll channel's P
 (``nccl_communicator_bytes``); for v0.6.5 also the P2P channels its profile's logits gather
 connects and its custom all-reduce buffers. The count of communicators is vLLM's own code
 (two in both releases at PP 1). No log calibrates it: NVIDIA/nccl issue #964's 544 and 688 MB
-per A100 communicator are reproduced as a check (tests/test_vllm_logs.py).
+per A100 communicator are reproduced as a check (tests/published/test_vllm_logs.py).
 
 ``engine`` picks the rule (``vllm`` = ``vllm-v1``, today's vLLM). An ``Overheads`` the caller
 gives (plan's --cuda-context-gib) replaces the engine's term with its context (+ its
 communication buffers past one GPU), whatever its values, the defaults included; without one
 (``overheads=None``) each engine's own rule holds. Measured terms are quoted beside each test
-and xfail in tests/test_serving.py and tests/test_vllm_logs.py.
+and xfail in tests/published/test_serving.py and tests/published/test_vllm_logs.py.
 
 vllm-0.2: ``peak_memory = total_gpu_memory - free_gpu_memory`` after ``profile_run`` (PR #2031,
 "Fix peak memory profiling") counts what the caching allocator still reserves. Before
@@ -128,8 +128,8 @@ and one for the vocab-parallel embedding: tokens x d_model activations each) sta
 until the profile's synchronize: ``held_allreduce_bytes``.
 
 Only the engine's own functions give the per-token KV bytes, the weights and the op widths;
-nothing here is fitted to the logs the tests compare against (tests/test_serving.py,
-tests/test_vllm_logs.py): the two V1 constants come from calibration logs named there.
+nothing here is fitted to the logs the tests compare against (tests/published/test_serving.py,
+tests/published/test_vllm_logs.py): the two V1 constants come from calibration logs named there.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ ENGINES = ("vllm", "vllm-v1", "vllm-0.6.5", "vllm-0.6", "vllm-0.2", "trtllm")
 #: V0's default chunk when chunked prefill is on (vLLM docs, "Performance and Tuning": "512 is
 #: the default max_num_batched_tokens for chunked prefill"), up to v0.6.4 (PR #10544 made it
 #: 2,048 in v0.6.5): the step vllm-0.6 profiles past CHUNKED_PREFILL_ABOVE tokens (issue
-#: #10517's 35k log, tests/test_vllm_logs.py); V1 profiles its 8,192-token budget
+#: #10517's 35k log, tests/published/test_vllm_logs.py); V1 profiles its 8,192-token budget
 V0_CHUNK = 512
 V065_CHUNK = 2048
 V1_CHUNK = 8192
@@ -185,7 +185,7 @@ SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
 #:      ATen/cuda/cub.cuh calls it)
 V0_SORT_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
 #: vLLM releases whose V0 profile sorts the logits, as above (engine names); the logs of the
-#: other V0 rules show no such share (tests/test_vllm_logs.py), so their sampler term stays
+#: other V0 rules show no such share (tests/published/test_vllm_logs.py), so their sampler term stays
 #: SAMPLER_BYTES_PER_LOGIT over the rank's vocabulary shard
 V0_SORT_ENGINES = ("vllm-0.6.5",)
 #: engines whose tensor-parallel all-reduce is out of place: ``GroupCoordinator.all_reduce``
@@ -275,7 +275,7 @@ NCCL_P2P_NVL_CHUNK_BYTES = 1 << 19
 #: channels, 32 p2p channels per peer" (NVIDIA/nccl issue #1781), 8 x H100 p2p "Channel 00/1 ...
 #: 31/1" per pair of GPUs (NVIDIA/nccl issue #1685), and nccl_communicator_bytes reproduces
 #: NVIDIA/nccl issue #964's measured 544 and 688 MB per communicator on 4 x A100
-#: (tests/test_vllm_logs.py)
+#: (tests/published/test_vllm_logs.py)
 NCCL_NVSWITCH_GPUS = {"a100-40gb": (80, 24, 32), "a100-80gb": (80, 24, 32),
                       "h100-sxm": (90, 24, 32), "h200": (90, 24, 32), "h20": (90, 24, 32)}
 #: vLLM v0.6.5's custom all-reduce (custom_all_reduce.py): two cudaMalloc'd IPC buffers of

@@ -2,7 +2,7 @@
 return, so that ``serving_plan.plan_serving`` skips simulations whose outcome is already
 known. Every floor is a lower bound on the simulator's own arithmetic (``StepModel.step_s``
 and the scheduler of ``simulate``), never an estimate, so a screened search gives the answer
-of the unscreened one (tests/test_serving_screen.py runs both).
+of the unscreened one (tests/unit/test_serving_screen.py runs both).
 
     floor                 | bound                                        | screens out
     ----------------------|----------------------------------------------|--------------------

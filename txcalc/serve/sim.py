@@ -161,7 +161,7 @@ def busiest_rank_experts(n_experts: int, top_k: int, tokens: int, ep: int) -> fl
     """Expected distinct experts on the busiest of ``ep`` ranks holding n_experts / ep each:
     E[max_r X_r] = sum_{m >= 1} (1 - P(X <= m - 1)^ep), each expert touched with p = 1 - (1 -
     k/E)^T, X ~ Binomial(E / ep, p), experts and ranks taken as independent (uniform routing;
-    tests/test_serving.py checks it against a Monte Carlo of top-k routing)."""
+    tests/published/test_serving.py checks it against a Monte Carlo of top-k routing)."""
     if tokens <= 0:
         return 0.0
     n = n_experts // ep

@@ -47,7 +47,7 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
 ZeRO shards dense parameters over dp * cp (hybrid shard: over the GPUs of one node) and
 expert parameters over dp * cp / ep, splitting dim 0 of every tensor by ceiling division
 (FSDP2's rule, padding included: the numbers are rank 0's, which holds the largest shard;
-checked byte for byte against FSDP2 on gloo in tests/test_distributed.py). The search
+checked byte for byte against FSDP2 on gloo in tests/conformance/test_distributed.py). The search
 screens the first, second, last and most-parameter pipeline stages; ``evaluate_layouts``
 (used for the layouts a plan reports) evaluates every stage.
 

@@ -11,10 +11,10 @@ planner's own per-rank evaluation of that layout (``Setup.planner_bytes``: train
 what ``plan train --gpus N --zero 3 --tp 1 --pp 1`` reports): rank 0's padded shards
 (FSDP2's ceiling division of dim 0), the gathered root unit and prefetched blocks, the
 communication buffers. Those per-rank bytes are checked against torch.distributed in
-tests/test_distributed.py: FSDP2 over two gloo ranks, model states byte for byte
+tests/conformance/test_distributed.py: FSDP2 over two gloo ranks, model states byte for byte
 (test_rank_bytes_equal_prediction[fsdp]), and llama-3-8b over a fake process group of 8
 (test_fsdp_fake_pg_llama3_8b_peak_within_3_percent: states exact, the peak within 3 %); fit
-against the planner in tests/test_fit_zero3.py. On one GPU fit keeps the engine's peak over
+against the planner in tests/unit/test_fit_zero3.py. On one GPU fit keeps the engine's peak over
 the phases, which is not the planner's sum of categories (the planner is not built there).
 
 Suggestions, tried cumulatively in this order (each on top of the ones before it), until one

@@ -114,7 +114,7 @@ def llama4_text(f):
     every 4th) attend globally; the others use rotary, chunked attention
     (``attention_chunk_size``) and, with ``use_qk_norm``, a parameter-free L2 q/k norm.
     FLOPs count the k routed experts per token; HF's eager Llama4TextMoe runs all E on every
-    token (tests/test_hf_new_structures.py checks HF = txcalc + the unrouted experts)."""
+    token (tests/conformance/test_hf_norms_chunks_sinks.py checks HF = txcalc + the unrouted experts)."""
     out = read_decoder(f, _LLAMA4)
     n = out["n_layers"]
     step = f.int("interleave_moe_layer_step", 1)

@@ -1,0 +1,42 @@
+"""What the CLI prints around its answer: nothing stray (issue 18)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_report_on_a_pipe_prints_its_two_lines_and_nothing_else(tmp_path):
+    """``txcalc report`` without ``--json`` on a pipe: the title and the files written, no
+    empty line first (rich's Progress ends with one on a console that is not a terminal,
+    where its transient bar shows nothing anyway)."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r"
+    r = subprocess.run([sys.executable, "-m", "txcalc", "report", "gpt2", "--seq", "128",
+                        "-o", str(out)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"))
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "Capacity report: training gpt2" and len(lines) == 2, r.stdout
+    assert re.fullmatch(rf"  wrote {re.escape(str(out))}/: report.md, report.html, "
+                        r"report.json and \d+ plots?", lines[1]), r.stdout
+
+
+def test_validate_on_a_pipe_starts_with_its_table(tmp_path, capsys):
+    """``txcalc validate`` without ``--json`` on a non-terminal stdout: no empty line before
+    its first table (the same rich Progress ending as ``report``'s)."""
+    pytest.importorskip("torch")
+    from txcalc.cli import main
+
+    capsys.readouterr()
+    assert main(["validate", "gpt2", "--seq", "16", "--kv-tokens", "0", "--out",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() and not out.startswith("\n") and "\n\n" not in out[:200], out[:300]

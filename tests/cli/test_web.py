@@ -1,0 +1,341 @@
+"""`txcalc serve` without a browser: the JSON API is the CLI's `--json`, bad input is HTTP 400
+with the CLI's one line, the server starts fast and closes cleanly (tests/cli/test_web_browser.py
+drives the page in headless Chromium)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from txcalc.cli import main
+from txcalc.engine.hardware import load_catalog
+from txcalc.web import calc
+from txcalc.web.server import make_server
+
+ROOT = Path(__file__).resolve().parents[2]
+HF = Path(__file__).parents[1] / "data" / "hf"
+
+
+def cli(argv: list[str]) -> tuple[int, str, str]:
+    """``txcalc ARGV`` through the CLI's entry point: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def cli_json(argv: list[str]) -> dict:
+    rc, out, err = cli([*argv, "--json"])
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = make_server("127.0.0.1", 0)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    t.join(5)
+
+
+def get(srv, path: str, headers: dict | None = None, data: bytes | None = None):
+    """(status, headers, body bytes) of one request to the test server."""
+    req = urllib.request.Request(srv.url.rstrip("/") + path, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def api(srv, panel: str, **form) -> tuple[int, dict]:
+    status, _, body = get(srv, f"/api/{panel}?" + urlencode(form))
+    return status, json.loads(body)
+
+
+# --- the form -> the commands ---------------------------------------------------------------------
+def test_the_commands_of_each_task():
+    train = calc.commands(calc.form_of({"model": "gpt2", "seq": "1024", "price": "2",
+                                        "tp": "2", "plan_recompute": "full"}))
+    h100 = ["--gpu", "h100-sxm"]
+    assert train == {
+        "params": ["params", "gpt2"],
+        "flops": ["flops", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash",
+                  "--recompute", "none"],
+        "memory": ["memory", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash",
+                   "--recompute", "none", "--precision", "bf16-mixed", "--optimizer", "adamw",
+                   *h100],
+        "answer": ["plan", "train", "gpt2", "--tokens", "1T", "--gpu", "h100-sxm", "--seq",
+                   "1024", "--precision", "bf16-mixed", "--optimizer", "adamw", "--attn",
+                   "flash", "--price", "2", "--tp", "2", "--recompute", "full"]}
+    serve = calc.commands(calc.form_of({"model": "gpt2", "task": "serve", "input_len": "1k",
+                                        "output_len": "100", "rate": "3", "weights": "int8",
+                                        "gpu": "h200"}))
+    assert serve["flops"] == ["flops", "gpt2", "--seq", "1k", "--context", "1124"]
+    assert serve["memory"] == ["memory", "gpt2", "--inference", "--context", "1124",
+                               "--concurrency", "8", "--kv-dtype", "bf16", "--weights", "int8",
+                               "--gpu", "h200"]
+    assert serve["answer"] == ["plan", "infer", "gpt2", "--gpu", "h200", "--input-len", "1k",
+                               "--output-len", "100", "--rate", "3", "--kv-dtype", "bf16",
+                               "--weights", "int8"]
+    ft = calc.commands(calc.form_of({"model": "gpt2", "task": "finetune", "finetune": "qlora",
+                                     "lora_rank": "8"}))
+    assert ft["answer"] == ["fit", "gpt2", "--gpu", "h100-sxm", "--batch", "1", "--precision",
+                            "bf16-mixed", "--optimizer", "adamw", "--attn", "flash",
+                            "--recompute", "none", "--finetune", "qlora", "--lora-rank", "8",
+                            "--lora-targets", "all-linear", "--base-format", "nf4"]
+    assert ft["memory"][-2:] == h100 and "--base-format" in ft["flops"]
+
+
+def test_bad_forms_are_refused_with_one_line():
+    with pytest.raises(calc.WebInputError, match="unknown control.*'sequence'"):
+        calc.form_of({"sequence": "1"})
+    with pytest.raises(calc.WebInputError, match=r"task \('deploy'\) must be one of"):
+        calc.form_of({"task": "deploy"})
+    with pytest.raises(calc.WebInputError, match="'--help'"):
+        calc.form_of({"model": "--help"})
+    with pytest.raises(calc.WebInputError, match="choose a model"):
+        calc.form_of({"model": " "})
+
+
+# --- the API: the CLI's JSON, the CLI's messages --------------------------------------------------
+CASES = [
+    {"model": "llama-3.1-8b", "price": "2"},
+    {"model": "mixtral-8x7b", "task": "serve", "price": "3", "concurrency": "4"},
+    {"model": "t5-base", "task": "serve", "input_len": "512", "output_len": "64", "rate": "2"},
+    {"model": "gpt2", "task": "finetune", "finetune": "lora", "seq": "512"},
+]
+
+
+@pytest.mark.parametrize("form", CASES, ids=lambda f: f"{f['model']}-{f.get('task', 'train')}")
+def test_every_panel_answers_the_cli_json(server, form):
+    _, _, body = get(server, "/api/commands?" + urlencode(form))
+    shown = json.loads(body)
+    for panel, argv in calc.commands(calc.form_of(form)).items():
+        status, headers, body = get(server, f"/api/{panel}?" + urlencode(form))
+        assert status == 200, body
+        rc, out, err = cli([*argv, "--json"])
+        assert rc == 0, err
+        assert body.decode() == out, panel  # the CLI's JSON, byte for byte
+        assert headers["X-Txcalc-Command"] == calc.shell_line(argv)
+        assert shown["commands"][panel] == "txcalc " + " ".join(argv)
+        assert shown["argv"][panel] == argv
+
+
+def test_the_json_keeps_exact_integers(server):
+    # a 405B model's training FLOPs are far past 2**53: the API's ints stay exact
+    status, got = api(server, "flops", model="llama-3.1-405b", seq="8192", batch="8")
+    assert status == 200
+    assert got["forward_flops"] > 2**53 and isinstance(got["forward_flops"], int)
+    assert got == cli_json(["flops", "llama-3.1-405b", "--batch", "8", "--seq", "8192",
+                            "--attn", "flash", "--recompute", "none"])
+
+
+@pytest.mark.parametrize("form, panel", [
+    ({"seq": "0"}, "memory"),
+    ({"model": "llama-3.1-8bb"}, "params"),
+    ({"gpu": "h1000"}, "answer"),
+    ({"task": "serve", "input_len": "abc"}, "answer"),
+    ({"tokens": "lots"}, "answer"),
+    ({"task": "finetune", "finetune": "qlora", "precision": "fp32"}, "answer"),
+], ids=["seq0", "model", "gpu", "input-len", "tokens", "qlora-fp32"])
+def test_bad_input_is_400_with_the_cli_line(server, form, panel):
+    status, got = api(server, panel, **form)
+    assert status == 400 and set(got) <= {"error", "command"}
+    assert "Traceback" not in got["error"] and "\n" not in got["error"]
+    try:
+        argv = calc.commands(calc.form_of(form))[panel]
+    except calc.TxcalcError as e:  # refused before a command is built: the library's message
+        assert got["error"] == str(e)
+        return
+    rc, out, err = cli([*argv, "--json"])
+    assert rc == 2 and out == ""
+    assert err == f"txcalc: error: {got['error']}\n"
+    assert got["command"] == calc.shell_line(argv)
+
+
+def test_requests_that_name_no_command(server):
+    status, got = api(server, "memory", sex="1")
+    assert status == 400 and got["error"].startswith("unknown control(s) 'sex'")
+    status, _, body = get(server, "/api/memory?seq=1&seq=2")
+    assert status == 400 and b"given twice: seq" in body
+    status, _, body = get(server, "/etc/passwd")
+    assert status == 404 and json.loads(body)["error"].startswith("no page '/etc/passwd'")
+    status, _, body = get(server, "/reports/1/../../x")
+    assert status == 404
+
+
+def test_a_foreign_host_is_refused(server):
+    """A page elsewhere that rebinds its DNS name to 127.0.0.1 sends its own Host."""
+    status, _, body = get(server, "/api/options", {"Host": "evil.example:80"})
+    assert status == 403 and b"not this server's address" in body
+    host, port = server.server_address
+    status, _, _ = get(server, "/api/options", {"Host": f"localhost:{port}"})
+    assert status == 200
+
+
+def test_the_peak_labels_are_the_memory_commands():
+    from txcalc.cli.costs_cmd import _PEAK_PARTS
+    assert calc.PEAK_LABELS == _PEAK_PARTS
+
+
+def test_options_are_the_librarys_names(server):
+    status, _, body = get(server, "/api/options")
+    opts = json.loads(body)
+    from txcalc.engine.memory import PRECISIONS
+    from txcalc.model.presets import PRESETS
+    assert opts["presets"] == list(PRESETS) and opts["precisions"] == list(PRECISIONS)
+    assert {g["name"]: g["memory_bytes"] for g in opts["gpus"]} == {
+        g.name: g.memory_bytes for g in load_catalog().values()}
+    assert set(opts["defaults"]) == set(calc.DEFAULTS)
+
+
+def test_the_page_and_its_files(server):
+    status, headers, body = get(server, "/")
+    assert status == 200 and b"<title>txcalc what-if</title>" in body
+    csp = headers["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "connect-src 'self'" in csp
+    for path in ("/static/app.js", "/static/app.css"):
+        status, _, body = get(server, path)
+        assert status == 200 and body
+    js = get(server, "/static/app.js")[2].decode()
+    html = get(server, "/")[2].decode()
+    for text in (js, html):  # no CDN, no other host: every URL the page names is its own
+        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+        assert "https://" not in text and "//cdn" not in text
+
+
+def test_an_uploaded_config_json_is_the_model(server):
+    raw = (HF / "llama-3.1-8b.json").read_bytes()
+    status, _, body = get(server, "/api/upload?name=llama-3.1-8b.json",
+                          {"Content-Type": "application/json"}, raw)
+    assert status == 200
+    path = json.loads(body)["model"]
+    assert Path(path).read_bytes() == raw and str(server.workdir) in path
+    status, got = api(server, "params", model=path)
+    assert status == 200 and got == cli_json(["params", str(HF / "llama-3.1-8b.json")])
+    assert got["total_params"] == 8_030_261_248  # meta-llama/Llama-3.1-8B's model card: 8.03B
+    for bad, message in ((b"{not json", "not JSON text"), (b"[1, 2]", "not an object"),
+                         (b"\xff\xfe", "not JSON text")):
+        status, _, body = get(server, "/api/upload", {"Content-Type": "application/json"}, bad)
+        assert status == 400 and message in json.loads(body)["error"]
+    import http.client  # a body announced larger than 4 MiB is refused before it is read
+    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    conn.request("POST", "/api/upload", body=b"{}", headers={"Content-Length": str(5 * 2**20)})
+    r = conn.getresponse()
+    assert r.status == 400 and "upload must be 1 byte to 4,194,304 bytes, not 5,242,880" \
+        in json.loads(r.read())["error"]
+    conn.close()
+    # a config.json txcalc refuses: the CLI's message for it
+    status, _, body = get(server, "/api/upload", {"Content-Type": "application/json"},
+                          b'{"model_type": "llama", "hidden_size": 100}')
+    path = json.loads(body)["model"]
+    status, got = api(server, "params", model=path)
+    rc, _, err = cli(["params", path, "--json"])
+    assert status == 400 and rc == 2 and err == f"txcalc: error: {got['error']}\n"
+
+
+def test_the_report_link_writes_and_serves_the_report(server):
+    form = {"model": "gpt2", "seq": "512", "tokens": "1B"}
+    _, _, body = get(server, "/api/commands?" + urlencode(form))
+    link = json.loads(body)["report"]
+    assert link["command"] == ("txcalc report gpt2 --out report --gpu h100-sxm --precision "
+                               "bf16-mixed --optimizer adamw --batch 1 --seq 512 --attn flash "
+                               "--recompute none --tokens 1B")
+    status, headers, body = get(server, link["url"])
+    assert status == 200 and b"Capacity report: training gpt2" in body
+    assert headers["Content-Security-Policy"].startswith("default-src 'none'")
+    status, _, body = get(server, "/report?model=gpt2&seq=0")
+    assert status == 400 and b"--seq (0)" in body
+
+
+# --- the server: fast start, clean close ----------------------------------------------------------
+def test_the_server_starts_fast_and_closes_cleanly():
+    t0 = time.perf_counter()
+    srv = make_server("127.0.0.1", 0)
+    started = time.perf_counter() - t0
+    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+    th.start()
+    status, _, _ = get(srv, "/api/options")
+    port, workdir = srv.server_address[1], srv.workdir
+    srv.shutdown()
+    srv.server_close()
+    th.join(5)
+    assert status == 200 and started < 0.5, started
+    assert not th.is_alive() and not workdir.exists()
+    with socket.socket() as s:  # the port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def _env():
+    return os.environ | {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_txcalc_serve_prints_its_url_and_stops_on_ctrl_c():
+    p = subprocess.Popen([sys.executable, "-m", "txcalc", "serve", "--port", "0", "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                         cwd=ROOT)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("txcalc: the what-if page is at http://127.0.0.1:"), line
+        url = line.split(" at ")[1].split()[0]
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert r.status == 200
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and err == "txcalc: interrupted (SIGINT)\n"
+
+
+def test_txcalc_serve_on_a_busy_port_says_so_in_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "txcalc", "serve", "--port", str(port)],
+                           capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"txcalc: error: cannot listen on 127.0.0.1:{port}: ")
+    assert r.stderr.count("\n") == 1
+    r = subprocess.run([sys.executable, "-m", "txcalc", "serve", "--port", "70000"],
+                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "--port" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_the_hub_ids_in_the_local_cache_are_offered(tmp_path, monkeypatch):
+    pytest.importorskip("txcalc.model.hub", reason="txcalc.model.hub (Hub ids) is not in this tree")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--meta-llama--Llama-3.1-8B"  # the Hub cache's own layout
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_bytes(
+        (HF / "llama-3.1-8b.json").read_bytes())
+    (tmp_path / "models--org--weights-only" / "refs").mkdir(parents=True)  # no config.json
+    (tmp_path / "datasets--org--data").mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert calc.cached_hub_ids() == ["meta-llama/Llama-3.1-8B"]
+    assert calc.options()["hub_models"] == ["meta-llama/Llama-3.1-8B"]
+    got = calc.run_json(["params", "meta-llama/Llama-3.1-8B"])
+    assert got["total_params"] == 8_030_261_248
+    assert got == cli_json(["params", "meta-llama/Llama-3.1-8B"])

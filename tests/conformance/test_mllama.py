@@ -1,0 +1,272 @@
+"""Mllama (Llama 3.2 Vision, issue 12): gated cross-attention layers and the vision tower.
+
+Against Hugging Face, configs drawn by hypothesis from MllamaConfig / MllamaTextConfig (fields
+left out half the time, so that the class defaults are read): ``txcalc params`` equals the
+numel of MllamaForConditionalGeneration (vision tower and projector included) and of
+MllamaForCausalLM on meta; one training step's forward + backward FLOPs equal
+FlopCounterMode on MllamaForCausalLM given ``cross_attention_states`` (eager attention).
+
+Convention: the vision states are an input that needs no gradient (the vision tower's and
+projector's work is not modelled, as for every VLM: ``vision`` is a params-only op), so the
+k/v projections of the cross layers count no input gradient; MllamaForCausalLM given states
+runs exactly that.
+
+Against the reference model (tests/conformance/test_reference.py's checks): parameters, FLOPs and bytes
+saved for backward per layer (none, selective and full recompute; bf16 and fp32) of the
+engine's ``gated_cross_block``; the KV cache after generate() (the cross layers keep the
+vision states' keys and values, constant in context).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import txcalc
+from txcalc.engine.accounting import count_flops, count_params
+from txcalc.model.hf import from_hf_dict
+from txcalc.engine.kvcache import kv_cache_bytes
+from txcalc.engine.memory import TrainingMemory
+from txcalc.engine.workload import Workload
+
+from tests.conformance.test_hf_drawn_configs import SETTINGS, maybe
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from reference.measure import (by_layer, flops_by_module, kv_cache_after_generate,  # noqa: E402
+                               make_inputs, saved_by_module)
+from reference.model import build  # noqa: E402
+
+REF = dict(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def text_config(draw) -> dict:
+    heads = draw(st.sampled_from([1, 2, 4]))
+    n = draw(st.integers(1, 4))
+    raw = {"hidden_size": heads * draw(st.sampled_from([2, 4, 8])), "num_attention_heads": heads,
+           "num_key_value_heads": draw(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0])),
+           "num_hidden_layers": n, "intermediate_size": draw(st.integers(1, 40)),
+           "vocab_size": draw(st.integers(8, 100)), "cross_attention_layers": sorted(draw(
+               st.sets(st.integers(0, n + 1), min_size=1))),
+           # the class defaults (128000...) index past a tiny vocabulary
+           "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+    maybe(draw, raw, "hidden_act", st.sampled_from(["silu", "gelu"]))
+    maybe(draw, raw, "tie_word_embeddings", st.booleans())
+    return raw
+
+
+@st.composite
+def vision_config(draw) -> dict:
+    patch = draw(st.sampled_from([2, 4]))
+    layers = draw(st.integers(1, 3))
+    tiles = draw(st.integers(1, 3))
+    ratios = draw(st.lists(st.tuples(st.integers(1, tiles), st.integers(1, tiles)).filter(
+        lambda r: r[0] * r[1] <= tiles).map(list), min_size=1, max_size=4))
+    raw = {"hidden_size": draw(st.sampled_from([4, 8])), "attention_heads": 2,
+           "num_hidden_layers": layers, "num_global_layers": draw(st.integers(0, 2)),
+           "intermediate_size": draw(st.integers(1, 16)), "patch_size": patch,
+           "image_size": patch * draw(st.integers(1, 3)), "max_num_tiles": tiles,
+           "supported_aspect_ratios": ratios,
+           "intermediate_layers_indices": sorted(draw(st.sets(st.integers(0, layers - 1),
+                                                              min_size=1)))}
+    maybe(draw, raw, "num_channels", st.sampled_from([1, 3]))
+    raw["vision_output_dim"] = raw["hidden_size"] * (1 + len(raw["intermediate_layers_indices"]))
+    return raw
+
+
+@st.composite
+def mllama_config(draw) -> dict:
+    return {"model_type": "mllama", "text_config": draw(text_config()),
+            "vision_config": draw(vision_config())}
+
+
+#: config.json strategies per model type (tests/conformance/test_hf_defaults.py writes them both ways)
+STRATEGIES = {"mllama": mllama_config(),
+              "mllama_text_model": text_config().map(
+                  lambda t: t | {"model_type": "mllama_text_model"})}
+
+
+def hf(cls, config):
+    config._attn_implementation = "eager"
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(config)
+
+
+def numel(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@SETTINGS
+@given(text=text_config(), vision=vision_config())
+def test_params_equal_mllama_for_conditional_generation_and_causal_lm(text, vision):
+    raw = {"model_type": "mllama", "text_config": text, "vision_config": vision}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        composite = transformers.MllamaConfig(**json.loads(json.dumps(
+            {k: v for k, v in raw.items() if k != "model_type"})))
+        text_only = transformers.MllamaTextConfig(**text)
+    cfg = from_hf_dict(raw)
+    whole = hf(transformers.MllamaForConditionalGeneration, composite)
+    assert txcalc.params(cfg).total == numel(whole)
+    assert cfg.vision_params == numel(whole.model.vision_model) + \
+        numel(whole.model.multi_modal_projector)
+    causal = hf(transformers.MllamaForCausalLM, text_only)
+    text_cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
+    assert txcalc.params(text_cfg).total == numel(causal) == txcalc.params(cfg).total - \
+        cfg.vision_params
+    layers = causal.model.layers
+    assert [i for i, blk in enumerate(layers) if hasattr(blk, "cross_attn")] == \
+        list(text_cfg.cross_layers)
+    # one image: max_num_tiles x (patches + 1) vision-state rows, one <|image|> token
+    assert cfg.image_states == whole.model.vision_model.max_num_tiles * \
+        whole.model.vision_model.num_patches
+    assert cfg.image_seq_tokens(2) == 2
+
+
+@SETTINGS.__class__(parent=SETTINGS, max_examples=max(3, SETTINGS.max_examples // 3))
+@given(text=text_config(), data=st.data())
+def test_training_step_flops_equal_flopcountermode(text, data):
+    from torch.utils.flop_counter import FlopCounterMode
+    cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(1, 12), label="seq")
+    src = data.draw(st.integers(1, 20), label="vision rows")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = hf(transformers.MllamaForCausalLM, transformers.MllamaTextConfig(**text))
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    states = torch.zeros(batch, src, cfg.d_model, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids, cross_attention_states=states).loss.backward()
+    f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
+    assert f.forward + f.backward == counter.get_total_flops()
+
+
+@st.composite
+def engine_configs(draw):
+    text = draw(text_config())
+    return from_hf_dict(text | {"model_type": "mllama_text_model"})
+
+
+def saved_per_layer(cfg, work, dtype):
+    model = build(cfg, dtype, "meta", attn_impl=work.attn_impl, recompute=work.recompute,
+                  softmax_fp32=work.softmax_fp32)
+    measured, _ = saved_by_module(model, make_inputs(model, work.batch, work.seq, work.src_seq))
+    precision = "fp32" if dtype == torch.float32 else "bf16-mixed"
+    return TrainingMemory(cfg, work, precision).activations_by_layer(), by_layer(measured)
+
+
+@settings(max_examples=12, **REF)
+@given(cfg=engine_configs(), data=st.data(), fp32=st.booleans())
+def test_reference_gated_cross_blocks_params_flops_saved_bytes_exact(cfg, data, fp32):
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(2, 10), label="seq")
+    src = data.draw(st.integers(1, 12), label="vision rows")
+    work = Workload(batch=batch, seq=seq, src_seq=src)
+    model = build(cfg, torch.bfloat16, "meta")
+    names = {n for n, _ in model.named_modules()}
+    for i in cfg.cross_layers:  # the new structure under the engine's op paths
+        assert {f"layers.{i}.cross_attn.q_norm", f"layers.{i}.cross_attn.k_norm",
+                f"layers.{i}.attn_gate", f"layers.{i}.mlp_gate"} <= names
+    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
+    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq, src))
+    f = count_flops(cfg, work)
+    assert (fwd, bwd) == (f.forward, f.backward)
+    dtype = torch.float32 if fp32 else torch.bfloat16
+    for recompute in ("none", "selective", "full"):
+        predicted, measured = saved_per_layer(
+            cfg, dataclasses.replace(work, recompute=recompute), dtype)
+        assert predicted == measured, recompute
+
+
+@settings(max_examples=6, **REF)
+@given(cfg=engine_configs(), data=st.data())
+def test_reference_kv_cache_after_generate_holds_the_vision_keys(cfg, data):
+    batch = data.draw(st.integers(1, 2), label="batch")
+    prompt = data.draw(st.integers(1, 6), label="prompt")
+    new = data.draw(st.integers(1, 3), label="new tokens")
+    src = data.draw(st.integers(1, 9), label="vision rows")
+    model = build(cfg, torch.float32, "cpu")
+    nbytes, context = kv_cache_after_generate(model, batch, prompt, new, src)
+    assert nbytes == kv_cache_bytes(cfg, context, batch, "fp32", src_seq=src)
+
+
+def test_llama_3_2_11b_vision_preset_reproduces_its_published_count():
+    """Published: 10,670,220,835 parameters, the Hub's safetensors metadata of
+    meta-llama/Llama-3.2-11B-Vision-Instruct (``HfApi().get_safetensors_metadata(...)
+    .parameter_count``, recorded in github.com/floschne/gimmick,
+    src/gimmick/utils/__init__.py, ``get_model_sizes``: "meta-llama/llama-3.2-11b-vision-instruct":
+    10670220835); Meta's model card: "Llama 3.2-Vision 11B (10.6B)" (truncated: 0.7% below).
+    A test row: nothing was fitted to it. The preset equals its config.json import and the HF
+    model on meta (tests/conformance/test_presets.py)."""
+    counts = txcalc.params("llama-3.2-11b-vision")
+    assert counts.total == 10_670_220_835
+    assert 0 <= (counts.total - 10.6e9) / 10.6e9 < 0.007
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    # one 560-px image: 4 tiles x (40^2 patches + class token) rows for the cross layers
+    assert cfg.image_states == 6404 and cfg.image_seq_tokens(1) == 1
+
+
+def test_images_on_the_cli_feed_the_cross_layers():
+    """``txcalc flops llama-3.2-11b-vision --images 2``: two <|image|> tokens join the prompt
+    and the cross-attention layers read two images' vision states (2 x 6404 rows)."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    r = CliRunner().invoke(app, ["flops", "llama-3.2-11b-vision", "--seq", "100", "--images",
+                                 "2", "--json"])
+    out = json.loads(r.stdout)
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    want = count_flops(cfg, Workload(batch=1, seq=102, src_seq=2 * 6404, attn_impl="flash"))
+    assert (out["forward_flops"], out["image_tokens"]) == (want.forward, 2)
+
+
+def test_serving_memory_holds_the_vision_keys_of_the_images():
+    """``txcalc memory llama-3.2-11b-vision --inference --images 1``: the 8 cross layers keep
+    the keys and values of one image's 6404 vision rows, the 32 self-attention layers those of
+    the context (plus the <|image|> token); a text-only request keeps no cross cache (HF skips
+    the cross layers without images)."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    run = lambda *a: json.loads(CliRunner().invoke(app, ["memory", "llama-3.2-11b-vision",  # noqa: E731
+                                                         "--inference", *a, "--json"]).stdout)
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    per_row = 2 * cfg.kv_dim * 2  # bf16 keys and values
+    with_image = run("--context", "1000", "--images", "1")
+    assert with_image["kv_cache_bytes"] == per_row * (32 * 1001 + 8 * 6404)
+    assert run("--context", "1000")["kv_cache_bytes"] == per_row * 32 * 1000
+
+
+@settings(max_examples=5, **REF)
+@given(cfg=engine_configs(), data=st.data())
+def test_reference_fused_sdpa_saved_bytes_under_fake_tensors(cfg, data):
+    """The flash kernel on the cross layers (no mask: the fused path) and the causal ones."""
+    from reference.measure import saved_under_fake
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(2, 10), label="seq")
+    src = data.draw(st.integers(1, 12), label="vision rows")
+    work = Workload(batch=batch, seq=seq, src_seq=src, attn_impl="flash")
+    measured, _ = saved_under_fake(cfg, work, torch.bfloat16)
+    assert TrainingMemory(cfg, work, "bf16-mixed").activations_by_layer() == by_layer(measured)
+
+
+def test_training_memory_with_images_reads_their_vision_rows():
+    """``txcalc memory llama-3.2-11b-vision --images 1`` (training): the cross layers read
+    one image's 6404 vision rows, as ``txcalc flops --images 1`` counts them."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    out = json.loads(CliRunner().invoke(app, ["memory", "llama-3.2-11b-vision", "--seq", "64",
+                                              "--images", "1", "--json"]).stdout)
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    want = TrainingMemory(cfg, Workload(batch=1, seq=65, src_seq=6404, attn_impl="flash"),
+                          "bf16-mixed").to_json()
+    assert out["activations_bytes"] == want["activations_bytes"]

@@ -1,0 +1,192 @@
+"""One GPU (tp = pp = dp = 1): ``plan train``'s per-GPU bytes by category equal the engine's
+(``txcalc memory``, TrainingMemory) for every fine-tuning mode, LM loss and recompute mode,
+byte for byte. The sibling of test_stacks_recompute's
+``test_one_gpu_plan_activations_equal_memory_for_every_stack``.
+
+The planner reads the engine's rules (held.held_inputs, memory.loss_transient,
+memory.dequant_buffer_bytes) instead of re-deriving them; the engine's phases, which the same
+rules build, are checked against MemTracker and saved_tensors_hooks in tests/test_finetune*.py
+and tests/conformance/test_memory_phases.py (the loss kernels of the stacks in tests/conformance/test_loss_kernels.py).
+Categories:
+
+    planner     | engine (TrainingMemory)
+    ------------|---------------------------------------------------------------------
+    weights     | weights (a QLoRA base in NF4)
+    gradients   | gradients (trainable parameters only)
+    optimizer   | optimizer_total (states, fp32 master, step counters)
+    activations | activations (saved for backward)
+    inputs      | held_inputs_bytes: a frozen table's ids and leaf, unsaved labels, the loss
+    logits      | max(logits_transient, dequant_bytes): the loss's largest transient, its
+                |   kernel's (lm_loss.full_loss_extra: HF's full loss two fp32 T x V buffers,
+                |   8 T V; Megatron's in-place vocab-parallel kernel a T V) or the largest
+                |   dequantised weight
+
+The full loss's transient depends on the stack's cross-entropy kernel (``Stack.loss_kernel``):
+HF's 8 T V as backward starts, exact against MemTracker on HF-style code, is what ``memory``
+and ``plan train`` book without a stack; with ``--stack megatron`` both book the in-place
+kernel's (which keeps Megatron-LM's CI goldens in tests/published/test_training_validation.py within
+10 %, where HF's rule put them up to +37 % over).
+"""
+
+import pytest
+
+import txcalc
+from txcalc.engine.finetune import Finetune
+from txcalc.engine.hardware import get_gpu
+from txcalc.engine.memory import TrainingMemory
+from txcalc.train.setting import TrainSetting
+from txcalc.train.evaluate import evaluate_layouts
+from txcalc.parallel.layout import Layout
+from txcalc.engine.stacks import STACKS
+from txcalc.engine.workload import Workload
+
+FINETUNES = {
+    "full": None,
+    "lora-all-linear": Finetune("lora", 16),
+    "lora-qv": Finetune("lora", 8, targets="q_proj,v_proj", lora_dropout=0.1),
+    "qlora": Finetune("qlora", 64),
+    "dora": Finetune("dora", 8, targets="q_proj,v_proj"),
+    "freeze-last2-head": Finetune("freeze", trainable="last:2,head"),
+    "freeze-head": Finetune("freeze", trainable="head"),
+}
+LOSSES = ("full", "chunked", "fused-linear")
+RECOMPUTES = ("none", "selective", "full")
+#: a dense GQA llama, an MHA one, one with tied embeddings; (micro-batch, seq): batch 2 makes
+#: the chunked loss copy its chunks (labels then held beside the saved tensors)
+MODELS = {"llama-3-8b": (1, 4096), "llama-2-7b": (2, 512), "llama-3.2-1b": (2, 1024)}
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "inputs", "logits")
+
+
+def _both(model, ft, loss, recompute):
+    cfg = txcalc.load(model)
+    batch, seq = MODELS[model]
+    s = TrainSetting(cfg, get_gpu("h200"), seq, batch, finetune=ft, loss=loss)
+    r = evaluate_layouts(s, [Layout(micro_batch=batch, recompute=recompute)])
+    m = TrainingMemory(cfg, Workload(batch=batch, seq=seq, attn_impl="flash", loss=loss,
+                                     recompute=recompute), "bf16-mixed", "adamw", ft)
+    engine = {"weights": m.weights, "gradients": m.gradients, "optimizer": m.optimizer_total,
+              "activations": m.activations, "inputs": m.held_inputs_bytes,
+              "logits": max(m.logits_transient, m.dequant_bytes)}
+    return {k: int(r[f"{k}_bytes"][0]) for k in CATEGORIES}, engine, m
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_one_gpu_plan_equals_memory_for_every_finetune_loss_and_recompute(model):
+    """Every fine-tuning mode x loss x recompute mode on one GPU: 0 bytes apart in every
+    category (all 63 combinations of a model in one test, collected so that a failure lists
+    each disagreement)."""
+    wrong = {}
+    for name, ft in FINETUNES.items():
+        for loss in LOSSES:
+            for recompute in RECOMPUTES:
+                planner, engine, _ = _both(model, ft, loss, recompute)
+                diff = {k: planner[k] - engine[k] for k in CATEGORIES if planner[k] != engine[k]}
+                if diff:
+                    wrong[(name, loss, recompute)] = diff
+    assert not wrong
+
+
+def test_the_compared_categories_carry_what_the_planner_used_to_miss():
+    """The equalities above could not pass by both sides missing the same bytes: at llama-3-8b,
+    4,096 tokens, LoRA and the full loss, the engine's inputs hold the frozen table's ids and
+    leaf and the loss scalar (the planner booked none of them before); a QLoRA model's largest
+    dequantised weight (an MLP matrix in bf16) is what the planner books on a stage without
+    the head (it booked nothing before)."""
+    cfg = txcalc.load("llama-3-8b")
+    T, E, V = 4096, cfg.d_model, cfg.vocab_size
+    planner, engine, m = _both("llama-3-8b", FINETUNES["lora-all-linear"], "full", "none")
+    assert planner["inputs"] == engine["inputs"] == 8 * T + T * E * 2 + 4  # 33,587,204 B
+    # HF's kernel: the nll's and the log-softmax's fp32 gradients (the planner booked one)
+    assert planner["logits"] == engine["logits"] == 8 * T * V  # 4,202,692,608 B
+    assert m._loss_temp("backward") == 8 * T * V
+    assert m.peak_phase == "peak_backward"  # the 8 T V buffers hold the step's peak here
+    # full recompute: block 0's checkpoint is the leaf itself, so only the ids stay beside it
+    planner, engine, _ = _both("llama-3-8b", FINETUNES["lora-all-linear"], "full", "full")
+    assert planner["inputs"] == engine["inputs"] == 8 * T + 4
+    # fused-linear saves no labels: the caller's stay alive beside the saved tensors
+    planner, engine, _ = _both("llama-3-8b", None, "fused-linear", "none")
+    assert planner["inputs"] == engine["inputs"] == 8 * T + 4
+    # QLoRA on two pipeline stages: stage 0 (no head) books the dequantised down_proj
+    s = TrainSetting(cfg, get_gpu("h200"), T, 2, finetune=FINETUNES["qlora"])
+    r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [0])
+    assert int(r["logits_bytes"][0]) == cfg.d_model * cfg.d_ff * 2 \
+        == TrainingMemory(cfg, Workload(batch=1, seq=T), finetune=FINETUNES["qlora"]).dequant_bytes
+
+
+@pytest.mark.parametrize("stack", sorted(STACKS))
+@pytest.mark.parametrize("model", ["llama-2-7b", "llama-3.2-1b"])
+def test_one_gpu_plan_equals_memory_for_every_stack_loss_kernel(stack, model):
+    """The full loss under every stack's cross-entropy kernel (HF's, Megatron's vocab_parallel,
+    nanotron's sharded, torchtitan's compiled): the planner with the stack and the engine with
+    the same workload, 0 bytes apart in every category, LoRA and full fine-tuning; and the
+    logits category is the kernel's own, not HF's, where the kernel differs."""
+    from txcalc.engine.lm_loss import full_loss_extra, loss_kernel
+    from txcalc.engine.stacks import get_stack
+    cfg = txcalc.load(model)
+    batch, seq = MODELS[model]
+    st = get_stack(stack)
+    for ft in (None, FINETUNES["lora-all-linear"]):
+        s = TrainSetting(cfg, get_gpu("h200"), seq, batch, finetune=ft, attn_impl=st.attn_impl,
+                         softmax_fp32=st.softmax_fp32, fused=st.fused, keeps=st.keeps,
+                         loss_kernel=st.loss_kernel)
+        r = evaluate_layouts(s, [Layout(micro_batch=batch)])
+        w = Workload(batch=batch, seq=seq, attn_impl=st.attn_impl, softmax_fp32=st.softmax_fp32,
+                     fused=st.fused, keeps=st.keeps, loss_kernel=st.loss_kernel)
+        m = TrainingMemory(cfg, w, "bf16-mixed", "adamw", ft)
+        engine = {"weights": m.weights, "gradients": m.gradients,
+                  "optimizer": m.optimizer_total, "activations": m.activations,
+                  "inputs": m.held_inputs_bytes,
+                  "logits": max(m.logits_transient, m.dequant_bytes)}
+        assert {k: int(r[f"{k}_bytes"][0]) for k in CATEGORIES} == engine
+        fwd, bwd = full_loss_extra(loss_kernel(w), batch * seq, cfg.vocab_size, 2)
+        assert engine["logits"] >= max(fwd, bwd) > 0
+        assert m._loss_temp("backward") == bwd
+    hf = max(full_loss_extra("hf", batch * seq, cfg.vocab_size, 2))
+    assert (engine["logits"] < hf) == (loss_kernel(w) != "hf")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--finetune", "freeze", "--trainable", "last:2", "--loss", "full"],
+    ["--finetune", "qlora", "--loss", "chunked", "--recompute", "full"],
+    ["--finetune", "lora", "--loss", "full", "--stack", "megatron"],
+    ["--finetune", "freeze", "--trainable", "last:2", "--stack", "nanotron"],
+], ids=["freeze-full", "qlora-chunked-full", "lora-full-megatron", "freeze-nanotron"])
+def test_plan_train_cli_one_gpu_equals_memory_json(argv, big_gpu):
+    """The CLI paths (``plan train --gpus 1 --zero 0`` and ``memory --json``): the same bytes in
+    every category the two share, the held inputs and the logits gradient included."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+
+    def run(args):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+    recompute = [] if "--recompute" in argv else ["--recompute", "none"]
+    mem = run(["memory", "llama-3.2-1b", "--batch", "2", "--seq", "1024", *argv, *recompute,
+               "--json"])
+    plan = run(["plan", "train", "llama-3.2-1b", "--gpu", "big", "--gpu-file", big_gpu,
+                "--gpus", "1", "--zero", "0", "--micro-batch", "2", "--seq", "1024",
+                "--tokens", "2048", *argv, *recompute, "--json"])
+    best = plan["best"]["memory_bytes"]
+    assert mem["inputs_bytes"] > 4 and mem["logits_bytes"] > 0
+    for k in ("weights", "gradients", "optimizer", "activations", "inputs", "logits"):
+        assert best[k] == mem[f"{k}_bytes"], k
+
+
+def test_held_inputs_split_over_pipeline_stages():
+    """On two pipeline stages stage 0 books the frozen table's ids and leaf once per
+    micro-batch in flight (1F1B: two), the last stage the labels and the loss of one
+    (held.held_inputs' first and last)."""
+    from txcalc.engine.held import held_inputs
+    cfg = txcalc.load("llama-3.2-1b")
+    ft = FINETUNES["lora-all-linear"]
+    s = TrainSetting(cfg, get_gpu("h200"), 1024, 4, finetune=ft, loss="fused-linear")
+    h = held_inputs(cfg, s.ops, s.work(1), 2, True)
+    assert h.ids == 8 * 1024 and h.leaf == 1024 * cfg.d_model * 2 and h.labels == 8 * 1024
+    r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [0])
+    assert int(r["inputs_bytes"][0]) == 2 * h.first
+    r = evaluate_layouts(s, [Layout(pp=2)], stages=lambda pp: [1])
+    assert int(r["inputs_bytes"][0]) == h.last
