@@ -1,7 +1,7 @@
 """Fixtures shared by test modules, and the markers' selection.
 
 Markers (pyproject.toml): ``fuzz`` tests run only when ``-m`` names them (CI runs
-``pytest -m fuzz`` after the default run); ``slow`` tests (over ~2 s each, measured with
+``-m "fuzz or not fuzz"``: everything, the full fuzz included); ``slow`` tests (over ~2 s each, measured with
 ``--durations``) are listed in SLOW below, so that ``pytest -m "not slow"``, the inner loop,
 runs in about two minutes and still runs some tests of every file.
 """

@@ -17,7 +17,9 @@ arguments>``. A test asks ``hf_answers(raw, measurement, compute, **args)``:
 
 The draws must be the same in every run: the tests derandomize them, and this module keeps
 hypothesis from mixing the project's own constants into them (below). An edited test function
-or strategy, or another hypothesis version, draws other configs: re-record then.
+or strategy, another hypothesis version, or a parametrised test moved to another file (its
+pytest node id is part of the draw's seed: hypothesis' pytest plugin keys each parametrisation
+by node id) draws other configs: re-record then.
 
 The answer is ``None`` when HF itself cannot run the config (``compute()`` raises one of the
 ``cannot_run`` exceptions; the tests then reject the draw); that is recorded too.

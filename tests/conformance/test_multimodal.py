@@ -14,7 +14,7 @@ import os
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import txcalc
@@ -249,7 +249,15 @@ def test_image_tokens_equal_hf_image_features(model_type, data):
     side = qwen_grid(v) * v["patch_size"] * v["spatial_merge_size"] \
         if model_type.startswith("qwen") else 0
     model = hf_model(raw, "cpu")
-    assert cfg.image_seq_tokens(1, side) == hf_image_rows(model_type, raw, model) > 0
+    try:
+        rows = hf_image_rows(model_type, raw, model)
+    except TypeError:
+        # HF's own InternVL forward (transformers 5.x) indexes the hidden states with a list
+        # vision_feature_layer and fails: a config HF cannot run, not one txcalc miscounts
+        if isinstance(raw.get("vision_feature_layer"), list):
+            reject()
+        raise
+    assert cfg.image_seq_tokens(1, side) == rows > 0
     assert cfg.image_seq_tokens(3, side) == 3 * cfg.image_seq_tokens(1, side)
 
 
