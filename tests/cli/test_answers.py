@@ -5,7 +5,6 @@ dict in-process, the engine gets a ModelConfig read once, and no answer prints."
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from urllib.parse import urlencode
 
@@ -15,7 +14,6 @@ from typer.testing import CliRunner
 from txcalc import answers
 from txcalc.cli import app
 from txcalc.web import calc
-from txcalc.web.server import make_server
 
 RUNNER = CliRunner()
 
@@ -126,18 +124,7 @@ def test_the_model_is_read_once_and_the_engine_gets_a_modelconfig(monkeypatch):
     assert names == ["llama-3-8b", "llama-3.1-8b"]
 
 
-# --- the page ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
-    srv = make_server("127.0.0.1", 0)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    t.join(5)
-
-
+# --- the page (the server fixture: tests/cli/conftest.py) ----------------------------------------
 FORMS = [
     {"model": "llama-3.1-8b", "seq": "2048", "tokens": "100B", "gpu": "h100"},
     {"model": "gpt2", "task": "finetune", "finetune": "qlora", "seq": "512"},

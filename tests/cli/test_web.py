@@ -44,17 +44,6 @@ def cli_json(argv: list[str]) -> dict:
     return json.loads(out)
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = make_server("127.0.0.1", 0)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    t.join(5)
-
-
 def get(srv, path: str, headers: dict | None = None, data: bytes | None = None):
     """(status, headers, body bytes) of one request to the test server."""
     req = urllib.request.Request(srv.url.rstrip("/") + path, data=data, headers=headers or {})

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -50,19 +49,8 @@ if WHY is not None:
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from txcalc.web.server import make_server  # noqa: E402
-
 
 # --- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
-    srv = make_server("127.0.0.1", 0)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    t.join(5)
 
 
 REQUESTS: list[str] = []  #: every URL the browser asked for, in this module

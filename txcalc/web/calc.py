@@ -190,6 +190,23 @@ _CACHE: OrderedDict[tuple[str, ...], bytes] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
+def _cache_get(key: tuple[str, ...]) -> bytes | None:
+    """A remembered answer (most recently used last), or None."""
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    return None
+
+
+def _cache_put(key: tuple[str, ...], body: bytes) -> None:
+    """Remember an answer, forgetting the least recently used past CACHE_ENTRIES."""
+    with _CACHE_LOCK:
+        _CACHE[key] = body
+        while len(_CACHE) > CACHE_ENTRIES:
+            _CACHE.popitem(last=False)
+
+
 def _env() -> dict[str, str]:
     """The environment of a command: this process's, with this txcalc first on the path (the
     command imports the same package as the server, installed or a source tree)."""
@@ -206,11 +223,8 @@ def run_cli(argv: list[str], cache: bool = False) -> bytes:
     ends otherwise raises RuntimeError. ``cache``: the answer depends on argv alone (a preset,
     an uploaded file named by its hash), so a repeated question is answered from memory."""
     key = tuple(argv)
-    if cache:
-        with _CACHE_LOCK:
-            if key in _CACHE:
-                _CACHE.move_to_end(key)
-                return _CACHE[key]
+    if cache and (hit := _cache_get(key)) is not None:
+        return hit
     with _SLOTS:
         try:
             r = subprocess.run([sys.executable, "-m", "txcalc", *argv, "--json"],
@@ -220,10 +234,7 @@ def run_cli(argv: list[str], cache: bool = False) -> bytes:
             raise RuntimeError(f"{shell_line(argv)} took longer than {COMMAND_TIMEOUT_S} s") from None
     if r.returncode == 0:
         if cache:
-            with _CACHE_LOCK:
-                _CACHE[key] = r.stdout
-                while len(_CACHE) > CACHE_ENTRIES:
-                    _CACHE.popitem(last=False)
+            _cache_put(key, r.stdout)
         return r.stdout
     lines = [ln for ln in r.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
@@ -294,11 +305,8 @@ def answer_bytes(argv: list[str], cache: bool = False) -> bytes:
     uploaded file named by its hash), so a repeated question is answered from memory."""
     from ..answers import json_text
     key = tuple(argv)
-    if cache:
-        with _CACHE_LOCK:
-            if key in _CACHE:
-                _CACHE.move_to_end(key)
-                return _CACHE[key]
+    if cache and (hit := _cache_get(key)) is not None:
+        return hit
     fn, kw = call_of(argv)
     with _SLOTS:
         try:
@@ -308,10 +316,7 @@ def answer_bytes(argv: list[str], cache: bool = False) -> bytes:
         except TxcalcError as e:
             raise CommandFailed(str(e), argv) from None
     if cache:
-        with _CACHE_LOCK:
-            _CACHE[key] = body
-            while len(_CACHE) > CACHE_ENTRIES:
-                _CACHE.popitem(last=False)
+        _cache_put(key, body)
     return body
 
 
