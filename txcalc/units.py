@@ -17,6 +17,7 @@ def cdiv(a: int, b: int) -> int:
 
 
 def pow2_upto(n: int) -> list[int]:
+    """The powers of two from 1 up to n: 1, 2, 4, ... (the planners' degrees)."""
     out, v = [], 1
     while v <= n:
         out.append(v)
@@ -25,6 +26,7 @@ def pow2_upto(n: int) -> list[int]:
 
 
 def divisors(n: int) -> list[int]:
+    """Every divisor of n, ascending (the tensor-parallel degrees a head count allows)."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 

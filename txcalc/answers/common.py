@@ -37,13 +37,6 @@ def load_model(model, head: str | None = None):
     return load(model) if head is None else load(model, head)
 
 
-def stored_weights(model, weights: str | None):
-    """(scheme, MTP layers) of the weights: ``--weights`` when given, else the
-    quantization_config of the config.json ``model`` names (None: the precision's dtype)."""
-    from ..engine.formats import resolve
-    return resolve(model, weights)
-
-
 def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
              recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
     """The workload of flops / memory; ``stack`` (txcalc.engine.stacks) sets the fused kernels

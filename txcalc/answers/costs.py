@@ -3,8 +3,7 @@ component)."""
 
 from __future__ import annotations
 
-from .common import (Answer, cross_rows, image_tokens, load_model, make_finetune,
-                     stored_weights, workload)
+from .common import Answer, cross_rows, image_tokens, load_model, make_finetune, workload
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
@@ -148,7 +147,7 @@ def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
 def _inference(model, cfg, context, concurrency, kv_dtype, precision, weights=None,
                src_seq: int = 0) -> dict:
     from ..engine.accounting import count_params
-    from ..engine.formats import model_checkpoint_bytes
+    from ..engine.formats import model_checkpoint_bytes, resolve
     from ..engine.kvcache import kv_cache_bytes, kv_cache_bytes_per_token
     from ..engine.memory import PRECISIONS, _check
     from ..errors import WorkloadError
@@ -158,7 +157,7 @@ def _inference(model, cfg, context, concurrency, kv_dtype, precision, weights=No
     wbytes = PRECISIONS[_check("precision", precision, PRECISIONS)].weight
     n = count_params(cfg).total
     kv = kv_cache_bytes(cfg, context, concurrency, kv_dtype, src_seq=src_seq)
-    sch, _ = stored_weights(model, weights)
+    sch, _ = resolve(model, weights)
     if sch is not None:  # the stored tensors (quantised weights and scales) stay resident
         stored = model_checkpoint_bytes(cfg, sch)
         return {"model": cfg.name, "precision": precision, "weights": sch.name,

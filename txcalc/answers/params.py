@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import Answer, load_model, stored_weights
+from .common import Answer, load_model
 
 
 def presets() -> Answer:
@@ -24,7 +24,7 @@ def params(model: str, head: str | None = None, weights: str | None = None,
     """Exact parameter counts per component and per layer type, and the checkpoint's bytes;
     for a model_type without a converter, the module walk's rows (``parts["walk"]``)."""
     from ..engine.accounting import count_params
-    from ..engine.formats import model_checkpoint_bytes
+    from ..engine.formats import model_checkpoint_bytes, resolve
     from ..errors import ConfigError
 
     try:
@@ -41,7 +41,7 @@ def params(model: str, head: str | None = None, weights: str | None = None,
         raise ConfigError(f"--hf-class ({hf_class!r:.80}) applies only to a model_type txcalc "
                           f"has no converter for; {cfg.name} has one")
     counts = count_params(cfg)
-    sch, mtp = stored_weights(model, weights)
+    sch, mtp = resolve(model, weights)
     ckpt = model_checkpoint_bytes(cfg, sch, mtp)
     fmt = sch.name if sch is not None else "bf16"
     return Answer(counts.to_json() | {"weights": fmt, "checkpoint_bytes": ckpt},
