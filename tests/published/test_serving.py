@@ -116,7 +116,7 @@ def test_kv_blocks_llama2_70b_tp4_a100_pr2031():
     txcalc's 1 GiB). Assumed: the four GPUs sit on an NVSwitch baseboard (the PR does not say).
     Default engine (V1 rule, no held inputs): +51 %."""
     from txcalc.parallel.overheads import Overheads
-    from txcalc.serve.kv import vllm_nccl_bytes
+    from txcalc.serve.nccl import vllm_nccl_bytes
     c = kv_capacity(load("llama-2-70b"), "a100-80gb", tp=4, max_model_len=4096, engine="vllm-0.2")
     assert vllm_nccl_bytes("vllm-0.2", "a100-80gb", 4, 1) == 2 * 832 * 2**20
     assert c.non_torch_bytes == Overheads().cuda_context_bytes + 2 * 832 * 2**20
@@ -197,7 +197,7 @@ def test_engine_rules_differ_where_the_releases_did(tmp_path):
     assert old.held_allreduce_bytes == (row + 1) * 4096 * 8192 * 2 and new.held_allreduce_bytes == 0
     assert new.activation_peak_bytes == 4096 * (5 * 8192 + 28672 // 4) * 2
     assert old.activation_peak_bytes == 4096 * (3 * 8192 + 3 * 28672 // 4) * 2
-    from txcalc.serve.kv import vllm_nccl_bytes
+    from txcalc.serve.nccl import vllm_nccl_bytes
     extra = new.non_torch_bytes - old.non_torch_bytes
     assert extra == vllm_nccl_bytes("vllm-0.6.5", "a100-80gb", 4, 1) \
         - vllm_nccl_bytes("vllm-0.2", "a100-80gb", 4, 1) > 0

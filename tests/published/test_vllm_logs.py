@@ -14,7 +14,7 @@ Every other row is a test row. The other constants are vLLM's defaults (utilisat
 size 16, max_num_seqs 256, the profiled step), the planner's framework terms (``Overheads``:
 1 GiB CUDA context + workspaces, 0.5 GiB NCCL buffers when TP x PP > 1) for engines vllm-0.2 and
 vllm-0.6.5, whose NCCL term on NVSwitch GPUs is instead read from NCCL's and vLLM's code
-(``serving.vllm_nccl_bytes``; no calibration row: NVIDIA/nccl issues #964, #1685 and #2363 are
+(``serve.nccl.vllm_nccl_bytes``; no calibration row: NVIDIA/nccl issues #964, #1685 and #2363 are
 checks of it, test_nccl_communicator_bytes_match_issue964 and
 test_nccl_buffer_sizes_match_nccl_logs), ``CUDA_VISIBLE_FRACTION`` and, for engine "vllm-0.6" only,
 ``V064_CUDA_CONTEXT_BYTES`` (400 MiB, a PyTorch maintainer's figure for a lazily loaded CUDA
@@ -345,7 +345,7 @@ def test_kv_blocks_llama3_8b_h100_tp2_v065_pr10511():
     Weights 7.483 GiB (logged 7.48) and the activation peak 1.224 GiB (logged 1.26, V0's sampler
     sort: test_v065_activation_peak_is_the_v0_sampler_sort_pr10511) are as at TP 1. The non-torch
     memory is 1.79 GiB more than the TP 1 line (1.79 GiB); 1.40 GiB of it are the communicators'
-    own buffers, ``serving.vllm_nccl_bytes``, read from the code and sized by no log here:
+    own buffers, ``serve.nccl.vllm_nccl_bytes``, read from the code and sized by no log here:
     - What v0.6.5 counts: ``init_device`` takes ``init_gpu_memory`` right after ``set_device``
       and *before* ``init_worker_distributed_environment`` (vllm/worker/worker.py of v0.6.5,
       lines 125-150), and ``memory_profiling`` (vllm/utils.py, line 1736) charges as non-torch
@@ -371,7 +371,7 @@ def test_kv_blocks_llama3_8b_h100_tp2_v065_pr10511():
       v0.6.5's TP 1 figure exceeds the planner's 1 GiB context term (the TP 1 row,
       tests/published/test_serving.py, +1.5 %)."""
     from txcalc.parallel.overheads import Overheads
-    from txcalc.serve.kv import vllm_nccl_bytes
+    from txcalc.serve.nccl import vllm_nccl_bytes
     kv = int(71.29 * GiB) - int(7.48 * GiB) - int(3.58 * GiB) - int(1.26 * GiB)
     c = kv_capacity(load("llama-3-8b"), "h100", tp=2, max_model_len=8192, engine="vllm-0.6.5")
     assert c.block_bytes == 2**20
@@ -393,14 +393,14 @@ NCCL_ISSUE964 = [(2, 544), (3, 688), (4, 688)]
 
 @pytest.mark.parametrize("ranks,mib", NCCL_ISSUE964)
 def test_nccl_communicator_bytes_match_issue964(ranks, mib):
-    """The communicator term (``serving.nccl_communicator_bytes``, NCCL's code: 24 coll channels
+    """The communicator term (``serve.nccl.nccl_communicator_bytes``, NCCL's code: 24 coll channels
     on an NVSwitch A100, P2P read, one 6 MiB receive and one 6 MiB send connection per channel,
     one more receive on a chain's first rank past 2 ranks, and the 256 MiB NET shared P2P buffer)
     against a measurement it was not taken from: NVIDIA/nccl issue #964, rank 0 of groups of 2,
     3 and 4 A100s. The middle ranks of a 4-rank group hold one more send per channel (832 MiB),
     which the 4-GPU rows (vllm-0.2, tests/published/test_serving.py) take, as vLLM keeps the smallest
     worker's blocks."""
-    from txcalc.serve.kv import nccl_communicator_bytes
+    from txcalc.serve.nccl import nccl_communicator_bytes
     assert nccl_communicator_bytes("a100-80gb", ranks, 0) == mib * 2**20
     assert nccl_communicator_bytes("a100-80gb", 4, 1) == 832 * 2**20
     assert nccl_communicator_bytes("l40s", ranks, 0) is None  # PCIe: not derived
@@ -415,7 +415,7 @@ def test_nccl_buffer_sizes_match_nccl_logs():
     buffer at NCCL 2.28's 64 p2p channels x NCCL_SHARED_STEPS x 512 KiB. Outside the table of
     NVSwitch GPUs, at PP > 1 and for NVLS (sm90 above 2 GPUs) the planner's Overheads stay."""
     from txcalc.parallel.overheads import Overheads
-    from txcalc.serve.kv import (NCCL_P2P_NVL_CHUNK_BYTES, NCCL_SHARED_STEPS, nccl_connection_bytes,
+    from txcalc.serve.nccl import (NCCL_P2P_NVL_CHUNK_BYTES, NCCL_SHARED_STEPS, nccl_connection_bytes,
                                  vllm_nccl_bytes)
     assert nccl_connection_bytes(read=False) == (10485760, 2097152)
     assert nccl_connection_bytes(read=True) == (6 * 2**20, 6 * 2**20)
