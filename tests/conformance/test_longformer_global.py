@@ -37,7 +37,8 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
 from ..hf_models import dropout_saved_bytes, numel, saved_by_block
-from tests.conformance.test_encoders import _copy_longformer_weights, hf_model, longformer
+from .strategies.encoders import longformer
+from tests.conformance.test_encoders import _copy_longformer_weights, hf_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
