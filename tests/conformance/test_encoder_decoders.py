@@ -23,7 +23,7 @@ from txcalc.errors import ConfigError
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from ..hf_models import dropout_saved_bytes, numel
+from ..hf_models import dropout_saved_bytes, numel, step_flops
 from ..hf_record import hf_answers  # noqa: F401 (a fixture)
 from .strategies.encoder_decoders import STRATEGIES, bart_like, whisper
 
@@ -54,7 +54,6 @@ def hf_model(raw: dict):
 
 
 def train_step_flops(raw: dict, batch: int, seq: int, src: int) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
     model = hf_model(raw)
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     src_ids = torch.zeros(batch, src, dtype=torch.long, device="meta")
@@ -62,9 +61,7 @@ def train_step_flops(raw: dict, batch: int, seq: int, src: int) -> int:
     if raw["model_type"] == "whisper":  # log-mel frames, two per encoder position
         inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
                                                 device="meta")}
-    with FlopCounterMode(display=False) as counter:
-        model(**inputs, labels=ids).loss.backward()
-    return counter.get_total_flops()
+    return step_flops(lambda: model(**inputs, labels=ids).loss)
 
 
 @pytest.mark.live

@@ -23,7 +23,7 @@ from txcalc.errors import ConfigError
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from ..hf_models import dropout_saved_bytes, numel, saved_by_block
+from ..hf_models import dropout_saved_bytes, numel, saved_by_block, step_flops
 from ..hf_record import hf_answers  # noqa: F401 (a fixture)
 from .strategies.encoders import STRATEGIES, electra, longformer, modernbert, nomic_bert
 
@@ -60,23 +60,21 @@ def hf_model(raw: dict, head: str, device: str = "meta"):
 
 
 def train_step_flops(raw: dict, head: str, batch: int, seq: int) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
     device = "cpu" if raw["model_type"] in ON_CPU else "meta"
     model = hf_model(raw, head, device)
     ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
-    with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+
+    def loss():
         if head == "none":
             out = model(input_ids=ids)
             loss = out.last_hidden_state.float().sum()
             if getattr(out, "pooler_output", None) is not None:
                 loss = loss + out.pooler_output.float().sum()
-        else:
-            labels = torch.zeros(batch, dtype=torch.long, device=device) \
-                if head == "seq_cls" else ids.float() if head == "discriminator" else ids
-            loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-    return counter.get_total_flops()
+            return loss
+        labels = torch.zeros(batch, dtype=torch.long, device=device) \
+            if head == "seq_cls" else ids.float() if head == "discriminator" else ids
+        return model(input_ids=ids, labels=labels).loss
+    return step_flops(loss)
 
 
 def hf_numel(hf_answers, raw: dict, head: str) -> int:

@@ -29,7 +29,7 @@ from txcalc.errors import ConfigError
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from ..hf_models import hf_config, numel, torch, transformers
+from ..hf_models import hf_config, numel, step_flops, torch, transformers
 from ..hf_record import hf_answers  # noqa: F401 (a fixture)
 from .strategies.other_types import MOE, MORE_TYPES, STRATEGIES, VL
 from tests.conformance.test_hf_drawn_configs import hf_windows
@@ -80,16 +80,11 @@ def expected_active(raw: dict, model) -> int:
 
 
 def train_step_flops(raw: dict, batch: int, seq: int) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
     # DBRX's experts loop over the experts hit (``nonzero``, not on meta): tiny real tensors
     device = "cpu" if raw["model_type"] == "dbrx" else "meta"
     model = hf_model(raw, device)
     ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
-    with FlopCounterMode(display=False) as counter:
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-    return counter.get_total_flops()
+    return step_flops(lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def test_every_new_converter_has_a_strategy():

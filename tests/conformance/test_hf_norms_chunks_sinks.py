@@ -28,7 +28,7 @@ from txcalc.engine.components import model_ops
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from ..hf_models import hf_config, numel, recorded_numel, recorded_train_step_flops
+from ..hf_models import hf_config, numel, recorded_numel, recorded_train_step_flops, step_flops
 from ..hf_record import hf_answers  # noqa: F401 (a fixture)
 from .strategies.norms_chunks_sinks import STRATEGIES, gemma2_softcapped
 from tests.conformance.test_hf_drawn_configs import SETTINGS
@@ -125,13 +125,9 @@ def test_params_and_layout_equal_what_hf_builds(model_type, data, hf_answers):
 
 
 def hf_train_step_flops(raw: dict, batch: int, seq: int) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
     model = language_model(build(raw), raw["model_type"])
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    with FlopCounterMode(display=False) as counter:
-        model(input_ids=ids, labels=ids).loss.backward()
-    return counter.get_total_flops()
+    return step_flops(lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def routed_expert_flops(cfg, work) -> int:

@@ -26,7 +26,7 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.engine.kvcache import kv_cache_bytes
 from txcalc.engine.workload import Workload
 
-from ..hf_models import hf_config, numel
+from ..hf_models import hf_config, numel, step_flops
 from ..hf_record import hf_answers  # noqa: F401 (a fixture)
 from ..ref_configs import assert_reference_equals_engine
 from .strategies.hybrids import HYBRID_STRATEGIES
@@ -57,18 +57,19 @@ def hf_causal_lm(raw: dict, device: str = "meta"):
         return transformers.AutoModelForCausalLM.from_config(cfg)
 
 
+#: torch's FLOPs of a grouped (depthwise) conv's backward, corrected (see the test below)
+CONV_BACKWARD = {torch.ops.aten.convolution_backward: conv_backward_by_groups}
+
+
 def counter(corrected: bool = True):
     from torch.utils.flop_counter import FlopCounterMode
-    mapping = {torch.ops.aten.convolution_backward: conv_backward_by_groups} if corrected else {}
-    return FlopCounterMode(display=False, custom_mapping=mapping)
+    return FlopCounterMode(display=False, custom_mapping=CONV_BACKWARD if corrected else {})
 
 
 def hf_train_step_flops(raw: dict, batch: int, seq: int) -> int:
     model = hf_causal_lm(raw)
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    with counter() as c:
-        model(input_ids=ids, labels=ids).loss.backward()
-    return c.get_total_flops()
+    return step_flops(lambda: model(input_ids=ids, labels=ids).loss, CONV_BACKWARD)
 
 
 def hf_numel(hf_answers, raw: dict) -> int:
