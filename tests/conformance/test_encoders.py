@@ -1,11 +1,11 @@
 """Encoders of issue 13 against Hugging Face: every head, drawn configs, meta device.
 
-For each encoder model_type a hypothesis strategy draws a tiny config.json and a head (base
-model, masked LM, sequence or token classification). txcalc's parameter count must equal the
-numel of the HF class a user would load for that head (``AutoModel``,
+For each encoder model_type a hypothesis strategy (strategies/encoders.py) draws a tiny config.json
+and a head (base model, masked LM, sequence or token classification). txcalc's parameter count must
+equal the numel of the HF class a user would load for that head (``AutoModel``,
 ``AutoModelForMaskedLM``, ``AutoModelForSequenceClassification``,
-``AutoModelForTokenClassification``) built on the meta device, and the FLOPs of one training
-step (forward, loss, backward) must equal torch's FlopCounterMode on that model.
+``AutoModelForTokenClassification``) built on the meta device, and the FLOPs of one training step
+(forward, loss, backward) must equal torch's FlopCounterMode on that model.
 """
 
 from __future__ import annotations

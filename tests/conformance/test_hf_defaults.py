@@ -2,9 +2,9 @@
 and the same config written as the Hub stores it (``to_diff_dict()``: only the fields that
 differ from the class defaults) import to the same ModelConfig, for every supported model type.
 
-The configs come from the per-type strategies of the HF parity tests
-(tests/conformance/strategies/); each is first built by
-the HF configuration class, which fills in its defaults, and then written both ways.
+The configs come from the per-type strategies of the HF parity tests (REGISTRY in
+tests/conformance/strategies/); each is first built by the HF configuration class, which fills
+in its defaults, and then written both ways.
 """
 
 from __future__ import annotations

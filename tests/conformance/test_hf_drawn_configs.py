@@ -1,12 +1,13 @@
 """Random tiny HF config.json dicts, one strategy per model_type: txcalc must count what HF builds.
 
-For every model_type that ``txcalc.model.hf`` converts, a hypothesis strategy draws a small config.json
-(hidden 8..64, 1..4 layers, vocab 16..300) and randomises every field that changes the parameter
-structure of the HF model (biases, tying, GQA, head_dim, MoE layout, MLA ranks, norm layout...).
-Optional fields are left out about half the time so that the defaults of the HF configuration
-class are exercised too, and fields that a type ignores (``mlp_bias`` on Mistral, ...) are drawn
-as well: txcalc must ignore them where HF does. Aliases from a class's ``attribute_map``
-(``n_embd``/``hidden_size`` for GPT-2, ``num_experts`` for Mixtral) are drawn both ways.
+For every model_type that ``txcalc.model.hf`` converts, a hypothesis strategy (this file's in
+strategies/decoders.py, the others' in strategies/) draws a small config.json (hidden 8..64, 1..4
+layers, vocab 16..300) and randomises every field that changes the parameter structure of the HF
+model (biases, tying, GQA, head_dim, MoE layout, MLA ranks, norm layout...). Optional fields are
+left out about half the time so that the defaults of the HF configuration class are exercised too,
+and fields that a type ignores (``mlp_bias`` on Mistral, ...) are drawn as well: txcalc must ignore
+them where HF does. Aliases from a class's ``attribute_map`` (``n_embd``/``hidden_size`` for GPT-2,
+``num_experts`` for Mixtral) are drawn both ways.
 
 The reference is the HF model built on the meta device (tests/hf_models.py): the sum of numel
 over its parameters, tied weights once. For MoE types the active count is derived from the HF

@@ -1,9 +1,9 @@
 """The model types added after the first 24: drawn config.json dicts -> txcalc equals HF.
 
-For each type a hypothesis strategy draws a tiny config.json from the fields of its HF config
-class (sizes, heads, KV heads, head_dim, biases, tying, experts, windows, layer patterns), the
-optional ones left out about half the time so that the class defaults are exercised. The
-reference is the HF model itself, built on the meta device (tests/hf_models.py):
+For each type a hypothesis strategy (strategies/other_types.py) draws a tiny config.json from the
+fields of its HF config class (sizes, heads, KV heads, head_dim, biases, tying, experts, windows,
+layer patterns), the optional ones left out about half the time so that the class defaults are
+exercised. The reference is the HF model itself, built on the meta device (tests/hf_models.py):
 
 - parameters: ``sum(numel)`` over the HF model (tied weights once); for a vision-language
   config the language model only (every parameter outside ``model.visual``), which is what

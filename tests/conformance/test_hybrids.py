@@ -1,7 +1,8 @@
 """State-space and hybrid models (issue 12): Mamba, Mamba-2 and the hybrids, against HF.
 
-For each model_type a hypothesis strategy draws a tiny config.json (fields left out half the
-time, so the HF class defaults are exercised). References, all independent of txcalc:
+For each model_type a hypothesis strategy (strategies/hybrids.py) draws a tiny config.json (fields
+left out half the time, so the HF class defaults are exercised). References, all independent of
+txcalc:
 
 - parameters: the HF model built on the meta device, sum of numel;
 - FLOPs of one training step: FlopCounterMode on that model (HF's torch paths: Mamba's

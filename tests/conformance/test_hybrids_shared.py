@@ -1,8 +1,9 @@
 """Zamba, Zamba2 (Mamba layers with shared attention blocks) and RecurrentGemma (Griffin's RG-LRU
 with local attention) against HF, and the attention dropout of every hybrid (issue 12).
 
-For each model_type a hypothesis strategy draws a tiny config.json (fields left out half the
-time, so the HF class defaults are exercised). References, all independent of txcalc:
+For each model_type a hypothesis strategy (strategies/hybrids_shared.py) draws a tiny config.json
+(fields left out half the time, so the HF class defaults are exercised). References, all
+independent of txcalc:
 
 - parameters: the HF model on the meta device, sum of numel (a shared block's weights, tied
   across its uses, once);
