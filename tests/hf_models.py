@@ -55,23 +55,33 @@ def numel(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def train_step_flops(raw: dict, batch: int, seq: int, src_seq: int | None = None) -> int:
-    """torch's FlopCounterMode total for forward + loss + backward of the HF model on meta."""
+def step_flops(loss, custom_mapping: dict | None = None) -> int:
+    """torch's FlopCounterMode total of one training step: ``loss()`` (the forward and its
+    loss) and the backward from that loss, HF's warnings muted. ``custom_mapping``: FLOP
+    formulas that replace torch's for some ops (FlopCounterMode's own argument)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    with FlopCounterMode(display=False, custom_mapping=custom_mapping) as counter, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss().backward()
+    return counter.get_total_flops()
+
+
+def train_step_flops(raw: dict, batch: int, seq: int, src_seq: int | None = None) -> int:
+    """torch's FlopCounterMode total for forward + loss + backward of the HF model on meta."""
     model = hf_model(raw)
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    with FlopCounterMode(display=False) as counter:
+
+    def loss():
         if raw["model_type"] in SEQ2SEQ:
             src = torch.zeros(batch, src_seq or seq, dtype=torch.long, device="meta")
-            loss = model(input_ids=src, labels=ids).loss
-        elif raw["model_type"] in ENCODERS:
+            return model(input_ids=src, labels=ids).loss
+        if raw["model_type"] in ENCODERS:
             out = model(input_ids=ids)
-            loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
-        else:
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-    return counter.get_total_flops()
+            return out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+        return model(input_ids=ids, labels=ids).loss
+    return step_flops(loss)
 
 
 def dropout_saved_bytes(model, forward) -> int:

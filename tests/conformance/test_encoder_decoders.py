@@ -23,8 +23,9 @@ from txcalc.errors import ConfigError
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from ..hf_models import dropout_saved_bytes, numel
+from ..hf_models import dropout_saved_bytes, numel, step_flops
 from ..hf_record import hf_answers  # noqa: F401 (a fixture)
+from .strategies.encoder_decoders import STRATEGIES, bart_like, whisper
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -35,59 +36,6 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=list(HealthCheck))
 
 
-def maybe(draw, raw: dict, key: str, strategy) -> None:
-    if draw(st.booleans()):
-        raw[key] = draw(strategy)
-
-
-@st.composite
-def bart_like(draw, model_type: str) -> dict:
-    d = draw(st.sampled_from([8, 12, 16, 24, 32]))
-    heads = [h for h in range(1, 9) if d % h == 0]
-    raw = {"model_type": model_type, "d_model": d, "vocab_size": draw(st.integers(16, 200)),
-           "encoder_layers": draw(st.integers(1, 3)), "decoder_layers": draw(st.integers(1, 3)),
-           "encoder_attention_heads": draw(st.sampled_from(heads)),
-           "decoder_attention_heads": draw(st.sampled_from(heads)),
-           "encoder_ffn_dim": draw(st.integers(4, 48)), "decoder_ffn_dim": draw(st.integers(4, 48)),
-           "max_position_embeddings": draw(st.integers(32, 100)), "pad_token_id": 1,
-           "decoder_start_token_id": 0,
-           # M2M-100 skips each layer with probability 0.05 by default while training (a
-           # random FLOP count): txcalc counts every layer, the reference runs every layer
-           "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0}
-    maybe(draw, raw, "activation_function", st.sampled_from(["gelu", "relu"]))
-    maybe(draw, raw, "scale_embedding", st.booleans())
-    if model_type == "bart":  # mBART fields that BART's classes ignore
-        maybe(draw, raw, "normalize_before", st.booleans())
-        maybe(draw, raw, "add_final_layer_norm", st.booleans())
-    return raw
-
-
-@st.composite
-def mt5(draw, model_type: str) -> dict:
-    d = draw(st.sampled_from([8, 12, 16, 32]))
-    raw = {"model_type": model_type, "d_model": d, "num_heads": draw(st.integers(1, 4)),
-           "d_kv": draw(st.integers(2, 8)), "num_layers": draw(st.integers(1, 3)),
-           "vocab_size": draw(st.integers(16, 200)), "d_ff": draw(st.integers(4, 48)),
-           "decoder_start_token_id": 0}
-    maybe(draw, raw, "num_decoder_layers", st.integers(1, 3))
-    maybe(draw, raw, "feed_forward_proj", st.sampled_from(["relu", "gated-gelu", "gated-silu"]))
-    # under 4 buckets UMT5's bucketing divides by zero in HF's forward (math.log(x / 0))
-    maybe(draw, raw, "relative_attention_num_buckets", st.integers(4, 40))
-    return raw
-
-
-@st.composite
-def whisper(draw) -> dict:
-    raw = draw(bart_like("whisper"))
-    raw.pop("max_position_embeddings")
-    raw.update(num_mel_bins=draw(st.integers(1, 12)), bos_token_id=0, eos_token_id=2,
-               max_source_positions=draw(st.integers(2, 12)),
-               max_target_positions=draw(st.integers(24, 64)))
-    return raw
-
-
-STRATEGIES = {t: bart_like(t) for t in ("bart", "mbart", "marian", "pegasus", "m2m_100")} | {
-    "mt5": mt5("mt5"), "umt5": mt5("umt5"), "whisper": whisper()}
 #: no reference-model build yet (params and FLOPs are checked against HF here)
 NO_REFERENCE: set[str] = set()
 
@@ -106,7 +54,6 @@ def hf_model(raw: dict):
 
 
 def train_step_flops(raw: dict, batch: int, seq: int, src: int) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
     model = hf_model(raw)
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     src_ids = torch.zeros(batch, src, dtype=torch.long, device="meta")
@@ -114,9 +61,7 @@ def train_step_flops(raw: dict, batch: int, seq: int, src: int) -> int:
     if raw["model_type"] == "whisper":  # log-mel frames, two per encoder position
         inputs = {"input_features": torch.zeros(batch, raw["num_mel_bins"], 2 * src,
                                                 device="meta")}
-    with FlopCounterMode(display=False) as counter:
-        model(**inputs, labels=ids).loss.backward()
-    return counter.get_total_flops()
+    return step_flops(lambda: model(**inputs, labels=ids).loss)
 
 
 @pytest.mark.live

@@ -2,8 +2,9 @@
 and the same config written as the Hub stores it (``to_diff_dict()``: only the fields that
 differ from the class defaults) import to the same ModelConfig, for every supported model type.
 
-The configs come from the per-type strategies of the HF parity tests; each is first built by
-the HF configuration class, which fills in its defaults, and then written both ways.
+The configs come from the per-type strategies of the HF parity tests (REGISTRY in
+tests/conformance/strategies/); each is first built by the HF configuration class, which fills
+in its defaults, and then written both ways.
 """
 
 from __future__ import annotations
@@ -19,23 +20,8 @@ from txcalc.errors import ConfigError
 from txcalc.model.hf import CONVERTERS, from_hf_dict
 
 from ..hf_models import hf_config
-from tests.conformance.test_hf_drawn_configs import STRATEGIES as FIRST
-from tests.conformance.test_hf_drawn_configs_other_types import STRATEGIES as MORE
-from tests.conformance.test_hybrids import HYBRID_STRATEGIES as HYBRIDS
-from tests.conformance.test_hybrids_shared import STRATEGIES as SHARED_HYBRIDS
-from tests.conformance.test_hf_norms_chunks_sinks import STRATEGIES as NEW_STRUCTURES
-from tests.conformance.test_encoders import STRATEGIES as ENCODERS
-from tests.conformance.test_encoders import longformer
-from tests.conformance.test_encoder_decoders import STRATEGIES as SEQ2SEQ
-from tests.conformance.test_linear_attention import MULTIMODAL as LINEAR_MULTIMODAL
-from tests.conformance.test_linear_attention import STRATEGIES as LINEAR
-from tests.conformance.test_multimodal import STRATEGIES as MULTIMODAL  # the types above keep their own
-from tests.conformance.test_mllama import STRATEGIES as MLLAMA
-from tests.conformance.test_gemma3n import STRATEGIES as GEMMA3N
+from .strategies import REGISTRY as STRATEGIES
 
-STRATEGIES = {**MULTIMODAL, **FIRST, **MORE, **HYBRIDS, **NEW_STRUCTURES, **ENCODERS,
-              **SEQ2SEQ, **LINEAR, **LINEAR_MULTIMODAL, **SHARED_HYBRIDS, **MLLAMA, **GEMMA3N}
-STRATEGIES["longformer"] = longformer()  # tested apart in test_encoders (CPU, its own heads)
 EXAMPLES = max(3, int(os.environ.get("TXCALC_HF_EXAMPLES", "50")) // 5)
 
 

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from txcalc.errors import WorkloadError
 from txcalc.model.hf import from_hf_dict
 
-from tests.conformance.test_multimodal import hf_model, llava, qwen_vl
+from .strategies.multimodal import llava, qwen_vl
+from tests.conformance.test_multimodal import hf_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -20,7 +20,8 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.model.presets import PRESETS
 
 from ..hf_models import hf_model, numel
-from tests.conformance.test_encoders import SETTINGS, modernbert
+from .strategies.encoders import modernbert
+from tests.conformance.test_encoders import SETTINGS
 
 
 def hf_blocks(raw: dict) -> tuple[Counter, int, int]:

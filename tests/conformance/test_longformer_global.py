@@ -36,8 +36,9 @@ from txcalc.errors import WorkloadError
 from txcalc.model.hf import from_hf_dict
 from txcalc.engine.workload import Workload
 
-from ..hf_models import dropout_saved_bytes, numel, saved_by_block
-from tests.conformance.test_encoders import _copy_longformer_weights, hf_model, longformer
+from ..hf_models import dropout_saved_bytes, numel, saved_by_block, step_flops
+from .strategies.encoders import longformer
+from tests.conformance.test_encoders import _copy_longformer_weights, hf_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -61,21 +62,18 @@ def _global_mask(batch: int, seq: int, g: int):
 
 def _hf_train_step_flops(raw: dict, head: str, batch: int, seq: int, g: int) -> int:
     """FlopCounterMode over forward, loss and backward of the HF class on CPU."""
-    from torch.utils.flop_counter import FlopCounterMode
     model = hf_model(raw, head, "cpu")
     ids = torch.randint(2, raw["vocab_size"], (batch, seq))
     kw = {"global_attention_mask": _global_mask(batch, seq, g)}
-    with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+
+    def loss():
         if head == "none":
             out = model(input_ids=ids, **kw)
-            loss = out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
-        else:
-            labels = torch.zeros(batch, dtype=torch.long) if head == "seq_cls" else \
-                torch.zeros_like(ids) if head == "token_cls" else ids
-            loss = model(input_ids=ids, labels=labels, **kw).loss
-        loss.backward()
-    return counter.get_total_flops()
+            return out.last_hidden_state.float().sum() + out.pooler_output.float().sum()
+        labels = torch.zeros(batch, dtype=torch.long) if head == "seq_cls" else \
+            torch.zeros_like(ids) if head == "token_cls" else ids
+        return model(input_ids=ids, labels=labels, **kw).loss
+    return step_flops(loss)
 
 
 @FEW

@@ -16,7 +16,7 @@ from txcalc.model.hf import from_hf_dict
 from txcalc.model.presets import PRESETS
 
 from ..ref_configs import configs
-from tests.conformance.test_hf_defaults import STRATEGIES
+from .strategies import REGISTRY as STRATEGIES
 
 
 def both(cfg) -> tuple[tuple[int, int], tuple[int, int]]:
