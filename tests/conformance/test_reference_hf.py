@@ -5,7 +5,8 @@ within a layer (forward: attention, cross-attention, MLP/MoE).
 FlopCounterMode attributes forward FLOPs to the module that runs them exactly; backward FLOPs
 land on modules loosely (HF's self_attn collects lower layers' backward), so backward is
 compared as a total. Rows that are exact: every per-layer and per-component forward row, and
-the forward and backward totals.
+the forward and backward totals. HF's numbers come from the recording of the installed
+transformers version (``hf_answers``; ``-m live`` builds the HF models again).
 """
 
 import json
@@ -18,6 +19,7 @@ import pytest
 import txcalc
 
 from ..hf_models import ENCODERS, SEQ2SEQ, SPEECH, hf_model, numel, torch
+from ..hf_record import hf_answers  # noqa: F401 (a fixture)
 
 from reference.measure import (conv_backward_by_groups, exclusive_flops,  # noqa: E402
                                flops_by_module, make_inputs)
@@ -92,8 +94,9 @@ def hf_flops(raw: dict, src_seq: int = SRC):
             fwd.get_total_flops(), bwd.get_total_flops())
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("name", PRESETS)
-def test_reference_params_and_flops_equal_hf_on_meta(name):
+def test_reference_params_and_flops_equal_hf_on_meta(name, hf_answers):
     raw = json.loads((DATA / f"{name}.json").read_text())
     cfg = txcalc.load(name)
     if cfg.rel_span:  # HF's DeBERTa cannot run on meta (.item()); checked on tiny CPU
@@ -104,7 +107,9 @@ def test_reference_params_and_flops_equal_hf_on_meta(name):
     if cfg.audio_mels:  # HF's Whisper takes exactly max_source_positions encoder frames
         src = cfg.encoder_max_position
     ref_per_module, ref_fwd, ref_bwd = flops_by_module(ref, make_inputs(ref, BATCH, SEQ, src))
-    hf_n, hf_per_module, hf_fwd, hf_bwd = hf_flops(raw, src)
+    # HF's side is recorded per transformers version (tests/hf_record.py): -m live rebuilds it
+    hf_n, hf_per_module, hf_fwd, hf_bwd = hf_answers(raw, "reference_hf.flops",
+                                                     lambda: hf_flops(raw, src), src=src)
     if raw["model_type"] in ("t5", "mt5", "umt5") and raw.get("tie_word_embeddings") is False:
         hf_n += cfg.vocab_size * cfg.d_model  # the lm_head transformers 5 drops (hf_import)
     assert sum(p.numel() for p in ref.parameters()) == hf_n
