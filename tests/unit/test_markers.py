@@ -1,12 +1,14 @@
-"""The markers' bookkeeping (tests/conftest.py): the slow list names real tests and leaves
-every file some tests for the inner loop, ``pytest -m "not slow"``."""
+"""The markers' bookkeeping (tests/conftest.py, tests/timing.py): the measured CPU seconds name
+real tests, the slow selection leaves every file a test for the inner loop, ``pytest -m "not
+slow"``, and the opt-in markers are registered."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import OPT_IN, SLOW
+from tests import timing
+from tests.conftest import OPT_IN
 
 TESTS = Path(__file__).parents[1]
 
@@ -17,14 +19,24 @@ def _test_functions(path: Path) -> set[str]:
             if isinstance(n, ast.FunctionDef) and n.name.startswith("test")}
 
 
-@pytest.mark.parametrize("name", sorted(SLOW))
-def test_the_slow_list_names_real_tests_and_leaves_some_per_file(name):
-    path, = TESTS.rglob(name)  # one file of that name under tests/
-    defined = _test_functions(path)
-    functions = {n.split("[")[0] for n in SLOW[name]}
-    assert functions <= defined, f"{name}: no such tests: {functions - defined}"
-    whole = {n for n in SLOW[name] if "[" not in n}
-    assert defined - whole, f"{name}: every test is slow; keep one for the inner loop"
+def test_the_measured_seconds_name_real_tests():
+    """Every node id of tests/data/test_seconds.json is a test function of a file that exists
+    (a stale id would mark nothing; re-measure after renaming tests)."""
+    missing = []
+    for nodeid in timing.load():
+        path, name = nodeid.split("::")[:2]
+        file = TESTS.parent / path
+        if not file.exists() or name.split("[")[0] not in _test_functions(file):
+            missing.append(nodeid)
+    assert not missing, f"{len(missing)} stale ids, e.g. {missing[:3]}"
+
+
+def test_slow_selection_keeps_each_files_cheapest_test():
+    ids = ["tests/a.py::t1", "tests/a.py::t2", "tests/b.py::u1[x]", "tests/b.py::u1[y]",
+           "tests/c.py::v"]
+    seconds = {"tests/a.py::t1": 5.0, "tests/a.py::t2": 0.2, "tests/b.py::u1[x]": 9.0,
+               "tests/b.py::u1[y]": 3.0}
+    assert timing.slow_ids(ids, seconds) == {"tests/a.py::t1", "tests/b.py::u1[x]"}
 
 
 def test_the_opt_in_markers_are_registered():
