@@ -48,7 +48,7 @@ from ..errors import PlanError, WorkloadError
 from ..engine.hardware import Gpu, get_gpu, memory_words
 from ..engine.memory import OPTIMIZERS, PRECISIONS, _check
 from ..parallel.overheads import Overheads, check_plan_args
-from .setting import TrainSetting, shard_groups
+from .setting import TrainSetting, shard_groups, with_batch
 from .evaluate import build_tables, evaluate, evaluate_layouts
 from ..parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
                                joint_rules)
@@ -91,6 +91,15 @@ class TrainRow:
     #: measured / predicted step time the answer may be off by (timing.TIME_RATIO_BAND: the
     #: 10th-90th percentile over the published test runs); (1, 1) for a given throughput
     band: tuple[float, float] = (1.0, 1.0)
+    #: the row's global batch in sequences (the batch search gives each row its own)
+    global_batch: int = 0
+    #: seconds of the step the pipeline's fill and drain leave idle: (pp - 1) / v micro-batches
+    bubble_s: float = 0.0
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step: batch / (dp x micro-batch)."""
+        return self.global_batch // (self.layout.dp * self.layout.micro_batch)
 
     def _low_high(self, value: float | None, inverse: bool = False):
         if value is None:
@@ -133,7 +142,8 @@ class TrainRow:
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
                                            "tokens_per_s", "days", "gpu_hours", "cost",
-                                           "bubble_fraction", "host_bytes")}
+                                           "bubble_fraction", "host_bytes", "global_batch",
+                                           "bubble_s")}
         d.update(self.bands_json())
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
@@ -158,6 +168,15 @@ class TrainPlan:
     max_gpus: int | None = None
     #: the search's screen of every layout (``Screen``): the frontier is read from it
     screen: Screen | None = field(default=None, repr=False, compare=False)
+    #: where the best row's global batch came from: pinned (given), default (about 4M
+    #: tokens), searched (a larger candidate: ``train.batch``)
+    global_batch_source: str = "pinned"
+    #: the batch search's ceiling in sequences (None: the batch was pinned)
+    max_global_batch: int | None = None
+    #: the search was pinned to layout fields (``only``): the frontier keeps every count
+    pinned_layout: bool = False
+    #: plausibility warnings on the best row, each naming its fix (``train.guards``)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def best(self) -> TrainRow:
@@ -176,9 +195,15 @@ class TrainPlan:
     def frontier(self) -> list[TrainRow]:
         """GPUs against days: the fastest fitting layout on each of ``frontier_counts()``
         (counts with no valid fitting layout are left out), read from the same screen as
-        ``best`` (no second search); see ``fastest_on``."""
+        ``best`` (no second search); see ``fastest_on``. Monotonic: a count not faster than
+        a smaller one is left out (a run could leave the extra GPUs idle), unless the search
+        was pinned to layout fields."""
         found = self.fastest_on(self.frontier_counts())
-        return [found[n] for n in sorted(found)]
+        out = []
+        for n in sorted(found):
+            if self.pinned_layout or not out or found[n].days < out[-1].days:
+                out.append(found[n])
+        return out
 
     def fastest_on(self, counts) -> dict[int, TrainRow]:
         """The fastest layout on exactly n GPUs, for each n of ``counts`` that has one that
@@ -239,7 +264,9 @@ class TrainPlan:
     def to_json(self) -> dict:
         s, b = self.setting, self.best
         return {"model": s.cfg.name, "gpu": s.gpu.name, "tokens": self.tokens, "seq": s.seq,
-                "global_batch": s.global_batch, "precision": s.precision,
+                "global_batch": s.global_batch, "global_batch_tokens": s.global_batch * s.seq,
+                "global_batch_source": self.global_batch_source,
+                "max_global_batch": self.max_global_batch, "precision": s.precision,
                 "optimizer": s.optimizer, "gpu_memory_bytes": s.gpu.memory_bytes,
                 "gpu_usable_bytes": s.gpu.usable_bytes,
                 "min_gpus_to_fit": self.min_gpus_to_fit,
@@ -254,6 +281,7 @@ class TrainPlan:
                 "best": b.to_json(),
                 "layouts": [r.to_json() for r in self.rows],
                 "layouts_evaluated": self.layouts_evaluated, "notes": self.notes,
+                "warnings": self.warnings,
                 "finetune": s.finetune.describe() if s.finetune else "full", "loss": s.loss}
 
 
@@ -263,16 +291,33 @@ PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "r
             "offload_checkpoints")
 
 
-def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpus: int,
-                gpus: int | None = None, only: dict | None = None) -> tuple[dict, tuple]:
+#: the batch search's grid (``layout_grid``): CP ranks keep at least this many tokens, and
+#: micro-batches hold at most this many (or one sequence)
+SEARCH_CP_TOKENS = 8192
+SEARCH_MB_TOKENS = 8192
+
+
+def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch, max_gpus: int,
+                gpus: int | None = None, only: dict | None = None,
+                gpus_per_node: int | None = None) -> tuple[dict, tuple]:
     """Every valid layout as index arrays (see ``train.evaluate.evaluate``).
 
     Candidate degrees: TP the divisors of n_heads up to 64, PP powers of two and divisors of
     the block count up to 128, CP powers of two keeping >= 2048 tokens a rank, EP powers of two
     up to 64, DP and micro-batch dividing the global batch; each degree is checked alone by
-    ``check_layout`` (the model's rules), and the rules that join degrees here."""
+    ``check_layout`` (the model's rules), and the rules that join degrees here.
+
+    ``global_batch``: one batch (sequences), or a list of candidate batches (the batch search,
+    ``train.batch``): a layout is kept when one of them splits into its micro-batches, and
+    ``g["gb"]`` holds the largest that does (the fastest, ``train.batch``'s module doc); with a
+    list, TP > 1 always runs sequence parallelism (it never loses: the same collective time,
+    less memory and compute), which halves the grid. ``gpus_per_node`` (given unless ``gpus``
+    pins the count): GPU counts of whole nodes, or below one node."""
     import numpy as np
+    from .batch import largest_valid_batch
     n_blocks = sum(depth for _, depth in cfg.stacks)
+    batches = [global_batch] if isinstance(global_batch, int) else sorted(global_batch)
+    searched = len(batches) > 1
 
     def valid(**degrees) -> bool:
         try:
@@ -283,10 +328,16 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     tps = [t for t in divisors(cfg.n_heads) if t <= 64 and valid(tp=t)]
     pps = [p for p in sorted(set(pow2_upto(128)) | set(divisors(n_blocks)))
            if p <= 128 and valid(pp=p)]
-    cps = [c for c in pow2_upto(32) if (c == 1 or seq // c >= 2048) and valid(cp=c)]
+    # the batch searched: CP only keeps >= SEARCH_CP_TOKENS a rank (data parallelism over a
+    # larger batch splits short sequences' work without the ring), micro-batches at most
+    # SEARCH_MB_TOKENS tokens (the GEMMs are compute-bound well before; a larger one only
+    # lengthens the bubble)
+    cp_tokens = SEARCH_CP_TOKENS if searched else 2048
+    cps = [c for c in pow2_upto(32) if (c == 1 or seq // c >= cp_tokens) and valid(cp=c)]
     eps = [e for e in pow2_upto(64) if valid(ep=e, dp=e)]
-    mbs = [b for b in pow2_upto(16) if global_batch % b == 0]
-    dps = divisors(global_batch)
+    mbs = [b for b in pow2_upto(16) if any(B % b == 0 for B in batches)
+           and (not searched or b == 1 or b * seq <= SEARCH_MB_TOKENS)]
+    dps = sorted({d for B in batches for d in divisors(B) if d <= max_gpus})
     zeros = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1)]
     vs = [1, 2, 4]
     # the masks are taken on the degrees broadcast along their own axis of the grid (not on
@@ -304,13 +355,18 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
     off = A([o for _, _, o in policies], 9).astype(bool)
     hybrid = A([h for _, h in zeros], 6).astype(bool)
     n = tp * pp * cp * dp
-    ok = np.broadcast_to((n <= max_gpus) & (global_batch % (dp * mb) == 0), shape).copy()
+    # the largest batch each (pp, mb, dp, v) splits into whole micro-batches, interleaving
+    # needing them in multiples of pp (0: none)
+    b_hi = largest_valid_batch(batches, dp, mb, pp, v)
+    ok = np.broadcast_to((n <= max_gpus) & (b_hi > 0), shape).copy()
     if gpus is not None:
         ok &= n == gpus
-    m = global_batch // (dp * mb)
+    elif gpus_per_node:  # whole nodes, or part of one
+        ok &= (n < gpus_per_node) | (n % gpus_per_node == 0)
     for rule in joint_rules(tp, pp, dp, cp, ep, sp, v, n_blocks).values():  # check_layout's
         ok &= rule
-    ok &= (v == 1) | (m % pp == 0)  # interleaving needs micro-batches in multiples of pp
+    if searched:
+        ok &= (sp == 1) | (tp == 1)
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
     ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
     pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
@@ -336,6 +392,8 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpu
              sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=rc.ravel()[ri],
              rl=rl.ravel()[ri], off=off.ravel()[ri], pol=ri, ti=ti, pi=pi, ci=ci, ei=ei,
              mi=mi)
+    if searched:
+        g["gb"] = b_hi[0, pi, 0, 0, mi, di, 0, vi, 0, 0]
     return g, (tps, eps, cps, mbs, pps)
 
 
@@ -369,14 +427,15 @@ def _simpler(g: dict):
     return g["zero"].astype("int64") * 2 + g["hybrid"].astype("int64")
 
 
-def _distinct_layouts(g: dict, order, limit: int) -> list[Layout]:
-    """The first ``limit`` distinct layouts of the screen indices ``order``."""
+def _distinct_layouts(g: dict, order, limit: int, batches=None) -> list[tuple[Layout, int]]:
+    """The first ``limit`` distinct (layout, global batch) pairs of the screen indices
+    ``order`` (``batches``: the batch of each, aligned with ``order``; None: 0 for all)."""
     chosen, seen = [], set()
-    for i in order:
-        lay = _layout_at(g, int(i))
-        if lay not in seen:
-            seen.add(lay)
-            chosen.append(lay)
+    for j, i in enumerate(order):
+        pair = (_layout_at(g, int(i)), 0 if batches is None else int(batches[j]))
+        if pair not in seen:
+            seen.add(pair)
+            chosen.append(pair)
         if len(chosen) >= limit:
             break
     return chosen
@@ -386,55 +445,125 @@ def _distinct_layouts(g: dict, order, limit: int) -> list[Layout]:
 #: whose fullest stage (screened on first, second, last, heaviest) turns out not to fit is
 #: replaced by the next
 CANDIDATES_PER_ROW = 3
+#: the no-deadline rule's tolerance: layouts within 2% of the lowest GPU-hours
+HOURS_TOLERANCE = 1.02
 
 
 @dataclass
 class Screen:
     """One evaluation of the layout grid (``train.evaluate.evaluate``, the screened
     stages), kept so that every question of a plan (fewest GPUs, the deadline, the frontier)
-    is answered from it without searching again."""
+    is answered from it without searching again. With the batch searched, each layout was
+    evaluated at the largest candidate batch it takes (``g["gb"]``); its days at a smaller one
+    follow from the step's slope per micro-batch (``train.batch``'s module doc)."""
 
     setting: TrainSetting
     g: dict  #: the layouts, as index arrays (``layout_grid``)
     n: object  #: GPUs of each layout
     fits: object  #: the screened fullest stage fits in the GPU's memory
-    day_arr: object  #: days to train the token budget
+    day_arr: object  #: days to train the token budget (at the largest batch, searched)
     hours: object  #: GPU-hours
+    tokens: int = 0
+    #: the candidate global batches (one: the batch is pinned)
+    batches: tuple = ()
+    step: object = None  #: step seconds at g["gb"] (the batch searched)
+    slope: object = None  #: step seconds one more micro-batch adds
+
+    @property
+    def searched(self) -> bool:
+        return "gb" in self.g
+
+    def days_matrix(self, idx):
+        """[layout, candidate batch] days of the layouts ``idx`` at each candidate batch (inf
+        where a batch does not split into the layout's micro-batches); at the largest it
+        takes, exactly ``day_arr``."""
+        import numpy as np
+        from .batch import valid_batches
+        g, s = self.g, self.setting
+        dp, mb, pp, v = (g[k][idx] for k in ("dp", "mb", "pp", "v"))
+        b = np.asarray(self.batches, dtype=np.int64)[None, :]
+        per = (dp * mb)[:, None]
+        gb = g["gb"][idx][:, None]
+        step = self.step[idx][:, None] + (b // per - gb // per) * self.slope[idx][:, None]
+        days = self.tokens / (b * s.seq) * step / DAY_S / s.goodput
+        days = np.where(b == gb, self.day_arr[idx][:, None], days)
+        return np.where(valid_batches(self.batches, dp, mb, pp, v), days, np.inf)
+
+    def choose(self, cand, days_limit: float | None):
+        """The screen indices ``cand`` in the order a plan reports them, with the global
+        batch of each: with a deadline, fewest GPUs, then the smallest batch that meets it,
+        then fastest; without, the layouts within 2% of the lowest GPU-hours (each at the
+        smallest batch that stays within), smallest batch then fastest first, then the rest
+        by GPU-hours (at their largest batch). A pinned batch: ``_ranked``."""
+        import numpy as np
+        tie = _simpler(self.g)
+        if not self.searched:
+            order = _ranked(cand, self.day_arr, self.hours, self.n, days_limit is not None,
+                            tie)
+            return order, None
+        batches = np.asarray(self.batches, dtype=np.int64)
+
+        def smallest(idx, bound, per_day):  # the first batch whose value is within bound
+            value = self.days_matrix(idx) * per_day[:, None]
+            # the largest batch a layout takes is within bound: it is how idx was chosen
+            k = ((value <= bound) | (batches[None, :] == self.g["gb"][idx][:, None])).argmax(1)
+            return batches[k], value[np.arange(len(idx)), k] / per_day
+        if days_limit is not None:
+            b, d = smallest(cand, days_limit, np.ones(len(cand)))
+            o = np.lexsort((tie[cand], d, b, self.n[cand]))
+            return cand[o], b[o]
+        lim = self.hours[cand].min() * HOURS_TOLERANCE
+        good = cand[self.hours[cand] <= lim]
+        b, d = smallest(good, lim, 24.0 * self.n[good])
+        o = np.lexsort((tie[good], d, b))
+        rest = np.setdiff1d(cand, good)
+        rest = rest[np.lexsort((tie[rest], self.hours[rest]))]
+        return (np.concatenate([good[o], rest]),
+                np.concatenate([b[o], self.g["gb"][rest]]))
 
     def fastest_on(self, counts, tokens: int, price: float | None) -> dict[int, TrainRow]:
         """For each n of ``counts``: the first layout on exactly n GPUs, in the no-deadline
-        ranking of ``_ranked``, that fits once every stage is evaluated (all candidates of all
+        ranking of ``choose``, that fits once every stage is evaluated (all candidates of all
         counts are evaluated in one ``rows_for``)."""
         import numpy as np
-        picks: dict[int, list[Layout]] = {}
+        picks: dict[int, list] = {}
         for c in sorted(set(int(c) for c in counts)):
             cand = np.nonzero(self.fits & (self.n == c))[0]
             if len(cand):
-                picks[c] = _distinct_layouts(self.g, _ranked(cand, self.day_arr, self.hours,
-                                                             self.n, False, _simpler(self.g)),
-                                             CANDIDATES_PER_ROW)
-        flat = [lay for lays in picks.values() for lay in lays]
-        rows = iter(rows_for(self.setting, flat, tokens, price) if flat else [])
+                order, batch = self.choose(cand, None)
+                picks[c] = _distinct_layouts(self.g, order, CANDIDATES_PER_ROW, batch)
+        flat = [pair for pairs in picks.values() for pair in pairs]
+        rows = iter(_rows(self.setting, flat, tokens, price) if flat else [])
         out = {}
-        for c, lays in picks.items():
-            fitting = [r for r in (next(rows) for _ in lays)
+        for c, pairs in picks.items():
+            fitting = [r for r in (next(rows) for _ in pairs)
                        if r.total_bytes <= self.setting.gpu.usable_bytes]
             if fitting:
                 out[c] = fitting[0]
         return out
 
 
+def _rows(setting: TrainSetting, pairs, tokens: int, price: float | None) -> list[TrainRow]:
+    """``rows_for`` of (layout, batch) pairs (batch 0: the setting's)."""
+    layouts = [lay for lay, _ in pairs]
+    batches = [b or setting.global_batch for _, b in pairs]
+    pinned = all(b == 0 for _, b in pairs)
+    return rows_for(setting, layouts, tokens, price, None if pinned else batches)
+
+
 def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
-             price: float | None) -> list[TrainRow]:
-    """Exact evaluation (every stage) of chosen layouts."""
+             price: float | None, batches: list[int] | None = None) -> list[TrainRow]:
+    """Exact evaluation (every stage) of chosen layouts, each at its global batch of
+    ``batches`` (default: the setting's)."""
     from ..engine.timing import TIME_RATIO_BAND
-    r = evaluate_layouts(setting, layouts)
+    r = evaluate_layouts(setting, layouts, batches=batches)
     # a step time from the user's achieved throughput carries no calibration band
     band = (1.0, 1.0) if setting.achieved_flops_per_gpu else TIME_RATIO_BAND
     out = []
     for i, lay in enumerate(layouts):
+        batch = setting.global_batch if batches is None else int(batches[i])
         step = float(r["step_time_s"][i])
-        days = tokens / (setting.global_batch * setting.seq) * step / DAY_S / setting.goodput
+        days = tokens / (batch * setting.seq) * step / DAY_S / setting.goodput
         hours = days * 24 * lay.gpus
         out.append(TrainRow(layout=lay, gpus=lay.gpus,
                             memory={c: int(r[f"{c}_bytes"][i]) for c in CATEGORIES},
@@ -444,10 +573,10 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             gpu_hours=hours, cost=None if price is None else hours * price,
                             bubble_fraction=float(r["bubble_fraction"][i]),
                             host_bytes=int(r["host_bytes"][i]),
-                            model_flops_step=int(r["model_flops_step"]),
-                            hardware_flops_step=int(r["hardware_flops_seq"][i])
-                            * setting.global_batch,
-                            band=band,
+                            model_flops_step=int(r["model_flops_seq"]) * batch,
+                            hardware_flops_step=int(r["hardware_flops_seq"][i]) * batch,
+                            band=band, global_batch=batch,
+                            bubble_s=float(r["bubble_s"][i]),
                             communication={
                                 dim: {"collective": str(c if isinstance(c, str) else c[i]),
                                       "link": str(r["links"][dim][i]),
@@ -468,8 +597,18 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                only: dict | None = None, n_rows: int = 10, finetune=None,
                stack: str | None = None, overlap=None,
                goodput: float | None = None, loss: str = "full",
-               global_tokens: int = 0) -> TrainPlan:
+               global_tokens: int = 0, max_global_batch: int | None = None,
+               max_global_batch_tokens: int | None = None,
+               gpus_per_node: int | None = None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
+
+    The global batch (sequences): ``global_batch`` alone pins it; otherwise it is searched
+    from ``global_batch`` (default about 4M tokens) up to ``max_global_batch`` sequences (or
+    ``max_global_batch_tokens``, in whole sequences; default the critical batch at the run's
+    compute, ``train.batch``), over 2^k and 3 x 2^k sequences; the rows carry their batch and
+    the plan's setting the best row's. GPU counts are whole nodes of ``gpus_per_node``
+    (default the GPU's; it also sets the NVLink domain), or below one node, unless ``gpus``
+    pins the count.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
     states and their ZeRO sharding follow the trainable parameters, the frozen base is kept
@@ -503,6 +642,15 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     achieved_tflops = I.number("achieved_tflops", achieved_tflops, *I.TFLOPS_RANGE,
                                lo_open=False, none=True)
     n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
+    max_global_batch = I.integer("max_global_batch", max_global_batch, 1, I.MAX_BATCH,
+                                 none=True)
+    max_global_batch_tokens = I.integer("max_global_batch_tokens", max_global_batch_tokens, 1,
+                                        I.MAX_TOKENS, none=True)
+    if max_global_batch is not None and max_global_batch_tokens is not None:
+        raise I.InputError(f"max_global_batch ({max_global_batch}) and "
+                           f"max_global_batch_tokens ({max_global_batch_tokens}) exclude each "
+                           "other: give the ceiling once")
+    gpus_per_node = I.integer("gpus_per_node", gpus_per_node, 1, I.MAX_GPUS, none=True)
     from ..engine.timing import GOODPUT
     goodput = GOODPUT if goodput is None else I.number("goodput", goodput, 0, 1)
     from ..engine.stacks import DEFAULT_OVERLAP, check_overlap, get_stack
@@ -533,6 +681,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     loss_chunks(loss)  # a malformed loss fails here, naming it
     check_head(cfg, loss)
     gpu = get_gpu(gpu, gpu_file)
+    if gpus_per_node is not None and gpus_per_node != gpu.gpus_per_node:
+        import dataclasses
+        gpu = dataclasses.replace(gpu, gpus_per_node=gpus_per_node)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
     if finetune is not None:
@@ -550,7 +701,12 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                             f"(max_position {cfg.max_position})")
     from ..engine.workload import Workload, check_fits
     check_fits(cfg, Workload(batch=1, seq=seq, global_tokens=global_tokens))
-    global_batch = global_batch or max(1, round(2**22 / seq))
+    from .batch import candidate_batches, default_global_batch
+    given_batch = global_batch is not None
+    searched = not given_batch or max_global_batch is not None \
+        or max_global_batch_tokens is not None
+    start = global_batch or default_global_batch(seq)
+    global_batch = start
     max_gpus_asked, max_gpus = max_gpus, max_gpus or 2**17
     if gpus is not None and gpus > max_gpus:
         raise PlanError(f"gpus ({gpus}) exceeds max_gpus ({max_gpus})")
@@ -566,12 +722,25 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            optimizer_kernel=prof_stack.optimizer_kernel if prof_stack
                            else "foreach")
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
-    g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
+    ceiling = start
+    if searched:
+        from .batch import default_max_global_batch
+        if max_global_batch_tokens is not None:
+            max_global_batch = max(1, max_global_batch_tokens // seq)
+        ceiling = max_global_batch or default_max_global_batch(
+            sum(op.params_active for op in setting.ops), tokens, seq)
+        if ceiling < start:
+            raise PlanError(f"max_global_batch ({ceiling:,} sequences of {seq:,} tokens) is "
+                            f"below the global batch the search starts from ({start:,})")
+    batches = candidate_batches(start, ceiling)
+    g, axes = layout_grid(cfg, gpu, seq, batches if len(batches) > 1 else start, max_gpus,
+                          gpus, only, None if gpus else gpu.gpus_per_node)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
+    shown = f"{start}" if len(batches) == 1 else f"{start}-{ceiling}"
     if len(g["tp"]) == 0:
         raise PlanError(f"no valid layout of {cfg.name} on "
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
-                        + f" GPUs with global batch {global_batch}"
+                        + f" GPUs with global batch {shown}"
                         + (f" and {only}" if only else ""))
     shard, shard_e = shard_groups(g, gpu)
     tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
@@ -586,28 +755,32 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
             f"{cfg.name} does not fit on {gpu.name} ({memory_words(gpu)}) in any "
             f"layout with " + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
             + f" GPUs: the smallest per-GPU need is {smallest / 2**30:.1f} GiB")
-    steps = tokens / (global_batch * seq)
+    steps = tokens / ((g["gb"] if "gb" in g else global_batch) * seq)
     day_arr = steps * r["step_time_s"] / DAY_S / setting.goodput
     hours = day_arr * 24 * r["gpus"]
     n = r["gpus"]
     min_fit = int(n[fits].min())
     deadline_n = None
     notes = []
+    screen = Screen(setting, g, n, fits, day_arr, hours, tokens, tuple(batches),
+                    r["step_time_s"], r["step_slope_s"])
     if days is not None:
         meet = fits & (day_arr <= days)
         if not meet.any():
             raise PlanError(f"no layout of {cfg.name} on " + (f"{gpus}" if gpus else
                             f"at most {max_gpus}") + f" {gpu.name} GPUs trains {tokens:,} "
                             f"tokens within {days:g} days (fastest: "
-                            f"{day_arr[fits].min():,.1f} days)")
+                            f"{day_arr[fits].min():,.1f} days"
+                            + (f", at global batch up to {ceiling:,}" if searched else "")
+                            + ")")
         deadline_n = int(n[meet].min())
-        order = _ranked(np.nonzero(meet)[0], day_arr, hours, n, True, _simpler(g))
+        order, batch_of = screen.choose(np.nonzero(meet)[0], days)
     else:
-        order = _ranked(np.nonzero(fits)[0], day_arr, hours, n, False, _simpler(g))
-    chosen = _distinct_layouts(g, order, CANDIDATES_PER_ROW * n_rows)
+        order, batch_of = screen.choose(np.nonzero(fits)[0], None)
+    chosen = _distinct_layouts(g, order, CANDIDATES_PER_ROW * n_rows, batch_of)
     # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
     # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
-    rows = [r for r in rows_for(setting, chosen, tokens, price_per_gpu_hour)
+    rows = [r for r in _rows(setting, chosen, tokens, price_per_gpu_hour)
             if r.total_bytes <= gpu.usable_bytes and (days is None or r.days <= days)][:n_rows]
     if not rows:
         raise PlanError(f"no layout of {cfg.name} fits on {gpu.name}"
@@ -618,10 +791,22 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         notes.append(f"step time from the achieved {achieved_tflops:g} TFLOP/s per GPU")
     if days is None:
         notes.append("no deadline given: best = the fastest of the layouts within 2% of the "
-                     "lowest GPU-hours; --days D gives the GPUs to finish in D days")
-    return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,
-                     int(len(g["tp"])), time.perf_counter() - t0, notes, max_gpus_asked,
-                     Screen(setting, g, n, fits, day_arr, hours))
+                     "lowest GPU-hours" + (" at the smallest global batch that stays within"
+                                           if len(batches) > 1 else "")
+                     + "; --days D gives the GPUs to finish in D days")
+    if len(batches) > 1:
+        notes.append(f"global batch searched from {start:,} to {ceiling:,} sequences "
+                     f"({', '.join(f'{b:,}' for b in batches)}): "
+                     + ("the smallest that meets the deadline on the fewest GPUs"
+                        if days is not None else "the smallest within the GPU-hours rule"))
+    from .guards import plan_warnings
+    best_batch = rows[0].global_batch
+    source = ("searched" if best_batch != start else "pinned" if given_batch else "default")
+    return TrainPlan(with_batch(setting, best_batch), tokens, days, price_per_gpu_hour,
+                     min_fit, deadline_n, rows, int(len(g["tp"])), time.perf_counter() - t0,
+                     notes, max_gpus_asked, screen, global_batch_source=source,
+                     max_global_batch=ceiling if searched else None, pinned_layout=bool(only),
+                     warnings=plan_warnings(rows[0], seq))
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays
