@@ -416,8 +416,8 @@ def _ranked(cand, day_arr, hours, n, deadline: bool, simpler=None):
     tie = np.zeros(len(day_arr), dtype=np.int64) if simpler is None else simpler
     if deadline:
         return cand[np.lexsort((tie[cand], day_arr[cand], n[cand]))]
-    good = cand[hours[cand] <= hours[cand].min() * 1.02]
-    rest = np.setdiff1d(cand, good)
+    keep = hours[cand] <= hours[cand].min() * HOURS_TOLERANCE
+    good, rest = cand[keep], cand[~keep]  # cand ascending: setdiff1d's order, without a sort
     return np.concatenate([good[np.lexsort((tie[good], day_arr[good]))],
                            rest[np.lexsort((tie[rest], hours[rest]))]])
 
@@ -516,7 +516,7 @@ class Screen:
         good = cand[self.hours[cand] <= lim]
         b, d = smallest(good, lim, 24.0 * self.n[good])
         o = np.lexsort((tie[good], d, b))
-        rest = np.setdiff1d(cand, good)
+        rest = cand[self.hours[cand] > lim]  # cand is ascending: setdiff1d's order
         rest = rest[np.lexsort((tie[rest], self.hours[rest]))]
         return (np.concatenate([good[o], rest]),
                 np.concatenate([b[o], self.g["gb"][rest]]))
@@ -795,8 +795,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                                            if len(batches) > 1 else "")
                      + "; --days D gives the GPUs to finish in D days")
     if len(batches) > 1:
-        notes.append(f"global batch searched from {start:,} to {ceiling:,} sequences "
-                     f"({', '.join(f'{b:,}' for b in batches)}): "
+        notes.append(f"global batch searched over {len(batches)} sizes from {start:,} to "
+                     f"{ceiling:,} sequences (2^k and 3 x 2^k): "
                      + ("the smallest that meets the deadline on the fewest GPUs"
                         if days is not None else "the smallest within the GPU-hours rule"))
     from .guards import plan_warnings
