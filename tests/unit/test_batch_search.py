@@ -135,3 +135,25 @@ def test_readme_command_answers_like_the_published_run(capsys):
     main(["plan", "train", "llama-3.1-405b", "--tokens", "15T", "--gpu", "h100", "--days",
           "90", "--price", "2.5"])
     assert f"global batch {out['global_batch']:,}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model, gpu, tokens, kw", [
+    ("llama-3-8b", "a100-40gb", 10**12, {"days": 60}),
+    ("llama-3.1-70b", "h100", 15 * 10**12, {"days": 30}),
+    ("mixtral-8x7b", "h100", 10**12, {"days": 20}),
+])
+def test_deadline_floor_answers_as_the_whole_grid(monkeypatch, model, gpu, tokens, kw):
+    """With a deadline the screen skips GPU counts that even 100% MFU could not make meet it,
+    and reads the fewest GPUs that fit from the memory-least layouts below them
+    (planner._deadline_floor, grid.layout_grid(memory_min=True)): the same plan as the whole
+    grid, and the same frontier."""
+    import txcalc.train.planner as planner
+    bounded = planner.plan_train(load(model), gpu, tokens, **kw)
+    monkeypatch.setattr(planner, "DEADLINE_FLOOR", False)
+    whole = planner.plan_train(load(model), gpu, tokens, **kw)
+    assert bounded.screen.floor > 1 and whole.screen.floor == 1
+    assert bounded.layouts_evaluated < whole.layouts_evaluated
+    assert (bounded.min_gpus_to_fit, bounded.gpus_for_deadline) == (
+        whole.min_gpus_to_fit, whole.gpus_for_deadline)
+    assert bounded.rows == whole.rows
+    assert bounded.frontier == whole.frontier

@@ -50,10 +50,9 @@ from ..engine.memory import OPTIMIZERS, PRECISIONS, _check
 from ..parallel.overheads import Overheads, check_plan_args
 from .setting import TrainSetting, shard_groups, with_batch
 from .evaluate import build_tables, evaluate, evaluate_layouts
-from ..parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
-                               joint_rules)
+from ..parallel.layout import RECOMPUTE, Layout
 from ..engine.timing import DeviceProfile
-from ..units import divisors, pow2_upto
+from ..units import pow2_upto
 
 DAY_S = 86400.0
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
@@ -285,126 +284,7 @@ class TrainPlan:
                 "finetune": s.finetune.describe() if s.finetune else "full", "loss": s.loss}
 
 
-# --- the grid ------------------------------------------------------------------------------------
-#: Layout fields a search can be pinned to (``plan_train(only={"tp": 8, "recompute": "full"})``)
-PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "recompute_layers",
-            "offload_checkpoints")
-
-
-#: the batch search's grid (``layout_grid``): CP ranks keep at least this many tokens, and
-#: micro-batches hold at most this many (or one sequence)
-SEARCH_CP_TOKENS = 8192
-SEARCH_MB_TOKENS = 8192
-
-
-def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch, max_gpus: int,
-                gpus: int | None = None, only: dict | None = None,
-                gpus_per_node: int | None = None) -> tuple[dict, tuple]:
-    """Every valid layout as index arrays (see ``train.evaluate.evaluate``).
-
-    Candidate degrees: TP the divisors of n_heads up to 64, PP powers of two and divisors of
-    the block count up to 128, CP powers of two keeping >= 2048 tokens a rank, EP powers of two
-    up to 64, DP and micro-batch dividing the global batch; each degree is checked alone by
-    ``check_layout`` (the model's rules), and the rules that join degrees here.
-
-    ``global_batch``: one batch (sequences), or a list of candidate batches (the batch search,
-    ``train.batch``): a layout is kept when one of them splits into its micro-batches, and
-    ``g["gb"]`` holds the largest that does (the fastest, ``train.batch``'s module doc); with a
-    list, TP > 1 always runs sequence parallelism (it never loses: the same collective time,
-    less memory and compute), which halves the grid. ``gpus_per_node`` (given unless ``gpus``
-    pins the count): GPU counts of whole nodes, or below one node."""
-    import numpy as np
-    from .batch import largest_valid_batch
-    n_blocks = sum(depth for _, depth in cfg.stacks)
-    batches = [global_batch] if isinstance(global_batch, int) else sorted(global_batch)
-    searched = len(batches) > 1
-
-    def valid(**degrees) -> bool:
-        try:
-            check_layout(cfg, Layout(**degrees), seq)
-            return True
-        except LayoutError:
-            return False
-    tps = [t for t in divisors(cfg.n_heads) if t <= 64 and valid(tp=t)]
-    pps = [p for p in sorted(set(pow2_upto(128)) | set(divisors(n_blocks)))
-           if p <= 128 and valid(pp=p)]
-    # the batch searched: CP only keeps >= SEARCH_CP_TOKENS a rank (data parallelism over a
-    # larger batch splits short sequences' work without the ring), micro-batches at most
-    # SEARCH_MB_TOKENS tokens (the GEMMs are compute-bound well before; a larger one only
-    # lengthens the bubble)
-    cp_tokens = SEARCH_CP_TOKENS if searched else 2048
-    cps = [c for c in pow2_upto(32) if (c == 1 or seq // c >= cp_tokens) and valid(cp=c)]
-    eps = [e for e in pow2_upto(64) if valid(ep=e, dp=e)]
-    mbs = [b for b in pow2_upto(16) if any(B % b == 0 for B in batches)
-           and (not searched or b == 1 or b * seq <= SEARCH_MB_TOKENS)]
-    dps = sorted({d for B in batches for d in divisors(B) if d <= max_gpus})
-    zeros = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1)]
-    vs = [1, 2, 4]
-    # the masks are taken on the degrees broadcast along their own axis of the grid (not on
-    # the full grid: far less memory), and only the kept points are gathered at the end
-    policies = RECOMPUTE_POLICIES
-    lists = (tps, pps, cps, eps, mbs, dps, [z for z, _ in zeros], vs, [0, 1],
-             list(range(len(policies))))
-    shape = tuple(len(x) for x in lists)  # ... sp, recompute
-
-    def A(xs, k):  # the values of axis k, shaped to broadcast against the grid
-        return np.array(xs, dtype=np.int64).reshape([-1 if i == k else 1 for i in range(10)])
-    tp, pp, cp, ep, mb, dp, zero, v, sp, pol = (A(xs, k) for k, xs in enumerate(lists))
-    rc = A([r for r, _, _ in policies], 9)
-    rl = A([n for _, n, _ in policies], 9)
-    off = A([o for _, _, o in policies], 9).astype(bool)
-    hybrid = A([h for _, h in zeros], 6).astype(bool)
-    n = tp * pp * cp * dp
-    # the largest batch each (pp, mb, dp, v) splits into whole micro-batches, interleaving
-    # needing them in multiples of pp (0: none)
-    b_hi = largest_valid_batch(batches, dp, mb, pp, v)
-    ok = np.broadcast_to((n <= max_gpus) & (b_hi > 0), shape).copy()
-    if gpus is not None:
-        ok &= n == gpus
-    elif gpus_per_node:  # whole nodes, or part of one
-        ok &= (n < gpus_per_node) | (n % gpus_per_node == 0)
-    for rule in joint_rules(tp, pp, dp, cp, ep, sp, v, n_blocks).values():  # check_layout's
-        ok &= rule
-    if searched:
-        ok &= (sp == 1) | (tp == 1)
-    ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
-    ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
-    pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
-              "micro_batch": mb, "recompute": rc, "recompute_layers": rl,
-              "offload_checkpoints": off}
-    for key, value in (only or {}).items():
-        if key not in PINNABLE:
-            raise PlanError(f"cannot pin {key!r}; choose from {', '.join(PINNABLE)}")
-        if key in ("tp", "pp", "cp", "ep", "micro_batch", "zero", "recompute"):
-            # the model's own rules name the offending values (TP dividing the heads...)
-            check_layout(cfg, Layout(**{key: value, **({"dp": value} if key == "ep" else {})}),
-                         seq)
-        if key == "recompute":
-            value = RECOMPUTE.index(value)
-        ok &= pinned[key] == value
-    if "recompute" in (only or {}) and "recompute_layers" not in only:
-        ok &= rl == 0  # a pinned mode means every block, unless N is pinned too
-    if "offload_checkpoints" not in (only or {}) and "recompute" in (only or {}):
-        ok &= ~off  # ... and checkpoints on the GPU, unless offload is pinned too
-    ti, pi, ci, ei, mi, di, zi, vi, si, ri = np.nonzero(ok)  # in the grid's C order
-    g = dict(tp=tp.ravel()[ti], pp=pp.ravel()[pi], dp=dp.ravel()[di], cp=cp.ravel()[ci],
-             ep=ep.ravel()[ei], zero=zero.ravel()[zi], hybrid=hybrid.ravel()[zi],
-             sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=rc.ravel()[ri],
-             rl=rl.ravel()[ri], off=off.ravel()[ri], pol=ri, ti=ti, pi=pi, ci=ci, ei=ei,
-             mi=mi)
-    if searched:
-        g["gb"] = b_hi[0, pi, 0, 0, mi, di, 0, vi, 0, 0]
-    return g, (tps, eps, cps, mbs, pps)
-
-
-def _layout_at(g: dict, i: int) -> Layout:
-    v = int(g["v"][i])
-    return Layout(tp=int(g["tp"][i]), pp=int(g["pp"][i]), dp=int(g["dp"][i]),
-                  cp=int(g["cp"][i]), ep=int(g["ep"][i]), zero=int(g["zero"][i]),
-                  hybrid_shard=bool(g["hybrid"][i]), sp=bool(g["sp"][i]),
-                  schedule="interleaved" if v > 1 else "1f1b", virtual=v,
-                  micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])],
-                  recompute_layers=int(g["rl"][i]), offload_checkpoints=bool(g["off"][i]))
+from .grid import PINNABLE, SEARCH_CP_TOKENS, SEARCH_MB_TOKENS, _layout_at, layout_grid  # noqa: F401
 
 
 def _ranked(cand, day_arr, hours, n, deadline: bool, simpler=None):
@@ -468,6 +348,10 @@ class Screen:
     batches: tuple = ()
     step: object = None  #: step seconds at g["gb"] (the batch searched)
     slope: object = None  #: step seconds one more micro-batch adds
+    total_bytes: object = None  #: the screened fullest stage's bytes per GPU
+    #: the fewest GPUs screened (a deadline's floor); ``more(counts)`` screens fewer
+    floor: int = 1
+    more: object = None
 
     @property
     def searched(self) -> bool:
@@ -526,21 +410,27 @@ class Screen:
         ranking of ``choose``, that fits once every stage is evaluated (all candidates of all
         counts are evaluated in one ``rows_for``)."""
         import numpy as np
+        counts = sorted(set(int(c) for c in counts))
+        out: dict[int, TrainRow] = {}
+        below = [c for c in counts if c < self.floor]
+        if below and self.more is not None:  # counts the deadline's screen left out
+            sub = self.more(below)
+            if sub is not None:
+                out.update(sub.fastest_on(below, tokens, price))
         picks: dict[int, list] = {}
-        for c in sorted(set(int(c) for c in counts)):
+        for c in (c for c in counts if c >= self.floor):
             cand = np.nonzero(self.fits & (self.n == c))[0]
             if len(cand):
                 order, batch = self.choose(cand, None)
                 picks[c] = _distinct_layouts(self.g, order, CANDIDATES_PER_ROW, batch)
         flat = [pair for pairs in picks.values() for pair in pairs]
         rows = iter(_rows(self.setting, flat, tokens, price) if flat else [])
-        out = {}
         for c, pairs in picks.items():
             fitting = [r for r in (next(rows) for _ in pairs)
                        if r.total_bytes <= self.setting.gpu.usable_bytes]
             if fitting:
                 out[c] = fitting[0]
-        return out
+        return dict(sorted(out.items()))
 
 
 def _rows(setting: TrainSetting, pairs, tokens: int, price: float | None) -> list[TrainRow]:
@@ -733,37 +623,40 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
             raise PlanError(f"max_global_batch ({ceiling:,} sequences of {seq:,} tokens) is "
                             f"below the global batch the search starts from ({start:,})")
     batches = candidate_batches(start, ceiling)
-    g, axes = layout_grid(cfg, gpu, seq, batches if len(batches) > 1 else start, max_gpus,
-                          gpus, only, None if gpus else gpu.gpus_per_node)
-    _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
+    # with a deadline, layouts on fewer GPUs than even 100% MFU would need cannot meet it: the
+    # screen starts there, and the fewest GPUs that fit come from the memory-least grid below
+    floor = (_deadline_floor(setting, tokens, days) if DEADLINE_FLOOR and searched
+             and days is not None and gpus is None and not only else 1)
+    screen = low = None
+    if 1 < floor <= max_gpus:
+        screen = _screen(setting, tokens, batches, max_gpus, None, only, min_gpus=floor)
+        low = _screen(setting, tokens, batches, floor - 1, None, only, memory_min=True)
+        if screen is None or not (screen.fits & (screen.day_arr <= days)).any():
+            screen = low = None  # the whole grid answers, and words the refusal
+    if screen is None:
+        floor = 1
+        screen = _screen(setting, tokens, batches, max_gpus, gpus, only)
     shown = f"{start}" if len(batches) == 1 else f"{start}-{ceiling}"
-    if len(g["tp"]) == 0:
+    if screen is None:
         raise PlanError(f"no valid layout of {cfg.name} on "
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
                         + f" GPUs with global batch {shown}"
                         + (f" and {only}" if only else ""))
-    shard, shard_e = shard_groups(g, gpu)
-    tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
-    r = evaluate(setting, tables, g, detail=False)
-    # The capacity is CUDA's total (Gpu.usable_bytes, as for memory, fit, serving and
-    # report: hardware.gpu_memory), not the datasheet's: the CUDA context, charged here as
-    # Overheads.cuda_context_bytes, comes out of CUDA's total.
-    fits = r["total_bytes"] <= gpu.usable_bytes
+    if floor > 1:
+        screen.floor, screen.more = floor, lambda counts: _screen(
+            setting, tokens, batches, max_gpus, None, only, counts=counts)
+    g, n, fits, day_arr = screen.g, screen.n, screen.fits, screen.day_arr
     if not fits.any():
-        smallest = int(r["total_bytes"].min())
+        smallest = int(screen.total_bytes.min())
         raise PlanError(
             f"{cfg.name} does not fit on {gpu.name} ({memory_words(gpu)}) in any "
             f"layout with " + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
             + f" GPUs: the smallest per-GPU need is {smallest / 2**30:.1f} GiB")
-    steps = tokens / ((g["gb"] if "gb" in g else global_batch) * seq)
-    day_arr = steps * r["step_time_s"] / DAY_S / setting.goodput
-    hours = day_arr * 24 * r["gpus"]
-    n = r["gpus"]
     min_fit = int(n[fits].min())
+    if low is not None and low.fits.any():
+        min_fit = min(min_fit, int(low.n[low.fits].min()))
     deadline_n = None
     notes = []
-    screen = Screen(setting, g, n, fits, day_arr, hours, tokens, tuple(batches),
-                    r["step_time_s"], r["step_slope_s"])
     if days is not None:
         meet = fits & (day_arr <= days)
         if not meet.any():
@@ -802,11 +695,54 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     from .guards import plan_warnings
     best_batch = rows[0].global_batch
     source = ("searched" if best_batch != start else "pinned" if given_batch else "default")
+    evaluated = len(g["tp"]) + (len(low.g["tp"]) if low is not None else 0)
     return TrainPlan(with_batch(setting, best_batch), tokens, days, price_per_gpu_hour,
-                     min_fit, deadline_n, rows, int(len(g["tp"])), time.perf_counter() - t0,
+                     min_fit, deadline_n, rows, evaluated, time.perf_counter() - t0,
                      notes, max_gpus_asked, screen, global_batch_source=source,
                      max_global_batch=ceiling if searched else None, pinned_layout=bool(only),
                      warnings=plan_warnings(rows[0], seq))
+
+
+#: screen only the GPU counts a deadline allows at 100% MFU (``_deadline_floor``); off: the
+#: whole grid (the tests compare both)
+DEADLINE_FLOOR = True
+
+
+def _deadline_floor(s: TrainSetting, tokens: int, days: float) -> int:
+    """Fewer GPUs than this cannot train ``tokens`` within ``days``: model FLOPs / (peak x
+    days x goodput), MFU at most 1 (a step is never shorter than its FLOPs at the peak: the
+    roofline's efficiencies are at most 1, a pipeline's slowest stage at least the mean), less
+    10% for rounding."""
+    from ..engine.accounting import FlopCounts
+    per_seq = FlopCounts(s.cfg, s.work(1), s.ops).model
+    peak = max(s.gpu.peak(s.dtype), s.prof.peak_flops.get(s.dtype, 0.0),
+               s.achieved_flops_per_gpu or 0.0)
+    return max(1, int(0.9 * per_seq * (tokens / s.seq) / (peak * days * DAY_S * s.goodput)))
+
+
+def _screen(s: TrainSetting, tokens: int, batches: list[int], max_gpus: int,
+            gpus: int | None, only: dict | None, **grid) -> Screen | None:
+    """Evaluate the grid of ``layout_grid`` (its ``grid`` keywords: min_gpus, counts,
+    memory_min) on its screened stages; None when the grid is empty."""
+    import numpy as np
+    cfg, gpu = s.cfg, s.gpu
+    g, axes = layout_grid(cfg, gpu, s.seq, batches if len(batches) > 1 else batches[0],
+                          max_gpus, gpus, only, None if gpus else gpu.gpus_per_node, **grid)
+    _check_int64(cfg, s.seq, max(axes[3], default=1), s.precision, s.optimizer, s.attn_impl)
+    if len(g["tp"]) == 0:
+        return None
+    shard, shard_e = shard_groups(g, gpu)
+    tables = build_tables(s, *axes, np.unique(np.concatenate([shard, shard_e])))
+    r = evaluate(s, tables, g, detail=False)
+    # The capacity is CUDA's total (Gpu.usable_bytes, as for memory, fit, serving and
+    # report: hardware.gpu_memory), not the datasheet's: the CUDA context, charged here as
+    # Overheads.cuda_context_bytes, comes out of CUDA's total.
+    fits = r["total_bytes"] <= gpu.usable_bytes
+    steps = tokens / ((g["gb"] if "gb" in g else s.global_batch) * s.seq)
+    day_arr = steps * r["step_time_s"] / DAY_S / s.goodput
+    hours = day_arr * 24 * r["gpus"]
+    return Screen(s, g, r["gpus"], fits, day_arr, hours, tokens, tuple(batches),
+                  r["step_time_s"], r["step_slope_s"], r["total_bytes"])
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays
