@@ -470,18 +470,22 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # schedule per distinct (pp, v, m, stage) (inflight_chunks)
     chunks, edge_chunks = [], []
     inter = np.flatnonzero(v > 1)
+    if len(inter):  # one integer key per (m, pp, v), m reduced as inflight_chunks does
+        pp_i, v_i, m_i = pp[inter], v[inter], m[inter]
+        m_i = np.where(m_i > 6 * pp_i, m_i - pp_i * ((m_i - 6 * pp_i) // pp_i), m_i)
+        span = int(pp_i.max()) + 1
+        key_i = (m_i * span + pp_i) * (int(v_i.max()) + 1) + v_i
     for k in range(n_slots):
         stage = A["stage"][:, k].take(pi)
         c = np.maximum(1, np.minimum(pp - stage, m))  # one chunk a rank: plain 1F1B
         e = c.copy()
         if len(inter):
-            cols = [np.unique(x[inter], return_inverse=True) for x in (pp, v, m, stage)]
-            key = np.ravel_multi_index([i.reshape(-1) for _, i in cols],
-                                       [len(u) for u, _ in cols])
-            uniq, inv = np.unique(key, return_inverse=True)
-            at = np.unravel_index(uniq, [len(u) for u, _ in cols])
-            got = np.array([inflight_chunks(*(int(u[j]) for (u, _), j in zip(cols, idx)))
-                            for idx in zip(*at)], dtype=np.int64).reshape(-1, 2)
+            uniq, inv = np.unique(key_i * span + stage[inter], return_inverse=True)
+            rest, st_u = np.divmod(uniq, span)
+            rest, v_u = np.divmod(rest, int(v_i.max()) + 1)
+            m_u, pp_u = np.divmod(rest, span)
+            got = np.array([inflight_chunks(int(a), int(b), int(c_), int(d)) for a, b, c_, d
+                            in zip(pp_u, v_u, m_u, st_u)], dtype=np.int64).reshape(-1, 2)
             c[inter], e[inter] = got[inv.reshape(-1), 0], got[inv.reshape(-1), 1]
         chunks.append(c)
         edge_chunks.append(e)

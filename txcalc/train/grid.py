@@ -39,7 +39,8 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch, max_gpus: in
     ``train.batch``): a layout is kept when one of them splits into its micro-batches, and
     ``g["gb"]`` holds the largest that does (the fastest, ``train.batch``'s module doc); with a
     list, TP > 1 always runs sequence parallelism (it never loses: the same collective time,
-    less memory and compute), which halves the grid. ``gpus_per_node`` (given unless ``gpus``
+    less memory and compute), which halves the grid, one data-parallel rank only ZeRO-0, and
+    a pipeline at least pp micro-batches a step. ``gpus_per_node`` (given unless ``gpus``
     pins the count): GPU counts of whole nodes, or below one node. ``min_gpus``: only
     layouts on at least that many GPUs; ``counts``: only on those counts. ``memory_min``:
     only the inner choices that need the least memory of each TP x PP x DP x CP x EP
@@ -107,6 +108,11 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch, max_gpus: in
         ok &= rule
     if searched:
         ok &= (sp == 1) | (tp == 1)
+        # a ZeRO stage shards nothing over one data-parallel rank (the evaluation runs it as
+        # ZeRO-0, which the ranking prefers on a tie), and a pipeline fed fewer micro-batches
+        # than stages even at the largest batch idles more than half of each step
+        ok &= (dp * cp > 1) | ((zero == 0) & ~hybrid)
+        ok &= (pp == 1) | (b_hi >= pp * dp * mb)
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
     ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
     pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
