@@ -9,7 +9,9 @@
 Training search: every valid layout of TP x PP x DP x CP x EP x ZeRO stage (0-3, and ZeRO-3
 hybrid shard) x sequence parallelism x schedule (1F1B, interleaved with 2 or 4 virtual
 stages) x micro-batch x recompute, evaluated as numpy arrays by ``train.evaluate`` (the
-per-op sums are computed once per TP/CP/EP/micro-batch value). The screen's numbers decide
+per-op sums are computed once per TP/CP/EP/micro-batch value), and, unless pinned, the global
+batch (each layout screened at the largest candidate it takes; a smaller one's days follow
+from the step's slope per micro-batch, ``Screen.days_matrix``). The screen's numbers decide
 the ranking; the rows reported (``best``, ``table``) are evaluated again over every pipeline
 stage. Choices:
 
@@ -17,18 +19,30 @@ stage. Choices:
     ---------------------|-------------------------------------------------------------------
     min_gpus_to_fit      | the fewest GPUs of any layout whose fullest stage fits in memory
     gpus_for_deadline    | with ``days``: the fewest GPUs of a fitting layout that trains the
-                         |   token budget within the deadline
-    best                 | with ``days``: the fastest layout on gpus_for_deadline GPUs; without:
-                         |   among layouts within 2% of the lowest GPU-hours, the fastest
-    frontier             | GPUs against days: the fastest fitting layout on each GPU count
-                         |   (fewest that fit, powers of two above, best's count); any count:
-                         |   ``fastest_on([n, ...])``
+                         |   token budget within the deadline (at its best batch)
+    best                 | with ``days``: on gpus_for_deadline GPUs, the smallest global batch
+                         |   that meets the deadline, then the fastest layout; without: among
+                         |   layouts within 2% of the lowest GPU-hours, the smallest batch that
+                         |   stays within, then the fastest
+    frontier             | GPUs against days: on each GPU count (fewest that fit, powers of two
+                         |   above, best's count) the layout ``fastest_on`` answers (the
+                         |   no-deadline rule on that count), keeping only counts faster than
+                         |   every smaller one (all of them when layout fields are pinned); any
+                         |   count: ``fastest_on([n, ...])``
+    warnings             | train.guards: MFU < 25%, bubble > 20% of the step, micro-batches
+                         |   < 2 x pp, under one sequence per data-parallel rank
 
-All of these come from one evaluation of the grid (``Screen``), kept on the plan.
+All of these come from one evaluation of the grid (``Screen``), kept on the plan. GPU counts
+are whole nodes (``gpus_per_node``, the GPU's unless given) or fewer than one node, unless
+``gpus`` pins the count. With a deadline and the batch searched, the screen skips the counts
+that could not meet it even at 100% MFU (``_deadline_floor``), the fewest GPUs that fit come
+from the memory-least layouts below them, and the frontier screens those counts on demand.
 
 Defaults: sequence 4096 (the learned position table's length if shorter); global batch
-about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention a fused
-(flash) kernel.
+searched from about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M) up to the
+critical batch at the run's compute (``train.batch``: its rule, candidates and sources); a
+``global_batch`` given alone is pinned (the search then runs as before the batch search);
+attention a fused (flash) kernel.
 
 Figures of merit: MFU = model FLOPs (the engine's: causally masked attention pairs skipped)
 / (step time x GPUs x the dense peak of the compute dtype); HFU uses the FLOPs executed
@@ -619,9 +633,12 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
             max_global_batch = max(1, max_global_batch_tokens // seq)
         ceiling = max_global_batch or default_max_global_batch(
             sum(op.params_active for op in setting.ops), tokens, seq)
-        if ceiling < start:
+        if ceiling < start and given_batch:
             raise PlanError(f"max_global_batch ({ceiling:,} sequences of {seq:,} tokens) is "
                             f"below the global batch the search starts from ({start:,})")
+        if ceiling < start:  # a ceiling under the default: the ceiling alone
+            start = global_batch = ceiling
+            setting = with_batch(setting, start)
     batches = candidate_batches(start, ceiling)
     # with a deadline, layouts on fewer GPUs than even 100% MFU would need cannot meet it: the
     # screen starts there, and the fewest GPUs that fit come from the memory-least grid below
@@ -694,7 +711,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                         if days is not None else "the smallest within the GPU-hours rule"))
     from .guards import plan_warnings
     best_batch = rows[0].global_batch
-    source = ("searched" if best_batch != start else "pinned" if given_batch else "default")
+    source = ("pinned" if given_batch and best_batch == start else "default"
+              if not given_batch and best_batch == default_global_batch(seq) else "searched")
     evaluated = len(g["tp"]) + (len(low.g["tp"]) if low is not None else 0)
     return TrainPlan(with_batch(setting, best_batch), tokens, days, price_per_gpu_hour,
                      min_fit, deadline_n, rows, evaluated, time.perf_counter() - t0,
