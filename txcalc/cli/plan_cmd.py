@@ -81,14 +81,14 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
 
 
 def _batch_words(p) -> str:
-    """Where the plan's global batch came from, in words: '25,165,824 tokens, searched from
-    1,024 to 16,389'."""
+    """Where the plan's global batch came from, in words: '25,165,824 tokens, searched up to
+    16,389'."""
     s = p.setting
     size = f"{s.global_batch * s.seq:,} tokens"
     if p.max_global_batch is None:
         return f"{size}, pinned"
-    return (f"{size}, {'the default' if p.global_batch_source == 'default' else 'chosen'} "
-            f"of the batches searched up to {p.max_global_batch:,}")
+    return (f"{size}, {'the default, ' if p.global_batch_source == 'default' else ''}"
+            f"searched up to {p.max_global_batch:,}")
 
 
 def _print_train(p, pins: dict, ft=None, band=None) -> None:

@@ -718,7 +718,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                      min_fit, deadline_n, rows, evaluated, time.perf_counter() - t0,
                      notes, max_gpus_asked, screen, global_batch_source=source,
                      max_global_batch=ceiling if searched else None, pinned_layout=bool(only),
-                     warnings=plan_warnings(rows[0], seq))
+                     warnings=plan_warnings(rows[0], seq, "--max-global-batch" if searched
+                                            else "--global-batch"))
 
 
 #: screen only the GPU counts a deadline allows at 100% MFU (``_deadline_floor``); off: the
