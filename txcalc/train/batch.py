@@ -67,12 +67,13 @@ def candidate_batches(lo: int, hi: int) -> list[int]:
 
 def valid_batches(batches, dp, mb, pp, v):
     """[layout, batch] True where a batch of ``batches`` splits into whole micro-batches of
-    each layout (dp x micro-batch divides it) and, interleaved, into multiples of pp."""
+    each layout (dp x micro-batch divides it), at least pp of them (the searched grid's rule:
+    ``grid.layout_grid``) and, interleaved, a multiple of pp."""
     import numpy as np
     b = np.asarray(batches, dtype=np.int64)[None, :]
     per = (dp * mb)[:, None]
     m = b // per
-    return (b % per == 0) & ((v[:, None] == 1) | (m % pp[:, None] == 0))
+    return (b % per == 0) & (m >= pp[:, None]) & ((v[:, None] == 1) | (m % pp[:, None] == 0))
 
 
 def largest_valid_batch(batches, dp, mb, pp, v):

@@ -111,7 +111,8 @@ def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch, max_gpus: in
         # a ZeRO stage shards nothing over one data-parallel rank (the evaluation runs it as
         # ZeRO-0, which the ranking prefers on a tie), and a pipeline fed fewer micro-batches
         # than stages even at the largest batch idles more than half of each step
-        ok &= (dp * cp > 1) | ((zero == 0) & ~hybrid)
+        if "zero" not in (only or {}):
+            ok &= (dp * cp > 1) | ((zero == 0) & ~hybrid)
         ok &= (pp == 1) | (b_hi >= pp * dp * mb)
     ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
     ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
