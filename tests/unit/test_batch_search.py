@@ -157,3 +157,8 @@ def test_deadline_floor_answers_as_the_whole_grid(monkeypatch, model, gpu, token
         whole.min_gpus_to_fit, whole.gpus_for_deadline)
     assert bounded.rows == whole.rows
     assert bounded.frontier == whole.frontier
+
+
+def test_default_ceiling_is_capped():
+    """At 10^18 tokens the rule would ask for billions of tokens a step: 2^28 at most."""
+    assert default_max_global_batch(405 * 10**9, 10**18, 4096) == 2**28 // 4096

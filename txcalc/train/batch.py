@@ -8,7 +8,8 @@ candidates searched between them, and the choice among them.
     ceiling (default)    | the critical batch at the run's compute, DeepSeek LLM (Bi et al.
                          |   2024, arXiv 2401.02954, eq. 1): B_opt = 0.2920 * C^0.3271
                          |   tokens, C = 6 * N * D FLOPs (N: the parameters one token uses,
-                         |   D: the training tokens); never below the default
+                         |   D: the training tokens); at most 2^28 tokens, never below the
+                         |   default
     candidates           | the start (the default, or the batch given), then every 2^k and
                          |   3 * 2^k sequences above it up to the ceiling: the x1.5 steps let
                          |   data parallelism take factors of 3 (24 GPUs = 8 x 3)
@@ -36,6 +37,9 @@ DEFAULT_BATCH_TOKENS = 2**22
 #: 2401.02954, eq. 1): B_opt = coefficient * C^exponent
 CRITICAL_BATCH_COEFFICIENT = 0.2920
 CRITICAL_BATCH_EXPONENT = 0.3271
+#: the default ceiling's cap, 256M tokens: 4x the largest published batch (DeepSeek-V3's 63M);
+#: DeepSeek fitted the rule on budgets up to ~3e20 FLOPs, and at 1e30 it would ask for billions
+CRITICAL_BATCH_CAP_TOKENS = 2**28
 
 
 def default_global_batch(seq: int) -> int:
@@ -50,8 +54,9 @@ def critical_batch_tokens(compute_flops: float) -> int:
 
 def default_max_global_batch(active_params: int, tokens: int, seq: int) -> int:
     """The ceiling of the batch search in sequences when none is given: the critical batch at
-    C = 6 * N * D, in whole sequences, and never below the default batch."""
-    crit = critical_batch_tokens(6 * active_params * tokens)
+    C = 6 * N * D, at most CRITICAL_BATCH_CAP_TOKENS, in whole sequences, and never below the
+    default batch."""
+    crit = min(critical_batch_tokens(6 * active_params * tokens), CRITICAL_BATCH_CAP_TOKENS)
     return max(default_global_batch(seq), crit // seq)
 
 
