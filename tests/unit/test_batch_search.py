@@ -145,7 +145,7 @@ def test_readme_command_answers_like_the_published_run(capsys):
 def test_deadline_floor_answers_as_the_whole_grid(monkeypatch, model, gpu, tokens, kw):
     """With a deadline the screen skips GPU counts that even 100% MFU could not make meet it,
     and reads the fewest GPUs that fit from the memory-least layouts below them
-    (planner._deadline_floor, grid.layout_grid(memory_min=True)): the same plan as the whole
+    (planner._deadline_gpus, grid.layout_grid(memory_min=True)): the same plan as the whole
     grid, and the same frontier."""
     import txcalc.train.planner as planner
     bounded = planner.plan_train(load(model), gpu, tokens, **kw)
@@ -162,3 +162,10 @@ def test_deadline_floor_answers_as_the_whole_grid(monkeypatch, model, gpu, token
 def test_default_ceiling_is_capped():
     """At 10^18 tokens the rule would ask for billions of tokens a step: 2^28 at most."""
     assert default_max_global_batch(405 * 10**9, 10**18, 4096) == 2**28 // 4096
+
+
+def test_a_deadline_beyond_100_percent_mfu_is_refused_at_once(capsys):
+    rc = main(["plan", "train", "llama-3.1-405b", "--tokens", "1000000000000000000", "--gpu",
+               "h100", "--days", "90"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "even at 100% MFU" in err[0] and "90 days" in err[0]

@@ -35,7 +35,7 @@ stage. Choices:
 All of these come from one evaluation of the grid (``Screen``), kept on the plan. GPU counts
 are whole nodes (``gpus_per_node``, the GPU's unless given) or fewer than one node, unless
 ``gpus`` pins the count. With a deadline and the batch searched, the screen skips the counts
-that could not meet it even at 100% MFU (``_deadline_floor``), the fewest GPUs that fit come
+that could not meet it even at 100% MFU (``_deadline_gpus``), the fewest GPUs that fit come
 from the memory-least layouts below them, and the frontier screens those counts on demand.
 
 Defaults: sequence 4096 (the learned position table's length if shorter); global batch
@@ -642,8 +642,13 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     batches = candidate_batches(start, ceiling)
     # with a deadline, layouts on fewer GPUs than even 100% MFU would need cannot meet it: the
     # screen starts there, and the fewest GPUs that fit come from the memory-least grid below
-    floor = (_deadline_floor(setting, tokens, days) if DEADLINE_FLOOR and searched
-             and days is not None and gpus is None and not only else 1)
+    need = (_deadline_gpus(setting, tokens, days) if DEADLINE_FLOOR and searched
+            and days is not None and gpus is None and not only else 0.0)
+    floor = max(1, int(0.9 * need))  # less 10% for rounding
+    if floor > max_gpus:
+        raise PlanError(f"no layout of {cfg.name} on at most {max_gpus:,} {gpu.name} GPUs "
+                        f"trains {tokens:,} tokens within {days:g} days: even at 100% MFU "
+                        f"that takes {need:,.0f} GPUs")
     screen = low = None
     if 1 < floor <= max_gpus:
         screen = _screen(setting, tokens, batches, max_gpus, None, only, min_gpus=floor)
@@ -722,21 +727,20 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                                             else "--global-batch"))
 
 
-#: screen only the GPU counts a deadline allows at 100% MFU (``_deadline_floor``); off: the
+#: screen only the GPU counts a deadline allows at 100% MFU (``_deadline_gpus``); off: the
 #: whole grid (the tests compare both)
 DEADLINE_FLOOR = True
 
 
-def _deadline_floor(s: TrainSetting, tokens: int, days: float) -> int:
+def _deadline_gpus(s: TrainSetting, tokens: int, days: float) -> float:
     """Fewer GPUs than this cannot train ``tokens`` within ``days``: model FLOPs / (peak x
     days x goodput), MFU at most 1 (a step is never shorter than its FLOPs at the peak: the
-    roofline's efficiencies are at most 1, a pipeline's slowest stage at least the mean), less
-    10% for rounding."""
+    roofline's efficiencies are at most 1, a pipeline's slowest stage at least the mean)."""
     from ..engine.accounting import FlopCounts
     per_seq = FlopCounts(s.cfg, s.work(1), s.ops).model
     peak = max(s.gpu.peak(s.dtype), s.prof.peak_flops.get(s.dtype, 0.0),
                s.achieved_flops_per_gpu or 0.0)
-    return max(1, int(0.9 * per_seq * (tokens / s.seq) / (peak * days * DAY_S * s.goodput)))
+    return per_seq * (tokens / s.seq) / (peak * days * DAY_S * s.goodput)
 
 
 def _screen(s: TrainSetting, tokens: int, batches: list[int], max_gpus: int,
