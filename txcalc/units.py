@@ -26,8 +26,10 @@ def pow2_upto(n: int) -> list[int]:
 
 
 def divisors(n: int) -> list[int]:
-    """Every divisor of n, ascending (the tensor-parallel degrees a head count allows)."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of n, ascending (the tensor-parallel degrees a head count allows): pairs
+    (d, n / d) for d up to the square root, so a batch of 2^22 sequences costs 2^11 trials."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def first_true(pred, lo: int, hi: int, *, cut: int | None = None) -> int | None:

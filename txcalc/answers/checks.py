@@ -33,7 +33,7 @@ def _option_specs() -> dict:
         "global_tokens": ("int", 0, MAX_SEQ),
         "images": ("int", 0, 2**16), "image_size": ("int", 0, 2**16),
         "global_batch": ("int", 1, MAX_BATCH), "micro_batch": ("int", 1, MAX_BATCH),
-        "max_gpus": gpus, "gpus": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,
+        "max_gpus": gpus, "gpus": gpus, "gpus_per_node": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,
         "zero": ("int", 0, 3), "rows": ("int", 1, MAX_ROWS),
         "kv_tokens": ("int", 0, MAX_KV_TOKENS),
         "days": ("float", 0, MAX_DAYS, "(]"), "price": ("float", 0, MAX_PRICE, "[]"),

@@ -30,8 +30,12 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                overlap: str | None = None, finetune: str = "full", lora_rank: int = 16,
                lora_alpha: float | None = None, lora_targets: str = "all-linear",
                lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
-               loss: str = "full", rows: int = 8, global_tokens: int = 0) -> Answer:
+               loss: str = "full", rows: int = 8, global_tokens: int = 0,
+               max_global_batch: str | None = None,
+               gpus_per_node: int | None = None) -> Answer:
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run.
+    ``max_global_batch``: the batch search's ceiling, sequences ('2048') or tokens with a
+    binary K/M/G suffix ('16M' = 16 x 2^20: ``train.batch.parse_max_global_batch``).
     ``parts``: the TrainPlan and the Finetune (None: full)."""
     from ..engine.hardware import get_gpu
     from ..train.planner import plan_train as search
@@ -44,7 +48,13 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                    fragmentation=fragmentation, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
                    micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
                    stack=stack, overlap=overlap, recompute_layers=recompute_layers,
-                   goodput=goodput, global_tokens=global_tokens)
+                   goodput=goodput, global_tokens=global_tokens,
+                   gpus_per_node=gpus_per_node)
+    ceiling: dict = {}
+    if max_global_batch is not None:
+        from ..train.batch import parse_max_global_batch
+        value, in_tokens = parse_max_global_batch(max_global_batch)
+        ceiling = {"max_global_batch_tokens" if in_tokens else "max_global_batch": value}
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
@@ -59,7 +69,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
                global_tokens=global_tokens,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
-               only=only)
+               only=only, gpus_per_node=gpus_per_node, **ceiling)
     return Answer(p.to_json(), {"plan": p, "finetune": ft})
 
 

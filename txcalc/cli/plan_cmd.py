@@ -24,7 +24,9 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           gpus: int = typer.Option(None, "--gpus", help="Exactly this many GPUs."),
           seq: int = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
           global_batch: int = typer.Option(None, "--global-batch",
-                                           help="Sequences per step (default ~4M tokens)."),
+                                           help="Sequences per step: alone, pinned; with --max-global-batch, where the search starts (default ~4M tokens, searched)."),
+          max_global_batch: str = typer.Option(None, "--max-global-batch", help="Largest global batch the search tries: sequences (2048) or tokens with a binary K/M/G suffix (16M = 16 x 2^20 tokens; default DeepSeek LLM's critical batch at the run's compute, 0.292 x C^0.3271 tokens)."),
+          gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default the GPU's, 8): GPU counts are whole nodes, and a node is the NVLink domain."),
           precision: str = TRAIN_OPTS["precision"],
           optimizer: str = TRAIN_OPTS["optimizer"],
           price: float = typer.Option(None, "--price", help="Price per GPU-hour (your currency)."),
@@ -66,7 +68,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                  fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
-                 global_tokens)
+                 global_tokens, max_global_batch, gpus_per_node)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -78,6 +80,17 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                      "--offload-checkpoints": offload_checkpoints}, ft, out["band"])
 
 
+def _batch_words(p) -> str:
+    """Where the plan's global batch came from, in words: '25,165,824 tokens, searched up to
+    16,389'."""
+    s = p.setting
+    size = f"{s.global_batch * s.seq:,} tokens"
+    if p.max_global_batch is None:
+        return f"{size}, pinned"
+    return (f"{size}, {'the default, ' if p.global_batch_source == 'default' else ''}"
+            f"searched up to {p.max_global_batch:,}")
+
+
 def _print_train(p, pins: dict, ft=None, band=None) -> None:
     """The plan for people: summary lines that break only between phrases, tables that fold
     to key-value blocks when the terminal is narrow (txcalc.cli.narrow)."""
@@ -85,8 +98,9 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     s, b = p.setting, p.best
     from ..engine.hardware import memory_words
     say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GB')}):",
-                  f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
-                  f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
+                  f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch:,}",
+                  f"({_batch_words(p)}),", f"{s.precision},",
+                  s.optimizer + ("," if ft is not None else "")]
         + ([ft.describe()] if ft is not None else []), first=f"{s.cfg.name} on ", sep=" ")
     if s.loss != "full":
         say(console, [f"LM loss {s.loss}"], first="  ")
@@ -121,6 +135,8 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
                   f"fell inside): ", sep=" ")
     for note in p.notes:
         say(console, note.split(" "), first="  note: ", sep=" ")
+    for warning in p.warnings:
+        say(console, warning.split(" "), first="  warning: ", sep=" ")
     say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
         + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.usable_bytes / GB:,.1f} GB usable"]
         + ([f"host memory (offloaded checkpoints) {b.host_bytes / GB:,.1f} GB"]

@@ -28,6 +28,8 @@ its own copy of the embedding shard on the last stage (Megatron's word-embedding
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..model.config import ModelConfig
 from ..engine.ops import Op
 from ..units import cdiv
@@ -104,9 +106,11 @@ def local_saved_bytes(op: Op, work: Workload, act_bytes: int, tp: int, sp: bool,
     return b
 
 
-def stage_blocks(n_blocks: int, pp: int) -> list[range]:
+@lru_cache(maxsize=1024)
+def stage_blocks(n_blocks: int, pp: int) -> tuple[range, ...]:
     """Block indices of each stage: n // pp each, the remainder to stages 1, 2, ... (the first
-    stage also runs the embeddings, the last the head and the loss)."""
+    stage also runs the embeddings, the last the head and the loss). Cached: the planner's
+    tables ask for every (blocks, pp) many times."""
     base, extra = divmod(n_blocks, pp)
     sizes = [base] * pp
     order = list(range(1, pp)) + [0]
@@ -116,7 +120,7 @@ def stage_blocks(n_blocks: int, pp: int) -> list[range]:
     for s in sizes:
         out.append(range(start, start + s))
         start += s
-    return out
+    return tuple(out)
 
 
 def block_index(cfg: ModelConfig, op: Op) -> int:

@@ -96,8 +96,18 @@ from .setting import (TrainSetting, group_activations, group_counts, group_dequa
 GiB = 2**30
 
 
-@lru_cache(maxsize=4096)
 def inflight_chunks(pp: int, v: int, m: int, stage: int) -> tuple[int, int]:
+    """``_inflight_chunks`` (below), with m above 6 pp reduced by whole groups of pp: the
+    schedule repeats group by group after its warm-up (< (v + 1) pp forwards), so more groups
+    add no new peak (checked against the full schedule for pp 2-16, v 2-4, m < 14 pp); the
+    batch search's large m then costs no longer tables."""
+    if v > 1 and m > 6 * pp:
+        m -= pp * ((m - 6 * pp) // pp)
+    return _inflight_chunks(pp, v, m, stage)
+
+
+@lru_cache(maxsize=4096)
+def _inflight_chunks(pp: int, v: int, m: int, stage: int) -> tuple[int, int]:
     """Most model chunks in flight (forwards whose backward has not run) on pipeline rank
     ``stage``, and most of them of its edge chunk (model chunk 0 on the first rank, which holds
     the embeddings; chunk v - 1 on the last, which holds the head and the loss), over one step
@@ -399,7 +409,9 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     si_d, si_e = np.searchsorted(t.shards, shard), np.searchsorted(t.shards, shard_e)
     one = t.shards.index(1)
     n_sh = len(t.shards)
-    m = (s.global_batch / (dp * mbatch)).astype(np.int64)  # exact: dp * mb divides the batch
+    # the global batch: the setting's, or one per layout (g["gb"]: the planner's batch search)
+    gbatch = g["gb"].astype(np.float64) if "gb" in g else s.global_batch
+    m = (gbatch / (dp * mbatch)).astype(np.int64)  # exact: dp * mb divides the batch
     n_slots = A["valid"].shape[1]
     n_tp, n_ep, n_cp, n_mb = len(t.tps), len(t.eps), len(t.cps), len(t.mbs)
     moe = bool(A["pad_exp"].any())
@@ -458,18 +470,22 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # schedule per distinct (pp, v, m, stage) (inflight_chunks)
     chunks, edge_chunks = [], []
     inter = np.flatnonzero(v > 1)
+    if len(inter):  # one integer key per (m, pp, v), m reduced as inflight_chunks does
+        pp_i, v_i, m_i = pp[inter], v[inter], m[inter]
+        m_i = np.where(m_i > 6 * pp_i, m_i - pp_i * ((m_i - 6 * pp_i) // pp_i), m_i)
+        span = int(pp_i.max()) + 1
+        key_i = (m_i * span + pp_i) * (int(v_i.max()) + 1) + v_i
     for k in range(n_slots):
         stage = A["stage"][:, k].take(pi)
         c = np.maximum(1, np.minimum(pp - stage, m))  # one chunk a rank: plain 1F1B
         e = c.copy()
         if len(inter):
-            cols = [np.unique(x[inter], return_inverse=True) for x in (pp, v, m, stage)]
-            key = np.ravel_multi_index([i.reshape(-1) for _, i in cols],
-                                       [len(u) for u, _ in cols])
-            uniq, inv = np.unique(key, return_inverse=True)
-            at = np.unravel_index(uniq, [len(u) for u, _ in cols])
-            got = np.array([inflight_chunks(*(int(u[j]) for (u, _), j in zip(cols, idx)))
-                            for idx in zip(*at)], dtype=np.int64).reshape(-1, 2)
+            uniq, inv = np.unique(key_i * span + stage[inter], return_inverse=True)
+            rest, st_u = np.divmod(uniq, span)
+            rest, v_u = np.divmod(rest, int(v_i.max()) + 1)
+            m_u, pp_u = np.divmod(rest, span)
+            got = np.array([inflight_chunks(int(a), int(b), int(c_), int(d)) for a, b, c_, d
+                            in zip(pp_u, v_u, m_u, st_u)], dtype=np.int64).reshape(-1, 2)
             c[inter], e[inter] = got[inv.reshape(-1), 0], got[inv.reshape(-1), 1]
         chunks.append(c)
         edge_chunks.append(e)
@@ -640,10 +656,15 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
     # the optimizer step reads and writes every state once (the stage with the most states)
     step = (pipeline + exposed + 2 * best_states / s.prof.bytes_per_s
             + pcie_opt / comm.PCIE_BYTES_PER_S)
+    # seconds one more micro-batch per step adds: the step is affine in m (train.batch)
+    slope = t_mb + np.where(zero == 3, np.maximum(0.0, 2 * t_ag3 + t_rs - t_mb), 0.0)
     hw_seq = A["hw_flops_seq"][pi, pol]
     if s.achieved_flops_per_gpu:
-        step = hw_seq * s.global_batch / (n * s.achieved_flops_per_gpu)
+        step = hw_seq * gbatch / (n * s.achieved_flops_per_gpu)
+        slope = hw_seq * dp * mbatch / (n * s.achieved_flops_per_gpu)
     peak = s.gpu.peak(s.dtype)
+    # per-layout batches are floats: a Python int times them could overflow int64
+    model_seq = A["model_flops_seq"] if "gb" not in g else float(A["model_flops_seq"])
     out = {f"{k}_bytes": x for k, x in best.items()} if detail else {}
     if detail:
         n_tp_c, n_moe, n_attn, t_attn, tp_x, pp_x = slow
@@ -684,11 +705,12 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                                    ("dp", shard, tp), ("pp", pp, tp * cp * dp))}
     out.update(total_bytes=best_total, step_time_s=step, micro_batches=m,
                bubble_fraction=(pp - 1) / (v * m),
-               mfu=A["model_flops_seq"] * s.global_batch / (step * n * peak),
-               hfu=hw_seq * s.global_batch / (step * n * peak), gpus=n,
+               mfu=model_seq * gbatch / (step * n * peak),
+               hfu=hw_seq * gbatch / (step * n * peak), gpus=n,
                exposed_dp_comm_s=exposed, micro_batch_time_s=t_mb,
-               tokens_per_s=s.global_batch * s.seq / step,
-               model_flops_step=A["model_flops_seq"] * s.global_batch,
+               tokens_per_s=gbatch * s.seq / step, step_slope_s=slope,
+               bubble_s=(pp - 1) / v * t_mb, model_flops_seq=A["model_flops_seq"],
+               model_flops_step=model_seq * gbatch,
                hardware_flops_seq=hw_seq)
     return out
 
@@ -715,16 +737,22 @@ def grid_for(layouts: list[Layout]) -> tuple[list, list, list, list, list, dict,
     return tps, eps, cps, mbs, pps, g, policies
 
 
-def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None) -> dict:
+def evaluate_layouts(s: TrainSetting, layouts: list[Layout], stages=None,
+                     batches: list[int] | None = None) -> dict:
     """``evaluate`` for explicit layouts (each checked), over every pipeline stage, or over
-    ``stages(pp)`` (a function listing the stage indices to evaluate)."""
+    ``stages(pp)`` (a function listing the stage indices to evaluate). ``batches``: the global
+    batch of each layout (default: the setting's for all)."""
     from ..errors import WorkloadError
-    for lay in layouts:
+    for i, lay in enumerate(layouts):
         check_layout(s.cfg, lay, s.seq)
-        if s.global_batch % (lay.dp * lay.micro_batch):
-            raise WorkloadError(f"global batch ({s.global_batch}) must be a multiple of dp x "
+        b = s.global_batch if batches is None else batches[i]
+        if b % (lay.dp * lay.micro_batch):
+            raise WorkloadError(f"global batch ({b}) must be a multiple of dp x "
                                 f"micro_batch ({lay.dp} x {lay.micro_batch})")
     tps, eps, cps, mbs, pps, g, policies = grid_for(layouts)
+    if batches is not None:
+        import numpy as np
+        g["gb"] = np.asarray(batches, dtype=np.int64)
     slots = stages or (lambda pp: list(range(pp)))
     shard, shard_e = shard_groups(g, s.gpu)
     t = build_tables(s, tps, eps, cps, mbs, pps, list(shard) + list(shard_e), slots, policies)

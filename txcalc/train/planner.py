@@ -9,7 +9,9 @@
 Training search: every valid layout of TP x PP x DP x CP x EP x ZeRO stage (0-3, and ZeRO-3
 hybrid shard) x sequence parallelism x schedule (1F1B, interleaved with 2 or 4 virtual
 stages) x micro-batch x recompute, evaluated as numpy arrays by ``train.evaluate`` (the
-per-op sums are computed once per TP/CP/EP/micro-batch value). The screen's numbers decide
+per-op sums are computed once per TP/CP/EP/micro-batch value), and, unless pinned, the global
+batch (each layout screened at the largest candidate it takes; a smaller one's days follow
+from the step's slope per micro-batch, ``Screen.days_matrix``). The screen's numbers decide
 the ranking; the rows reported (``best``, ``table``) are evaluated again over every pipeline
 stage. Choices:
 
@@ -17,18 +19,30 @@ stage. Choices:
     ---------------------|-------------------------------------------------------------------
     min_gpus_to_fit      | the fewest GPUs of any layout whose fullest stage fits in memory
     gpus_for_deadline    | with ``days``: the fewest GPUs of a fitting layout that trains the
-                         |   token budget within the deadline
-    best                 | with ``days``: the fastest layout on gpus_for_deadline GPUs; without:
-                         |   among layouts within 2% of the lowest GPU-hours, the fastest
-    frontier             | GPUs against days: the fastest fitting layout on each GPU count
-                         |   (fewest that fit, powers of two above, best's count); any count:
-                         |   ``fastest_on([n, ...])``
+                         |   token budget within the deadline (at its best batch)
+    best                 | with ``days``: on gpus_for_deadline GPUs, the smallest global batch
+                         |   that meets the deadline, then the fastest layout; without: among
+                         |   layouts within 2% of the lowest GPU-hours, the smallest batch that
+                         |   stays within, then the fastest
+    frontier             | GPUs against days: on each GPU count (fewest that fit, powers of two
+                         |   above, best's count) the layout ``fastest_on`` answers (the
+                         |   no-deadline rule on that count), keeping only counts faster than
+                         |   every smaller one (all of them when layout fields are pinned); any
+                         |   count: ``fastest_on([n, ...])``
+    warnings             | train.guards: MFU < 25%, bubble > 20% of the step, micro-batches
+                         |   < 2 x pp, under one sequence per data-parallel rank
 
-All of these come from one evaluation of the grid (``Screen``), kept on the plan.
+All of these come from one evaluation of the grid (``Screen``), kept on the plan. GPU counts
+are whole nodes (``gpus_per_node``, the GPU's unless given) or fewer than one node, unless
+``gpus`` pins the count. With a deadline and the batch searched, the screen skips the counts
+that could not meet it even at 100% MFU (``_deadline_gpus``), the fewest GPUs that fit come
+from the memory-least layouts below them, and the frontier screens those counts on demand.
 
 Defaults: sequence 4096 (the learned position table's length if shorter); global batch
-about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M); attention a fused
-(flash) kernel.
+searched from about 4M tokens (2^22 / seq sequences: GPT-3 used 3.2M, Llama 2 4M) up to the
+critical batch at the run's compute (``train.batch``: its rule, candidates and sources); a
+``global_batch`` given alone is pinned (the search then runs as before the batch search);
+attention a fused (flash) kernel.
 
 Figures of merit: MFU = model FLOPs (the engine's: causally masked attention pairs skipped)
 / (step time x GPUs x the dense peak of the compute dtype); HFU uses the FLOPs executed
@@ -48,12 +62,11 @@ from ..errors import PlanError, WorkloadError
 from ..engine.hardware import Gpu, get_gpu, memory_words
 from ..engine.memory import OPTIMIZERS, PRECISIONS, _check
 from ..parallel.overheads import Overheads, check_plan_args
-from .setting import TrainSetting, shard_groups
+from .setting import TrainSetting, shard_groups, with_batch
 from .evaluate import build_tables, evaluate, evaluate_layouts
-from ..parallel.layout import (RECOMPUTE, RECOMPUTE_POLICIES, Layout, LayoutError, check_layout,
-                               joint_rules)
+from ..parallel.layout import RECOMPUTE, Layout
 from ..engine.timing import DeviceProfile
-from ..units import divisors, pow2_upto
+from ..units import pow2_upto
 
 DAY_S = 86400.0
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
@@ -91,6 +104,15 @@ class TrainRow:
     #: measured / predicted step time the answer may be off by (timing.TIME_RATIO_BAND: the
     #: 10th-90th percentile over the published test runs); (1, 1) for a given throughput
     band: tuple[float, float] = (1.0, 1.0)
+    #: the row's global batch in sequences (the batch search gives each row its own)
+    global_batch: int = 0
+    #: seconds of the step the pipeline's fill and drain leave idle: (pp - 1) / v micro-batches
+    bubble_s: float = 0.0
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step: batch / (dp x micro-batch)."""
+        return self.global_batch // (self.layout.dp * self.layout.micro_batch)
 
     def _low_high(self, value: float | None, inverse: bool = False):
         if value is None:
@@ -133,7 +155,8 @@ class TrainRow:
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("gpus", "total_bytes", "step_time_s", "mfu", "hfu",
                                            "tokens_per_s", "days", "gpu_hours", "cost",
-                                           "bubble_fraction", "host_bytes")}
+                                           "bubble_fraction", "host_bytes", "global_batch",
+                                           "bubble_s")}
         d.update(self.bands_json())
         d["layout"] = self.layout.to_json()
         d["layout_name"] = self.layout.short()
@@ -158,6 +181,15 @@ class TrainPlan:
     max_gpus: int | None = None
     #: the search's screen of every layout (``Screen``): the frontier is read from it
     screen: Screen | None = field(default=None, repr=False, compare=False)
+    #: where the best row's global batch came from: pinned (given), default (about 4M
+    #: tokens), searched (a larger candidate: ``train.batch``)
+    global_batch_source: str = "pinned"
+    #: the batch search's ceiling in sequences (None: the batch was pinned)
+    max_global_batch: int | None = None
+    #: the search was pinned to layout fields (``only``): the frontier keeps every count
+    pinned_layout: bool = False
+    #: plausibility warnings on the best row, each naming its fix (``train.guards``)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def best(self) -> TrainRow:
@@ -176,9 +208,15 @@ class TrainPlan:
     def frontier(self) -> list[TrainRow]:
         """GPUs against days: the fastest fitting layout on each of ``frontier_counts()``
         (counts with no valid fitting layout are left out), read from the same screen as
-        ``best`` (no second search); see ``fastest_on``."""
+        ``best`` (no second search); see ``fastest_on``. Monotonic: a count not faster than
+        a smaller one is left out (a run could leave the extra GPUs idle), unless the search
+        was pinned to layout fields."""
         found = self.fastest_on(self.frontier_counts())
-        return [found[n] for n in sorted(found)]
+        out = []
+        for n in sorted(found):
+            if self.pinned_layout or not out or found[n].days < out[-1].days:
+                out.append(found[n])
+        return out
 
     def fastest_on(self, counts) -> dict[int, TrainRow]:
         """The fastest layout on exactly n GPUs, for each n of ``counts`` that has one that
@@ -239,7 +277,9 @@ class TrainPlan:
     def to_json(self) -> dict:
         s, b = self.setting, self.best
         return {"model": s.cfg.name, "gpu": s.gpu.name, "tokens": self.tokens, "seq": s.seq,
-                "global_batch": s.global_batch, "precision": s.precision,
+                "global_batch": s.global_batch, "global_batch_tokens": s.global_batch * s.seq,
+                "global_batch_source": self.global_batch_source,
+                "max_global_batch": self.max_global_batch, "precision": s.precision,
                 "optimizer": s.optimizer, "gpu_memory_bytes": s.gpu.memory_bytes,
                 "gpu_usable_bytes": s.gpu.usable_bytes,
                 "min_gpus_to_fit": self.min_gpus_to_fit,
@@ -254,99 +294,11 @@ class TrainPlan:
                 "best": b.to_json(),
                 "layouts": [r.to_json() for r in self.rows],
                 "layouts_evaluated": self.layouts_evaluated, "notes": self.notes,
+                "warnings": self.warnings,
                 "finetune": s.finetune.describe() if s.finetune else "full", "loss": s.loss}
 
 
-# --- the grid ------------------------------------------------------------------------------------
-#: Layout fields a search can be pinned to (``plan_train(only={"tp": 8, "recompute": "full"})``)
-PINNABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "recompute_layers",
-            "offload_checkpoints")
-
-
-def layout_grid(cfg: ModelConfig, gpu: Gpu, seq: int, global_batch: int, max_gpus: int,
-                gpus: int | None = None, only: dict | None = None) -> tuple[dict, tuple]:
-    """Every valid layout as index arrays (see ``train.evaluate.evaluate``).
-
-    Candidate degrees: TP the divisors of n_heads up to 64, PP powers of two and divisors of
-    the block count up to 128, CP powers of two keeping >= 2048 tokens a rank, EP powers of two
-    up to 64, DP and micro-batch dividing the global batch; each degree is checked alone by
-    ``check_layout`` (the model's rules), and the rules that join degrees here."""
-    import numpy as np
-    n_blocks = sum(depth for _, depth in cfg.stacks)
-
-    def valid(**degrees) -> bool:
-        try:
-            check_layout(cfg, Layout(**degrees), seq)
-            return True
-        except LayoutError:
-            return False
-    tps = [t for t in divisors(cfg.n_heads) if t <= 64 and valid(tp=t)]
-    pps = [p for p in sorted(set(pow2_upto(128)) | set(divisors(n_blocks)))
-           if p <= 128 and valid(pp=p)]
-    cps = [c for c in pow2_upto(32) if (c == 1 or seq // c >= 2048) and valid(cp=c)]
-    eps = [e for e in pow2_upto(64) if valid(ep=e, dp=e)]
-    mbs = [b for b in pow2_upto(16) if global_batch % b == 0]
-    dps = divisors(global_batch)
-    zeros = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1)]
-    vs = [1, 2, 4]
-    # the masks are taken on the degrees broadcast along their own axis of the grid (not on
-    # the full grid: far less memory), and only the kept points are gathered at the end
-    policies = RECOMPUTE_POLICIES
-    lists = (tps, pps, cps, eps, mbs, dps, [z for z, _ in zeros], vs, [0, 1],
-             list(range(len(policies))))
-    shape = tuple(len(x) for x in lists)  # ... sp, recompute
-
-    def A(xs, k):  # the values of axis k, shaped to broadcast against the grid
-        return np.array(xs, dtype=np.int64).reshape([-1 if i == k else 1 for i in range(10)])
-    tp, pp, cp, ep, mb, dp, zero, v, sp, pol = (A(xs, k) for k, xs in enumerate(lists))
-    rc = A([r for r, _, _ in policies], 9)
-    rl = A([n for _, n, _ in policies], 9)
-    off = A([o for _, _, o in policies], 9).astype(bool)
-    hybrid = A([h for _, h in zeros], 6).astype(bool)
-    n = tp * pp * cp * dp
-    ok = np.broadcast_to((n <= max_gpus) & (global_batch % (dp * mb) == 0), shape).copy()
-    if gpus is not None:
-        ok &= n == gpus
-    m = global_batch // (dp * mb)
-    for rule in joint_rules(tp, pp, dp, cp, ep, sp, v, n_blocks).values():  # check_layout's
-        ok &= rule
-    ok &= (v == 1) | (m % pp == 0)  # interleaving needs micro-batches in multiples of pp
-    ok &= ~hybrid | (dp * cp * tp > gpu.gpus_per_node)  # hybrid only differs across nodes
-    ok &= (rl == 0) | (rl < -(-n_blocks // pp))  # partial: fewer blocks than a stage holds
-    pinned = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero,
-              "micro_batch": mb, "recompute": rc, "recompute_layers": rl,
-              "offload_checkpoints": off}
-    for key, value in (only or {}).items():
-        if key not in PINNABLE:
-            raise PlanError(f"cannot pin {key!r}; choose from {', '.join(PINNABLE)}")
-        if key in ("tp", "pp", "cp", "ep", "micro_batch", "zero", "recompute"):
-            # the model's own rules name the offending values (TP dividing the heads...)
-            check_layout(cfg, Layout(**{key: value, **({"dp": value} if key == "ep" else {})}),
-                         seq)
-        if key == "recompute":
-            value = RECOMPUTE.index(value)
-        ok &= pinned[key] == value
-    if "recompute" in (only or {}) and "recompute_layers" not in only:
-        ok &= rl == 0  # a pinned mode means every block, unless N is pinned too
-    if "offload_checkpoints" not in (only or {}) and "recompute" in (only or {}):
-        ok &= ~off  # ... and checkpoints on the GPU, unless offload is pinned too
-    ti, pi, ci, ei, mi, di, zi, vi, si, ri = np.nonzero(ok)  # in the grid's C order
-    g = dict(tp=tp.ravel()[ti], pp=pp.ravel()[pi], dp=dp.ravel()[di], cp=cp.ravel()[ci],
-             ep=ep.ravel()[ei], zero=zero.ravel()[zi], hybrid=hybrid.ravel()[zi],
-             sp=si.astype(bool), v=v.ravel()[vi], mb=mb.ravel()[mi], rc=rc.ravel()[ri],
-             rl=rl.ravel()[ri], off=off.ravel()[ri], pol=ri, ti=ti, pi=pi, ci=ci, ei=ei,
-             mi=mi)
-    return g, (tps, eps, cps, mbs, pps)
-
-
-def _layout_at(g: dict, i: int) -> Layout:
-    v = int(g["v"][i])
-    return Layout(tp=int(g["tp"][i]), pp=int(g["pp"][i]), dp=int(g["dp"][i]),
-                  cp=int(g["cp"][i]), ep=int(g["ep"][i]), zero=int(g["zero"][i]),
-                  hybrid_shard=bool(g["hybrid"][i]), sp=bool(g["sp"][i]),
-                  schedule="interleaved" if v > 1 else "1f1b", virtual=v,
-                  micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])],
-                  recompute_layers=int(g["rl"][i]), offload_checkpoints=bool(g["off"][i]))
+from .grid import PINNABLE, SEARCH_CP_TOKENS, SEARCH_MB_TOKENS, _layout_at, layout_grid  # noqa: F401
 
 
 def _ranked(cand, day_arr, hours, n, deadline: bool, simpler=None):
@@ -358,8 +310,8 @@ def _ranked(cand, day_arr, hours, n, deadline: bool, simpler=None):
     tie = np.zeros(len(day_arr), dtype=np.int64) if simpler is None else simpler
     if deadline:
         return cand[np.lexsort((tie[cand], day_arr[cand], n[cand]))]
-    good = cand[hours[cand] <= hours[cand].min() * 1.02]
-    rest = np.setdiff1d(cand, good)
+    keep = hours[cand] <= hours[cand].min() * HOURS_TOLERANCE
+    good, rest = cand[keep], cand[~keep]  # cand ascending: setdiff1d's order, without a sort
     return np.concatenate([good[np.lexsort((tie[good], day_arr[good]))],
                            rest[np.lexsort((tie[rest], hours[rest]))]])
 
@@ -369,14 +321,15 @@ def _simpler(g: dict):
     return g["zero"].astype("int64") * 2 + g["hybrid"].astype("int64")
 
 
-def _distinct_layouts(g: dict, order, limit: int) -> list[Layout]:
-    """The first ``limit`` distinct layouts of the screen indices ``order``."""
+def _distinct_layouts(g: dict, order, limit: int, batches=None) -> list[tuple[Layout, int]]:
+    """The first ``limit`` distinct (layout, global batch) pairs of the screen indices
+    ``order`` (``batches``: the batch of each, aligned with ``order``; None: 0 for all)."""
     chosen, seen = [], set()
-    for i in order:
-        lay = _layout_at(g, int(i))
-        if lay not in seen:
-            seen.add(lay)
-            chosen.append(lay)
+    for j, i in enumerate(order):
+        pair = (_layout_at(g, int(i)), 0 if batches is None else int(batches[j]))
+        if pair not in seen:
+            seen.add(pair)
+            chosen.append(pair)
         if len(chosen) >= limit:
             break
     return chosen
@@ -386,55 +339,135 @@ def _distinct_layouts(g: dict, order, limit: int) -> list[Layout]:
 #: whose fullest stage (screened on first, second, last, heaviest) turns out not to fit is
 #: replaced by the next
 CANDIDATES_PER_ROW = 3
+#: the no-deadline rule's tolerance: layouts within 2% of the lowest GPU-hours
+HOURS_TOLERANCE = 1.02
 
 
 @dataclass
 class Screen:
     """One evaluation of the layout grid (``train.evaluate.evaluate``, the screened
     stages), kept so that every question of a plan (fewest GPUs, the deadline, the frontier)
-    is answered from it without searching again."""
+    is answered from it without searching again. With the batch searched, each layout was
+    evaluated at the largest candidate batch it takes (``g["gb"]``); its days at a smaller one
+    follow from the step's slope per micro-batch (``train.batch``'s module doc)."""
 
     setting: TrainSetting
     g: dict  #: the layouts, as index arrays (``layout_grid``)
     n: object  #: GPUs of each layout
     fits: object  #: the screened fullest stage fits in the GPU's memory
-    day_arr: object  #: days to train the token budget
+    day_arr: object  #: days to train the token budget (at the largest batch, searched)
     hours: object  #: GPU-hours
+    tokens: int = 0
+    #: the candidate global batches (one: the batch is pinned)
+    batches: tuple = ()
+    step: object = None  #: step seconds at g["gb"] (the batch searched)
+    slope: object = None  #: step seconds one more micro-batch adds
+    total_bytes: object = None  #: the screened fullest stage's bytes per GPU
+    #: the fewest GPUs screened (a deadline's floor); ``more(counts)`` screens fewer
+    floor: int = 1
+    more: object = None
+
+    @property
+    def searched(self) -> bool:
+        return "gb" in self.g
+
+    def days_matrix(self, idx):
+        """[layout, candidate batch] days of the layouts ``idx`` at each candidate batch (inf
+        where a batch does not split into the layout's micro-batches); at the largest it
+        takes, exactly ``day_arr``."""
+        import numpy as np
+        from .batch import valid_batches
+        g, s = self.g, self.setting
+        dp, mb, pp, v = (g[k][idx] for k in ("dp", "mb", "pp", "v"))
+        b = np.asarray(self.batches, dtype=np.int64)[None, :]
+        per = (dp * mb)[:, None]
+        gb = g["gb"][idx][:, None]
+        step = self.step[idx][:, None] + (b // per - gb // per) * self.slope[idx][:, None]
+        days = self.tokens / (b * s.seq) * step / DAY_S / s.goodput
+        days = np.where(b == gb, self.day_arr[idx][:, None], days)
+        return np.where(valid_batches(self.batches, dp, mb, pp, v), days, np.inf)
+
+    def choose(self, cand, days_limit: float | None):
+        """The screen indices ``cand`` in the order a plan reports them, with the global
+        batch of each: with a deadline, fewest GPUs, then the smallest batch that meets it,
+        then fastest; without, the layouts within 2% of the lowest GPU-hours (each at the
+        smallest batch that stays within), smallest batch then fastest first, then the rest
+        by GPU-hours (at their largest batch). A pinned batch: ``_ranked``."""
+        import numpy as np
+        tie = _simpler(self.g)
+        if not self.searched:
+            order = _ranked(cand, self.day_arr, self.hours, self.n, days_limit is not None,
+                            tie)
+            return order, None
+        batches = np.asarray(self.batches, dtype=np.int64)
+
+        def smallest(idx, bound, per_day):  # the first batch whose value is within bound
+            value = self.days_matrix(idx) * per_day[:, None]
+            # the largest batch a layout takes is within bound: it is how idx was chosen
+            k = ((value <= bound) | (batches[None, :] == self.g["gb"][idx][:, None])).argmax(1)
+            return batches[k], value[np.arange(len(idx)), k] / per_day
+        if days_limit is not None:
+            b, d = smallest(cand, days_limit, np.ones(len(cand)))
+            o = np.lexsort((tie[cand], d, b, self.n[cand]))
+            return cand[o], b[o]
+        lim = self.hours[cand].min() * HOURS_TOLERANCE
+        good = cand[self.hours[cand] <= lim]
+        b, d = smallest(good, lim, 24.0 * self.n[good])
+        o = np.lexsort((tie[good], d, b))
+        rest = cand[self.hours[cand] > lim]  # cand is ascending: setdiff1d's order
+        rest = rest[np.lexsort((tie[rest], self.hours[rest]))]
+        return (np.concatenate([good[o], rest]),
+                np.concatenate([b[o], self.g["gb"][rest]]))
 
     def fastest_on(self, counts, tokens: int, price: float | None) -> dict[int, TrainRow]:
         """For each n of ``counts``: the first layout on exactly n GPUs, in the no-deadline
-        ranking of ``_ranked``, that fits once every stage is evaluated (all candidates of all
+        ranking of ``choose``, that fits once every stage is evaluated (all candidates of all
         counts are evaluated in one ``rows_for``)."""
         import numpy as np
-        picks: dict[int, list[Layout]] = {}
-        for c in sorted(set(int(c) for c in counts)):
+        counts = sorted(set(int(c) for c in counts))
+        out: dict[int, TrainRow] = {}
+        below = [c for c in counts if c < self.floor]
+        if below and self.more is not None:  # counts the deadline's screen left out
+            sub = self.more(below)
+            if sub is not None:
+                out.update(sub.fastest_on(below, tokens, price))
+        picks: dict[int, list] = {}
+        for c in (c for c in counts if c >= self.floor):
             cand = np.nonzero(self.fits & (self.n == c))[0]
             if len(cand):
-                picks[c] = _distinct_layouts(self.g, _ranked(cand, self.day_arr, self.hours,
-                                                             self.n, False, _simpler(self.g)),
-                                             CANDIDATES_PER_ROW)
-        flat = [lay for lays in picks.values() for lay in lays]
-        rows = iter(rows_for(self.setting, flat, tokens, price) if flat else [])
-        out = {}
-        for c, lays in picks.items():
-            fitting = [r for r in (next(rows) for _ in lays)
+                order, batch = self.choose(cand, None)
+                picks[c] = _distinct_layouts(self.g, order, CANDIDATES_PER_ROW, batch)
+        flat = [pair for pairs in picks.values() for pair in pairs]
+        rows = iter(_rows(self.setting, flat, tokens, price) if flat else [])
+        for c, pairs in picks.items():
+            fitting = [r for r in (next(rows) for _ in pairs)
                        if r.total_bytes <= self.setting.gpu.usable_bytes]
             if fitting:
                 out[c] = fitting[0]
-        return out
+        return dict(sorted(out.items()))
+
+
+def _rows(setting: TrainSetting, pairs, tokens: int, price: float | None) -> list[TrainRow]:
+    """``rows_for`` of (layout, batch) pairs (batch 0: the setting's)."""
+    layouts = [lay for lay, _ in pairs]
+    batches = [b or setting.global_batch for _, b in pairs]
+    pinned = all(b == 0 for _, b in pairs)
+    return rows_for(setting, layouts, tokens, price, None if pinned else batches)
 
 
 def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
-             price: float | None) -> list[TrainRow]:
-    """Exact evaluation (every stage) of chosen layouts."""
+             price: float | None, batches: list[int] | None = None) -> list[TrainRow]:
+    """Exact evaluation (every stage) of chosen layouts, each at its global batch of
+    ``batches`` (default: the setting's)."""
     from ..engine.timing import TIME_RATIO_BAND
-    r = evaluate_layouts(setting, layouts)
+    r = evaluate_layouts(setting, layouts, batches=batches)
     # a step time from the user's achieved throughput carries no calibration band
     band = (1.0, 1.0) if setting.achieved_flops_per_gpu else TIME_RATIO_BAND
     out = []
     for i, lay in enumerate(layouts):
+        batch = setting.global_batch if batches is None else int(batches[i])
         step = float(r["step_time_s"][i])
-        days = tokens / (setting.global_batch * setting.seq) * step / DAY_S / setting.goodput
+        days = tokens / (batch * setting.seq) * step / DAY_S / setting.goodput
         hours = days * 24 * lay.gpus
         out.append(TrainRow(layout=lay, gpus=lay.gpus,
                             memory={c: int(r[f"{c}_bytes"][i]) for c in CATEGORIES},
@@ -444,10 +477,10 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
                             gpu_hours=hours, cost=None if price is None else hours * price,
                             bubble_fraction=float(r["bubble_fraction"][i]),
                             host_bytes=int(r["host_bytes"][i]),
-                            model_flops_step=int(r["model_flops_step"]),
-                            hardware_flops_step=int(r["hardware_flops_seq"][i])
-                            * setting.global_batch,
-                            band=band,
+                            model_flops_step=int(r["model_flops_seq"]) * batch,
+                            hardware_flops_step=int(r["hardware_flops_seq"][i]) * batch,
+                            band=band, global_batch=batch,
+                            bubble_s=float(r["bubble_s"][i]),
                             communication={
                                 dim: {"collective": str(c if isinstance(c, str) else c[i]),
                                       "link": str(r["links"][dim][i]),
@@ -468,8 +501,18 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                only: dict | None = None, n_rows: int = 10, finetune=None,
                stack: str | None = None, overlap=None,
                goodput: float | None = None, loss: str = "full",
-               global_tokens: int = 0) -> TrainPlan:
+               global_tokens: int = 0, max_global_batch: int | None = None,
+               max_global_batch_tokens: int | None = None,
+               gpus_per_node: int | None = None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
+
+    The global batch (sequences): ``global_batch`` alone pins it; otherwise it is searched
+    from ``global_batch`` (default about 4M tokens) up to ``max_global_batch`` sequences (or
+    ``max_global_batch_tokens``, in whole sequences; default the critical batch at the run's
+    compute, ``train.batch``), over 2^k and 3 x 2^k sequences; the rows carry their batch and
+    the plan's setting the best row's. GPU counts are whole nodes of ``gpus_per_node``
+    (default the GPU's; it also sets the NVLink domain), or below one node, unless ``gpus``
+    pins the count.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
     states and their ZeRO sharding follow the trainable parameters, the frozen base is kept
@@ -503,6 +546,15 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     achieved_tflops = I.number("achieved_tflops", achieved_tflops, *I.TFLOPS_RANGE,
                                lo_open=False, none=True)
     n_rows = I.integer("n_rows", n_rows, 1, I.MAX_ROWS)
+    max_global_batch = I.integer("max_global_batch", max_global_batch, 1, I.MAX_BATCH,
+                                 none=True)
+    max_global_batch_tokens = I.integer("max_global_batch_tokens", max_global_batch_tokens, 1,
+                                        I.MAX_TOKENS, none=True)
+    if max_global_batch is not None and max_global_batch_tokens is not None:
+        raise I.InputError(f"max_global_batch ({max_global_batch}) and "
+                           f"max_global_batch_tokens ({max_global_batch_tokens}) exclude each "
+                           "other: give the ceiling once")
+    gpus_per_node = I.integer("gpus_per_node", gpus_per_node, 1, I.MAX_GPUS, none=True)
     from ..engine.timing import GOODPUT
     goodput = GOODPUT if goodput is None else I.number("goodput", goodput, 0, 1)
     from ..engine.stacks import DEFAULT_OVERLAP, check_overlap, get_stack
@@ -533,6 +585,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     loss_chunks(loss)  # a malformed loss fails here, naming it
     check_head(cfg, loss)
     gpu = get_gpu(gpu, gpu_file)
+    if gpus_per_node is not None and gpus_per_node != gpu.gpus_per_node:
+        import dataclasses
+        gpu = dataclasses.replace(gpu, gpus_per_node=gpus_per_node)
     _check("precision", precision, PRECISIONS)
     _check("optimizer", optimizer, OPTIMIZERS)
     if finetune is not None:
@@ -550,7 +605,12 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                             f"(max_position {cfg.max_position})")
     from ..engine.workload import Workload, check_fits
     check_fits(cfg, Workload(batch=1, seq=seq, global_tokens=global_tokens))
-    global_batch = global_batch or max(1, round(2**22 / seq))
+    from .batch import candidate_batches, default_global_batch
+    given_batch = global_batch is not None
+    searched = not given_batch or max_global_batch is not None \
+        or max_global_batch_tokens is not None
+    start = global_batch or default_global_batch(seq)
+    global_batch = start
     max_gpus_asked, max_gpus = max_gpus, max_gpus or 2**17
     if gpus is not None and gpus > max_gpus:
         raise PlanError(f"gpus ({gpus}) exceeds max_gpus ({max_gpus})")
@@ -566,31 +626,57 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            optimizer_kernel=prof_stack.optimizer_kernel if prof_stack
                            else "foreach")
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
-    g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
-    _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
-    if len(g["tp"]) == 0:
+    ceiling = start
+    if searched:
+        from .batch import default_max_global_batch
+        if max_global_batch_tokens is not None:
+            max_global_batch = max(1, max_global_batch_tokens // seq)
+        ceiling = max_global_batch or default_max_global_batch(
+            sum(op.params_active for op in setting.ops), tokens, seq)
+        if ceiling < start and given_batch:
+            raise PlanError(f"max_global_batch ({ceiling:,} sequences of {seq:,} tokens) is "
+                            f"below the global batch the search starts from ({start:,})")
+        if ceiling < start:  # a ceiling under the default: the ceiling alone
+            start = global_batch = ceiling
+            setting = with_batch(setting, start)
+    batches = candidate_batches(start, ceiling)
+    # with a deadline, layouts on fewer GPUs than even 100% MFU would need cannot meet it: the
+    # screen starts there, and the fewest GPUs that fit come from the memory-least grid below
+    need = (_deadline_gpus(setting, tokens, days) if DEADLINE_FLOOR and searched
+            and days is not None and gpus is None and not only else 0.0)
+    floor = max(1, int(0.9 * need))  # less 10% for rounding
+    if floor > max_gpus:
+        raise PlanError(f"no layout of {cfg.name} on at most {max_gpus:,} {gpu.name} GPUs "
+                        f"trains {tokens:,} tokens within {days:g} days: even at 100% MFU "
+                        f"that takes {need:,.0f} GPUs")
+    screen = low = None
+    if 1 < floor <= max_gpus:
+        screen = _screen(setting, tokens, batches, max_gpus, None, only, min_gpus=floor)
+        low = _screen(setting, tokens, batches, floor - 1, None, only, memory_min=True)
+        if screen is None or not (screen.fits & (screen.day_arr <= days)).any():
+            screen = low = None  # the whole grid answers, and words the refusal
+    if screen is None:
+        floor = 1
+        screen = _screen(setting, tokens, batches, max_gpus, gpus, only)
+    shown = f"{start}" if len(batches) == 1 else f"{start}-{ceiling}"
+    if screen is None:
         raise PlanError(f"no valid layout of {cfg.name} on "
                                 + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
-                        + f" GPUs with global batch {global_batch}"
+                        + f" GPUs with global batch {shown}"
                         + (f" and {only}" if only else ""))
-    shard, shard_e = shard_groups(g, gpu)
-    tables = build_tables(setting, *axes, np.unique(np.concatenate([shard, shard_e])))
-    r = evaluate(setting, tables, g, detail=False)
-    # The capacity is CUDA's total (Gpu.usable_bytes, as for memory, fit, serving and
-    # report: hardware.gpu_memory), not the datasheet's: the CUDA context, charged here as
-    # Overheads.cuda_context_bytes, comes out of CUDA's total.
-    fits = r["total_bytes"] <= gpu.usable_bytes
+    if floor > 1:
+        screen.floor, screen.more = floor, lambda counts: _screen(
+            setting, tokens, batches, max_gpus, None, only, counts=counts)
+    g, n, fits, day_arr = screen.g, screen.n, screen.fits, screen.day_arr
     if not fits.any():
-        smallest = int(r["total_bytes"].min())
+        smallest = int(screen.total_bytes.min())
         raise PlanError(
             f"{cfg.name} does not fit on {gpu.name} ({memory_words(gpu)}) in any "
             f"layout with " + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
             + f" GPUs: the smallest per-GPU need is {smallest / 2**30:.1f} GiB")
-    steps = tokens / (global_batch * seq)
-    day_arr = steps * r["step_time_s"] / DAY_S / setting.goodput
-    hours = day_arr * 24 * r["gpus"]
-    n = r["gpus"]
     min_fit = int(n[fits].min())
+    if low is not None and low.fits.any():
+        min_fit = min(min_fit, int(low.n[low.fits].min()))
     deadline_n = None
     notes = []
     if days is not None:
@@ -599,15 +685,17 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
             raise PlanError(f"no layout of {cfg.name} on " + (f"{gpus}" if gpus else
                             f"at most {max_gpus}") + f" {gpu.name} GPUs trains {tokens:,} "
                             f"tokens within {days:g} days (fastest: "
-                            f"{day_arr[fits].min():,.1f} days)")
+                            f"{day_arr[fits].min():,.1f} days"
+                            + (f", at global batch up to {ceiling:,}" if searched else "")
+                            + ")")
         deadline_n = int(n[meet].min())
-        order = _ranked(np.nonzero(meet)[0], day_arr, hours, n, True, _simpler(g))
+        order, batch_of = screen.choose(np.nonzero(meet)[0], days)
     else:
-        order = _ranked(np.nonzero(fits)[0], day_arr, hours, n, False, _simpler(g))
-    chosen = _distinct_layouts(g, order, CANDIDATES_PER_ROW * n_rows)
+        order, batch_of = screen.choose(np.nonzero(fits)[0], None)
+    chosen = _distinct_layouts(g, order, CANDIDATES_PER_ROW * n_rows, batch_of)
     # the screen saw three stages; every stage is evaluated now, and a layout whose fullest
     # (or slowest) stage turns out not to fit (or to miss the deadline) is dropped
-    rows = [r for r in rows_for(setting, chosen, tokens, price_per_gpu_hour)
+    rows = [r for r in _rows(setting, chosen, tokens, price_per_gpu_hour)
             if r.total_bytes <= gpu.usable_bytes and (days is None or r.days <= days)][:n_rows]
     if not rows:
         raise PlanError(f"no layout of {cfg.name} fits on {gpu.name}"
@@ -618,10 +706,66 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         notes.append(f"step time from the achieved {achieved_tflops:g} TFLOP/s per GPU")
     if days is None:
         notes.append("no deadline given: best = the fastest of the layouts within 2% of the "
-                     "lowest GPU-hours; --days D gives the GPUs to finish in D days")
-    return TrainPlan(setting, tokens, days, price_per_gpu_hour, min_fit, deadline_n, rows,
-                     int(len(g["tp"])), time.perf_counter() - t0, notes, max_gpus_asked,
-                     Screen(setting, g, n, fits, day_arr, hours))
+                     "lowest GPU-hours" + (" at the smallest global batch that stays within"
+                                           if len(batches) > 1 else "")
+                     + "; --days D gives the GPUs to finish in D days")
+    if len(batches) > 1:
+        notes.append(f"global batch searched over {len(batches)} sizes from {start:,} to "
+                     f"{ceiling:,} sequences (2^k and 3 x 2^k): "
+                     + ("the smallest that meets the deadline on the fewest GPUs"
+                        if days is not None else "the smallest within the GPU-hours rule"))
+    from .guards import plan_warnings
+    best_batch = rows[0].global_batch
+    source = ("pinned" if given_batch and best_batch == start else "default"
+              if not given_batch and best_batch == default_global_batch(seq) else "searched")
+    evaluated = len(g["tp"]) + (len(low.g["tp"]) if low is not None else 0)
+    return TrainPlan(with_batch(setting, best_batch), tokens, days, price_per_gpu_hour,
+                     min_fit, deadline_n, rows, evaluated, time.perf_counter() - t0,
+                     notes, max_gpus_asked, screen, global_batch_source=source,
+                     max_global_batch=ceiling if searched else None, pinned_layout=bool(only),
+                     warnings=plan_warnings(rows[0], seq, "--max-global-batch" if searched
+                                            else "--global-batch"))
+
+
+#: screen only the GPU counts a deadline allows at 100% MFU (``_deadline_gpus``); off: the
+#: whole grid (the tests compare both)
+DEADLINE_FLOOR = True
+
+
+def _deadline_gpus(s: TrainSetting, tokens: int, days: float) -> float:
+    """Fewer GPUs than this cannot train ``tokens`` within ``days``: model FLOPs / (peak x
+    days x goodput), MFU at most 1 (a step is never shorter than its FLOPs at the peak: the
+    roofline's efficiencies are at most 1, a pipeline's slowest stage at least the mean)."""
+    from ..engine.accounting import FlopCounts
+    per_seq = FlopCounts(s.cfg, s.work(1), s.ops).model
+    peak = max(s.gpu.peak(s.dtype), s.prof.peak_flops.get(s.dtype, 0.0),
+               s.achieved_flops_per_gpu or 0.0)
+    return per_seq * (tokens / s.seq) / (peak * days * DAY_S * s.goodput)
+
+
+def _screen(s: TrainSetting, tokens: int, batches: list[int], max_gpus: int,
+            gpus: int | None, only: dict | None, **grid) -> Screen | None:
+    """Evaluate the grid of ``layout_grid`` (its ``grid`` keywords: min_gpus, counts,
+    memory_min) on its screened stages; None when the grid is empty."""
+    import numpy as np
+    cfg, gpu = s.cfg, s.gpu
+    g, axes = layout_grid(cfg, gpu, s.seq, batches if len(batches) > 1 else batches[0],
+                          max_gpus, gpus, only, None if gpus else gpu.gpus_per_node, **grid)
+    _check_int64(cfg, s.seq, max(axes[3], default=1), s.precision, s.optimizer, s.attn_impl)
+    if len(g["tp"]) == 0:
+        return None
+    shard, shard_e = shard_groups(g, gpu)
+    tables = build_tables(s, *axes, np.unique(np.concatenate([shard, shard_e])))
+    r = evaluate(s, tables, g, detail=False)
+    # The capacity is CUDA's total (Gpu.usable_bytes, as for memory, fit, serving and
+    # report: hardware.gpu_memory), not the datasheet's: the CUDA context, charged here as
+    # Overheads.cuda_context_bytes, comes out of CUDA's total.
+    fits = r["total_bytes"] <= gpu.usable_bytes
+    steps = tokens / ((g["gb"] if "gb" in g else s.global_batch) * s.seq)
+    day_arr = steps * r["step_time_s"] / DAY_S / s.goodput
+    hours = day_arr * 24 * r["gpus"]
+    return Screen(s, g, r["gpus"], fits, day_arr, hours, tokens, tuple(batches),
+                  r["step_time_s"], r["step_slope_s"], r["total_bytes"])
 
 
 #: the single-GPU training memory (exact Python ints) above which the planner's int64 arrays

@@ -139,6 +139,17 @@ class TrainSetting:
         return {}
 
 
+def with_batch(s: TrainSetting, global_batch: int) -> TrainSetting:
+    """``s`` at another global batch, keeping its computed ops and per-group costs (none of
+    them depends on the global batch)."""
+    if global_batch == s.global_batch:
+        return s
+    out = dataclasses.replace(s, global_batch=global_batch)
+    out.__dict__.update({k: v for k, v in s.__dict__.items()
+                         if k in ("ops", "n_blocks", "grouped", "group_memo")})
+    return out
+
+
 # --- per group of ops: the costs, computed once ------------------------------------------------
 def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
     """Local params (dense, expert), optimizer-state bytes, trainable parameter tensors, the
