@@ -11,6 +11,7 @@ import json
 import pytest
 
 from txcalc.report import training_validation as tv
+from txcalc.report.deadline_table import render_section
 from txcalc.train import deadline_runs as dr
 from txcalc.train.published_runs import RunsError
 
@@ -58,7 +59,7 @@ def test_committed_table_equals_a_fresh_rendering():
     and the kept answers file holds exactly the answers rendered."""
     rows, kept = dr.evaluate(cache=tv.read_deadline_cache())
     committed = tv.REPORT.read_text(encoding="utf-8")
-    section = dr.render_section(rows)
+    section = render_section(rows)
     assert committed.endswith(section), \
         "the deadline table is stale: python3 -m txcalc.report.training_validation"
     assert tv.read_deadline_cache() == kept, \

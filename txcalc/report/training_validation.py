@@ -276,7 +276,7 @@ def render(data: dict) -> str:
         out.append(f"  - `{r.id}` ({r.split}): \"{r.quote}\". Assumed: {r.assumed or 'nothing'}")
     out.append("")
     if "deadline" in data:
-        from ..train.deadline_runs import render_section
+        from .deadline_table import render_section
         out.append(render_section(data["deadline"]))
     return "\n".join(out)
 

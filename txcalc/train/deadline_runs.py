@@ -30,14 +30,14 @@ Each run is asked twice (``answer``):
 
 and the answer is the plan's ``gpus_for_deadline`` with its best layout's MFU. The error is
 answered / used GPUs; a row ``meets`` the issue-27 target when that ratio is within
-[0.5, 2] and the answer's MFU is at least 20 %. Library code: nothing here prints;
-``txcalc.report.training_validation`` renders the table into reports/training-validation.md.
+[0.5, 2] and the answer's MFU is at least 20 %. ``txcalc.report.deadline_table`` renders the
+rows into reports/training-validation.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -146,9 +146,12 @@ class Answer:
     days: float | None = None
     layout: str = ""
     error: str = ""
+    #: the planner's days on exactly the GPUs the run used (its fastest layout there; None
+    #: when no layout of the searched grid has that count, or none fits)
+    days_on_used: float | None = None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _answer(run: DeadlineRun, global_batch: int | None) -> Answer:
     from ..errors import TxcalcError
     from .planner import plan_train
@@ -158,8 +161,10 @@ def _answer(run: DeadlineRun, global_batch: int | None) -> Answer:
     except TxcalcError as e:
         return Answer(global_batch, error=str(e))
     b = plan.best
+    on_used = plan.fastest_on([run.gpus_used]).get(run.gpus_used)
     return Answer(global_batch, plan.setting.global_batch, plan.gpus_for_deadline, b.mfu,
-                  b.days, b.layout.short())
+                  b.days, b.layout.short(), days_on_used=None if on_used is None
+                  else on_used.days)
 
 
 def answer(run: DeadlineRun, published_batch: bool = True) -> Answer:
@@ -223,7 +228,7 @@ def run_key(run: DeadlineRun, fingerprint: str) -> str:
 
 def _answer_json(a: Answer) -> dict:
     return {k: getattr(a, k) for k in ("global_batch", "batch_used", "gpus", "mfu", "days",
-                                       "layout", "error")}
+                                       "layout", "error", "days_on_used")}
 
 
 def evaluate(runs=None, cache: dict | None = None) -> tuple[list[Row], dict]:
@@ -255,87 +260,3 @@ def summary(rows: list[Row], split: str, published_batch: bool = True) -> dict:
             "meets": sum(Row.meets(a, run) for a, run in ans),
             "min_ratio": ratios[0] if ratios else None,
             "max_ratio": ratios[-1] if ratios else None}
-
-
-# --- rendering ---------------------------------------------------------------------------------
-
-def _tok(n: int) -> str:
-    for unit, div in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
-        if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:,}"
-
-
-def _cells(a: Answer, run: DeadlineRun) -> str:
-    if a.gpus is None:
-        return "none | - | - | no"
-    ok = "yes" if Row.meets(a, run) else "no"
-    return f"{a.gpus:,} | {Row.ratio(a, run):.2f} | {100 * a.mfu:.1f}% | {ok}"
-
-
-def render_section(rows: list[Row]) -> str:
-    """The markdown section of reports/training-validation.md: one row per run, its error,
-    the summary per split, and each run's source, quote and assumptions."""
-    lo, hi = RATIO_BOUNDS
-    out = ["## GPUs for a deadline: published runs asked as a user would", "",
-           "Each run is asked as a user would ask it: model, training tokens, sequence length, "
-           "GPU type and the wall-clock days the run took (`plan_train(cfg, gpu, tokens, "
-           "seq=..., days=...)`), and the planner's `gpus_for_deadline` is set against the GPUs "
-           "the run used; **ratio** = answered / used GPUs, MFU is the answer's best layout's. "
-           "**published batch**: the run's published global batch is passed (`global_batch`, "
-           "sequences; the planner's default, about 4M tokens, where the run published none: "
-           "batch column `-`); **default batch**: no batch given. "
-           f"**meets**: ratio within {lo:g}x-{hi:g}x at MFU >= {MIN_MFU:.0%} (issue 27's "
-           "acceptance, read on the test rows). `none`: no layout on up to 2^17 GPUs meets the "
-           "deadline (or fits); the reason is listed below the table. Days derived from "
-           "published GPU-hours are hours / GPUs / 24 (each run's assumptions say so). The "
-           "planner's days include its goodput factor (`timing.GOODPUT`), so a run's published "
-           "wall clock, restarts included, is the deadline as asked.", "",
-           "Data: `txcalc/data/published_deadline_runs.json`; code: "
-           "`txcalc/train/deadline_runs.py`. Split: fit rows may be used to tune the planner's "
-           "defaults later, test rows never; it was fixed before any answer was computed, by a "
-           "rule blind to the answers (ids sorted alphabetically, every third from the first "
-           "is fit: `deadline_runs.fit_rule`), which spreads the fit rows over the GPU types "
-           "(A100 40GB and 80GB, H100) and sizes (1.1B to 405B).", "",
-           "| run | split | model | GPU | tokens | seq | days | batch | GPUs used | "
-           "published batch: GPUs | ratio | MFU | meets | default batch: GPUs | ratio | MFU | "
-           "meets |",
-           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
-    for row in rows:
-        r = row.run
-        batch = "-" if r.global_batch is None else f"{r.global_batch:,}"
-        out.append(f"| {r.id} | {r.split} | {r.model_name} | {r.gpu} | {_tok(r.tokens)} | "
-                   f"{r.seq:,} | {r.days:g} | {batch} | {r.gpus_used:,} | "
-                   f"{_cells(row.published, r)} | {_cells(row.default, r)} |")
-    out += ["", "| split | rows | published batch: answered | meets | ratio range | "
-            "default batch: answered | meets | ratio range |", "|---|---:|---:|---:|---|---:|---:|---|"]
-    for split in SPLITS:
-        cells = []
-        for pub in (True, False):
-            s = summary(rows, split, pub)
-            rng = "-" if s["min_ratio"] is None else f"{s['min_ratio']:.2f}-{s['max_ratio']:.2f}"
-            cells.append(f"{s['answered']} | {s['meets']} | {rng}")
-        out.append(f"| {split} | {summary(rows, split)['rows']} | {cells[0]} | {cells[1]} |")
-    st = summary(rows, "test")
-    met = st["meets"] == st["rows"]
-    out += ["", f"Issue 27's acceptance on the test rows (published batch): "
-            f"**{'met' if met else 'not met'}** ({st['meets']} of {st['rows']} rows within "
-            f"{lo:g}x-{hi:g}x at MFU >= {MIN_MFU:.0%}). These are the planner's answers as it "
-            "stands (fixed ~4M-token default batch, GPU counts from the divisors of one batch); "
-            "they are the figures to compare once the batch search and whole-node counts land.",
-            "", "Layouts of the answers (published batch):", ""]
-    for row in rows:
-        a = row.published
-        if a.gpus is not None:
-            out.append(f"- `{row.run.id}`: {a.layout}, global batch {a.batch_used:,}, "
-                       f"{a.days:.1f} days")
-        else:
-            out.append(f"- `{row.run.id}`: no answer: {a.error}")
-    out += ["", "### Sources, quotes and assumptions", ""]
-    for row in rows:
-        r = row.run
-        arch = r.model.get("config_source")
-        out.append(f"- `{r.id}` ({r.split}): {r.source}: \"{r.quote}\". Assumed: "
-                   f"{r.assumptions}." + (f" Architecture: {arch}." if arch else ""))
-    out.append("")
-    return "\n".join(out)
