@@ -92,6 +92,9 @@ def render_section(rows: list[Row]) -> str:
                        f"{a.days:.1f} days")
         else:
             out.append(f"- `{row.run.id}`: no answer: {a.error}")
+    from ..train.deadline_runs import load_left_out
+    out += ["", "Runs looked for and not rows:", ""]
+    out += [f"- {x['run']}: {x['why']}." for x in load_left_out()]
     out += ["", "### Sources, quotes and assumptions", ""]
     for row in rows:
         r = row.run

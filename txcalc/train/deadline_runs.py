@@ -128,6 +128,14 @@ def load_runs(path: str | Path | None = None) -> list[DeadlineRun]:
     return runs
 
 
+def load_left_out(path: str | Path | None = None) -> list[dict]:
+    """The runs looked for and not made rows, each with why (``left_out`` of the file)."""
+    from ..safeio import parse_json, read_text
+    where = str(path or runs_path())
+    doc = parse_json(read_text(path or runs_path(), RunsError), f"cannot read {where}", RunsError)
+    return [{"run": str(x["run"]), "why": str(x["why"])} for x in doc.get("left_out", [])]
+
+
 def fit_rule(ids) -> dict[str, str]:
     """The split rule, fixed before any answer was computed: ids sorted, every third from the
     first is fit, the rest test."""
