@@ -38,7 +38,9 @@ def render_section(rows: list[Row]) -> str:
            "deadline (or fits); the reason is listed below the table. Days derived from "
            "published GPU-hours are hours / GPUs / 24 (each run's assumptions say so). The "
            "planner's days include its goodput factor (`timing.GOODPUT`), so a run's published "
-           "wall clock, restarts included, is the deadline as asked.", "",
+           "wall clock, restarts included, is the deadline as asked; where the days are GPU-hours "
+           "or 'continuous training' (restarts excluded: Pythia, OPT, DeepSeek-V3, LLaMA), the "
+           "goodput factor makes the answer conservative by 1 / goodput.", "",
            "Data: `txcalc/data/published_deadline_runs.json`; code: "
            "`txcalc/train/deadline_runs.py`. Split: fit rows may be used to tune the planner's "
            "defaults later, test rows never; it was fixed before any answer was computed, by a "
