@@ -10,15 +10,23 @@ loop, runs in about two minutes and still runs some tests of every file.
 import os
 import re
 
-import pytest
+# One thread per pytest process (and the CLI processes the tests start, which inherit it):
+# parallelism comes from pytest-xdist's processes, one a core. Torch's intra-op threads on the
+# tests' small tensors oversubscribe the cores and spin: measured here, test_finetune_loss.py
+# took 48 CPU seconds with two threads and 14 with one. Set before anything imports torch.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import txcalc
+import pytest  # noqa: E402
 
-from . import timing
+import txcalc  # noqa: E402
+
+from . import timing  # noqa: E402
 
 #: Markers whose tests run only when the ``-m`` expression names them (or a test is named
 #: by its node id on the command line).
 OPT_IN = ("fuzz",)
+
 
 @pytest.fixture(scope="module")
 def big_gpu(tmp_path_factory):
