@@ -31,7 +31,7 @@ def _json(argv):
 
 def _memory(loss, batch=2, seq=1024, extra=()):
     return _json(["memory", MODEL, "--batch", str(batch), "--seq", str(seq), "--loss", loss,
-                  *LORA, *extra, "--json"])
+                  "--recompute", "none", *LORA, *extra, "--json"])
 
 
 def test_the_losses_differ():
@@ -65,7 +65,7 @@ def test_fit_answer_equals_memory(loss):
     from txcalc.parallel.overheads import Overheads
     gpu_gb = 12
     out = _json(["fit", MODEL, "--gpu-gb", str(gpu_gb), "--batch", "2", "--loss", loss, *LORA,
-                 "--json"])
+                 "--recompute", "none", "--json"])
     assert out["fits"] and out["loss"] == loss
     need = {s: Overheads().device_bytes(_memory(loss, 2, s)["total_bytes"])
             for s in (out["max_seq"], out["max_seq"] + 1)}
@@ -77,7 +77,7 @@ def test_fit_suggests_the_fused_loss_first_among_the_costly_changes():
     attention: it costs no FLOPs (step-time factor 1), recompute does; its bytes are memory's."""
     from txcalc.parallel.overheads import Overheads
     out = _json(["fit", MODEL, "--gpu-gb", "8", "--seq", "32768", "--attn", "eager", *LORA,
-                 "--json"])
+                 "--recompute", "none", "--json"])
     assert not out["fits"]
     changes = [s["change"] for s in out["suggestions"]]
     assert changes[:3] == ["fused attention (--attn flash)",
@@ -91,7 +91,7 @@ def test_fit_suggests_the_fused_loss_first_among_the_costly_changes():
     assert fused["total_bytes"] < out["suggestions"][0]["total_bytes"]
     # already fused: not suggested again
     again = _json(["fit", MODEL, "--gpu-gb", "8", "--seq", "32768", "--loss", "fused-linear",
-                   *LORA, "--json"])
+                   *LORA, "--recompute", "none", "--json"])
     assert all("--loss" not in s["change"] for s in again["suggestions"])
 
 

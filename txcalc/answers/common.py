@@ -56,6 +56,25 @@ def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
                     loss=loss, global_tokens=global_tokens)
 
 
+#: what fine-tuning and ``fit`` assume when --recompute is not given: gradient checkpointing,
+#: as every fine-tuning recipe turns it on (HF ``gradient_checkpointing=True``: each decoder
+#: block recomputed in backward from its input, txcalc's "full" recompute)
+CHECKPOINTING_WORDS = ("recompute full (gradient checkpointing of every block, as the "
+                       "fine-tuning recipes run it: HF gradient_checkpointing=True; "
+                       "--recompute none for none)")
+
+
+def default_recompute(recompute: str | None, finetune: str,
+                      always: bool = False) -> tuple[str, list[str]]:
+    """(recompute mode, the defaults assumed in words): the one asked for, else "full" when
+    fine-tuning (``finetune`` other than full) or ``always`` (fit), else "none"."""
+    if recompute is not None:
+        return recompute, []
+    if always or finetune != "full":
+        return "full", [CHECKPOINTING_WORDS]
+    return "none", []
+
+
 def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
                   trainable: str, base: str):
     """The Finetune the fine-tuning options describe (None for full fine-tuning)."""

@@ -3,7 +3,8 @@ component)."""
 
 from __future__ import annotations
 
-from .common import Answer, cross_rows, image_tokens, load_model, make_finetune, workload
+from .common import (Answer, cross_rows, default_recompute, image_tokens, load_model,
+                     make_finetune, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
@@ -11,13 +12,14 @@ PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states
 
 
 def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: str = "flash",
-          recompute: str = "none", context: str = "0", finetune: str = "full",
+          recompute: str | None = None, context: str = "0", finetune: str = "full",
           lora_rank: int = 16, lora_alpha: float | None = None,
           lora_targets: str = "all-linear", lora_dropout: float = 0.0,
           trainable: str = "head", base_format: str = "nf4", loss: str = "full",
           head: str | None = None, images: int = 0, image_size: int = 0,
           global_tokens: int = 0) -> Answer:
-    """Matmul FLOPs of one training step (executed and model), and inference costs."""
+    """Matmul FLOPs of one training step (executed and model), and inference costs.
+    ``recompute`` None: "full" when fine-tuning (``default_recompute``), else "none"."""
     from ..engine.accounting import count_flops
     from ..engine.workload import check_fits
     from .checks import checked
@@ -25,6 +27,7 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
     context = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                       context=context, images=images, image_size=image_size,
                       global_tokens=global_tokens)["context"]
+    recompute, assumed = default_recompute(recompute, finetune)
     cfg = load_model(model, head)
     extra = image_tokens(cfg, images, image_size)
     seq = checked(seq=seq + extra)["seq"]
@@ -49,12 +52,14 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
             raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
         out["decode_context"] = context
         out["decode_flops_per_token"] = f.decode(context) // batch
-    return Answer(out, {"cfg": cfg, "seq": seq, "context": context})
+    if assumed:
+        out["assumed"] = assumed
+    return Answer(out, {"cfg": cfg, "seq": seq, "context": context, "recompute": recompute})
 
 
 def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            seq: int = 2048, src_seq: int = 0, precision: str = "bf16-mixed",
-           optimizer: str = "adamw", attn: str | None = None, recompute: str = "none",
+           optimizer: str = "adamw", attn: str | None = None, recompute: str | None = None,
            recompute_method: str = "block", recompute_layers: int = 0,
            stack: str | None = None, dropout: bool = False, inference: bool = False,
            weights: str | None = None, context: str = "0", concurrency: int = 1,
@@ -65,7 +70,8 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            offload: str = "none", loss: str = "full", head: str | None = None,
            images: int = 0, image_size: int = 0, global_tokens: int = 0) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
-    and whether they fit one GPU."""
+    and whether they fit one GPU. ``recompute`` None: "full" when fine-tuning
+    (``default_recompute``, listed in the answer's ``assumed``), else "none"."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -115,9 +121,12 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         cfg = cfg or load_model(model, head)
+        recompute, assumed = default_recompute(recompute, finetune)
         out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
                         dropout, ft, offload, stack, recompute_method, recompute_layers,
                         loss, global_tokens)
+        if assumed:
+            out["assumed"] = assumed
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label

@@ -4,18 +4,19 @@ ZeRO-3) trains or fine-tunes, and when nothing fits the cheapest changes that ma
 from __future__ import annotations
 
 from ..units import GB
-from .common import Answer, load_model, make_finetune
+from .common import Answer, default_recompute, load_model, make_finetune
 
 
 def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
         batch: int | None = None, seq: int | None = None, gpus: int = 1,
         precision: str = "bf16-mixed", optimizer: str = "adamw", attn: str = "flash",
-        recompute: str = "none", finetune: str = "full", lora_rank: int = 16,
+        recompute: str | None = None, finetune: str = "full", lora_rank: int = 16,
         lora_alpha: float | None = None, lora_targets: str = "all-linear",
         lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
         offload: str = "none", loss: str = "full", gpu_file: str | None = None) -> Answer:
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
-    or on each of ``gpus`` under ZeRO-3. ``parts``: the FitResult, the ModelConfig, the GPU's
+    or on each of ``gpus`` under ZeRO-3. ``recompute`` None: gradient checkpointing ("full"),
+    as the recipes run it, listed in the answer's ``assumed``. ``parts``: the FitResult, the ModelConfig, the GPU's
     label and memory words."""
     from ..engine.finetune import check_precision
     from ..engine.hardware import memory_words
@@ -29,6 +30,7 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
             attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
             **({"gpu": gpu} if gpu is not None else {}))
     choice("--offload", offload, OFFLOADS)
+    recompute, assumed = default_recompute(recompute, finetune, always=True)
     if (gpu is None) == (gpu_gb is None):
         raise WorkloadError("give --gpu NAME or --gpu-gb N, one of them")
     peak = 1e15
@@ -47,5 +49,5 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, gpus, loss)
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak)
-    return Answer(res.to_json() | {"gpu": label},
+    return Answer(res.to_json() | {"gpu": label, "assumed": assumed},
                   {"result": res, "cfg": cfg, "label": label, "words": words})

@@ -37,7 +37,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length (decoder/target)."),
           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
-          recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
+          recompute: str = typer.Option(None, help="Activation recompute: none | selective | full (default none; full, gradient checkpointing, with --finetune other than full)."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
           finetune: str = FT_OPTS["finetune"],
           lora_rank: int = FT_OPTS["lora_rank"],
@@ -63,6 +63,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
         emit_json(out)
         return
     cfg, seq, context = ans.parts["cfg"], ans.parts["seq"], ans.parts["context"]
+    recompute = ans.parts["recompute"]
     console.print(f"[bold]{cfg.name}[/bold], batch {batch} x seq {seq}, attention {attn}, "
                   f"recompute {recompute}: one training step")
     console.print(f"  executed: forward {out['forward_flops']:,} + backward "
@@ -80,6 +81,13 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     console.print(_layer_type_table("by layer type (all layers of the type)", out["by_layer_type"],
                                     {"forward_flops": "forward", "backward_flops": "backward",
                                      "model_flops": "model"}, "FLOP"))
+    _assumed(out)
+
+
+def _assumed(out: dict) -> None:
+    """The defaults the answer assumed, one line each."""
+    for a in out.get("assumed", ()):
+        console.print(f"Assumed: {a}.")
 
 
 @app.command()
@@ -91,7 +99,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            precision: str = TRAIN_OPTS["precision"],
            optimizer: str = TRAIN_OPTS["optimizer"],
            attn: str = typer.Option(None, help="Attention kernel: eager | sdpa | flash (fused SDPA, the default; or the stack's)."),
-           recompute: str = typer.Option("none", help="none | selective | full | op (torchtitan's op-level)."),
+           recompute: str = typer.Option(None, help="none | selective | full | op (torchtitan's op-level); default none, or full (gradient checkpointing) with --finetune other than full."),
            recompute_method: str = typer.Option("block", "--recompute-method", help="Which blocks recompute: block (the first N), uniform (all, N per checkpoint), every (every N-th)."),
            recompute_layers: int = typer.Option(0, "--recompute-layers", help="N of --recompute-method (0: every block)."),
            stack: str = typer.Option(None, "--stack", help=STACK_HELP),
@@ -166,3 +174,4 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))
+    _assumed(out)

@@ -21,7 +21,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         precision: str = TRAIN_OPTS["precision"],
         optimizer: str = TRAIN_OPTS["optimizer"],
         attn: str = typer.Option("flash", help="eager | sdpa | flash."),
-        recompute: str = typer.Option("none", help="none | selective | full."),
+        recompute: str = typer.Option(None, help="none | selective | full (default full: gradient checkpointing, as the fine-tuning recipes run it)."),
         finetune: str = FT_OPTS["finetune"],
         lora_rank: int = FT_OPTS["lora_rank"],
         lora_alpha: float = FT_OPTS["lora_alpha"],
@@ -50,12 +50,14 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     if gpus > 1:
         label, words = f"{gpus:,} x {label}", f"each {words}; ZeRO-3"
     lossword = "" if loss == "full" else f", loss {loss}"
+    recompute = out["recompute"]
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
                       f"{precision}, {optimizer}, attention {attn}, recompute {recompute}"
                       f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
+        _assumed(out)
         return
     console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
                   f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
@@ -65,3 +67,10 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
                           "yes" if s["fits"] else "no",
                           "" if s["step_time_factor"] is None else f"{s['step_time_factor']:.2f}")
                          for s in res.suggestions]))
+    _assumed(out)
+
+
+def _assumed(out: dict) -> None:
+    """The defaults the answer assumed, one line each."""
+    for a in out.get("assumed", ()):
+        console.print(f"Assumed: {a}.")
