@@ -23,14 +23,17 @@ def test_qlora_8b_fits_a_4090_at_4k_with_checkpointing_assumed():
     out = _json(ASK)
     assert out["fits"] and out["recompute"] == "full" and out["max_batch"] >= 1
     assert any("gradient checkpointing" in a for a in out["assumed"])
-    text = RUNNER.invoke(app, ASK).output
+    assert any(a.startswith("recipe hf-peft") for a in out["assumed"])
+    assert out["recipe"]["name"] == "hf-peft" and out["recipe"]["upcast_fp32"]
+    text = " ".join(RUNNER.invoke(app, ASK).output.split())
     assert "fits at batch" in text and "Assumed: recompute full" in text
+    assert "Assumed: recipe hf-peft" in text
 
 
 def test_recompute_none_still_answers_for_none():
     out = _json([*ASK, "--recompute", "none"])
     assert out["recompute"] == "none" and not out["fits"]
-    assert not any("gradient checkpointing" in a for a in out["assumed"])
+    assert not any(a.startswith("recompute") for a in out["assumed"])
 
 
 def test_memory_and_flops_checkpoint_when_fine_tuning_only():

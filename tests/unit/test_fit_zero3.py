@@ -123,6 +123,8 @@ def test_fit_cli_equals_plan_train_pinned(argv):
     rest = [a for a in argv if a not in ("--gpus", str(n))]
     if "--recompute" not in rest:  # fit's default: gradient checkpointing (issue 28)
         rest += ["--recompute", "full"]
+    if "--finetune" in rest:  # fit's default recipe when fine-tuning (issue 28)
+        rest += ["--recipe", "hf-peft"]
     assert out["fits"] and out["gpus"] == n
     plan = run(["plan", "train", "llama-3.2-1b", "--gpus", str(n), "--zero", "3", "--tp", "1",
                 "--pp", "1", "--micro-batch", "1", "--seq", str(out["max_seq"]),

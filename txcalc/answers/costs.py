@@ -3,8 +3,8 @@ component)."""
 
 from __future__ import annotations
 
-from .common import (Answer, cross_rows, default_recompute, image_tokens, load_model,
-                     make_finetune, workload)
+from .common import (Answer, apply_recipe, cross_rows, default_recompute, image_tokens,
+                     load_model, make_finetune, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
@@ -59,7 +59,8 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
 
 def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            seq: int = 2048, src_seq: int = 0, precision: str = "bf16-mixed",
-           optimizer: str = "adamw", attn: str | None = None, recompute: str | None = None,
+           optimizer: str | None = None, attn: str | None = None,
+           recompute: str | None = None,
            recompute_method: str = "block", recompute_layers: int = 0,
            stack: str | None = None, dropout: bool = False, inference: bool = False,
            weights: str | None = None, context: str = "0", concurrency: int = 1,
@@ -67,11 +68,14 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            gpu_file: str | None = None, finetune: str = "full", lora_rank: int = 16,
            lora_alpha: float | None = None, lora_targets: str = "all-linear",
            lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
-           offload: str = "none", loss: str = "full", head: str | None = None,
-           images: int = 0, image_size: int = 0, global_tokens: int = 0) -> Answer:
+           offload: str | None = None, loss: str | None = None, head: str | None = None,
+           images: int = 0, image_size: int = 0, global_tokens: int = 0,
+           recipe: str | None = None) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
     and whether they fit one GPU. ``recompute`` None: "full" when fine-tuning
-    (``default_recompute``, listed in the answer's ``assumed``), else "none"."""
+    (``default_recompute``), else "none"; fine-tuning: ``recipe`` (None: the default recipe)
+    sets the optimizer, loss and offload left None (``apply_recipe``); both listed in the
+    answer's ``assumed``."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -109,7 +113,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         context = checked(context=str(context + extra))["context"] if context else 0
     if params is not None:
         from ..engine.memory import model_states
-        out = model_states(opts["params"], precision, optimizer)
+        out = model_states(opts["params"], precision, optimizer or "adamw")
     elif inference:
         cfg = cfg or load_model(model, head)
         out = _inference(model, cfg, context or seq, concurrency, kv_dtype, precision, weights,
@@ -117,14 +121,20 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     else:
         from ..engine.memory import OFFLOADS
         from ..inputs import choice
-        choice("--offload", offload, OFFLOADS)
+        if offload is not None:
+            choice("--offload", offload, OFFLOADS)
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         cfg = cfg or load_model(model, head)
         recompute, assumed = default_recompute(recompute, finetune)
-        out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout, ft, offload, stack, recompute_method, recompute_layers,
-                        loss, global_tokens)
+        rec = apply_recipe(ft, recipe, optimizer, loss, offload)
+        out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, rec["optimizer"],
+                        dropout, rec["finetune"], rec["offload"], stack, recompute_method,
+                        recompute_layers, rec["loss"], global_tokens,
+                        None if stack else rec["optimizer_kernel"])
+        if rec["recipe"] is not None:
+            out["recipe"] = rec["recipe"]
+        assumed += rec["assumed"]
         if assumed:
             out["assumed"] = assumed
     if images:
@@ -138,14 +148,14 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
 def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
               dropout=False, ft=None, offload="none", stack=None,
               recompute_method="block", recompute_layers=0, loss="full",
-              global_tokens=0) -> dict:
+              global_tokens=0, kernel=None) -> dict:
     from ..engine.memory import TrainingMemory
     from ..engine.workload import check_fits
 
     work = workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
                     recompute_layers, loss, global_tokens)
     check_fits(cfg, work)
-    kernel = "foreach"
+    kernel = kernel or "foreach"
     if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train
         from ..engine.stacks import get_stack
         kernel = get_stack(stack).optimizer_kernel

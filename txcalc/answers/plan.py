@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .common import Answer, load_model, make_finetune, overheads
+from .common import Answer, apply_recipe, load_model, make_finetune, overheads
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -30,9 +30,12 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                overlap: str | None = None, finetune: str = "full", lora_rank: int = 16,
                lora_alpha: float | None = None, lora_targets: str = "all-linear",
                lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
-               loss: str = "full", rows: int = 8, global_tokens: int = 0) -> Answer:
+               loss: str = "full", rows: int = 8, global_tokens: int = 0,
+               recipe: str | None = None) -> Answer:
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run.
-    ``parts``: the TrainPlan and the Finetune (None: full)."""
+    ``recipe`` (fine-tuning, only when given): its fp32 upcasts and optimizer kernel
+    (engine.recipes); the optimizer and loss stay the options'. ``parts``: the TrainPlan and
+    the Finetune (None: full)."""
     from ..engine.hardware import get_gpu
     from ..train.planner import plan_train as search
     from .checks import checked
@@ -47,6 +50,10 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                    goodput=goodput, global_tokens=global_tokens)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
+    kernel = None
+    if recipe is not None:
+        rec = apply_recipe(ft, recipe, optimizer, loss, "none")
+        ft, kernel = rec["finetune"], rec["optimizer_kernel"]
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
                               ("micro_batch", micro_batch), ("recompute", recompute),
                               ("recompute_layers", recompute_layers),
@@ -57,7 +64,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
                stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
-               global_tokens=global_tokens,
+               global_tokens=global_tokens, optimizer_kernel=kernel,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
                only=only)
     return Answer(p.to_json(), {"plan": p, "finetune": ft})

@@ -9,7 +9,7 @@ from ..answers.costs import PEAK_LABELS as _PEAK_PARTS
 from .typer_app import app
 from .output import console, emit_json, human, table
 from .params_cmd import HEAD_HELP, MODEL_HELP, STACK_HELP
-from .options import COMMON_OPTS, FT_OPTS, SERVE_OPTS, TRAIN_OPTS
+from .options import COMMON_OPTS, FT_OPTS, RECIPE_OPTS, SERVE_OPTS, TRAIN_OPTS
 
 
 GLOBAL_HELP = ("Longformer: tokens per sequence with global attention (HF's "
@@ -97,7 +97,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            precision: str = TRAIN_OPTS["precision"],
-           optimizer: str = TRAIN_OPTS["optimizer"],
+           optimizer: str = RECIPE_OPTS["optimizer"],
            attn: str = typer.Option(None, help="Attention kernel: eager | sdpa | flash (fused SDPA, the default; or the stack's)."),
            recompute: str = typer.Option(None, help="none | selective | full | op (torchtitan's op-level); default none, or full (gradient checkpointing) with --finetune other than full."),
            recompute_method: str = typer.Option("block", "--recompute-method", help="Which blocks recompute: block (the first N), uniform (all, N per checkpoint), every (every N-th)."),
@@ -119,8 +119,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            lora_dropout: float = FT_OPTS["lora_dropout"],
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
-           offload: str = FT_OPTS["offload"],
-           loss: str = FT_OPTS["loss"],
+           offload: str = RECIPE_OPTS["offload"],
+           loss: str = RECIPE_OPTS["loss"],
+           recipe: str = RECIPE_OPTS["recipe"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -133,7 +134,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                  recompute_method, recompute_layers, stack, dropout, inference, weights,
                  context, concurrency, kv_dtype, gpu, gpu_gb, gpu_file, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, offload, loss,
-                 head, images, image_size, global_tokens)
+                 head, images, image_size, global_tokens, recipe)
     out = ans.json
     if json_out:
         emit_json(out)

@@ -468,13 +468,15 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                only: dict | None = None, n_rows: int = 10, finetune=None,
                stack: str | None = None, overlap=None,
                goodput: float | None = None, loss: str = "full",
-               global_tokens: int = 0) -> TrainPlan:
+               global_tokens: int = 0, optimizer_kernel: str | None = None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
     states and their ZeRO sharding follow the trainable parameters, the frozen base is kept
     in its format (sharded by ZeRO-3), FLOPs skip the frozen weights' gradients.
-    ``gpus``: only layouts on exactly this many GPUs. ``achieved_tflops``: the hardware
+    ``optimizer_kernel``: memory.OPTIMIZER_STEPS (None: the stack's, else foreach; a
+    fine-tuning recipe's, engine.recipes). ``gpus``: only layouts on exactly this many GPUs.
+    ``achieved_tflops``: the hardware
     TFLOP/s each GPU sustains (overrides the roofline step time, as in published estimates).
     ``only``: pin layout fields (``PINNABLE``), e.g. ``{"tp": 8, "recompute": "full"}``.
     ``stack``: a framework profile (txcalc.engine.stacks: its attention kernel, fused kernels and
@@ -563,8 +565,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            keeps=prof_stack.keeps if prof_stack else (), goodput=goodput,
                            loss=loss, global_tokens=global_tokens,
                            loss_kernel=prof_stack.loss_kernel if prof_stack else "hf",
-                           optimizer_kernel=prof_stack.optimizer_kernel if prof_stack
-                           else "foreach")
+                           optimizer_kernel=optimizer_kernel or (
+                               prof_stack.optimizer_kernel if prof_stack else "foreach"))
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     g, axes = layout_grid(cfg, gpu, seq, global_batch, max_gpus, gpus, only)
     _check_int64(cfg, seq, max(axes[3], default=1), precision, optimizer, attn_impl)
