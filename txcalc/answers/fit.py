@@ -53,7 +53,8 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     assumed += rec["assumed"]
     cfg = load_model(model)
     setup = Setup(cfg, precision, rec["optimizer"], attn, recompute, rec["finetune"],
-                  rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"])
+                  rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"],
+                  g.name if gpu is not None else None)
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak)
     return Answer(res.to_json() | {"gpu": label, "recipe": rec["recipe"], "assumed": assumed},

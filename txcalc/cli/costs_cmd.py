@@ -21,7 +21,10 @@ IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dyna
 
 
 _LABELS = {"total_bytes": "total (peak over the step)",
-           "logits_bytes": "logits (the loss's T x V transient)"}
+           "logits_bytes": "logits (the loss's T x V transient)",
+           "allocated_bytes": "allocated (max_memory_allocated)",
+           "reserved_bytes": "reserved (max_memory_reserved)",
+           "device_bytes": "device (reserved + CUDA context: nvidia-smi)"}
 
 
 def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
@@ -171,8 +174,10 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from ..engine.hardware import memory_words
     words = memory_words(gpu if ans.parts["gpu_gb"] is not None else ans.parts["gpu_row"],
                          "GB")  # its total is in GB
-    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
+    shown = out.get("device_bytes", out["total_bytes"])
+    what = "On the device (reserved + CUDA context)" if "device_bytes" in out else "Total"
+    console.print(f"{what} {shown / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
-                     f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
+                     f"; needs at least {-(-shown // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))
     _assumed(out)

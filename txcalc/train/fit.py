@@ -1,10 +1,11 @@
 """What fits on one GPU: the longest sequence at a micro-batch, or the largest micro-batch at a
 sequence length, and when nothing fits, the cheapest changes that make it fit.
 
-A setup fits when the step's peak (TrainingMemory.total) plus the framework's memory fits the
-GPU: Overheads().device_bytes(peak) <= GPU memory, the planner's rule and defaults
-(parallel.overheads.Overheads: (1 + fragmentation) x peak + CUDA context, 1 GiB and 5 %). The
-peak grows with the sequence and the batch, so both are found by bisection.
+A setup fits on one GPU when what nvidia-smi would show for the process fits the GPU:
+parallel.overheads.device_memory(peak).device_bytes <= GPU memory, i.e. the allocator's
+reserved bytes (the step's peak, TrainingMemory.total, + 5 % slack, rounded to 2 MiB segments,
++ the cuBLAS workspaces' segments) + the CUDA context (400 MiB). The peak grows with the
+sequence and the batch, so both are found by bisection.
 
 Over N > 1 GPUs (``Setup.gpus``: ZeRO-3, data parallel N, TP = PP = 1) the bytes are the
 planner's own per-rank evaluation of that layout (``Setup.planner_bytes``: train.evaluate,
@@ -41,7 +42,7 @@ from ..engine.workload import Workload
 from ..units import first_true
 
 from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
-from ..parallel.overheads import Overheads  # noqa: E402  (the framework's bytes, one rule)
+from ..parallel.overheads import device_memory  # noqa: E402  (the framework's bytes, one rule)
 
 
 #: the most activation bytes the planner's int64 tables hold with room for the other terms
@@ -65,6 +66,9 @@ class Setup:
     #: the optimizer step's kernel (memory.OPTIMIZER_STEPS): its fp32 gradient copy and
     #: temporaries, in the engine and the planner alike
     optimizer_kernel: str = "foreach"
+    #: the catalog GPU (its cuBLAS workspace: overheads.cublas_workspace_bytes); None: a
+    #: GPU given by its memory only
+    gpu_name: str | None = None
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
@@ -73,8 +77,9 @@ class Setup:
                               self.offload, self.optimizer_kernel)
 
     def need(self, batch: int, seq: int) -> int:
-        """GPU bytes with the framework's share: the engine's peak on one GPU, the planner's
-        per-rank total under ZeRO-3 over ``gpus`` > 1 (``planner_bytes``)."""
+        """GPU bytes with the framework's share: on one GPU what nvidia-smi shows (``device``:
+        reserved + CUDA context), the planner's per-rank total under ZeRO-3 over ``gpus`` > 1
+        (``planner_bytes``: its Overheads' context, buffers and slack)."""
         if self.gpus > 1:
             # the planner tabulates every recompute mode at micro-batches 1 and 2 in int64:
             # eager attention's S x S scores overflow them at tens of millions of tokens, so
@@ -84,7 +89,12 @@ class Setup:
             if worst.activations > PLANNER_MAX_BYTES:
                 return worst.activations
             return int(self.planner_bytes(batch, seq)["total_bytes"][0])
-        return Overheads().device_bytes(self.memory(batch, seq).total)
+        return self.device(batch, seq).device_bytes
+
+    def device(self, batch: int, seq: int):
+        """One GPU: allocated, reserved and device bytes of the step
+        (parallel.overheads.device_memory)."""
+        return device_memory(self.memory(batch, seq).total, self.gpu_name)
 
     def planner_bytes(self, batch: int, seq: int) -> dict:
         """The planner's evaluation (``train.evaluate.evaluate_layouts``, every category,
@@ -127,12 +137,14 @@ class FitResult:
     gpu_bytes: int
     setup: Setup
     suggestions: list[dict] = field(default_factory=list)
+    #: one GPU: overheads.DeviceMemory.to_json() at the answer (allocated, reserved, context)
+    device: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         s = self.setup
         return {"model": s.cfg.name, "fits": self.fits, "max_seq": self.max_seq,
                 "max_batch": self.max_batch, "total_bytes": self.total_bytes,
-                "gpu_bytes": self.gpu_bytes, "precision": s.precision,
+                "gpu_bytes": self.gpu_bytes, **self.device, "precision": s.precision,
                 "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
                 "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
@@ -172,6 +184,10 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
         fits, at = best >= 1, (max(best, 1), seq)
         res = FitResult(fits, seq if fits else None, best if fits else None,
                         setup.need(*at), gpu_bytes, setup)
+    if setup.gpus == 1:
+        d = setup.device(*at).to_json()
+        res.device = {k: d[k] for k in ("allocated_bytes", "reserved_bytes",
+                                        "cuda_context_bytes")}
     if not fits:
         res.suggestions = suggestions(setup, gpu_bytes, *at, peak_flops)
     return res
