@@ -53,3 +53,27 @@ def test_memory_json_and_fit_compare_the_same_device_bytes():
     assert mem[fit["max_seq"] + 1]["device_bytes"] > fit["gpu_bytes"]
     assert fit["reserved_bytes"] == m["reserved_bytes"]
     assert fit["allocated_bytes"] == m["allocated_bytes"]
+
+
+def test_fit_keeps_the_safety_margin_and_says_what_it_compared():
+    """--safety GB: the compared figure (reserved + context on one GPU) stays within the GPU
+    less the margin, and the answer names both; more margin, a shorter answer."""
+    ask = ["fit", "llama-3.2-1b", "--gpu", "rtx-4090", "--finetune", "qlora"]
+    plain, kept = _json(ask), _json([*ask, "--safety", "2.5"])
+    assert plain["safety_bytes"] == 0 and kept["safety_bytes"] == 2_500_000_000
+    assert kept["limit_bytes"] == kept["gpu_bytes"] - 2_500_000_000
+    assert kept["compared_bytes"] == kept["total_bytes"] <= kept["limit_bytes"]
+    assert kept["headroom_bytes"] == kept["limit_bytes"] - kept["compared_bytes"] >= 0
+    assert "nvidia-smi" in kept["compared_as"] and kept["max_seq"] < plain["max_seq"]
+    text = " ".join(RUNNER.invoke(app, [*ask, "--safety", "2.5"]).output.split())
+    assert "less a margin of 2.50 GB (--safety)" in text
+
+
+def test_bad_safety_is_one_line_exit_2(capsys):
+    from txcalc.cli import main
+    for value, needle in (("-1", "--safety (-1.0) must be in [0,"),
+                          ("30", "--safety (30 GB) leaves nothing of the GPU's 25.38 GB"),
+                          ("nan", "--safety (nan) must be a finite number")):
+        rc = main(["fit", "llama-3.2-1b", "--gpu", "rtx-4090", "--safety", value])
+        out = capsys.readouterr()
+        assert rc == 2 and not out.out and out.err.count("\n") == 1 and needle in out.err, out

@@ -14,12 +14,12 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
         lora_alpha: float | None = None, lora_targets: str = "all-linear",
         lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
         offload: str | None = None, loss: str | None = None, gpu_file: str | None = None,
-        recipe: str | None = None) -> Answer:
+        recipe: str | None = None, safety: float = 0.0) -> Answer:
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of ``gpus`` under ZeRO-3. ``recompute`` None: gradient checkpointing ("full"),
     as the recipes run it; fine-tuning: ``recipe`` (None: recipes.DEFAULT_RECIPE) sets the
     optimizer, loss and offload left None (``apply_recipe``); both listed in the answer's
-    ``assumed``. ``parts``: the FitResult, the ModelConfig, the GPU's label and memory
+    ``assumed``. ``safety``: GB (1e9 bytes) kept free on each GPU. ``parts``: the FitResult, the ModelConfig, the GPU's label and memory
     words."""
     from ..engine.finetune import check_precision
     from ..engine.hardware import memory_words
@@ -29,9 +29,10 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     from ..train.fit import Setup, fit as fit_one
     from .checks import checked
 
-    checked(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
-            attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
-            **({"gpu": gpu} if gpu is not None else {}))
+    safety = checked(batch=batch, seq=seq, gpus=gpus, precision=precision,
+                     optimizer=optimizer, attn=attn, recompute=recompute, gpu_gb=gpu_gb,
+                     gpu_file=gpu_file, safety=safety,
+                     **({"gpu": gpu} if gpu is not None else {}))["safety"]
     if offload is not None:
         choice("--offload", offload, OFFLOADS)
     recompute, assumed = default_recompute(recompute, finetune, always=True)
@@ -56,6 +57,6 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
                   rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"],
                   g.name if gpu is not None else None)
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
-    res = fit_one(setup, gpu_bytes, batch, seq, peak)
+    res = fit_one(setup, gpu_bytes, batch, seq, peak, int(safety * GB))
     return Answer(res.to_json() | {"gpu": label, "recipe": rec["recipe"], "assumed": assumed},
                   {"result": res, "cfg": cfg, "label": label, "words": words})

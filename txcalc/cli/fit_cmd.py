@@ -32,6 +32,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         offload: str = RECIPE_OPTS["offload"],
         loss: str = RECIPE_OPTS["loss"],
         recipe: str = RECIPE_OPTS["recipe"],
+        safety: float = typer.Option(0.0, "--safety", help="GB (1e9 bytes) to keep free on each GPU: the answer's bytes (reserved + CUDA context on one GPU) must stay within the GPU's memory less this margin."),
         gpu_file: str = COMMON_OPTS["gpu_file"],
         json_out: bool = COMMON_OPTS["json"]):
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
@@ -40,7 +41,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
 
     ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
                  finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
-                 base_format, offload, loss, gpu_file, recipe)
+                 base_format, offload, loss, gpu_file, recipe, safety)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -58,6 +59,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
                       f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
+        _margin(out)
         _assumed(out)
         return
     console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
@@ -68,7 +70,17 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
                           "yes" if s["fits"] else "no",
                           "" if s["step_time_factor"] is None else f"{s['step_time_factor']:.2f}")
                          for s in res.suggestions]))
+    _margin(out)
     _assumed(out)
+
+
+def _margin(out: dict) -> None:
+    """The figure compared against the GPU and the margin kept."""
+    console.print(f"Compared: {out['compared_bytes'] / GB:,.2f} GB ({out['compared_as']}) "
+                  f"against {out['limit_bytes'] / GB:,.2f} GB = the GPU's "
+                  f"{out['gpu_bytes'] / GB:,.2f} GB less a margin of "
+                  f"{out['safety_bytes'] / GB:,.2f} GB (--safety); headroom "
+                  f"{out['headroom_bytes'] / GB:,.2f} GB.")
 
 
 def _assumed(out: dict) -> None:

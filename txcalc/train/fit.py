@@ -139,12 +139,28 @@ class FitResult:
     suggestions: list[dict] = field(default_factory=list)
     #: one GPU: overheads.DeviceMemory.to_json() at the answer (allocated, reserved, context)
     device: dict = field(default_factory=dict)
+    #: the margin kept free (fit's --safety): the compared figure must stay within
+    #: gpu_bytes - safety_bytes
+    safety_bytes: int = 0
+
+    @property
+    def compared_as(self) -> str:
+        """What ``total_bytes`` (the figure compared against the GPU) is, in words."""
+        if self.setup.gpus > 1:
+            return ("plan train's per-GPU total under ZeRO-3 (tensors, CUDA context, "
+                    "communication buffers, allocator slack: parallel.overheads.Overheads)")
+        return "reserved + CUDA context: what nvidia-smi shows (parallel.overheads.device_memory)"
 
     def to_json(self) -> dict:
         s = self.setup
         return {"model": s.cfg.name, "fits": self.fits, "max_seq": self.max_seq,
                 "max_batch": self.max_batch, "total_bytes": self.total_bytes,
-                "gpu_bytes": self.gpu_bytes, **self.device, "precision": s.precision,
+                "gpu_bytes": self.gpu_bytes, **self.device,
+                "compared_bytes": self.total_bytes, "compared_as": self.compared_as,
+                "safety_bytes": self.safety_bytes,
+                "limit_bytes": self.gpu_bytes - self.safety_bytes,
+                "headroom_bytes": self.gpu_bytes - self.safety_bytes - self.total_bytes,
+                "precision": s.precision,
                 "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
                 "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
@@ -164,9 +180,14 @@ def _seq_limit(cfg: ModelConfig) -> int:
 
 
 def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None = None,
-        peak_flops: float = 1e15) -> FitResult:
-    """Largest seq at ``batch`` (default 1), or largest batch at ``seq`` when it is given."""
+        peak_flops: float = 1e15, safety_bytes: int = 0) -> FitResult:
+    """Largest seq at ``batch`` (default 1), or largest batch at ``seq`` when it is given,
+    whose bytes (``Setup.need``) stay within ``gpu_bytes`` less the margin ``safety_bytes``."""
     from ..inputs import MAX_BATCH
+    if safety_bytes >= gpu_bytes:
+        raise WorkloadError(f"--safety ({safety_bytes / 1e9:g} GB) leaves nothing of the GPU's "
+                            f"{gpu_bytes / 1e9:,.2f} GB")
+    full, gpu_bytes = gpu_bytes, gpu_bytes - safety_bytes
     if batch is not None and seq is not None:
         raise WorkloadError(f"give --batch ({batch}) or --seq ({seq}), not both: fit finds "
                             "the other")
@@ -175,7 +196,7 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
         best = _largest(lambda s: setup.need(b, s) <= gpu_bytes, 1, _seq_limit(setup.cfg))
         fits, at = best >= 1, (b, max(best, 1))
         res = FitResult(fits, best if fits else None, b if fits else None,
-                        setup.need(*at), gpu_bytes, setup)
+                        setup.need(*at), full, setup, safety_bytes=safety_bytes)
     else:
         if seq > _seq_limit(setup.cfg):
             raise WorkloadError(f"--seq ({seq}) exceeds {setup.cfg.name}'s learned position "
@@ -183,7 +204,7 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
         best = _largest(lambda b: setup.need(b, seq) <= gpu_bytes, 1, MAX_BATCH)
         fits, at = best >= 1, (max(best, 1), seq)
         res = FitResult(fits, seq if fits else None, best if fits else None,
-                        setup.need(*at), gpu_bytes, setup)
+                        setup.need(*at), full, setup, safety_bytes=safety_bytes)
     if setup.gpus == 1:
         d = setup.device(*at).to_json()
         res.device = {k: d[k] for k in ("allocated_bytes", "reserved_bytes",
