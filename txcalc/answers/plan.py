@@ -53,7 +53,8 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
     kernel = None
     if recipe is not None:
         rec = apply_recipe(ft, recipe, optimizer, loss, "none")
-        ft, kernel = rec["finetune"], rec["optimizer_kernel"]
+        # a stack's optimizer kernel wins, as in memory
+        ft, kernel = rec["finetune"], None if stack else rec["optimizer_kernel"]
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
                               ("micro_batch", micro_batch), ("recompute", recompute),
                               ("recompute_layers", recompute_layers),
