@@ -1,5 +1,5 @@
 """Memory that is not tensors (issue 28): the caching allocator's reserved bytes, the cuBLAS
-workspaces and the CUDA context (parallel/overheads.py ``device_memory``), as memory --json
+workspaces and the CUDA context (engine/device.py ``device_memory``), as memory --json
 reports them and fit compares them with the GPU."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from typer.testing import CliRunner
 
 from txcalc.cli import app
-from txcalc.parallel.overheads import (ALLOC_ROUND_LARGE, CUDA_CONTEXT_BYTES,
+from txcalc.engine.device import (ALLOC_ROUND_LARGE, CUDA_CONTEXT_BYTES,
                                        cublas_workspace_bytes, device_memory, segment_bytes)
 
 RUNNER = CliRunner()

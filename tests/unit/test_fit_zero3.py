@@ -33,7 +33,8 @@ from txcalc.engine.finetune import Finetune
 from txcalc.train.fit import Setup, fit
 from txcalc.engine.hardware import get_gpu
 from txcalc.engine.memory import TrainingMemory
-from txcalc.parallel.overheads import Overheads, device_memory
+from txcalc.engine.device import device_memory
+from txcalc.parallel.overheads import Overheads
 from txcalc.train.setting import TrainSetting
 from txcalc.train.evaluate import evaluate_layouts
 from txcalc.parallel.layout import Layout

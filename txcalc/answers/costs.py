@@ -73,7 +73,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            recipe: str | None = None) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
     and whether they fit one GPU: training's ``device_bytes`` (reserved + CUDA context,
-    parallel.overheads.device_memory, with ``allocated_bytes`` and ``reserved_bytes``),
+    engine.device.device_memory, with ``allocated_bytes`` and ``reserved_bytes``),
     serving's ``total_bytes``. ``recompute`` None: "full" when fine-tuning
     (``default_recompute``), else "none"; fine-tuning: ``recipe`` (None: the default recipe)
     sets the optimizer, loss and offload left None (``apply_recipe``); both listed in the
@@ -144,8 +144,8 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     out["gpu"] = gpu_label
     out["gpu_bytes"] = gpu_bytes
     need = out["total_bytes"]
-    if not inference:  # what the allocator and nvidia-smi show (parallel.overheads)
-        from ..parallel.overheads import device_memory
+    if not inference:  # what the allocator and nvidia-smi show (engine.device)
+        from ..engine.device import device_memory
         out.update(device_memory(need, row.name if row is not None else None).to_json())
         need = out["device_bytes"]
     out["fits_one_gpu"] = need <= gpu_bytes

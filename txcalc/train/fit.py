@@ -2,7 +2,7 @@
 sequence length, and when nothing fits, the cheapest changes that make it fit.
 
 A setup fits on one GPU when what nvidia-smi would show for the process fits the GPU:
-parallel.overheads.device_memory(peak).device_bytes <= GPU memory, i.e. the allocator's
+engine.device.device_memory(peak).device_bytes <= GPU memory, i.e. the allocator's
 reserved bytes (the step's peak, TrainingMemory.total, + 5 % slack, rounded to 2 MiB segments,
 + the cuBLAS workspaces' segments) + the CUDA context (400 MiB). The peak grows with the
 sequence and the batch, so both are found by bisection.
@@ -42,7 +42,7 @@ from ..engine.workload import Workload
 from ..units import first_true
 
 from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
-from ..parallel.overheads import device_memory  # noqa: E402  (the framework's bytes, one rule)
+from ..engine.device import device_memory  # noqa: E402  (the framework's bytes, one rule)
 
 
 #: the most activation bytes the planner's int64 tables hold with room for the other terms
@@ -93,7 +93,7 @@ class Setup:
 
     def device(self, batch: int, seq: int):
         """One GPU: allocated, reserved and device bytes of the step
-        (parallel.overheads.device_memory)."""
+        (engine.device.device_memory)."""
         return device_memory(self.memory(batch, seq).total, self.gpu_name)
 
     def planner_bytes(self, batch: int, seq: int) -> dict:
@@ -149,7 +149,7 @@ class FitResult:
         if self.setup.gpus > 1:
             return ("plan train's per-GPU total under ZeRO-3 (tensors, CUDA context, "
                     "communication buffers, allocator slack: parallel.overheads.Overheads)")
-        return "reserved + CUDA context: what nvidia-smi shows (parallel.overheads.device_memory)"
+        return "reserved + CUDA context: what nvidia-smi shows (engine.device.device_memory)"
 
     def to_json(self) -> dict:
         s = self.setup
