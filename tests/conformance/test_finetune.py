@@ -400,7 +400,10 @@ def test_fit_suggests_changes_in_order_until_one_fits(capsys):
     assert [x["fits"] for x in s] == [False] * (len(s) - 1) + [True]
     assert s[0]["change"].startswith("fused attention")
     assert all(a["total_bytes"] >= b["total_bytes"] for a, b in zip(s, s[1:]))
-    assert any("QLoRA" in x["change"] or "GPUs" in x["change"] for x in s)
+    # issue 28: QLoRA as the default recipe runs it (hf-peft: embeddings, norms, lm_head and so
+    # the 32 checkpointed block inputs in fp32) adds bytes over LoRA at 32k tokens: skipped
+    assert not any("QLoRA" in x["change"] for x in s)
+    assert s[-1]["change"].startswith("offload recompute checkpoints")
 
 
 def test_offload_moves_optimizer_and_master_to_the_host():

@@ -18,11 +18,11 @@ tests/conformance/test_distributed.py: FSDP2 over two gloo ranks, model states b
 against the planner in tests/unit/test_fit_zero3.py. On one GPU fit keeps the engine's peak over
 the phases, which is not the planner's sum of categories (the planner is not built there).
 
-Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
-fits: fused attention, the fused linear cross-entropy (Liger's: no T x V logits, the same
-FLOPs; for a bias-free causal LM head), selective then full recompute, 8-bit Adam, LoRA,
-QLoRA, optimizer offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: the
-planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
+Suggestions, tried cumulatively in this order (each on top of the ones before it; one that
+adds bytes is skipped), until one fits: fused attention, the fused linear cross-entropy
+(Liger's: no T x V logits, the same FLOPs; for a bias-free causal LM head), selective then
+full recompute, 8-bit Adam, LoRA, QLoRA, optimizer offload, checkpoint offload, then more
+GPUs (ZeRO-3 over N GPUs: the planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
 (hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
 for the setup asked, which states compute and transfer at their peaks (an estimate of the
 slowdown, not a measured time).
@@ -238,19 +238,24 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
     if ft is None or ft.mode != "qlora":
         steps.append(("QLoRA (NF4 base, double quant)",
                       {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
-                       else Finetune("qlora"), "precision": "bf16-mixed"
+                       else Finetune("qlora", upcast=_default_upcast()),
+                       "precision": "bf16-mixed"
                        if setup.precision == "fp32" else setup.precision}))
     if setup.offload in ("none", "activations"):
         steps.append(("offload optimizer states and master weights to CPU",
                       {"offload": "optimizer" if setup.offload == "none" else "all"}))
     steps.append(("offload recompute checkpoints to CPU", {"offload": "all"}))
-    out, cur = [], setup
+    out, cur, last = [], setup, setup.need(batch, seq)
     for label, change in steps:
-        cur = dataclasses.replace(cur, **change)
-        need = cur.need(batch, seq)
+        trial = dataclasses.replace(cur, **change)
+        need = trial.need(batch, seq)
+        if need > last:  # it costs bytes here (QLoRA's fp32 upcasts can outweigh its 4-bit
+            continue     # base at long sequences): not suggested, not kept for the next
+        cur, last = trial, need
         out.append(_row(label, cur, need, gpu_bytes, batch, seq, peak_flops, base_s))
         if need <= gpu_bytes:
             return out
+    need = last
     # more GPUs: ZeRO-3 splits the model states
     for n in (n for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n > setup.gpus):
         more = dataclasses.replace(cur, gpus=n)
@@ -262,6 +267,13 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
     out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence",
                 "fits": False, "total_bytes": need, "step_time_factor": None})
     return out
+
+
+def _default_upcast() -> bool:
+    """Whether the default fine-tuning recipe keeps QLoRA's unquantised parameters in fp32
+    (engine.recipes): a suggested QLoRA is costed as fit's own QLoRA answers are."""
+    from ..engine.recipes import DEFAULT_RECIPE, get_recipe
+    return get_recipe(DEFAULT_RECIPE).upcast
 
 
 def _row(label, setup, need, gpu_bytes, batch, seq, peak_flops, base_s) -> dict:
