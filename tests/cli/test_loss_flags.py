@@ -31,7 +31,7 @@ def _json(argv):
 
 def _memory(loss, batch=2, seq=1024, extra=()):
     return _json(["memory", MODEL, "--batch", str(batch), "--seq", str(seq), "--loss", loss,
-                  *LORA, *extra, "--json"])
+                  "--recompute", "none", *LORA, *extra, "--json"])
 
 
 def test_the_losses_differ():
@@ -62,12 +62,11 @@ def test_fit_answer_equals_memory(loss):
     """``fit --batch 2``: the longest sequence is one whose memory --json total (with fit's
     CUDA context and allocator slack) fits the GPU and one token more does not; the answer's
     bytes are that total's."""
-    from txcalc.parallel.overheads import Overheads
     gpu_gb = 12
     out = _json(["fit", MODEL, "--gpu-gb", str(gpu_gb), "--batch", "2", "--loss", loss, *LORA,
-                 "--json"])
+                 "--recompute", "none", "--json"])
     assert out["fits"] and out["loss"] == loss
-    need = {s: Overheads().device_bytes(_memory(loss, 2, s)["total_bytes"])
+    need = {s: _memory(loss, 2, s, ("--gpu-gb", str(gpu_gb)))["device_bytes"]
             for s in (out["max_seq"], out["max_seq"] + 1)}
     assert out["total_bytes"] == need[out["max_seq"]] <= gpu_gb * 10**9 < need[out["max_seq"] + 1]
 
@@ -75,9 +74,8 @@ def test_fit_answer_equals_memory(loss):
 def test_fit_suggests_the_fused_loss_first_among_the_costly_changes():
     """At a long context the fused linear cross-entropy is the first change after fused
     attention: it costs no FLOPs (step-time factor 1), recompute does; its bytes are memory's."""
-    from txcalc.parallel.overheads import Overheads
     out = _json(["fit", MODEL, "--gpu-gb", "8", "--seq", "32768", "--attn", "eager", *LORA,
-                 "--json"])
+                 "--recompute", "none", "--json"])
     assert not out["fits"]
     changes = [s["change"] for s in out["suggestions"]]
     assert changes[:3] == ["fused attention (--attn flash)",
@@ -86,12 +84,12 @@ def test_fit_suggests_the_fused_loss_first_among_the_costly_changes():
     fused = out["suggestions"][1]
     assert fused["step_time_factor"] == pytest.approx(out["suggestions"][0]["step_time_factor"],
                                                       rel=1e-12)
-    mem = _memory("fused-linear", 1, 32768)
-    assert fused["total_bytes"] == Overheads().device_bytes(mem["total_bytes"])
+    mem = _memory("fused-linear", 1, 32768, ("--gpu-gb", "8"))
+    assert fused["total_bytes"] == mem["device_bytes"]
     assert fused["total_bytes"] < out["suggestions"][0]["total_bytes"]
     # already fused: not suggested again
     again = _json(["fit", MODEL, "--gpu-gb", "8", "--seq", "32768", "--loss", "fused-linear",
-                   *LORA, "--json"])
+                   *LORA, "--recompute", "none", "--json"])
     assert all("--loss" not in s["change"] for s in again["suggestions"])
 
 

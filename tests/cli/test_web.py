@@ -66,10 +66,9 @@ def test_the_commands_of_each_task():
     h100 = ["--gpu", "h100-sxm"]
     assert train == {
         "params": ["params", "gpt2"],
-        "flops": ["flops", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash",
-                  "--recompute", "none"],
+        "flops": ["flops", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash"],
         "memory": ["memory", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash",
-                   "--recompute", "none", "--precision", "bf16-mixed", "--optimizer", "adamw",
+                   "--precision", "bf16-mixed", "--optimizer", "adamw",
                    *h100],
         "answer": ["plan", "train", "gpt2", "--tokens", "1T", "--gpu", "h100-sxm", "--seq",
                    "1024", "--precision", "bf16-mixed", "--optimizer", "adamw", "--attn",
@@ -88,7 +87,7 @@ def test_the_commands_of_each_task():
                                      "lora_rank": "8"}))
     assert ft["answer"] == ["fit", "gpt2", "--gpu", "h100-sxm", "--batch", "1", "--precision",
                             "bf16-mixed", "--optimizer", "adamw", "--attn", "flash",
-                            "--recompute", "none", "--finetune", "qlora", "--lora-rank", "8",
+                            "--finetune", "qlora", "--lora-rank", "8",
                             "--lora-targets", "all-linear", "--base-format", "nf4"]
     assert ft["memory"][-2:] == h100 and "--base-format" in ft["flops"]
 
@@ -247,7 +246,7 @@ def test_the_report_link_writes_and_serves_the_report(server):
     link = json.loads(body)["report"]
     assert link["command"] == ("txcalc report gpt2 --out report --gpu h100-sxm --precision "
                                "bf16-mixed --optimizer adamw --batch 1 --seq 512 --attn flash "
-                               "--recompute none --tokens 1B")
+                               "--tokens 1B")
     status, headers, body = get(server, link["url"])
     assert status == 200 and b"Capacity report: training gpt2" in body
     assert headers["Content-Security-Policy"].startswith("default-src 'none'")

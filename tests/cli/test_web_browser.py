@@ -181,8 +181,10 @@ SERVE_SHOWS = {"memory.total_bytes", "memory.kv_cache_bytes", "memory.weights_by
                "flops.decode_flops_per_token"}
 
 
-def train_cmds(model, seq="4096", recompute="none", extra=()):
-    work = ["--batch", "1", "--seq", seq, "--attn", "flash", "--recompute", recompute]
+def train_cmds(model, seq="4096", recompute="", extra=()):
+    # the page's recompute control defaults to auto: no --recompute, the command's default
+    work = ["--batch", "1", "--seq", seq, "--attn", "flash",
+            *(["--recompute", recompute] if recompute else [])]
     return {"params": ["params", model], "flops": ["flops", model, *work],
             "memory": ["memory", model, *work, "--precision", "bf16-mixed", "--optimizer",
                        "adamw", *H100],
@@ -251,13 +253,13 @@ def test_fine_tuning_answers_with_fit(page, tmp_path):
     page.screenshot(path=tmp_path / "qlora.png", full_page=True)
     ft = ["--finetune", "qlora", "--lora-rank", "8", "--lora-targets", "all-linear",
           "--base-format", "nf4"]
-    work = ["--batch", "1", "--seq", "4096", "--attn", "flash", "--recompute", "none"]
+    work = ["--batch", "1", "--seq", "4096", "--attn", "flash"]  # recompute: auto
     states = ["--precision", "bf16-mixed", "--optimizer", "adamw"]
     assert_page_is_cli(page, {
         "params": ["params", "llama-3.1-8b"], "flops": ["flops", "llama-3.1-8b", *work, *ft],
         "memory": ["memory", "llama-3.1-8b", *work, *states, *ft, *H100],
         "answer": ["fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "1", *states,
-                   "--attn", "flash", "--recompute", "none", *ft]},
+                   "--attn", "flash", *ft]},
         {"answer.fits", "answer.max_seq", "memory.total_bytes", "params.total_params"})
 
 

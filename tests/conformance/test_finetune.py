@@ -376,7 +376,11 @@ def test_fit_llama_3_1_8b_qlora_on_rtx_4090_answers_in_one_bisection(capsys, mon
     assert built.misses == 1 and built.hits >= len(calls) - 1
     assert set(out) >= {"fits", "max_seq", "max_batch", "total_bytes", "suggestions"}
     assert out["fits"] and out["max_batch"] == 1 and out["suggestions"] == []
-    setup = Setup(txcalc.load("llama-3.1-8b"), finetune=Finetune("qlora"))
+    # fit's defaults when fine-tuning (issue 28): gradient checkpointing, the hf-peft recipe
+    # (fp32 upcast, its optimizer kernel), the GPU's cuBLAS workspace
+    setup = Setup(txcalc.load("llama-3.1-8b"), recompute="full",
+                  finetune=Finetune("qlora", upcast=True), optimizer_kernel="fused",
+                  gpu_name="rtx-4090")
     gpu = out["gpu_bytes"]
     assert setup.need(1, out["max_seq"]) == out["total_bytes"] <= gpu < setup.need(
         1, out["max_seq"] + 1)
@@ -396,7 +400,10 @@ def test_fit_suggests_changes_in_order_until_one_fits(capsys):
     assert [x["fits"] for x in s] == [False] * (len(s) - 1) + [True]
     assert s[0]["change"].startswith("fused attention")
     assert all(a["total_bytes"] >= b["total_bytes"] for a, b in zip(s, s[1:]))
-    assert any("QLoRA" in x["change"] or "GPUs" in x["change"] for x in s)
+    # issue 28: QLoRA as the default recipe runs it (hf-peft: embeddings, norms, lm_head and so
+    # the 32 checkpointed block inputs in fp32) adds bytes over LoRA at 32k tokens: skipped
+    assert not any("QLoRA" in x["change"] for x in s)
+    assert s[-1]["change"].startswith("offload recompute checkpoints")
 
 
 def test_offload_moves_optimizer_and_master_to_the_host():

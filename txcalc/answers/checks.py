@@ -40,6 +40,7 @@ def _option_specs() -> dict:
         "achieved_tflops": ("float", *TFLOPS_RANGE, "[]"),
         "tokens_per_s": ("float", 0, TOKENS_PER_S_MAX, "(]"),
         "gpu_gb": ("float", *GPU_GB_RANGE, "[]"),
+        "safety": ("float", 0, GPU_GB_RANGE[1], "[]", " GB (1e9 bytes kept free on the GPU)"),
         "cuda_context_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",
                              " GiB (it sets Overheads.cuda_context_bytes)"),
         "comm_buffer_gib": ("float", 0, OVERHEAD_GIB_MAX, "[]",

@@ -56,6 +56,64 @@ def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
                     loss=loss, global_tokens=global_tokens)
 
 
+#: what fine-tuning and ``fit`` assume when --recompute is not given: gradient checkpointing,
+#: as every fine-tuning recipe turns it on (HF ``gradient_checkpointing=True``: each decoder
+#: block recomputed in backward from its input, txcalc's "full" recompute)
+CHECKPOINTING_WORDS = ("recompute full (gradient checkpointing of every block, as the "
+                       "fine-tuning recipes run it: HF gradient_checkpointing=True; "
+                       "--recompute none for none)")
+
+
+def default_recompute(recompute: str | None, finetune: str,
+                      always: bool = False) -> tuple[str, list[str]]:
+    """(recompute mode, the defaults assumed in words): the one asked for, else "full" when
+    fine-tuning (``finetune`` other than full) or ``always`` (fit), else "none"."""
+    if recompute is not None:
+        return recompute, []
+    if always or finetune != "full":
+        return "full", [CHECKPOINTING_WORDS]
+    return "none", []
+
+
+def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None,
+                 offload: str | None) -> dict:
+    """What a fine-tuning recipe (txcalc.engine.recipes) sets where the options leave it:
+    {finetune (with the recipe's fp32 upcast), optimizer, loss, offload, optimizer_kernel,
+    recipe (its JSON, None for full training), assumed (the defaults taken, in words)}.
+    Full training (``ft`` None) takes no recipe: adamw, the full loss, no offload, foreach."""
+    import dataclasses
+
+    from ..engine.recipes import DEFAULT_RECIPE, get_recipe
+    from ..errors import WorkloadError
+    if ft is None:
+        if recipe is not None:
+            raise WorkloadError(f"--recipe ({recipe!r:.60}) applies to fine-tuning (--finetune "
+                                "lora, qlora, dora or freeze), not to full training")
+        return {"finetune": None, "optimizer": "adamw" if optimizer is None else optimizer,
+                "loss": "full" if loss is None else loss,
+                "offload": "none" if offload is None else offload,
+                "optimizer_kernel": "foreach", "recipe": None, "assumed": []}
+    r = get_recipe(DEFAULT_RECIPE if recipe is None else recipe)
+    assumed = [] if recipe is not None else [
+        f"recipe {r.name} ({r.describe().partition(': ')[2]}; --recipe to change)"]
+    for name, given, own, words in (
+            ("optimizer", optimizer, r.optimizer, f"the recipe's {r.optimizer_name}"),
+            ("loss", loss, r.loss, "the recipe's loss"),
+            ("offload", offload, r.offload, "the recipe's checkpoints' place")):
+        if given is None and (recipe is not None or own != {"optimizer": "adamw", "loss": "full",
+                                                            "offload": "none"}[name]):
+            assumed.append(f"{name} {own} ({words})")
+    if ft.mode == "qlora" and r.upcast:
+        assumed.append("QLoRA's unquantised parameters (embeddings, norms, lm_head) in fp32, "
+                       "and so the block inputs (PEFT's prepare_model_for_kbit_training)")
+    return {"finetune": dataclasses.replace(ft, upcast=r.upcast),
+            "optimizer": r.optimizer if optimizer is None else optimizer,
+            "loss": r.loss if loss is None else loss,
+            "offload": r.offload if offload is None else offload,
+            "optimizer_kernel": r.optimizer_kernel,
+            "recipe": r.to_json(), "assumed": assumed}
+
+
 def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,
                   trainable: str, base: str):
     """The Finetune the fine-tuning options describe (None for full fine-tuning)."""

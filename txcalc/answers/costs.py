@@ -3,7 +3,8 @@ component)."""
 
 from __future__ import annotations
 
-from .common import Answer, cross_rows, image_tokens, load_model, make_finetune, workload
+from .common import (Answer, apply_recipe, cross_rows, default_recompute, image_tokens,
+                     load_model, make_finetune, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
@@ -11,13 +12,14 @@ PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states
 
 
 def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: str = "flash",
-          recompute: str = "none", context: str = "0", finetune: str = "full",
+          recompute: str | None = None, context: str = "0", finetune: str = "full",
           lora_rank: int = 16, lora_alpha: float | None = None,
           lora_targets: str = "all-linear", lora_dropout: float = 0.0,
           trainable: str = "head", base_format: str = "nf4", loss: str = "full",
           head: str | None = None, images: int = 0, image_size: int = 0,
           global_tokens: int = 0) -> Answer:
-    """Matmul FLOPs of one training step (executed and model), and inference costs."""
+    """Matmul FLOPs of one training step (executed and model), and inference costs.
+    ``recompute`` None: "full" when fine-tuning (``default_recompute``), else "none"."""
     from ..engine.accounting import count_flops
     from ..engine.workload import check_fits
     from .checks import checked
@@ -25,6 +27,7 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
     context = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
                       context=context, images=images, image_size=image_size,
                       global_tokens=global_tokens)["context"]
+    recompute, assumed = default_recompute(recompute, finetune)
     cfg = load_model(model, head)
     extra = image_tokens(cfg, images, image_size)
     seq = checked(seq=seq + extra)["seq"]
@@ -49,12 +52,15 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
             raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
         out["decode_context"] = context
         out["decode_flops_per_token"] = f.decode(context) // batch
-    return Answer(out, {"cfg": cfg, "seq": seq, "context": context})
+    if assumed:
+        out["assumed"] = assumed
+    return Answer(out, {"cfg": cfg, "seq": seq, "context": context, "recompute": recompute})
 
 
 def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            seq: int = 2048, src_seq: int = 0, precision: str = "bf16-mixed",
-           optimizer: str = "adamw", attn: str | None = None, recompute: str = "none",
+           optimizer: str | None = None, attn: str | None = None,
+           recompute: str | None = None,
            recompute_method: str = "block", recompute_layers: int = 0,
            stack: str | None = None, dropout: bool = False, inference: bool = False,
            weights: str | None = None, context: str = "0", concurrency: int = 1,
@@ -62,10 +68,16 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            gpu_file: str | None = None, finetune: str = "full", lora_rank: int = 16,
            lora_alpha: float | None = None, lora_targets: str = "all-linear",
            lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
-           offload: str = "none", loss: str = "full", head: str | None = None,
-           images: int = 0, image_size: int = 0, global_tokens: int = 0) -> Answer:
+           offload: str | None = None, loss: str | None = None, head: str | None = None,
+           images: int = 0, image_size: int = 0, global_tokens: int = 0,
+           recipe: str | None = None) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
-    and whether they fit one GPU."""
+    and whether they fit one GPU: training's ``device_bytes`` (reserved + CUDA context,
+    engine.device.device_memory, with ``allocated_bytes`` and ``reserved_bytes``),
+    serving's ``total_bytes``. ``recompute`` None: "full" when fine-tuning
+    (``default_recompute``), else "none"; fine-tuning: ``recipe`` (None: the default recipe)
+    sets the optimizer, loss and offload left None (``apply_recipe``); both listed in the
+    answer's ``assumed``."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -103,7 +115,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         context = checked(context=str(context + extra))["context"] if context else 0
     if params is not None:
         from ..engine.memory import model_states
-        out = model_states(opts["params"], precision, optimizer)
+        out = model_states(opts["params"], precision, optimizer or "adamw")
     elif inference:
         cfg = cfg or load_model(model, head)
         out = _inference(model, cfg, context or seq, concurrency, kv_dtype, precision, weights,
@@ -111,32 +123,46 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     else:
         from ..engine.memory import OFFLOADS
         from ..inputs import choice
-        choice("--offload", offload, OFFLOADS)
+        if offload is not None:
+            choice("--offload", offload, OFFLOADS)
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         cfg = cfg or load_model(model, head)
-        out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
-                        dropout, ft, offload, stack, recompute_method, recompute_layers,
-                        loss, global_tokens)
+        recompute, assumed = default_recompute(recompute, finetune)
+        rec = apply_recipe(ft, recipe, optimizer, loss, offload)
+        out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, rec["optimizer"],
+                        dropout, rec["finetune"], rec["offload"], stack, recompute_method,
+                        recompute_layers, rec["loss"], global_tokens,
+                        None if stack else rec["optimizer_kernel"])
+        if rec["recipe"] is not None:
+            out["recipe"] = rec["recipe"]
+        assumed += rec["assumed"]
+        if assumed:
+            out["assumed"] = assumed
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label
     out["gpu_bytes"] = gpu_bytes
-    out["fits_one_gpu"] = out["total_bytes"] <= gpu_bytes
+    need = out["total_bytes"]
+    if not inference:  # what the allocator and nvidia-smi show (engine.device)
+        from ..engine.device import device_memory
+        out.update(device_memory(need, row.name if row is not None else None).to_json())
+        need = out["device_bytes"]
+    out["fits_one_gpu"] = need <= gpu_bytes
     return Answer(out, {"gpu_row": row, "gpu_gb": opts["gpu_gb"]})
 
 
 def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
               dropout=False, ft=None, offload="none", stack=None,
               recompute_method="block", recompute_layers=0, loss="full",
-              global_tokens=0) -> dict:
+              global_tokens=0, kernel=None) -> dict:
     from ..engine.memory import TrainingMemory
     from ..engine.workload import check_fits
 
     work = workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
                     recompute_layers, loss, global_tokens)
     check_fits(cfg, work)
-    kernel = "foreach"
+    kernel = kernel or "foreach"
     if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train
         from ..engine.stacks import get_stack
         kernel = get_stack(stack).optimizer_kernel

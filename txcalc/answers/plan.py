@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .common import Answer, load_model, make_finetune, overheads
+from .common import Answer, apply_recipe, load_model, make_finetune, overheads
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -32,11 +32,13 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
                loss: str = "full", rows: int = 8, global_tokens: int = 0,
                max_global_batch: str | None = None,
-               gpus_per_node: int | None = None) -> Answer:
+               gpus_per_node: int | None = None, recipe: str | None = None) -> Answer:
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run.
     ``max_global_batch``: the batch search's ceiling, sequences ('2048') or tokens with a
     binary K/M/G suffix ('16M' = 16 x 2^20: ``train.batch.parse_max_global_batch``).
-    ``parts``: the TrainPlan and the Finetune (None: full)."""
+    ``recipe`` (fine-tuning, only when given): its fp32 upcasts and optimizer kernel
+    (engine.recipes); the optimizer and loss stay the options'. ``parts``: the TrainPlan and
+    the Finetune (None: full)."""
     from ..engine.hardware import get_gpu
     from ..train.planner import plan_train as search
     from .checks import checked
@@ -57,6 +59,11 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
         ceiling = {"max_global_batch_tokens" if in_tokens else "max_global_batch": value}
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
+    kernel = None
+    if recipe is not None:
+        rec = apply_recipe(ft, recipe, optimizer, loss, "none")
+        # a stack's optimizer kernel wins, as in memory
+        ft, kernel = rec["finetune"], None if stack else rec["optimizer_kernel"]
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
                               ("micro_batch", micro_batch), ("recompute", recompute),
                               ("recompute_layers", recompute_layers),
@@ -67,7 +74,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
                stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
-               global_tokens=global_tokens,
+               global_tokens=global_tokens, optimizer_kernel=kernel,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
                only=only, gpus_per_node=gpus_per_node, **ceiling)
     return Answer(p.to_json(), {"plan": p, "finetune": ft})

@@ -9,7 +9,7 @@ from ..answers.costs import PEAK_LABELS as _PEAK_PARTS
 from .typer_app import app
 from .output import console, emit_json, human, table
 from .params_cmd import HEAD_HELP, MODEL_HELP, STACK_HELP
-from .options import COMMON_OPTS, FT_OPTS, SERVE_OPTS, TRAIN_OPTS
+from .options import COMMON_OPTS, FT_OPTS, RECIPE_OPTS, SERVE_OPTS, TRAIN_OPTS
 
 
 GLOBAL_HELP = ("Longformer: tokens per sequence with global attention (HF's "
@@ -21,7 +21,10 @@ IMAGE_SIZE_HELP = ("With --images on LLaVA-NeXT (anyres tiles) and Qwen-VL (dyna
 
 
 _LABELS = {"total_bytes": "total (peak over the step)",
-           "logits_bytes": "logits (the loss's T x V transient)"}
+           "logits_bytes": "logits (the loss's T x V transient)",
+           "allocated_bytes": "allocated (max_memory_allocated)",
+           "reserved_bytes": "reserved (max_memory_reserved)",
+           "device_bytes": "device (reserved + CUDA context: nvidia-smi)"}
 
 
 def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
@@ -37,7 +40,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length (decoder/target)."),
           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
-          recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
+          recompute: str = typer.Option(None, help="Activation recompute: none | selective | full (default none; full, gradient checkpointing, with --finetune other than full)."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
           finetune: str = FT_OPTS["finetune"],
           lora_rank: int = FT_OPTS["lora_rank"],
@@ -63,6 +66,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
         emit_json(out)
         return
     cfg, seq, context = ans.parts["cfg"], ans.parts["seq"], ans.parts["context"]
+    recompute = ans.parts["recompute"]
     console.print(f"[bold]{cfg.name}[/bold], batch {batch} x seq {seq}, attention {attn}, "
                   f"recompute {recompute}: one training step")
     console.print(f"  executed: forward {out['forward_flops']:,} + backward "
@@ -80,6 +84,13 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     console.print(_layer_type_table("by layer type (all layers of the type)", out["by_layer_type"],
                                     {"forward_flops": "forward", "backward_flops": "backward",
                                      "model_flops": "model"}, "FLOP"))
+    _assumed(out)
+
+
+def _assumed(out: dict) -> None:
+    """The defaults the answer assumed, one line each."""
+    for a in out.get("assumed", ()):
+        console.print(f"Assumed: {a}.")
 
 
 @app.command()
@@ -89,9 +100,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
            src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            precision: str = TRAIN_OPTS["precision"],
-           optimizer: str = TRAIN_OPTS["optimizer"],
+           optimizer: str = RECIPE_OPTS["optimizer"],
            attn: str = typer.Option(None, help="Attention kernel: eager | sdpa | flash (fused SDPA, the default; or the stack's)."),
-           recompute: str = typer.Option("none", help="none | selective | full | op (torchtitan's op-level)."),
+           recompute: str = typer.Option(None, help="none | selective | full | op (torchtitan's op-level); default none, or full (gradient checkpointing) with --finetune other than full."),
            recompute_method: str = typer.Option("block", "--recompute-method", help="Which blocks recompute: block (the first N), uniform (all, N per checkpoint), every (every N-th)."),
            recompute_layers: int = typer.Option(0, "--recompute-layers", help="N of --recompute-method (0: every block)."),
            stack: str = typer.Option(None, "--stack", help=STACK_HELP),
@@ -111,8 +122,9 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            lora_dropout: float = FT_OPTS["lora_dropout"],
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
-           offload: str = FT_OPTS["offload"],
-           loss: str = FT_OPTS["loss"],
+           offload: str = RECIPE_OPTS["offload"],
+           loss: str = RECIPE_OPTS["loss"],
+           recipe: str = RECIPE_OPTS["recipe"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -125,7 +137,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                  recompute_method, recompute_layers, stack, dropout, inference, weights,
                  context, concurrency, kv_dtype, gpu, gpu_gb, gpu_file, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, offload, loss,
-                 head, images, image_size, global_tokens)
+                 head, images, image_size, global_tokens, recipe)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -162,7 +174,10 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from ..engine.hardware import memory_words
     words = memory_words(gpu if ans.parts["gpu_gb"] is not None else ans.parts["gpu_row"],
                          "GB")  # its total is in GB
-    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
+    shown = out.get("device_bytes", out["total_bytes"])
+    what = "On the device (reserved + CUDA context)" if "device_bytes" in out else "Total"
+    console.print(f"{what} {shown / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
-                     f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
+                     f"; needs at least {-(-shown // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))
+    _assumed(out)

@@ -8,7 +8,7 @@ import typer
 from ..units import GB
 from .typer_app import app
 from .output import console, emit_json, table
-from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, TRAIN_OPTS
+from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, RECIPE_OPTS, TRAIN_OPTS
 
 
 @app.command()
@@ -19,9 +19,9 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         seq: int = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
         gpus: int = typer.Option(1, "--gpus", help="GPUs the model states are sharded over (N > 1: ZeRO-3 / FSDP full shard, data parallel N, one micro-batch each): the per-GPU bytes of plan train --gpus N --zero 3 --tp 1 --pp 1."),
         precision: str = TRAIN_OPTS["precision"],
-        optimizer: str = TRAIN_OPTS["optimizer"],
+        optimizer: str = RECIPE_OPTS["optimizer"],
         attn: str = typer.Option("flash", help="eager | sdpa | flash."),
-        recompute: str = typer.Option("none", help="none | selective | full."),
+        recompute: str = typer.Option(None, help="none | selective | full (default full: gradient checkpointing, as the fine-tuning recipes run it)."),
         finetune: str = FT_OPTS["finetune"],
         lora_rank: int = FT_OPTS["lora_rank"],
         lora_alpha: float = FT_OPTS["lora_alpha"],
@@ -29,8 +29,10 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         lora_dropout: float = FT_OPTS["lora_dropout"],
         trainable: str = FT_OPTS["trainable"],
         base_format: str = FT_OPTS["base_format"],
-        offload: str = FT_OPTS["offload"],
-        loss: str = FT_OPTS["loss"],
+        offload: str = RECIPE_OPTS["offload"],
+        loss: str = RECIPE_OPTS["loss"],
+        recipe: str = RECIPE_OPTS["recipe"],
+        safety: float = typer.Option(0.0, "--safety", help="GB (1e9 bytes) to keep free on each GPU: the answer's bytes (reserved + CUDA context on one GPU) must stay within the GPU's memory less this margin."),
         gpu_file: str = COMMON_OPTS["gpu_file"],
         json_out: bool = COMMON_OPTS["json"]):
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
@@ -39,7 +41,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
 
     ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
                  finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
-                 base_format, offload, loss, gpu_file)
+                 base_format, offload, loss, gpu_file, recipe, safety)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -49,13 +51,16 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     what = out["finetune"]
     if gpus > 1:
         label, words = f"{gpus:,} x {label}", f"each {words}; ZeRO-3"
-    lossword = "" if loss == "full" else f", loss {loss}"
+    lossword = "" if out["loss"] == "full" else f", loss {out['loss']}"
+    recompute, optimizer = out["recompute"], out["optimizer"]
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
                       f"{precision}, {optimizer}, attention {attn}, recompute {recompute}"
                       f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
+        _margin(out)
+        _assumed(out)
         return
     console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
                   f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
@@ -65,3 +70,20 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
                           "yes" if s["fits"] else "no",
                           "" if s["step_time_factor"] is None else f"{s['step_time_factor']:.2f}")
                          for s in res.suggestions]))
+    _margin(out)
+    _assumed(out)
+
+
+def _margin(out: dict) -> None:
+    """The figure compared against the GPU and the margin kept."""
+    console.print(f"Compared: {out['compared_bytes'] / GB:,.2f} GB ({out['compared_as']}) "
+                  f"against {out['limit_bytes'] / GB:,.2f} GB = the GPU's "
+                  f"{out['gpu_bytes'] / GB:,.2f} GB less a margin of "
+                  f"{out['safety_bytes'] / GB:,.2f} GB (--safety); headroom "
+                  f"{out['headroom_bytes'] / GB:,.2f} GB.")
+
+
+def _assumed(out: dict) -> None:
+    """The defaults the answer assumed, one line each."""
+    for a in out.get("assumed", ()):
+        console.print(f"Assumed: {a}.")

@@ -9,6 +9,8 @@
                 | --loss                                                 |
     TRAIN_OPTS  | --precision --optimizer (training's)                   | memory, fit,
                 |                                                        | plan train, report
+    RECIPE_OPTS | --recipe, and --optimizer --loss --offload defaulting  | memory, fit
+                | to the recipe's when fine-tuning                       |
     SERVE_OPTS  | --kv-dtype --weights                                   | params, memory,
                 |                                                        | plan infer, report
     LAYOUT_OPTS | --tp --pp --ep (pins), --cuda-context-gib              | plan train,
@@ -62,6 +64,22 @@ FT_OPTS = {
     "base_format": typer.Option("nf4", "--base-format", help=FT_HELP["base"]),
     "offload": typer.Option("none", "--offload", help=FT_HELP["offload"]),
     "loss": typer.Option("full", "--loss", help=FT_HELP["loss"]),
+}
+
+RECIPE_HELP = ("Fine-tuning recipe whose code path is modelled: hf-peft (default: HF Trainer + "
+               "PEFT, QLoRA via prepare_model_for_kbit_training: unquantised parameters in fp32) | "
+               "trl-sft | unsloth | llama-factory | axolotl | torchtune. It sets the fp32 "
+               "upcasts, the optimizer and its kernel, the loss and where checkpoints live, "
+               "unless given (txcalc.engine.recipes).")
+#: a fine-tuning recipe, and the options whose default is the recipe's when fine-tuning
+RECIPE_OPTS = {
+    "recipe": typer.Option(None, "--recipe", help=RECIPE_HELP),
+    "optimizer": typer.Option(None, help="adamw | adam | adam8bit | sgd | adafactor | none "
+                              "(default adamw; fine-tuning: the recipe's)."),
+    "loss": typer.Option(None, "--loss", help=FT_HELP["loss"] + " Default full; fine-tuning: "
+                         "the recipe's."),
+    "offload": typer.Option(None, "--offload", help=FT_HELP["offload"] + " Default none; "
+                            "fine-tuning: the recipe's."),
 }
 
 #: the training precision and optimizer

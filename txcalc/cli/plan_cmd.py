@@ -8,7 +8,8 @@ from ..units import GB
 from .typer_app import app
 from .output import console, emit_json
 from .params_cmd import STACK_HELP
-from .options import COMMON_OPTS, FT_OPTS, LAYOUT_OPTS, MODEL_HELP, SERVE_OPTS, TRAIN_OPTS
+from .options import (COMMON_OPTS, FT_OPTS, LAYOUT_OPTS, MODEL_HELP, RECIPE_OPTS, SERVE_OPTS,
+                      TRAIN_OPTS)
 from .costs_cmd import GLOBAL_HELP
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
@@ -57,6 +58,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
           loss: str = FT_OPTS["loss"],
+          recipe: str = RECIPE_OPTS["recipe"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = COMMON_OPTS["json"]):
@@ -68,7 +70,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                  fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
-                 global_tokens, max_global_batch, gpus_per_node)
+                 global_tokens, max_global_batch, gpus_per_node, recipe)
     out = ans.json
     if json_out:
         emit_json(out)

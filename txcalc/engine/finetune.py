@@ -109,7 +109,10 @@ def _matrix_bytes(op: Op) -> int:
 
 def op_weight_bytes(op: Op, weight_bytes: int) -> int:
     """Weight bytes of one op (all instances): quantised matrices by ``quantized_weight_bytes``
-    (a bias stays in the policy dtype), everything else ``weight_bytes`` per parameter."""
+    (a bias stays in the policy dtype), a recipe's fp32 upcast (``Op.upcast``) 4 bytes per
+    parameter, everything else ``weight_bytes`` per parameter."""
+    if op.upcast:  # a recipe's fp32 copies (engine.recipes): the parameters, a quantised op's bias
+        weight_bytes = 4
     if op.weight_format is None or op.tied:
         return op.params_total * weight_bytes
     return (_matrix_bytes(op) + (op.d_out * weight_bytes if op.bias else 0)) * op.instances
@@ -133,6 +136,9 @@ class Finetune:
     block: int = 64
     double_quant: bool = True
     lora_dropout: float = 0.0
+    #: qlora: the recipe keeps the frozen parameters that are not quantised in fp32
+    #: (engine.recipes; PEFT's prepare_model_for_kbit_training), and so the residual stream
+    upcast: bool = False
 
     def __post_init__(self) -> None:
         from ..inputs import choice, integer, number
@@ -163,6 +169,8 @@ class Finetune:
         if self.mode == "freeze":
             return f"frozen except {self.trainable}"
         base = f", base {self.base.name}" if self.mode == "qlora" else ""
+        if self.mode == "qlora" and self.upcast:
+            base += ", unquantised parameters in fp32"
         drop = f", dropout {self.lora_dropout:g}" if self.lora_dropout else ""
         return f"{self.mode} r={self.rank} alpha={self.alpha:g} on {self.targets}{base}{drop}"
 
@@ -368,7 +376,27 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
                 out[-1] = dataclasses.replace(out[-1], saved=out[-1].saved[1:])
             out.extend(_adapters(op, ft, key in seen or kept))
             seen.add(key)
+    if ft.mode == "qlora" and ft.upcast:
+        out = _upcast(out)
     return _bias_checkpoints(tuple(out))
+
+
+def _upcast(ops: list[Op]) -> list[Op]:
+    """QLoRA under a recipe that upcasts (engine.recipes): every frozen parameter that is not
+    quantised in fp32 (PEFT's prepare_model_for_kbit_training casts each float16/bfloat16
+    parameter but Params4bit), and the embedding's fp32 output makes the residual stream, so
+    each block input a checkpoint keeps, fp32."""
+    table = any(op.kind == "embedding" and op.params and not op.trainable for op in ops)
+    out = []
+    for op in ops:
+        if op.params and not op.trainable and not op.tied and (op.weight_format is None
+                                                               or op.bias):
+            op = dataclasses.replace(op, upcast=True)
+        elif table and op.kind == "checkpoint" and op.component == "checkpoint.input":
+            op = dataclasses.replace(op, saved=tuple((n, "f32") if t == "a" else (n, t)
+                                                     for n, t in op.saved))
+        out.append(op)
+    return out
 
 
 @functools.lru_cache(maxsize=64)

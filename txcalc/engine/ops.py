@@ -94,6 +94,9 @@ class Op:
     #: ``formats.Format`` (not imported here: formats reads Op) from a checkpoint's scheme
     #: (``formats.assign``) or a QLoRA base (``Finetune.base``); None: the policy's dtype
     weight_format: Format | None = None  # noqa: F821
+    #: a frozen parameter a fine-tuning recipe keeps in fp32 whatever the policy (PEFT's
+    #: prepare_model_for_kbit_training: engine.recipes), 4 bytes per parameter
+    upcast: bool = False
     #: attention keys only: elements one cached token adds to this layer's KV cache (k and v,
     #: 2 K h; MLA's latent and rotary key, kv_lora_rank + rope); 0: the op keeps no cache of its
     #: own (an encoder, a shared-KV layer reading an earlier one's). Tokens cached: the key

@@ -1,6 +1,8 @@
 """Framework memory outside the engine's tensors (``Overheads``): the CUDA context,
-communication buffers and the caching allocator's slack, one rule for fit, plan train
-and plan infer."""
+communication buffers and the caching allocator's slack, one rule for plan train and plan
+infer (and fit over N > 1 GPUs, through the planner). What one training process on one GPU
+shows (allocator statistics, nvidia-smi) is txcalc.engine.device's ``device_memory``.
+"""
 
 from __future__ import annotations
 

@@ -214,11 +214,10 @@ VLLM_LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "LLaMAForCausalLM", "MistralForC
 #: ``get_current_memory_usage``): requests round up to kMinBlockSize (512 B); from
 #: kMinLargeAlloc (10 MiB) a request gets its own segment rounded up to kRoundLarge (2 MiB), and
 #: the block is split from it only when more than kSmallSize (1 MiB) would remain
-#: (``should_split``)
-ALLOC_MIN_BLOCK = 512
-ALLOC_SMALL = 2**20
-ALLOC_MIN_LARGE = 10 * 2**20
-ALLOC_ROUND_LARGE = 2 * 2**20
+#: (``should_split``); the constants live in engine/device.py, beside the training side's
+#: reserved-bytes rule
+from ..engine.device import (ALLOC_MIN_BLOCK, ALLOC_MIN_LARGE,  # noqa: E402,F401
+                             ALLOC_ROUND_LARGE, ALLOC_SMALL)
 #: What vLLM v0.6.4 (engine "vllm-0.6") logs as non_torch_memory at TP 1: CUDA's memory in use
 #: less torch's allocations after the profile (PR #9352), i.e. the CUDA context alone, as
 #: cuBLAS's workspaces are torch allocations. With lazy module loading (CUDA >= 11.7, on by

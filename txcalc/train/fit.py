@@ -1,10 +1,11 @@
 """What fits on one GPU: the longest sequence at a micro-batch, or the largest micro-batch at a
 sequence length, and when nothing fits, the cheapest changes that make it fit.
 
-A setup fits when the step's peak (TrainingMemory.total) plus the framework's memory fits the
-GPU: Overheads().device_bytes(peak) <= GPU memory, the planner's rule and defaults
-(parallel.overheads.Overheads: (1 + fragmentation) x peak + CUDA context, 1 GiB and 5 %). The
-peak grows with the sequence and the batch, so both are found by bisection.
+A setup fits on one GPU when what nvidia-smi would show for the process fits the GPU:
+engine.device.device_memory(peak).device_bytes <= GPU memory, i.e. the allocator's
+reserved bytes (the step's peak, TrainingMemory.total, + 5 % slack, rounded to 2 MiB segments,
++ the cuBLAS workspaces' segments) + the CUDA context (400 MiB). The peak grows with the
+sequence and the batch, so both are found by bisection.
 
 Over N > 1 GPUs (``Setup.gpus``: ZeRO-3, data parallel N, TP = PP = 1) the bytes are the
 planner's own per-rank evaluation of that layout (``Setup.planner_bytes``: train.evaluate,
@@ -17,11 +18,11 @@ tests/conformance/test_distributed.py: FSDP2 over two gloo ranks, model states b
 against the planner in tests/unit/test_fit_zero3.py. On one GPU fit keeps the engine's peak over
 the phases, which is not the planner's sum of categories (the planner is not built there).
 
-Suggestions, tried cumulatively in this order (each on top of the ones before it), until one
-fits: fused attention, the fused linear cross-entropy (Liger's: no T x V logits, the same
-FLOPs; for a bias-free causal LM head), selective then full recompute, 8-bit Adam, LoRA,
-QLoRA, optimizer offload, checkpoint offload, then more GPUs (ZeRO-3 over N GPUs: the
-planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
+Suggestions, tried cumulatively in this order (each on top of the ones before it; one that
+adds bytes is skipped), until one fits: fused attention, the fused linear cross-entropy
+(Liger's: no T x V logits, the same FLOPs; for a bias-free causal LM head), selective then
+full recompute, 8-bit Adam, LoRA, QLoRA, optimizer offload, checkpoint offload, then more
+GPUs (ZeRO-3 over N GPUs: the planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
 (hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
 for the setup asked, which states compute and transfer at their peaks (an estimate of the
 slowdown, not a measured time).
@@ -41,7 +42,7 @@ from ..engine.workload import Workload
 from ..units import first_true
 
 from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
-from ..parallel.overheads import Overheads  # noqa: E402  (the framework's bytes, one rule)
+from ..engine.device import device_memory  # noqa: E402  (the framework's bytes, one rule)
 
 
 #: the most activation bytes the planner's int64 tables hold with room for the other terms
@@ -65,6 +66,9 @@ class Setup:
     #: the optimizer step's kernel (memory.OPTIMIZER_STEPS): its fp32 gradient copy and
     #: temporaries, in the engine and the planner alike
     optimizer_kernel: str = "foreach"
+    #: the catalog GPU (its cuBLAS workspace: overheads.cublas_workspace_bytes); None: a
+    #: GPU given by its memory only
+    gpu_name: str | None = None
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
@@ -73,8 +77,9 @@ class Setup:
                               self.offload, self.optimizer_kernel)
 
     def need(self, batch: int, seq: int) -> int:
-        """GPU bytes with the framework's share: the engine's peak on one GPU, the planner's
-        per-rank total under ZeRO-3 over ``gpus`` > 1 (``planner_bytes``)."""
+        """GPU bytes with the framework's share: on one GPU what nvidia-smi shows (``device``:
+        reserved + CUDA context), the planner's per-rank total under ZeRO-3 over ``gpus`` > 1
+        (``planner_bytes``: its Overheads' context, buffers and slack)."""
         if self.gpus > 1:
             # the planner tabulates every recompute mode at micro-batches 1 and 2 in int64:
             # eager attention's S x S scores overflow them at tens of millions of tokens, so
@@ -84,7 +89,12 @@ class Setup:
             if worst.activations > PLANNER_MAX_BYTES:
                 return worst.activations
             return int(self.planner_bytes(batch, seq)["total_bytes"][0])
-        return Overheads().device_bytes(self.memory(batch, seq).total)
+        return self.device(batch, seq).device_bytes
+
+    def device(self, batch: int, seq: int):
+        """One GPU: allocated, reserved and device bytes of the step
+        (engine.device.device_memory)."""
+        return device_memory(self.memory(batch, seq).total, self.gpu_name)
 
     def planner_bytes(self, batch: int, seq: int) -> dict:
         """The planner's evaluation (``train.evaluate.evaluate_layouts``, every category,
@@ -127,12 +137,30 @@ class FitResult:
     gpu_bytes: int
     setup: Setup
     suggestions: list[dict] = field(default_factory=list)
+    #: one GPU: overheads.DeviceMemory.to_json() at the answer (allocated, reserved, context)
+    device: dict = field(default_factory=dict)
+    #: the margin kept free (fit's --safety): the compared figure must stay within
+    #: gpu_bytes - safety_bytes
+    safety_bytes: int = 0
+
+    @property
+    def compared_as(self) -> str:
+        """What ``total_bytes`` (the figure compared against the GPU) is, in words."""
+        if self.setup.gpus > 1:
+            return ("plan train's per-GPU total under ZeRO-3 (tensors, CUDA context, "
+                    "communication buffers, allocator slack: parallel.overheads.Overheads)")
+        return "reserved + CUDA context: what nvidia-smi shows (engine.device.device_memory)"
 
     def to_json(self) -> dict:
         s = self.setup
         return {"model": s.cfg.name, "fits": self.fits, "max_seq": self.max_seq,
                 "max_batch": self.max_batch, "total_bytes": self.total_bytes,
-                "gpu_bytes": self.gpu_bytes, "precision": s.precision,
+                "gpu_bytes": self.gpu_bytes, **self.device,
+                "compared_bytes": self.total_bytes, "compared_as": self.compared_as,
+                "safety_bytes": self.safety_bytes,
+                "limit_bytes": self.gpu_bytes - self.safety_bytes,
+                "headroom_bytes": self.gpu_bytes - self.safety_bytes - self.total_bytes,
+                "precision": s.precision,
                 "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
                 "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
@@ -152,9 +180,14 @@ def _seq_limit(cfg: ModelConfig) -> int:
 
 
 def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None = None,
-        peak_flops: float = 1e15) -> FitResult:
-    """Largest seq at ``batch`` (default 1), or largest batch at ``seq`` when it is given."""
+        peak_flops: float = 1e15, safety_bytes: int = 0) -> FitResult:
+    """Largest seq at ``batch`` (default 1), or largest batch at ``seq`` when it is given,
+    whose bytes (``Setup.need``) stay within ``gpu_bytes`` less the margin ``safety_bytes``."""
     from ..inputs import MAX_BATCH
+    if safety_bytes >= gpu_bytes:
+        raise WorkloadError(f"--safety ({safety_bytes / 1e9:g} GB) leaves nothing of the GPU's "
+                            f"{gpu_bytes / 1e9:,.2f} GB")
+    full, gpu_bytes = gpu_bytes, gpu_bytes - safety_bytes
     if batch is not None and seq is not None:
         raise WorkloadError(f"give --batch ({batch}) or --seq ({seq}), not both: fit finds "
                             "the other")
@@ -163,7 +196,7 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
         best = _largest(lambda s: setup.need(b, s) <= gpu_bytes, 1, _seq_limit(setup.cfg))
         fits, at = best >= 1, (b, max(best, 1))
         res = FitResult(fits, best if fits else None, b if fits else None,
-                        setup.need(*at), gpu_bytes, setup)
+                        setup.need(*at), full, setup, safety_bytes=safety_bytes)
     else:
         if seq > _seq_limit(setup.cfg):
             raise WorkloadError(f"--seq ({seq}) exceeds {setup.cfg.name}'s learned position "
@@ -171,7 +204,11 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
         best = _largest(lambda b: setup.need(b, seq) <= gpu_bytes, 1, MAX_BATCH)
         fits, at = best >= 1, (max(best, 1), seq)
         res = FitResult(fits, seq if fits else None, best if fits else None,
-                        setup.need(*at), gpu_bytes, setup)
+                        setup.need(*at), full, setup, safety_bytes=safety_bytes)
+    if setup.gpus == 1:
+        d = setup.device(*at).to_json()
+        res.device = {k: d[k] for k in ("allocated_bytes", "reserved_bytes",
+                                        "cuda_context_bytes")}
     if not fits:
         res.suggestions = suggestions(setup, gpu_bytes, *at, peak_flops)
     return res
@@ -201,19 +238,24 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
     if ft is None or ft.mode != "qlora":
         steps.append(("QLoRA (NF4 base, double quant)",
                       {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
-                       else Finetune("qlora"), "precision": "bf16-mixed"
+                       else Finetune("qlora", upcast=_default_upcast()),
+                       "precision": "bf16-mixed"
                        if setup.precision == "fp32" else setup.precision}))
     if setup.offload in ("none", "activations"):
         steps.append(("offload optimizer states and master weights to CPU",
                       {"offload": "optimizer" if setup.offload == "none" else "all"}))
     steps.append(("offload recompute checkpoints to CPU", {"offload": "all"}))
-    out, cur = [], setup
+    out, cur, last = [], setup, setup.need(batch, seq)
     for label, change in steps:
-        cur = dataclasses.replace(cur, **change)
-        need = cur.need(batch, seq)
+        trial = dataclasses.replace(cur, **change)
+        need = trial.need(batch, seq)
+        if need > last:  # it costs bytes here (QLoRA's fp32 upcasts can outweigh its 4-bit
+            continue     # base at long sequences): not suggested, not kept for the next
+        cur, last = trial, need
         out.append(_row(label, cur, need, gpu_bytes, batch, seq, peak_flops, base_s))
         if need <= gpu_bytes:
             return out
+    need = last
     # more GPUs: ZeRO-3 splits the model states
     for n in (n for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n > setup.gpus):
         more = dataclasses.replace(cur, gpus=n)
@@ -225,6 +267,13 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
     out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence",
                 "fits": False, "total_bytes": need, "step_time_factor": None})
     return out
+
+
+def _default_upcast() -> bool:
+    """Whether the default fine-tuning recipe keeps QLoRA's unquantised parameters in fp32
+    (engine.recipes): a suggested QLoRA is costed as fit's own QLoRA answers are."""
+    from ..engine.recipes import DEFAULT_RECIPE, get_recipe
+    return get_recipe(DEFAULT_RECIPE).upcast
 
 
 def _row(label, setup, need, gpu_bytes, batch, seq, peak_flops, base_s) -> dict:

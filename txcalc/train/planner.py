@@ -503,7 +503,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                goodput: float | None = None, loss: str = "full",
                global_tokens: int = 0, max_global_batch: int | None = None,
                max_global_batch_tokens: int | None = None,
-               gpus_per_node: int | None = None) -> TrainPlan:
+               gpus_per_node: int | None = None,
+               optimizer_kernel: str | None = None) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     The global batch (sequences): ``global_batch`` alone pins it; otherwise it is searched
@@ -517,7 +518,9 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     ``finetune``: a ``finetune.Finetune`` (LoRA, QLoRA, DoRA, freeze): gradients, optimizer
     states and their ZeRO sharding follow the trainable parameters, the frozen base is kept
     in its format (sharded by ZeRO-3), FLOPs skip the frozen weights' gradients.
-    ``gpus``: only layouts on exactly this many GPUs. ``achieved_tflops``: the hardware
+    ``optimizer_kernel``: memory.OPTIMIZER_STEPS (None: the stack's, else foreach; a
+    fine-tuning recipe's, engine.recipes). ``gpus``: only layouts on exactly this many GPUs.
+    ``achieved_tflops``: the hardware
     TFLOP/s each GPU sustains (overrides the roofline step time, as in published estimates).
     ``only``: pin layout fields (``PINNABLE``), e.g. ``{"tp": 8, "recompute": "full"}``.
     ``stack``: a framework profile (txcalc.engine.stacks: its attention kernel, fused kernels and
@@ -623,8 +626,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            keeps=prof_stack.keeps if prof_stack else (), goodput=goodput,
                            loss=loss, global_tokens=global_tokens,
                            loss_kernel=prof_stack.loss_kernel if prof_stack else "hf",
-                           optimizer_kernel=prof_stack.optimizer_kernel if prof_stack
-                           else "foreach")
+                           optimizer_kernel=optimizer_kernel or (
+                               prof_stack.optimizer_kernel if prof_stack else "foreach"))
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     ceiling = start
     if searched:

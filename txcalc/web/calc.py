@@ -48,7 +48,7 @@ DEFAULTS = {
     "model": "llama-3.1-8b", "task": "train", "gpu": "h100-sxm", "price": "",
     # training and fine-tuning
     "precision": "bf16-mixed", "optimizer": "adamw", "batch": "1", "seq": "4096",
-    "attn": "flash", "recompute": "none", "tokens": "1T", "days": "",
+    "attn": "flash", "recompute": "", "tokens": "1T", "days": "",
     # the planner's layout pins ("" = the planner chooses)
     "tp": "", "pp": "", "cp": "", "ep": "", "zero": "", "micro_batch": "", "plan_recompute": "",
     # fine-tuning

@@ -350,7 +350,9 @@ async function start() {
   fill("precision", OPTIONS.precisions);
   fill("optimizer", OPTIONS.optimizers);
   fill("attn", OPTIONS.attn);
-  fill("recompute", OPTIONS.recompute);
+  // auto: the command's default (none for training; gradient checkpointing, full, when
+  // fine-tuning: txcalc.answers.common.default_recompute)
+  fill("recompute", ["", ...OPTIONS.recompute], (v) => v || "auto");
   fill("plan_recompute", ["", ...OPTIONS.recompute], (v) => v || "auto");
   fill("finetune", OPTIONS.finetune_modes);
   fill("lora_targets", OPTIONS.lora_targets);
