@@ -5,14 +5,21 @@ setup says, and a bad row is refused naming what is wrong."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
 import pytest
 
 from txcalc.report import finetune_validation as fv
-from txcalc.train.finetune_runs import (MeasurementsError, Measurement, load_measurements,
-                                        measurements_path, predicted_figure, split_by_rule)
+from txcalc.train.finetune_runs import (
+    Measurement,
+    MeasurementsError,
+    load_measurements,
+    measurements_path,
+    predicted_figure,
+    split_by_rule,
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +104,22 @@ def test_compared_figure_matches_the_statistic_and_says_so(rows):
         else:  # today: the allocated prediction for every memory statistic, named as such
             assert fig == r.predicted["allocated_bytes"]
             assert (words == "allocated") == (r.run.statistic == "max_memory_allocated")
+            assert r.run.statistic == "max_memory_allocated" or "no reserved" in words
+
+
+def test_a_reserved_prediction_is_picked_for_a_reserved_row_once_predict_gives_one():
+    """The one switch for issue 28 item 2: a reserved figure in the prediction is compared
+    with a reserved measurement, an nvidia-smi one with reserved plus context."""
+    runs = {m.statistic: m for m in load_measurements()}
+    pred = {"allocated_bytes": 1, "reserved_bytes": 2, "device_bytes": 3}
+    assert predicted_figure(runs["max_memory_allocated"], pred) == (1.0, "allocated")
+    assert predicted_figure(runs["max_memory_reserved"], pred) == (2.0, "reserved")
+    nvsmi = dataclasses.replace(runs["max_memory_reserved"],
+                                measured={**runs["max_memory_reserved"].measured,
+                                          "statistic": "nvidia-smi"})
+    assert predicted_figure(nvsmi, pred) == (3.0, "reserved + context")
+    assert predicted_figure(nvsmi, {"allocated_bytes": 1}) == \
+        (1.0, "allocated (no reserved + context model yet)")
 
 
 def test_memory_rows_predict_what_txcalc_memory_answers():

@@ -12,8 +12,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from ..train.finetune_runs import (SPLIT_RULE, STATISTIC_WORDS, Row, evaluate,
-                                   measurements_path)
+from ..train.finetune_runs import (
+    SPLIT_RULE,
+    STATISTIC_WORDS,
+    Row,
+    evaluate,
+    measurements_path,
+)
 
 REPORT = Path(__file__).resolve().parents[2] / "reports" / "finetune-validation.md"
 GiB = 2**30

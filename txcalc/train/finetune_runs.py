@@ -26,10 +26,12 @@ the row's GPU (``Gpu.usable_bytes``), which already charges ``parallel.overheads
 rather than the answers layer lets a row state what the options cannot (bitsandbytes nf4
 without double quantisation, litgpt's ``bnb.nf4``).
 
-``predicted_figure`` picks the predicted figure that matches the measured statistic. Today
-txcalc predicts allocated bytes only, so every memory statistic is compared against the
-allocated peak and the row says so; when reserved and context bytes are modelled (issue 28,
-item 2) that one function changes and every row follows.
+``predicted_figure`` picks the predicted figure that matches the measured statistic
+(``COMPARED``: allocated for max_memory_allocated, reserved for max_memory_reserved, reserved
+plus the CUDA context for nvidia-smi). Today txcalc predicts allocated bytes only, so every
+memory statistic falls back to the allocated peak and the row says so; when ``predict`` also
+returns reserved and context bytes (issue 28, item 2: ``memory --json``'s
+``reserved_bytes``) every row follows with no other change.
 
 Split rule (``SPLIT_RULE``, fixed before any error was looked at): within each source
 document (the row's ``table``), in the order its rows appear there (``order``), every third
@@ -240,17 +242,29 @@ def predict(m: Measurement) -> dict:
     return {"allocated_bytes": mem.total, "peak_phase": mem.peak_phase}
 
 
-def predicted_figure(m: Measurement, pred: dict) -> tuple[float, str]:
-    """The predicted figure matching the measured statistic, and what it is in words.
+#: the predicted figure each measured statistic is compared with, best first: the first key
+#: present in ``predict``'s answer is used. Today ``predict`` gives allocated bytes only, so
+#: reserved and nvidia-smi figures fall back to them; once ``predict`` also returns
+#: ``reserved_bytes`` (and ``device_bytes``: reserved plus the CUDA context), those rows
+#: compare like with like with no other change.
+COMPARED = {"max_memory_allocated": ("allocated_bytes",),
+            "max_memory_reserved": ("reserved_bytes", "allocated_bytes"),
+            "nvidia-smi": ("device_bytes", "reserved_bytes", "allocated_bytes"),
+            "oom_boundary": ("max_seq",)}
+#: each predicted figure in words (the report's "compared" column)
+COMPARED_WORDS = {"allocated_bytes": "allocated", "reserved_bytes": "reserved",
+                  "device_bytes": "reserved + context", "max_seq": "fit's longest sequence"}
 
-    Today txcalc predicts the bytes of live tensors only, so every memory statistic
-    (allocated, reserved, nvidia-smi) is compared with the allocated peak; a maximum length
-    with ``fit``'s answer. Reserved and context bytes (issue 28, item 2) plug in here."""
-    if m.is_length:
-        return float(pred["max_seq"] or 0), "fit's longest sequence"
-    words = "allocated" if m.statistic == "max_memory_allocated" else \
-        "allocated (no reserved or context model yet)"
-    return float(pred["allocated_bytes"]), words
+
+def predicted_figure(m: Measurement, pred: dict) -> tuple[float, str]:
+    """The predicted figure matching the measured statistic (``COMPARED``), and what it is in
+    words; a fallback names the statistic it stands in for."""
+    wanted = COMPARED[m.statistic]
+    key = next(k for k in wanted if k in pred)
+    words = COMPARED_WORDS[key]
+    if key != wanted[0]:
+        words += f" (no {COMPARED_WORDS[wanted[0]]} model yet)"
+    return float(pred[key] or 0), words  # a length with nothing fitting (None) is 0
 
 
 @dataclass(frozen=True)
