@@ -3,28 +3,33 @@ component)."""
 
 from __future__ import annotations
 
-from .common import Answer, cross_rows, image_tokens, load_model, make_finetune, workload
+from .common import (Answer, cross_rows, half_precision, image_tokens, load_model,
+                     make_finetune, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 
 
-def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: str = "flash",
+def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str = 0,
+          attn: str = "flash",
           recompute: str = "none", context: str = "0", finetune: str = "full",
           lora_rank: int = 16, lora_alpha: float | None = None,
           lora_targets: str = "all-linear", lora_dropout: float = 0.0,
           trainable: str = "head", base_format: str = "nf4", loss: str = "full",
           head: str | None = None, images: int = 0, image_size: int = 0,
-          global_tokens: int = 0) -> Answer:
-    """Matmul FLOPs of one training step (executed and model), and inference costs."""
+          global_tokens: int | str = 0) -> Answer:
+    """Matmul FLOPs of one training step (executed and model), and inference costs.
+    Sequence lengths: ints, or text as ``--context`` reads it (``4k`` = 4096)."""
     from ..engine.accounting import count_flops
     from ..engine.workload import check_fits
     from .checks import checked
 
-    context = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
-                      context=context, images=images, image_size=image_size,
-                      global_tokens=global_tokens)["context"]
+    opts = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
+                   context=context, images=images, image_size=image_size,
+                   global_tokens=global_tokens)
+    context, seq, src_seq = opts["context"], opts["seq"], opts["src_seq"]
+    global_tokens = opts["global_tokens"]
     cfg = load_model(model, head)
     extra = image_tokens(cfg, images, image_size)
     seq = checked(seq=seq + extra)["seq"]
@@ -53,7 +58,7 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
 
 
 def memory(model: str | None = None, params: str | None = None, batch: int = 1,
-           seq: int = 2048, src_seq: int = 0, precision: str = "bf16-mixed",
+           seq: int | str = 2048, src_seq: int | str = 0, precision: str | None = None,
            optimizer: str = "adamw", attn: str | None = None, recompute: str = "none",
            recompute_method: str = "block", recompute_layers: int = 0,
            stack: str | None = None, dropout: bool = False, inference: bool = False,
@@ -63,9 +68,10 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            lora_alpha: float | None = None, lora_targets: str = "all-linear",
            lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
            offload: str = "none", loss: str = "full", head: str | None = None,
-           images: int = 0, image_size: int = 0, global_tokens: int = 0) -> Answer:
+           images: int = 0, image_size: int = 0, global_tokens: int | str = 0) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
-    and whether they fit one GPU."""
+    and whether they fit one GPU. ``precision`` None: bf16-mixed, or fp16-mixed on a GPU
+    without bf16 (``gpu`` T4, V100), which the JSON's ``defaults`` says."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -76,11 +82,13 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
                    images=images, image_size=image_size, stack=stack,
                    recompute_method=recompute_method, recompute_layers=recompute_layers,
                    global_tokens=global_tokens, **({"gpu": gpu} if gpu is not None else {}))
-    context = opts["context"]
+    context, seq, src_seq = opts["context"], opts["seq"], opts["src_seq"]
+    global_tokens = opts["global_tokens"]
     # the catalog row, read once: the fit check's bytes and, in the CLI, its words
     row = get_gpu(gpu or "h100-sxm", gpu_file) if gpu is not None or opts["gpu_gb"] is None \
         else None
     gpu_bytes, gpu_label, _ = gpu_memory(row, opts["gpu_gb"], gpu_file)
+    precision, said = half_precision(precision, row if gpu is not None else None)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if params is not None and inference:
@@ -123,6 +131,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     out["gpu"] = gpu_label
     out["gpu_bytes"] = gpu_bytes
     out["fits_one_gpu"] = out["total_bytes"] <= gpu_bytes
+    out["defaults"] = said
     return Answer(out, {"gpu_row": row, "gpu_gb": opts["gpu_gb"]})
 
 

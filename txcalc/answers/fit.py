@@ -4,19 +4,20 @@ ZeRO-3) trains or fine-tunes, and when nothing fits the cheapest changes that ma
 from __future__ import annotations
 
 from ..units import GB
-from .common import Answer, load_model, make_finetune
+from .common import Answer, half_precision, load_model, make_finetune
 
 
 def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
-        batch: int | None = None, seq: int | None = None, gpus: int = 1,
-        precision: str = "bf16-mixed", optimizer: str = "adamw", attn: str = "flash",
+        batch: int | None = None, seq: int | str | None = None, gpus: int = 1,
+        precision: str | None = None, optimizer: str = "adamw", attn: str = "flash",
         recompute: str = "none", finetune: str = "full", lora_rank: int = 16,
         lora_alpha: float | None = None, lora_targets: str = "all-linear",
         lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
         offload: str = "none", loss: str = "full", gpu_file: str | None = None) -> Answer:
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of ``gpus`` under ZeRO-3. ``parts``: the FitResult, the ModelConfig, the GPU's
-    label and memory words."""
+    label and memory words. ``precision`` None: bf16-mixed, or fp16-mixed on a GPU without
+    bf16 (T4, V100), which the JSON's ``defaults`` says."""
     from ..engine.finetune import check_precision
     from ..engine.hardware import memory_words
     from ..engine.memory import OFFLOADS
@@ -25,19 +26,22 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     from ..train.fit import Setup, fit as fit_one
     from .checks import checked
 
-    checked(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
+    seq = checked(batch=batch, seq=seq, gpus=gpus, precision=precision, optimizer=optimizer,
             attn=attn, recompute=recompute, gpu_gb=gpu_gb, gpu_file=gpu_file,
-            **({"gpu": gpu} if gpu is not None else {}))
+            **({"gpu": gpu} if gpu is not None else {}))["seq"]
     choice("--offload", offload, OFFLOADS)
     if (gpu is None) == (gpu_gb is None):
         raise WorkloadError("give --gpu NAME or --gpu-gb N, one of them")
     peak = 1e15
+    said: list[str] = []
     if gpu is not None:
         from ..engine.hardware import get_gpu
         g = get_gpu(gpu, gpu_file)
         gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GB")  # totals in GB
-        peak = g.peak_flops.get("bf16") or g.peak_flops.get("fp32") or peak
+        precision, said = half_precision(precision, g)
+        peak = g.peak_flops.get(g.half_dtype) or g.peak_flops.get("fp32") or peak
     else:
+        precision = precision or "bf16-mixed"
         gpu_bytes, label = int(gpu_gb * GB), f"{gpu_gb:g} GB GPU"
         words = memory_words(gpu_bytes)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
@@ -47,5 +51,5 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     setup = Setup(cfg, precision, optimizer, attn, recompute, ft, offload, gpus, loss)
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak)
-    return Answer(res.to_json() | {"gpu": label},
+    return Answer(res.to_json() | {"gpu": label, "precision": precision, "defaults": said},
                   {"result": res, "cfg": cfg, "label": label, "words": words})

@@ -34,8 +34,8 @@ def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], uni
 @app.command()
 def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
-          seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length (decoder/target)."),
-          src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+          seq: str = typer.Option("2048", "--seq", "-s", help="Sequence length (decoder/target)."),
+          src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
           recompute: str = typer.Option("none", help="Activation recompute: none | selective | full."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
@@ -50,7 +50,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
           images: int = typer.Option(0, "--images", help=IMAGES_HELP),
           image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
-          global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
+          global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = COMMON_OPTS["json"]):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from ..answers.costs import flops as answer
@@ -86,8 +86,8 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
 def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --params."),
            params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B, 1.5T): model states only."),
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
-           seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
-           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+           seq: str = typer.Option("2048", "--seq", "-s", help="Sequence length."),
+           src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            precision: str = TRAIN_OPTS["precision"],
            optimizer: str = TRAIN_OPTS["optimizer"],
            attn: str = typer.Option(None, help="Attention kernel: eager | sdpa | flash (fused SDPA, the default; or the stack's)."),
@@ -116,7 +116,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
-           global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
+           global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
            json_out: bool = COMMON_OPTS["json"]):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..answers.costs import memory as answer
@@ -166,3 +166,5 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))
+    from .output import print_defaults
+    print_defaults(out)

@@ -16,7 +16,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         gpu: str = typer.Option(None, "--gpu", help="GPU name from the catalog (rtx-4090, h100, ...)."),
         gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable GPU memory in GB (1e9), instead of --gpu: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off (a catalog GPU's is its datasheet's x 0.99)."),
         batch: int = typer.Option(None, "--batch", "-b", help="Micro-batch: find the longest sequence (default 1)."),
-        seq: int = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
+        seq: str = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
         gpus: int = typer.Option(1, "--gpus", help="GPUs the model states are sharded over (N > 1: ZeRO-3 / FSDP full shard, data parallel N, one micro-batch each): the per-GPU bytes of plan train --gpus N --zero 3 --tp 1 --pp 1."),
         precision: str = TRAIN_OPTS["precision"],
         optimizer: str = TRAIN_OPTS["optimizer"],
@@ -44,6 +44,14 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     if json_out:
         emit_json(out)
         return
+    from .output import print_defaults
+    _print_fit(ans, gpus, loss, optimizer, attn, recompute)
+    print_defaults(out)
+
+
+def _print_fit(ans, gpus, loss, optimizer, attn, recompute) -> None:
+    """fit's answer for people."""
+    out = ans.json
     res, cfg = ans.parts["result"], ans.parts["cfg"]
     label, words = ans.parts["label"], ans.parts["words"]
     what = out["finetune"]
@@ -52,7 +60,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     lossword = "" if loss == "full" else f", loss {loss}"
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
-                      f"{precision}, {optimizer}, attention {attn}, recompute {recompute}"
+                      f"{out['precision']}, {optimizer}, attention {attn}, recompute {recompute}"
                       f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
                       f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")

@@ -63,3 +63,10 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]):
     than the terminal, the same rows as key-value blocks (txcalc.cli.narrow)."""
     from .narrow import fitted
     return fitted(title, columns, rows, console.width)
+
+
+def print_defaults(out: dict) -> None:
+    """The defaults an answer assumed (its JSON's ``defaults``), one line each."""
+    from .narrow import say
+    for note in out.get("defaults", ()):
+        say(console, note.split(" "), first="  assumed: ", sep=" ")

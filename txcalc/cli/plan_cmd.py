@@ -6,7 +6,7 @@ import typer
 
 from ..units import GB
 from .typer_app import app
-from .output import console, emit_json
+from .output import console, emit_json, print_defaults
 from .params_cmd import STACK_HELP
 from .options import COMMON_OPTS, FT_OPTS, LAYOUT_OPTS, MODEL_HELP, SERVE_OPTS, TRAIN_OPTS
 from .costs_cmd import GLOBAL_HELP
@@ -19,10 +19,11 @@ app.add_typer(plan_app, name="plan")
 def train(model: str = typer.Argument(..., help=MODEL_HELP),
           tokens: str = typer.Option(..., "--tokens", help="Training tokens: 15T, 300B, 2e12."),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
+          gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable memory of one GPU in GB (1e9) for every fit check: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off; overrides the catalog's figure for --gpu (its speeds stay)."),
           days: float = typer.Option(None, "--days", help="Deadline in days."),
           max_gpus: int = typer.Option(None, "--max-gpus", help="At most this many GPUs."),
           gpus: int = typer.Option(None, "--gpus", help="Exactly this many GPUs."),
-          seq: int = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
+          seq: str = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
           global_batch: int = typer.Option(None, "--global-batch",
                                            help="Sequences per step (default ~4M tokens)."),
           precision: str = TRAIN_OPTS["precision"],
@@ -56,7 +57,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           base_format: str = FT_OPTS["base_format"],
           loss: str = FT_OPTS["loss"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
-          global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
+          global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = COMMON_OPTS["json"]):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from ..answers.plan import plan_train as answer
@@ -66,7 +67,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                  fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
-                 global_tokens)
+                 global_tokens, gpu_gb)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -76,6 +77,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
                      "--recompute": recompute, "--recompute-layers": recompute_layers,
                      "--offload-checkpoints": offload_checkpoints}, ft, out["band"])
+    print_defaults(out)
 
 
 def _print_train(p, pins: dict, ft=None, band=None) -> None:
@@ -151,9 +153,9 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
           context: str = typer.Option(None, "--context", help="Tokens per sequence: 128k (=131072), 8192 (default with --input-len: input + output)."),
           concurrency: int = typer.Option(None, "--concurrency", help="Sequences served at once (default 1); with --input-len: clients of a closed loop."),
-          kv_dtype: str = SERVE_OPTS["kv_dtype"],
+          kv_dtype: str = typer.Option(None, "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32 (default: the weights' 16-bit dtype, as vLLM's kv_cache_dtype auto)."),
           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
-          precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
+          precision: str = typer.Option(None, help="Weights and activations: bf16 | fp16 | fp32 (default bf16; fp16 on a GPU without bf16: T4, V100)."),
           weights: str = SERVE_OPTS["weights"],
           gpu_file: str = COMMON_OPTS["gpu_file"],
           context_gib: float = LAYOUT_OPTS["cuda_context_gib"],
@@ -195,17 +197,19 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
         b = ans.parts["plan"].best
         out["plots"] = write_serving_plots(serving_load_data(
             ans.parts["served"], gpu, ans.parts["input_len"], ans.parts["output_len"],
-            tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
-            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file), plot)
+            tp=b.tp, pp=b.pp, weights=weights, kv_dtype=ans.parts["kv_dtype"],
+            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file,
+            precision=ans.parts["precision"]), plot)
     if json_out:
         emit_json(out)
         return
     if mode == "offline":
-        _print_max_throughput(out, kv_dtype)
+        _print_max_throughput(out, out["kv_dtype"])
     elif mode == "slo":
         _print_serve_plan(ans.parts["plan"], out)
     else:
         _print_infer(ans.parts["plan"], ans.parts["kv"])
+    print_defaults(out)
 
 
 def _print_infer(p, kv) -> None:
