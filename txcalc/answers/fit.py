@@ -37,7 +37,7 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     if gpu is not None:
         from ..engine.hardware import get_gpu
         g = get_gpu(gpu, gpu_file)
-        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GB")  # totals in GB
+        gpu_bytes, label, words = g.usable_bytes, g.name, memory_words(g, "GiB")
         precision, said = half_precision(precision, g)
         peak = g.peak_flops.get(g.half_dtype) or g.peak_flops.get("fp32") or peak
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GB
+from ..units import GIB
 from ..answers.costs import PEAK_LABELS as _PEAK_PARTS
 from .typer_app import app
 from .output import console, emit_json, human, table
@@ -25,9 +25,12 @@ _LABELS = {"total_bytes": "total (peak over the step)",
 
 
 def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
-    """Rows of ``by_layer_type``: one per kind of block, plus what lies outside the blocks."""
+    """Rows of ``by_layer_type``: one per kind of block, plus what lies outside the blocks
+    (bytes, ``unit`` "B", in GiB: memory is shown in GiB)."""
+    def cell(v):
+        return f"{v / GIB:,.2f} GiB" if unit == "B" else human(v, unit)
     return table(title, ["layer type", "layers", *columns.values()],
-                 [(r["layer_type"], r["layers"] or "", *(human(r[k], unit) for k in columns))
+                 [(r["layer_type"], r["layers"] or "", *(cell(r[k]) for k in columns))
                   for r in rows])
 
 
@@ -133,25 +136,25 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     gpu, gpu_label = out["gpu_bytes"], out["gpu"]
     labels = _LABELS if out.get("peak_phase") else {}
     rows = [(labels.get(k, k.removesuffix("_bytes").replace("_", " ")), f"{v:,}",
-             f"{v / GB:,.2f} GB")
+             f"{v / GIB:,.2f} GiB")
             for k, v in out.items() if k.endswith("_bytes")
             and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")
             and (v or k not in ("adapter_bytes", "host_bytes", "dequant_bytes"))]
     if out.get("master_weights_bytes"):
         rows.insert(3, ("  of which fp32 master", f"{out['master_weights_bytes']:,}",
-                        f"{out['master_weights_bytes'] / GB:,.2f} GB"))
+                        f"{out['master_weights_bytes'] / GIB:,.2f} GiB"))
     console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
-                        f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GB (1e9)"],
+                        f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GiB (2^30)"],
                         rows))
     if out.get("trainable_params") is not None and out.get("finetune") != "full":
         console.print(f"{out['finetune_setup']}: {out['trainable_params']:,} trainable of "
                       f"{out['params']:,} parameters ({out['trainable_params'] / out['params']:.3%});"
-                      f" host memory {out['host_bytes'] / GB:,.2f} GB, PCIe "
-                      f"{out['pcie_bytes_per_step'] / GB:,.2f} GB per step")
+                      f" host memory {out['host_bytes'] / GIB:,.2f} GiB, PCIe "
+                      f"{out['pcie_bytes_per_step'] / GIB:,.2f} GiB per step")
     if out.get("peak_phase"):
-        parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GB:,.2f}" for k, v in out["peak_by_category"].items()
+        parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GIB:,.2f}" for k, v in out["peak_by_category"].items()
                           if k != "total" and v)
-        console.print(f"The peak is at {out['peak_phase'].replace('_', ' ')} (GB): {parts}; "
+        console.print(f"The peak is at {out['peak_phase'].replace('_', ' ')} (GiB): {parts}; "
                       "the sizes above are not all alive at once.")
     if out.get("activations_by_layer_type"):
         console.print(_layer_type_table(
@@ -161,8 +164,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
     from ..engine.hardware import memory_words
     words = memory_words(gpu if ans.parts["gpu_gb"] is not None else ans.parts["gpu_row"],
-                         "GB")  # its total is in GB
-    console.print(f"Total {out['total_bytes'] / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
+                         "GiB")
+    console.print(f"Total {out['total_bytes'] / GIB:,.1f} GiB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-out['total_bytes'] // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GB
+from ..units import GIB
 from .typer_app import app
 from .output import console, emit_json, table
 from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, TRAIN_OPTS
@@ -63,13 +63,13 @@ def _print_fit(ans, gpus, loss, optimizer, attn, recompute) -> None:
                       f"{out['precision']}, {optimizer}, attention {attn}, recompute {recompute}"
                       f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
-                      f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
+                      f"({res.total_bytes / GIB:,.2f} GiB with CUDA context and allocator slack)")
         return
     console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
-                  f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
+                  f"does NOT fit even at the smallest try ({res.total_bytes / GIB:,.2f} GiB). "
                   "Changes, each on top of the ones above it:")
-    console.print(table("cheapest changes first", ["change", "GB", "fits", "step time x"],
-                        [(s["change"], f"{s['total_bytes'] / GB:,.2f}",
+    console.print(table("cheapest changes first", ["change", "GiB", "fits", "step time x"],
+                        [(s["change"], f"{s['total_bytes'] / GIB:,.2f}",
                           "yes" if s["fits"] else "no",
                           "" if s["step_time_factor"] is None else f"{s['step_time_factor']:.2f}")
                          for s in res.suggestions]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GB
+from ..units import GIB
 from .typer_app import app
 from .output import console, emit_json, print_defaults
 from .params_cmd import STACK_HELP
@@ -86,7 +86,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     from .narrow import fit_table, say
     s, b = p.setting, p.best
     from ..engine.hardware import memory_words
-    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GB')}):",
+    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GiB')}):",
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch},",
                   f"{s.precision},", s.optimizer + ("," if ft is not None else "")]
         + ([ft.describe()] if ft is not None else []), first=f"{s.cfg.name} on ", sep=" ")
@@ -123,15 +123,15 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
                   f"fell inside): ", sep=" ")
     for note in p.notes:
         say(console, note.split(" "), first="  note: ", sep=" ")
-    say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
-        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.usable_bytes / GB:,.1f} GB usable"]
-        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GB:,.1f} GB"]
+    say(console, [f"{k.replace('_', ' ')} {v / GIB:,.1f} GiB" for k, v in b.memory.items() if v]
+        + [f"total {b.total_bytes / GIB:,.1f} of {s.gpu.usable_bytes / GIB:,.1f} GiB usable"]
+        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GIB:,.1f} GiB"]
            if b.host_bytes else []),
         first="  memory per GPU of the best layout (fullest stage): ")
     if b.communication:
         fit_table(console, "communication of the best layout, per GPU per step",
-                  ["dim", "collective", "link", "GB sent", "time s", "exposed s", "hidden s"],
-                  [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
+                  ["dim", "collective", "link", "GiB sent", "time s", "exposed s", "hidden s"],
+                  [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GIB:,.2f}",
                     f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}", f"{c['hidden_s']:,.3f}")
                    for dim, c in b.communication.items()])
         say(console, [f"overlap assumed: {', '.join(s.overlap) or 'none'}"]
@@ -139,11 +139,11 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
             first="  ", sep="; ")
     band_note = (f"; band of step s, days, GPU-hours: x{b.band[0]:.3f} to x{b.band[1]:.3f}, "
                  f"of MFU: /{b.band[1]:.3f} to /{b.band[0]:.3f}" if band["runs"] else "")
-    cols = ["layout", "GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
+    cols = ["layout", "GPUs", "GiB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
         ["cost"] if b.cost is not None else [])
     fit_table(console, f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
-                       "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch" + band_note + ")", cols,
-              [(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GB:,.1f}",
+                       "GiB = 2^30 bytes; z: ZeRO stage, v: virtual stages, mb: micro-batch" + band_note + ")", cols,
+              [(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GIB:,.1f}",
                 f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}", f"{r.days:,.1f}", f"{r.gpu_hours:,.0f}",
                 *((f"{r.cost:,.0f}",) if r.cost is not None else ())) for r in p.rows])
 
@@ -225,15 +225,15 @@ def _print_infer(p, kv) -> None:
                   f"({b.decode_tokens_per_s_per_seq:,.1f} per sequence)"],
         first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
         sep=" ")
-    fit_table(console, "replica layouts", ["tp x pp", "replicas", "GPUs", "weights GB/GPU",
-                                           "KV GB/seq per GPU", "max seqs per replica", "prefill s",
+    fit_table(console, "replica layouts", ["tp x pp", "replicas", "GPUs", "weights GiB/GPU",
+                                           "KV GiB/seq per GPU", "max seqs per replica", "prefill s",
                                            "decode tok/s"],
               [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
-                f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
+                f"{r.weights_bytes / GIB:,.1f}", f"{r.kv_bytes_per_seq / GIB:,.2f}",
                 f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
                 f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]])
     if kv is not None:
-        say(console, [f"{kv.kv_cache_bytes / GB:,.2f} GB per GPU", f"= {kv.kv_blocks:,} blocks",
+        say(console, [f"{kv.kv_cache_bytes / GIB:,.2f} GiB per GPU", f"= {kv.kv_blocks:,} blocks",
                       f"= {kv.kv_tokens:,} tokens;",
                       f"{kv.max_concurrency:,.2f} sequences of {kv.max_model_len:,} tokens"],
             first=f"  paged KV cache (vLLM-style, utilisation {kv.gpu_memory_utilization:g}, "

@@ -157,9 +157,9 @@ def _check_memory(cfg, work, precision: str, device: str, have: int | None,
     need = mem.total + mem.weights
     if have is not None and need > have:
         raise WorkloadError(f"validate --device {device}: {cfg.name} at batch {work.batch} x "
-                            f"seq {work.seq} needs about {need / 1e9:,.1f} GB (the engine's "
-                            f"training peak {mem.total / 1e9:,.1f} GB plus a copy of the "
-                            f"weights), more than the {have / 1e9:,.1f} GB {where}; use "
+                            f"seq {work.seq} needs about {need / 2**30:,.1f} GiB (the engine's "
+                            f"training peak {mem.total / 2**30:,.1f} GiB plus a copy of the "
+                            f"weights), more than the {have / 2**30:,.1f} GiB {where}; use "
                             "--device meta or a smaller --batch/--seq")
 
 

@@ -308,7 +308,8 @@ def with_usable_gb(g: Gpu, gpu_gb: float | None) -> Gpu:
 def memory_words(gpu: Gpu | int, unit: str | None = None) -> str:
     """The capacity of a fit check in words: "79.2 GiB usable: CUDA's total, not the
     datasheet's 80 GiB" for a catalog row, in the catalog's unit (GiB, 2^30, for its binary
-    capacities; GB, 1e9, for a row given in GB) or in ``unit`` ("GB": reports say GB only);
+    capacities; GB, 1e9, for a row given in GB) or in ``unit`` ("GiB": the CLI and reports
+    display memory in GiB);
     "80 GB usable, as given by --gpu-gb" for the user's figure (a row with --gpu-gb, or the
     bytes of --gpu-gb alone)."""
     if isinstance(gpu, int) or gpu.usable_given:

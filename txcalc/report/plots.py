@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 
-from ..units import GB, plural, scale
+from ..units import GIB, plural, scale
 from .sections import CATEGORY_LABELS
 
 DPI = 100
@@ -62,8 +62,8 @@ def _png(fig) -> bytes:
 
 def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
     gpu = data["gpu"]
-    ax.axhline(gpu["usable_bytes"] / GB, color="black", linestyle="--", linewidth=1,
-               label=f"{label_prefix} {gpu['name']} ({gpu['usable_bytes'] / GB:,.0f} GB usable)")
+    ax.axhline(gpu["usable_bytes"] / GIB, color="black", linestyle="--", linewidth=1,
+               label=f"{label_prefix} {gpu['name']} ({gpu['usable_bytes'] / GIB:,.1f} GiB usable)")
 
 
 def _wrap(label: str, words: int = 3) -> str:
@@ -177,7 +177,7 @@ def _memory(report: dict):
     labels = [_wrap(m["label"]) for m in data["memory"]]
     bottom = [0.0] * len(labels)
     for cat, colour in CATEGORY_COLOURS.items():
-        vals = [m["categories"].get(cat, 0) / GB for m in data["memory"]]
+        vals = [m["categories"].get(cat, 0) / GIB for m in data["memory"]]
         if not any(vals):
             continue
         ax.bar(labels, vals, bottom=bottom, color=colour, label=CATEGORY_LABELS.get(cat, cat),
@@ -185,7 +185,7 @@ def _memory(report: dict):
         bottom = [b + v for b, v in zip(bottom, vals)]
     _gpu_line(ax, data)
     ax.set_ylim(bottom=0)
-    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
     ax.set_xlabel("layout")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(f"{data['model']['name']}: memory per GPU by category")
@@ -202,10 +202,10 @@ def _activations(report: dict):
     # selective equals none under a fused kernel (no S x S to drop): dashed, so both show
     for mode, marker, style in (("none", "o", "-"), ("selective", "s", "--"),
                                 ("full", "^", "-")):
-        ax.plot(a["seq"], [v / GB for v in a[mode]], marker=marker, linestyle=style,
+        ax.plot(a["seq"], [v / GIB for v in a[mode]], marker=marker, linestyle=style,
                 markersize=8 if mode == "none" else 5, label=f"recompute {mode}")
     _finish_log_log(ax, data, a["seq"], "sequence length (tokens)",
-                    "activation memory (GB = 1e9 bytes)",
+                    "activation memory (GiB = 2^30 bytes)",
                     f"{data['model']['name']}: activations saved for backward, micro-batch "
                     f"{a['batch']}, attention {a['attn']}")
     return fig
@@ -217,13 +217,13 @@ def _kv(report: dict):
     fig = _figure()
     ax = fig.subplots()
     for c in kv["concurrencies"]:
-        ax.plot(kv["contexts"], [v / GB for v in kv["bytes"][str(c)]], marker="o",
+        ax.plot(kv["contexts"], [v / GIB for v in kv["bytes"][str(c)]], marker="o",
                 markersize=3, label=plural(c, "sequence"))
-    ax.plot([kv["context"]], [kv["bytes_at_request"] / GB], marker="*", markersize=14,
+    ax.plot([kv["context"]], [kv["bytes_at_request"] / GIB], marker="*", markersize=14,
             color="black", linestyle="none",
             label=f"asked: {kv['context']:,} tokens x {kv['concurrency']:,}")
     _finish_log_log(ax, data, kv["contexts"], "context (tokens per sequence)",
-                    f"KV cache (GB = 1e9 bytes, {kv['kv_dtype']})",
+                    f"KV cache (GiB = 2^30 bytes, {kv['kv_dtype']})",
                     f"{data['model']['name']}: KV cache against context and concurrency")
     return fig
 
