@@ -1,6 +1,8 @@
 """Units at the display edge only: the core keeps exact integers (bytes, FLOPs, params).
 
-GB means 10**9 bytes everywhere txcalc displays memory; GiB (2**30) is never used.
+Memory is displayed in GiB (2**30 bytes), as nvidia-smi and torch count it (an H100's 80
+GiB, not "85.9 GB"), always labelled GiB; GB (10**9) is what the user gives (``--gpu-gb``),
+link bandwidths (GB/s) and checkpoint files on disk, labelled GB. JSON keeps exact bytes.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import math
 
 GB = 10**9
+GIB = 2**30
 _PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
@@ -90,6 +93,11 @@ def human(n: int | float, unit: str = "") -> str:
 def gb(n_bytes: int | float) -> str:
     """Bytes as decimal gigabytes: 160000000000 -> '160.00 GB'."""
     return f"{n_bytes / GB:,.2f} GB"
+
+
+def gib(n_bytes: int | float) -> str:
+    """Bytes as binary gibibytes, how memory is displayed: 85899345920 -> '80.00 GiB'."""
+    return f"{n_bytes / GIB:,.2f} GiB"
 
 
 def plural(n: int, word: str) -> str:

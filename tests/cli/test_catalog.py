@@ -109,12 +109,12 @@ def test_the_usable_figure_is_printed_with_its_unit_and_what_it_is(capsys):
     capsys.readouterr()
     assert main(["memory", "llama-3-8b", "--seq", "1024"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the terminal's line breaks aside
-    # the sentence's total is in GB, so is the GPU's capacity: one unit a sentence
-    assert "h100-sxm (85.0 GB usable: CUDA's total, not the datasheet's 85.9 GB)" in out
+    # memory is shown in GiB (issue 29), the GPU's capacity too: one unit a sentence
+    assert "h100-sxm (79.2 GiB usable: CUDA's total, not the datasheet's 80 GiB)" in out
     assert main(["fit", "llama-3-8b", "--gpu", "h100"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "(each 85.0 GB usable" in out or "(85.0 GB usable" in out
-    assert "GiB" not in out
+    assert "(each 79.2 GiB usable" in out or "(79.2 GiB usable" in out
+    assert " GB" not in out
     assert main(["fit", "llama-3-8b", "--gpu-gb", "24.5"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "24.5 GB GPU (24.5 GB usable, as given by --gpu-gb)" in out

@@ -231,10 +231,15 @@ def test_a_bad_value_reads_as_typer_words_it(capsys):
     """A value plain_value does not answer is typer's to refuse: its message, the value."""
     from txcalc.cli import main
 
+    assert main(["memory", "llama-3-8b", "--batch", "3.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txcalc: error (txcalc memory): Invalid value for '--batch'") and \
+        "'3.5'" in err and err.count("\n") == 1, err
+    # --seq is text read as --context is (issue 29): the input layer's one line names it
     assert main(["memory", "llama-3-8b", "--seq", "3.5"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("txcalc: error (txcalc memory): Invalid value for '--seq'") and \
-        "'3.5'" in err and err.count("\n") == 1, err
+    assert err.startswith("txcalc: error: --seq ('3.5') is not a whole number of tokens") and \
+        err.count("\n") == 1, err
 
 
 def test_memory_reads_the_gpu_catalog_once(monkeypatch, capsys):

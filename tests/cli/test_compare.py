@@ -67,7 +67,7 @@ def test_table_marks_differences_and_folds_when_narrow(capsys, monkeypatch):
         assert main(argv) == 0
         text = capsys.readouterr().out
         assert max(len(line) for line in text.splitlines()) <= width
-        assert "* total_bytes" in text and "192.73 GB" in text and "206.69 GB" in text
+        assert "* total_bytes" in text and "179.49 GiB" in text and "192.49 GiB" in text
 
 
 def test_out_writes_markdown_json_and_a_chart(tmp_path, capsys):

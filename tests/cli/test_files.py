@@ -399,7 +399,7 @@ def test_replicas_for_equals_the_linear_scan():
 def test_validate_cpu_refuses_what_will_not_fit(capsys, tmp_path, argv):
     t0 = time.perf_counter()
     err = one_line_error(capsys, ["validate", *argv, "--device", "cpu", "--out",
-                                  str(tmp_path / "v")], "GB", "available")
+                                  str(tmp_path / "v")], "GiB", "available")
     assert time.perf_counter() - t0 < 10
     assert not (tmp_path / "v").exists()
     from txcalc.engine.memory import TrainingMemory
@@ -407,14 +407,14 @@ def test_validate_cpu_refuses_what_will_not_fit(capsys, tmp_path, argv):
     batch = int(argv[2]) if len(argv) > 1 else 1
     mem = TrainingMemory(txcalc.load(argv[0]), Workload(batch=batch, seq=512), "bf16-mixed",
                          "adamw")
-    assert f"{(mem.total + mem.weights) / 1e9:,.1f} GB" in err
+    assert f"{(mem.total + mem.weights) / 2**30:,.1f} GiB" in err
 
 
 def test_validate_cpu_guard_uses_available_memory(monkeypatch, capsys, tmp_path):
     import txcalc.cli.validate_cmd as vc
     monkeypatch.setattr(vc, "available_memory_bytes", lambda: 10**6)
     one_line_error(capsys, ["validate", "gpt2", "--device", "cpu", "--seq", "16", "--out",
-                            str(tmp_path / "v")], "0.0 GB available")
+                            str(tmp_path / "v")], "0.0 GiB available")
     have = vc.__dict__["available_memory_bytes"]
     assert have() == 10**6
     monkeypatch.undo()

@@ -18,7 +18,7 @@ import pytest
 from txcalc.cli import main
 from txcalc.report import ReportRequest, build_report
 from txcalc.report.writer import write_report
-from txcalc.units import gb
+from txcalc.units import gib  # memory is shown in GiB (issue 29)
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
@@ -98,7 +98,7 @@ def test_committed_markdown_shows_the_numbers(name):
     md = (REPORTS / name / "report.md").read_text()
     d = rep["data"]
     assert f"{d['params']['total']:,}" in md
-    assert gb(d["answer"]["total_bytes"]) in md
+    assert gib(d["answer"]["total_bytes"]) in md
     ans = d["answer"]
     if ans["planner"]:  # the planner's answer, first thing in the report
         first = md.split("## ")[1]
@@ -111,11 +111,11 @@ def test_committed_markdown_shows_the_numbers(name):
     elif not ans["fits_one_gpu"]:
         assert f"**{ans['min_gpus_by_memory']:,}" in md
     for m in d["memory"]:
-        assert gb(m["total"]) in md
+        assert gib(m["total"]) in md
     if "activations_vs_seq" in d:
         a = d["activations_vs_seq"]
         for mode in ("none", "selective", "full"):
-            assert all(gb(v) in md for v in a[mode])
+            assert all(gib(v) in md for v in a[mode])
     if d.get("kv_cache"):
         assert f"{d['kv_cache']['bytes_per_token']:,} bytes per token" in md
     for comp in d.get("components", []):
@@ -179,7 +179,8 @@ def test_chapter_80b_example():
     assert rep["data"]["answer"]["fits_one_gpu"] is False
     assert rep["data"]["answer"]["min_gpus_by_memory"] == 16  # 1,280 GB / 80 GB
     md = (REPORTS / "80b-why-distributed" / "report.md").read_text()
-    assert "160.00 GB" in md and "960.00 GB" in md and "1,280.00 GB" in md
+    # in GiB (2^30, issue 29): 160e9, 960e9 and 1,280e9 bytes
+    assert "149.01 GiB" in md and "894.07 GiB" in md and "1,192.09 GiB" in md
     assert "does NOT fit" in md and "must be distributed" in md
 
 

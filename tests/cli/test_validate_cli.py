@@ -116,8 +116,8 @@ def test_validate_cuda_refuses_what_will_not_fit_in_free_memory(monkeypatch, cap
     err = _cuda_error(capsys, tmp_path, "gpt2", "--batch", "4096")
     mem = TrainingMemory(txcalc.load("gpt2"), Workload(batch=4096, seq=512), "bf16-mixed",
                          "adamw")
-    assert f"needs about {(mem.total + mem.weights) / 1e9:,.1f} GB" in err
-    assert "more than the 80.0 GB free on the CUDA device" in err
+    assert f"needs about {(mem.total + mem.weights) / 2**30:,.1f} GiB" in err
+    assert "more than the 74.5 GiB free on the CUDA device" in err
     assert err.startswith("txcalc: error: validate --device cuda: gpt2")
 
 

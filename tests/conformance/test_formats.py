@@ -370,11 +370,14 @@ def test_cli_bad_weights_exit_2(capsys):
 
 def test_plan_infer_fp8_deepseek_on_eight_h200():
     """The issue's case: DeepSeek-V3 in bf16 needs 16 H200s; its fp8 checkpoint serves on 8
-    (one H200 node, as deployed with SGLang/vLLM)."""
+    (one H200 node, as deployed with SGLang/vLLM), and is the preset's default (its released
+    format, issue 29)."""
     from txcalc.serve.infer import plan_infer
-    assert plan_infer(load("deepseek-v3"), "h200", 8192, 16).best.total_gpus == 16
+    assert plan_infer(load("deepseek-v3"), "h200", 8192, 16,
+                      weights="bf16").best.total_gpus == 16
     assert plan_infer(load("deepseek-v3"), "h200", 8192, 16,
                       weights="fp8-block").best.total_gpus == 8
+    assert plan_infer(load("deepseek-v3"), "h200", 8192, 16).best.total_gpus == 8
 
 
 def test_plan_infer_int4_70b_on_two_4090():

@@ -130,7 +130,8 @@ def test_memory_rows_predict_what_txcalc_memory_answers():
     ans = memory(m.model, batch=m.batch, seq=m.seq, precision=m.precision,
                  optimizer=m.optimizer, attn=m.attn, recompute=m.recompute,
                  finetune=m.method, lora_rank=m.lora["rank"], lora_alpha=m.lora["alpha"],
-                 lora_targets=m.lora["targets"], loss=m.loss, gpu=m.gpu)
+                 lora_targets=m.lora["targets"], loss=m.loss, gpu=m.gpu,
+                 recipe=m.recipe, offload="none")  # the row's recipe, not the default (issue 28)
     assert ans.json["total_bytes"] == predict(m)["allocated_bytes"]
 
 

@@ -66,7 +66,7 @@ def test_fit_keeps_the_safety_margin_and_says_what_it_compared():
     assert kept["headroom_bytes"] == kept["limit_bytes"] - kept["compared_bytes"] >= 0
     assert "nvidia-smi" in kept["compared_as"] and kept["max_seq"] < plain["max_seq"]
     text = " ".join(RUNNER.invoke(app, [*ask, "--safety", "2.5"]).output.split())
-    assert "less a margin of 2.50 GB (--safety)" in text
+    assert "less a margin of 2.33 GiB (--safety 2.50 GB, as given)" in text  # GiB (issue 29)
 
 
 def test_bad_safety_is_one_line_exit_2(capsys):

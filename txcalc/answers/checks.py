@@ -28,9 +28,10 @@ def _option_specs() -> dict:
     from ..engine.workload import ATTN_IMPLS, RECOMPUTE, RECOMPUTE_METHODS
     gpus = ("int", 1, MAX_GPUS)
     return {
-        "batch": ("int", 1, MAX_BATCH), "seq": ("int", 1, MAX_SEQ),
-        "src_seq": ("int", 0, MAX_SEQ), "concurrency": ("int", 1, MAX_BATCH),
-        "global_tokens": ("int", 0, MAX_SEQ),
+        # sequence lengths: an int, or text read as --context is (4k = 4096, 1M, 8192)
+        "batch": ("int", 1, MAX_BATCH), "seq": ("tokens", 1, MAX_SEQ),
+        "src_seq": ("tokens", 0, MAX_SEQ), "concurrency": ("int", 1, MAX_BATCH),
+        "global_tokens": ("tokens", 0, MAX_SEQ),
         "images": ("int", 0, 2**16), "image_size": ("int", 0, 2**16),
         "global_batch": ("int", 1, MAX_BATCH), "micro_batch": ("int", 1, MAX_BATCH),
         "max_gpus": gpus, "gpus": gpus, "gpus_per_node": gpus, "tp": gpus, "pp": gpus, "cp": gpus, "ep": gpus,
@@ -63,7 +64,8 @@ def _option_specs() -> dict:
 
 def checked(**given) -> dict:
     """Check options by their flags' names (``batch=...`` is ``--batch``); None means not given.
-    Returns the values read: counts and contexts as ints, floats as floats."""
+    Returns the values read: counts, contexts and sequence lengths as ints (a sequence length
+    given as text reads as a context does: ``4k`` = 4096), floats as floats."""
     specs = _option_specs()
     out = {}
     for key, value in given.items():
@@ -74,6 +76,12 @@ def checked(**given) -> dict:
             out[key] = None
         elif kind == "int":
             out[key] = integer(flag, value, spec[1], spec[2])
+        elif kind == "tokens":  # "0" reads as 0 where 0 is allowed (src_seq: the same as seq)
+            n = value
+            if isinstance(value, str):  # plain digits without Decimal (a command's start-up)
+                n = int(value) if value.isascii() and value.isdigit() and len(value) < 19 \
+                    else parse_context(value, flag, zero=spec[1] == 0)
+            out[key] = integer(flag, n, spec[1], spec[2])
         elif kind == "float":
             ends = spec[3]
             out[key] = number(flag, value, spec[1], spec[2], lo_open=ends[0] == "(",

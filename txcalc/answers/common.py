@@ -138,3 +138,40 @@ def overheads(context_gib, comm_gib, fragmentation):
     ``--fragmentation`` (None: the default of each)."""
     from ..parallel.overheads import Overheads
     return Overheads.from_gib(context_gib, comm_gib, fragmentation)
+
+
+def half_precision(precision: str | None, gpu, gpu_file=None, *, serving: bool = False
+                   ) -> tuple[str, list[str]]:
+    """(precision, the defaults assumed in words) of an answer: ``precision`` when given, else
+    bf16-mixed (serving: bf16), or, on a GPU without a bf16 tensor path (T4, V100:
+    ``Gpu.half_dtype``), fp16-mixed (serving: fp16), as the HF Trainer (``--fp16``) and vLLM
+    (``dtype="auto"`` casts a bf16 checkpoint to fp16 there) run on it. ``gpu``: a name, a Gpu
+    or None (no GPU: the bf16 default)."""
+    if precision is not None:
+        return precision, []
+    base = "bf16" if serving else "bf16-mixed"
+    if gpu is None:
+        return base, []
+    from ..engine.hardware import Gpu, get_gpu
+    if not isinstance(gpu, Gpu):
+        from .checks import checked
+        checked(gpu=gpu, gpu_file=gpu_file)
+        gpu = get_gpu(gpu, gpu_file)
+    if gpu.half_dtype != "fp16":
+        return base, []
+    if serving:
+        return "fp16", [f"weights, activations and KV cache in fp16: {gpu.name} has no bf16 "
+                        "tensor cores (vLLM's dtype auto runs a bf16 checkpoint in fp16 there); "
+                        "--precision and --kv-dtype to change"]
+    return "fp16-mixed", [f"precision fp16-mixed: {gpu.name} has no bf16 tensor cores (the HF "
+                          "Trainer's --fp16, with loss scaling); --precision to change"]
+
+
+def serving_weights_note(cfg, weights: str | None) -> list[str]:
+    """The weight format a serving answer assumed, in words, when the user gave none and the
+    model names one: a preset's released checkpoint format (``ModelConfig.released_weights``,
+    as formats.resolve reads it)."""
+    if weights is not None or getattr(cfg, "loaded_from", "") or not cfg.released_weights:
+        return []
+    return [f"weights {cfg.released_weights}: the format {cfg.name} is released in (its "
+            f"checkpoint's quantization_config); --weights bf16 for 16-bit weights"]

@@ -3,30 +3,35 @@ component)."""
 
 from __future__ import annotations
 
-from .common import (Answer, apply_recipe, cross_rows, default_recompute, image_tokens,
-                     load_model, make_finetune, workload)
+from .common import (Answer, apply_recipe, cross_rows, default_recompute, half_precision,
+                     image_tokens, load_model, make_finetune, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 
 
-def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: str = "flash",
+def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str = 0,
+          attn: str = "flash",
           recompute: str | None = None, context: str = "0", finetune: str = "full",
           lora_rank: int = 16, lora_alpha: float | None = None,
           lora_targets: str = "all-linear", lora_dropout: float = 0.0,
           trainable: str = "head", base_format: str = "nf4", loss: str = "full",
           head: str | None = None, images: int = 0, image_size: int = 0,
-          global_tokens: int = 0) -> Answer:
+          global_tokens: int | str = 0) -> Answer:
     """Matmul FLOPs of one training step (executed and model), and inference costs.
-    ``recompute`` None: "full" when fine-tuning (``default_recompute``), else "none"."""
+    Sequence lengths: ints, or text as ``--context`` reads it (``4k`` = 4096). ``recompute``
+    None: "full" when fine-tuning (``default_recompute``), else "none", listed in the
+    answer's ``assumed``."""
     from ..engine.accounting import count_flops
     from ..engine.workload import check_fits
     from .checks import checked
 
-    context = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
-                      context=context, images=images, image_size=image_size,
-                      global_tokens=global_tokens)["context"]
+    opts = checked(batch=batch, seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
+                   context=context, images=images, image_size=image_size,
+                   global_tokens=global_tokens)
+    context, seq, src_seq = opts["context"], opts["seq"], opts["src_seq"]
+    global_tokens = opts["global_tokens"]
     recompute, assumed = default_recompute(recompute, finetune)
     cfg = load_model(model, head)
     extra = image_tokens(cfg, images, image_size)
@@ -52,13 +57,12 @@ def flops(model: str, batch: int = 1, seq: int = 2048, src_seq: int = 0, attn: s
             raise WorkloadError(f"{cfg.name} is an encoder-only model: it does not decode")
         out["decode_context"] = context
         out["decode_flops_per_token"] = f.decode(context) // batch
-    if assumed:
-        out["assumed"] = assumed
+    out["assumed"] = assumed
     return Answer(out, {"cfg": cfg, "seq": seq, "context": context, "recompute": recompute})
 
 
 def memory(model: str | None = None, params: str | None = None, batch: int = 1,
-           seq: int = 2048, src_seq: int = 0, precision: str = "bf16-mixed",
+           seq: int | str = 2048, src_seq: int | str = 0, precision: str | None = None,
            optimizer: str | None = None, attn: str | None = None,
            recompute: str | None = None,
            recompute_method: str = "block", recompute_layers: int = 0,
@@ -69,15 +73,16 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            lora_alpha: float | None = None, lora_targets: str = "all-linear",
            lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
            offload: str | None = None, loss: str | None = None, head: str | None = None,
-           images: int = 0, image_size: int = 0, global_tokens: int = 0,
+           images: int = 0, image_size: int = 0, global_tokens: int | str = 0,
            recipe: str | None = None) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
     and whether they fit one GPU: training's ``device_bytes`` (reserved + CUDA context,
     engine.device.device_memory, with ``allocated_bytes`` and ``reserved_bytes``),
-    serving's ``total_bytes``. ``recompute`` None: "full" when fine-tuning
+    serving's ``total_bytes``. ``precision`` None: bf16-mixed, or fp16-mixed on a GPU
+    without bf16 (``gpu`` T4, V100). ``recompute`` None: "full" when fine-tuning
     (``default_recompute``), else "none"; fine-tuning: ``recipe`` (None: the default recipe)
-    sets the optimizer, loss and offload left None (``apply_recipe``); both listed in the
-    answer's ``assumed``."""
+    sets the optimizer, loss and offload left None (``apply_recipe``). Every default taken is
+    listed in the answer's ``assumed`` (a list of sentences, empty when none)."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -88,11 +93,13 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
                    images=images, image_size=image_size, stack=stack,
                    recompute_method=recompute_method, recompute_layers=recompute_layers,
                    global_tokens=global_tokens, **({"gpu": gpu} if gpu is not None else {}))
-    context = opts["context"]
+    context, seq, src_seq = opts["context"], opts["seq"], opts["src_seq"]
+    global_tokens = opts["global_tokens"]
     # the catalog row, read once: the fit check's bytes and, in the CLI, its words
     row = get_gpu(gpu or "h100-sxm", gpu_file) if gpu is not None or opts["gpu_gb"] is None \
         else None
     gpu_bytes, gpu_label, _ = gpu_memory(row, opts["gpu_gb"], gpu_file)
+    precision, said = half_precision(precision, row if gpu is not None else None)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if params is not None and inference:
@@ -136,9 +143,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
                         None if stack else rec["optimizer_kernel"])
         if rec["recipe"] is not None:
             out["recipe"] = rec["recipe"]
-        assumed += rec["assumed"]
-        if assumed:
-            out["assumed"] = assumed
+        said += assumed + rec["assumed"]
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label
@@ -149,6 +154,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         out.update(device_memory(need, row.name if row is not None else None).to_json())
         need = out["device_bytes"]
     out["fits_one_gpu"] = need <= gpu_bytes
+    out["assumed"] = said
     return Answer(out, {"gpu_row": row, "gpu_gb": opts["gpu_gb"]})
 
 

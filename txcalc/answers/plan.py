@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .common import Answer, apply_recipe, load_model, make_finetune, overheads
+from .common import (Answer, apply_recipe, half_precision, load_model, make_finetune,
+                     overheads, serving_weights_note)
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -16,8 +17,9 @@ OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch =
 
 
 def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = None,
-               max_gpus: int | None = None, gpus: int | None = None, seq: int | None = None,
-               global_batch: int | None = None, precision: str = "bf16-mixed",
+               max_gpus: int | None = None, gpus: int | None = None,
+               seq: int | str | None = None,
+               global_batch: int | None = None, precision: str | None = None,
                optimizer: str = "adamw", price: float | None = None,
                achieved_tflops: float | None = None, gpu_file: str | None = None,
                cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
@@ -30,16 +32,20 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                overlap: str | None = None, finetune: str = "full", lora_rank: int = 16,
                lora_alpha: float | None = None, lora_targets: str = "all-linear",
                lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
-               loss: str = "full", rows: int = 8, global_tokens: int = 0,
+               loss: str = "full", rows: int = 8, global_tokens: int | str = 0,
                max_global_batch: str | None = None,
-               gpus_per_node: int | None = None, recipe: str | None = None) -> Answer:
+               gpus_per_node: int | None = None, recipe: str | None = None,
+               gpu_gb: float | None = None) -> Answer:
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run.
     ``max_global_batch``: the batch search's ceiling, sequences ('2048') or tokens with a
     binary K/M/G suffix ('16M' = 16 x 2^20: ``train.batch.parse_max_global_batch``).
     ``recipe`` (fine-tuning, only when given): its fp32 upcasts and optimizer kernel
     (engine.recipes); the optimizer and loss stay the options'. ``parts``: the TrainPlan and
-    the Finetune (None: full)."""
-    from ..engine.hardware import get_gpu
+    the Finetune (None: full). ``precision`` None: bf16-mixed, or fp16-mixed on a GPU without
+    bf16 (T4, V100), listed in the JSON's ``assumed``. ``gpu_gb``: the usable memory of one
+    GPU in GB (1e9), the catalog's speeds kept (as ``memory`` and ``fit`` take it:
+    ``hardware.with_usable_gb``)."""
+    from ..engine.hardware import get_gpu, with_usable_gb
     from ..train.planner import plan_train as search
     from .checks import checked
 
@@ -51,7 +57,8 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                    micro_batch=micro_batch, recompute=recompute, rows=rows, attn=attn,
                    stack=stack, overlap=overlap, recompute_layers=recompute_layers,
                    goodput=goodput, global_tokens=global_tokens,
-                   gpus_per_node=gpus_per_node)
+                   gpus_per_node=gpus_per_node, gpu_gb=gpu_gb)
+    seq, global_tokens = opts["seq"], opts["global_tokens"]
     ceiling: dict = {}
     if max_global_batch is not None:
         from ..train.batch import parse_max_global_batch
@@ -64,12 +71,14 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
         rec = apply_recipe(ft, recipe, optimizer, loss, "none")
         # a stack's optimizer kernel wins, as in memory
         ft, kernel = rec["finetune"], None if stack else rec["optimizer_kernel"]
+    g = with_usable_gb(get_gpu(gpu, gpu_file), opts["gpu_gb"])
+    precision, said = half_precision(precision, g)
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
                               ("micro_batch", micro_batch), ("recompute", recompute),
                               ("recompute_layers", recompute_layers),
                               ("offload_checkpoints", offload_checkpoints)) if v is not None}
     cfg = load_model(model)
-    p = search(cfg, get_gpu(gpu, gpu_file), opts["tokens"], seq=seq, global_batch=global_batch,
+    p = search(cfg, g, opts["tokens"], seq=seq, global_batch=global_batch,
                days=days, max_gpus=max_gpus, gpus=gpus, precision=precision,
                optimizer=optimizer, price_per_gpu_hour=price, gpu_file=gpu_file,
                achieved_tflops=achieved_tflops, n_rows=rows, attn_impl=attn or "flash",
@@ -77,12 +86,12 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                global_tokens=global_tokens, optimizer_kernel=kernel,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
                only=only, gpus_per_node=gpus_per_node, **ceiling)
-    return Answer(p.to_json(), {"plan": p, "finetune": ft})
+    return Answer(p.to_json() | {"assumed": said}, {"plan": p, "finetune": ft})
 
 
 def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
-               concurrency: int | None = None, kv_dtype: str = "bf16",
-               tokens_per_s: float | None = None, precision: str = "bf16",
+               concurrency: int | None = None, kv_dtype: str | None = None,
+               tokens_per_s: float | None = None, precision: str | None = None,
                weights: str | None = None, gpu_file: str | None = None,
                cuda_context_gib: float | None = None, comm_buffer_gib: float | None = None,
                fragmentation: float | None = None, gpu_memory_utilization: float | None = None,
@@ -99,7 +108,32 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
     meeting latency SLOs (a simulation of continuous batching), or, at ``rate`` inf without
     an SLO, the offline maximum throughput. ``parts["mode"]`` says which (capacity, slo,
     offline). ``plot`` is only checked here (a folder that can be written): the CLI draws
-    the plots (txcalc.report) and adds their paths."""
+    the plots (txcalc.report) and adds their paths. ``precision`` None: bf16, or fp16 on a
+    GPU without bf16 (T4, V100); ``kv_dtype`` None: fp16 with fp16 weights, else bf16;
+    ``weights`` None: a config.json's quantization_config or a preset's released format. The
+    JSON's ``assumed`` says which of these defaults shaped the answer."""
+    said: list[str] = []
+    if precision is None:
+        precision, said = half_precision(None, gpu, gpu_file, serving=True)
+    if kv_dtype is None:
+        kv_dtype = "fp16" if precision == "fp16" else "bf16"
+    ans = _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precision,
+                      weights, gpu_file, cuda_context_gib, comm_buffer_gib, fragmentation,
+                      gpu_memory_utilization, block_size, max_model_len,
+                      max_num_batched_tokens, prefix_hit_rate, attention_kernel, engine,
+                      input_len, output_len, rate, ttft_p99, itl_p99, price, tp, pp, ep, plot,
+                      replicas)
+    ans.json["assumed"] = said + serving_weights_note(ans.parts["served"], weights)
+    ans.parts.update(precision=precision, kv_dtype=kv_dtype)
+    return ans
+
+
+def _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precision, weights,
+                gpu_file, cuda_context_gib, comm_buffer_gib, fragmentation,
+                gpu_memory_utilization, block_size, max_model_len, max_num_batched_tokens,
+                prefix_hit_rate, attention_kernel, engine, input_len, output_len, rate,
+                ttft_p99, itl_p99, price, tp, pp, ep, plot, replicas) -> Answer:
+    """``plan_infer`` with its defaults resolved."""
     from ..serve import kv as S
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
                            max_num_batched_tokens, prefix_hit_rate, engine)
@@ -143,7 +177,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                                comm_buffer_bytes=comm_alone,
                                **{"max_model_len": p.context, **kv_opts})
     out.update(S.kv_json(kv))
-    return Answer(out, {"mode": "capacity", "plan": p, "kv": kv})
+    return Answer(out, {"mode": "capacity", "plan": p, "kv": kv, "served": cfg})
 
 
 def _max_throughput(served, g, n_in, n_out, tp, pp, kv_dtype, precision, weights,
@@ -173,7 +207,7 @@ def _max_throughput(served, g, n_in, n_out, tp, pp, kv_dtype, precision, weights
     out = {**b, "input_len": n_in, "output_len": n_out, "rate": "inf",
            "mode": "offline max throughput", "total_gpus": b["tp"] * b["pp"],
            "layouts": rows, "notes": [OFFLINE_NOTE]}
-    return Answer(out, {"mode": "offline", "kv_dtype": kv_dtype})
+    return Answer(out, {"mode": "offline", "kv_dtype": kv_dtype, "served": served})
 
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
@@ -213,11 +247,19 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
         from ..atomic import check_out_folder
         check_out_folder(plot, "--plot")
     cfg = load_model(model)
-    p = plan_serving(cfg, get_gpu(gpu, gpu_file), n_in, n_out, rate=r,
+    g = get_gpu(gpu, gpu_file)
+    p = plan_serving(cfg, g, n_in, n_out, rate=r,
                      concurrency=opts["concurrency"], ttft_p99_s=ttft, itl_p99_s=itl,
                      price_per_gpu_hour=price, tp=tp, pp=pp, replicas=reps, kv_dtype=kv_dtype,
                      precision=precision, weights=weights, gpu_file=gpu_file, ep=ep, **kw,
                      **({} if attention_kernel is None
                         else {"attention_kernel": attention_kernel}))
-    return Answer(p.to_json(), {"mode": "slo", "plan": p, "served": cfg,
+    out = p.to_json()
+    b = p.best  # its paged KV cache per GPU, as the capacity mode gives (kv_blocks, kv_tokens)
+    from ..serve.kv import kv_capacity_or_none, kv_json
+    out.update(kv_json(kv_capacity_or_none(
+        cfg, g, tp=b.tp, pp=b.pp, kv_dtype=kv_dtype, precision=precision, weights=weights,
+        max_model_len=n_in + n_out, max_num_batched_tokens=b.max_num_batched_tokens,
+        **{k: v for k, v in kw.items() if k != "max_num_batched_tokens"})))
+    return Answer(out, {"mode": "slo", "plan": p, "served": cfg,
                                 "input_len": n_in, "output_len": n_out})

@@ -25,7 +25,7 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
               model: str = typer.Option(None, "--model", help="Trace: the model profiled "
                                         "(preset, HF config.json or model id)."),
               batch: int = typer.Option(None, "--batch", help="Trace: sequences per step."),
-              seq: int = typer.Option(None, "--seq", help="Trace: tokens per sequence."),
+              seq: str = typer.Option(None, "--seq", help="Trace: tokens per sequence."),
               attn: str = typer.Option("flash", "--attn", help="Trace: eager | sdpa | flash."),
               recompute: str = typer.Option("none", "--recompute", help="Trace: none | "
                                             "selective | full."),

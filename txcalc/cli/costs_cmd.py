@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GB
+from ..units import GIB
 from ..answers.costs import PEAK_LABELS as _PEAK_PARTS
 from .typer_app import app
-from .output import console, emit_json, human, table
+from .output import console, emit_json, human, print_assumed, table
 from .params_cmd import HEAD_HELP, MODEL_HELP, STACK_HELP
 from .options import COMMON_OPTS, FT_OPTS, RECIPE_OPTS, SERVE_OPTS, TRAIN_OPTS
 
@@ -28,17 +28,20 @@ _LABELS = {"total_bytes": "total (peak over the step)",
 
 
 def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], unit: str):
-    """Rows of ``by_layer_type``: one per kind of block, plus what lies outside the blocks."""
+    """Rows of ``by_layer_type``: one per kind of block, plus what lies outside the blocks
+    (bytes, ``unit`` "B", in GiB: memory is shown in GiB)."""
+    def cell(v):
+        return f"{v / GIB:,.2f} GiB" if unit == "B" else human(v, unit)
     return table(title, ["layer type", "layers", *columns.values()],
-                 [(r["layer_type"], r["layers"] or "", *(human(r[k], unit) for k in columns))
+                 [(r["layer_type"], r["layers"] or "", *(cell(r[k]) for k in columns))
                   for r in rows])
 
 
 @app.command()
 def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
-          seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length (decoder/target)."),
-          src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+          seq: str = typer.Option("2048", "--seq", "-s", help="Sequence length (decoder/target)."),
+          src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
           attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash (fused SDPA, the default)."),
           recompute: str = typer.Option(None, help="Activation recompute: none | selective | full (default none; full, gradient checkpointing, with --finetune other than full)."),
           context: str = typer.Option("0", "--context", help="Also show decode FLOPs per token at this cached length (8192, 128k = 131072)."),
@@ -53,7 +56,7 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
           head: str = typer.Option(None, "--head", help=HEAD_HELP),
           images: int = typer.Option(0, "--images", help=IMAGES_HELP),
           image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
-          global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
+          global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = COMMON_OPTS["json"]):
     """Matmul FLOPs of one training step (executed and model), and inference costs."""
     from ..answers.costs import flops as answer
@@ -84,21 +87,15 @@ def flops(model: str = typer.Argument(..., help=MODEL_HELP),
     console.print(_layer_type_table("by layer type (all layers of the type)", out["by_layer_type"],
                                     {"forward_flops": "forward", "backward_flops": "backward",
                                      "model_flops": "model"}, "FLOP"))
-    _assumed(out)
-
-
-def _assumed(out: dict) -> None:
-    """The defaults the answer assumed, one line each."""
-    for a in out.get("assumed", ()):
-        console.print(f"Assumed: {a}.")
+    print_assumed(out)
 
 
 @app.command()
 def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --params."),
            params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B, 1.5T): model states only."),
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
-           seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
-           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+           seq: str = typer.Option("2048", "--seq", "-s", help="Sequence length."),
+           src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            precision: str = TRAIN_OPTS["precision"],
            optimizer: str = RECIPE_OPTS["optimizer"],
            attn: str = typer.Option(None, help="Attention kernel: eager | sdpa | flash (fused SDPA, the default; or the stack's)."),
@@ -128,7 +125,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
-           global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
+           global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
            json_out: bool = COMMON_OPTS["json"]):
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache)."""
     from ..answers.costs import memory as answer
@@ -145,25 +142,25 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     gpu, gpu_label = out["gpu_bytes"], out["gpu"]
     labels = _LABELS if out.get("peak_phase") else {}
     rows = [(labels.get(k, k.removesuffix("_bytes").replace("_", " ")), f"{v:,}",
-             f"{v / GB:,.2f} GB")
+             f"{v / GIB:,.2f} GiB")
             for k, v in out.items() if k.endswith("_bytes")
             and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")
             and (v or k not in ("adapter_bytes", "host_bytes", "dequant_bytes"))]
     if out.get("master_weights_bytes"):
         rows.insert(3, ("  of which fp32 master", f"{out['master_weights_bytes']:,}",
-                        f"{out['master_weights_bytes'] / GB:,.2f} GB"))
+                        f"{out['master_weights_bytes'] / GIB:,.2f} GiB"))
     console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
-                        f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GB (1e9)"],
+                        f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GiB (2^30)"],
                         rows))
     if out.get("trainable_params") is not None and out.get("finetune") != "full":
         console.print(f"{out['finetune_setup']}: {out['trainable_params']:,} trainable of "
                       f"{out['params']:,} parameters ({out['trainable_params'] / out['params']:.3%});"
-                      f" host memory {out['host_bytes'] / GB:,.2f} GB, PCIe "
-                      f"{out['pcie_bytes_per_step'] / GB:,.2f} GB per step")
+                      f" host memory {out['host_bytes'] / GIB:,.2f} GiB, PCIe "
+                      f"{out['pcie_bytes_per_step'] / GIB:,.2f} GiB per step")
     if out.get("peak_phase"):
-        parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GB:,.2f}" for k, v in out["peak_by_category"].items()
+        parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GIB:,.2f}" for k, v in out["peak_by_category"].items()
                           if k != "total" and v)
-        console.print(f"The peak is at {out['peak_phase'].replace('_', ' ')} (GB): {parts}; "
+        console.print(f"The peak is at {out['peak_phase'].replace('_', ' ')} (GiB): {parts}; "
                       "the sizes above are not all alive at once.")
     if out.get("activations_by_layer_type"):
         console.print(_layer_type_table(
@@ -173,11 +170,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     verdict = "fits" if out["fits_one_gpu"] else "does NOT fit"
     from ..engine.hardware import memory_words
     words = memory_words(gpu if ans.parts["gpu_gb"] is not None else ans.parts["gpu_row"],
-                         "GB")  # its total is in GB
+                         "GiB")
     shown = out.get("device_bytes", out["total_bytes"])
     what = "On the device (reserved + CUDA context)" if "device_bytes" in out else "Total"
-    console.print(f"{what} {shown / GB:,.1f} GB: {verdict} on one {gpu_label} ({words})"
+    console.print(f"{what} {shown / GIB:,.1f} GiB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-shown // gpu)} such GPUs by memory alone,"
                      " so it must be distributed (see `txcalc plan`)."))
-    _assumed(out)
+    print_assumed(out)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GB
+from ..units import GB, GIB
 from .typer_app import app
-from .output import console, emit_json, table
+from .output import console, emit_json, print_assumed, table
 from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, RECIPE_OPTS, TRAIN_OPTS
 
 
@@ -16,7 +16,7 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         gpu: str = typer.Option(None, "--gpu", help="GPU name from the catalog (rtx-4090, h100, ...)."),
         gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable GPU memory in GB (1e9), instead of --gpu: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off (a catalog GPU's is its datasheet's x 0.99)."),
         batch: int = typer.Option(None, "--batch", "-b", help="Micro-batch: find the longest sequence (default 1)."),
-        seq: int = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
+        seq: str = typer.Option(None, "--seq", "-s", help="Sequence length: find the largest micro-batch."),
         gpus: int = typer.Option(1, "--gpus", help="GPUs the model states are sharded over (N > 1: ZeRO-3 / FSDP full shard, data parallel N, one micro-batch each): the per-GPU bytes of plan train --gpus N --zero 3 --tp 1 --pp 1."),
         precision: str = TRAIN_OPTS["precision"],
         optimizer: str = RECIPE_OPTS["optimizer"],
@@ -46,6 +46,12 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     if json_out:
         emit_json(out)
         return
+    _print_fit(ans, gpus, loss, optimizer, attn, recompute)
+
+
+def _print_fit(ans, gpus, loss, optimizer, attn, recompute) -> None:
+    """fit's answer for people."""
+    out = ans.json
     res, cfg = ans.parts["result"], ans.parts["cfg"]
     label, words = ans.parts["label"], ans.parts["words"]
     what = out["finetune"]
@@ -55,35 +61,32 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
     recompute, optimizer = out["recompute"], out["optimizer"]
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
-                      f"{precision}, {optimizer}, attention {attn}, recompute {recompute}"
+                      f"{out['precision']}, {optimizer}, attention {attn}, recompute {recompute}"
                       f"{lossword}: fits "
                       f"at batch {res.max_batch} x seq {res.max_seq:,} "
-                      f"({res.total_bytes / GB:,.2f} GB with CUDA context and allocator slack)")
+                      f"({res.total_bytes / GIB:,.2f} GiB with CUDA context and allocator slack)")
         _margin(out)
-        _assumed(out)
+        print_assumed(out)
         return
     console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}{lossword}: "
-                  f"does NOT fit even at the smallest try ({res.total_bytes / GB:,.2f} GB). "
+                  f"does NOT fit even at the smallest try ({res.total_bytes / GIB:,.2f} GiB). "
                   "Changes, each on top of the ones above it:")
-    console.print(table("cheapest changes first", ["change", "GB", "fits", "step time x"],
-                        [(s["change"], f"{s['total_bytes'] / GB:,.2f}",
+    console.print(table("cheapest changes first", ["change", "GiB", "fits", "step time x"],
+                        [(s["change"], f"{s['total_bytes'] / GIB:,.2f}",
                           "yes" if s["fits"] else "no",
                           "" if s["step_time_factor"] is None else f"{s['step_time_factor']:.2f}")
                          for s in res.suggestions]))
     _margin(out)
-    _assumed(out)
+    print_assumed(out)
 
 
 def _margin(out: dict) -> None:
-    """The figure compared against the GPU and the margin kept."""
-    console.print(f"Compared: {out['compared_bytes'] / GB:,.2f} GB ({out['compared_as']}) "
-                  f"against {out['limit_bytes'] / GB:,.2f} GB = the GPU's "
-                  f"{out['gpu_bytes'] / GB:,.2f} GB less a margin of "
-                  f"{out['safety_bytes'] / GB:,.2f} GB (--safety); headroom "
-                  f"{out['headroom_bytes'] / GB:,.2f} GB.")
-
-
-def _assumed(out: dict) -> None:
-    """The defaults the answer assumed, one line each."""
-    for a in out.get("assumed", ()):
-        console.print(f"Assumed: {a}.")
+    """The figure compared against the GPU and the margin kept: GiB, with --safety also in the
+    GB it was given in."""
+    safety = out["safety_bytes"]
+    given = f"--safety {safety / GB:,.2f} GB, as given" if safety else "--safety"
+    console.print(f"Compared: {out['compared_bytes'] / GIB:,.2f} GiB ({out['compared_as']}) "
+                  f"against {out['limit_bytes'] / GIB:,.2f} GiB = the GPU's "
+                  f"{out['gpu_bytes'] / GIB:,.2f} GiB less a margin of "
+                  f"{safety / GIB:,.2f} GiB ({given}); headroom "
+                  f"{out['headroom_bytes'] / GIB:,.2f} GiB.")

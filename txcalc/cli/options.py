@@ -84,8 +84,9 @@ RECIPE_OPTS = {
 
 #: the training precision and optimizer
 TRAIN_OPTS = {
-    "precision": typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16 | "
-                              "fp8-mixed (TransformerEngine fp8)."),
+    "precision": typer.Option(None, help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp16 | "
+                              "fp8-mixed (TransformerEngine fp8); default bf16-mixed, "
+                              "fp16-mixed on a GPU without bf16 (T4, V100)."),
     "optimizer": typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
 }
 

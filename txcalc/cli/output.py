@@ -63,3 +63,11 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]):
     than the terminal, the same rows as key-value blocks (txcalc.cli.narrow)."""
     from .narrow import fitted
     return fitted(title, columns, rows, console.width)
+
+
+def print_assumed(out: dict) -> None:
+    """The defaults an answer assumed (its JSON's ``assumed``, sentences), one "Assumed: ..."
+    line each, broken between words where the terminal is narrow."""
+    from .narrow import say
+    for note in out.get("assumed", ()):
+        say(console, f"{note}.".split(" "), first="Assumed: ", sep=" ")

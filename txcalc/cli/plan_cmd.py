@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GB
+from ..units import GIB
 from .typer_app import app
-from .output import console, emit_json
+from .output import console, emit_json, print_assumed
 from .params_cmd import STACK_HELP
 from .options import (COMMON_OPTS, FT_OPTS, LAYOUT_OPTS, MODEL_HELP, RECIPE_OPTS, SERVE_OPTS,
                       TRAIN_OPTS)
@@ -20,10 +20,11 @@ app.add_typer(plan_app, name="plan")
 def train(model: str = typer.Argument(..., help=MODEL_HELP),
           tokens: str = typer.Option(..., "--tokens", help="Training tokens: 15T, 300B, 2e12."),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
+          gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable memory of one GPU in GB (1e9) for every fit check: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off; overrides the catalog's figure for --gpu (its speeds stay)."),
           days: float = typer.Option(None, "--days", help="Deadline in days."),
           max_gpus: int = typer.Option(None, "--max-gpus", help="At most this many GPUs."),
           gpus: int = typer.Option(None, "--gpus", help="Exactly this many GPUs."),
-          seq: int = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
+          seq: str = typer.Option(None, "--seq", help="Sequence length (default 4096)."),
           global_batch: int = typer.Option(None, "--global-batch",
                                            help="Sequences per step: alone, pinned; with --max-global-batch, where the search starts (default ~4M tokens, searched)."),
           max_global_batch: str = typer.Option(None, "--max-global-batch", help="Largest global batch the search tries: sequences (2048) or tokens with a binary K/M/G suffix (16M = 16 x 2^20 tokens; default DeepSeek LLM's critical batch at the run's compute, 0.292 x C^0.3271 tokens)."),
@@ -60,7 +61,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           loss: str = FT_OPTS["loss"],
           recipe: str = RECIPE_OPTS["recipe"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
-          global_tokens: int = typer.Option(0, "--global-tokens", help=GLOBAL_HELP),
+          global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
           json_out: bool = COMMON_OPTS["json"]):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from ..answers.plan import plan_train as answer
@@ -70,7 +71,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                  fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
-                 global_tokens, max_global_batch, gpus_per_node, recipe)
+                 global_tokens, max_global_batch, gpus_per_node, recipe, gpu_gb)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -80,6 +81,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                      "--cp": cp, "--ep": ep, "--zero": zero, "--micro-batch": micro_batch,
                      "--recompute": recompute, "--recompute-layers": recompute_layers,
                      "--offload-checkpoints": offload_checkpoints}, ft, out["band"])
+    print_assumed(out)
 
 
 def _batch_words(p) -> str:
@@ -99,7 +101,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     from .narrow import fit_table, say
     s, b = p.setting, p.best
     from ..engine.hardware import memory_words
-    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GB')}):",
+    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GiB')}):",
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch:,}",
                   f"({_batch_words(p)}),", f"{s.precision},",
                   s.optimizer + ("," if ft is not None else "")]
@@ -139,15 +141,15 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
         say(console, note.split(" "), first="  note: ", sep=" ")
     for warning in p.warnings:
         say(console, warning.split(" "), first="  warning: ", sep=" ")
-    say(console, [f"{k.replace('_', ' ')} {v / GB:,.1f} GB" for k, v in b.memory.items() if v]
-        + [f"total {b.total_bytes / GB:,.1f} of {s.gpu.usable_bytes / GB:,.1f} GB usable"]
-        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GB:,.1f} GB"]
+    say(console, [f"{k.replace('_', ' ')} {v / GIB:,.1f} GiB" for k, v in b.memory.items() if v]
+        + [f"total {b.total_bytes / GIB:,.1f} of {s.gpu.usable_bytes / GIB:,.1f} GiB usable"]
+        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GIB:,.1f} GiB"]
            if b.host_bytes else []),
         first="  memory per GPU of the best layout (fullest stage): ")
     if b.communication:
         fit_table(console, "communication of the best layout, per GPU per step",
-                  ["dim", "collective", "link", "GB sent", "time s", "exposed s", "hidden s"],
-                  [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GB:,.2f}",
+                  ["dim", "collective", "link", "GiB sent", "time s", "exposed s", "hidden s"],
+                  [(dim, c["collective"], c["link"], f"{c['bytes_per_step'] / GIB:,.2f}",
                     f"{c['time_s']:,.3f}", f"{c['exposed_s']:,.3f}", f"{c['hidden_s']:,.3f}")
                    for dim, c in b.communication.items()])
         say(console, [f"overlap assumed: {', '.join(s.overlap) or 'none'}"]
@@ -155,11 +157,11 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
             first="  ", sep="; ")
     band_note = (f"; band of step s, days, GPU-hours: x{b.band[0]:.3f} to x{b.band[1]:.3f}, "
                  f"of MFU: /{b.band[1]:.3f} to /{b.band[0]:.3f}" if band["runs"] else "")
-    cols = ["layout", "GPUs", "GB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
+    cols = ["layout", "GPUs", "GiB/GPU", "step s", "MFU", "days", "GPU-hours"] + (
         ["cost"] if b.cost is not None else [])
     fit_table(console, f"best layouts ({p.layouts_evaluated:,} searched in {p.search_s:.2f} s; "
-                       "GB = 1e9; z: ZeRO stage, v: virtual stages, mb: micro-batch" + band_note + ")", cols,
-              [(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GB:,.1f}",
+                       "GiB = 2^30 bytes; z: ZeRO stage, v: virtual stages, mb: micro-batch" + band_note + ")", cols,
+              [(r.layout.short(), f"{r.gpus:,}", f"{r.total_bytes / GIB:,.1f}",
                 f"{r.step_time_s:,.2f}", f"{r.mfu:.1%}", f"{r.days:,.1f}", f"{r.gpu_hours:,.0f}",
                 *((f"{r.cost:,.0f}",) if r.cost is not None else ())) for r in p.rows])
 
@@ -169,9 +171,9 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
           context: str = typer.Option(None, "--context", help="Tokens per sequence: 128k (=131072), 8192 (default with --input-len: input + output)."),
           concurrency: int = typer.Option(None, "--concurrency", help="Sequences served at once (default 1); with --input-len: clients of a closed loop."),
-          kv_dtype: str = SERVE_OPTS["kv_dtype"],
+          kv_dtype: str = typer.Option(None, "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32 (default: the weights' 16-bit dtype, as vLLM's kv_cache_dtype auto)."),
           tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Decode tokens/s wanted in all."),
-          precision: str = typer.Option("bf16", help="Weights: bf16 | fp32 | ..."),
+          precision: str = typer.Option(None, help="Weights and activations: bf16 | fp16 | fp32 (default bf16; fp16 on a GPU without bf16: T4, V100)."),
           weights: str = SERVE_OPTS["weights"],
           gpu_file: str = COMMON_OPTS["gpu_file"],
           context_gib: float = LAYOUT_OPTS["cuda_context_gib"],
@@ -213,17 +215,19 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
         b = ans.parts["plan"].best
         out["plots"] = write_serving_plots(serving_load_data(
             ans.parts["served"], gpu, ans.parts["input_len"], ans.parts["output_len"],
-            tp=b.tp, pp=b.pp, weights=weights, kv_dtype=kv_dtype,
-            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file), plot)
+            tp=b.tp, pp=b.pp, weights=weights, kv_dtype=ans.parts["kv_dtype"],
+            max_num_batched_tokens=b.max_num_batched_tokens, gpu_file=gpu_file,
+            precision=ans.parts["precision"]), plot)
     if json_out:
         emit_json(out)
         return
     if mode == "offline":
-        _print_max_throughput(out, kv_dtype)
+        _print_max_throughput(out, out["kv_dtype"])
     elif mode == "slo":
         _print_serve_plan(ans.parts["plan"], out)
     else:
         _print_infer(ans.parts["plan"], ans.parts["kv"])
+    print_assumed(out)
 
 
 def _print_infer(p, kv) -> None:
@@ -239,15 +243,15 @@ def _print_infer(p, kv) -> None:
                   f"({b.decode_tokens_per_s_per_seq:,.1f} per sequence)"],
         first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
         sep=" ")
-    fit_table(console, "replica layouts", ["tp x pp", "replicas", "GPUs", "weights GB/GPU",
-                                           "KV GB/seq per GPU", "max seqs per replica", "prefill s",
+    fit_table(console, "replica layouts", ["tp x pp", "replicas", "GPUs", "weights GiB/GPU",
+                                           "KV GiB/seq per GPU", "max seqs per replica", "prefill s",
                                            "decode tok/s"],
               [(f"{r.tp} x {r.pp}", r.replicas, r.total_gpus,
-                f"{r.weights_bytes / GB:,.1f}", f"{r.kv_bytes_per_seq / GB:,.2f}",
+                f"{r.weights_bytes / GIB:,.1f}", f"{r.kv_bytes_per_seq / GIB:,.2f}",
                 f"{r.max_concurrency_per_replica:,}", f"{r.prefill_latency_s:.2f}",
                 f"{r.decode_tokens_per_s:,.0f}") for r in p.rows[:10]])
     if kv is not None:
-        say(console, [f"{kv.kv_cache_bytes / GB:,.2f} GB per GPU", f"= {kv.kv_blocks:,} blocks",
+        say(console, [f"{kv.kv_cache_bytes / GIB:,.2f} GiB per GPU", f"= {kv.kv_blocks:,} blocks",
                       f"= {kv.kv_tokens:,} tokens;",
                       f"{kv.max_concurrency:,.2f} sequences of {kv.max_model_len:,} tokens"],
             first=f"  paged KV cache (vLLM-style, utilisation {kv.gpu_memory_utilization:g}, "

@@ -21,8 +21,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            precision: str = TRAIN_OPTS["precision"],
            optimizer: str = TRAIN_OPTS["optimizer"],
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
-           seq: int = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
-           src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+           seq: str = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
+           src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash."),
            recompute: str = typer.Option("none", help="none | selective | full (single-GPU figures)."),
            tokens: str = typer.Option(None, "--tokens", help="Training token budget (15T, 1e12)."),
@@ -58,6 +58,9 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from .options import options
     from .. import inputs as I
 
+    if precision is None:  # bf16-mixed, fp16-mixed on a GPU without bf16 (T4, V100)
+        from ..answers.common import half_precision
+        precision = half_precision(None, gpu, gpu_file)[0]
     n_in = I.parse_context(input_len, "--input-len")
     n_out = I.parse_context(output_len, "--output-len")
     opts = options(out=out, params=params, gpu=gpu, gpu_gb=gpu_gb, gpu_file=gpu_file,
@@ -72,7 +75,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                             f"({params}) does not give")
     req = ReportRequest(model=model, params=params, inference=inference, gpu=gpu,
                         gpu_gb=gpu_gb, gpu_file=gpu_file, precision=precision, optimizer=optimizer, batch=batch,
-                        seq=seq, src_seq=src_seq, attn=attn, recompute=recompute,
+                        seq=opts["seq"], src_seq=opts["src_seq"], attn=attn,
+                        recompute=recompute,
                         tokens=tokens, days=days, max_gpus=max_gpus,
                         global_batch=global_batch, price=price,
                         context=opts["context"],

@@ -35,8 +35,8 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
              device: str = typer.Option("meta", help="meta (any size: params, FLOPs, saved "
                                         "bytes) | cpu (small models, real run) | cuda."),
              batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch size (sequences)."),
-             seq: int = typer.Option(512, "--seq", "-s", help="Sequence length."),
-             src_seq: int = typer.Option(0, "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
+             seq: str = typer.Option("512", "--seq", "-s", help="Sequence length."),
+             src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
              attn: str = typer.Option("eager", help="Attention kernel: eager | sdpa | flash."),
              recompute: str = typer.Option("none", help="none | selective | full."),
              precision: str = typer.Option("bf16-mixed", help="fp32 | bf16-mixed | fp16-mixed | bf16."),
@@ -56,8 +56,9 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     from ..engine.workload import Workload, check_fits
     from ..atomic import check_out_folder, write_files
 
-    options(device=device, batch=batch, seq=seq, src_seq=src_seq, attn=attn,
-            recompute=recompute, precision=precision, kv_tokens=kv_tokens, out=out)
+    opts = options(device=device, batch=batch, seq=seq, src_seq=src_seq, attn=attn,
+                   recompute=recompute, precision=precision, kv_tokens=kv_tokens, out=out)
+    seq, src_seq = opts["seq"], opts["src_seq"]
     cfg = load(model)
     work = Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute)
     check_fits(cfg, work)
@@ -156,9 +157,9 @@ def _check_memory(cfg, work, precision: str, device: str, have: int | None,
     need = mem.total + mem.weights
     if have is not None and need > have:
         raise WorkloadError(f"validate --device {device}: {cfg.name} at batch {work.batch} x "
-                            f"seq {work.seq} needs about {need / 1e9:,.1f} GB (the engine's "
-                            f"training peak {mem.total / 1e9:,.1f} GB plus a copy of the "
-                            f"weights), more than the {have / 1e9:,.1f} GB {where}; use "
+                            f"seq {work.seq} needs about {need / 2**30:,.1f} GiB (the engine's "
+                            f"training peak {mem.total / 2**30:,.1f} GiB plus a copy of the "
+                            f"weights), more than the {have / 2**30:,.1f} GiB {where}; use "
                             "--device meta or a smaller --batch/--seq")
 
 

@@ -609,14 +609,16 @@ def scheme_from_config_file(path) -> tuple[Scheme | None, int]:
 def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
     """(scheme, mtp layers) for a model argument: ``--weights`` when given, else the
     quantization_config of the config.json the model names, or the one a ModelConfig was loaded
-    from (its ``loaded_from``; None: the precision's dtype)."""
+    from (its ``loaded_from``), or a preset's released format (its ``released_weights``: the
+    quantization_config of the checkpoint it was released as); None: the precision's dtype."""
     import os
     from pathlib import Path
     if weights is not None:
         return scheme(weights), 0
+    released = getattr(model, "released_weights", "")
     model = getattr(model, "loaded_from", model) or None
     if not isinstance(model, (str, os.PathLike)):
-        return None, 0
+        return (scheme(released) if released else None), 0
     try:
         p = Path(model)
         if isinstance(model, str) and not p.exists() and "/" in model:  # a Hub id, once loaded
@@ -625,10 +627,19 @@ def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
         if p.is_dir():
             p = p / "config.json"
         if not (str(p).endswith(".json") and p.is_file()):
-            return None, 0
+            return _released(model), 0
     except (OSError, ValueError):
         return None, 0
     return scheme_from_config_file(p)
+
+
+def _released(name) -> Scheme | None:
+    """The released format of a preset named ``name`` (``resolve`` given a name, not a
+    ModelConfig), or None."""
+    from ..model.presets import PRESETS
+    key = name.strip().lower() if isinstance(name, str) else None
+    cfg = PRESETS[key] if key in PRESETS else None
+    return scheme(cfg.released_weights) if cfg is not None and cfg.released_weights else None
 
 
 def compute_dtype(op: Op, peaks: dict[str, float], default: str = "bf16") -> str:

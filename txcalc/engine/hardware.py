@@ -131,6 +131,15 @@ class Gpu:
             raise GpuError(f"GPU {self.name} has no dense {dtype} peak in the catalog")
         return p
 
+    @property
+    def half_dtype(self) -> str:
+        """The 16-bit dtype frameworks run on this GPU: bf16 where it has a bf16 tensor path,
+        else fp16 where it has that (T4, V100: compute capability < 8.0, where vLLM's
+        ``dtype="auto"`` casts a bf16 checkpoint to fp16 and the HF Trainer takes ``--fp16``,
+        not ``--bf16``), else bf16 (the catalog gives the GPU neither)."""
+        has = self.peak_flops.get
+        return "fp16" if has("bf16", 0) <= 0 < has("fp16", 0) else "bf16"
+
 
 #: Bounds on GPU-file cells: 100x today's parts (B200: 180 GB, 8 TB/s, 4.5 PFLOP/s fp8 dense)
 MAX_CELL = {"memory": 10**6,  # GB or GiB: a petabyte per GPU
@@ -299,7 +308,8 @@ def with_usable_gb(g: Gpu, gpu_gb: float | None) -> Gpu:
 def memory_words(gpu: Gpu | int, unit: str | None = None) -> str:
     """The capacity of a fit check in words: "79.2 GiB usable: CUDA's total, not the
     datasheet's 80 GiB" for a catalog row, in the catalog's unit (GiB, 2^30, for its binary
-    capacities; GB, 1e9, for a row given in GB) or in ``unit`` ("GB": reports say GB only);
+    capacities; GB, 1e9, for a row given in GB) or in ``unit`` ("GiB": the CLI and reports
+    display memory in GiB);
     "80 GB usable, as given by --gpu-gb" for the user's figure (a row with --gpu-gb, or the
     bytes of --gpu-gb alone)."""
     if isinstance(gpu, int) or gpu.usable_given:

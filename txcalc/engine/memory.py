@@ -12,6 +12,10 @@ Precision policies (bytes per parameter):
     bf16-mixed   | 2       | 2     | 4             | fp32                  | 2
     fp16-mixed   | 2       | 2     | 4             | fp32                  | 2
     bf16 (pure)  | 2       | 2     | -             | bf16                  | 2
+    fp16 (pure)  | 2       | 2     | -             | fp16                  | 2
+
+Pure bf16 and fp16 are serving's precisions (weights and activations in 16 bits); fp16 is
+what a GPU without bf16 (T4, V100: ``Gpu.half_dtype``) runs, as fp16-mixed is its training's.
 
 Optimizers (states per parameter): adamw/adam 2 (first and second moments); adam8bit 2 at
 1 byte each plus one fp32 absmax per 2048-element block and state (bitsandbytes blockwise
@@ -57,6 +61,7 @@ PRECISIONS = {
     "bf16-mixed": Precision(2, 2, 4, 4, 2),
     "fp16-mixed": Precision(2, 2, 4, 4, 2),
     "bf16": Precision(2, 2, 0, 2, 2),
+    "fp16": Precision(2, 2, 0, 2, 2),
     # fp8 training: bf16 mixed precision's states plus the fp8 terms of FP8_RECIPE
     "fp8-mixed": Precision(2, 2, 4, 4, 2),
 }
@@ -97,6 +102,7 @@ ZERO_BYTES = {
     "bf16-mixed": ZeroBytes(4, 0, 4, 0),
     "fp16-mixed": ZeroBytes(2, 4, 4, 0),
     "bf16": ZeroBytes(2, 0, 2, 2),
+    "fp16": ZeroBytes(2, 0, 2, 2),
     "fp8-mixed": ZeroBytes(4, 0, 4, 0),  # bf16 mixed precision's (fp8 terms: Fp8Recipe)
 }
 

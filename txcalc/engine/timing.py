@@ -163,11 +163,20 @@ def time_band(value: float, kind: str = "time") -> tuple[float, float]:
 #: compute dtype of the matmuls under each precision policy (fp32 runs on TF32 tensor cores,
 #: torch.backends.cuda.matmul.allow_tf32 = True, as Megatron and most trainers set it)
 COMPUTE_DTYPE = {"fp32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "bf16": "bf16",
+                 "fp16": "fp16",
                  "fp8-mixed": "fp8"}
 
 
 class ProfileError(TxcalcError):
     """A device profile file that cannot be read or holds impossible values."""
+
+
+def no_peak(name: str, dtype: str, peaks: dict) -> str:
+    """The refusal of a dtype the device has no tensor path for, with the way forward: fp16
+    where a GPU without bf16 (T4, V100) has it, as txcalc's default there."""
+    hint = ("; run it in fp16 (--precision fp16 when serving, fp16-mixed when training: the "
+            "default on this GPU)" if dtype == "bf16" and peaks.get("fp16", 0) > 0 else "")
+    return f"device {name} has no {dtype} peak{hint}"
 
 
 def op_class(op: Op) -> str:
@@ -240,7 +249,7 @@ class DeviceProfile:
         """Achievable FLOP/s of a class of op in ``dtype``."""
         peak = self.peak_flops.get(dtype, 0.0)
         if peak <= 0:
-            raise ProfileError(f"device {self.name} has no {dtype} peak")
+            raise ProfileError(no_peak(self.name, dtype, self.peak_flops))
         return peak * self.flop_efficiency.get(op_cls, DEFAULT_FLOP_EFFICIENCY.get(op_cls, 1.0))
 
     @property
@@ -372,7 +381,7 @@ def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: in
                 roofline_s(0, 2 * moved, prof, cls, dtype))
     peak = prof.peak_flops.get(dtype, 0.0)
     if peak <= 0:
-        raise ProfileError(f"device {prof.name} has no {dtype} peak")
+        raise ProfileError(no_peak(prof.name, dtype, prof.peak_flops))
     rate = peak * op_efficiency(op, w, prof, tp)
     t_mem = moved / prof.bytes_per_s
     return max(fwd_flops / rate, t_mem), max(bwd_flops / rate, 2 * t_mem)

@@ -249,6 +249,11 @@ class ModelConfig:
     #: or a built config): its quantization_config and architectures are the file's, not
     #: fields; serving reads them there (formats.resolve, serve.kv.hf_architecture)
     loaded_from: str = field(default="", compare=False, repr=False)
+    #: the weight format (a formats.scheme name) the publisher released a preset's checkpoint
+    #: in, as its config.json's quantization_config says (gpt-oss: mxfp4, DeepSeek-V3:
+    #: fp8-block); serving's default weights (formats.resolve). "" = 16-bit weights. Not a
+    #: shape: configs that differ only here are equal
+    released_weights: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Derived values are resolved once, before validation, so that errors name real numbers.

@@ -158,12 +158,14 @@ PRESETS: dict[str, ModelConfig] = _Presets({
                        d_model=3584, n_heads=28, n_kv_heads=4, d_ff=18944, vocab_size=152064,
                        max_position=131072, qkv_bias=True),
     # deepseek-ai/DeepSeek-V3 config.json (arXiv:2412.19437: 671B total, 37B active; HF builds
-    # no multi-token-prediction module, whose 14B make the 685B of the checkpoint)
+    # no multi-token-prediction module, whose 14B make the 685B of the checkpoint); released
+    # in fp8 with 128 x 128 block scales (quantization_config quant_method fp8)
     "deepseek-v3": _llama(name="deepseek-v3", hf_architecture="DeepseekV3ForCausalLM", n_layers=61,
                           d_model=7168, n_heads=128, d_ff=18432, vocab_size=129280,
                           max_position=163840, q_lora_rank=1536, kv_lora_rank=512,
                           qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_experts=256,
-                          top_k=8, moe_d_ff=2048, n_shared_experts=1, first_k_dense=3),
+                          top_k=8, moe_d_ff=2048, n_shared_experts=1, first_k_dense=3,
+                          released_weights="fp8-block"),
     # ibm-granite/granite-3.3-8b-instruct config.json (Granite's four multipliers are
     # elementwise: no parameters, no matmul FLOPs)
     "granite-3.3-8b": _llama(name="granite-3.3-8b", hf_architecture="GraniteForCausalLM",
@@ -208,11 +210,12 @@ PRESETS: dict[str, ModelConfig] = _Presets({
                                nope_layers=_LLAMA4_NOPE, attn_chunk=8192,
                                chunked_layers=_LLAMA4_CHUNKED),
     # openai/gpt-oss-{20b,120b} config.json (model card arXiv:2508.10925): biased attention with
-    # sinks, window-128 and global layers alternating, biased experts and router, top-4
+    # sinks, window-128 and global layers alternating, biased experts and router, top-4;
+    # released with MXFP4 routed experts (quantization_config quant_method mxfp4)
     "gpt-oss-20b": _gpt_oss(name="gpt-oss-20b", hf_architecture="GptOssForCausalLM", n_layers=24,
-                            n_experts=32),
+                            n_experts=32, released_weights="mxfp4"),
     "gpt-oss-120b": _gpt_oss(name="gpt-oss-120b", hf_architecture="GptOssForCausalLM", n_layers=36,
-                             n_experts=128),
+                             n_experts=128, released_weights="mxfp4"),
     # CohereForAI/c4ai-command-r-plus config.json: parallel block, bias-free LayerNorm, a
     # LayerNorm per head on q and k, tied embeddings
     "command-r-plus": M(name="command-r-plus", hf_architecture="CohereForCausalLM", n_layers=64,

@@ -3,7 +3,7 @@ changes (memory --json's finetune figures, TrainingMemory.finetune_json; nothing
 
 from __future__ import annotations
 
-from ..units import gb
+from ..units import gib
 from .sections import section, table
 
 
@@ -16,21 +16,21 @@ def adapters_section(data: dict) -> dict:
             ["trainable parameters", f"{f['trainable_params']:,} "
                                      f"({f['trainable_params'] / total:.3%} of {total:,})"],
             ["adapter parameters", f"{f['adapter_params']:,}"],
-            ["adapter weights", gb(f["adapter_bytes"])],
+            ["adapter weights", gib(f["adapter_bytes"])],
             ["frozen parameters", f"{f['frozen_params']:,}"],
-            ["weights (frozen base in its format + trainable)", gb(f["weights_bytes"])],
-            ["gradients (trainable only)", gb(f["gradients_bytes"])],
+            ["weights (frozen base in its format + trainable)", gib(f["weights_bytes"])],
+            ["gradients (trainable only)", gib(f["gradients_bytes"])],
             ["optimizer states and master weights (trainable only)",
-             gb(f["optimizer_bytes"])]]
+             gib(f["optimizer_bytes"])]]
     if f["dequant_bytes"]:
-        rows.append(["dequantisation buffers (QLoRA)", gb(f["dequant_bytes"])])
+        rows.append(["dequantisation buffers (QLoRA)", gib(f["dequant_bytes"])])
     if f["host_bytes"]:
-        rows.append(["host memory (offload)", gb(f["host_bytes"])])
-        rows.append(["PCIe traffic per step", gb(f["pcie_bytes_per_step"])])
+        rows.append(["host memory (offload)", gib(f["host_bytes"])])
+        rows.append(["PCIe traffic per step", gib(f["pcie_bytes_per_step"])])
     text = ["Frozen parameters keep no gradient, fp32 master copy or optimizer state, and "
             "their Linears skip the weight gradient in backward (the input gradient still "
             "flows through them); the plan's ZeRO stages shard only what trains, except "
             "ZeRO-3, which shards the frozen base too."]
     return section("finetune", "Fine-tuning: adapters and the frozen base", text,
-                   [table("Fine-tuning figures (single GPU, the asked recompute; GB = 1e9)",
+                   [table("Fine-tuning figures (single GPU, the asked recompute; GiB = 2^30 bytes)",
                           ["quantity", "value"], rows)])

@@ -3,7 +3,7 @@ that show the gathered numbers (components, memory, activations, KV cache, front
 
 from __future__ import annotations
 
-from ..units import gb, human, plural
+from ..units import gib, human, plural
 from .gather import RECOMPUTE_MODES, ceil_div
 from .request import ReportRequest
 from .sections import CATEGORY_LABELS, plot, section, table
@@ -40,7 +40,7 @@ def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
     paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} "
              f"({gpu['words']})**: one training step needs "
-             f"{gb(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
+             f"{gib(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
              + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {req.recompute}"
                 if "activations_vs_seq" in data else "") + ")."]
     if not fit["fits_one_gpu"]:
@@ -54,18 +54,18 @@ def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
                      f"{human(fl['train_model_flops'], 'FLOP')} (model FLOPs; "
                      f"{human(fl['train_executed_flops'], 'FLOP')} executed).")
     paras.append(no_plan)
-    rows = [["weights", f"{c['weights']:,}", gb(c["weights"])],
-            ["gradients", f"{c['gradients']:,}", gb(c["gradients"])],
-            ["optimizer (with fp32 master)", f"{c['optimizer']:,}", gb(c["optimizer"])]]
+    rows = [["weights", f"{c['weights']:,}", gib(c["weights"])],
+            ["gradients", f"{c['gradients']:,}", gib(c["gradients"])],
+            ["optimizer (with fp32 master)", f"{c['optimizer']:,}", gib(c["optimizer"])]]
     if c["activations"] or c["temporaries"]:
         rows += [["activations saved for backward", f"{c['activations']:,}",
-                  gb(c["activations"])],
+                  gib(c["activations"])],
                  ["temporaries (logits buffers, optimizer step)", f"{c['temporaries']:,}",
-                  gb(c["temporaries"])]]
-    rows.append(["total", f"{fit['total_bytes']:,}", gb(fit["total_bytes"])])
+                  gib(c["temporaries"])]]
+    rows.append(["total", f"{fit['total_bytes']:,}", gib(fit["total_bytes"])])
     return section("answer", "The answer", paras,
                    [table("Memory of one training step on one GPU", ["category", "bytes",
-                                                                     "GB (1e9)"], rows)])
+                                                                     "GiB (2^30)"], rows)])
 
 
 def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
@@ -83,9 +83,9 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
                                           "kv cache": kv["bytes_at_request"]}, "total": total}]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
     memory = (f"On one {gpu['name']} ({gpu['words']}) with no parallelism it "
-              f"{verdict}: weights {gb(data['weights_bytes'])} ({req.weights_format or req.precision}) + KV cache "
-              f"{gb(kv['bytes_at_request'])} ({req.kv_dtype}, {gb(kv['bytes_per_sequence'])} "
-              f"per sequence) = {gb(total)}.")
+              f"{verdict}: weights {gib(data['weights_bytes'])} ({req.weights_format or req.precision}) + KV cache "
+              f"{gib(kv['bytes_at_request'])} ({req.kv_dtype}, {gib(kv['bytes_per_sequence'])} "
+              f"per sequence) = {gib(total)}.")
     fl = data["flops"]
     masked = fl.get("prefill_model_per_sequence")
     compute = (f"Compute: a prefill of one {kv['context']:,}-token prompt is "
@@ -111,12 +111,12 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
              f"By memory alone: at least **{n:,} GPUs**, on which the KV cache leaves room for "
              f"**{fit['max_concurrency_on_min_gpus']:,} sequences** of {kv['context']:,} "
              "tokens.", compute, no_plan]
-    rows = [["weights", f"{data['weights_bytes']:,}", gb(data["weights_bytes"])],
-            ["KV cache", f"{kv['bytes_at_request']:,}", gb(kv["bytes_at_request"])],
-            ["total", f"{total:,}", gb(total)]]
+    rows = [["weights", f"{data['weights_bytes']:,}", gib(data["weights_bytes"])],
+            ["KV cache", f"{kv['bytes_at_request']:,}", gib(kv["bytes_at_request"])],
+            ["total", f"{total:,}", gib(total)]]
     return section("answer", "The answer", paras,
                    [table("Memory of serving (no parallelism)", ["category", "bytes",
-                                                                 "GB (1e9)"], rows)])
+                                                                 "GiB (2^30)"], rows)])
 
 
 # --- the other sections -----------------------------------------------------------------------
@@ -154,7 +154,7 @@ def components_section(data: dict, inference: bool) -> dict:
 
 def memory_section(data: dict, gpu: dict) -> dict:
     cats = list(data["memory"][0]["categories"])
-    rows = [[m["label"], *(gb(m["categories"][c]) for c in cats), gb(m["total"])]
+    rows = [[m["label"], *(gib(m["categories"][c]) for c in cats), gib(m["total"])]
             for m in data["memory"]]
     if data.get("plan") is not None:
         text = (f"Per GPU (the fullest pipeline stage) for the best layouts the planner found; "
@@ -171,7 +171,7 @@ def memory_section(data: dict, gpu: dict) -> dict:
         text = (f"Without a plan the layout shown is one GPU with no parallelism, {what}; the "
                 f"dashed line is one {gpu['name']} ({gpu['words']}).")
     return section("memory", "Memory per GPU by category", [text],
-                   [table("Bytes per GPU (GB = 1e9)",
+                   [table("Bytes per GPU (GiB = 2^30)",
                           ["layout", *(CATEGORY_LABELS.get(c, c) for c in cats), "total"], rows)],
                    [plot("memory.png", "memory", "Memory per GPU by category",
                          "Stacked bars of memory per GPU by category")])
@@ -179,7 +179,7 @@ def memory_section(data: dict, gpu: dict) -> dict:
 
 def activations_section(data: dict) -> dict:
     a = data["activations_vs_seq"]
-    rows = [[f"{s:,}", *(gb(a[m][i]) for m in RECOMPUTE_MODES)] for i, s in enumerate(a["seq"])]
+    rows = [[f"{s:,}", *(gib(a[m][i]) for m in RECOMPUTE_MODES)] for i, s in enumerate(a["seq"])]
     text = [f"Bytes saved for backward over the whole model, micro-batch {a['batch']}, "
             f"attention kernel {a['attn']}, for each recompute mode (none: everything; "
             "selective: the attention softmax is recomputed; full: each block keeps only its "
@@ -188,7 +188,7 @@ def activations_section(data: dict) -> dict:
         text.append(f"With the {a['attn']} kernel no S x S softmax is stored, so selective "
                     "recompute saves nothing here: its line lies on top of none.")
     return section("activations", "Activation memory against sequence length", text,
-                   [table("Activations (GB = 1e9)", ["sequence", *RECOMPUTE_MODES], rows)],
+                   [table("Activations (GiB = 2^30)", ["sequence", *RECOMPUTE_MODES], rows)],
                    [plot("activations.png", "activations",
                          "Activation memory against sequence length",
                          "Lines of activation memory against sequence length per recompute mode")])
@@ -199,13 +199,13 @@ def kv_section(data: dict, name: str) -> dict:
     if kv is None:
         return section("kv", "KV cache against context and concurrency",
                        [f"{name} has no KV cache (encoder-only)."])
-    rows = [[f"{x:,}", *(gb(kv["bytes"][str(c)][i]) for c in kv["concurrencies"])]
+    rows = [[f"{x:,}", *(gib(kv["bytes"][str(c)][i]) for c in kv["concurrencies"])]
             for i, x in enumerate(kv["contexts"])]
     return section("kv", "KV cache against context and concurrency",
                    [f"{kv['bytes_per_token']:,} bytes per token ({kv['kv_dtype']}); at "
                     f"{kv['context']:,} tokens x {kv['concurrency']:,} sequences: "
-                    f"{gb(kv['bytes_at_request'])}."],
-                   [table(f"KV cache ({kv['kv_dtype']}, GB = 1e9)",
+                    f"{gib(kv['bytes_at_request'])}."],
+                   [table(f"KV cache ({kv['kv_dtype']}, GiB = 2^30)",
                           ["context", *(plural(c, "seq") for c in kv["concurrencies"])], rows)],
                    [plot("kv_cache.png", "kv", "KV cache against context and concurrency",
                          "Lines of KV-cache memory against context per concurrency")])

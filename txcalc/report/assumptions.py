@@ -1,12 +1,13 @@
 """What a report assumed: the request's settings, the planner's defaults (read from the
-planner), the conventions (GB, FLOPs) and the sources of the numbers."""
+planner), the conventions (GiB, FLOPs) and the sources of the numbers."""
 
 from __future__ import annotations
 
 from .request import ReportRequest
 
 CONVENTIONS = [
-    "GB means 10^9 bytes everywhere in this report; GiB (2^30) is not used.",
+    "Memory is in GiB (2^30 bytes, as nvidia-smi and torch count it: an H100 has 80 GiB); "
+    "GB (10^9 bytes) only where a figure was given in GB (--gpu-gb) or is a link's GB/s.",
     "A multiply-add is 2 FLOPs. FLOPs are matmul FLOPs (what tensor cores run and what "
     "torch's FlopCounterMode counts); elementwise work (norms, softmax, activations, loss) is "
     "not counted.",

@@ -16,7 +16,7 @@ import json
 import shlex
 
 from ..errors import TxcalcError
-from ..units import GB, human
+from ..units import GIB, human
 
 MIN_OPTIONS, MAX_OPTIONS = 2, 6
 #: flags of the compared commands that take no value
@@ -117,7 +117,7 @@ def run(command: str, labels: list[str], argvs: list[list[str]], runner) -> dict
 
 
 def show(key: str, v) -> str:
-    """A value for people: bytes in GB (1e9), FLOPs with a prefix, seconds, exact counts."""
+    """A value for people: bytes in GiB (2^30), FLOPs with a prefix, seconds, exact counts."""
     if v is None:
         return "-"
     if isinstance(v, bool):
@@ -125,7 +125,7 @@ def show(key: str, v) -> str:
     if isinstance(v, str):
         return v
     if "_bytes" in key and "per_token" not in key:
-        return f"{v / GB:,.2f} GB"
+        return f"{v / GIB:,.2f} GiB"
     if "flops" in key:
         return human(v, "FLOP")
     if key.endswith("_s") and "per_s" not in key:
@@ -161,13 +161,13 @@ def panel_grid(n: int) -> tuple[int, int]:
 
 def draw_panels(fig, data: dict, keys: list[str]) -> None:
     """One bar chart per quantity of ``keys`` on ``fig`` (a matplotlib Figure), one bar per
-    option; bytes in GB."""
+    option; bytes in GiB."""
     opts = data["options"]
     nrows, cols = panel_grid(len(keys))
     axes = fig.subplots(nrows, cols, squeeze=False)
     for ax, k in zip(axes.flat, keys):
         vals = [o["result"][k] for o in opts]
-        div, unit = (GB, " (GB)") if k.endswith("_bytes") else (1, "")
+        div, unit = (GIB, " (GiB)") if k.endswith("_bytes") else (1, "")
         ax.bar(range(len(opts)), [v / div for v in vals], color="tab:blue")
         ax.set_xticks(range(len(opts)), [o["label"] for o in opts], rotation=20, ha="right",
                       fontsize=7)

@@ -44,7 +44,7 @@ def resolve_gpu(req: ReportRequest):
             if req.gpu_gb is not None:
                 g = with_usable_gb(g, req.gpu_gb)
                 source = "--gpu-gb"
-            return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GB"),
+            return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GiB"),
                     "source": source}, g
         if req.gpu_gb is None:
             raise WorkloadError(f"GPU {req.gpu!r}: no GPU catalog in this build; give its "
@@ -55,7 +55,7 @@ def resolve_gpu(req: ReportRequest):
                 "words": memory_words(usable), "source": "--gpu-gb"}, None
     from ..engine.hardware import get_gpu  # the rule of every command: plan's default GPU
     g = get_gpu(DEFAULT_GPU)
-    return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GB"),
+    return {"name": g.name, "usable_bytes": g.usable_bytes, "words": memory_words(g, "GiB"),
             "source": f"default (no --gpu given: {DEFAULT_GPU}, as plan's)"}, None
 
 

@@ -4,7 +4,7 @@
 renderers (``render.py`` for Markdown and HTML, ``plots.py`` for the PNGs) read only this dict,
 so the committed ``report.json`` holds everything a report shows and a test can compare it
 with a fresh run. Numbers stay exact Python ints; units appear only in the section text
-(GB = 10**9 bytes, FLOP counts with decimal prefixes).
+(memory in GiB = 2**30 bytes, FLOP counts with decimal prefixes).
 
 Split by job: ``gather`` (the engine's numbers), ``answer`` (the answer and the sections'
 text), ``validation`` (reading validation reports), ``assumptions``, ``planning`` (the

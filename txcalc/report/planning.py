@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..units import cdiv, gb, human, plural
+from ..units import cdiv, gib, human, plural
 
 #: best layouts shown in the memory plot and table
 N_LAYOUTS = 5
@@ -46,7 +46,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
     frontier = [_row(r) for r in p.frontier]
     s = p.setting
     return {"gpu": s.gpu.name, "gpu_memory_bytes": int(s.gpu.memory_bytes),
-            "gpu_usable_bytes": s.gpu.usable_bytes, "gpu_memory_words": memory_words(s.gpu, "GB"),
+            "gpu_usable_bytes": s.gpu.usable_bytes, "gpu_memory_words": memory_words(s.gpu, "GiB"),
             "tokens": tokens, "seq": s.seq, "global_batch": s.global_batch,
             "min_gpus_to_fit": p.min_gpus_to_fit, "gpus_for_deadline": p.gpus_for_deadline,
             "days_limit": req.days, "price_per_gpu_hour": req.price,
@@ -81,7 +81,7 @@ def infer_plan(req, cfg, gpu) -> dict:
         d["memory_at_load"] = r.memory_at(d["seqs_per_replica"])
         rows.append(d)
     return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
-            "gpu_usable_bytes": p.gpu.usable_bytes, "gpu_memory_words": memory_words(p.gpu, "GB"),
+            "gpu_usable_bytes": p.gpu.usable_bytes, "gpu_memory_words": memory_words(p.gpu, "GiB"),
             "best": rows[0], "options": rows,
             "assumptions": plan_assumptions(p.gpu, {}, serving=True)}
 
@@ -99,7 +99,7 @@ def plan_assumptions(gpu, plan: dict, serving: bool) -> list[str]:
            f"{prof.bw_efficiency:.0%} of HBM bandwidth; communication per collective over "
            "the intra- and inter-node links (txcalc/parallel/comm.py).",
            f"Framework memory per GPU (txcalc/parallel/overheads.py, Overheads): CUDA context "
-           f"{gb(ov.cuda_context_bytes)}, communication buffers {gb(ov.comm_buffer_bytes)} "
+           f"{gib(ov.cuda_context_bytes)}, communication buffers {gib(ov.comm_buffer_bytes)} "
            f"when more than one GPU, allocator fragmentation {ov.fragmentation:.0%} of the "
            "tensors."]
     if serving:
@@ -206,8 +206,8 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
              f"The layout `{b['layout']}` in words: {layout_in_words(b['layout'])}.",
              f"Training fits on as few as **{plural(plan['min_gpus_to_fit'], 'GPU')}** "
              f"(each {plan['gpu_memory_words']}).{deadline} On one GPU with no "
-             f"parallelism one step would need {gb(single['total'])}.",
-             f"Best layout: {gb(b['total_bytes'])} per GPU, step {b['step_time_s']:,.2f} s for "
+             f"parallelism one step would need {gib(single['total'])}.",
+             f"Best layout: {gib(b['total_bytes'])} per GPU, step {b['step_time_s']:,.2f} s for "
              f"{plan['global_batch']:,} x {plan['seq']:,} tokens, MFU {b['mfu']:.1%}, "
              f"{b['tokens_per_s']:,.0f} tokens/s; the whole run is "
              f"{human(plan['model_flops'], 'FLOP')} (model FLOPs; "
@@ -226,7 +226,7 @@ def train_answer(plan: dict, name: str, single: dict) -> tuple[list[str], list[l
             ["GPU-hours", f"{b['gpu_hours']:,.0f}" + _range(b, "gpu_hours", ",.0f")],
             ["cost", "no price given" if b["cost"] is None else f"{b['cost']:,.0f}"],
             ["MFU", f"{b['mfu']:.1%}" + _range(b, "mfu", ".1%")],
-            ["memory per GPU", gb(b["total_bytes"])]]
+            ["memory per GPU", gib(b["total_bytes"])]]
     return paras, rows
 
 
@@ -237,7 +237,7 @@ def communication_table(plan: dict) -> dict | None:
         return None
     return table("Communication per step of the best layout (per GPU)",
                  ["group", "collective", "link", "bytes", "time", "exposed"],
-                 [[c["group"].upper(), c["collective"], c["link"], gb(c["bytes_per_step"]),
+                 [[c["group"].upper(), c["collective"], c["link"], gib(c["bytes_per_step"]),
                    f"{c['time_s']:,.3f} s", f"{c['exposed_s']:,.3f} s"]
                   for c in plan["communication"]])
 
@@ -287,4 +287,4 @@ def serving_memory(plan: dict, n: int = N_LAYOUTS) -> list[dict]:
 
 def frontier_rows(plan: dict) -> list[list[str]]:
     return [[f"{r['gpus']:,}", r["layout"], f"{r['days']:,.1f}", f"{r['gpu_hours']:,.0f}",
-             f"{r['mfu']:.1%}", gb(r["total_bytes"])] for r in plan["frontier"]]
+             f"{r['mfu']:.1%}", gib(r["total_bytes"])] for r in plan["frontier"]]

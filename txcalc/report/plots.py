@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 
-from ..units import GB, plural, scale
+from ..units import GIB, plural, scale
 from .sections import CATEGORY_LABELS
 
 DPI = 100
@@ -62,8 +62,8 @@ def _png(fig) -> bytes:
 
 def _gpu_line(ax, data: dict, label_prefix: str = "one") -> None:
     gpu = data["gpu"]
-    ax.axhline(gpu["usable_bytes"] / GB, color="black", linestyle="--", linewidth=1,
-               label=f"{label_prefix} {gpu['name']} ({gpu['usable_bytes'] / GB:,.0f} GB usable)")
+    ax.axhline(gpu["usable_bytes"] / GIB, color="black", linestyle="--", linewidth=1,
+               label=f"{label_prefix} {gpu['name']} ({gpu['usable_bytes'] / GIB:,.1f} GiB usable)")
 
 
 def _wrap(label: str, words: int = 3) -> str:
@@ -78,12 +78,51 @@ def _wrap(label: str, words: int = 3) -> str:
     return "\n".join(lines + ([f"({tail}"] if tail else []))
 
 
-def _log2_ticks(ax, values: list[int]) -> None:
+def _log2_ticks(ax, values: list[int], text=None, fontsize=None) -> None:
+    """A base-2 log x axis with a tick at each of ``values``, labelled by ``text`` (default:
+    4096 -> "4k") where the label does not crowd its left neighbour (``_thinned``)."""
+    text = text or (lambda v: f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else f"{v:,}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(values)
-    ax.set_xticklabels([f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else f"{v:,}"
-                        for v in values])
+    ax.set_xticklabels(_thinned(values, text), fontsize=fontsize)
     ax.minorticks_off()
+
+
+#: labels a 9-inch-wide axis shows at most along a log axis (a label of up to 6 characters
+#: at font size 8-10 is about 0.4 inch wide: fewer than one per 0.6 inch never touch)
+MOST_TICK_LABELS = 14
+
+
+def _thinned(values, text, most: int = MOST_TICK_LABELS) -> list[str]:
+    """The label of each tick at ``values`` on a log axis, "" for a tick closer than 1/most of
+    the axis's span (in log space) to the last labelled one to its left, so that no two
+    labels overlap (the frontier's 112 and 128 GPUs did); the largest value keeps its label
+    (its crowded neighbour loses it)."""
+    import math
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    logs = [math.log(values[i]) for i in order]
+    gap = (logs[-1] - logs[0]) / most if len(logs) > 1 else 0.0
+    labels = [""] * len(values)
+    last = None  # the log of the last labelled tick, and its index
+    for i, lg in zip(order, logs):
+        if last is None or lg - last[0] >= gap:
+            labels[i], last = text(values[i]), (lg, i)
+    top = order[-1]
+    if not labels[top]:
+        labels[last[1]], labels[top] = "", text(values[top])
+    return labels
+
+
+def _tick_text(v: float, sci: bool = False) -> str:
+    """A log axis's tick label as plain text (mathtext is off in every plot, so matplotlib's
+    ``$\\mathdefault{10^{4}}$`` would show raw): 0.01, 0.5, 10, 20,000; past that range, or
+    with ``sci`` (an axis that reaches past it: one form along the axis), 1e6, 2e-5."""
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e5 and not sci:
+        return f"{v:,.6g}"
+    mant, _, exp = f"{v:.0e}".partition("e")
+    return f"{mant}e{int(exp)}"
 
 
 def _finish_log_log(ax, data: dict, xs: list[int], xlabel: str, ylabel: str,
@@ -91,7 +130,7 @@ def _finish_log_log(ax, data: dict, xs: list[int], xlabel: str, ylabel: str,
     """The shared frame of the memory-against-length plots: GPU line, log axes, legend."""
     _gpu_line(ax, data)
     _log2_ticks(ax, xs)
-    ax.set_yscale("log")
+    _plain_log(ax, "y")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -138,7 +177,7 @@ def _memory(report: dict):
     labels = [_wrap(m["label"]) for m in data["memory"]]
     bottom = [0.0] * len(labels)
     for cat, colour in CATEGORY_COLOURS.items():
-        vals = [m["categories"].get(cat, 0) / GB for m in data["memory"]]
+        vals = [m["categories"].get(cat, 0) / GIB for m in data["memory"]]
         if not any(vals):
             continue
         ax.bar(labels, vals, bottom=bottom, color=colour, label=CATEGORY_LABELS.get(cat, cat),
@@ -146,7 +185,7 @@ def _memory(report: dict):
         bottom = [b + v for b, v in zip(bottom, vals)]
     _gpu_line(ax, data)
     ax.set_ylim(bottom=0)
-    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
     ax.set_xlabel("layout")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(f"{data['model']['name']}: memory per GPU by category")
@@ -163,10 +202,10 @@ def _activations(report: dict):
     # selective equals none under a fused kernel (no S x S to drop): dashed, so both show
     for mode, marker, style in (("none", "o", "-"), ("selective", "s", "--"),
                                 ("full", "^", "-")):
-        ax.plot(a["seq"], [v / GB for v in a[mode]], marker=marker, linestyle=style,
+        ax.plot(a["seq"], [v / GIB for v in a[mode]], marker=marker, linestyle=style,
                 markersize=8 if mode == "none" else 5, label=f"recompute {mode}")
     _finish_log_log(ax, data, a["seq"], "sequence length (tokens)",
-                    "activation memory (GB = 1e9 bytes)",
+                    "activation memory (GiB = 2^30 bytes)",
                     f"{data['model']['name']}: activations saved for backward, micro-batch "
                     f"{a['batch']}, attention {a['attn']}")
     return fig
@@ -178,13 +217,13 @@ def _kv(report: dict):
     fig = _figure()
     ax = fig.subplots()
     for c in kv["concurrencies"]:
-        ax.plot(kv["contexts"], [v / GB for v in kv["bytes"][str(c)]], marker="o",
+        ax.plot(kv["contexts"], [v / GIB for v in kv["bytes"][str(c)]], marker="o",
                 markersize=3, label=plural(c, "sequence"))
-    ax.plot([kv["context"]], [kv["bytes_at_request"] / GB], marker="*", markersize=14,
+    ax.plot([kv["context"]], [kv["bytes_at_request"] / GIB], marker="*", markersize=14,
             color="black", linestyle="none",
             label=f"asked: {kv['context']:,} tokens x {kv['concurrency']:,}")
     _finish_log_log(ax, data, kv["contexts"], "context (tokens per sequence)",
-                    f"KV cache (GB = 1e9 bytes, {kv['kv_dtype']})",
+                    f"KV cache (GiB = 2^30 bytes, {kv['kv_dtype']})",
                     f"{data['model']['name']}: KV cache against context and concurrency")
     return fig
 
@@ -210,11 +249,8 @@ def _frontier(report: dict):
     if plan["days_limit"]:
         ax.axhline(plan["days_limit"], color="black", linestyle="--", linewidth=1,
                    label=f"deadline ({plan['days_limit']:g} days)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([p["gpus"] for p in pts])
-    ax.set_xticklabels([f"{p['gpus']:,}" for p in pts], fontsize=8)
-    ax.minorticks_off()
-    ax.set_yscale("log")
+    _log2_ticks(ax, [p["gpus"] for p in pts], lambda v: f"{v:,}", fontsize=8)
+    _plain_log(ax, "y")
     ax.set_xlabel(f"GPUs ({plan['gpu']})")
     ax.set_ylabel("days to train (wall clock)")
     ax.set_title(f"{data['model']['name']}: GPUs against days for {plan['tokens']:,} tokens")
@@ -240,8 +276,8 @@ def _validation(report: dict):
     if hi > 0:
         ax.plot([lo / 2, hi * 2], [lo / 2, hi * 2], color="black", linewidth=0.8,
                 linestyle="--", label="predicted = measured")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    _plain_log(ax, "x")
+    _plain_log(ax, "y")
     ax.set_xlabel("measured (parameters, FLOPs or bytes)")
     ax.set_ylabel("predicted (same unit)")
     ax.set_title(f"{data['model']['name']}: predicted against measured\n{v['exact']:,} of "
@@ -252,15 +288,17 @@ def _validation(report: dict):
 
 
 def _plain_log(ax, which: str) -> None:
-    """A log axis with plain numbers on its ticks (mathtext is off in every plot)."""
+    """A log axis with plain numbers on its ticks (``_tick_text``: mathtext is off in every
+    plot, so the default formatter's ``$\\mathdefault{10^{4}}$`` would be drawn as written)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     lo, hi = (ax.get_xlim() if which == "x" else ax.get_ylim())
+    sci = hi >= 1e5 or lo < 1e-3
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _tick_text(v, sci)))
     if hi < 30 * lo:  # under a decade and a half: label the 2s and 5s too
         axis.set_minor_formatter(FuncFormatter(
-            lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+            lambda v, _: _tick_text(v, sci) if f"{v:.0e}"[0] in "25" else ""))
     else:
         axis.set_minor_formatter(NullFormatter())
 

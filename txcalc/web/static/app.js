@@ -11,8 +11,8 @@ let generation = 0;
 let timer = null;
 
 // --- formatting (display only; the exact value stays in data-value) ---------------------------
-const GB = 1e9;
-const fmtGB = (b) => (b / GB).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " GB";
+const GIB = 2 ** 30;  // memory is shown in GiB (2^30 bytes), as nvidia-smi and torch count it
+const fmtGB = (b) => (b / GIB).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " GiB";
 const fmtInt = (n) => Math.abs(n) < 2 ** 53 ? Math.round(n).toLocaleString("en-US") : n.toPrecision(6);
 function fmtSI(x, unit) {
   const steps = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
@@ -206,7 +206,7 @@ function renderMemory(t, mem, ans) {
                    bparts, b.total_bytes, ans.gpu_usable_bytes, `${ans.gpu}: ${fmtGB(ans.gpu_usable_bytes)} usable`));
     for (const [label, key, v] of bparts) rows.push(["", "best layout: " + label, fig(key, v, fmtGB(v))]);
   }
-  table($("memory-table"), ["", "category", "GB"], rows);
+  table($("memory-table"), ["", "category", "GiB"], rows);
   for (const s of document.querySelectorAll(".swatch")) s.classList.add("c" + s.dataset.color);
 }
 
