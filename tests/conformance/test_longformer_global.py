@@ -258,7 +258,7 @@ def test_cli_global_tokens_and_attn(tmp_path, capsys):
         (f.forward, f.backward, 3)
     code, out, _ = _cli(capsys, ["memory", path, "-s", 7, "--global-tokens", 2, "--json"])
     assert code == 0 and json.loads(out)["global_tokens"] == 2
-    for bad, words in ((["flops", path, "-s", 7, "--global-tokens", -1], "--global-tokens (-1)"),
+    for bad, words in ((["flops", path, "-s", 7, "--global-tokens", -1], "--global-tokens ('-1')"),
                        (["memory", path, "-s", 7, "--global-tokens", 8],
                         "global_tokens (8) cannot exceed seq (7)"),
                        (["flops", "gpt2", "-s", 7, "--global-tokens", 1],
