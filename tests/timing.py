@@ -27,7 +27,7 @@ from pathlib import Path
 
 PATH = Path(__file__).parent / "data" / "test_seconds.json"
 #: a test measured over this many CPU seconds is ``slow``
-SLOW_SECONDS = 0.5
+SLOW_SECONDS = 0.1
 MEASURE = os.environ.get("TXCALC_MEASURE_TIMES") == "1"
 
 
