@@ -2,23 +2,9 @@
 fp16 on a GPU without bf16 (T4, V100), as vLLM (dtype auto) and the HF Trainer (--fp16) run
 there; a preset released in a quantised format served from its released checkpoint."""
 
-import json
-
 import pytest
 
-from txcalc.cli import main
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-def run_json(capsys, *argv) -> dict:
-    rc, out, err = run(capsys, *argv, "--json")
-    assert rc == 0, err
-    return json.loads(out)
+from .cli_run import run, run_json
 
 
 def test_plan_infer_on_t4_runs_in_fp16_and_says_so(capsys):

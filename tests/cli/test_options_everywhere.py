@@ -3,23 +3,9 @@ reads k as --context does (``--seq 4k`` = 4096), ``plan train`` takes ``--gpu-gb
 and fit do, and plan infer's load mode gives the paged KV cache (``kv_blocks``,
 ``kv_tokens``) as its capacity mode does."""
 
-import json
-
 import pytest
 
-from txcalc.cli import main
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-def run_json(capsys, *argv) -> dict:
-    rc, out, err = run(capsys, *argv, "--json")
-    assert rc == 0, err
-    return json.loads(out)
+from .cli_run import run, run_json
 
 
 @pytest.mark.parametrize("argv", [
