@@ -75,6 +75,11 @@ def default_recompute(recompute: str | None, finetune: str,
     return "none", []
 
 
+#: what full training runs with where the options leave it (no recipe applies): a recipe's
+#: choice that differs from these is stated among the defaults assumed
+FULL_TRAINING = {"optimizer": "adamw", "loss": "full", "offload": "none"}
+
+
 def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None,
                  offload: str | None) -> dict:
     """What a fine-tuning recipe (txcalc.engine.recipes) sets where the options leave it:
@@ -89,9 +94,9 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
         if recipe is not None:
             raise WorkloadError(f"--recipe ({recipe!r:.60}) applies to fine-tuning (--finetune "
                                 "lora, qlora, dora or freeze), not to full training")
-        return {"finetune": None, "optimizer": "adamw" if optimizer is None else optimizer,
-                "loss": "full" if loss is None else loss,
-                "offload": "none" if offload is None else offload,
+        given = {"optimizer": optimizer, "loss": loss, "offload": offload}
+        return {"finetune": None, **{k: FULL_TRAINING[k] if v is None else v
+                                     for k, v in given.items()},
                 "optimizer_kernel": "foreach", "recipe": None, "assumed": []}
     r = get_recipe(DEFAULT_RECIPE if recipe is None else recipe)
     assumed = [] if recipe is not None else [
@@ -100,8 +105,7 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
             ("optimizer", optimizer, r.optimizer, f"the recipe's {r.optimizer_name}"),
             ("loss", loss, r.loss, "the recipe's loss"),
             ("offload", offload, r.offload, "the recipe's checkpoints' place")):
-        if given is None and (recipe is not None or own != {"optimizer": "adamw", "loss": "full",
-                                                            "offload": "none"}[name]):
+        if given is None and (recipe is not None or own != FULL_TRAINING[name]):
             assumed.append(f"{name} {own} ({words})")
     if ft.mode == "qlora" and r.upcast:
         assumed.append("QLoRA's unquantised parameters (embeddings, norms, lm_head) in fp32, "

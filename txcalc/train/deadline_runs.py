@@ -89,12 +89,18 @@ def runs_path() -> Path:
     return Path(str(resources.files("txcalc") / "data" / "published_deadline_runs.json"))
 
 
+def _document(path: str | Path | None) -> tuple[str, dict]:
+    """(the file's name, its parsed JSON): ``path`` or the package's runs file."""
+    from ..safeio import parse_json, read_text
+    where = str(path or runs_path())
+    return where, parse_json(read_text(path or runs_path(), RunsError), f"cannot read {where}",
+                             RunsError)
+
+
 def load_runs(path: str | Path | None = None) -> list[DeadlineRun]:
     """The runs of ``path`` (default: the package's published_deadline_runs.json), checked:
     every field present, a known split, a catalog GPU, a source and a quote."""
-    from ..safeio import parse_json, read_text
-    where = str(path or runs_path())
-    doc = parse_json(read_text(path or runs_path(), RunsError), f"cannot read {where}", RunsError)
+    where, doc = _document(path)
     try:
         raw = list(doc["runs"])
         missing = [f"{r.get('id', '?')}: no {k!r}" for r in raw for k in FIELDS if k not in r]
@@ -130,9 +136,7 @@ def load_runs(path: str | Path | None = None) -> list[DeadlineRun]:
 
 def load_left_out(path: str | Path | None = None) -> list[dict]:
     """The runs looked for and not made rows, each with why (``left_out`` of the file)."""
-    from ..safeio import parse_json, read_text
-    where = str(path or runs_path())
-    doc = parse_json(read_text(path or runs_path(), RunsError), f"cannot read {where}", RunsError)
+    _, doc = _document(path)
     return [{"run": str(x["run"]), "why": str(x["why"])} for x in doc.get("left_out", [])]
 
 

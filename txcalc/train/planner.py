@@ -69,6 +69,13 @@ from ..engine.timing import DeviceProfile
 from ..units import pow2_upto
 
 DAY_S = 86400.0
+
+
+def train_days(tokens, batch, seq: int, step_s, goodput: float):
+    """Wall-clock days to train ``tokens``: steps of ``batch`` sequences of ``seq`` tokens,
+    each ``step_s`` seconds, over the goodput (the share of wall-clock time spent training).
+    Numbers or numpy arrays (broadcast)."""
+    return tokens / (batch * seq) * step_s / DAY_S / goodput
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
 FRONTIER_CAP = 16384
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "inputs", "logits",
@@ -383,7 +390,7 @@ class Screen:
         per = (dp * mb)[:, None]
         gb = g["gb"][idx][:, None]
         step = self.step[idx][:, None] + (b // per - gb // per) * self.slope[idx][:, None]
-        days = self.tokens / (b * s.seq) * step / DAY_S / s.goodput
+        days = train_days(self.tokens, b, s.seq, step, s.goodput)
         days = np.where(b == gb, self.day_arr[idx][:, None], days)
         return np.where(valid_batches(self.batches, dp, mb, pp, v), days, np.inf)
 
@@ -467,7 +474,7 @@ def rows_for(setting: TrainSetting, layouts: list[Layout], tokens: int,
     for i, lay in enumerate(layouts):
         batch = setting.global_batch if batches is None else int(batches[i])
         step = float(r["step_time_s"][i])
-        days = tokens / (batch * setting.seq) * step / DAY_S / setting.goodput
+        days = train_days(tokens, batch, setting.seq, step, setting.goodput)
         hours = days * 24 * lay.gpus
         out.append(TrainRow(layout=lay, gpus=lay.gpus,
                             memory={c: int(r[f"{c}_bytes"][i]) for c in CATEGORIES},
@@ -764,8 +771,8 @@ def _screen(s: TrainSetting, tokens: int, batches: list[int], max_gpus: int,
     # report: hardware.gpu_memory), not the datasheet's: the CUDA context, charged here as
     # Overheads.cuda_context_bytes, comes out of CUDA's total.
     fits = r["total_bytes"] <= gpu.usable_bytes
-    steps = tokens / ((g["gb"] if "gb" in g else s.global_batch) * s.seq)
-    day_arr = steps * r["step_time_s"] / DAY_S / s.goodput
+    day_arr = train_days(tokens, g["gb"] if "gb" in g else s.global_batch, s.seq,
+                         r["step_time_s"], s.goodput)
     hours = day_arr * 24 * r["gpus"]
     return Screen(s, g, r["gpus"], fits, day_arr, hours, tokens, tuple(batches),
                   r["step_time_s"], r["step_slope_s"], r["total_bytes"])
