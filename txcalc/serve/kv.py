@@ -670,9 +670,10 @@ def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,
     from .. import inputs as I
     out = {}
     if engine is not None:
-        if engine not in ENGINES:
+        from .sched import ENGINE_PROFILES
+        if engine not in ENGINES and engine not in ENGINE_PROFILES:
             raise I.InputError(f"--engine ({I.show(engine)}) must be one of "
-                               f"{', '.join(ENGINES)}")
+                               f"{', '.join(dict.fromkeys((*ENGINES, *ENGINE_PROFILES)))}")
         out["engine"] = engine
     if gpu_memory_utilization is not None:
         out["gpu_memory_utilization"] = I.number("--gpu-memory-utilization",

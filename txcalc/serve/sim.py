@@ -1,19 +1,11 @@
-"""A step-level simulator of one serving replica: continuous batching with chunked prefill.
+"""The step costs of one serving replica (``StepModel``), and estimates built on them.
 
-The model (vLLM V1's scheduler, simplified; every assumption is listed):
+The batching loop that spends these steps lives in ``serve.batching`` (``simulate``, under an
+engine's scheduler profile, ``serve.sched``); it is re-exported here.
 
     what            | model
     ----------------|----------------------------------------------------------------------------
-    arrivals        | Poisson at ``rate`` requests/s (``rate=inf``: all at t = 0, the offline
-                    |   mode of trtllm-bench / vLLM's benchmark_throughput), or a closed loop of
-                    |   ``concurrency`` clients each sending its next request when one finishes
-    admission       | FCFS; a request is admitted when max_num_seqs allows and the KV cache has
-                    |   room for all input + output tokens (reserved up front: no preemption)
-    one step        | every running decode contributes 1 token; the rest of the
-                    |   max_num_batched_tokens budget goes to prefill chunks, oldest first
-    first token     | at the end of the step that runs a request's last prefill chunk (TTFT)
-    later tokens    | one per step while decoding: each inter-token latency is one step
-    step time       | overhead + a roofline per kernel class + TP all-reduces, from the engine
+    step time       | overheads + a roofline per kernel class + TP all-reduces, from the engine
                     |   (the GEMMs and the attention kernel run one after the other, so each
                     |   is bound by its own compute or its own bytes; one roofline over the
                     |   whole step would let the KV read hide under the GEMMs' compute):
@@ -22,59 +14,48 @@ The model (vLLM V1's scheduler, simplified; every assumption is listed):
                     |     expected distinct experts the step's tokens touch, E (1 - (1 -
                     |     k/E)^T)) + fp32 logits written) / (HBM bandwidth x efficiency)),
                     |     the matmul rate times ``timing.weight_only_factor`` at the step's
-                    |     rows for weight-only formats (dequantising kernels)
+                    |     rows for weight-only formats (dequantising kernels); a decode step
+                    |     run as a CUDA graph computes its padded rows
                     |   attention = max(attended (query, key) pairs x FLOPs per pair /
                     |     (tp x attention rate), KV bytes of every cached token the step
                     |     attends to / (HBM bandwidth x efficiency)); pairs of a chunk of c
                     |     tokens after p cached ones = c p + c (c + 1) / 2, of a decode = its
-                    |     context
+                    |     context: a decode step's time grows with its batch's summed context
                     |   TP: 2 all-reduces per block of tokens x d_model activations
                     |   pipeline stages run one after another (no micro-batching across steps)
-    prefix cache    | ``prefix_hit_rate`` h: every prompt starts with a prefix shared by all
-                    |   requests (system prompt, few-shot examples) of h x input tokens, cut
-                    |   to whole blocks and at most input - 1 (vLLM recomputes the last
-                    |   token): its blocks are stored once (the cache loses them once, each
-                    |   request reserves only its own tokens), its tokens are never
-                    |   prefilled (a prompt's first chunk starts after them, attending to
-                    |   them as cached context), and decodes still read them per sequence
-    not modelled    | sliding windows (every layer attends to the whole context), preemption,
-                    |   detokenisation, network; speculative decoding is a separate
-                    |   estimate (``speculative``)
+    overheads       | per step ``overhead_s`` (scheduling, input preparation, launch), per
+                    |   sequence in the step ``seq_overhead_s`` (sampling, detokenising,
+                    |   per-request bookkeeping), and ``eager_overhead_s`` more for a step
+                    |   launched kernel by kernel rather than as a captured CUDA graph
+    not modelled    | sliding windows (every layer attends to the whole context), network;
+                    |   speculative decoding is a separate estimate (``speculative``)
 
 Rates come from ``timing.DeviceProfile`` (dense peak x efficiency), FLOPs from the op list
 (``Op.fwd_flops``/``decode_flops``), bytes from ``sharding.local_params`` and
 ``kvcache.kv_cache_bytes_per_token``: nothing is re-derived here.
-
-Speed: per step the state is a handful of sums (decoding requests, their summed context), the
-prefill queue and the requests due to finish at that step, so an hour at 50 requests/s runs in
-seconds (benchmarks/serving_sim.py).
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-
-from ..errors import TxcalcError
+from .batching import (  # noqa: F401  (re-exported: the batching loop's names)
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    MAX_REQUESTS,
+    SimError,
+    SimResult,
+    lengths,
+    simulate,
+)
 from .kv import cached_prefix_tokens
 
 #: CPU time per engine step outside the GPU kernels (scheduling, sampling, input preparation,
 #: launch gaps): an assumed figure, not a measurement; one of the two efficiency parameters a
 #: calibration may fit per GPU (the other is the matmul efficiency of the DeviceProfile)
 STEP_OVERHEAD_S = 0.004
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  #: vLLM V1's default for online serving on H100-class
-DEFAULT_MAX_NUM_SEQS = 256
-#: most requests one simulation accepts (keeps memory and time bounded)
-MAX_REQUESTS = 10**7
-
-
-class SimError(TxcalcError):
-    """A simulation that cannot run (a request longer than the KV cache, bad lengths)."""
 
 
 @dataclass(frozen=True)
@@ -111,19 +92,25 @@ class StepModel:
     #: weight-only formats: ``timing.weight_only_factor``'s floor (None: the Linears run at
     #: their format's full tensor-core rate)
     weight_only_floor: float | None = None
+    seq_overhead_s: float = 0.0  #: per sequence in a step (sampling, bookkeeping)
+    eager_overhead_s: float = 0.0  #: per step launched without a CUDA graph
 
     def step_s(self, tokens: int, logit_rows: int, pairs: int, kv_read_tokens: int,
-               kv_read_bytes: int | None = None) -> float:
+               kv_read_bytes: int | None = None, *, seqs: int = 0,
+               padded_tokens: int | None = None, eager: bool = False) -> float:
         """Seconds of one step: ``tokens`` rows through the blocks, ``logit_rows`` through the
         head, ``pairs`` attended (query, key) pairs, ``kv_read_tokens`` cached tokens read
         (``kv_read_bytes``: those tokens' bytes on one rank when the caller knows them better
-        than tokens x kv_bytes_per_token: sliding windows, recurrent states)."""
+        than tokens x kv_bytes_per_token: sliding windows, recurrent states); ``seqs``
+        sequences in the step (each pays seq_overhead_s), ``padded_tokens``: the rows a CUDA
+        graph computes (its captured batch), ``eager``: launched kernel by kernel."""
         from ..engine.timing import weight_only_share
         tp = self.tp
         mm = self.matmul_flops_per_s
+        rows = tokens if padded_tokens is None else max(tokens, padded_tokens)
         if self.weight_only_floor is not None:  # dequantising kernels lose speed past the knee
-            mm *= weight_only_share(self.weight_only_floor, tokens)
-        lin_compute = (tokens * self.lin_flops_per_token + logit_rows * self.head_flops_per_row) \
+            mm *= weight_only_share(self.weight_only_floor, rows)
+        lin_compute = (rows * self.lin_flops_per_token + logit_rows * self.head_flops_per_row) \
             / (tp * mm)
         attn_compute = pairs * self.attn_flops_per_pair / (tp * self.attn_flops_per_s)
         w = self.dense_weight_bytes
@@ -140,7 +127,12 @@ class StepModel:
         if tp > 1:
             comm += n_ar * (self.ar_latency_s + tokens * self.ar_s_per_token)
         w += logit_rows * self.logit_bytes_per_row
-        return self.overhead_s + max(lin_compute, w / self.bytes_per_s) + max(
+        over = self.overhead_s
+        if seqs and self.seq_overhead_s:
+            over += seqs * self.seq_overhead_s
+        if eager and self.eager_overhead_s:
+            over += self.eager_overhead_s
+        return over + max(lin_compute, w / self.bytes_per_s) + max(
             attn_compute, (kv_read_tokens * self.kv_bytes_per_token if kv_read_bytes is None
                            else kv_read_bytes) / self.bytes_per_s) + comm
 
@@ -178,7 +170,8 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                precision: str = "bf16", weights: str | None = None, profile=None,
                gpu_file=None, overhead_s: float = STEP_OVERHEAD_S,
                kv_capacity_tokens: int | None = None, ep: int = 1,
-               attention_dtype: str | None = None, **kv_kw) -> StepModel:
+               attention_dtype: str | None = None, seq_overhead_s: float = 0.0,
+               eager_overhead_s: float = 0.0, **kv_kw) -> StepModel:
     """The step coefficients of a tp x pp replica of ``model`` on ``gpu`` (see the module
     table). ``kv_capacity_tokens``: default ``serving.kv_capacity``'s kv_tokens (``kv_kw``
     go to it). ``ep``: expert parallelism over the same tp GPUs (ep == tp; vLLM's
@@ -193,12 +186,14 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                                        weights=weights, profile=profile, gpu_file=gpu_file),
                          tp=tp, pp=pp, overhead_s=overhead_s,
                          kv_capacity_tokens=kv_capacity_tokens, ep=ep,
-                         attention_dtype=attention_dtype, **kv_kw)
+                         attention_dtype=attention_dtype, seq_overhead_s=seq_overhead_s,
+                         eager_overhead_s=eager_overhead_s, **kv_kw)
 
 
 def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERHEAD_S,
                   kv_capacity_tokens: int | None = None, ep: int = 1,
-                  attention_dtype: str | None = None, **kv_kw) -> StepModel:
+                  attention_dtype: str | None = None, seq_overhead_s: float = 0.0,
+                  eager_overhead_s: float = 0.0, **kv_kw) -> StepModel:
     """``step_model`` of a resolved ``serve.setting.ServeSetting`` (the search of a plan
     builds one setting and calls this for each layout)."""
     from .. import inputs as I
@@ -212,6 +207,8 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
     pp = I.integer("pp", pp, 1, I.MAX_GPUS)
     ep = I.integer("ep", ep, 1, I.MAX_GPUS)
     overhead_s = I.number("overhead_s", overhead_s, 0, 10, lo_open=False)
+    seq_overhead_s = I.number("seq_overhead_s", seq_overhead_s, 0, 1, lo_open=False)
+    eager_overhead_s = I.number("eager_overhead_s", eager_overhead_s, 0, 10, lo_open=False)
     cfg, g, prof, prec, ops = s.cfg, s.gpu, s.prof, s.prec, s.ops
     kv_dtype, precision, weights = s.kv_dtype, s.precision, s.weights
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
@@ -263,6 +260,9 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
         lat = a1 - slope
     else:
         lat = slope = 0.0
+    if kv_kw.get("engine") is not None:  # a scheduler profile's name: its KV sizing rule
+        from .sched import kv_rule
+        kv_kw = {**kv_kw, "engine": kv_rule(kv_kw["engine"])}
     if kv_capacity_tokens is None:
         kv_capacity_tokens = kv_capacity(cfg, g, tp=tp, pp=pp, kv_dtype=kv_dtype,
                                          precision=precision, weights=weights,
@@ -278,7 +278,7 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
                      prof.flops_per_s("attention", attention_dtype or dtype),
                      prof.bytes_per_s, peak, prof.hbm_bytes_per_s, lat, slope, 2 * n_blocks,
                      overhead_s, int(kv_capacity_tokens) * pp, ep, n_moe, a2a_lat, a2a_slope,
-                     cfg.vocab_size * 4 // tp, floor)
+                     cfg.vocab_size * 4 // tp, floor, seq_overhead_s, eager_overhead_s)
 
 
 def _matmul_dtype(sch, cfg, ops, prof, dtype: str) -> tuple[str, bool]:
@@ -293,234 +293,6 @@ def _matmul_dtype(sch, cfg, ops, prof, dtype: str) -> tuple[str, bool]:
         return dtype, True
     run = {Q.compute_dtype(q, prof.peak_flops, dtype) for q in qops if q.weight_format}
     return (run.pop() if len(run) == 1 else dtype), False
-
-
-@dataclass
-class SimResult:
-    """Latencies (seconds) and throughput of one simulated run."""
-
-    n_requests: int
-    duration_s: float
-    ttft_s: np.ndarray = field(repr=False)
-    tpot_s: np.ndarray = field(repr=False)  #: per request: decode time / (output - 1)
-    itl_values_s: np.ndarray = field(repr=False)  #: distinct step gaps ...
-    itl_weights: np.ndarray = field(repr=False)  #: ... and how many tokens had each gap
-    output_tokens: int = 0
-    input_tokens: int = 0
-    steps: int = 0
-    max_running: int = 0
-    #: open loop: (n - 1) / (last arrival - first arrival), the rate the trace really offered
-    offered_rate: float = 0.0
-    cached_tokens: int = 0  #: prompt tokens served from the prefix cache, all requests
-    shared_blocks: int = 0  #: KV blocks of the shared prefix (stored once)
-
-    @property
-    def requests_per_s(self) -> float:
-        return self.n_requests / self.duration_s
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.output_tokens / self.duration_s
-
-    def ttft(self, q: float) -> float:
-        return float(np.percentile(self.ttft_s, q))
-
-    def itl(self, q: float) -> float:
-        """Percentile q of every inter-token gap of every request (vLLM's benchmark ITL)."""
-        if not len(self.itl_values_s):
-            return 0.0
-        order = np.argsort(self.itl_values_s)
-        cum = np.cumsum(self.itl_weights[order])
-        i = int(np.searchsorted(cum, q / 100 * cum[-1]))
-        return float(self.itl_values_s[order][min(i, len(order) - 1)])
-
-    def goodput(self, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> float:
-        """Requests/s that met both SLOs (TTFT, and time per output token)."""
-        ok = np.ones(self.n_requests, dtype=bool)
-        if ttft_slo_s is not None:
-            ok &= self.ttft_s <= ttft_slo_s
-        if tpot_slo_s is not None:
-            ok &= self.tpot_s <= tpot_slo_s
-        return float(ok.sum()) / self.duration_s
-
-    def to_json(self) -> dict:
-        return {"n_requests": self.n_requests, "duration_s": self.duration_s,
-                "requests_per_s": self.requests_per_s,
-                "output_tokens_per_s": self.output_tokens_per_s,
-                **{f"ttft_p{q}_s": self.ttft(q) for q in (50, 90, 99)},
-                **{f"itl_p{q}_s": self.itl(q) for q in (50, 90, 99)},
-                "tpot_mean_s": float(self.tpot_s.mean()) if len(self.tpot_s) else 0.0,
-                "steps": self.steps, "max_running": self.max_running}
-
-
-def lengths(name: str, value, n: int, rng) -> np.ndarray:
-    """``n`` token counts: an int (every request the same), or an array of n counts."""
-    from .. import inputs as I
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return np.full(n, I.integer(name, int(value), 1, I.MAX_SEQ), dtype=np.int64)
-    arr = np.asarray(value)
-    if arr.shape != (n,) or not np.issubdtype(arr.dtype, np.integer):
-        raise SimError(f"{name} must be an int or {n} integers, got {I.show(value)}")
-    if arr.min() < 1 or arr.max() > I.MAX_SEQ:
-        raise SimError(f"{name} must lie in [1, {I.MAX_SEQ:,}] (got {arr.min()}..{arr.max()})")
-    return arr.astype(np.int64)
-
-
-def simulate(sm: StepModel, n_requests: int, input_len, output_len, *,
-             rate: float | None = None, concurrency: int | None = None,
-             max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-             max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, seed: int = 0,
-             prefix_hit_rate: float = 0.0, block_size: int = 16,
-             decode_only: bool = False) -> SimResult:
-    """Serve ``n_requests`` on one replica (see the module table). Exactly one of ``rate``
-    (requests/s, ``math.inf`` = all at once) and ``concurrency`` (closed loop);
-    ``prefix_hit_rate``: the share of every prompt found in the prefix cache.
-    ``decode_only``: a disaggregated decode instance; requests arrive with their prompt's KV
-    cache and first token (made by a prefill instance) and decode from the next step on
-    (their ``ttft_s`` is 0; output_tokens still counts the first token)."""
-    from .. import inputs as I
-    n = I.integer("n_requests", n_requests, 1, MAX_REQUESTS)
-    budget = I.integer("max_num_batched_tokens", max_num_batched_tokens, 1, I.MAX_SEQ)
-    max_seqs = I.integer("max_num_seqs", max_num_seqs, 1, I.MAX_BATCH)
-    if (rate is None) == (concurrency is None):
-        raise SimError("give exactly one of rate and concurrency")
-    rng = np.random.default_rng(seed)
-    ins = lengths("input_len", input_len, n, rng)
-    outs = lengths("output_len", output_len, n, rng)
-    cached = cached_prefix_tokens(ins, prefix_hit_rate, block_size)
-    shared = int(cached.max())  # the one shared prefix, stored once
-    cap = sm.kv_capacity_tokens
-    big = int((ins + outs - cached).max()) + shared
-    if cap and big > cap:
-        raise SimError(f"a request of {big:,} tokens does not fit the KV cache of "
-                       f"{cap:,} tokens")
-    if rate is not None:
-        if not (isinstance(rate, (int, float)) and not isinstance(rate, bool)) or not rate > 0:
-            raise SimError(f"rate ({I.show(rate)}) must be a positive number or inf")
-        arrive = np.zeros(n) if math.isinf(rate) else \
-            np.cumsum(rng.exponential(1.0 / rate, n))
-        closed = 0
-    else:
-        closed = I.integer("concurrency", concurrency, 1, I.MAX_BATCH)
-        arrive = np.full(n, np.inf)
-        arrive[:min(closed, n)] = 0.0
-    arrive_l = arrive.tolist()
-    ins_l, outs_l, cached_l = ins.tolist(), outs.tolist(), cached.tolist()
-
-    ttft = [0.0] * n
-    first_t = [0.0] * n
-    tpot = [0.0] * n
-    gaps: dict[float, int] = {}
-    waiting: deque[int] = deque()  # arrived, not yet admitted to the cache (FCFS)
-    next_arrival = 0  # index of the next request to arrive (open loop)
-    sent = min(closed, n) if closed else 0  # closed loop: requests released so far
-    prefill: list[list[int]] = []  # [request, tokens done]
-    finish_at: list[tuple[int, int]] = []  # heap of (step it finishes, request)
-    decoding = 0
-    ctx_sum = 0  # summed context of the decoding requests (tokens cached + the new one)
-    free = cap - shared if cap else 1 << 62
-    t = 0.0
-    step = 0
-    done = 0
-    out_tokens = 0
-    max_running = 0
-    while done < n:
-        # arrivals up to now join the queue
-        while next_arrival < n and arrive_l[next_arrival] <= t:
-            waiting.append(next_arrival)
-            next_arrival += 1
-        # admission: FCFS while seats and blocks allow
-        running = decoding + len(prefill)
-        while waiting and running < max_seqs:
-            r = waiting[0]
-            need = ins_l[r] + outs_l[r] - cached_l[r]
-            if need > free:
-                break
-            free -= need
-            waiting.popleft()
-            running += 1
-            if decode_only:  # its prompt was prefilled elsewhere: it decodes from now on
-                first_t[r] = t
-                out_tokens += 1
-                if outs_l[r] == 1:
-                    free += need
-                    done += 1
-                    running -= 1
-                    continue
-                decoding += 1
-                ctx_sum += ins_l[r] + 1
-                heapq.heappush(finish_at, (step + outs_l[r] - 1, r))
-                continue
-            prefill.append([r, cached_l[r]])
-        max_running = max(max_running, running)
-        if not prefill and not decoding:  # idle until the next arrival
-            if next_arrival < n and arrive_l[next_arrival] < math.inf:
-                t = max(t, arrive_l[next_arrival])
-                continue
-            raise SimError("the simulation stalled (no request can be admitted)")
-        # one step: every decode 1 token, then prefill chunks in the remaining budget
-        room = budget - decoding
-        tokens = decoding
-        pairs = ctx_sum
-        kv_read = ctx_sum
-        logits = decoding
-        finished_prefill = []
-        for item in prefill:
-            if room <= 0:
-                break
-            r, done_tok = item
-            c = min(room, ins_l[r] - done_tok)
-            pairs += c * done_tok + c * (c + 1) // 2
-            kv_read += done_tok
-            tokens += c
-            room -= c
-            item[1] += c
-            if item[1] == ins_l[r]:
-                finished_prefill.append(r)
-                logits += 1
-        dt = sm.step_s(tokens, logits, pairs, kv_read)
-        t += dt
-        step += 1
-        if decoding:
-            gaps[dt] = gaps.get(dt, 0) + decoding
-            out_tokens += decoding
-            ctx_sum += decoding
-        # requests whose last output token came out in this step leave
-        while finish_at and finish_at[0][0] == step:
-            _, r = heapq.heappop(finish_at)
-            decoding -= 1
-            ctx_sum -= ins_l[r] + outs_l[r]
-            free += ins_l[r] + outs_l[r] - cached_l[r]
-            tpot[r] = (t - first_t[r]) / max(1, outs_l[r] - 1)
-            done += 1
-            if closed and sent < n:
-                arrive_l[sent] = t
-                sent += 1
-        # requests whose prompt completed produce their first token now
-        if finished_prefill:
-            prefill = [it for it in prefill if it[1] < ins_l[it[0]]]
-            for r in finished_prefill:
-                ttft[r] = t - arrive_l[r]
-                first_t[r] = t
-                out_tokens += 1
-                if outs_l[r] == 1:
-                    free += ins_l[r] + 1 - cached_l[r]
-                    done += 1
-                    if closed and sent < n:
-                        arrive_l[sent] = t
-                        sent += 1
-                    continue
-                decoding += 1
-                ctx_sum += ins_l[r] + 1
-                heapq.heappush(finish_at, (step + outs_l[r] - 1, r))
-    start = float(np.min(arrive)) if rate is not None else 0.0
-    vals = np.fromiter(gaps.keys(), dtype=float, count=len(gaps))
-    wts = np.fromiter(gaps.values(), dtype=np.int64, count=len(gaps))
-    span = float(arrive[-1] - arrive[0]) if rate is not None and n > 1 else 0.0
-    offered = (n - 1) / span if span > 0 else math.inf
-    return SimResult(n, t - start, np.asarray(ttft), np.asarray(tpot), vals, wts,
-                     out_tokens, int(ins.sum()), step, max_running, offered,
-                     int(cached.sum()), -(-shared // block_size))
 
 
 def prefix_savings(sm: StepModel, input_len: int, prefix_hit_rate: float,
