@@ -296,10 +296,12 @@ class _Loop:
                 r = waiting[0]
                 if incremental:
                     need = plen[r] - cached_l[r]
+                    # a mixed step's decodes take their slots before any prompt is admitted
+                    avail = free - decoding if mixed else free
                     if ratio:  # SGLang: the outputs to come, its own and the running ones'
-                        if need + ratio * (outs_l[r] - gen_pre[r] + rem_out) > free:
+                        if need + ratio * (outs_l[r] - gen_pre[r] + rem_out) > avail:
                             break
-                    elif need > free - self.watermark:
+                    elif need > avail - self.watermark:
                         break
                 else:
                     need = ins_l[r] + outs_l[r] - cached_l[r]
