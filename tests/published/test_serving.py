@@ -89,7 +89,7 @@ def test_kv_tokens_match_tensorrt_llm_free_fraction_log():
                        kv_cache_free_gpu_mem_fraction=0.45, gpu_memory_utilization=0.5)
     assert half.kv_cache_bytes == pytest.approx(c.kv_cache_bytes / 2, rel=1e-6)
     with pytest.raises(InputError, match="engine"):
-        kv_capacity(load("llama-2-7b"), "a100-80gb", engine="sglang")
+        kv_capacity(load("llama-2-7b"), "a100-80gb", engine="tgi")
     with pytest.raises(InputError, match="kv_cache_free_gpu_mem_fraction"):
         kv_capacity(load("llama-2-7b"), "a100-80gb", engine="trtllm",
                     kv_cache_free_gpu_mem_fraction=1.5)

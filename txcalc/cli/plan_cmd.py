@@ -185,7 +185,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens", help="Tokens of the largest step the engine profiles (default max(max-model-len, 2048))."),
           prefix_hit_rate: float = typer.Option(None, "--prefix-hit-rate", help="Share of each prompt found in the prefix cache (a shared prefix, stored once, never prefilled): 0-1."),
           attention_kernel: str = typer.Option(None, "--attention-kernel", help="Context-parallel prefill table (prompts of 128K+): profile (the GPU's, FlashAttention-2 on H100) or fa3 (FlashAttention-3 on Hopper, 75 % of peak)."),
-          engine: str = typer.Option(None, "--engine", help="KV sizing rule: vllm (= vllm-v1), vllm-0.6.5, vllm-0.6, vllm-0.2 (those releases' memory profile), trtllm."),
+          engine: str = typer.Option(None, "--engine", help="KV sizing rule: vllm (= vllm-v1), vllm-0.6.5, vllm-0.6, vllm-0.2 (those releases' memory profile), trtllm; with --input-len also the scheduler simulated: vllm (V1: chunked, mixed steps), vllm-v0 (whole prompts stall decodes), sglang (chunked, prefill-first), trtllm (whole prompts, no eviction); default: txcalc's scheduler."),
           input_len: str = typer.Option(None, "--input-len", help="Prompt tokens per request: plans replicas for SLOs by simulating continuous batching."),
           output_len: str = typer.Option(None, "--output-len", help="Output tokens per request (with --input-len)."),
           rate: str = typer.Option(None, "--rate", help="Requests/s arriving (Poisson), or inf: every request at once (offline)."),
@@ -299,6 +299,21 @@ def _print_serve_plan(p, out: dict) -> None:
                   *cost],
         first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
         sep=" ")
+    if b.load is not None:
+        ld = b.load
+        off = ld["offered_requests_per_s"]
+        say(console, [f"TTFT mean {ld['ttft_mean_s']:.3f} s,",
+                      f"ITL mean {ld['itl_mean_s'] * 1e3:.1f} ms,",
+                      (f"end-to-end mean/p50/p90/p99 {ld['e2e_mean_s']:.2f}/"
+                       f"{ld['e2e_p50_s']:.2f}/{ld['e2e_p90_s']:.2f}/{ld['e2e_p99_s']:.2f} s;"),
+                      f"{ld['achieved_requests_per_s']:,.2f} requests/s per replica served"
+                      + (f" of {off:,.2f} offered" if off else "") + ";",
+                      ("saturated (the queue grows without bound)" if ld["saturated"]
+                       else "not saturated")
+                      + (f", saturates past {out['saturation_requests_per_s']:,.2f} "
+                         "requests/s" if out.get("saturation_requests_per_s") else "")]
+            + ([f"({ld['preemptions']:,} preemptions)"] if ld["preemptions"] else []),
+            first=f"  under load ({out.get('engine', 'txcalc')} scheduler): ", sep=" ")
     fit_table(console, "layouts (fewest replicas meeting the SLOs)",
               ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
                "out tok/s", "meets SLO"],

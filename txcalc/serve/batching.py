@@ -46,10 +46,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import TxcalcError
-from .kv import cached_prefix_tokens
+from .kv import DEFAULT_MAX_NUM_SEQS, cached_prefix_tokens  # noqa: F401  (re-exported)
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  #: vLLM V1's default for online serving on H100-class
-DEFAULT_MAX_NUM_SEQS = 256
 #: most requests one simulation accepts (keeps memory and time bounded)
 MAX_REQUESTS = 10**7
 #: a run is saturated when it completes less than this share of the requests/s it was offered

@@ -155,6 +155,15 @@ TRTLLM_BLOCK_SIZE = 64
 #: "vllm" is "vllm-v1"; the versioned names pick the profile rule of those vLLM releases
 #: (VLLM_RULES, module docstring)
 ENGINES = ("vllm", "vllm-v1", "vllm-0.6.5", "vllm-0.6", "vllm-0.2", "trtllm")
+#: the sizing rule of a scheduler profile name (serve.sched) that has none of its own: vLLM V0's
+#: last release profile for vllm-v0; vLLM V1's for sglang (an assumption: SGLang sizes its pool
+#: by mem_fraction_static, not modelled)
+KV_RULES = {"vllm-v0": "vllm-0.6.5", "sglang": "vllm"}
+
+
+def kv_rule(engine: str) -> str:
+    """The ENGINES sizing rule of an --engine name."""
+    return KV_RULES.get(engine, engine)
 #: V0's default chunk when chunked prefill is on (vLLM docs, "Performance and Tuning": "512 is
 #: the default max_num_batched_tokens for chunked prefill"), up to v0.6.4 (PR #10544 made it
 #: 2,048 in v0.6.5): the step vllm-0.6 profiles past CHUNKED_PREFILL_ABOVE tokens (issue
@@ -555,6 +564,7 @@ def kv_capacity(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                                        I.MAX_SEQ, none=True)
     max_num_seqs = I.integer("max_num_seqs", max_num_seqs, 1, I.MAX_BATCH)
     _check("kv dtype", kv_dtype, KV_DTYPES)
+    engine = kv_rule(engine)  # a scheduler profile's name (serve.sched): its sizing rule
     if engine not in ENGINES:
         raise I.InputError(f"engine ({I.show(engine)}) must be one of {', '.join(ENGINES)}")
     if architecture is not None and not isinstance(architecture, str):
@@ -670,10 +680,9 @@ def kv_options(gpu_memory_utilization=None, block_size=None, max_model_len=None,
     from .. import inputs as I
     out = {}
     if engine is not None:
-        from .sched import ENGINE_PROFILES
-        if engine not in ENGINES and engine not in ENGINE_PROFILES:
+        if kv_rule(engine) not in ENGINES:
             raise I.InputError(f"--engine ({I.show(engine)}) must be one of "
-                               f"{', '.join(dict.fromkeys((*ENGINES, *ENGINE_PROFILES)))}")
+                               f"{', '.join((*ENGINES, *KV_RULES))}")
         out["engine"] = engine
     if gpu_memory_utilization is not None:
         out["gpu_memory_utilization"] = I.number("--gpu-memory-utilization",

@@ -81,6 +81,10 @@ class ServeRow:
     prefill_replicas: int | None = None
     decode_replicas: int | None = None
     kv_transfer_s: float | None = None
+    #: the simulated replica under load (``SimResult.load_json``: the engine profile, mean
+    #: TTFT / ITL / end-to-end latency, end-to-end percentiles, offered and achieved
+    #: requests/s per replica, whether its queue grew without bound, preemptions)
+    load: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -104,6 +108,10 @@ class ServePlan:
     #: prompts of CP_FROM tokens or more: one prompt's prefill on cp groups of the best
     #: layout's tp GPUs (``serving_cp.cp_prefill``), cp in CP_DEGREES
     context_parallel: list | None = None
+    #: the offered requests/s past which the best layout's queue grows without bound: its
+    #: replicas' completed requests/s with every request queued at once (None: disaggregated)
+    saturation_requests_per_s: float | None = None
+    engine: str | None = None  #: the scheduler profile simulated (serve.sched; None: default)
 
     @property
     def best(self) -> ServeRow:
@@ -123,6 +131,9 @@ class ServePlan:
         out["notes"] = self.notes
         out["prefix_cache"] = self.prefix_cache
         out["context_parallel"] = self.context_parallel
+        out["saturation_requests_per_s"] = self.saturation_requests_per_s
+        out["saturated"] = None if b.load is None else b.load["saturated"]
+        out["engine"] = self.engine or "txcalc"
         return out
 
 
@@ -152,20 +163,29 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  tp: int | None = None, pp: int | None = None, replicas: int | None = None,
                  kv_dtype: str = "bf16", precision: str = "bf16", weights: str | None = None,
                  max_num_batched_tokens: int | None = None,
-                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, gpu_file=None, profile=None,
+                 max_num_seqs: int | None = None, gpu_file=None, profile=None,
                  overhead_s: float | None = None, seed: int = 0, prefix_hit_rate: float = 0.0,
                  ep: int | None = None, screen: bool = True,
                  attention_kernel: str = "profile", **kv_kw) -> ServePlan:
     """The cheapest layout x replicas meeting the SLOs (see the module docstring).
     ``screen``: skip simulations whose failure analytic floors prove (``serving_screen``;
     the same best answer, layouts that cannot beat it left out of ``rows``).
-    ``attention_kernel``: of the context-parallel table (``serving_cp``: "profile", "fa3")."""
+    ``attention_kernel``: of the context-parallel table (``serving_cp``: "profile", "fa3").
+    ``engine`` (in ``kv_kw``: an --engine name): the KV sizing rule and the scheduler profile
+    simulated (``serve.sched``: its admission, chunking, preemption; its max_num_seqs and, for
+    whole-prompt engines, its token budget unless pinned; the screen is the default
+    scheduler's, so it is off); without one, txcalc's default scheduler."""
     from .. import inputs as I
     from .kv import ServingError
     from .disagg import plan_disaggregated
     from . import screen as S
     from .setting import serve_setting
+    from .sched import default_budget, scheduler
     from .sim import STEP_OVERHEAD_S, prefix_savings, replica_steps, simulate
+    engine = kv_kw.get("engine")
+    sch = scheduler(engine) if engine is not None else None
+    if max_num_seqs is None:
+        max_num_seqs = sch.max_num_seqs if sch else DEFAULT_MAX_NUM_SEQS
     input_len = I.integer("input_len", input_len, 1, I.MAX_SEQ)
     output_len = I.integer("output_len", output_len, 1, I.MAX_SEQ)
     if (rate is None) == (concurrency is None):
@@ -204,6 +224,9 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
               and (ttft_p99_s is not None or itl_p99_s is not None))
     chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
         c for c in CHUNKS if c >= seq][:1]
+    if sch is not None and not sch.chunked and not chunk_pinned:
+        # whole prompts: the engine's own budget, raised to the prompt (else none would run)
+        chunks = [max(default_budget(sch, seq), input_len)]
     ep = I.integer("ep", ep, 1, 64, none=True)
     if ep is not None and ep > 1 and (not cfg.n_experts or cfg.n_experts % ep
                                       or (tp is not None and tp != ep)):
@@ -217,7 +240,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     # the screen (serving_screen) where the plan searches replicas for a Poisson rate; the
     # layouts with the fewest GPUs by the screen's floor first, so that a best found early
     # screens out the rest (the rows are sorted at the end: the order changes no answer)
-    screening = (screen and disagg and not prefix_hit_rate)
+    screening = (screen and disagg and not prefix_hit_rate and sch is None)
     layouts = _candidate_layouts(cfg, ep if tp is None and ep and ep > 1 else tp, pp,
                                  g.gpus_per_node)
     if screening:
@@ -276,20 +299,23 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                 n = SIM_MIN * 2
                 res = simulate(sm, n, input_len, output_len, rate=math.inf,
                                max_num_batched_tokens=chunk,
-                               max_num_seqs=max_num_seqs, seed=seed, **prefix)
+                               max_num_seqs=max_num_seqs, seed=seed, engine=sch,
+                               **prefix)
                 ok = True
             elif rate is not None:
                 per, n = per_rate_n(r)
                 res = simulate(sm, n, input_len, output_len, rate=per,
                                max_num_batched_tokens=chunk,
-                               max_num_seqs=max_num_seqs, seed=seed, **prefix)
+                               max_num_seqs=max_num_seqs, seed=seed, engine=sch,
+                               **prefix)
                 ok = res.requests_per_s >= KEEP_UP * min(per, res.offered_rate)
             else:
                 per = math.ceil(concurrency / r)
                 n = int(min(SIM_MAX, max(SIM_MIN, 8 * per)))
                 res = simulate(sm, n, input_len, output_len, concurrency=per,
                                max_num_batched_tokens=chunk,
-                               max_num_seqs=max_num_seqs, seed=seed, **prefix)
+                               max_num_seqs=max_num_seqs, seed=seed, engine=sch,
+                               **prefix)
                 ok = True
             ok = ok and (ttft_p99_s is None or res.ttft(99) <= ttft_p99_s) \
                 and (itl_p99_s is None or res.itl(99) <= itl_p99_s)
@@ -353,7 +379,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                              float(res.tpot_s.mean()), req_s, out_tps,
                              r * res.goodput(ttft_p99_s, itl_p99_s), ok,
                              None if cost is None else cost / all_tps * 1e6,
-                             None if cost is None else cost / out_tps * 1e6, e))
+                             None if cost is None else cost / out_tps * 1e6, e,
+                             load=res.load_json()))
         if try_disagg:
             d = plan_disaggregated(sm, g, input_len, output_len, rate, ttft_p99_s=ttft_p99_s,
                                    itl_p99_s=itl_p99_s, max_num_batched_tokens=chunk,
@@ -413,8 +440,21 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                    for c in CP_DEGREES]
         notes.append("context parallelism: one prompt's prefill on cp x tp GPUs in "
                      "context_parallel (ring attention; the simulation itself runs tp only)")
+    b = rows[0]
+    sat = None
+    if b.mode == "colocated":  # the best layout's replicas with every request queued at once
+        smb = replica_steps(st, tp=b.tp, pp=b.pp, overhead_s=STEP_OVERHEAD_S if overhead_s is
+                            None else overhead_s, max_model_len=seq,
+                            max_num_batched_tokens=b.max_num_batched_tokens,
+                            max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate,
+                            ep=b.ep, **kv_kw)
+        sat = b.replicas * simulate(smb, SIM_MIN * 2, input_len, output_len, rate=math.inf,
+                                    max_num_batched_tokens=b.max_num_batched_tokens,
+                                    max_num_seqs=max_num_seqs, seed=seed, engine=sch,
+                                    **prefix).requests_per_s
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
-                     itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows)
+                     itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows, sat,
+                     None if sch is None else sch.name)
 
 
 def _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs, seed, n,

@@ -47,7 +47,7 @@ Sources:
 
 Defaults (max_num_seqs, max_num_batched_tokens) are each engine's online-serving default on an
 80 GB-class GPU, used when the caller pins none. The KV cache is sized by the engine's own rule
-in ``serve.kv`` (``kv_rule``: sglang is sized by vLLM V1's rule, an assumption).
+in ``serve.kv`` (``kv.kv_rule``: sglang is sized by vLLM V1's rule, an assumption).
 
 Not modelled (every profile): blocks (KV is counted in tokens, at most block - 1 tokens per
 sequence apart), the prefix cache keeping a preempted request's blocks, SGLang's retraction
@@ -60,6 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TxcalcError
+from .kv import DEFAULT_MAX_NUM_SEQS
 
 
 class SchedulerError(TxcalcError):
@@ -134,14 +135,12 @@ ENGINE_PROFILES = {
 }
 ALIASES = {"vllm-v1": "vllm", "vllm-0.6.5": "vllm-v0", "vllm-0.6": "vllm-v0",
            "vllm-0.2": "vllm-v0"}
-#: the KV sizing rule (serve.kv.ENGINES) of a profile name that has none of its own
-KV_RULES = {"vllm-v0": "vllm-0.6.5", "sglang": "vllm"}
 
 #: txcalc's scheduler before the profiles, the default when no engine is named: vLLM V1's
 #: chunked, mixed steps, but every request's prompt + outputs reserved at admission (no
 #: preemption) and admission not limited by the step's token budget
 DEFAULT = Scheduler("txcalc", chunked=True, mixed=True, kv="reserve", admit_in_budget=False,
-                    max_num_seqs=256, max_num_batched_tokens=8192)
+                    max_num_seqs=DEFAULT_MAX_NUM_SEQS, max_num_batched_tokens=8192)
 
 
 def scheduler(engine: str | Scheduler | None) -> Scheduler:
@@ -156,11 +155,6 @@ def scheduler(engine: str | Scheduler | None) -> Scheduler:
         raise SchedulerError(f"engine ({I.show(engine)}) must be one of "
                              f"{', '.join(list(ENGINE_PROFILES) + list(ALIASES))}")
     return ENGINE_PROFILES[name]
-
-
-def kv_rule(engine: str) -> str:
-    """The serve.kv sizing rule of an --engine name."""
-    return KV_RULES.get(engine, engine)
 
 
 def default_budget(s: Scheduler, max_model_len: int) -> int:

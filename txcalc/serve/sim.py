@@ -260,9 +260,6 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
         lat = a1 - slope
     else:
         lat = slope = 0.0
-    if kv_kw.get("engine") is not None:  # a scheduler profile's name: its KV sizing rule
-        from .sched import kv_rule
-        kv_kw = {**kv_kw, "engine": kv_rule(kv_kw["engine"])}
     if kv_capacity_tokens is None:
         kv_capacity_tokens = kv_capacity(cfg, g, tp=tp, pp=pp, kv_dtype=kv_dtype,
                                          precision=precision, weights=weights,
