@@ -28,6 +28,7 @@ budget, so prefill stalls, chunking, whole-prompt breaks and preemption all occu
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -290,3 +291,61 @@ def test_prefill_stall_and_chunking_per_profile(name):
     decodes_in = [st[4] - 1 for st in sm.steps[3:6] if st[0] > 2]
     assert decodes_in == [1 if s.mixed else 0] * len(decodes_in)
     assert res.output_tokens == 58
+
+
+# --- outputs under load ------------------------------------------------------------------------
+def _sm():
+    import txcalc
+    from txcalc.serve.sim import step_model
+    return step_model(txcalc.load("llama-3-8b"), "h100", max_model_len=4096)
+
+
+@pytest.mark.parametrize("engine", [None, *ENGINE_PROFILES])
+def test_latency_figures_add_up(engine):
+    """Each request's end-to-end latency is its TTFT plus its decode time (TPOT x (outputs -
+    1)); the token-weighted mean ITL is every request's decode time over every gap."""
+    rng = np.random.default_rng(1)
+    ins, outs = rng.integers(100, 2000, 400), rng.integers(2, 300, 400)
+    r = simulate(_sm(), 400, ins, outs, rate=25.0, engine=engine)
+    np.testing.assert_allclose(r.e2e_s, r.ttft_s + r.tpot_s * (outs - 1), rtol=1e-9)
+    decode = (r.tpot_s * (outs - 1)).sum()
+    assert r.itl_mean_s == pytest.approx(decode / (outs - 1).sum(), rel=1e-9)
+    j = r.to_json()
+    assert j["engine"] == (engine or "txcalc")
+    assert j["e2e_p50_s"] <= j["e2e_p90_s"] <= j["e2e_p99_s"]
+    assert j["achieved_requests_per_s"] == r.requests_per_s
+
+
+@pytest.mark.parametrize("engine", [None, "vllm", "trtllm"])
+def test_saturated_flag_and_the_saturation_rate(engine):
+    """Offline, the replica completes C requests/s; offered half of C its queue stays bounded
+    (served = offered within the trace's noise); offered twice C it serves about C and is
+    flagged saturated."""
+    sm = _sm()
+    cap = simulate(sm, 600, 1000, 200, rate=math.inf, engine=engine).requests_per_s
+    low = simulate(sm, 1500, 1000, 200, rate=cap / 2, engine=engine)
+    high = simulate(sm, 1500, 1000, 200, rate=cap * 2, engine=engine)
+    assert not low.saturated and low.requests_per_s == pytest.approx(low.offered_rate, rel=0.05)
+    assert high.saturated and high.requests_per_s == pytest.approx(cap, rel=0.15)
+
+
+def test_plan_json_reports_load_and_saturation(capsys):
+    """plan infer --engine: the JSON names the profile, the best row's load figures, the
+    saturation rate; past it the run is flagged and serves about that rate; a bad engine name
+    is one line and exit 2."""
+    import json
+
+    from txcalc.cli import main
+    rc = main(["plan", "infer", "llama-3-8b", "--gpu", "h100", "--input-len", "1000",
+               "--output-len", "200", "--rate", "60", "--engine", "vllm-v0", "--tp", "1",
+               "--replicas", "1", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert d["engine"] == "vllm-v0" and d["saturated"] is True
+    assert d["saturation_requests_per_s"] < 60
+    assert d["load"]["achieved_requests_per_s"] == pytest.approx(
+        d["saturation_requests_per_s"], rel=0.15)
+    rc = main(["plan", "infer", "llama-3-8b", "--input-len", "1000", "--output-len", "200",
+               "--rate", "6", "--engine", "tgi"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--engine ('tgi')" in err and len(err.strip().splitlines()) == 1
