@@ -45,8 +45,13 @@ Sources:
   when the blocks of its whole sequence, prompt + max new tokens, are free after the running
   requests' remaining blocks: nothing is ever evicted).
 
-Defaults (max_num_seqs, max_num_batched_tokens) are each engine's online-serving default on an
-80 GB-class GPU, used when the caller pins none. The KV cache is sized by the engine's own rule
+Defaults (max_num_seqs, max_num_batched_tokens), used when the caller pins none: vLLM V1's
+``get_batch_defaults`` for the API server on a >= 70 GiB GPU other than A100 (1,024 sequences,
+8,192 tokens; vllm/engine/arg_utils.py); V0's 256 sequences and, with chunked prefill off,
+max(max_model_len, 2,048) tokens; SGLang's chunked_prefill_size on an 80 GB-class GPU (8,192)
+and the top of its derived max_running_requests (4,096); trtllm-serve's max_batch_size 2,048
+and max_num_tokens 8,192. The CUDA-graph sizes of vLLM are its capture lists; SGLang's
+(up to cuda_graph_max_bs 160) and TensorRT-LLM's (powers of 2 to 128) are assumed, not read. The KV cache is sized by the engine's own rule
 in ``serve.kv`` (``kv.kv_rule``: sglang is sized by vLLM V1's rule, an assumption).
 
 Not modelled (every profile): blocks (KV is counted in tokens, at most block - 1 tokens per
