@@ -88,6 +88,18 @@ def reference(name, cap, arrive, ins, outs, budget, max_seqs):
         waiting.appendleft(victim)
         pre += 1
 
+    def take_slot(r) -> bool:
+        """A decode's KV slot: the last running request (``r`` itself included) preempted
+        until one is free; False when ``r`` was."""
+        nonlocal free
+        while free < 1:
+            preempt(running[-1])
+            if r not in running:
+                return False
+        free -= 1
+        r.held += 1
+        return True
+
     while any(r.gen < r.outs for r in reqs):
         while nxt < len(reqs) and reqs[nxt].arrive <= t:
             waiting.append(reqs[nxt])
@@ -99,13 +111,7 @@ def reference(name, cap, arrive, ins, outs, budget, max_seqs):
                 if r not in running:
                     continue  # preempted by an earlier request of this pass
                 if r.decoding:
-                    while free < 1:
-                        preempt(running[-1])
-                        if r not in running:
-                            break
-                    if r in running:
-                        free -= 1
-                        r.held += 1
+                    if take_slot(r):
                         sched.append((r, 1))
                         left -= 1
                 elif left > 0:
@@ -137,15 +143,7 @@ def reference(name, cap, arrive, ins, outs, budget, max_seqs):
                 left -= r.plen
             if not sched:
                 for r in list(running):  # noqa: PERF101  (preemption removes from running)
-                    if r not in running:
-                        continue
-                    while free < 1:
-                        preempt(running[-1])
-                        if r not in running:
-                            break
-                    if r in running:
-                        free -= 1
-                        r.held += 1
+                    if r in running and take_slot(r):
                         sched.append((r, 1))
         elif name == "sglang":
             left = budget
