@@ -92,9 +92,9 @@ class SimResult:
 
     @property
     def saturated(self) -> bool:
-        """An open-loop run that completed less than SATURATED_BELOW of its offered rate (the
-        queue grew for the whole trace); offline and closed-loop runs are saturated by
-        construction only in the offline case (every request waiting at t = 0)."""
+        """An open-loop run that completed less than SATURATED_BELOW of its offered rate (its
+        queue grew for the whole trace); an offline run (every request waiting at t = 0) is
+        saturated by construction, a closed loop never (its clients wait for answers)."""
         if math.isinf(self.offered_rate):
             return True
         return bool(self.offered_rate) and \
