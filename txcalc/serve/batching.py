@@ -22,7 +22,9 @@ before the profiles, ``sched.DEFAULT``):
     out of KV       | incremental profiles: before a step whose decodes find no free slot, the
                     |   newest running request is preempted (its tokens freed, its prompt and
                     |   outputs so far prefilled again when it is readmitted, first in line)
-    first token     | at the end of the step that runs a request's last prompt token (TTFT)
+    first token     | at the end of the step that runs a request's last prompt token (TTFT,
+                    |   from the client's send: it reaches the queue ``request_overhead_s``
+                    |   later, the API server's share)
     later tokens    | one per decode step; each gap (ITL) runs from the request's previous
                     |   token to this one, prefill stalls and preemptions included
     step time       | ``sm.step_s`` of the step's tokens, logit rows, attended pairs, cached
@@ -241,6 +243,9 @@ class _Loop:
         self.decode_only = decode_only
         self.incremental = sch.kv == "incremental"
         self.graphs = bool(sch.cuda_graph_sizes)
+        #: the API server's time from a client's send to the scheduler's queue (tokenising,
+        #: the hop to the engine core): StepModel.request_overhead_s
+        self.front = getattr(sm, "request_overhead_s", 0.0)
 
     def run(self, n, arrive_l, ins_l, outs_l, cached_l, closed):
         sch, budget, max_seqs = self.sch, self.budget, self.max_seqs
@@ -277,8 +282,9 @@ class _Loop:
                 arrive_l[sent] = t
                 sent += 1
 
+        front = self.front
         while done < n:
-            while next_arrival < n and arrive_l[next_arrival] <= t:
+            while next_arrival < n and arrive_l[next_arrival] + front <= t:
                 waiting.append(next_arrival)
                 next_arrival += 1
             # vLLM V1 schedules the running requests first: their decodes need a free slot
@@ -333,7 +339,7 @@ class _Loop:
             max_running = max(max_running, running)
             if not prefill and not decoding:  # idle until the next arrival
                 if next_arrival < n and arrive_l[next_arrival] < math.inf:
-                    t = max(t, arrive_l[next_arrival])
+                    t = max(t, arrive_l[next_arrival] + front)
                     continue
                 raise SimError("the simulation stalled (no request can be admitted)")
             with_dec = decoding and (mixed or not prefill)
@@ -451,9 +457,9 @@ class _Loop:
         """The step's seconds: a decode-only step within the captured CUDA-graph sizes is
         padded to the next one and runs as a graph; any other step runs eager (profiles
         without graph sizes: neither)."""
-        if not self.graphs:
-            return self.sm.step_s(tokens, logits, pairs, kv_read)
         seqs = (decoding if with_dec else 0) + n_pf
+        if not self.graphs:
+            return self.sm.step_s(tokens, logits, pairs, kv_read, seqs=seqs)
         pad = self.sch.graph_batch(tokens) if tokens == decoding and with_dec else None
         return self.sm.step_s(tokens, logits, pairs, kv_read, seqs=seqs,
                               padded_tokens=pad, eager=pad is None)
