@@ -16,6 +16,12 @@ OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch =
                 "for a GPU with txcalc.serve.infer.serve_throughput(profile=...))")
 
 
+#: plan infer's SLO mode without --mode, where disaggregation was weighed: the default assumed
+MODE_WORDS = ("mode auto: colocated (prefill and decode on the same replicas) or disaggregated "
+              "(a prefill pool and a decode pool), whichever needs fewer GPUs, the other shown "
+              "beside it; --mode colocated or --mode disaggregated to keep to one")
+
+
 def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = None,
                max_gpus: int | None = None, gpus: int | None = None,
                seq: int | str | None = None,
@@ -102,7 +108,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                rate: str | None = None, ttft_p99: str | None = None, itl_p99: str | None = None,
                price: float | None = None, tp: int | None = None, pp: int | None = None,
                ep: int | None = None, plot: str | None = None,
-               replicas: int | None = None) -> Answer:
+               replicas: int | None = None, mode: str | None = None) -> Answer:
     """GPUs per replica, replicas, KV-cache concurrency, prefill and decode speed; with
     ``input_len``/``output_len`` and ``rate`` or ``concurrency``: the layout and replicas
     meeting latency SLOs (a simulation of continuous batching), or, at ``rate`` inf without
@@ -110,8 +116,10 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
     offline). ``plot`` is only checked here (a folder that can be written): the CLI draws
     the plots (txcalc.report) and adds their paths. ``precision`` None: bf16, or fp16 on a
     GPU without bf16 (T4, V100); ``kv_dtype`` None: fp16 with fp16 weights, else bf16;
-    ``weights`` None: a config.json's quantization_config or a preset's released format. The
-    JSON's ``assumed`` says which of these defaults shaped the answer."""
+    ``weights`` None: a config.json's quantization_config or a preset's released format.
+    ``mode`` (serving plans): auto | colocated | disaggregated (``serve.plan.MODES``; None:
+    auto, the one needing fewer GPUs, where disaggregation applies). The JSON's ``assumed``
+    says which of these defaults shaped the answer."""
     said: list[str] = []
     if precision is None:
         precision, said = half_precision(None, gpu, gpu_file, serving=True)
@@ -122,8 +130,10 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                       gpu_memory_utilization, block_size, max_model_len,
                       max_num_batched_tokens, prefix_hit_rate, attention_kernel, engine,
                       input_len, output_len, rate, ttft_p99, itl_p99, price, tp, pp, ep, plot,
-                      replicas)
+                      replicas, mode)
     ans.json["assumed"] = said + serving_weights_note(ans.parts["served"], weights)
+    if mode is None and ans.parts["mode"] == "slo" and ans.parts["plan"].disaggregation_tried:
+        ans.json["assumed"].append(MODE_WORDS)
     ans.parts.update(precision=precision, kv_dtype=kv_dtype)
     return ans
 
@@ -132,17 +142,22 @@ def _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precis
                 gpu_file, cuda_context_gib, comm_buffer_gib, fragmentation,
                 gpu_memory_utilization, block_size, max_model_len, max_num_batched_tokens,
                 prefix_hit_rate, attention_kernel, engine, input_len, output_len, rate,
-                ttft_p99, itl_p99, price, tp, pp, ep, plot, replicas) -> Answer:
+                ttft_p99, itl_p99, price, tp, pp, ep, plot, replicas, mode=None) -> Answer:
     """``plan_infer`` with its defaults resolved."""
     from ..serve import kv as S
+    if mode is not None:
+        from ..inputs import choice
+        from ..serve.plan import MODES
+        choice("--mode", mode, MODES)
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
                            max_num_batched_tokens, prefix_hit_rate, engine)
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
         return _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency,
                            ttft_p99, itl_p99, price, tp, pp, replicas, kv_dtype, precision,
-                           weights, gpu_file, kv_opts, ep, plot, attention_kernel)
+                           weights, gpu_file, kv_opts, ep, plot, attention_kernel, mode)
     for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep),
-                    ("--plot", plot), ("--attention-kernel", attention_kernel)):
+                    ("--plot", plot), ("--attention-kernel", attention_kernel),
+                    ("--mode", mode)):
         if v is not None:
             raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
                                  "--output-len with --rate or --concurrency")
@@ -212,7 +227,7 @@ def _max_throughput(served, g, n_in, n_out, tp, pp, kv_dtype, precision, weights
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                 itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                kv_opts, ep=None, plot=None, attention_kernel=None) -> Answer:
+                kv_opts, ep=None, plot=None, attention_kernel=None, mode=None) -> Answer:
     """plan infer's SLO mode: ``serve.plan.plan_serving`` on the checked options."""
     from .. import inputs as I
     from ..engine.hardware import get_gpu
@@ -235,7 +250,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     itl = None if itl_p99 is None else parse_duration(itl_p99, "--itl-p99")
     reps = None if replicas is None else I.integer("--replicas", replicas, 1, 4096)
     if r is not None and math.isinf(r) and ttft is None and itl is None and reps is None \
-            and plot is None and not kv_opts:
+            and plot is None and not kv_opts and mode != "disaggregated":
         cfg = load_model(model)
         return _max_throughput(cfg, get_gpu(gpu, gpu_file),
                                n_in, n_out, tp, pp, kv_dtype, precision, weights, gpu_file)
@@ -251,7 +266,8 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     p = plan_serving(cfg, g, n_in, n_out, rate=r,
                      concurrency=opts["concurrency"], ttft_p99_s=ttft, itl_p99_s=itl,
                      price_per_gpu_hour=price, tp=tp, pp=pp, replicas=reps, kv_dtype=kv_dtype,
-                     precision=precision, weights=weights, gpu_file=gpu_file, ep=ep, **kw,
+                     precision=precision, weights=weights, gpu_file=gpu_file, ep=ep,
+                     mode=mode or "auto", **kw,
                      **({} if attention_kernel is None
                         else {"attention_kernel": attention_kernel}))
     out = p.to_json()

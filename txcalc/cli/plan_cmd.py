@@ -197,6 +197,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           ep: int = LAYOUT_OPTS["ep"],
           plot: str = typer.Option(None, "--plot", help="Folder for two PNGs (with --input-len): TTFT/ITL against load, and the layouts' throughput-latency Pareto front."),
           replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
+          mode: str = typer.Option(None, "--mode", help="colocated | disaggregated | auto (with --input-len; default auto: prefill and decode on the same replicas, or on a prefill pool and a decode pool, whichever needs fewer GPUs, the other shown beside it)."),
           json_out: bool = COMMON_OPTS["json"]):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
     with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
@@ -207,7 +208,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                  gpu_file, context_gib, comm_gib, fragmentation, gpu_memory_utilization,
                  block_size, max_model_len, max_num_batched_tokens, prefix_hit_rate,
                  attention_kernel, engine, input_len, output_len, rate, ttft_p99, itl_p99,
-                 price, tp, pp, ep, plot, replicas)
+                 price, tp, pp, ep, plot, replicas, mode)
     out, mode = ans.json, ans.parts["mode"]
     if mode == "slo" and plot is not None:
         from ..report.serving_load import write_serving_plots
@@ -279,6 +280,18 @@ def _print_max_throughput(out: dict, kv_dtype: str) -> None:
                 f"{d['output_tokens_per_s'] / (d['tp'] * d['pp']):,.0f}") for d in rows])
 
 
+def _replicas_words(r, mode: bool = True) -> str:
+    """A serving row's replicas and how it serves: '5 replica(s) of tp 4 x pp 1, colocated',
+    '6 replicas: 4 prefill TP4 + 2 decode TP4, disaggregated' (``mode``: the mode's name)."""
+    if r.mode == "disaggregated":
+        words = (f"{r.replicas} replicas: {r.prefill_replicas} prefill TP{r.tp} + "
+                 f"{r.decode_replicas} decode TP{r.tp}")
+    else:
+        words = f"{r.replicas} replica(s) of tp {r.tp} x pp {r.pp}" + (
+            f" ep {r.ep}" if r.ep > 1 else "")
+    return words + (f", {r.mode}" if mode else "")
+
+
 def _print_serve_plan(p, out: dict) -> None:
     """plan infer's SLO answer for people."""
     b = p.best
@@ -297,8 +310,18 @@ def _print_serve_plan(p, out: dict) -> None:
                   f"ITL p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms;",
                   f"{b.output_tokens_per_s:,.0f} output tokens/s" + (";" if cost else ""),
                   *cost],
-        first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
-        sep=" ")
+        first=f"  {b.total_gpus} GPUs: {_replicas_words(b)}; ", sep=" ")
+    a = p.alternative
+    if a is not None:
+        other = ("best colocated" if a.mode == "colocated"
+                 else "best disaggregated of the layouts tried")
+        more = a.total_gpus - b.total_gpus
+        say(console, [f"{a.total_gpus} GPUs" + (f" ({more:+,} GPUs)" if more else "") + ",",
+                      _replicas_words(a, mode=False) + (";" if a.cost_per_million_tokens
+                                                        is not None else "")]
+            + ([f"{a.cost_per_million_tokens:,.3f} per million tokens"]
+               if a.cost_per_million_tokens is not None else []),
+            first=f"  {other}: ", sep=" ")
     fit_table(console, "layouts (fewest replicas meeting the SLOs)",
               ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
                "out tok/s", "meets SLO"],
