@@ -668,12 +668,10 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     if screen is None:
         floor = 1
         screen = _screen(setting, tokens, batches, max_gpus, gpus, only)
-    shown = f"{start}" if len(batches) == 1 else f"{start}-{ceiling}"
-    if screen is None:
-        raise PlanError(f"no valid layout of {cfg.name} on "
-                                + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
-                        + f" GPUs with global batch {shown}"
-                        + (f" and {only}" if only else ""))
+    if screen is None:  # naming the nearest batches and GPU counts that would split
+        from .grid import no_layout_error
+        raise no_layout_error(cfg, gpu, seq, start, f"{start}" if len(batches) == 1
+                              else f"{start}-{ceiling}", max_gpus, gpus, only)
     if floor > 1:
         screen.floor, screen.more = floor, lambda counts: _screen(
             setting, tokens, batches, max_gpus, None, only, counts=counts)
