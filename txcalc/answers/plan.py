@@ -41,7 +41,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                loss: str = "full", rows: int = 8, global_tokens: int | str = 0,
                max_global_batch: str | None = None,
                gpus_per_node: int | None = None, recipe: str | None = None,
-               gpu_gb: float | None = None) -> Answer:
+               gpu_gb: float | None = None, offload: str = "none") -> Answer:
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run.
     ``max_global_batch``: the batch search's ceiling, sequences ('2048') or tokens with a
     binary K/M/G suffix ('16M' = 16 x 2^20: ``train.batch.parse_max_global_batch``).
@@ -50,7 +50,10 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
     the Finetune (None: full). ``precision`` None: bf16-mixed, or fp16-mixed on a GPU without
     bf16 (T4, V100), listed in the JSON's ``assumed``. ``gpu_gb``: the usable memory of one
     GPU in GB (1e9), the catalog's speeds kept (as ``memory`` and ``fit`` take it:
-    ``hardware.with_usable_gb``)."""
+    ``hardware.with_usable_gb``). ``offload`` (engine.memory.OFFLOADS, as ``fit`` and
+    ``memory`` spell it): optimizer (``TrainSetting.offload_optimizer``), activations (full
+    recompute's checkpoints in host memory: the offload_checkpoints pin), all (both); how
+    it is timed is among the defaults assumed."""
     from ..engine.hardware import get_gpu, with_usable_gb
     from ..train.planner import plan_train as search
     from .checks import checked
@@ -79,6 +82,9 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
         ft, kernel = rec["finetune"], None if stack else rec["optimizer_kernel"]
     g = with_usable_gb(get_gpu(gpu, gpu_file), opts["gpu_gb"])
     precision, said = half_precision(precision, g)
+    said = said + _offload_words(offload, offload_checkpoints)
+    if offload in ("activations", "all"):
+        offload_checkpoints = True
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
                               ("micro_batch", micro_batch), ("recompute", recompute),
                               ("recompute_layers", recompute_layers),
@@ -91,8 +97,34 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
                global_tokens=global_tokens, optimizer_kernel=kernel,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
-               only=only, gpus_per_node=gpus_per_node, **ceiling)
-    return Answer(p.to_json() | {"assumed": said}, {"plan": p, "finetune": ft})
+               only=only, gpus_per_node=gpus_per_node,
+               offload_optimizer=offload in ("optimizer", "all"), **ceiling)
+    return Answer(p.to_json() | {"offload": offload, "assumed": said},
+                  {"plan": p, "finetune": ft})
+
+
+def _offload_words(offload: str, offload_checkpoints: bool | None) -> list[str]:
+    """plan train's --offload checked, and how the plan times it, in words (the answer's
+    ``assumed``): [] for none."""
+    from ..engine.memory import OFFLOADS
+    from ..errors import PlanError
+    from ..inputs import choice
+    from ..parallel.comm import PCIE_BYTES_PER_S
+    choice("--offload", offload, OFFLOADS)
+    if offload in ("activations", "all") and offload_checkpoints is False:
+        raise PlanError(f"--offload {offload} puts full recompute's checkpoints in host "
+                        "memory, which --keep-checkpoints refuses: give one of them")
+    said = []
+    if offload in ("optimizer", "all"):
+        said.append("optimizer offloaded (ZeRO-Offload, FSDP CPU offload): its states, step "
+                    "counters and fp32 master weights, and the fp32 gradients the CPU step "
+                    "reads, in host memory; the step time adds the gradients out and the "
+                    f"updated weights back over PCIe at {PCIE_BYTES_PER_S / 1e9:g} GB/s, not "
+                    "the CPU's optimizer step itself (not modelled)")
+    if offload in ("activations", "all"):
+        said.append("activations offloaded: layouts with full recompute and its checkpoints "
+                    "in host memory only (as --offload-checkpoints)")
+    return said
 
 
 def plan_infer(model: str, gpu: str = "h100", context: str | None = None,

@@ -58,6 +58,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           lora_dropout: float = FT_OPTS["lora_dropout"],
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
+          offload: str = FT_OPTS["offload"],
           loss: str = FT_OPTS["loss"],
           recipe: str = RECIPE_OPTS["recipe"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
@@ -71,7 +72,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                  fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
-                 global_tokens, max_global_batch, gpus_per_node, recipe, gpu_gb)
+                 global_tokens, max_global_batch, gpus_per_node, recipe, gpu_gb, offload)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -82,6 +83,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                      "--recompute": recompute, "--recompute-layers": recompute_layers,
                      "--offload-checkpoints": offload_checkpoints}, ft, out["band"])
     print_assumed(out)
+
+
+def _host_words(s, b) -> str:
+    """What a training layout keeps in host memory, in words."""
+    if not s.offload_optimizer:
+        return "offloaded checkpoints"
+    return "offloaded optimizer" + (" and checkpoints" if b.layout.offload_checkpoints else "")
 
 
 def _batch_words(p) -> str:
@@ -143,7 +151,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
         say(console, warning.split(" "), first="  warning: ", sep=" ")
     say(console, [f"{k.replace('_', ' ')} {v / GIB:,.1f} GiB" for k, v in b.memory.items() if v]
         + [f"total {b.total_bytes / GIB:,.1f} of {s.gpu.usable_bytes / GIB:,.1f} GiB usable"]
-        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GIB:,.1f} GiB"]
+        + ([f"host memory ({_host_words(s, b)}) {b.host_bytes / GIB:,.1f} GiB"]
            if b.host_bytes else []),
         first="  memory per GPU of the best layout (fullest stage): ")
     if b.communication:
