@@ -25,7 +25,7 @@ COLO = ("llama-3.2-1b", "--gpu", "h100", "--input-len", "8000", "--output-len", 
         "--rate", "8", "--ttft-p99", "3s", "--itl-p99", "8ms", "--tp", "1", "--price", "2")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def answer(argv: tuple) -> dict:
     """plan infer's JSON for the CLI arguments ``argv`` (the answer the CLI prints)."""
     kw = dict(zip((a[2:].replace("-", "_") for a in argv[1::2]), argv[2::2]))
