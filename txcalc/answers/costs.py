@@ -10,6 +10,41 @@ from .common import (Answer, apply_recipe, cross_rows, default_recompute, half_p
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 
+#: the memory hierarchy every view of memory shows, in this order and these words (the CLI's
+#: ``memory`` table, the page's bars and tables, reports): each category of an answer sits in
+#: one group (MEMORY_PARTS); the fp32 master weights are optimizer states
+MEMORY_GROUPS = {"weights": "weights", "gradients": "gradients",
+                 "optimizer": "optimizer states", "activations": "activations",
+                 "transients": "transients", "kv_cache": "KV cache", "framework": "framework"}
+
+#: category key -> (group of MEMORY_GROUPS, the category in words), for each answer's
+#: categories: ``memory``'s ``peak_by_category``, ``plan train``'s ``memory_bytes`` per GPU
+#: and ``plan infer``'s ``kv_capacity`` per GPU (vLLM's profile of one GPU)
+MEMORY_PARTS = {
+    # memory --json: peak_by_category (TrainingMemory.phases)
+    "param": ("weights", "weights"), "grad": ("gradients", "gradients"),
+    "opt": ("optimizer", "moments and step counters (at the step: with its update's "
+                         "temporaries)"),
+    "master": ("optimizer", "fp32 master weights"),
+    "act": ("activations", "saved activations, the batch"),
+    "temp": ("transients", "the step's temporaries and the loss's"),
+    # plan train: best.memory_bytes (train.planner.CATEGORIES), one GPU's fullest stage
+    "weights": ("weights", "weights"), "gradients": ("gradients", "gradients"),
+    "optimizer": ("optimizer", "states, with the fp32 master weights"),
+    "activations": ("activations", "saved activations"),
+    "inputs": ("activations", "the batch"),
+    "logits": ("transients", "the loss's logits (T x V)"),
+    "zero3_buffers": ("transients", "ZeRO-3 gather buffers"),
+    "step": ("transients", "the optimizer step's temporaries"),
+    "framework": ("framework", "CUDA context, allocator, communication buffers"),
+    # plan infer: kv_capacity (one GPU of a replica), memory --inference
+    "weights_bytes": ("weights", "weights"),
+    "activation_peak_bytes": ("activations", "the largest step's activations"),
+    "kv_cache_bytes": ("kv_cache", "KV cache"),
+    "cuda_graph_bytes": ("framework", "CUDA graphs"),
+    "non_torch_bytes": ("framework", "non-torch memory (CUDA context, NCCL)"),
+}
+
 
 def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str = 0,
           attn: str = "flash",
