@@ -182,26 +182,26 @@ SERVE_SHOWS = {"memory.total_bytes", "memory.kv_cache_bytes", "memory.weights_by
 
 
 def train_cmds(model, seq="4096", recompute="", extra=()):
-    # the page's recompute control defaults to auto: no --recompute, the command's default
+    # the page's recompute, precision and optimizer controls default to auto: no flag, the
+    # command's own default (the CLI's, stated in each answer's "assumed")
     work = ["--batch", "1", "--seq", seq, "--attn", "flash",
             *(["--recompute", recompute] if recompute else [])]
     return {"params": ["params", model], "flops": ["flops", model, *work],
-            "memory": ["memory", model, *work, "--precision", "bf16-mixed", "--optimizer",
-                       "adamw", *H100],
+            "memory": ["memory", model, *work, *H100],
             "answer": ["plan", "train", model, "--tokens", "1T", "--gpu", "h100-sxm", "--seq",
-                       seq, "--precision", "bf16-mixed", "--optimizer", "adamw", "--attn",
-                       "flash", *extra]}
+                       seq, "--attn", "flash", *extra]}
 
 
 def serve_cmds(model, n_in, n_out, conc="8", load=None, weights=(), price=()):
+    # the KV cache's dtype control defaults to auto: plan infer's and memory's own default
     ctx = str(int(n_in) + int(n_out))
     return {"params": ["params", model, *weights],
             "flops": ["flops", model, "--seq", n_in, "--context", ctx],
             "memory": ["memory", model, "--inference", "--context", ctx, "--concurrency", conc,
-                       "--kv-dtype", "bf16", *weights, *H100],
+                       *weights, *H100],
             "answer": ["plan", "infer", model, "--gpu", "h100-sxm", "--input-len", n_in,
                        "--output-len", n_out, *(load or ["--concurrency", conc]),
-                       "--kv-dtype", "bf16", *weights, *price]}
+                       *weights, *price]}
 
 
 # --- the tests -----------------------------------------------------------------------------------
@@ -210,9 +210,13 @@ def test_the_page_loads_with_the_default_answer(page, tmp_path):
     assert state(page)[0] == "ready" and page.locator("#message").is_hidden()
     n = assert_page_is_cli(page, train_cmds("llama-3.1-8b"), TRAIN_SHOWS)
     assert n > 50
-    # the memory bar: one rectangle per category, a line at the GPU's capacity
+    # the memory bar: one rectangle per category of the peak (and the framework's), a legend
+    # square per group, a line at the GPU's capacity
     bar = page.locator("#memory-bars svg").first
-    assert bar.locator("rect").count() == 6 and bar.locator("line").count() == 1
+    groups = bar.locator("rect[data-group]").evaluate_all("rs => rs.map(r => r.dataset.group)")
+    assert groups[:3] == ["weights", "gradients", "optimizer"] and groups[-1] == "framework"
+    assert bar.locator(".legend-item").count() == len(set(groups))
+    assert bar.locator("line").count() == 1
 
 
 CASES = {
@@ -254,7 +258,7 @@ def test_fine_tuning_answers_with_fit(page, tmp_path):
     ft = ["--finetune", "qlora", "--lora-rank", "8", "--lora-targets", "all-linear",
           "--base-format", "nf4"]
     work = ["--batch", "1", "--seq", "4096", "--attn", "flash"]  # recompute: auto
-    states = ["--precision", "bf16-mixed", "--optimizer", "adamw"]
+    states = []  # precision and optimizer: auto (the CLI's defaults, the recipe's optimizer)
     assert_page_is_cli(page, {
         "params": ["params", "llama-3.1-8b"], "flops": ["flops", "llama-3.1-8b", *work, *ft],
         "memory": ["memory", "llama-3.1-8b", *work, *states, *ft, *H100],

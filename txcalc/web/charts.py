@@ -5,8 +5,8 @@ browser draws them (static/app.js, SVG written there).
     task            | chart                                 | each point: the command of
     ----------------|---------------------------------------|--------------------------------
     train, finetune | memory against sequence length        | memory, --seq varied
-    train           | the frontier: GPUs against days       | plan train (its fastest layout
-                    |                                       | per GPU count, TrainPlan.frontier)
+    train           | the frontier: GPUs against days       | plan train --gpus N (best.days:
+                    |                                       | TrainPlan.frontier, one search)
     serve           | KV cache against context              | memory --inference, --context
     serve           | latency against load                  | plan infer, --rate varied, the
                     |                                       | plan's layout pinned (--tp --pp
@@ -157,5 +157,5 @@ def _frontier_chart(cmds: dict) -> dict | None:
             "y": {"label": "days (log)", "log": True, "unit": "days"},
             "series": [{"name": "fastest layout per GPU count", "key": "days",
                         "points": [[r.gpus, r.days] for r in rows]}],
-            "limit": None, "command": calc.shell_line(cmds["answer"]) + " --json "
-            "(TrainPlan.frontier: the fastest layout on each GPU count)", "left_out": []}
+            "limit": None, "command": calc.shell_line(_with(cmds["answer"], "--gpus", "N"))
+            + " --json (best.days; TrainPlan.frontier reads the same search)", "left_out": []}
