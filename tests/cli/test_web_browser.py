@@ -305,6 +305,119 @@ def test_an_uploaded_config_json_and_the_report_link(page, browser, server, tmp_
     report.close()
 
 
+# --- widths, charts, legend colours, the new controls ---------------------------------------------
+def settle_charts(pg, timeout_s: float = 120) -> None:
+    """Wait until the charts of the page's latest answer are drawn."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pg.locator("#charts").get_attribute("data-gen") == state(pg)[1].__str__():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the charts were not drawn")
+
+
+#: what the browser reads back: the page's widths, every element wider than the screen, and the
+#: colours of each legend against what it labels
+READ_BACK = """() => {
+  const doc = document.documentElement, W = window.innerWidth;
+  const wide = [...document.querySelectorAll("body *")].filter((e) => {
+    const r = e.getBoundingClientRect();
+    return r.width > 0 && (r.right > W + 0.5 || r.left < -0.5) && !e.closest("section");
+  }).map((e) => e.tagName + "#" + e.id);
+  const scrolls = [...document.querySelectorAll("section")].filter(
+    (e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.id);
+  const charts = [...document.querySelectorAll("svg.chart")].map((c) => ({
+    id: c.dataset.chart,
+    lines: Object.fromEntries([...c.querySelectorAll("path.series")].map(
+      (p) => [p.dataset.series, p.getAttribute("stroke")])),
+    legend: Object.fromEntries([...c.querySelectorAll(".legend-item")].map(
+      (g) => [g.dataset.series, g.querySelector("rect").getAttribute("fill")])),
+    points: c.querySelectorAll("circle").length}));
+  const bars = [...document.querySelectorAll("#memory-bars svg.bar")].map((b) => ({
+    segments: [...b.querySelectorAll("rect[data-group]")].map(
+      (r) => [r.dataset.group, r.getAttribute("fill")]),
+    legend: [...b.querySelectorAll(".legend-item")].map(
+      (g) => [g.dataset.group, g.querySelector("rect").getAttribute("fill"),
+              g.querySelector("text").textContent])}));
+  const swatches = [...document.querySelectorAll("#memory-table svg.swatch")].map(
+    (s) => [s.dataset.group, s.querySelector("rect").getAttribute("fill")]);
+  return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, wide, scrolls, charts,
+          bars, swatches};
+}"""
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_each_task_fits_the_width_with_charts_and_right_legends(page, width, tmp_path):
+    """At a desktop's and a phone's width: nothing wider than the screen (scrollWidth <=
+    clientWidth, no element past the edge), each task's charts drawn with a legend whose
+    colours are its lines', and each memory bar's legend the colours of its own segments, one
+    colour per group on every bar and in the table (the per-GPU bar once showed activations
+    in the first bar's "fp32 master" colour)."""
+    from txcalc.answers.costs import MEMORY_GROUPS
+    page.set_viewport_size({"width": width, "height": 900})
+    want = {"train": {"memory-vs-seq", "frontier"}, "finetune": {"memory-vs-seq"},
+            "serve": {"kv-vs-context", "latency-vs-load"}}
+    colour_of: dict[str, str] = {}
+    for task in ("train", "finetune", "serve"):
+        if task != "train":  # the page starts in train
+            assert change(page, {"task": task}) == "ready"
+        settle_charts(page)
+        page.screenshot(path=tmp_path / f"{task}-{width}.png", full_page=True)
+        got = page.evaluate(READ_BACK)
+        assert got["scrollWidth"] <= got["clientWidth"] == width, (task, got["scrollWidth"])
+        assert not got["wide"], (task, got["wide"])
+        assert not got["scrolls"], (task, got["scrolls"])  # no panel scrolls sideways
+        assert {c["id"] for c in got["charts"]} == want[task], task
+        for c in got["charts"]:
+            assert c["lines"] and c["legend"] == c["lines"], c  # one legend entry per line
+            assert len(set(c["lines"].values())) == len(c["lines"])
+            assert c["points"] >= 5 * len(c["lines"]) - 2, c
+        assert got["bars"], task
+        for b in got["bars"]:
+            fills = dict(b["segments"])
+            assert len({(g, f) for g, f in b["segments"]}) == len(fills)  # a group, a colour
+            assert [[g, fills[g], MEMORY_GROUPS[g]] for g in fills] == b["legend"], b
+            for g, f in fills.items():
+                assert colour_of.setdefault(g, f) == f, (task, g)  # the same on every bar
+        for g, f in got["swatches"]:
+            assert colour_of[g] == f, (task, g)
+    assert len(set(colour_of.values())) == len(colour_of)
+    assert {"optimizer", "activations", "kv_cache"} <= set(colour_of)
+
+
+def test_the_new_controls_reach_the_answers(page):
+    """GPUs, global batch, precision and optimizer (auto: the CLI's default, stated), the
+    serving rate (the per-GPU memory view and the latency chart follow it), the fine-tuning
+    report link; the serving mode control is offered where plan infer has --mode."""
+    from txcalc.web.calc import serve_modes
+    assert change(page, {"preset": "gpt2", "seq": "512", "tokens": "10B", "gpus": "16",
+                         "global_batch": "64"}) == "ready"
+    shown = figures(page)
+    assert shown["answer.best.gpus"] == "16" and shown["answer.global_batch"] == "64"
+    cli_lines = page.locator("#cli").text_content()
+    assert "--gpus 16 --global-batch 64" in cli_lines and "--precision" not in cli_lines
+    assert change(page, {"precision": "fp32", "optimizer": "sgd"}) == "ready"
+    assert "--precision fp32 --optimizer sgd" in page.locator("#cli").text_content()
+    assert figures(page)["memory.peak_by_category.param"] == str(
+        cli_json(["memory", "gpt2", "--seq", "512", "--precision", "fp32", "--optimizer", "sgd",
+                  "--gpu", "h100-sxm"])["peak_by_category"]["param"])
+    assert change(page, {"task": "finetune"}) == "ready"
+    assert page.locator("#report-link").text_content() == "Full fine-tuning report"
+    assert "--finetune lora" in page.locator("#report-command").text_content()
+    assert change(page, {"task": "serve", "rate": "3"}) == "ready"
+    settle_charts(page)
+    title = page.locator("#memory-bars figcaption").first.text_content()
+    assert title.startswith("per GPU of the plan for 3 requests/s"), title
+    load = page.locator("svg.chart[data-chart=latency-vs-load] circle").count()
+    assert load >= 10
+    mode = page.locator("#mode")
+    assert mode.is_visible() == bool(serve_modes())
+    assert change(page, {"rate": "", "concurrency": "4"}) == "ready"
+    titles = page.locator("#memory-bars figcaption").all_text_contents()
+    assert titles[0].startswith("per GPU of the plan for 4 concurrent requests")
+    assert titles[1].startswith("whole model, weights and the KV cache of 4 sequence(s)")
+
+
 def test_no_request_left_this_machine(page, server):
     """Runs last in the module: every request of every test above went to this server."""
     change(page, {"task": "serve"})

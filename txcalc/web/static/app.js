@@ -152,7 +152,11 @@ async function update() {
 }
 
 // --- drawing ---------------------------------------------------------------------------------------
+// the last answer drawn: redrawn at the new width when the window is resized
+let last = null;
+
 function render(t, res, cmds) {
+  last = {t, res, cmds, charts: last && last.t === t ? last.charts : []};
   for (const p of PANELS) $(p + "-panel").classList.toggle("failed", !res[p].ok);
   renderMemory(t, res.memory.ok ? res.memory.data : null, res.answer.ok ? res.answer.data : null);
   renderAnswer(t, res.answer.ok ? res.answer.data : null);
@@ -364,7 +368,7 @@ function lineChart(c, W) {
   s.append(axes);
   if (c.limit && c.limit.value) {
     s.append(svg("line", {x1: L, x2: W - R, y1: Y(c.limit.value), y2: Y(c.limit.value), class: "cap limit"}));
-    s.append(svg("text", {x: W - R, y: Y(c.limit.value) - 4, "text-anchor": "end", class: "cap-label"}, `${c.limit.name}: ${fmtAxis(c.limit.value, c.y.unit)}`));
+    s.append(svg("text", {x: W - R, y: Y(c.limit.value) - 4, "text-anchor": "end", class: "cap-label"}, `${c.limit.name}: ${fmtAxis(c.limit.value, c.y.unit)}${c.y.unit === "bytes" ? " GiB" : ""}`));
   }
   c.series.forEach((ser, i) => {
     const color = COLORS[i % COLORS.length];
@@ -384,6 +388,7 @@ function lineChart(c, W) {
 }
 
 function renderCharts(list) {
+  if (last) last.charts = list;
   const box = $("charts");
   box.replaceChildren();
   const W = Math.max(320, Math.min(640, box.clientWidth || 640));
@@ -407,6 +412,7 @@ function renderAnswer(t, a) {
       [`GPUs to finish within ${a.days_limit} days`, "answer.gpus_for_deadline", a.gpus_for_deadline, fmtInt(a.gpus_for_deadline ?? 0)],
       ["best layout", "answer.best.layout_name", b.layout_name, b.layout_name],
       ["GPUs of the best layout", "answer.best.gpus", b.gpus, fmtInt(b.gpus)],
+      ["global batch, sequences", "answer.global_batch", a.global_batch, fmtInt(a.global_batch)],
       ["days", "answer.best.days", b.days, fmtNum(b.days, 2)],
       ["GPU-hours", "answer.best.gpu_hours", b.gpu_hours, fmtNum(b.gpu_hours, 0)],
       ["cost", "answer.best.cost", b.cost, b.cost === null ? "" : fmtNum(b.cost, 0)],
@@ -558,6 +564,16 @@ async function start() {
   $("copy").addEventListener("click", async () => {
     try { await navigator.clipboard.writeText($("cli").textContent); $("copy").textContent = "Copied"; }
     catch (e) { getSelection().selectAllChildren($("cli")); }
+  });
+  let resized = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => {
+      if (!last) return;
+      const charts = last.charts;
+      render(last.t, last.res, last.cmds);
+      renderCharts(charts);
+    }, 150);
   });
   showTask();
   update();
