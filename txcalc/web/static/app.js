@@ -129,9 +129,9 @@ function schedule() {
 async function update() {
   const gen = ++generation;
   const q = query();
+  const form = new URLSearchParams(q);  // the controls as asked: drawn with their answers
   history.replaceState(null, "", "#" + q);
   document.body.dataset.state = "busy";
-  const chartsAsked = getJSON("/api/charts?" + q);
   const [cmds, ...answers] = await Promise.all(
     [getJSON("/api/commands?" + q), ...PANELS.map((p) => getJSON(`/api/${p}?` + q))]);
   if (gen !== generation) return; // a newer change is on its way
@@ -140,12 +140,13 @@ async function update() {
   const msg = $("message");
   msg.hidden = errors.length === 0;
   msg.textContent = errors.join(" | ");
-  render(task(), res, cmds.ok ? cmds.data : null);
+  render(form.get("task"), res, cmds.ok ? cmds.data : null, form);
   document.body.dataset.state = errors.length ? "error" : "ready";
   document.body.dataset.gen = String(gen);
-  // the charts come after the panels (more answers each): drawn when they arrive
+  // the charts are asked for after the panels (each is several answers; asked at once, they
+  // would share the server's interpreter with the panels and slow them): drawn when they arrive
   $("charts").dataset.gen = "";
-  const charts = await chartsAsked;
+  const charts = await getJSON("/api/charts?" + q);
   if (gen !== generation) return;
   renderCharts(charts.ok ? charts.data.charts : []);
   $("charts").dataset.gen = String(gen);
@@ -155,14 +156,14 @@ async function update() {
 // the last answer drawn: redrawn at the new width when the window is resized
 let last = null;
 
-function render(t, res, cmds) {
-  last = {t, res, cmds, charts: last && last.t === t ? last.charts : []};
+function render(t, res, cmds, form) {
+  last = {t, res, cmds, form, charts: last && last.t === t ? last.charts : []};
   for (const p of PANELS) $(p + "-panel").classList.toggle("failed", !res[p].ok);
-  renderMemory(t, res.memory.ok ? res.memory.data : null, res.answer.ok ? res.answer.data : null);
+  renderMemory(t, res.memory.ok ? res.memory.data : null, res.answer.ok ? res.answer.data : null, form);
   renderAnswer(t, res.answer.ok ? res.answer.data : null);
   renderParams(res.params.ok ? res.params.data : null);
   renderFlops(t, res.flops.ok ? res.flops.data : null);
-  renderCommands(cmds);
+  renderCommands(cmds, t);
 }
 
 // --- memory: one hierarchy (answers.costs.MEMORY_GROUPS), one colour per group ----------------
@@ -244,15 +245,15 @@ function barWidth() {
   return Math.max(320, Math.min(800, $("memory-bars").clientWidth || 800));
 }
 
-function renderMemory(t, mem, ans) {
+function renderMemory(t, mem, ans, form) {
   const box = $("memory-bars");
   box.replaceChildren();
   if (!mem) { $("memory-table").replaceChildren(); return; }
-  const gpu = $("gpu").value, W = barWidth();
+  const gpu = form.get("gpu"), W = barWidth(), rate = form.get("rate") || "";
   const rows = [];
   if (t === "serve") {
-    const byRate = $("rate").value.trim() !== "";
-    const load = byRate ? `${$("rate").value.trim()} requests/s` : `${fmtInt(mem.concurrency)} concurrent requests`;
+    const byRate = rate !== "";
+    const load = byRate ? `${rate} requests/s` : `${fmtInt(mem.concurrency)} concurrent requests`;
     const kv = ans && ans.kv_capacity;
     if (kv) {
       const cats = Object.fromEntries(Object.entries(kv).filter(([k]) => OPTIONS.memory_parts[k]));
@@ -502,12 +503,12 @@ function renderFlops(t, f) {
       share((serve ? r.forward_flops : r.forward_flops + r.backward_flops) / top, "")]));
 }
 
-function renderCommands(c) {
+function renderCommands(c, t) {
   if (!c) { $("cli").textContent = ""; return; }
   $("cli").textContent = PANELS.map((p) => c.commands[p] + " --json").join("\n");
   $("report-link").href = c.report.url;
   $("report-link").textContent = {train: "Full training report", finetune: "Full fine-tuning report",
-                                   serve: "Full serving report"}[task()];
+                                   serve: "Full serving report"}[t];
   $("report-command").textContent = c.report.command;
 }
 
@@ -571,7 +572,7 @@ async function start() {
     resized = setTimeout(() => {
       if (!last) return;
       const charts = last.charts;
-      render(last.t, last.res, last.cmds);
+      render(last.t, last.res, last.cmds, last.form);
       renderCharts(charts);
     }, 150);
   });
