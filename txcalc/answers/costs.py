@@ -46,15 +46,15 @@ MEMORY_ROWS = (
 MEMORY_PARTS = {
     # memory --json: peak_by_category (TrainingMemory.phases)
     "param": ("weights", "weights"), "grad": ("gradients", "gradients"),
-    "opt": ("optimizer", "moments and step counters (at the optimizer step, with the "
-                         "update's temporaries)"),
+    "opt": ("optimizer", ("moments and step counters (at the optimizer step, with the "
+                          "update's temporaries)")),
     "master": ("optimizer", "fp32 master weights"),
     "act": ("activations", "saved activations, the batch"),
     "temp": ("transients", "the step's temporaries and the loss's"),
     # plan train: best.memory_bytes (train.planner.CATEGORIES), one GPU's fullest stage
     "weights": ("weights", "weights"), "gradients": ("gradients", "gradients"),
-    "optimizer": ("optimizer", "states, with the fp32 master weights"),
-    "activations": ("activations", "saved activations"),
+    "optimizer": ("optimizer", "with the fp32 master weights"),
+    "activations": ("activations", "activations saved for backward"),
     "inputs": ("activations", "the batch"),
     "logits": ("transients", "the loss's logits (T x V)"),
     "zero3_buffers": ("transients", "ZeRO-3 gather buffers"),
@@ -66,7 +66,32 @@ MEMORY_PARTS = {
     "kv_cache_bytes": ("kv_cache", "KV cache"),
     "cuda_graph_bytes": ("framework", "CUDA graphs"),
     "non_torch_bytes": ("framework", "non-torch memory (CUDA context, NCCL)"),
+    # reports (report.gather): the peak's categories of one GPU, serving's per GPU
+    "temporaries": ("transients", "the step's temporaries and the loss's, at the peak"),
+    "kv cache": ("kv_cache", "KV cache"),
+    "prefill workspace": ("activations", "the chunked-prefill workspace"),
 }
+
+
+#: a category's words where space is short (a report's table columns and plot legends): its
+#: group's words, then a word or two of its own where the group has several
+MEMORY_SHORT = {"optimizer": "fp32 master inside", "activations": "", "act": "",
+                "inputs": "the batch", "logits": "logits", "temporaries": "",
+                "zero3_buffers": "ZeRO-3 gathers", "step": "optimizer step",
+                "framework": "", "non_torch_bytes": "", "prefill workspace": "prefill",
+                "temp": "", "opt": "moments", "master": "fp32 master"}
+
+
+def memory_words(key: str, short: bool = False) -> str:
+    """A category in the hierarchy's words: its group's, then (where they say more) its own
+    (``optimizer``: "optimizer states: with the fp32 master weights"; short: "optimizer
+    states: fp32 master inside")."""
+    group, words = MEMORY_PARTS[key]
+    head = MEMORY_GROUPS[group]
+    if short:
+        words = MEMORY_SHORT.get(key, words)
+        return f"{head}: {words}" if words and words.lower() != head.lower() else head
+    return words if words.lower().startswith(head.lower()) else f"{head}: {words}"
 
 
 def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str = 0,

@@ -114,7 +114,8 @@ def _kv_chart(form: dict, cmds: dict, cache: bool) -> dict | None:
     series, left = _sweep(argv, "--context", _around(int(first["context"]), 256), str, cache,
                           {"weights + KV cache": "total_bytes", "KV cache": "kv_cache_bytes"})
     return {"id": "kv-vs-context",
-            "title": f"KV cache against context ({form['concurrency']} sequences, whole model)",
+            "title": f"KV cache against context ({form['concurrency']} sequences"
+                     f"{', the concurrency control' if form['rate'] else ''}, whole model)",
             "x": {"label": "context, tokens", "log": True, "unit": "tokens"},
             "y": {"label": "GiB", "log": False, "unit": "bytes"},
             "series": series, "limit": {"name": f"one {first.get('gpu', 'GPU')}",
