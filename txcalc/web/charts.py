@@ -89,39 +89,39 @@ def charts(form: dict, cache: bool = False) -> list[dict]:
     return [c for c in out if c]
 
 
-def _memory_chart(cmds: dict, cache: bool) -> dict | None:
+def _bytes_chart(cmds: dict, cache: bool, cid: str, title: str, flag: str, floor: int,
+                 ys: dict[str, str], limit: str) -> dict | None:
+    """A memory command's bytes against its ``flag`` (--seq or --context) around the page's
+    value, with the GPU's memory as a line (``limit``: its words, {gpu} the GPU's name)."""
     argv = cmds["memory"]
     first = _answer(argv, cache)
     if first is None:
         return None
-    series, left = _sweep(argv, "--seq", _around(int(first["seq"]), 128), str, cache,
-                          {"on the device (peak of the step)": "device_bytes",
-                           "saved activations": "activations_bytes"})
-    return {"id": "memory-vs-seq", "title": "Memory against sequence length (one GPU)",
-            "x": {"label": "sequence length, tokens", "log": True, "unit": "tokens"},
+    x = int(first["seq" if flag == "--seq" else "context"])
+    series, left = _sweep(argv, flag, _around(x, floor), str, cache, ys)
+    return {"id": cid, "title": title,
+            "x": {"label": f"{flag[2:].replace('seq', 'sequence length')}, tokens",
+                  "log": True, "unit": "tokens"},
             "y": {"label": "GiB", "log": False, "unit": "bytes"},
-            "series": series, "limit": {"name": f"{first.get('gpu', 'GPU')} usable",
+            "series": series, "limit": {"name": limit.format(gpu=first.get("gpu", "GPU")),
                                         "value": first.get("gpu_bytes")},
-            "command": calc.shell_line(_with(argv, "--seq", "N")) + " --json",
-            "left_out": left}
+            "command": calc.shell_line(_with(argv, flag, "N")) + " --json", "left_out": left}
+
+
+def _memory_chart(cmds: dict, cache: bool) -> dict | None:
+    return _bytes_chart(cmds, cache, "memory-vs-seq", "Memory against sequence length (one GPU)",
+                        "--seq", 128, {"on the device (peak of the step)": "device_bytes",
+                                       "saved activations": "activations_bytes"},
+                        "{gpu} usable")
 
 
 def _kv_chart(form: dict, cmds: dict, cache: bool) -> dict | None:
-    argv = cmds["memory"]
-    first = _answer(argv, cache)
-    if first is None:
-        return None
-    series, left = _sweep(argv, "--context", _around(int(first["context"]), 256), str, cache,
-                          {"weights + KV cache": "total_bytes", "KV cache": "kv_cache_bytes"})
-    return {"id": "kv-vs-context",
-            "title": f"KV cache against context ({form['concurrency']} sequences"
-                     f"{', the concurrency control' if form['rate'] else ''}, whole model)",
-            "x": {"label": "context, tokens", "log": True, "unit": "tokens"},
-            "y": {"label": "GiB", "log": False, "unit": "bytes"},
-            "series": series, "limit": {"name": f"one {first.get('gpu', 'GPU')}",
-                                        "value": first.get("gpu_bytes")},
-            "command": calc.shell_line(_with(argv, "--context", "N")) + " --json",
-            "left_out": left}
+    load = f"{form['concurrency']} sequences" + (", the concurrency control" if form["rate"]
+                                                 else "")
+    return _bytes_chart(cmds, cache, "kv-vs-context",
+                        f"KV cache against context ({load}, whole model)", "--context", 256,
+                        {"weights + KV cache": "total_bytes", "KV cache": "kv_cache_bytes"},
+                        "one {gpu}")
 
 
 def _load_chart(cmds: dict, cache: bool) -> dict | None:
