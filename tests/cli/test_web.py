@@ -415,3 +415,41 @@ def test_a_serving_mode_is_refused_where_plan_infer_has_none():
     else:
         with pytest.raises(calc.WebInputError, match=r"mode \('disaggregated'\).*no --mode"):
             calc.commands(calc.form_of({"task": "serve", "mode": "disaggregated"}))
+
+
+#: a value other than the starting one for each of the page's controls
+OTHER = {"model": "gpt2", "gpu": "h200", "price": "2", "precision": "fp32", "optimizer": "sgd",
+         "seq": "512", "batch": "2", "attn": "sdpa", "recompute": "selective",
+         "finetune": "qlora", "lora_rank": "8", "lora_targets": "attention",
+         "base_format": "fp4", "tokens": "10B", "days": "30", "gpus": "16",
+         "global_batch": "64", "weights": "int8", "kv_dtype": "fp8", "input_len": "512",
+         "output_len": "64", "concurrency": "4", "rate": "2", "ttft_p99": "2s",
+         "itl_p99": "50ms", "mode": "auto", "tp": "2", "pp": "2", "cp": "2", "ep": "2",
+         "zero": "1", "micro_batch": "2", "plan_recompute": "full", "replicas": "2"}
+
+
+def test_every_control_of_the_page_reaches_a_command():
+    """Each control the page shows (index.html's name=...) is a control of the form and,
+    changed, changes the commands (the panels' or the report link's) of each task it is shown
+    for (its fieldset's or label's data-tasks): no control the answers ignore."""
+    import re
+    html = (ROOT / "txcalc" / "web" / "static" / "index.html").read_text()
+    shown: dict[str, set[str]] = {}
+    tasks = set(calc.TASKS)
+    for line in html.splitlines():
+        if "<fieldset" in line:
+            m = re.search(r'data-tasks="([^"]+)"', line)
+            tasks = set(m.group(1).split()) if m else set(calc.TASKS)
+        for name in re.findall(r'<(?:input|select)[^>]*\bname="([a-z0-9_]+)"', line):
+            m = re.search(r'<label data-tasks="([^"]+)"', line)
+            shown.setdefault(name, set()).update(set(m.group(1).split()) if m else tasks)
+    assert set(shown) == set(calc.DEFAULTS), set(shown) ^ set(calc.DEFAULTS)
+    for name, where in shown.items():
+        if name == "task" or (name == "mode" and not calc.serve_modes()):
+            continue
+        for task in where:
+            base = {"task": task, **({"finetune": "qlora"} if name == "base_format" else {})}
+            def asked(form):  # the panels' commands and the report link's
+                form = calc.form_of(form)
+                return calc.commands(form), calc.report_command(form, "out")
+            assert asked({**base, name: OTHER[name]}) != asked(base), (name, task)
