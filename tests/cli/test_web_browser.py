@@ -400,7 +400,12 @@ def test_the_new_controls_reach_the_answers(page):
     assert shown["answer.best.gpus"] == "16" and shown["answer.global_batch"] == "64"
     cli_lines = page.locator("#cli").text_content()
     assert "--gpus 16 --global-batch 64" in cli_lines and "--precision" not in cli_lines
-    assert change(page, {"precision": "fp32", "optimizer": "sgd"}) == "ready"
+    # auto precision on a GPU without bf16: fp16-mixed, as the CLI, and the page says so
+    assert change(page, {"gpu": "t4"}) == "ready"
+    said = page.locator("#assumed").text_content()
+    assert "precision fp16-mixed: t4 has no bf16" in said, said
+    assert change(page, {"gpu": "h100-sxm", "precision": "fp32", "optimizer": "sgd"}) == "ready"
+    assert page.locator("#assumed-panel").is_hidden()
     assert "--precision fp32 --optimizer sgd" in page.locator("#cli").text_content()
     assert figures(page)["memory.peak_by_category.param"] == str(
         cli_json(["memory", "gpt2", "--seq", "512", "--precision", "fp32", "--optimizer", "sgd",

@@ -164,6 +164,22 @@ function render(t, res, cmds, form) {
   renderParams(res.params.ok ? res.params.data : null);
   renderFlops(t, res.flops.ok ? res.flops.data : null);
   renderCommands(cmds, t);
+  renderAssumed(PANELS.map((p) => [p, res[p].ok ? res[p].data.assumed : null]));
+}
+
+// the defaults each answer took (its "assumed": the CLI prints them under its answer too)
+function renderAssumed(lists) {
+  const box = $("assumed");
+  box.replaceChildren();
+  const seen = new Set();
+  for (const [p, list] of lists) {
+    (list || []).forEach((words, i) => {
+      if (seen.has(words)) return;
+      seen.add(words);
+      box.append(el("li", {}, fig(`${p}.assumed.${i}`, words, words)));
+    });
+  }
+  $("assumed-panel").hidden = seen.size === 0;
 }
 
 // --- memory: one hierarchy (answers.costs.MEMORY_GROUPS), one colour per group ----------------
