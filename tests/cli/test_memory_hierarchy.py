@@ -108,3 +108,13 @@ def test_the_report_says_the_same_words():
         assert any(head.lower().startswith(g.lower()) for g in MEMORY_GROUPS.values()), words
     assert {words for depth, _, words in MEMORY_ROWS if depth == 0} >= {
         "weights", "gradients", "optimizer states", "KV cache", "framework"}
+
+
+def test_a_parameter_count_names_each_total():
+    # its figures are wider than 80 columns: the narrow form, each row's name then its cells
+    lines = run(["memory", "--params", "70B"]).splitlines()
+    rows = [a for a, b in zip(lines, lines[1:]) if b.lstrip().startswith("bytes:")]
+    assert rows[:3] == ["weights", "gradients", "optimizer states"]
+    assert rows[-4:] == ["total", "allocated (max_memory_allocated)",
+                         "reserved (max_memory_reserved)",
+                         "device (reserved + CUDA context: nvidia-smi)"]

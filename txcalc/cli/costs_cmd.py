@@ -72,10 +72,10 @@ def _memory_rows(out: dict) -> list[tuple[str, str, str]]:
             rows.append(heading)
             heading = None
         rows.append(row("  " + words, v))
-    labels = _LABELS if out.get("peak_phase") else {}
+    labels = _LABELS if out.get("peak_phase") else _LABELS | {"total_bytes": "total"}
     for k in ("total_bytes", "allocated_bytes", "reserved_bytes", "device_bytes"):
         if k in out:
-            rows.append(row(labels.get(k, "total"), out[k]))
+            rows.append(row(labels[k], out[k]))
     for k, words in (("host_bytes", "in host memory (offloaded)"),):
         if out.get(k):
             rows.append(row(words, out[k]))
