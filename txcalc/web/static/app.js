@@ -408,7 +408,9 @@ function renderCharts(list) {
   if (last) last.charts = list;
   const box = $("charts");
   box.replaceChildren();
-  const W = Math.max(320, Math.min(640, box.clientWidth || 640));
+  // drawn at the width of one grid cell (two side by side from 616 px: app.css's minmax(300px))
+  const cols = box.clientWidth >= 616 ? 2 : 1;
+  const W = Math.max(300, Math.min(640, ((box.clientWidth || 640) - 8 * (cols - 1)) / cols));
   for (const c of list || []) {
     const fig_ = el("figure", {class: "chart-box"}, el("div", {class: "chart-title"}, c.title), lineChart(c, W));
     const cap = el("figcaption", {}, "each point: ", el("code", {}, c.command));
