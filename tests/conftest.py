@@ -54,6 +54,8 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = timing.costliest_files_first(items)
 
 
 _MEASURED: dict[str, float] = {}

@@ -54,6 +54,20 @@ def slow_ids(nodeids: list[str], seconds: dict[str, float]) -> set[str]:
     return slow
 
 
+def costliest_files_first(items: list) -> list:
+    """``items`` with whole files in order of their measured CPU seconds, costliest first (a
+    file's tests keep their order). Under xdist's ``--dist loadfile --no-loadscope-reorder``
+    (.ci/run) the workers then take files longest first, the LPT rule: the last file to end
+    is a short one, not the 150-second fuzz file started late. Every worker collects the
+    same order (the seconds come from this repository's file)."""
+    seconds = load()
+    cost: dict[str, float] = {}
+    for item in items:
+        file = item.nodeid.split("::")[0]
+        cost[file] = cost.get(file, 0.0) + seconds.get(item.nodeid, 0.0)
+    return sorted(items, key=lambda item: -cost[item.nodeid.split("::")[0]])
+
+
 def save(measured: dict[str, float]) -> None:
     """Merge this process's measurements into PATH (xdist workers save at once: a lock)."""
     if not measured:

@@ -130,6 +130,13 @@ def choice(name: str, value, choices) -> str:
     return value
 
 
+def boolean(name: str, value) -> bool:
+    """``value`` when it is True or False (not 1, not "yes"), else an error naming it."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} ({show(value)}) must be True or False")
+    return value
+
+
 def _nonempty_within(name: str, value: str, max_len: int) -> None:
     """Shared by text() and path_text(): not blank, at most ``max_len`` characters."""
     if not value.strip():

@@ -140,9 +140,9 @@ def test_pngs_are_deterministic(examples):
 
 
 def test_helper_processes_draw_the_same_bytes_as_this_process(monkeypatch):
-    """write_report draws in helper processes (plots.Painter): their PNGs equal the ones drawn
-    here, in the order of the specs, each announced once; a helper that dies leaves its plots
-    to this process, with the same bytes and the same announcements."""
+    """write_report draws in a helper process and its fork (plots.Painter): their PNGs equal
+    the ones drawn here, in the order of the specs, each announced once; a helper that dies
+    leaves its plots to this process, with the same bytes and the same announcements."""
     from txcalc.report import plots
 
     rep = build_report(ReportRequest("t5-base", seq=512, batch=4))
@@ -159,9 +159,9 @@ def test_helper_processes_draw_the_same_bytes_as_this_process(monkeypatch):
         monkeypatch.setattr(plots, "draw_each", fallback)
         seen = []
         with plots.Painter() as painter:
-            assert len(painter.procs) == 2
+            assert painter.proc is not None and len(painter.streams) == 2
             got = painter.draw_all(rep, specs, before=lambda spec: seen.append(spec["file"]))
-        assert painter.procs == []
+        assert painter.proc is None and painter.streams == []
         assert got == here
         assert seen == [spec["file"] for spec in specs]
 

@@ -61,33 +61,34 @@ def api(srv, panel: str, **form) -> tuple[int, dict]:
 
 # --- the form -> the commands ---------------------------------------------------------------------
 def test_the_commands_of_each_task():
+    # precision, optimizer and the KV cache's dtype left at auto: no flag, the CLI's defaults
     train = calc.commands(calc.form_of({"model": "gpt2", "seq": "1024", "price": "2",
-                                        "tp": "2", "plan_recompute": "full"}))
+                                        "tp": "2", "plan_recompute": "full", "gpus": "16",
+                                        "global_batch": "256"}))
     h100 = ["--gpu", "h100-sxm"]
     assert train == {
         "params": ["params", "gpt2"],
         "flops": ["flops", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash"],
         "memory": ["memory", "gpt2", "--batch", "1", "--seq", "1024", "--attn", "flash",
-                   "--precision", "bf16-mixed", "--optimizer", "adamw",
                    *h100],
         "answer": ["plan", "train", "gpt2", "--tokens", "1T", "--gpu", "h100-sxm", "--seq",
-                   "1024", "--precision", "bf16-mixed", "--optimizer", "adamw", "--attn",
-                   "flash", "--price", "2", "--tp", "2", "--recompute", "full"]}
+                   "1024", "--attn", "flash", "--price", "2", "--gpus", "16",
+                   "--global-batch", "256", "--tp", "2", "--recompute", "full"]}
+    pinned = calc.commands(calc.form_of({"model": "gpt2", "precision": "fp32",
+                                         "optimizer": "sgd"}))
+    assert pinned["memory"][-6:] == ["--precision", "fp32", "--optimizer", "sgd", *h100]
     serve = calc.commands(calc.form_of({"model": "gpt2", "task": "serve", "input_len": "1k",
                                         "output_len": "100", "rate": "3", "weights": "int8",
                                         "gpu": "h200"}))
     assert serve["flops"] == ["flops", "gpt2", "--seq", "1k", "--context", "1124"]
     assert serve["memory"] == ["memory", "gpt2", "--inference", "--context", "1124",
-                               "--concurrency", "8", "--kv-dtype", "bf16", "--weights", "int8",
-                               "--gpu", "h200"]
+                               "--concurrency", "8", "--weights", "int8", "--gpu", "h200"]
     assert serve["answer"] == ["plan", "infer", "gpt2", "--gpu", "h200", "--input-len", "1k",
-                               "--output-len", "100", "--rate", "3", "--kv-dtype", "bf16",
-                               "--weights", "int8"]
+                               "--output-len", "100", "--rate", "3", "--weights", "int8"]
     ft = calc.commands(calc.form_of({"model": "gpt2", "task": "finetune", "finetune": "qlora",
                                      "lora_rank": "8"}))
-    assert ft["answer"] == ["fit", "gpt2", "--gpu", "h100-sxm", "--batch", "1", "--precision",
-                            "bf16-mixed", "--optimizer", "adamw", "--attn", "flash",
-                            "--finetune", "qlora", "--lora-rank", "8",
+    assert ft["answer"] == ["fit", "gpt2", "--gpu", "h100-sxm", "--batch", "1",
+                            "--attn", "flash", "--finetune", "qlora", "--lora-rank", "8",
                             "--lora-targets", "all-linear", "--base-format", "nf4"]
     assert ft["memory"][-2:] == h100 and "--base-format" in ft["flops"]
 
@@ -244,9 +245,8 @@ def test_the_report_link_writes_and_serves_the_report(server):
     form = {"model": "gpt2", "seq": "512", "tokens": "1B"}
     _, _, body = get(server, "/api/commands?" + urlencode(form))
     link = json.loads(body)["report"]
-    assert link["command"] == ("txcalc report gpt2 --out report --gpu h100-sxm --precision "
-                               "bf16-mixed --optimizer adamw --batch 1 --seq 512 --attn flash "
-                               "--tokens 1B")
+    assert link["command"] == ("txcalc report gpt2 --out report --gpu h100-sxm --batch 1 "
+                               "--seq 512 --attn flash --tokens 1B")
     status, headers, body = get(server, link["url"])
     assert status == 200 and b"Capacity report: training gpt2" in body
     assert headers["Content-Security-Policy"].startswith("default-src 'none'")
@@ -327,3 +327,129 @@ def test_the_hub_ids_in_the_local_cache_are_offered(tmp_path, monkeypatch):
     got = calc.run_json(["params", "meta-llama/Llama-3.1-8B"])
     assert got["total_params"] == 8_030_261_248
     assert got == cli_json(["params", "meta-llama/Llama-3.1-8B"])
+
+
+# --- the charts and the memory hierarchy ----------------------------------------------------------
+def _substituted(command: str, value) -> list[str]:
+    """A chart's command (``txcalc ... N ... --json (note)``) with its placeholder set."""
+    import shlex
+    words = shlex.split(command.partition(" --json")[0])[1:]
+    return [str(value) if w in ("N", "R") else w for w in words]
+
+
+@pytest.mark.parametrize("form", [{"model": "llama-3.2-1b", "seq": "1024", "tokens": "10B"},
+                                  {"model": "llama-3.2-1b", "task": "serve", "rate": "4",
+                                   "input_len": "256", "output_len": "64"}],
+                         ids=["train", "serve-rate"])
+def test_each_chart_point_is_its_commands_answer(server, form):
+    """Every chart the page draws: a middle and the last point of each series equal the JSON
+    of the chart's command with the point's x, run through the CLI (the frontier: plan train
+    --gpus N, whose best.days is the frontier's point)."""
+    status, _, body = get(server, "/api/charts?" + urlencode(form))
+    assert status == 200, body
+    charts = json.loads(body)["charts"]
+    want = {"train": ["memory-vs-seq", "frontier"],
+            "serve-rate": ["kv-vs-context", "latency-vs-load"]}
+    assert [c["id"] for c in charts] == want["serve-rate" if "rate" in form else "train"]
+    for c in charts:
+        assert not c["left_out"], c["left_out"]
+        for s in c["series"]:
+            assert len(s["points"]) >= 5, (c["id"], s["name"])
+            xs = [x for x, _ in s["points"]]
+            assert xs == sorted(set(xs))
+            for x, y in (s["points"][len(xs) // 2], s["points"][-1]):
+                got = cli_json(_substituted(c["command"], f"{x:g}" if isinstance(x, float)
+                                            else x))
+                assert (got["best"]["days"] if c["id"] == "frontier" else got[s["key"]]) == y, \
+                    (c["id"], s["name"], x)
+
+
+def test_the_charts_follow_the_page(server):
+    """A deadline on the training frontier moves nothing (the frontier is every GPU count);
+    a longer sequence moves the memory chart's points to longer sequences."""
+    def first(form, cid):
+        _, _, body = get(server, "/api/charts?" + urlencode(form))
+        return next(c for c in json.loads(body)["charts"] if c["id"] == cid)
+    short = first({"model": "gpt2", "task": "finetune", "seq": "256"}, "memory-vs-seq")
+    long = first({"model": "gpt2", "task": "finetune", "seq": "1024"}, "memory-vs-seq")
+    assert 256 in [x for x, _ in short["series"][0]["points"]]
+    assert 1024 in [x for x, _ in long["series"][0]["points"]]
+    assert "--finetune lora" in long["command"]
+    # gpt2's learned positions stop at 1024: longer sequences are named, not drawn
+    assert "--seq 2048" in long["left_out"]
+
+
+def test_every_memory_category_has_its_place_in_the_hierarchy():
+    """The categories of memory (peak_by_category), plan train (memory_bytes per GPU) and plan
+    infer (kv_capacity) each sit in one group of MEMORY_GROUPS: the page draws every one."""
+    from txcalc.answers.costs import MEMORY_GROUPS, MEMORY_PARTS
+    from txcalc.train.planner import CATEGORIES
+    mem = cli_json(["memory", "gpt2", "--seq", "256"])
+    infer = cli_json(["plan", "infer", "gpt2", "--input-len", "256", "--output-len", "64",
+                      "--rate", "2"])
+    kv_cats = [k for k in infer["kv_capacity"] if k.endswith("_bytes") and k not in (
+        "total_bytes", "budget_bytes", "held_allreduce_bytes", "block_bytes")]
+    for key in [*(k for k in mem["peak_by_category"] if k != "total"), *CATEGORIES, *kv_cats]:
+        assert key in MEMORY_PARTS, key
+    assert {g for g, _ in MEMORY_PARTS.values()} == set(MEMORY_GROUPS)
+    # the groups of one answer add up to its total
+    assert sum(v for k, v in mem["peak_by_category"].items() if k != "total") \
+        == mem["peak_by_category"]["total"]
+    assert MEMORY_PARTS["master"][0] == "optimizer"  # the fp32 master weights: optimizer states
+
+
+def test_fine_tuning_links_a_fine_tuning_report(server):
+    form = {"model": "gpt2", "task": "finetune", "seq": "256", "finetune": "lora"}
+    _, _, body = get(server, "/api/commands?" + urlencode(form))
+    link = json.loads(body)["report"]
+    assert "--finetune lora" in link["command"] and "--tokens" not in link["command"]
+    assert "--recompute full" in link["command"]  # auto: the memory and fit panels' default
+    status, _, body = get(server, link["url"])
+    assert status == 200 and b"Fine-tuning: adapters and the frozen base" in body
+
+
+def test_a_serving_mode_is_refused_where_plan_infer_has_none():
+    if calc.serve_modes():
+        form = calc.form_of({"task": "serve", "mode": calc.serve_modes()[0]})
+        assert calc.commands(form)["answer"][-2:] == ["--mode", calc.serve_modes()[0]]
+    else:
+        with pytest.raises(calc.WebInputError, match=r"mode \('disaggregated'\).*no --mode"):
+            calc.commands(calc.form_of({"task": "serve", "mode": "disaggregated"}))
+
+
+#: a value other than the starting one for each of the page's controls
+OTHER = {"model": "gpt2", "gpu": "h200", "price": "2", "precision": "fp32", "optimizer": "sgd",
+         "seq": "512", "batch": "2", "attn": "sdpa", "recompute": "selective",
+         "finetune": "qlora", "lora_rank": "8", "lora_targets": "attention",
+         "base_format": "fp4", "tokens": "10B", "days": "30", "gpus": "16",
+         "global_batch": "64", "weights": "int8", "kv_dtype": "fp8", "input_len": "512",
+         "output_len": "64", "concurrency": "4", "rate": "2", "ttft_p99": "2s",
+         "itl_p99": "50ms", "mode": "auto", "tp": "2", "pp": "2", "cp": "2", "ep": "2",
+         "zero": "1", "micro_batch": "2", "plan_recompute": "full", "replicas": "2"}
+
+
+def test_every_control_of_the_page_reaches_a_command():
+    """Each control the page shows (index.html's name=...) is a control of the form and,
+    changed, changes the commands (the panels' or the report link's) of each task it is shown
+    for (its fieldset's or label's data-tasks): no control the answers ignore."""
+    import re
+    html = (ROOT / "txcalc" / "web" / "static" / "index.html").read_text()
+    shown: dict[str, set[str]] = {}
+    tasks = set(calc.TASKS)
+    for line in html.splitlines():
+        if "<fieldset" in line:
+            m = re.search(r'data-tasks="([^"]+)"', line)
+            tasks = set(m.group(1).split()) if m else set(calc.TASKS)
+        for name in re.findall(r'<(?:input|select)[^>]*\bname="([a-z0-9_]+)"', line):
+            m = re.search(r'<label data-tasks="([^"]+)"', line)
+            shown.setdefault(name, set()).update(set(m.group(1).split()) if m else tasks)
+    assert set(shown) == set(calc.DEFAULTS), set(shown) ^ set(calc.DEFAULTS)
+    for name, where in shown.items():
+        if name == "task" or (name == "mode" and not calc.serve_modes()):
+            continue
+        for task in where:
+            base = {"task": task, **({"finetune": "qlora"} if name == "base_format" else {})}
+            def asked(form):  # the panels' commands and the report link's
+                form = calc.form_of(form)
+                return calc.commands(form), calc.report_command(form, "out")
+            assert asked({**base, name: OTHER[name]}) != asked(base), (name, task)

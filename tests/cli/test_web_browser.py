@@ -182,26 +182,26 @@ SERVE_SHOWS = {"memory.total_bytes", "memory.kv_cache_bytes", "memory.weights_by
 
 
 def train_cmds(model, seq="4096", recompute="", extra=()):
-    # the page's recompute control defaults to auto: no --recompute, the command's default
+    # the page's recompute, precision and optimizer controls default to auto: no flag, the
+    # command's own default (the CLI's, stated in each answer's "assumed")
     work = ["--batch", "1", "--seq", seq, "--attn", "flash",
             *(["--recompute", recompute] if recompute else [])]
     return {"params": ["params", model], "flops": ["flops", model, *work],
-            "memory": ["memory", model, *work, "--precision", "bf16-mixed", "--optimizer",
-                       "adamw", *H100],
+            "memory": ["memory", model, *work, *H100],
             "answer": ["plan", "train", model, "--tokens", "1T", "--gpu", "h100-sxm", "--seq",
-                       seq, "--precision", "bf16-mixed", "--optimizer", "adamw", "--attn",
-                       "flash", *extra]}
+                       seq, "--attn", "flash", *extra]}
 
 
 def serve_cmds(model, n_in, n_out, conc="8", load=None, weights=(), price=()):
+    # the KV cache's dtype control defaults to auto: plan infer's and memory's own default
     ctx = str(int(n_in) + int(n_out))
     return {"params": ["params", model, *weights],
             "flops": ["flops", model, "--seq", n_in, "--context", ctx],
             "memory": ["memory", model, "--inference", "--context", ctx, "--concurrency", conc,
-                       "--kv-dtype", "bf16", *weights, *H100],
+                       *weights, *H100],
             "answer": ["plan", "infer", model, "--gpu", "h100-sxm", "--input-len", n_in,
                        "--output-len", n_out, *(load or ["--concurrency", conc]),
-                       "--kv-dtype", "bf16", *weights, *price]}
+                       *weights, *price]}
 
 
 # --- the tests -----------------------------------------------------------------------------------
@@ -210,9 +210,13 @@ def test_the_page_loads_with_the_default_answer(page, tmp_path):
     assert state(page)[0] == "ready" and page.locator("#message").is_hidden()
     n = assert_page_is_cli(page, train_cmds("llama-3.1-8b"), TRAIN_SHOWS)
     assert n > 50
-    # the memory bar: one rectangle per category, a line at the GPU's capacity
+    # the memory bar: one rectangle per category of the peak (and the framework's), a legend
+    # square per group, a line at the GPU's capacity
     bar = page.locator("#memory-bars svg").first
-    assert bar.locator("rect").count() == 6 and bar.locator("line").count() == 1
+    groups = bar.locator("rect[data-group]").evaluate_all("rs => rs.map(r => r.dataset.group)")
+    assert groups[:3] == ["weights", "gradients", "optimizer"] and groups[-1] == "framework"
+    assert bar.locator(".legend-item").count() == len(set(groups))
+    assert bar.locator("line").count() == 1
 
 
 CASES = {
@@ -229,7 +233,11 @@ CASES = {
     "mixtral-8x7b-serve": ({"preset": "mixtral-8x7b", "task": "serve", "weights": "fp8",
                             "rate": "2"},
                            serve_cmds("mixtral-8x7b", "1024", "256", load=["--rate", "2"],
-                                      weights=["--weights", "fp8"]), SERVE_SHOWS),
+                                      weights=["--weights", "fp8"]),
+                           # at a rate: the plan's per-GPU view, the whole model's total only
+                           SERVE_SHOWS - {"memory.kv_cache_bytes", "memory.weights_bytes"}
+                           | {"answer.kv_capacity.kv_cache_bytes",
+                              "answer.kv_capacity.weights_bytes"}),
     "gpt2-serve": ({"preset": "gpt2", "task": "serve", "input_len": "512", "output_len": "64"},
                    serve_cmds("gpt2", "512", "64"), SERVE_SHOWS),
     "t5-base-serve": ({"preset": "t5-base", "task": "serve", "input_len": "256"},
@@ -254,7 +262,7 @@ def test_fine_tuning_answers_with_fit(page, tmp_path):
     ft = ["--finetune", "qlora", "--lora-rank", "8", "--lora-targets", "all-linear",
           "--base-format", "nf4"]
     work = ["--batch", "1", "--seq", "4096", "--attn", "flash"]  # recompute: auto
-    states = ["--precision", "bf16-mixed", "--optimizer", "adamw"]
+    states = []  # precision and optimizer: auto (the CLI's defaults, the recipe's optimizer)
     assert_page_is_cli(page, {
         "params": ["params", "llama-3.1-8b"], "flops": ["flops", "llama-3.1-8b", *work, *ft],
         "memory": ["memory", "llama-3.1-8b", *work, *states, *ft, *H100],
@@ -299,6 +307,124 @@ def test_an_uploaded_config_json_and_the_report_link(page, browser, server, tmp_
     report.screenshot(path=tmp_path / "report.png", full_page=True)
     assert report.title().startswith("Capacity report: training gpt2")
     report.close()
+
+
+# --- widths, charts, legend colours, the new controls ---------------------------------------------
+def settle_charts(pg, timeout_s: float = 120) -> None:
+    """Wait until the charts of the page's latest answer are drawn."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pg.locator("#charts").get_attribute("data-gen") == state(pg)[1].__str__():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the charts were not drawn")
+
+
+#: what the browser reads back: the page's widths, every element wider than the screen, and the
+#: colours of each legend against what it labels
+READ_BACK = """() => {
+  const doc = document.documentElement, W = window.innerWidth;
+  const wide = [...document.querySelectorAll("body *")].filter((e) => {
+    const r = e.getBoundingClientRect();
+    return r.width > 0 && (r.right > W + 0.5 || r.left < -0.5) && !e.closest("section");
+  }).map((e) => e.tagName + "#" + e.id);
+  const scrolls = [...document.querySelectorAll("section")].filter(
+    (e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.id);
+  const charts = [...document.querySelectorAll("svg.chart")].map((c) => ({
+    id: c.dataset.chart,
+    lines: Object.fromEntries([...c.querySelectorAll("path.series")].map(
+      (p) => [p.dataset.series, p.getAttribute("stroke")])),
+    legend: Object.fromEntries([...c.querySelectorAll(".legend-item")].map(
+      (g) => [g.dataset.series, g.querySelector("rect").getAttribute("fill")])),
+    points: c.querySelectorAll("circle").length}));
+  const bars = [...document.querySelectorAll("#memory-bars svg.bar")].map((b) => ({
+    segments: [...b.querySelectorAll("rect[data-group]")].map(
+      (r) => [r.dataset.group, r.getAttribute("fill")]),
+    legend: [...b.querySelectorAll(".legend-item")].map(
+      (g) => [g.dataset.group, g.querySelector("rect").getAttribute("fill"),
+              g.querySelector("text").textContent])}));
+  const swatches = [...document.querySelectorAll("#memory-table svg.swatch")].map(
+    (s) => [s.dataset.group, s.querySelector("rect").getAttribute("fill")]);
+  return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, wide, scrolls, charts,
+          bars, swatches};
+}"""
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_each_task_fits_the_width_with_charts_and_right_legends(page, width, tmp_path):
+    """At a desktop's and a phone's width: nothing wider than the screen (scrollWidth <=
+    clientWidth, no element past the edge), each task's charts drawn with a legend whose
+    colours are its lines', and each memory bar's legend the colours of its own segments, one
+    colour per group on every bar and in the table (the per-GPU bar once showed activations
+    in the first bar's "fp32 master" colour)."""
+    from txcalc.answers.costs import MEMORY_GROUPS
+    page.set_viewport_size({"width": width, "height": 900})
+    want = {"train": {"memory-vs-seq", "frontier"}, "finetune": {"memory-vs-seq"},
+            "serve": {"kv-vs-context", "latency-vs-load"}}
+    colour_of: dict[str, str] = {}
+    for task in ("train", "finetune", "serve"):
+        if task != "train":  # the page starts in train
+            assert change(page, {"task": task}) == "ready"
+        settle_charts(page)
+        page.screenshot(path=tmp_path / f"{task}-{width}.png", full_page=True)
+        got = page.evaluate(READ_BACK)
+        assert got["scrollWidth"] <= got["clientWidth"] == width, (task, got["scrollWidth"])
+        assert not got["wide"], (task, got["wide"])
+        assert not got["scrolls"], (task, got["scrolls"])  # no panel scrolls sideways
+        assert {c["id"] for c in got["charts"]} == want[task], task
+        for c in got["charts"]:
+            assert c["lines"] and c["legend"] == c["lines"], c  # one legend entry per line
+            assert len(set(c["lines"].values())) == len(c["lines"])
+            assert c["points"] >= 5 * len(c["lines"]) - 2, c
+        assert got["bars"], task
+        for b in got["bars"]:
+            fills = dict(b["segments"])
+            assert len({(g, f) for g, f in b["segments"]}) == len(fills)  # a group, a colour
+            assert [[g, fills[g], MEMORY_GROUPS[g]] for g in fills] == b["legend"], b
+            for g, f in fills.items():
+                assert colour_of.setdefault(g, f) == f, (task, g)  # the same on every bar
+        for g, f in got["swatches"]:
+            assert colour_of[g] == f, (task, g)
+    assert len(set(colour_of.values())) == len(colour_of)
+    assert {"optimizer", "activations", "kv_cache"} <= set(colour_of)
+
+
+def test_the_new_controls_reach_the_answers(page):
+    """GPUs, global batch, precision and optimizer (auto: the CLI's default, stated), the
+    serving rate (the per-GPU memory view and the latency chart follow it), the fine-tuning
+    report link; the serving mode control is offered where plan infer has --mode."""
+    from txcalc.web.calc import serve_modes
+    assert change(page, {"preset": "gpt2", "seq": "512", "tokens": "10B", "gpus": "16",
+                         "global_batch": "64"}) == "ready"
+    shown = figures(page)
+    assert shown["answer.best.gpus"] == "16" and shown["answer.global_batch"] == "64"
+    cli_lines = page.locator("#cli").text_content()
+    assert "--gpus 16 --global-batch 64" in cli_lines and "--precision" not in cli_lines
+    # auto precision on a GPU without bf16: fp16-mixed, as the CLI, and the page says so
+    assert change(page, {"gpu": "t4"}) == "ready"
+    said = page.locator("#assumed").text_content()
+    assert "precision fp16-mixed: t4 has no bf16" in said, said
+    assert change(page, {"gpu": "h100-sxm", "precision": "fp32", "optimizer": "sgd"}) == "ready"
+    assert page.locator("#assumed-panel").is_hidden()
+    assert "--precision fp32 --optimizer sgd" in page.locator("#cli").text_content()
+    assert figures(page)["memory.peak_by_category.param"] == str(
+        cli_json(["memory", "gpt2", "--seq", "512", "--precision", "fp32", "--optimizer", "sgd",
+                  "--gpu", "h100-sxm"])["peak_by_category"]["param"])
+    assert change(page, {"task": "finetune"}) == "ready"
+    assert page.locator("#report-link").text_content() == "Full fine-tuning report"
+    assert "--finetune lora" in page.locator("#report-command").text_content()
+    assert change(page, {"task": "serve", "rate": "3"}) == "ready"
+    settle_charts(page)
+    title = page.locator("#memory-bars figcaption").first.text_content()
+    assert title.startswith("per GPU of the plan for 3 requests/s"), title
+    load = page.locator("svg.chart[data-chart=latency-vs-load] circle").count()
+    assert load >= 10
+    mode = page.locator("#mode")
+    assert mode.is_visible() == bool(serve_modes())
+    assert change(page, {"rate": "", "concurrency": "4"}) == "ready"
+    titles = page.locator("#memory-bars figcaption").all_text_contents()
+    assert titles[0].startswith("per GPU of the plan for 4 concurrent requests")
+    assert titles[1].startswith("whole model, weights and the KV cache of 4 sequence(s)")
 
 
 def test_no_request_left_this_machine(page, server):

@@ -27,8 +27,10 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 pytest.importorskip("transformers")
-pytest.importorskip("torchao.float8", reason="torchao is not installed: fp8 FSDP2 per-GPU "
-                    "bytes are unverified (pip install torchao; its float8 runs on CPU)")
+#: torchao is imported by the test (and its spawned rank), not at collection: its import
+#: (torch._dynamo with it) costs every xdist worker about 2 CPU seconds
+TORCHAO_MISSING = ("torchao is not installed: fp8 FSDP2 per-GPU bytes are unverified (pip "
+                   "install torchao; its float8 runs on CPU)")
 
 LAYERS, SEQ, WORLD = 2, 2048, 8
 
@@ -70,7 +72,11 @@ def _fake_rank(_: int, out_dir: str) -> None:
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_torchao_float8_fsdp2_states_per_gpu(tmp_path):
+    import importlib.util
+
     import torch.multiprocessing as mp
+    if importlib.util.find_spec("torchao") is None:
+        pytest.skip(TORCHAO_MISSING)
     pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
     mp.spawn(_fake_rank, args=(str(tmp_path),), nprocs=1, join=True)
     peak = json.loads((tmp_path / "fp8.json").read_text())

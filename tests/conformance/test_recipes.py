@@ -24,9 +24,9 @@ from txcalc.engine.workload import Workload
 from txcalc.errors import TxcalcError
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("bitsandbytes")
-peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
+# bitsandbytes and peft are imported by the fixture that needs them (5 CPU seconds that every
+# xdist worker would pay at collection, most of them for a file they never run)
 
 RAW = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
@@ -63,6 +63,8 @@ def _quant_state_bytes(model) -> int:
 def hf_qlora(tmp_path_factory):
     """(bytes before prepare, bytes after, checkpoint-function tensor args, txcalc config)."""
     import txcalc
+    pytest.importorskip("bitsandbytes")
+    peft = pytest.importorskip("peft")
     d = tmp_path_factory.mktemp("recipes")
     cfg = transformers.LlamaConfig(**{k: v for k, v in RAW.items()
                                       if k not in ("model_type", "architectures")})

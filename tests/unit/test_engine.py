@@ -269,6 +269,12 @@ ODD_VOCAB = dict(TINY_EMBED, vocab_size=32001)
 FSDP2_WORLDS = (2, 8)
 FSDP2_POLICIES = ("fp32", "bf16", "bf16-mixed", "fp16-mixed")
 FSDP2_OPTIMIZERS = ("adamw", "sgd", "none")
+#: (world, policy, optimizer) measured: every policy and optimizer at 2 ranks (where the
+#: padding outweighs ZeRO-1's gradient buffer without a master), and every policy with AdamW
+#: at 8 (the padded all-gather of the odd vocabulary at 8 ranks; the optimizer's states are
+#: sharded alike at any world size, and 16 fewer FSDP2 steps keep CI in its time)
+FSDP2_CASES = tuple((w, p, o) for w in FSDP2_WORLDS for p in FSDP2_POLICIES
+                    for o in FSDP2_OPTIMIZERS if w == 2 or o == "adamw")
 
 
 def _fsdp2_policies(_: int, out_dir: str) -> None:
@@ -305,6 +311,9 @@ def _fsdp2_policies(_: int, out_dir: str) -> None:
                                                            "fp16": torch.float16}[policy[:4]],
                                               reduce_dtype=torch.float32)
                 for optimizer in FSDP2_OPTIMIZERS:
+                    if (world, policy, optimizer) not in FSDP2_CASES or (
+                            policy.endswith("-mixed") and optimizer == "none"):
+                        continue  # (a mixed policy with no optimizer reads the bf16 runs)
                     for reshard in (True, False):
                         key = f"{world}/{policy}/{optimizer}/{3 if reshard else 2}"
                         out[key] = fsdp2_peak(lambda: make_model(policy), world, 64,
@@ -327,9 +336,7 @@ def fsdp2_policies(tmp_path_factory) -> dict:
     return json.loads((out / "policies.json").read_text())
 
 
-@pytest.mark.parametrize("world", FSDP2_WORLDS)
-@pytest.mark.parametrize("precision", FSDP2_POLICIES)
-@pytest.mark.parametrize("optimizer", FSDP2_OPTIMIZERS)
+@pytest.mark.parametrize(("world", "precision", "optimizer"), FSDP2_CASES)
 def test_zero2_zero3_equal_fsdp2_every_policy(world, precision, optimizer, fsdp2_policies):
     """Issue 10 item 8, every policy: the planner's ZeRO-2 and ZeRO-3 model states equal
     FSDP2's per-rank bytes at the peak, category by category.

@@ -3,6 +3,7 @@ real tests, the slow selection leaves every file a test for the inner loop, ``py
 slow"``, and the opt-in markers are registered."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from tests.conftest import OPT_IN
 TESTS = Path(__file__).parents[1]
 
 
+@functools.cache
 def _test_functions(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return {n.name for n in tree.body

@@ -10,6 +10,89 @@ from .common import (Answer, apply_recipe, cross_rows, default_recompute, half_p
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
                "master": "fp32 master", "act": "activations", "temp": "temporaries"}
 
+#: the memory hierarchy every view of memory shows, in this order and these words (the CLI's
+#: ``memory`` table, the page's bars and tables, reports): each category of an answer sits in
+#: one group (MEMORY_PARTS); the fp32 master weights are optimizer states
+MEMORY_GROUPS = {"weights": "weights", "gradients": "gradients",
+                 "optimizer": "optimizer states", "activations": "activations",
+                 "transients": "transients", "kv_cache": "KV cache", "framework": "framework"}
+
+#: the rows of ``txcalc memory``'s table: (depth, key of its JSON, words); depth 0 a group
+#: (MEMORY_GROUPS' words; key None: a heading over rows that are not all alive at once), depth
+#: 1 what sits inside it. Sizes, each at its own largest: the peak of the step (the total) is
+#: not their sum, and the sentence under the table says which are alive at the peak.
+MEMORY_ROWS = (
+    (0, "weights_bytes", "weights"),
+    (1, "fp8_weight_copies_bytes", "plus their fp8 copies for the matmuls"),
+    (1, "adapter_bytes", "of which adapters"),
+    (0, "gradients_bytes", "gradients"),
+    (0, "optimizer_bytes", "optimizer states"),
+    (1, "master_weights_bytes", "of which fp32 master weights"),
+    (0, "activations_bytes", "activations (saved for backward)"),
+    (1, "inputs_bytes", "plus the batch and the loss beside them"),
+    (0, None, "transients (each at its own largest)"),
+    (1, "step_temporaries_bytes", "the optimizer step's temporaries"),
+    (1, "logits_bytes", "the loss's logits (T x V)"),
+    (1, "dequant_bytes", "a quantised weight dequantised"),
+    (0, "kv_cache_bytes", "KV cache"),
+    (0, None, "framework"),
+    (1, "cuda_context_bytes", "CUDA context"),
+    (1, "cublas_workspace_bytes", "cuBLAS workspace"),
+)
+
+#: category key -> (group of MEMORY_GROUPS, the category in words), for each answer's
+#: categories: ``memory``'s ``peak_by_category``, ``plan train``'s ``memory_bytes`` per GPU
+#: and ``plan infer``'s ``kv_capacity`` per GPU (vLLM's profile of one GPU)
+MEMORY_PARTS = {
+    # memory --json: peak_by_category (TrainingMemory.phases)
+    "param": ("weights", "weights"), "grad": ("gradients", "gradients"),
+    "opt": ("optimizer", ("moments and step counters (at the optimizer step, with the "
+                          "update's temporaries)")),
+    "master": ("optimizer", "fp32 master weights"),
+    "act": ("activations", "saved activations, the batch"),
+    "temp": ("transients", "the step's temporaries and the loss's"),
+    # plan train: best.memory_bytes (train.planner.CATEGORIES), one GPU's fullest stage
+    "weights": ("weights", "weights"), "gradients": ("gradients", "gradients"),
+    "optimizer": ("optimizer", "with the fp32 master weights"),
+    "activations": ("activations", "activations saved for backward"),
+    "inputs": ("activations", "the batch"),
+    "logits": ("transients", "the loss's logits (T x V)"),
+    "zero3_buffers": ("transients", "ZeRO-3 gather buffers"),
+    "step": ("transients", "the optimizer step's temporaries"),
+    "framework": ("framework", "CUDA context, allocator, communication buffers"),
+    # plan infer: kv_capacity (one GPU of a replica), memory --inference
+    "weights_bytes": ("weights", "weights"),
+    "activation_peak_bytes": ("activations", "the largest step's activations"),
+    "kv_cache_bytes": ("kv_cache", "KV cache"),
+    "cuda_graph_bytes": ("framework", "CUDA graphs"),
+    "non_torch_bytes": ("framework", "non-torch memory (CUDA context, NCCL)"),
+    # reports (report.gather): the peak's categories of one GPU, serving's per GPU
+    "temporaries": ("transients", "the step's temporaries and the loss's, at the peak"),
+    "kv cache": ("kv_cache", "KV cache"),
+    "prefill workspace": ("activations", "the chunked-prefill workspace"),
+}
+
+
+#: a category's words where space is short (a report's table columns and plot legends): its
+#: group's words, then a word or two of its own where the group has several
+MEMORY_SHORT = {"optimizer": "fp32 master inside", "activations": "", "act": "",
+                "inputs": "the batch", "logits": "logits", "temporaries": "",
+                "zero3_buffers": "ZeRO-3 gathers", "step": "optimizer step",
+                "framework": "", "non_torch_bytes": "", "prefill workspace": "prefill",
+                "temp": "", "opt": "moments", "master": "fp32 master"}
+
+
+def memory_words(key: str, short: bool = False) -> str:
+    """A category in the hierarchy's words: its group's, then (where they say more) its own
+    (``optimizer``: "optimizer states: with the fp32 master weights"; short: "optimizer
+    states: fp32 master inside")."""
+    group, words = MEMORY_PARTS[key]
+    head = MEMORY_GROUPS[group]
+    if short:
+        words = MEMORY_SHORT.get(key, words)
+        return f"{head}: {words}" if words and words.lower() != head.lower() else head
+    return words if words.lower().startswith(head.lower()) else f"{head}: {words}"
+
 
 def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str = 0,
           attn: str = "flash",
@@ -173,7 +256,11 @@ def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
         from ..engine.stacks import get_stack
         kernel = get_stack(stack).optimizer_kernel
     m = TrainingMemory(cfg, work, precision, optimizer, ft, offload, kernel)
-    return m.to_json() | m.finetune_json()
+    # the step's temporaries (fp32 gradient copies for the masters, the update's scratch),
+    # which the peak's categories file under temp and opt; on the host when offloaded
+    step = 0 if offload in ("optimizer", "all") else \
+        m.master_grad_copies + m.optimizer_temporaries
+    return m.to_json() | {"step_temporaries_bytes": step} | m.finetune_json()
 
 
 def _inference(model, cfg, context, concurrency, kv_dtype, precision, weights=None,

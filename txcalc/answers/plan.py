@@ -16,6 +16,12 @@ OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch =
                 "for a GPU with txcalc.serve.infer.serve_throughput(profile=...))")
 
 
+#: plan infer's SLO mode without --mode, where disaggregation was weighed: the default assumed
+MODE_WORDS = ("mode auto: colocated (prefill and decode on the same replicas) or disaggregated "
+              "(a prefill pool and a decode pool), whichever needs fewer GPUs, the other shown "
+              "beside it; --mode colocated or --mode disaggregated to keep to one")
+
+
 def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = None,
                max_gpus: int | None = None, gpus: int | None = None,
                seq: int | str | None = None,
@@ -35,7 +41,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                loss: str = "full", rows: int = 8, global_tokens: int | str = 0,
                max_global_batch: str | None = None,
                gpus_per_node: int | None = None, recipe: str | None = None,
-               gpu_gb: float | None = None) -> Answer:
+               gpu_gb: float | None = None, offload: str = "none") -> Answer:
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run.
     ``max_global_batch``: the batch search's ceiling, sequences ('2048') or tokens with a
     binary K/M/G suffix ('16M' = 16 x 2^20: ``train.batch.parse_max_global_batch``).
@@ -44,7 +50,10 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
     the Finetune (None: full). ``precision`` None: bf16-mixed, or fp16-mixed on a GPU without
     bf16 (T4, V100), listed in the JSON's ``assumed``. ``gpu_gb``: the usable memory of one
     GPU in GB (1e9), the catalog's speeds kept (as ``memory`` and ``fit`` take it:
-    ``hardware.with_usable_gb``)."""
+    ``hardware.with_usable_gb``). ``offload`` (engine.memory.OFFLOADS, as ``fit`` and
+    ``memory`` spell it): optimizer (``TrainSetting.offload_optimizer``), activations (full
+    recompute's checkpoints in host memory: the offload_checkpoints pin), all (both); how
+    it is timed is among the defaults assumed."""
     from ..engine.hardware import get_gpu, with_usable_gb
     from ..train.planner import plan_train as search
     from .checks import checked
@@ -73,6 +82,9 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
         ft, kernel = rec["finetune"], None if stack else rec["optimizer_kernel"]
     g = with_usable_gb(get_gpu(gpu, gpu_file), opts["gpu_gb"])
     precision, said = half_precision(precision, g)
+    said = said + _offload_words(offload, offload_checkpoints)
+    if offload in ("activations", "all"):
+        offload_checkpoints = True
     only = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("zero", zero),
                               ("micro_batch", micro_batch), ("recompute", recompute),
                               ("recompute_layers", recompute_layers),
@@ -85,8 +97,34 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                stack=stack, overlap=overlap, finetune=ft, goodput=goodput, loss=loss,
                global_tokens=global_tokens, optimizer_kernel=kernel,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
-               only=only, gpus_per_node=gpus_per_node, **ceiling)
-    return Answer(p.to_json() | {"assumed": said}, {"plan": p, "finetune": ft})
+               only=only, gpus_per_node=gpus_per_node,
+               offload_optimizer=offload in ("optimizer", "all"), **ceiling)
+    return Answer(p.to_json() | {"offload": offload, "assumed": said},
+                  {"plan": p, "finetune": ft})
+
+
+def _offload_words(offload: str, offload_checkpoints: bool | None) -> list[str]:
+    """plan train's --offload checked, and how the plan times it, in words (the answer's
+    ``assumed``): [] for none."""
+    from ..engine.memory import OFFLOADS
+    from ..errors import PlanError
+    from ..inputs import choice
+    from ..parallel.comm import PCIE_BYTES_PER_S
+    choice("--offload", offload, OFFLOADS)
+    if offload in ("activations", "all") and offload_checkpoints is False:
+        raise PlanError(f"--offload {offload} puts full recompute's checkpoints in host "
+                        "memory, which --keep-checkpoints refuses: give one of them")
+    said = []
+    if offload in ("optimizer", "all"):
+        said.append("optimizer offloaded (ZeRO-Offload, FSDP CPU offload): its states, step "
+                    "counters and fp32 master weights, and the fp32 gradients the CPU step "
+                    "reads, in host memory; the step time adds the gradients out and the "
+                    f"updated weights back over PCIe at {PCIE_BYTES_PER_S / 1e9:g} GB/s, not "
+                    "the CPU's optimizer step itself (not modelled)")
+    if offload in ("activations", "all"):
+        said.append("activations offloaded: layouts with full recompute and its checkpoints "
+                    "in host memory only (as --offload-checkpoints)")
+    return said
 
 
 def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
@@ -102,7 +140,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                rate: str | None = None, ttft_p99: str | None = None, itl_p99: str | None = None,
                price: float | None = None, tp: int | None = None, pp: int | None = None,
                ep: int | None = None, plot: str | None = None,
-               replicas: int | None = None) -> Answer:
+               replicas: int | None = None, mode: str | None = None) -> Answer:
     """GPUs per replica, replicas, KV-cache concurrency, prefill and decode speed; with
     ``input_len``/``output_len`` and ``rate`` or ``concurrency``: the layout and replicas
     meeting latency SLOs (a simulation of continuous batching), or, at ``rate`` inf without
@@ -110,8 +148,10 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
     offline). ``plot`` is only checked here (a folder that can be written): the CLI draws
     the plots (txcalc.report) and adds their paths. ``precision`` None: bf16, or fp16 on a
     GPU without bf16 (T4, V100); ``kv_dtype`` None: fp16 with fp16 weights, else bf16;
-    ``weights`` None: a config.json's quantization_config or a preset's released format. The
-    JSON's ``assumed`` says which of these defaults shaped the answer."""
+    ``weights`` None: a config.json's quantization_config or a preset's released format.
+    ``mode`` (serving plans): auto | colocated | disaggregated (``serve.plan.MODES``; None:
+    auto, the one needing fewer GPUs, where disaggregation applies). The JSON's ``assumed``
+    says which of these defaults shaped the answer."""
     said: list[str] = []
     if precision is None:
         precision, said = half_precision(None, gpu, gpu_file, serving=True)
@@ -122,8 +162,10 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                       gpu_memory_utilization, block_size, max_model_len,
                       max_num_batched_tokens, prefix_hit_rate, attention_kernel, engine,
                       input_len, output_len, rate, ttft_p99, itl_p99, price, tp, pp, ep, plot,
-                      replicas)
+                      replicas, mode)
     ans.json["assumed"] = said + serving_weights_note(ans.parts["served"], weights)
+    if mode is None and ans.parts["mode"] == "slo" and ans.parts["plan"].disaggregation_tried:
+        ans.json["assumed"].append(MODE_WORDS)
     ans.parts.update(precision=precision, kv_dtype=kv_dtype)
     return ans
 
@@ -132,17 +174,22 @@ def _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precis
                 gpu_file, cuda_context_gib, comm_buffer_gib, fragmentation,
                 gpu_memory_utilization, block_size, max_model_len, max_num_batched_tokens,
                 prefix_hit_rate, attention_kernel, engine, input_len, output_len, rate,
-                ttft_p99, itl_p99, price, tp, pp, ep, plot, replicas) -> Answer:
+                ttft_p99, itl_p99, price, tp, pp, ep, plot, replicas, mode=None) -> Answer:
     """``plan_infer`` with its defaults resolved."""
     from ..serve import kv as S
+    if mode is not None:
+        from ..inputs import choice
+        from ..serve.plan import MODES
+        choice("--mode", mode, MODES)
     kv_opts = S.kv_options(gpu_memory_utilization, block_size, max_model_len,
                            max_num_batched_tokens, prefix_hit_rate, engine)
     if any(v is not None for v in (input_len, output_len, rate, ttft_p99, itl_p99, replicas)):
         return _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency,
                            ttft_p99, itl_p99, price, tp, pp, replicas, kv_dtype, precision,
-                           weights, gpu_file, kv_opts, ep, plot, attention_kernel)
+                           weights, gpu_file, kv_opts, ep, plot, attention_kernel, mode)
     for flag, v in (("--price", price), ("--tp", tp), ("--pp", pp), ("--ep", ep),
-                    ("--plot", plot), ("--attention-kernel", attention_kernel)):
+                    ("--plot", plot), ("--attention-kernel", attention_kernel),
+                    ("--mode", mode)):
         if v is not None:
             raise S.ServingError(f"{flag} applies to serving plans: give --input-len and "
                                  "--output-len with --rate or --concurrency")
@@ -212,7 +259,7 @@ def _max_throughput(served, g, n_in, n_out, tp, pp, kv_dtype, precision, weights
 
 def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, ttft_p99,
                 itl_p99, price, tp, pp, replicas, kv_dtype, precision, weights, gpu_file,
-                kv_opts, ep=None, plot=None, attention_kernel=None) -> Answer:
+                kv_opts, ep=None, plot=None, attention_kernel=None, mode=None) -> Answer:
     """plan infer's SLO mode: ``serve.plan.plan_serving`` on the checked options."""
     from .. import inputs as I
     from ..engine.hardware import get_gpu
@@ -235,7 +282,7 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     itl = None if itl_p99 is None else parse_duration(itl_p99, "--itl-p99")
     reps = None if replicas is None else I.integer("--replicas", replicas, 1, 4096)
     if r is not None and math.isinf(r) and ttft is None and itl is None and reps is None \
-            and plot is None and not kv_opts:
+            and plot is None and not kv_opts and mode != "disaggregated":
         cfg = load_model(model)
         return _max_throughput(cfg, get_gpu(gpu, gpu_file),
                                n_in, n_out, tp, pp, kv_dtype, precision, weights, gpu_file)
@@ -251,7 +298,8 @@ def _serve_plan(model, gpu, context, input_len, output_len, rate, concurrency, t
     p = plan_serving(cfg, g, n_in, n_out, rate=r,
                      concurrency=opts["concurrency"], ttft_p99_s=ttft, itl_p99_s=itl,
                      price_per_gpu_hour=price, tp=tp, pp=pp, replicas=reps, kv_dtype=kv_dtype,
-                     precision=precision, weights=weights, gpu_file=gpu_file, ep=ep, **kw,
+                     precision=precision, weights=weights, gpu_file=gpu_file, ep=ep,
+                     mode=mode or "auto", **kw,
                      **({} if attention_kernel is None
                         else {"attention_kernel": attention_kernel}))
     out = p.to_json()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..units import GIB
-from ..answers.costs import PEAK_LABELS as _PEAK_PARTS
+from ..answers.costs import PEAK_LABELS as _PEAK_PARTS  # noqa: F401  (the page's words)
 from .typer_app import app
 from .output import console, emit_json, human, print_assumed, table
 from .params_cmd import HEAD_HELP, MODEL_HELP, STACK_HELP
@@ -35,6 +35,68 @@ def _layer_type_table(title: str, rows: list[dict], columns: dict[str, str], uni
     return table(title, ["layer type", "layers", *columns.values()],
                  [(r["layer_type"], r["layers"] or "", *(cell(r[k]) for k in columns))
                   for r in rows])
+
+
+def _formats(out: dict) -> str:
+    """The table's title words: training's precision and optimizer; serving's weights (the
+    stored format where quantised, else the precision) and the KV cache's dtype."""
+    if "optimizer" in out:
+        return f"{out['precision']}, {out['optimizer']}"
+    if "kv_dtype" not in out:
+        return out.get("precision", "")
+    weights = out.get("weights", out["precision"].removesuffix("-mixed"))
+    return f"weights {weights}, KV cache {out['kv_dtype']}"
+
+
+def _memory_rows(out: dict) -> list[tuple[str, str, str]]:
+    """The memory table in the hierarchy every view shows (answers.costs.MEMORY_ROWS): a
+    group, what sits inside it indented; rows the answer does not have, or has at zero,
+    left out (the groups themselves shown); then the total and what the device holds."""
+    from ..answers.costs import MEMORY_ROWS
+
+    def row(words, v):
+        return (words, f"{v:,}", f"{v / GIB:,.2f} GiB") if v is not None else (words, "", "")
+    rows, heading = [], None
+    for depth, key, words in MEMORY_ROWS:
+        v = out.get(key) if key else None
+        if depth == 0:
+            heading = None
+            if key is None:
+                heading = (words, "", "")
+            elif key in out and (v or key == "weights_bytes"):
+                rows.append(row(words, v))
+            continue
+        if not v:
+            continue
+        if heading is not None:
+            rows.append(heading)
+            heading = None
+        rows.append(row("  " + words, v))
+    labels = _LABELS if out.get("peak_phase") else _LABELS | {"total_bytes": "total"}
+    for k in ("total_bytes", "allocated_bytes", "reserved_bytes", "device_bytes"):
+        if k in out:
+            rows.append(row(labels[k], out[k]))
+    for k, words in (("host_bytes", "in host memory (offloaded)"),):
+        if out.get(k):
+            rows.append(row(words, out[k]))
+    return rows
+
+
+def _peak_sentence(out: dict) -> str:
+    """Which sizes are alive at the step's peak, in the hierarchy's groups (GiB)."""
+    from ..answers.costs import MEMORY_GROUPS, MEMORY_PARTS
+    groups: dict[str, list[str]] = {}
+    for k, v in out["peak_by_category"].items():
+        if k == "total" or not v:
+            continue
+        grp, words = MEMORY_PARTS[k]
+        groups.setdefault(grp, []).append(f"{words} {v / GIB:,.2f}")
+    parts = "; ".join(w[0] if w[0].startswith(MEMORY_GROUPS[g] + " ")
+                      else f"{MEMORY_GROUPS[g]}: {', '.join(w)}" for g, w in groups.items())
+    when = {"peak_forward": "the end of forward", "peak_backward": "backward",
+            "peak_step": "the optimizer step"}.get(out["peak_phase"], out["peak_phase"])
+    return (f"The peak is at {when} (GiB): {parts}; the sizes "
+            "above are each at their own largest, not all alive at once.")
 
 
 @app.command()
@@ -140,28 +202,15 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         emit_json(out)
         return
     gpu, gpu_label = out["gpu_bytes"], out["gpu"]
-    labels = _LABELS if out.get("peak_phase") else {}
-    rows = [(labels.get(k, k.removesuffix("_bytes").replace("_", " ")), f"{v:,}",
-             f"{v / GIB:,.2f} GiB")
-            for k, v in out.items() if k.endswith("_bytes")
-            and k not in ("gpu_bytes", "master_weights_bytes", "kv_cache_bytes_per_token")
-            and (v or k not in ("adapter_bytes", "host_bytes", "dequant_bytes"))]
-    if out.get("master_weights_bytes"):
-        rows.insert(3, ("  of which fp32 master", f"{out['master_weights_bytes']:,}",
-                        f"{out['master_weights_bytes'] / GIB:,.2f} GiB"))
-    console.print(table(f"{out['model']}: memory ({out.get('precision', '')}, "
-                        f"{out.get('optimizer', 'inference')})", ["category", "bytes", "GiB (2^30)"],
-                        rows))
+    console.print(table(f"{out['model']}: memory ({_formats(out)})",
+                        ["category", "bytes", "GiB (2^30)"], _memory_rows(out)))
     if out.get("trainable_params") is not None and out.get("finetune") != "full":
         console.print(f"{out['finetune_setup']}: {out['trainable_params']:,} trainable of "
                       f"{out['params']:,} parameters ({out['trainable_params'] / out['params']:.3%});"
                       f" host memory {out['host_bytes'] / GIB:,.2f} GiB, PCIe "
                       f"{out['pcie_bytes_per_step'] / GIB:,.2f} GiB per step")
     if out.get("peak_phase"):
-        parts = ", ".join(f"{_PEAK_PARTS[k]} {v / GIB:,.2f}" for k, v in out["peak_by_category"].items()
-                          if k != "total" and v)
-        console.print(f"The peak is at {out['peak_phase'].replace('_', ' ')} (GiB): {parts}; "
-                      "the sizes above are not all alive at once.")
+        console.print(_peak_sentence(out))
     if out.get("activations_by_layer_type"):
         console.print(_layer_type_table(
             f"activations saved for backward by layer type (attention {out['attn_impl']}, "

@@ -58,6 +58,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           lora_dropout: float = FT_OPTS["lora_dropout"],
           trainable: str = FT_OPTS["trainable"],
           base_format: str = FT_OPTS["base_format"],
+          offload: str = FT_OPTS["offload"],
           loss: str = FT_OPTS["loss"],
           recipe: str = RECIPE_OPTS["recipe"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
@@ -71,7 +72,7 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                  fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
-                 global_tokens, max_global_batch, gpus_per_node, recipe, gpu_gb)
+                 global_tokens, max_global_batch, gpus_per_node, recipe, gpu_gb, offload)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -82,6 +83,13 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
                      "--recompute": recompute, "--recompute-layers": recompute_layers,
                      "--offload-checkpoints": offload_checkpoints}, ft, out["band"])
     print_assumed(out)
+
+
+def _host_words(s, b) -> str:
+    """What a training layout keeps in host memory, in words."""
+    if not s.offload_optimizer:
+        return "offloaded checkpoints"
+    return "offloaded optimizer" + (" and checkpoints" if b.layout.offload_checkpoints else "")
 
 
 def _batch_words(p) -> str:
@@ -143,7 +151,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
         say(console, warning.split(" "), first="  warning: ", sep=" ")
     say(console, [f"{k.replace('_', ' ')} {v / GIB:,.1f} GiB" for k, v in b.memory.items() if v]
         + [f"total {b.total_bytes / GIB:,.1f} of {s.gpu.usable_bytes / GIB:,.1f} GiB usable"]
-        + ([f"host memory (offloaded checkpoints) {b.host_bytes / GIB:,.1f} GiB"]
+        + ([f"host memory ({_host_words(s, b)}) {b.host_bytes / GIB:,.1f} GiB"]
            if b.host_bytes else []),
         first="  memory per GPU of the best layout (fullest stage): ")
     if b.communication:
@@ -197,6 +205,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           ep: int = LAYOUT_OPTS["ep"],
           plot: str = typer.Option(None, "--plot", help="Folder for two PNGs (with --input-len): TTFT/ITL against load, and the layouts' throughput-latency Pareto front."),
           replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
+          mode: str = typer.Option(None, "--mode", help="colocated | disaggregated | auto (with --input-len; default auto: prefill and decode on the same replicas, or on a prefill pool and a decode pool, whichever needs fewer GPUs, the other shown beside it)."),
           json_out: bool = COMMON_OPTS["json"]):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
     with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
@@ -207,7 +216,7 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
                  gpu_file, context_gib, comm_gib, fragmentation, gpu_memory_utilization,
                  block_size, max_model_len, max_num_batched_tokens, prefix_hit_rate,
                  attention_kernel, engine, input_len, output_len, rate, ttft_p99, itl_p99,
-                 price, tp, pp, ep, plot, replicas)
+                 price, tp, pp, ep, plot, replicas, mode)
     out, mode = ans.json, ans.parts["mode"]
     if mode == "slo" and plot is not None:
         from ..report.serving_load import write_serving_plots
@@ -279,6 +288,18 @@ def _print_max_throughput(out: dict, kv_dtype: str) -> None:
                 f"{d['output_tokens_per_s'] / (d['tp'] * d['pp']):,.0f}") for d in rows])
 
 
+def _replicas_words(r, mode: bool = True) -> str:
+    """A serving row's replicas and how it serves: '5 replica(s) of tp 4 x pp 1, colocated',
+    '6 replicas: 4 prefill TP4 + 2 decode TP4, disaggregated' (``mode``: the mode's name)."""
+    if r.mode == "disaggregated":
+        words = (f"{r.replicas} replicas: {r.prefill_replicas} prefill TP{r.tp} + "
+                 f"{r.decode_replicas} decode TP{r.tp}")
+    else:
+        words = f"{r.replicas} replica(s) of tp {r.tp} x pp {r.pp}" + (
+            f" ep {r.ep}" if r.ep > 1 else "")
+    return words + (f", {r.mode}" if mode else "")
+
+
 def _print_serve_plan(p, out: dict) -> None:
     """plan infer's SLO answer for people."""
     b = p.best
@@ -297,8 +318,7 @@ def _print_serve_plan(p, out: dict) -> None:
                   f"ITL p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms;",
                   f"{b.output_tokens_per_s:,.0f} output tokens/s" + (";" if cost else ""),
                   *cost],
-        first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
-        sep=" ")
+        first=f"  {b.total_gpus} GPUs: {_replicas_words(b)}; ", sep=" ")
     if b.load is not None:
         ld = b.load
         off = ld["offered_requests_per_s"]
@@ -314,6 +334,17 @@ def _print_serve_plan(p, out: dict) -> None:
                          "requests/s" if out.get("saturation_requests_per_s") else "")]
             + ([f"({ld['preemptions']:,} preemptions)"] if ld["preemptions"] else []),
             first=f"  under load ({out.get('engine', 'txcalc')} scheduler): ", sep=" ")
+    a = p.alternative
+    if a is not None:
+        other = ("best colocated" if a.mode == "colocated"
+                 else "best disaggregated of the layouts tried")
+        more = a.total_gpus - b.total_gpus
+        say(console, [f"{a.total_gpus} GPUs" + (f" ({more:+,} GPUs)" if more else "") + ",",
+                      _replicas_words(a, mode=False) + (";" if a.cost_per_million_tokens
+                                                        is not None else "")]
+            + ([f"{a.cost_per_million_tokens:,.3f} per million tokens"]
+               if a.cost_per_million_tokens is not None else []),
+            first=f"  {other}: ", sep=" ")
     fit_table(console, "layouts (fewest replicas meeting the SLOs)",
               ["tp x pp", "replicas", "GPUs", "chunk", "TTFT p99 s", "ITL p99 ms",
                "out tok/s", "meets SLO"],

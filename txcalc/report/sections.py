@@ -3,10 +3,11 @@ that the renderers (``render.py``, ``plots.py``) turn into Markdown, HTML and PN
 
 from __future__ import annotations
 
-#: display names of memory categories (the data keeps the engine's and planner's keys)
-CATEGORY_LABELS = {"zero3_buffers": "ZeRO-3 gather buffers",
-                   "temporaries": "temporaries at the peak",
-                   "step": "optimizer step (above backward)"}
+from ..answers.costs import MEMORY_PARTS, memory_words
+
+#: display names of memory categories (the data keeps the engine's and planner's keys): the
+#: hierarchy's words, as the CLI's memory table and the page show them
+CATEGORY_LABELS = {k: memory_words(k, short=True) for k in MEMORY_PARTS}
 
 
 def section(sid: str, title: str, paragraphs=(), tables=(), plots=(), bullets=()) -> dict:

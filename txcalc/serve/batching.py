@@ -124,13 +124,21 @@ class SimResult:
         return float((self.itl_values_s * self.itl_weights).sum() / w) if w else 0.0
 
     def goodput(self, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> float:
-        """Requests/s that met both SLOs (TTFT, and time per output token)."""
+        """Requests/s that met both SLOs (TTFT, and time per output token), over the run's
+        whole duration (the drain after the last arrival included)."""
+        return self.attainment(ttft_slo_s, tpot_slo_s) * self.n_requests / self.duration_s
+
+    def attainment(self, ttft_slo_s: float | None = None,
+                   tpot_slo_s: float | None = None) -> float:
+        """Share of the requests that met both SLOs (TTFT, and time per output token): a
+        serving plan's goodput is the rate it serves times this share (DistServe's SLO
+        attainment), free of the trace's sampled rate and its drain."""
         ok = np.ones(self.n_requests, dtype=bool)
         if ttft_slo_s is not None:
             ok &= self.ttft_s <= ttft_slo_s
         if tpot_slo_s is not None:
             ok &= self.tpot_s <= tpot_slo_s
-        return float(ok.sum()) / self.duration_s
+        return float(ok.sum()) / self.n_requests
 
     def to_json(self) -> dict:
         return {"n_requests": self.n_requests, "duration_s": self.duration_s,

@@ -65,12 +65,15 @@ def _fewest(run, limit: int):
 def plan_disaggregated(sm: StepModel, gpu, input_len: int, output_len: int, rate: float, *,
                        ttft_p99_s: float | None, itl_p99_s: float | None, n_requests: int,
                        max_num_batched_tokens: int, max_num_seqs: int, seed: int = 0,
-                       max_replicas: int = 4096, known_to_fail: dict | None = None
-                       ) -> DisaggResult | None:
+                       max_replicas: int = 4096, known_to_fail: dict | None = None,
+                       min_attainment: float = 0.0) -> DisaggResult | None:
     """The fewest prefill and decode replicas of ``sm`` meeting the SLOs at ``rate``
     requests/s (see the module table), or None when no count up to max_replicas does.
     ``known_to_fail``: pool -> r -> True where r replicas provably fail
-    (``serving_plan._pool_screen``): counted as failed without simulating."""
+    (``serving_plan._pool_screen``): counted as failed without simulating.
+    ``min_attainment``: the share of each pool's requests that must meet its own SLO (TTFT
+    with the exposed transfer, time per output token): a request misses the pair when it
+    misses either, so at least 1 - 2 x (1 - min_attainment) of the requests meet both."""
     skip = known_to_fail or {}
     n_layers = max(1, sm.n_allreduce // 2)
     whole = kv_transfer_s(sm, input_len, gpu)
@@ -84,7 +87,8 @@ def plan_disaggregated(sm: StepModel, gpu, input_len: int, output_len: int, rate
                        max_num_batched_tokens=max_num_batched_tokens,
                        max_num_seqs=max_num_seqs, seed=seed)
         ok = res.requests_per_s >= KEEP_UP * min(per, res.offered_rate) and (
-            ttft_p99_s is None or res.ttft(99) + exposed <= ttft_p99_s)
+            ttft_p99_s is None or res.ttft(99) + exposed <= ttft_p99_s) and res.attainment(
+            None if ttft_p99_s is None else ttft_p99_s - exposed) >= min_attainment
         return ok, res
 
     def decode(r: int):
@@ -95,7 +99,8 @@ def plan_disaggregated(sm: StepModel, gpu, input_len: int, output_len: int, rate
                        max_num_batched_tokens=max_num_batched_tokens,
                        max_num_seqs=max_num_seqs, seed=seed, decode_only=True)
         ok = res.requests_per_s >= KEEP_UP * min(per, res.offered_rate) and (
-            itl_p99_s is None or res.itl(99) <= itl_p99_s)
+            itl_p99_s is None or res.itl(99) <= itl_p99_s) and res.attainment(
+            None, itl_p99_s) >= min_attainment
         return ok, res
 
     p = _fewest(prefill, max_replicas)

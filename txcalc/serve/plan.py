@@ -16,7 +16,11 @@ one). Mixture-of-experts models are tried with their experts split by TP and wit
 parallelism over the same GPUs (``ep`` = tp, ``serving_sim.step_model``). With a rate and
 an SLO (replicas not pinned), each single-stage layout is also tried disaggregated
 (``serving_disagg``: a prefill pool and a decode pool, mode "disaggregated"), and wins when it
-needs fewer GPUs. Each layout is tried with the chunk budgets CHUNKS
+needs fewer GPUs; ``mode`` "colocated" or "disaggregated" keeps to one kind (MODES), and a
+disaggregated best carries the best colocated plan as its ``alternative`` (a colocated best:
+the best disaggregated row tried, if any). A row meets the SLOs when a replica keeps up, its
+p99 TTFT and ITL are within them, and at least SLO_ATTAINMENT of its requests met both (TTFT,
+and time per output token); its goodput is the rate it serves times that share. Each layout is tried with the chunk budgets CHUNKS
 (``max_num_batched_tokens``; the one given, when given) and keeps its best. Layouts rank by
 total GPUs, then cost, then TTFT p99. ``tp``, ``pp``, ``ep``, ``replicas`` pin the search.
 Prompts of CP_FROM tokens or more add a context-parallel prefill table (``serving_cp``).
@@ -48,6 +52,16 @@ CHUNKS = (512, 2048, 8192)
 #: prompts this long get a context-parallel prefill table (ring attention over cp groups)
 CP_FROM = 131072
 CP_DEGREES = (1, 2, 4, 8, 16)
+#: how a plan may serve: prefill and decode on the same replicas, on separate pools, or the
+#: cheaper of the two (serving_disagg)
+MODES = ("auto", "colocated", "disaggregated")
+#: share of requests that must meet both SLOs: a p99 SLO lets 1 % miss, and a plan meeting the
+#: SLOs never reports a goodput under this share of the rate it serves (goodput = served rate
+#: x the share of requests within both SLOs, ``SimResult.attainment``)
+SLO_ATTAINMENT = 0.99
+#: a disaggregated plan's pools each keep this share of their requests within their own SLO,
+#: so that at least SLO_ATTAINMENT meet both (a request misses if it misses in either pool)
+POOL_ATTAINMENT = 1 - (1 - SLO_ATTAINMENT) / 2
 
 
 class ServePlanError(TxcalcError):
@@ -108,6 +122,13 @@ class ServePlan:
     #: prompts of CP_FROM tokens or more: one prompt's prefill on cp groups of the best
     #: layout's tp GPUs (``serving_cp.cp_prefill``), cp in CP_DEGREES
     context_parallel: list | None = None
+    #: the mode asked for (MODES); the best row's ``mode`` is the one chosen
+    mode_asked: str = "auto"
+    #: the best row of the other mode meeting the SLOs (a disaggregated best: the best
+    #: colocated plan, searched on its own), or None when none was found or tried
+    alternative: ServeRow | None = None
+    #: whether the search tried disaggregated pools (a finite rate, an SLO, replicas free)
+    disaggregation_tried: bool = False
     #: the offered requests/s past which the best layout's queue grows without bound: its
     #: replicas' completed requests/s with every request queued at once (None: disaggregated)
     saturation_requests_per_s: float | None = None
@@ -131,6 +152,8 @@ class ServePlan:
         out["notes"] = self.notes
         out["prefix_cache"] = self.prefix_cache
         out["context_parallel"] = self.context_parallel
+        out["mode_asked"] = self.mode_asked
+        out["alternative"] = None if self.alternative is None else self.alternative.to_json()
         out["saturation_requests_per_s"] = self.saturation_requests_per_s
         out["saturated"] = None if b.load is None else b.load["saturated"]
         out["engine"] = self.engine or "txcalc"
@@ -166,7 +189,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                  max_num_seqs: int | None = None, gpu_file=None, profile=None,
                  overhead_s: float | None = None, seed: int = 0, prefix_hit_rate: float = 0.0,
                  ep: int | None = None, screen: bool = True,
-                 attention_kernel: str = "profile", **kv_kw) -> ServePlan:
+                 attention_kernel: str = "profile", mode: str = "auto", **kv_kw) -> ServePlan:
     """The cheapest layout x replicas meeting the SLOs (see the module docstring).
     ``screen``: skip simulations whose failure analytic floors prove (``serving_screen``;
     the same best answer, layouts that cannot beat it left out of ``rows``).
@@ -174,7 +197,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     ``engine`` (in ``kv_kw``: an --engine name): the KV sizing rule and the scheduler profile
     simulated (``serve.sched``: its admission, chunking, preemption; its max_num_seqs and, for
     whole-prompt engines, its token budget unless pinned; the screen is the default
-    scheduler's, so it is off); without one, txcalc's default scheduler."""
+    scheduler's, so it is off); without one, txcalc's default scheduler.
+    ``mode``: one of MODES (see the module docstring)."""
     from .. import inputs as I
     from .kv import ServingError
     from .disagg import plan_disaggregated
@@ -201,6 +225,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     tp = I.integer("tp", tp, 1, 64, none=True)
     pp = I.integer("pp", pp, 1, 64, none=True)
     replicas = I.integer("replicas", replicas, 1, MAX_REPLICAS, none=True)
+    mode = I.choice("mode", mode, MODES)
     st = serve_setting(model, gpu, kv_dtype=kv_dtype, precision=precision, weights=weights,
                        profile=profile, gpu_file=gpu_file)
     cfg, g = st.cfg, st.gpu
@@ -221,7 +246,13 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     saved = None
     # disaggregation is tried where SLOs bind an open-loop rate with replicas left free
     disagg = (rate is not None and not offline and replicas is None
-              and (ttft_p99_s is not None or itl_p99_s is not None))
+              and (ttft_p99_s is not None or itl_p99_s is not None)) and mode != "colocated"
+    if mode == "disaggregated" and (not disagg or (pp or 1) > 1):
+        raise ServePlanError("mode disaggregated needs a finite --rate, an SLO (--ttft-p99 or "
+                             f"--itl-p99), replicas left free and pp 1 (rate {rate}, "
+                             f"ttft_p99_s {ttft_p99_s}, itl_p99_s {itl_p99_s}, replicas "
+                             f"{replicas}, pp {pp})")
+    colocated = mode != "disaggregated"
     chunks = [max_num_batched_tokens] if chunk_pinned else [c for c in CHUNKS if c < seq] + [
         c for c in CHUNKS if c >= seq][:1]
     if sch is not None and not sch.chunked and not chunk_pinned:
@@ -318,7 +349,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                                **prefix)
                 ok = True
             ok = ok and (ttft_p99_s is None or res.ttft(99) <= ttft_p99_s) \
-                and (itl_p99_s is None or res.itl(99) <= itl_p99_s)
+                and (itl_p99_s is None or res.itl(99) <= itl_p99_s) \
+                and res.attainment(ttft_p99_s, itl_p99_s) >= SLO_ATTAINMENT
             return ok, res
 
         try_disagg = disagg and p == 1 and e == 1 and chunk == chunks[-1]
@@ -326,80 +358,86 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         pool_fails = _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs,
                                   seed, n_disagg, ttft_p99_s, itl_p99_s, g) \
             if screening and try_disagg else None
-        if screening and S.slo_unreachable(sm, input_len, chunk, ttft_p99_s, itl_p99_s,
-                                           decode=output_len > 1):
-            # the note the search would end with: no replica count can meet the SLOs
-            notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
-                         "the SLOs")
-            continue
-        best = min((x.total_gpus for x in rows if x.meets_slo), default=None)
-        # cut: past this many replicas the layout cannot beat the best found so far; the
-        # search may stop there unless the disaggregated try (which the search gates: a
-        # layout whose colocated search fails is not tried disaggregated) could still win
-        cut = None
-        if screening and best is not None and (
-                pool_fails is None or _pools_beaten(S, pool_fails, best // t)):
-            cut = best // (t * p)
-        label = f"tp {t} x pp {p}" + (f" ep {e}" if e > 1 else "") + f" chunk {chunk}"
-        if cut is not None and S.all_fail(hopeless, cut):
-            # no replica count with at most the best's GPUs keeps up
-            screened.append(label)
-            screened_keys.add((t, p, e))
-            continue
-        if replicas is not None or offline:
-            r = replicas or 1
-            ok, res = run(r)
-        else:
-            cache = {}
-
-            def meets(r: int) -> bool:
-                cache[r] = run(r)
-                return cache[r][0]
-            # past cut replicas the answer needs more GPUs than the best: the search stops
-            r = fewest(meets, MAX_REPLICAS, cut=cut)
-            if r is None:
-                if cut is not None and max(k for k, v in cache.items() if not v[0]) >= cut:
-                    screened.append(label)
-                    screened_keys.add((t, p, e))
-                else:
-                    notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} "
-                                 "meets the SLOs")
+        if colocated:
+            if screening and S.slo_unreachable(sm, input_len, chunk, ttft_p99_s, itl_p99_s,
+                                               decode=output_len > 1):
+                # the note the search would end with: no replica count can meet the SLOs
+                notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} meets "
+                             "the SLOs")
                 continue
-            ok, res = cache[r]
-        total = r * t * p
-        if rate is not None and not offline and ok:  # keeping up: it serves what is offered
-            req_s = rate
-        else:
-            req_s = r * res.requests_per_s
-        out_tps = req_s * output_len
-        all_tps = req_s * (input_len + output_len)
-        cost = None if price_per_gpu_hour is None else total * price_per_gpu_hour / 3600
-        rows.append(ServeRow(t, p, r, total, chunk, sm.kv_capacity_tokens, res.ttft(50),
-                             res.ttft(90), res.ttft(99), res.itl(50), res.itl(90), res.itl(99),
-                             float(res.tpot_s.mean()), req_s, out_tps,
-                             r * res.goodput(ttft_p99_s, itl_p99_s), ok,
-                             None if cost is None else cost / all_tps * 1e6,
-                             None if cost is None else cost / out_tps * 1e6, e,
-                             load=res.load_json()))
+            best = min((x.total_gpus for x in rows if x.meets_slo), default=None)
+            # cut: past this many replicas the layout cannot beat the best found so far; the
+            # search may stop there unless the disaggregated try (which the search gates: a
+            # layout whose colocated search fails is not tried disaggregated) could still win
+            cut = None
+            if screening and best is not None and (
+                    pool_fails is None or _pools_beaten(S, pool_fails, best // t)):
+                cut = best // (t * p)
+            label = f"tp {t} x pp {p}" + (f" ep {e}" if e > 1 else "") + f" chunk {chunk}"
+            if cut is not None and S.all_fail(hopeless, cut):
+                # no replica count with at most the best's GPUs keeps up
+                screened.append(label)
+                screened_keys.add((t, p, e))
+                continue
+            if replicas is not None or offline:
+                r = replicas or 1
+                ok, res = run(r)
+            else:
+                cache = {}
+
+                def meets(r: int) -> bool:
+                    cache[r] = run(r)
+                    return cache[r][0]
+                # past cut replicas the answer needs more GPUs than the best: the search stops
+                r = fewest(meets, MAX_REPLICAS, cut=cut)
+                if r is None:
+                    if cut is not None and max(k for k, v in cache.items() if not v[0]) >= cut:
+                        screened.append(label)
+                        screened_keys.add((t, p, e))
+                    else:
+                        notes.append(f"tp {t} x pp {p}: no replica count up to {MAX_REPLICAS} "
+                                     "meets the SLOs")
+                    continue
+                ok, res = cache[r]
+            total = r * t * p
+            if rate is not None and not offline and ok:  # keeping up: it serves what is offered
+                req_s = rate
+            else:
+                req_s = r * res.requests_per_s
+            out_tps = req_s * output_len
+            all_tps = req_s * (input_len + output_len)
+            cost = None if price_per_gpu_hour is None else total * price_per_gpu_hour / 3600
+            rows.append(ServeRow(t, p, r, total, chunk, sm.kv_capacity_tokens, res.ttft(50),
+                                 res.ttft(90), res.ttft(99), res.itl(50), res.itl(90), res.itl(99),
+                                 float(res.tpot_s.mean()), req_s, out_tps,
+                                 req_s * res.attainment(ttft_p99_s, itl_p99_s), ok,
+                                 None if cost is None else cost / all_tps * 1e6,
+                                 None if cost is None else cost / out_tps * 1e6, e,
+                                 load=res.load_json()))
         if try_disagg:
             d = plan_disaggregated(sm, g, input_len, output_len, rate, ttft_p99_s=ttft_p99_s,
                                    itl_p99_s=itl_p99_s, max_num_batched_tokens=chunk,
                                    n_requests=n_disagg,
                                    max_num_seqs=max_num_seqs, seed=seed,
-                                   max_replicas=MAX_REPLICAS, known_to_fail=pool_fails)
+                                   max_replicas=MAX_REPLICAS, known_to_fail=pool_fails,
+                                   min_attainment=POOL_ATTAINMENT)
+            if d is None and not colocated:
+                notes.append(f"tp {t}: no prefill and decode pools of up to {MAX_REPLICAS} "
+                             "replicas each meet the SLOs")
             if d is not None:
                 pr, dr = d.prefill, d.decode
                 tot = d.replicas * t
                 cost = None if price_per_gpu_hour is None else tot * price_per_gpu_hour / 3600
                 out_tps, all_tps = rate * output_len, rate * (input_len + output_len)
                 x = d.kv_transfer_exposed_s
+                # a request meets both SLOs unless it misses in either pool (a lower bound)
+                both = max(0.0, pr.attainment(None if ttft_p99_s is None else ttft_p99_s - x)
+                           + dr.attainment(None, itl_p99_s) - 1)
                 rows.append(ServeRow(
                     t, 1, d.replicas, tot, chunk, sm.kv_capacity_tokens, pr.ttft(50) + x,
                     pr.ttft(90) + x, pr.ttft(99) + x, dr.itl(50), dr.itl(90), dr.itl(99),
-                    float(dr.tpot_s.mean()), rate, out_tps,
-                    min(d.prefill_replicas * pr.goodput(None if ttft_p99_s is None
-                                                        else ttft_p99_s - x),
-                        d.decode_replicas * dr.goodput(None, itl_p99_s)), True,
+                    float(dr.tpot_s.mean()), rate, out_tps, rate * both,
+                    both >= SLO_ATTAINMENT,
                     None if cost is None else cost / all_tps * 1e6,
                     None if cost is None else cost / out_tps * 1e6, 1, "disaggregated",
                     d.prefill_replicas, d.decode_replicas, d.kv_transfer_s))
@@ -432,6 +470,23 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                 or r.total_gpus <= rows[0].total_gpus]
     if not rows[0].meets_slo:
         notes.append("no layout meets the SLOs with the pinned replicas; best shown")
+    alternative = None
+    if rows[0].mode == "disaggregated":  # the best colocated plan, searched on its own
+        try:
+            alternative = plan_serving(
+                model, gpu, input_len, output_len, rate=rate, ttft_p99_s=ttft_p99_s,
+                itl_p99_s=itl_p99_s, price_per_gpu_hour=price_per_gpu_hour, tp=tp, pp=pp,
+                kv_dtype=kv_dtype, precision=precision, weights=weights,
+                max_num_batched_tokens=max_num_batched_tokens if chunk_pinned else None,
+                max_num_seqs=max_num_seqs, gpu_file=gpu_file, profile=profile,
+                overhead_s=overhead_s, seed=seed, prefix_hit_rate=prefix_hit_rate, ep=ep,
+                screen=screen,
+                attention_kernel=attention_kernel, mode="colocated", **kv_kw).best
+        except ServePlanError:
+            notes.append("no colocated layout meets the SLOs")
+    elif disagg:  # a colocated best: the best disaggregated row among the layouts tried
+        alternative = next((r for r in rows if r.mode == "disaggregated" and r.meets_slo),
+                           None)
     cp_rows = None
     if input_len >= CP_FROM:
         from .cp import prefill_on_cp
@@ -453,7 +508,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                                     max_num_seqs=max_num_seqs, seed=seed, engine=sch,
                                     **prefix).requests_per_s
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
-                     itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows, sat,
+                     itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows, mode,
+                     alternative, disagg, sat,
                      None if sch is None else sch.name)
 
 

@@ -280,3 +280,34 @@ def _row(label, setup, need, gpu_bytes, batch, seq, peak_flops, base_s) -> dict:
     return {"change": label, "fits": need <= gpu_bytes, "total_bytes": need,
             "step_time_factor": round(
                 setup.step_s(batch, seq, peak_flops) / base_s, 4)}
+
+
+def ways_to_fit(setting, gpus: int) -> list[str]:
+    """What would fit a training run that fits no layout on ``gpus`` GPUs (``plan_train``'s
+    refusal), by fit's reckoning of ZeRO-3 over them (``Setup.need``: the planner's per-rank
+    bytes at micro-batch 1, TP = PP = 1, full recompute): 8-bit Adam, the optimizer offloaded
+    to the CPU, both, or the fewest doublings of the GPUs; each "--option (GiB)" that fits
+    the GPU's usable memory, the changes of one option before more GPUs."""
+    base = Setup(setting.cfg, setting.precision, setting.optimizer, setting.attn_impl, "full",
+                 setting.finetune, "optimizer" if setting.offload_optimizer else "none",
+                 gpus, setting.loss, setting.optimizer_kernel, setting.gpu.name)
+    room, seq = setting.gpu.usable_bytes, setting.seq
+    tries = []
+    if setting.optimizer in ("adamw", "adam"):
+        tries.append(("--optimizer adam8bit", {"optimizer": "adam8bit"}))
+    if base.offload == "none" and setting.optimizer != "none":
+        tries.append(("--offload optimizer", {"offload": "optimizer"}))
+    if len(tries) == 2:
+        tries.append(("--optimizer adam8bit --offload optimizer",
+                      {"optimizer": "adam8bit", "offload": "optimizer"}))
+    out = []
+    for words, change in tries:
+        need = dataclasses.replace(base, **change).need(1, seq)
+        if need <= room and not (out and len(change) > 1):  # both: only when neither alone
+            out.append(f"{words} ({need / 2**30:,.1f} GiB)")
+    for n in (gpus * 2**k for k in range(1, 11)):
+        need = dataclasses.replace(base, gpus=n).need(1, seq)
+        if need <= room:
+            out.append(f"--gpus {n} ({need / 2**30:,.1f} GiB)")
+            break
+    return out

@@ -152,3 +152,49 @@ def _layout_at(g: dict, i: int) -> Layout:
                   schedule="interleaved" if v > 1 else "1f1b", virtual=v,
                   micro_batch=int(g["mb"][i]), recompute=RECOMPUTE[int(g["rc"][i])],
                   recompute_layers=int(g["rl"][i]), offload_checkpoints=bool(g["off"][i]))
+
+
+# --- a refusal with a way forward ----------------------------------------------------------------
+#: how far a refusal looks for a workable global batch or GPU count, tries a side
+NEAREST_TRIES = 24
+
+
+def no_layout_error(cfg: ModelConfig, gpu: Gpu, seq: int, start: int, shown: str,
+                    max_gpus: int, gpus: int | None, only: dict | None) -> PlanError:
+    """The refusal when no layout on these GPUs splits the global batch (``layout_grid`` is
+    empty; ``shown``: the batches searched, from ``start``), naming the nearest global batches
+    below and above ``start`` that
+    some layout splits (a data-parallel degree x micro-batch dividing it) and, GPUs pinned,
+    the nearest GPU counts (whole nodes, or below one node) that split it: each the first
+    found within NEAREST_TRIES candidates a side."""
+    words = (f"no valid layout of {cfg.name} on "
+             + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
+             + f" GPUs with global batch {shown}" + (f" and {only}" if only else ""))
+
+    def splits(batch: int, count: int | None) -> bool:
+        g, _ = layout_grid(cfg, gpu, seq, batch, max_gpus if count is None else count, count,
+                           only, None if count else gpu.gpus_per_node)
+        return len(g["tp"]) > 0
+
+    # a batch some data-parallel degree divides: the multiples of each degree next to it
+    dps = divisors(gpus) if gpus else range(1, min(max_gpus, 4096) + 1)
+    near = {m for d in dps for m in ((start // d) * d, -(-start // d) * d) if m > 0} - {start}
+    below = sorted((b for b in near if b < start), reverse=True)[:NEAREST_TRIES]
+    above = sorted(b for b in near if b > start)[:NEAREST_TRIES]
+    found = [b for side in (below, above) for b in [next((x for x in side
+                                                          if splits(x, gpus)), None)] if b]
+    ways = []
+    if found:
+        ways.append(f"--global-batch {' or '.join(map(str, found))}")
+    if gpus:
+        n = gpu.gpus_per_node
+
+        def whole(c: int) -> bool:
+            return c < n or c % n == 0
+        counts = [next((c for c in side if whole(c) and splits(start, c)), None) for side in (
+            range(gpus - 1, 0, -1)[:NEAREST_TRIES * n],
+            range(gpus + 1, gpus + NEAREST_TRIES * n + 1))]
+        counts = [c for c in counts if c]
+        if counts:
+            ways.append(f"--gpus {' or '.join(map(str, counts))} for global batch {start}")
+    return PlanError(words + ("; nearest that split: " + ", or ".join(ways) if ways else ""))

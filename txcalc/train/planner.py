@@ -511,7 +511,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                global_tokens: int = 0, max_global_batch: int | None = None,
                max_global_batch_tokens: int | None = None,
                gpus_per_node: int | None = None,
-               optimizer_kernel: str | None = None) -> TrainPlan:
+               optimizer_kernel: str | None = None, offload_optimizer: bool = False) -> TrainPlan:
     """Search every valid layout for training ``model`` on ``tokens`` tokens.
 
     The global batch (sequences): ``global_batch`` alone pins it; otherwise it is searched
@@ -539,7 +539,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     ``loss``: the LM loss (Workload.loss: full, chunked[:N], fused-linear): what the head and
     loss save and the loss's T x V transient on the last stage (txcalc.engine.lm_loss).
     ``global_tokens``: Longformer's tokens per sequence with global attention
-    (``Workload.global_tokens``).
+    (``Workload.global_tokens``). ``offload_optimizer``: TrainSetting.offload_optimizer.
     """
     t0 = time.perf_counter()
     import numpy as np
@@ -582,9 +582,7 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
         if key == "recompute":
             I.choice("only['recompute']", value, RECOMPUTE)
         elif key == "offload_checkpoints":
-            if not isinstance(value, bool):
-                raise I.InputError(f"only['offload_checkpoints'] ({I.show(value)}) must be "
-                                   "True or False")
+            I.boolean("only['offload_checkpoints']", value)
         else:
             I.integer(f"only[{key!r}]", value, 0 if key in ("zero", "recompute_layers") else 1,
                       3 if key == "zero" else I.MAX_GPUS if key != "micro_batch"
@@ -634,7 +632,8 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
                            loss=loss, global_tokens=global_tokens,
                            loss_kernel=prof_stack.loss_kernel if prof_stack else "hf",
                            optimizer_kernel=optimizer_kernel or (
-                               prof_stack.optimizer_kernel if prof_stack else "foreach"))
+                               prof_stack.optimizer_kernel if prof_stack else "foreach"),
+                           offload_optimizer=I.boolean("offload_optimizer", offload_optimizer))
     setting.ops  # refuses unknown adapter targets and ranks above a target's width now
     ceiling = start
     if searched:
@@ -668,22 +667,23 @@ def plan_train(model: ModelConfig, gpu: str | Gpu, tokens: int, *, seq: int | No
     if screen is None:
         floor = 1
         screen = _screen(setting, tokens, batches, max_gpus, gpus, only)
-    shown = f"{start}" if len(batches) == 1 else f"{start}-{ceiling}"
-    if screen is None:
-        raise PlanError(f"no valid layout of {cfg.name} on "
-                                + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
-                        + f" GPUs with global batch {shown}"
-                        + (f" and {only}" if only else ""))
+    if screen is None:  # naming the nearest batches and GPU counts that would split
+        from .grid import no_layout_error
+        raise no_layout_error(cfg, gpu, seq, start, f"{start}" if len(batches) == 1
+                              else f"{start}-{ceiling}", max_gpus, gpus, only)
     if floor > 1:
         screen.floor, screen.more = floor, lambda counts: _screen(
             setting, tokens, batches, max_gpus, None, only, counts=counts)
     g, n, fits, day_arr = screen.g, screen.n, screen.fits, screen.day_arr
     if not fits.any():
-        smallest = int(screen.total_bytes.min())
+        from .fit import ways_to_fit  # fit's reckoning of what would (ZeRO-3 over them)
+        ways = ways_to_fit(setting, gpus or max_gpus) if (gpus or max_gpus) > 1 else []
         raise PlanError(
             f"{cfg.name} does not fit on {gpu.name} ({memory_words(gpu)}) in any "
             f"layout with " + (f"exactly {gpus}" if gpus else f"at most {max_gpus}")
-            + f" GPUs: the smallest per-GPU need is {smallest / 2**30:.1f} GiB")
+            + f" GPUs: the smallest per-GPU need is {screen.total_bytes.min() / 2**30:.1f} GiB"
+            + ("; would fit (ZeRO-3, full recompute, micro-batch 1): " + ", or ".join(ways)
+               if ways else ""))
     min_fit = int(n[fits].min())
     if low is not None and low.fits.any():
         min_fit = min(min_fit, int(low.n[low.fits].min()))

@@ -10,6 +10,9 @@ a framework would add (routing tables, async, templates, sessions) the page does
 
     calc.py     the page's controls -> the CLI commands they stand for -> their answers
                 (the answer functions, called in-process: the --json text, byte for byte)
+    charts.py   the page's charts: each point the answer of a panel's command with one option
+                changed (memory against sequence, KV against context, latency against load,
+                the training frontier); the browser draws them as SVG
     server.py   the HTTP server (routes, errors as one line with HTTP 400, loopback checks)
     static/     the page: index.html, app.js (vanilla JS, no network), app.css
 """

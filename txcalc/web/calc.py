@@ -36,7 +36,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from ..answers.costs import PEAK_LABELS  # noqa: F401  (the page's words for the peak)
+from ..answers.costs import MEMORY_GROUPS, MEMORY_PARTS, PEAK_LABELS
 from ..errors import TxcalcError
 
 TASKS = ("train", "finetune", "serve")
@@ -46,16 +46,18 @@ MODEL_CHARS = 4096
 #: the page's controls and their starting values ("" = not given: the CLI's default)
 DEFAULTS = {
     "model": "llama-3.1-8b", "task": "train", "gpu": "h100-sxm", "price": "",
-    # training and fine-tuning
-    "precision": "bf16-mixed", "optimizer": "adamw", "batch": "1", "seq": "4096",
-    "attn": "flash", "recompute": "", "tokens": "1T", "days": "",
+    # training and fine-tuning ("" precision and optimizer: the CLI's defaults, bf16-mixed,
+    # or fp16-mixed on a GPU without bf16, and adamw, which each answer's ``assumed`` states)
+    "precision": "", "optimizer": "", "batch": "1", "seq": "4096",
+    "attn": "flash", "recompute": "", "tokens": "1T", "days": "", "gpus": "",
+    "global_batch": "",
     # the planner's layout pins ("" = the planner chooses)
     "tp": "", "pp": "", "cp": "", "ep": "", "zero": "", "micro_batch": "", "plan_recompute": "",
     # fine-tuning
     "finetune": "lora", "lora_rank": "16", "lora_targets": "all-linear", "base_format": "nf4",
     # serving
-    "weights": "", "kv_dtype": "bf16", "input_len": "1024", "output_len": "256",
-    "concurrency": "8", "rate": "", "ttft_p99": "", "itl_p99": "", "replicas": "",
+    "weights": "", "kv_dtype": "", "input_len": "1024", "output_len": "256",
+    "concurrency": "8", "rate": "", "ttft_p99": "", "itl_p99": "", "replicas": "", "mode": "",
 }
 
 
@@ -112,6 +114,29 @@ def _gpu_gb(form: dict) -> list[str]:
     return ["--gpu", form["gpu"]]
 
 
+def serve_modes() -> list[str]:
+    """The serving modes ``plan infer --mode`` takes (colocated, disaggregated, auto), read
+    from its answer function's docstring-free signature: [] while plan infer has no --mode
+    (the page then hides its mode control)."""
+    import inspect
+
+    from ..answers.plan import plan_infer
+    if "mode" not in inspect.signature(plan_infer).parameters:
+        return []
+    from ..serve import plan as serve_plan
+    return list(getattr(serve_plan, "SERVE_MODES", ("auto", "colocated", "disaggregated")))
+
+
+def _mode(form: dict) -> list[str]:
+    """``--mode`` of the serving plan, when the control is set (and plan infer has it)."""
+    if form["mode"] == "":
+        return []
+    if not serve_modes():
+        raise WebInputError(f"mode ({form['mode']!r:.40}): this txcalc's plan infer has no "
+                            "--mode (it chooses colocated or disaggregated itself)")
+    return ["--mode", form["mode"]]
+
+
 def commands(form: dict) -> dict[str, list[str]]:
     """{panel: the CLI's argument list (no program name, no --json)} for a checked form."""
     m, task = form["model"], form["task"]
@@ -134,14 +159,9 @@ def commands(form: dict) -> dict[str, list[str]]:
                        *load, *_opts(form, ("--kv-dtype", "kv_dtype")), *weights,
                        *_opts(form, ("--price", "price"), ("--tp", "tp"), ("--pp", "pp"),
                               ("--replicas", "replicas"), ("--ttft-p99", "ttft_p99"),
-                              ("--itl-p99", "itl_p99"))],
+                              ("--itl-p99", "itl_p99")), *_mode(form)],
         }
-    ft = []
-    if task == "finetune":
-        ft = _opts(form, ("--finetune", "finetune"), ("--lora-rank", "lora_rank"),
-                   ("--lora-targets", "lora_targets"))
-        if form["finetune"] == "qlora":
-            ft += _opts(form, ("--base-format", "base_format"))
+    ft = _finetune_opts(form) if task == "finetune" else []
     out = {
         "params": ["params", m],
         "flops": ["flops", m, *train_work, *ft],
@@ -155,7 +175,8 @@ def commands(form: dict) -> dict[str, list[str]]:
         out["answer"] = ["plan", "train", m, *_opts(form, ("--tokens", "tokens")),
                          "--gpu", form["gpu"], *_opts(form, ("--seq", "seq")), *states,
                          *_opts(form, ("--attn", "attn"), ("--price", "price"),
-                                ("--days", "days"), ("--tp", "tp"), ("--pp", "pp"),
+                                ("--days", "days"), ("--gpus", "gpus"),
+                                ("--global-batch", "global_batch"), ("--tp", "tp"), ("--pp", "pp"),
                                 ("--cp", "cp"), ("--ep", "ep"), ("--zero", "zero"),
                                 ("--micro-batch", "micro_batch"),
                                 ("--recompute", "plan_recompute"))]
@@ -163,17 +184,32 @@ def commands(form: dict) -> dict[str, list[str]]:
 
 
 def report_command(form: dict, out_dir: str) -> list[str]:
-    """``txcalc report`` for the form (a serving report for serve, else a training report)."""
+    """``txcalc report`` for the form: a serving report for serve; a fine-tuning report (the
+    page's --finetune options, no token budget: fine-tuning has no planner run) for finetune,
+    with gradient checkpointing where the page's recompute is auto, as the memory and fit
+    panels assume (answers.common.default_recompute); else a training report."""
     m = form["model"]
     common = ["report", m, "--out", out_dir, "--gpu", form["gpu"], *_opts(form, ("--price", "price"))]
     if form["task"] == "serve":
         return [*common, "--inference", "--context", _context(form),
                 *_opts(form, ("--concurrency", "concurrency"), ("--kv-dtype", "kv_dtype"),
                        ("--weights", "weights"))]
-    return [*common, *_opts(form, ("--precision", "precision"), ("--optimizer", "optimizer"),
-                            ("--batch", "batch"), ("--seq", "seq"), ("--attn", "attn"),
-                            ("--recompute", "recompute"), ("--tokens", "tokens"),
-                            ("--days", "days"))]
+    step = [*_opts(form, ("--precision", "precision"), ("--optimizer", "optimizer"),
+                   ("--batch", "batch"), ("--seq", "seq"), ("--attn", "attn"))]
+    if form["task"] == "finetune":
+        return [*common, *step, "--recompute", form["recompute"] or "full",
+                *_finetune_opts(form)]
+    return [*common, *step, *_opts(form, ("--recompute", "recompute"), ("--tokens", "tokens"),
+                                   ("--days", "days"), ("--global-batch", "global_batch"))]
+
+
+def _finetune_opts(form: dict) -> list[str]:
+    """The fine-tuning options of a finetune form (--base-format for QLoRA only)."""
+    ft = _opts(form, ("--finetune", "finetune"), ("--lora-rank", "lora_rank"),
+               ("--lora-targets", "lora_targets"))
+    if form["finetune"] == "qlora":
+        ft += _opts(form, ("--base-format", "base_format"))
+    return ft
 
 
 def shell_line(argv: list[str]) -> str:
@@ -368,5 +404,7 @@ def options() -> dict:
         "attn": list(ATTN_IMPLS), "recompute": list(RECOMPUTE), "kv_dtypes": list(KV_DTYPES),
         "weights": list(WEIGHTS_EXAMPLES), "finetune_modes": list(FINETUNE_MODES),
         "base_formats": list(BASE_FORMATS), "lora_targets": list(TARGET_GROUPS),
-        "peak_labels": PEAK_LABELS, "defaults": DEFAULTS,
+        "peak_labels": PEAK_LABELS, "memory_groups": MEMORY_GROUPS,
+        "memory_parts": {k: list(v) for k, v in MEMORY_PARTS.items()},
+        "serve_modes": serve_modes(), "defaults": DEFAULTS,
     }

@@ -5,6 +5,8 @@
     GET /                    | the page (static/index.html; its script and style beside it)
     GET /api/options         | what the controls offer: presets, GPUs, precisions, formats ...
     GET /api/commands?FORM   | {panel: the equivalent ``txcalc`` command}, and the report link
+    GET /api/charts?FORM     | {"charts": [...]}: the page's charts, each point the JSON of a
+                             | panel's command with one option changed (charts.py)
     GET /api/PANEL?FORM      | the JSON ``txcalc ... --json`` prints for the panel's command,
                              | computed in this process by its txcalc.answers function
                              | (PANEL: params, flops, memory, answer; calc.commands)
@@ -196,6 +198,10 @@ class Handler(BaseHTTPRequestHandler):
                 "report": {"url": "/report?" + urlencode(
                                {k: v for k, v in form.items() if v != calc.DEFAULTS[k]}),
                            "command": calc.shell_line(calc.report_command(form, "report"))}})
+        elif path == "/api/charts":
+            from .charts import charts
+            form = self._form(url.query)
+            self._json(HTTPStatus.OK, {"charts": charts(form, cache=self._fixed(form["model"]))})
         elif path.startswith("/api/") and path[5:] in calc.PANELS:
             form = self._form(url.query)
             argv = calc.commands(form)[path[5:]]

@@ -50,7 +50,8 @@ function dl(target, rows) {
 function table(target, head, rows) {
   target.replaceChildren(el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))));
   const body = el("tbody");
-  for (const r of rows) body.append(el("tr", {}, ...r.map((c) => el("td", {}, c))));
+  // a row of one cell is a heading across the table
+  for (const r of rows) body.append(el("tr", {}, ...(r.length === 1 ? [el("td", {colspan: head.length, class: "heading"}, r[0])] : r.map((c) => el("td", {}, c)))));
   target.append(body);
 }
 
@@ -128,6 +129,7 @@ function schedule() {
 async function update() {
   const gen = ++generation;
   const q = query();
+  const form = new URLSearchParams(q);  // the controls as asked: drawn with their answers
   history.replaceState(null, "", "#" + q);
   document.body.dataset.state = "busy";
   const [cmds, ...answers] = await Promise.all(
@@ -138,76 +140,284 @@ async function update() {
   const msg = $("message");
   msg.hidden = errors.length === 0;
   msg.textContent = errors.join(" | ");
-  render(task(), res, cmds.ok ? cmds.data : null);
+  render(form.get("task"), res, cmds.ok ? cmds.data : null, form);
   document.body.dataset.state = errors.length ? "error" : "ready";
   document.body.dataset.gen = String(gen);
+  // the charts are asked for after the panels (each is several answers; asked at once, they
+  // would share the server's interpreter with the panels and slow them): drawn when they arrive
+  $("charts").dataset.gen = "";
+  const charts = await getJSON("/api/charts?" + q);
+  if (gen !== generation) return;
+  renderCharts(charts.ok ? charts.data.charts : []);
+  $("charts").dataset.gen = String(gen);
 }
 
 // --- drawing ---------------------------------------------------------------------------------------
-function render(t, res, cmds) {
+// the last answer drawn: redrawn at the new width when the window is resized
+let last = null;
+
+function render(t, res, cmds, form) {
+  last = {t, res, cmds, form, charts: last && last.t === t ? last.charts : []};
   for (const p of PANELS) $(p + "-panel").classList.toggle("failed", !res[p].ok);
-  renderMemory(t, res.memory.ok ? res.memory.data : null, res.answer.ok ? res.answer.data : null);
+  renderMemory(t, res.memory.ok ? res.memory.data : null, res.answer.ok ? res.answer.data : null, form);
   renderAnswer(t, res.answer.ok ? res.answer.data : null);
   renderParams(res.params.ok ? res.params.data : null);
   renderFlops(t, res.flops.ok ? res.flops.data : null);
-  renderCommands(cmds);
+  renderCommands(cmds, t);
+  renderAssumed(PANELS.map((p) => [p, res[p].ok ? res[p].data.assumed : null]));
 }
 
-function memoryParts(mem) {
-  if (mem.peak_by_category) {
-    const labels = OPTIONS.peak_labels;
-    return Object.entries(mem.peak_by_category).filter(([k]) => k !== "total")
-      .map(([k, v]) => [labels[k] || k, "memory.peak_by_category." + k, v]);
+// the defaults each answer took (its "assumed": the CLI prints them under its answer too)
+function renderAssumed(lists) {
+  const box = $("assumed");
+  box.replaceChildren();
+  const seen = new Set();
+  for (const [p, list] of lists) {
+    (list || []).forEach((words, i) => {
+      if (seen.has(words)) return;
+      seen.add(words);
+      box.append(el("li", {}, fig(`${p}.assumed.${i}`, words, words)));
+    });
   }
-  return Object.entries(mem).filter(([k, v]) => k.endsWith("_bytes") && v &&
-      !["total_bytes", "gpu_bytes", "kv_cache_bytes_per_token"].includes(k))
-    .map(([k, v]) => [k.replace(/_bytes$/, "").replaceAll("_", " "), "memory." + k, v]);
+  $("assumed-panel").hidden = seen.size === 0;
 }
 
-function bar(title, parts, total, capacity, capLabel) {
-  const W = 800, H = 64, top = 22, h = 26;
+// --- memory: one hierarchy (answers.costs.MEMORY_GROUPS), one colour per group ----------------
+const GROUP_COLORS = {weights: COLORS[0], gradients: COLORS[1], optimizer: COLORS[2],
+                      activations: COLORS[4], transients: COLORS[5], kv_cache: COLORS[3],
+                      framework: COLORS[9]};
+
+// [{group, label, key, value}] of one answer's categories (keys of answers.costs.MEMORY_PARTS),
+// in the hierarchy's order
+function memoryParts(cats, prefix) {
+  const groups = Object.keys(OPTIONS.memory_groups);
+  const out = [];
+  for (const [k, v] of Object.entries(cats)) {
+    const part = OPTIONS.memory_parts[k];
+    if (!part || !v) continue;
+    out.push({group: part[0], label: part[1], key: prefix + k, value: v});
+  }
+  return out.sort((a, b) => groups.indexOf(a.group) - groups.indexOf(b.group));
+}
+
+function legend(parts, y, width) {
+  // one swatch per group the bar shows, in the bar's colours; wraps to the next row
+  const g = svg("g", {class: "legend"});
+  let x = 0, row = 0;
+  for (const grp of [...new Set(parts.map((p) => p.group))]) {
+    const words = OPTIONS.memory_groups[grp];
+    const w = 18 + 7.2 * words.length + 14;
+    if (x + w > width && x > 0) { x = 0; row += 1; }
+    const item = svg("g", {class: "legend-item", "data-group": grp});
+    item.append(svg("rect", {x, y: y + 18 * row, width: 12, height: 12, fill: GROUP_COLORS[grp]}));
+    item.append(svg("text", {x: x + 16, y: y + 18 * row + 11, class: "legend-text"}, words));
+    g.append(item);
+    x += w;
+  }
+  return [g, row + 1];
+}
+
+function bar(title, parts, total, capacity, capLabel, width) {
+  const W = width, top = 8, h = 26;
+  const [lg, rows] = legend(parts, top + h + 24, W);
+  const H = top + h + 26 + 18 * rows;
   const scale = W / (1.04 * Math.max(total, capacity));
-  const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": title});
-  s.append(svg("text", {x: 0, y: 14, class: "bar-title"}, title));
+  const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": title, class: "bar"});
   let x = 0;
-  parts.forEach(([label, , v], i) => {
-    const w = v * scale;
-    const r = svg("rect", {x, y: top, width: Math.max(w, 0), height: h, fill: COLORS[i % COLORS.length]});
-    r.append(svg("title", {}, `${label}: ${fmtGB(v)}`));
+  for (const p of parts) {
+    const w = p.value * scale;
+    const r = svg("rect", {x, y: top, width: Math.max(w, 0), height: h, fill: GROUP_COLORS[p.group],
+                           "data-group": p.group, stroke: "#fff", "stroke-width": 0.5});
+    r.append(svg("title", {}, `${OPTIONS.memory_groups[p.group]}: ${p.label}: ${fmtGB(p.value)}`));
     s.append(r);
     x += w;
-  });
+  }
   const cx = capacity * scale;
   s.append(svg("line", {x1: cx, x2: cx, y1: top - 6, y2: top + h + 6, class: total > capacity ? "cap over" : "cap"}));
-  s.append(svg("text", {x: Math.min(cx, W - 4), y: H - 2, class: "cap-label", "text-anchor": "end"}, capLabel));
-  return s;
+  s.append(svg("text", {x: Math.min(cx, W - 4), y: top + h + 18, class: "cap-label", "text-anchor": "end"}, capLabel));
+  s.append(lg);
+  return el("figure", {class: "bar-box"}, el("figcaption", {class: "bar-title"}, title), s);
 }
 
-function renderMemory(t, mem, ans) {
+// rows of the memory table: each group (its sum, for display) and, indented, its parts
+function groupRows(parts, heading) {
+  const rows = heading ? [[el("strong", {}, heading)]] : [];
+  for (const grp of [...new Set(parts.map((p) => p.group))]) {
+    const mine = parts.filter((p) => p.group === grp);
+    const sum = mine.reduce((a, p) => a + p.value, 0);
+    const sw = swatch(grp);
+    if (mine.length === 1) {
+      rows.push([sw, OPTIONS.memory_groups[grp] + (mine[0].label !== OPTIONS.memory_groups[grp] ? `: ${mine[0].label}` : ""),
+                 fig(mine[0].key, mine[0].value, fmtGB(mine[0].value))]);
+      continue;
+    }
+    rows.push([sw, OPTIONS.memory_groups[grp], fmtGB(sum)]);
+    for (const p of mine) rows.push(["", el("span", {class: "sub"}, p.label), fig(p.key, p.value, fmtGB(p.value))]);
+  }
+  return rows;
+}
+
+function barWidth() {
+  return Math.max(320, Math.min(800, $("memory-bars").clientWidth || 800));
+}
+
+function renderMemory(t, mem, ans, form) {
   const box = $("memory-bars");
   box.replaceChildren();
   if (!mem) { $("memory-table").replaceChildren(); return; }
-  const gpu = $("gpu").value;
-  const parts = memoryParts(mem);
-  const verdict = mem.fits_one_gpu ? "fits" : "does not fit";
-  const what = t === "serve" ? `weights and KV cache of ${fmtInt(mem.concurrency)} sequence(s) of ${fmtInt(mem.context)} tokens` :
-    "whole model on one GPU, peak of the step";
-  box.append(bar(`${what}: ${fmtGB(mem.total_bytes)}, ${verdict} on one ${gpu}`, parts,
-                 mem.total_bytes, mem.gpu_bytes, `${gpu}: ${fmtGB(mem.gpu_bytes)}`));
-  const rows = parts.map(([label, key, v], i) => [
-    el("span", {class: "swatch", "data-color": i % COLORS.length}, ""), label, fig(key, v, fmtGB(v))]);
-  rows.push(["", "total", fig("memory.total_bytes", mem.total_bytes, fmtGB(mem.total_bytes))]);
-  rows.push(["", "GPU memory", fig("memory.gpu_bytes", mem.gpu_bytes, fmtGB(mem.gpu_bytes))]);
-  if (t === "train" && ans && ans.best) {
-    const b = ans.best;
-    const bparts = Object.entries(b.memory_bytes).filter(([, v]) => v)
-      .map(([k, v]) => [k.replaceAll("_", " "), "answer.best.memory_bytes." + k, v]);
-    box.append(bar(`per GPU in the planner's best layout (${b.layout_name}, fullest stage): ${fmtGB(b.total_bytes)}`,
-                   bparts, b.total_bytes, ans.gpu_usable_bytes, `${ans.gpu}: ${fmtGB(ans.gpu_usable_bytes)} usable`));
-    for (const [label, key, v] of bparts) rows.push(["", "best layout: " + label, fig(key, v, fmtGB(v))]);
+  const gpu = form.get("gpu"), W = barWidth(), rate = form.get("rate") || "";
+  const rows = [];
+  if (t === "serve") {
+    const byRate = rate !== "";
+    const load = byRate ? `${rate} requests/s` : `${fmtInt(mem.concurrency)} concurrent requests`;
+    const kv = ans && ans.kv_capacity;
+    if (kv) {
+      const cats = Object.fromEntries(Object.entries(kv).filter(([k]) => OPTIONS.memory_parts[k]));
+      const parts = memoryParts(cats, "answer.kv_capacity.");
+      const total = parts.reduce((a, p) => a + p.value, 0);
+      box.append(bar(`per GPU of the plan for ${load} (${ans.replicas} x TP${ans.tp} PP${ans.pp}): KV pool of ` +
+                     `${fmtInt(kv.kv_tokens)} tokens, ${fmtNum(kv.max_concurrency, 1)} requests of ${fmtInt(kv.max_model_len)}`,
+                     parts, total, kv.total_bytes, `${gpu}: ${fmtGB(kv.total_bytes)}`, W));
+      rows.push(...groupRows(parts, "per GPU of the plan (vLLM's profile)"));
+    }
+    if (!byRate) {
+      const parts = memoryParts({weights_bytes: mem.weights_bytes, kv_cache_bytes: mem.kv_cache_bytes}, "memory.");
+      box.append(bar(`whole model, weights and the KV cache of ${fmtInt(mem.concurrency)} sequence(s) of ${fmtInt(mem.context)} tokens: ` +
+                     `${fmtGB(mem.total_bytes)}, ${mem.fits_one_gpu ? "fits" : "does not fit"} on one ${gpu}`,
+                     parts, mem.total_bytes, mem.gpu_bytes, `${gpu}: ${fmtGB(mem.gpu_bytes)}`, W));
+      rows.push(...groupRows(parts, "whole model (txcalc memory --inference)"));
+      rows.push(["", "total", fig("memory.total_bytes", mem.total_bytes, fmtGB(mem.total_bytes))]);
+    } else {
+      rows.push(["", "whole model at the concurrency control: weights + KV cache",
+                 fig("memory.total_bytes", mem.total_bytes, fmtGB(mem.total_bytes))]);
+    }
+    rows.push(["", "GPU memory", fig("memory.gpu_bytes", mem.gpu_bytes, fmtGB(mem.gpu_bytes))]);
+  } else {
+    const parts = memoryParts(mem.peak_by_category, "memory.peak_by_category.");
+    const framework = (mem.device_bytes ?? mem.total_bytes) - mem.total_bytes;
+    if (framework > 0) parts.push({group: "framework", label: "allocator reserve, CUDA context, cuBLAS workspace", key: "memory.device_bytes", value: framework});
+    const shown = mem.device_bytes ?? mem.total_bytes;
+    box.append(bar(`whole model on one GPU, peak of the step: ${fmtGB(shown)} on the device, ${mem.fits_one_gpu ? "fits" : "does not fit"} on one ${gpu}`,
+                   parts, shown, mem.gpu_bytes, `${gpu}: ${fmtGB(mem.gpu_bytes)}`, W));
+    rows.push(...groupRows(parts.filter((p) => p.key !== "memory.device_bytes"), "whole model (txcalc memory)"));
+    if (framework > 0) rows.push([swatch("framework"), "framework: allocator reserve, CUDA context, cuBLAS workspace", fmtGB(framework)]);
+    rows.push(["", "total (peak over the step)", fig("memory.total_bytes", mem.total_bytes, fmtGB(mem.total_bytes))]);
+    if (mem.device_bytes !== undefined) rows.push(["", "on the device (nvidia-smi)", fig("memory.device_bytes", mem.device_bytes, fmtGB(mem.device_bytes))]);
+    rows.push(["", "GPU memory", fig("memory.gpu_bytes", mem.gpu_bytes, fmtGB(mem.gpu_bytes))]);
+    if (t === "train" && ans && ans.best) {
+      const b = ans.best;
+      const bparts = memoryParts(b.memory_bytes, "answer.best.memory_bytes.");
+      box.append(bar(`per GPU in the planner's best layout (${b.layout_name}, fullest stage): ${fmtGB(b.total_bytes)}`,
+                     bparts, b.total_bytes, ans.gpu_usable_bytes, `${ans.gpu}: ${fmtGB(ans.gpu_usable_bytes)} usable`, W));
+      rows.push(...groupRows(bparts, `per GPU, best layout ${b.layout_name}`));
+    }
   }
   table($("memory-table"), ["", "category", "GiB"], rows);
-  for (const s of document.querySelectorAll(".swatch")) s.classList.add("c" + s.dataset.color);
+}
+
+// a group's colour in the memory table: the bar's own fill (an SVG square, no style attribute)
+function swatch(grp) {
+  const s = svg("svg", {viewBox: "0 0 12 12", width: 12, height: 12, class: "swatch", "data-group": grp});
+  s.append(svg("rect", {x: 0, y: 0, width: 12, height: 12, rx: 2, fill: GROUP_COLORS[grp]}));
+  return s;
+}
+
+// --- charts: hand-written SVG from /api/charts (txcalc/web/charts.py) -------------------------
+function ticks(lo, hi, log) {
+  if (log) {
+    const out = [];
+    for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+      for (const m of [1, 2, 5]) { const v = m * 10 ** e; if (v >= lo * 0.999 && v <= hi * 1.001) out.push(v); }
+    }
+    return out.length >= 2 ? out : [lo, hi];
+  }
+  const span = hi - lo || 1, step0 = 10 ** Math.floor(Math.log10(span / 4));
+  const step = [1, 2, 5, 10].map((m) => m * step0).find((st) => span / st <= 6);
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) out.push(v);
+  return out;
+}
+
+// the axis's values in the unit its labels show (bytes: GiB), so that ticks fall on round labels
+const SHOWN = {bytes: GIB};
+
+function fmtAxis(v, unit) {
+  if (unit === "bytes") return fmtNum(v / GIB, v / GIB < 10 ? 1 : 0);
+  if (unit === "s") return v < 1 ? fmtNum(v * 1e3, v < 0.01 ? 1 : 0) + " ms" : fmtNum(v, 1) + " s";
+  if (Math.abs(v) >= 1e4) return fmtSI(v, "").trim();
+  return fmtNum(v, v < 10 ? 2 : 0);
+}
+
+function lineChart(c, W) {
+  const H = 240, L = 52, R = 12, T = 22, B = 40;
+  const pts = c.series.flatMap((s) => s.points);
+  const s = svg("svg", {viewBox: `0 0 ${W} ${H + 20 * c.series.length}`, width: "100%", role: "img",
+                        "aria-label": c.title, class: "chart", "data-chart": c.id});
+  if (!pts.length) { s.append(svg("text", {x: L, y: T + 40, class: "cap-label"}, "no point answered")); return s; }
+  const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+  if (c.limit && c.limit.value) ys.push(c.limit.value);
+  let [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  if (!c.y.log) { y0 = 0; y1 *= 1.05; } else { y0 /= 1.3; y1 *= 1.3; }
+  if (x0 === x1) { x0 = c.x.log ? x0 / 2 : x0 - 1; x1 = c.x.log ? x1 * 2 : x1 + 1; }
+  const f = (log) => (log ? Math.log10 : (v) => v);
+  const fx = f(c.x.log), fy = f(c.y.log);
+  const X = (v) => L + (fx(v) - fx(x0)) / (fx(x1) - fx(x0)) * (W - L - R);
+  const Y = (v) => T + (1 - (fy(v) - fy(y0)) / (fy(y1) - fy(y0))) * (H - T - B);
+  const axes = svg("g", {class: "axes"});
+  axes.append(svg("line", {x1: L, x2: W - R, y1: H - B, y2: H - B}), svg("line", {x1: L, x2: L, y1: T, y2: H - B}));
+  let lastRight = -Infinity;
+  const k = SHOWN[c.x.unit] || 1, ky = SHOWN[c.y.unit] || 1;
+  for (const v of ticks(x0 / k, x1 / k, c.x.log).map((t) => t * k)) {
+    const x = X(v), label = fmtAxis(v, c.x.unit), half = 3.4 * label.length;
+    axes.append(svg("line", {x1: x, x2: x, y1: H - B, y2: H - B + 4}));
+    if (x - half > lastRight + 4 && x + half <= W) {  // no overlapping labels
+      axes.append(svg("text", {x, y: H - B + 16, "text-anchor": "middle", class: "tick"}, label));
+      lastRight = x + half;
+    }
+  }
+  for (const v of ticks((y0 || (c.y.log ? 1e-9 : 0)) / ky, y1 / ky, c.y.log).map((t) => t * ky)) {
+    const y = Y(v);
+    axes.append(svg("line", {x1: L - 4, x2: W - R, y1: y, y2: y, class: "grid"}));
+    axes.append(svg("text", {x: L - 6, y: y + 4, "text-anchor": "end", class: "tick"}, fmtAxis(v, c.y.unit)));
+  }
+  axes.append(svg("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis-label"}, c.x.label));
+  axes.append(svg("text", {x: 4, y: T - 10, class: "axis-label"}, c.y.label));
+  s.append(axes);
+  if (c.limit && c.limit.value) {
+    s.append(svg("line", {x1: L, x2: W - R, y1: Y(c.limit.value), y2: Y(c.limit.value), class: "cap limit"}));
+    s.append(svg("text", {x: W - R, y: Y(c.limit.value) - 4, "text-anchor": "end", class: "cap-label"}, `${c.limit.name}: ${fmtAxis(c.limit.value, c.y.unit)}${c.y.unit === "bytes" ? " GiB" : ""}`));
+  }
+  c.series.forEach((ser, i) => {
+    const color = COLORS[i % COLORS.length];
+    const d = ser.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
+    s.append(svg("path", {d, fill: "none", stroke: color, "stroke-width": 2, class: "series", "data-series": ser.name}));
+    for (const p of ser.points) {
+      const dot = svg("circle", {cx: X(p[0]), cy: Y(p[1]), r: 3, fill: color});
+      dot.append(svg("title", {}, `${ser.name}: ${fmtAxis(p[0], c.x.unit)} ${c.x.unit} -> ${fmtAxis(p[1], c.y.unit)}${c.y.unit === "bytes" ? " GiB" : ""}`));
+      s.append(dot);
+    }
+    const item = svg("g", {class: "legend-item", "data-series": ser.name});
+    item.append(svg("rect", {x: L, y: H + 20 * i, width: 12, height: 12, fill: color}));
+    item.append(svg("text", {x: L + 18, y: H + 20 * i + 11, class: "legend-text"}, ser.name));
+    s.append(item);
+  });
+  return s;
+}
+
+function renderCharts(list) {
+  if (last) last.charts = list;
+  const box = $("charts");
+  box.replaceChildren();
+  // drawn at the width of one grid cell (two side by side from 616 px: app.css's minmax(300px))
+  const cols = box.clientWidth >= 616 ? 2 : 1;
+  const W = Math.max(300, Math.min(640, ((box.clientWidth || 640) - 8 * (cols - 1)) / cols));
+  for (const c of list || []) {
+    const fig_ = el("figure", {class: "chart-box"}, el("div", {class: "chart-title"}, c.title), lineChart(c, W));
+    const cap = el("figcaption", {}, "each point: ", el("code", {}, c.command));
+    if (c.left_out.length) cap.append(" (not answered: " + c.left_out.join(", ") + ")");
+    fig_.append(cap);
+    box.append(fig_);
+  }
 }
 
 function renderAnswer(t, a) {
@@ -221,6 +431,7 @@ function renderAnswer(t, a) {
       [`GPUs to finish within ${a.days_limit} days`, "answer.gpus_for_deadline", a.gpus_for_deadline, fmtInt(a.gpus_for_deadline ?? 0)],
       ["best layout", "answer.best.layout_name", b.layout_name, b.layout_name],
       ["GPUs of the best layout", "answer.best.gpus", b.gpus, fmtInt(b.gpus)],
+      ["global batch, sequences", "answer.global_batch", a.global_batch, fmtInt(a.global_batch)],
       ["days", "answer.best.days", b.days, fmtNum(b.days, 2)],
       ["GPU-hours", "answer.best.gpu_hours", b.gpu_hours, fmtNum(b.gpu_hours, 0)],
       ["cost", "answer.best.cost", b.cost, b.cost === null ? "" : fmtNum(b.cost, 0)],
@@ -310,12 +521,12 @@ function renderFlops(t, f) {
       share((serve ? r.forward_flops : r.forward_flops + r.backward_flops) / top, "")]));
 }
 
-function renderCommands(c) {
+function renderCommands(c, t) {
   if (!c) { $("cli").textContent = ""; return; }
   $("cli").textContent = PANELS.map((p) => c.commands[p] + " --json").join("\n");
   $("report-link").href = c.report.url;
-  $("report-link").textContent = task() === "finetune" ?
-    "Full report (of full training: txcalc report has no fine-tuning options)" : "Full report";
+  $("report-link").textContent = {train: "Full training report", finetune: "Full fine-tuning report",
+                                   serve: "Full serving report"}[t];
   $("report-command").textContent = c.report.command;
 }
 
@@ -347,8 +558,11 @@ async function start() {
     const g = OPTIONS.gpus.find((x) => x.name === v);
     return `${v} (${fmtGB(g.memory_bytes)})`;
   });
-  fill("precision", OPTIONS.precisions);
-  fill("optimizer", OPTIONS.optimizers);
+  // "": the CLI's default, which each answer's "assumed" states
+  fill("precision", ["", ...OPTIONS.precisions], (v) => v || "auto (bf16-mixed; fp16-mixed on T4, V100)");
+  fill("optimizer", ["", ...OPTIONS.optimizers], (v) => v || "auto (adamw; fine-tuning: the recipe's)");
+  fill("mode", ["", ...OPTIONS.serve_modes], (v) => v || "auto");
+  $("mode").closest("label").hidden = OPTIONS.serve_modes.length === 0;
   fill("attn", OPTIONS.attn);
   // auto: the command's default (none for training; gradient checkpointing, full, when
   // fine-tuning: txcalc.answers.common.default_recompute)
@@ -357,8 +571,8 @@ async function start() {
   fill("finetune", OPTIONS.finetune_modes);
   fill("lora_targets", OPTIONS.lora_targets);
   fill("base_format", OPTIONS.base_formats);
-  fill("weights", ["", ...OPTIONS.weights], (v) => v || "the model's own (bf16)");
-  fill("kv_dtype", OPTIONS.kv_dtypes);
+  fill("weights", ["", ...OPTIONS.weights], (v) => v || "auto (the released format, else bf16)");
+  fill("kv_dtype", ["", ...OPTIONS.kv_dtypes], (v) => v || "auto (the weights' 16-bit type)");
   setControls(d);
   if (location.hash.length > 1) setControls(Object.fromEntries(new URLSearchParams(location.hash.slice(1))));
   $("preset").addEventListener("change", () => { if ($("preset").value) $("model").value = $("preset").value; });
@@ -369,6 +583,16 @@ async function start() {
   $("copy").addEventListener("click", async () => {
     try { await navigator.clipboard.writeText($("cli").textContent); $("copy").textContent = "Copied"; }
     catch (e) { getSelection().selectAllChildren($("cli")); }
+  });
+  let resized = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => {
+      if (!last) return;
+      const charts = last.charts;
+      render(last.t, last.res, last.cmds, last.form);
+      renderCharts(charts);
+    }, 150);
   });
   showTask();
   update();
