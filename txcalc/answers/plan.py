@@ -124,7 +124,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
                       input_len, output_len, rate, ttft_p99, itl_p99, price, tp, pp, ep, plot,
                       replicas)
     ans.json["assumed"] = said + serving_weights_note(ans.parts["served"], weights)
-    ans.parts.update(precision=precision, kv_dtype=kv_dtype)
+    ans.parts.update(precision=precision, kv_dtype=kv_dtype, weights=weights)
     return ans
 
 
