@@ -76,9 +76,10 @@ def merged(ctx, values: dict, from_file: dict,
     return out
 
 
-def emit_answer(ctx, fmt: str, command: str, ans, model: str, out: str | None) -> None:
+def emit_answer(ctx, fmt: str, command: str, ans, model: str, out: str | None,
+                quiet: bool = False) -> None:
     """Print or write the emitted configuration; every refusal comes before a byte is
-    written."""
+    written. ``quiet`` (--json): the paths written are not printed."""
     from ..emit import emit, rendered, write
     from .output import console
     e = emit(fmt, command, ans, "txcalc " + command_line(ctx).partition(" ")[2], model)
@@ -86,4 +87,5 @@ def emit_answer(ctx, fmt: str, command: str, ans, model: str, out: str | None) -
         print(rendered(e), end="")
         return
     for path in write(e, out):
-        console.print(f"wrote {path}")
+        if not quiet:
+            console.print(f"wrote {path}")

@@ -49,7 +49,7 @@ def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
     out = ans.json
     if emit is not None:
         from .emit_opts import emit_answer
-        emit_answer(ctx, emit, "fit", ans, model, out_file)
+        emit_answer(ctx, emit, "fit", ans, model, out_file, json_out)
         if out_file is None:
             return
     if json_out:

@@ -99,7 +99,7 @@ def train(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
         check_expected(from_config, p.best.layout, expected, p.setting.cfg.n_layers)
     if emit is not None:
         from .emit_opts import emit_answer
-        emit_answer(ctx, emit, "plan train", ans, model, out_file)
+        emit_answer(ctx, emit, "plan train", ans, model, out_file, json_out)
         if out_file is None:
             return
     if json_out:
@@ -266,7 +266,7 @@ def infer(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
                             "and --output-len to plan that layout")
     if emit is not None:
         from .emit_opts import emit_answer
-        emit_answer(ctx, emit, "plan infer", ans, model, out_file)
+        emit_answer(ctx, emit, "plan infer", ans, model, out_file, json_out)
         if out_file is None:
             return
     if mode == "slo" and plot is not None:

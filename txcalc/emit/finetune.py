@@ -29,6 +29,11 @@ from .common import (Emitted, comment, gib, header, hf_optim, lora_targets, refu
 RECIPE = {"trl": "trl-sft", "axolotl": "axolotl", "llama-factory": "llama-factory"}
 
 
+def _whole(x: float):
+    """LoRA alpha as the int the frameworks' options take when it is whole (16.0 -> 16)."""
+    return int(x) if float(x).is_integer() else x
+
+
 class FitFacts:
     """What the emitters read off a ``fit`` answer."""
 
@@ -89,7 +94,7 @@ def trl(ans, command: str, model: str) -> Emitted:
         flags.append(("--fsdp", "full_shard auto_wrap"))
     if ft is not None:
         t = lora_targets(ft.targets)
-        flags += [("--use_peft", True), ("--lora_r", ft.rank), ("--lora_alpha", ft.alpha),
+        flags += [("--use_peft", True), ("--lora_r", ft.rank), ("--lora_alpha", _whole(ft.alpha)),
                   ("--lora_dropout", ft.lora_dropout),
                   ("--lora_target_modules", t if isinstance(t, str) else " ".join(t)),
                   ("--use_dora", ft.mode == "dora")]
@@ -119,7 +124,7 @@ def axolotl(ans, command: str, model: str) -> Emitted:
     if ft is not None:
         bits = f.quant_bits()
         doc |= {"adapter": "qlora" if bits == 4 else "lora", "lora_r": ft.rank,
-                "lora_alpha": ft.alpha, "lora_dropout": ft.lora_dropout,
+                "lora_alpha": _whole(ft.alpha), "lora_dropout": ft.lora_dropout,
                 "load_in_4bit": bits == 4, "load_in_8bit": bits == 8}
         t = lora_targets(ft.targets)
         doc |= {"lora_target_linear": True} if isinstance(t, str) else \
@@ -155,7 +160,7 @@ def llamafactory(ans, command: str, model: str) -> Emitted:
                  "output_dir": "./outputs"}
     if ft is not None:
         t = lora_targets(ft.targets)
-        doc |= {"lora_rank": ft.rank, "lora_alpha": ft.alpha, "lora_dropout": ft.lora_dropout,
+        doc |= {"lora_rank": ft.rank, "lora_alpha": _whole(ft.alpha), "lora_dropout": ft.lora_dropout,
                 "lora_target": "all" if isinstance(t, str) else ",".join(t),
                 "use_dora": ft.mode == "dora"}
         bits = f.quant_bits()

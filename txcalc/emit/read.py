@@ -24,17 +24,16 @@ def _bad(path: str, what: str) -> EmitError:
 
 
 def read_train(path: str) -> tuple[dict, dict]:
-    """A torchtitan TOML (``.toml``) or a DeepSpeed JSON (anything else) as plan train's
+    """A DeepSpeed JSON (text starting with '{') or a torchtitan TOML as plan train's
     options."""
     from ..safeio import read_text
     text = read_text(path, EmitError)
-    if str(path).endswith(".toml"):
+    if not text.lstrip().startswith("{"):
         return _torchtitan(path, text)
     from ..safeio import parse_json
     doc = parse_json(text, f"--from-config ({path})", EmitError)
     if not isinstance(doc, dict) or "train_micro_batch_size_per_gpu" not in doc:
-        raise _bad(path, "not a DeepSpeed config (no train_micro_batch_size_per_gpu) nor a "
-                   ".toml torchtitan job")
+        raise _bad(path, "not a DeepSpeed config (no train_micro_batch_size_per_gpu)")
     return _deepspeed(path, doc)
 
 
@@ -160,7 +159,7 @@ def read_vllm(path: str) -> dict:
     from ..safeio import read_text
     text = read_text(path, EmitError)
     try:
-        words = shlex.split(text, comments=True)
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as e:
         raise _bad(path, f"not a command line ({e})") from None
     if "serve" not in words or words.index("serve") == 0 or \
