@@ -9,12 +9,13 @@ run too (accelerate comes with peft; torchtitan, DeepSpeed and vLLM when install
 
 import json
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.cli.cli_run import run
 
@@ -140,7 +141,7 @@ def test_accelerate_yaml_by_accelerate(capsys, tmp_path_factory, zero, recompute
     argv = ["plan", "train", "llama-3.2-1b", "--tokens", "100B", "--gpus", "16", "--zero", zero,
             "--recompute", recompute, "--tp", "1", "--pp", "1", "--cp", "1", "--rows", "1",
             "--emit", "accelerate"]
-    rc, out, j, err = emitted(capsys, folder, "acc.yaml", *argv)
+    rc, _out, _j, err = emitted(capsys, folder, "acc.yaml", *argv)
     assert rc == 0, err
     from accelerate.commands.config.config_args import ClusterConfig
     cfg = ClusterConfig.from_yaml_file(folder / "acc.yaml")

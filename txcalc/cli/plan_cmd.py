@@ -70,9 +70,9 @@ def train(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from ..answers.plan import plan_train as answer
 
-    v = dict(tokens=tokens, gpus=gpus, seq=seq, global_batch=global_batch, precision=precision,
-             optimizer=optimizer, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
-             micro_batch=micro_batch, recompute=recompute)
+    v = {"tokens": tokens, "gpus": gpus, "seq": seq, "global_batch": global_batch,
+         "precision": precision, "optimizer": optimizer, "tp": tp, "pp": pp, "cp": cp,
+         "ep": ep, "zero": zero, "micro_batch": micro_batch, "recompute": recompute}
     expected: dict = {}
     if from_config is not None:
         from ..emit.read import read_train
@@ -235,10 +235,10 @@ def infer(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
     meet latency SLOs, from a simulation of continuous batching (txcalc.serve.sim)."""
     from ..answers.plan import plan_infer as answer
 
-    v = dict(tp=tp, pp=pp, ep=ep, replicas=replicas, max_model_len=max_model_len,
-             max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-             gpu_memory_utilization=gpu_memory_utilization, kv_dtype=kv_dtype,
-             precision=precision, weights=weights)
+    v = {"tp": tp, "pp": pp, "ep": ep, "replicas": replicas, "max_model_len": max_model_len,
+         "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size,
+         "gpu_memory_utilization": gpu_memory_utilization, "kv_dtype": kv_dtype,
+         "precision": precision, "weights": weights}
     layout: dict = {}
     _need_out(emit, out_file)
     if from_config is not None:

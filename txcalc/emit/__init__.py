@@ -35,7 +35,7 @@ FORMATS = {"torchtitan": ("plan train", "train", "torchtitan"),
            "sglang": ("plan infer", "serve", "sglang"),
            "trtllm": ("plan infer", "serve", "trtllm")}
 
-__all__ = ["EmitError", "Emitted", "FORMATS", "emit", "rendered", "write"]
+__all__ = ["FORMATS", "EmitError", "Emitted", "emit", "rendered", "write"]
 
 
 def emit(fmt: str, command: str, ans, argv: str, model: str) -> Emitted:

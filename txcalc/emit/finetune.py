@@ -22,8 +22,17 @@ loss), so each format takes the plan made with its own recipe:
 
 from __future__ import annotations
 
-from .common import (Emitted, comment, gib, header, hf_optim, lora_targets, refuse,
-                     shell_line, yaml)
+from .common import (
+    Emitted,
+    comment,
+    gib,
+    header,
+    hf_optim,
+    lora_targets,
+    refuse,
+    shell_line,
+    yaml,
+)
 
 #: the recipe each format's plan must have modelled (engine.recipes)
 RECIPE = {"trl": "trl-sft", "axolotl": "axolotl", "llama-factory": "llama-factory"}
@@ -66,9 +75,9 @@ class FitFacts:
                    "cross-entropy")
         if self.ft is not None and self.ft.mode == "freeze":
             refuse(fmt, "--finetune freeze", "give lora, qlora, dora or full")
-        self.figures = [f"{j['model']} on {j['gpus']} x {j['gpu']}: batch {self.batch} x seq "
-                        f"{self.seq:,}", f"peak memory per GPU {gib(j['total_bytes'])} "
-                        "(reserved + CUDA context)"]
+        self.figures = [(f"{j['model']} on {j['gpus']} x {j['gpu']}: batch {self.batch} x seq "
+                        f"{self.seq:,}"), (f"peak memory per GPU {gib(j['total_bytes'])} "
+                        "(reserved + CUDA context)")]
         self.header = header(command, self.figures)
 
     @property

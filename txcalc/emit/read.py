@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from .common import TORCH_OPTIMIZER, EmitError, SERVE_DTYPE
+from .common import SERVE_DTYPE, TORCH_OPTIMIZER, EmitError
 from .serve import KV_VLLM
 
 _OPTIMIZER = {v: k for k, v in TORCH_OPTIMIZER.items()}
@@ -60,7 +60,7 @@ def _get(doc: dict, path: str, section: str, key: str, default, kind=int):
 
 def _torchtitan(path: str, text: str) -> tuple[dict, dict]:
     doc = _toml(path, text)
-    g = lambda s, k, d, kind=int: _get(doc, path, s, k, d, kind)  # noqa: E731
+    g = lambda s, k, d, kind=int: _get(doc, path, s, k, d, kind)
     par, tr = "parallelism", "training"
     tp, pp = g(par, "tensor_parallel_degree", 1), g(par, "pipeline_parallel_degree", 1)
     cp, ep = g(par, "context_parallel_degree", 1), g(par, "expert_parallel_degree", 1)

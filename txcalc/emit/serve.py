@@ -23,7 +23,7 @@ run it as planned:
 
 from __future__ import annotations
 
-from .common import (SERVE_DTYPE, Emitted, comment, gib, header, refuse, shell_line, yaml)
+from .common import SERVE_DTYPE, Emitted, comment, gib, header, refuse, shell_line, yaml
 
 #: txcalc's --weights scheme family -> the --quantization name of vLLM and SGLang
 QUANTIZATION = {"fp8": "fp8", "fp8-block": "fp8", "awq": "awq", "int4": "gptq",
@@ -80,9 +80,9 @@ class ServeFacts:
         j, kv = self.json, self.kv
         out = [f"tp {self.tp} x pp {self.pp}" + (f" ep {self.ep}" if self.ep > 1 else "")
                + f", {self.replicas} replica(s), {j['total_gpus']} GPUs",
-               f"memory per GPU {gib(kv['budget_bytes'])} budget: weights "
+               (f"memory per GPU {gib(kv['budget_bytes'])} budget: weights "
                f"{gib(kv['weights_bytes'])}, KV cache {gib(kv['kv_cache_bytes'])} "
-               f"({kv['kv_tokens']:,} tokens)"]
+               f"({kv['kv_tokens']:,} tokens)")]
         if self.mode == "slo":
             out.append(f"TTFT p50/p99 {j['ttft_p50_s']:.3f}/{j['ttft_p99_s']:.3f} s, ITL "
                        f"p50/p99 {j['itl_p50_s'] * 1e3:.1f}/{j['itl_p99_s'] * 1e3:.1f} ms, "

@@ -32,8 +32,17 @@ from __future__ import annotations
 import json
 import math
 
-from .common import (HF_MIXED, TORCH_OPTIMIZER, Emitted, comment, gib, header, refuse,
-                     shell_line, toml)
+from .common import (
+    HF_MIXED,
+    TORCH_OPTIMIZER,
+    Emitted,
+    comment,
+    gib,
+    header,
+    refuse,
+    shell_line,
+    toml,
+)
 
 
 class TrainFacts:
@@ -77,8 +86,8 @@ class TrainFacts:
         return [f"layout {self.lay.short()} on {self.gpus:,} GPUs ({self.gpu.name})",
                 f"peak memory per GPU {gib(b.total_bytes)} (fullest stage)",
                 f"{b.tokens_per_s:,.0f} tokens/s, step {b.step_time_s:.2f} s, MFU {b.mfu:.1%}",
-                f"{self.steps:,} steps of {self.s.global_batch:,} x {self.s.seq:,} tokens "
-                f"({self.tokens:,} tokens), {b.days:,.1f} days at goodput {self.s.goodput:g}"]
+                (f"{self.steps:,} steps of {self.s.global_batch:,} x {self.s.seq:,} tokens "
+                f"({self.tokens:,} tokens), {b.days:,.1f} days at goodput {self.s.goodput:g}")]
 
     def common_refusals(self) -> None:
         s, f = self.s, self.fmt

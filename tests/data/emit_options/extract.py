@@ -91,8 +91,12 @@ def trl():
 
 
 def llamafactory():
-    from llamafactory.hparams import (DataArguments, FinetuningArguments, ModelArguments,
-                                      TrainingArguments)
+    from llamafactory.hparams import (
+        DataArguments,
+        FinetuningArguments,
+        ModelArguments,
+        TrainingArguments,
+    )
     opts = {}
     for cls in (ModelArguments, DataArguments, TrainingArguments, FinetuningArguments):
         opts |= dc_fields(cls)
