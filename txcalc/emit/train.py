@@ -89,6 +89,12 @@ class TrainFacts:
                 (f"{self.steps:,} steps of {self.s.global_batch:,} x {self.s.seq:,} tokens "
                 f"({self.tokens:,} tokens), {b.days:,.1f} days at goodput {self.s.goodput:g}")]
 
+    def data_parallel_only(self, why: str) -> None:
+        """Refuse a layout with model parallelism (tp, pp, cp or ep over 1)."""
+        for dim in ("tp", "pp", "cp", "ep"):
+            if getattr(self.lay, dim) > 1:
+                refuse(self.fmt, f"{dim} {getattr(self.lay, dim)}", why)
+
     def common_refusals(self) -> None:
         s, f = self.s, self.fmt
         if s.loss != "full":
@@ -169,10 +175,8 @@ def deepspeed(ans, command: str) -> Emitted:
     t = TrainFacts("deepspeed", ans, command)
     t.common_refusals()
     lay, s = t.lay, t.s
-    for dim in ("tp", "pp", "cp", "ep"):
-        if getattr(lay, dim) > 1:
-            refuse("deepspeed", f"{dim} {getattr(lay, dim)}", "a DeepSpeed JSON config sets "
-                   "ZeRO data parallelism only; emit megatron for model parallelism")
+    t.data_parallel_only("a DeepSpeed JSON config sets ZeRO data parallelism only; emit "
+                         "megatron for model parallelism")
     if lay.hybrid_shard:
         refuse("deepspeed", "hybrid shard", "ZeRO++ hpZ keeps a second copy, not the plan's "
                "node-local shard")
@@ -266,10 +270,8 @@ def accelerate(ans, command: str) -> Emitted:
     t = TrainFacts("accelerate", ans, command)
     t.common_refusals()
     lay, s = t.lay, t.s
-    for dim in ("tp", "pp", "cp", "ep"):
-        if getattr(lay, dim) > 1:
-            refuse("accelerate", f"{dim} {getattr(lay, dim)}", "accelerate's FSDP config is "
-                   "data parallel only; emit torchtitan or megatron")
+    t.data_parallel_only("accelerate's FSDP config is data parallel only; emit torchtitan or "
+                         "megatron")
     if lay.zero == 1:
         refuse("accelerate", "zero 1", "FSDP shards gradients too (zero 2: SHARD_GRAD_OP)")
     if lay.recompute not in ("none", "full") or lay.recompute_layers:

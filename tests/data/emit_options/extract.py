@@ -12,6 +12,9 @@ against it where the package cannot be installed in CI (txcalc/emit's docstrings
     axolotl       | axolotl==0.19.0         | axolotl/utils/schemas/config.py
     trl           | trl==1.16.0             | trl/trainer/sft_config.py, trl/trainer/model_config.py
     llama-factory | llamafactory==0.9.5     | llamafactory/hparams/*.py (the four dataclasses)
+    megatron      | NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553
+                  |   megatron/training/arguments.py (add_megatron_arguments; a checkout on
+                  |   PYTHONPATH, Python 3.11 given typing.override from typing_extensions)
 """
 
 import dataclasses
@@ -101,6 +104,17 @@ def llamafactory():
     for cls in (ModelArguments, DataArguments, TrainingArguments, FinetuningArguments):
         opts |= dc_fields(cls)
     return "llamafactory==0.9.5 llamafactory/hparams/*.py", opts
+
+
+def megatron():
+    import argparse
+
+    import typing_extensions
+    typing.override = getattr(typing, "override", typing_extensions.override)
+    from megatron.training.arguments import add_megatron_arguments
+    p = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    return ("NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 "
+            "megatron/training/arguments.py", parser_options(p))
 
 
 if __name__ == "__main__":
