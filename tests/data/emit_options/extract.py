@@ -113,8 +113,9 @@ def megatron():
     typing.override = getattr(typing, "override", typing_extensions.override)
     from megatron.training.arguments import add_megatron_arguments
     p = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-    return ("NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 "
-            "megatron/training/arguments.py", parser_options(p))
+    source = ("NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 "
+              "megatron/training/arguments.py")
+    return source, parser_options(p)
 
 
 if __name__ == "__main__":
