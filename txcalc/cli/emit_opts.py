@@ -46,11 +46,17 @@ def command_line(ctx) -> str:
     return " ".join(words)
 
 
-def need_out(emit, out_file) -> None:
-    """--out writes what --emit makes: refused alone."""
+def need_out(emit, out_file, command: str) -> None:
+    """Before any search: --out writes what --emit makes (refused alone), and the format is
+    one ``command`` emits."""
+    from ..emit import EmitError, check_format
     if out_file is not None and emit is None:
-        from ..emit import EmitError
         raise EmitError("--out writes the --emit configuration: give --emit FORMAT")
+    if emit is not None:
+        check_format(emit, command)
+    if out_file is not None:  # a folder, a link or a device is refused before the search
+        from ..atomic import check_out_file
+        check_out_file(out_file, "--out")
 
 
 def given(ctx, name: str) -> bool:

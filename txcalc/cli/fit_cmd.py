@@ -41,7 +41,7 @@ def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of --gpus N under ZeRO-3."""
     from ..answers.fit import fit as answer
-    need_out(emit, out_file)
+    need_out(emit, out_file, "fit")
 
     ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
                  finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,

@@ -81,7 +81,7 @@ def train(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
         file_tokens = opts.pop("tokens", None)
         v = merged(ctx, v, opts)
         v["tokens"] = v["tokens"] or file_tokens
-    _need_out(emit, out_file)
+    _need_out(emit, out_file, "plan train")
     if v["tokens"] is None:
         from ..errors import WorkloadError
         raise WorkloadError("give --tokens (training tokens: 15T, 300B, 2e12)")
@@ -240,7 +240,7 @@ def infer(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
          "gpu_memory_utilization": gpu_memory_utilization, "kv_dtype": kv_dtype,
          "precision": precision, "weights": weights}
     layout: dict = {}
-    _need_out(emit, out_file)
+    _need_out(emit, out_file, "plan infer")
     if from_config is not None:
         from ..emit.read import read_vllm
         from .emit_opts import merged

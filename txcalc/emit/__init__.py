@@ -35,20 +35,25 @@ FORMATS = {"torchtitan": ("plan train", "train", "torchtitan"),
            "sglang": ("plan infer", "serve", "sglang"),
            "trtllm": ("plan infer", "serve", "trtllm")}
 
-__all__ = ["FORMATS", "EmitError", "Emitted", "emit", "rendered", "write"]
+__all__ = ["FORMATS", "EmitError", "Emitted", "check_format", "emit", "rendered", "write"]
 
 
 def emit(fmt: str, command: str, ans, argv: str, model: str) -> Emitted:
     """The files of ``fmt`` for ``command``'s answer ``ans``; ``argv`` is the txcalc command
     line stated in each file's header, ``model`` the model argument as given."""
     import importlib
+    check_format(fmt, command)
+    _, module, fn = FORMATS[fmt]
+    make = getattr(importlib.import_module(f".{module}", __name__), fn)
+    return make(ans, argv) if module == "train" else make(ans, argv, model)
+
+
+def check_format(fmt: str, command: str) -> None:
+    """Refuse a format ``command`` does not emit, naming those it does."""
     own = [f for f, (c, _, _) in FORMATS.items() if c == command]
     if fmt not in own:
         raise EmitError(f"--emit ({fmt!r:.40}) must be one of {', '.join(own)} for "
                         f"`txcalc {command}`")
-    _, module, fn = FORMATS[fmt]
-    make = getattr(importlib.import_module(f".{module}", __name__), fn)
-    return make(ans, argv) if module == "train" else make(ans, argv, model)
 
 
 def rendered(e: Emitted) -> str:
