@@ -113,3 +113,16 @@ def test_emit_for_another_command_and_out_alone_are_refused(capsys, tmp_path):
     rc, _, err = run(capsys, "fit", "llama-3.2-1b", "--gpu", "h100", "--out",
                      str(tmp_path / "x"))
     assert rc == 2 and "--emit" in err and not (tmp_path / "x").exists()
+
+
+def test_torchtitan_round_trip_with_model_parallelism(capsys, tmp_path):
+    """tp, pp, SP and the interleaved schedule's virtual stages (layers per stage) survive."""
+    base = ["plan", "train", "llama-3.2-1b", "--tokens", "50B"]
+    path = tmp_path / "job.toml"
+    rc, out, err = run(capsys, *base, "--gpus", "16", "--tp", "2", "--pp", "2", "--emit",
+                       "torchtitan", "--out", str(path), "--json")
+    assert rc == 0, err
+    a = json.loads(out)
+    b = answer(capsys, *base, "--from-config", str(path))
+    assert (a["best"]["layout"]["tp"], a["best"]["layout"]["pp"]) == (2, 2)
+    assert a["best"] == b["best"]

@@ -132,9 +132,16 @@ def torchtitan(ans, command: str) -> Emitted:
     parallel = {"tensor_parallel_degree": lay.tp, "pipeline_parallel_degree": lay.pp,
                 "context_parallel_degree": lay.cp, "expert_parallel_degree": lay.ep}
     if lay.zero == 0:
+        if lay.cp > 1:
+            refuse("torchtitan", f"zero 0 with cp {lay.cp}", "torchtitan shards the "
+                   "parameters over the context-parallel ranks (FSDP over dp_shard x cp)")
         parallel |= {"data_parallel_replicate_degree": lay.dp, "data_parallel_shard_degree": 1}
     else:
-        shard = t.shard_group() // lay.cp  # FSDP shards over dp_shard x cp
+        group = t.shard_group()
+        shard = group // lay.cp  # FSDP shards over dp_shard x cp
+        if shard * lay.cp != group or lay.dp % shard:
+            refuse("torchtitan", f"shard group {group}", f"not dp_shard x cp {lay.cp} with "
+                   f"dp_shard dividing dp {lay.dp}")
         parallel |= {"data_parallel_replicate_degree": lay.dp // shard,
                      "data_parallel_shard_degree": shard,
                      "fsdp_reshard_after_forward": "always" if lay.zero == 3 else "never"}
