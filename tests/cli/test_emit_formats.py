@@ -281,3 +281,29 @@ def test_megatron_flags_in_its_parser(capsys, tmp_path_factory, d):
     assert ("--sequence-parallel" in got) == lay["sp"]
     assert got.get("--recompute-granularity", "none") == lay["recompute"]
     assert ("--use-distributed-optimizer" in got) == (lay["zero"] == 1)
+
+
+HEADERS = [
+    (["plan", "train", "llama-3.2-1b", "--tokens", "50B", "--gpus", "8", "--tp", "1", "--pp",
+      "1", "--cp", "1", "--zero", "3"], ["torchtitan", "megatron", "accelerate", "deepspeed"]),
+    (["fit", "llama-3.2-1b", "--gpu", "h100"], ["trl", "axolotl", "llama-factory"]),
+    (["plan", "infer", "llama-3.2-1b", "--input-len", "1k", "--output-len", "128", "--rate",
+      "2", "--engine", "trtllm"], ["trtllm"]),
+    (["plan", "infer", "llama-3.2-1b", "--context", "4k", "--concurrency", "8"],
+     ["vllm", "sglang"])]
+
+
+@pytest.mark.parametrize("argv,formats", HEADERS, ids=[a[1] for a, _ in HEADERS])
+def test_every_file_states_its_command_and_expected_figures(capsys, argv, formats):
+    """The header names the txcalc command (as given, --out aside) and the figures to compare
+    the run with: memory per GPU, and tokens/s (training) or latency/speed (serving)."""
+    for fmt in formats:
+        rc, out, err = run(capsys, *argv, "--emit", fmt)
+        assert rc == 0, (fmt, err)
+        head = [x for x in out.splitlines() if x.startswith("# ")]
+        if fmt == "deepspeed":  # JSON holds no comment: the launcher beside it carries them
+            assert out.startswith("==> ds_config.json <==")
+        assert f"txcalc {' '.join(argv)} --emit {fmt}" in head[0], (fmt, head[0])
+        said = " ".join(head)
+        assert "memory per GPU" in said and "GiB" in said, fmt
+        assert any(w in said for w in ("tokens/s", "seq")), fmt

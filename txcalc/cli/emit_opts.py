@@ -27,10 +27,19 @@ FROM_INFER = typer.Option(None, "--from-config", help="A file holding a `vllm se
 
 
 def command_line(ctx) -> str:
-    """The txcalc command being run (``ctx``: its typer.Context), rebuilt from what was parsed
-    off the command line (--out left out: the file's content does not depend on where it
-    lands)."""
+    """The txcalc command being run (``ctx``: its typer.Context): the words as typed, else
+    rebuilt from what was parsed (--out left out: the file's content does not depend on where
+    it lands)."""
     import shlex
+    typed = (ctx.obj or {}).get("argv") if isinstance(ctx.obj, dict) else None
+    if typed is not None:  # the words as typed (txcalc.cli._run), --out and its value left out
+        words, skip = ["txcalc"], False
+        for w in typed:
+            if skip or w == "--out" or w.startswith("--out="):
+                skip = w == "--out" and not skip
+                continue
+            words.append(shlex.quote(w))
+        return " ".join(words)
     words = [ctx.command_path]
     for p in ctx.command.params:
         if not given(ctx, p.name) or p.name == "out_file":
