@@ -18,6 +18,7 @@ against it where the package cannot be installed in CI (txcalc/emit's docstrings
 """
 
 import dataclasses
+import enum
 import json
 import sys
 import typing
@@ -33,9 +34,18 @@ def kind(t) -> str:
         return "choice:" + "|".join(map(str, typing.get_args(t)))
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         args = [a for a in typing.get_args(t) if a is not type(None)]
-        return kind(args[0]) if len(args) == 1 else "|".join(sorted({kind(a) for a in args}))
+        if len(args) == 1:
+            return kind(args[0])
+        kinds = [kind(a) for a in args]
+        if all(k.startswith("choice:") for k in kinds):  # one enum or another: any member
+            return "choice:" + "|".join(k[7:] for k in kinds)
+        if "str" in kinds:  # any text (a choice beside it only names common values)
+            return "str"
+        return "|".join(sorted(set(kinds)))
     if origin in (list, tuple):
         return "list"
+    if isinstance(t, type) and issubclass(t, enum.Enum):
+        return "choice:" + "|".join(str(m.value) for m in t)
     return getattr(t, "__name__", str(t))
 
 
