@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from .common import SERVE_DTYPE, TORCH_OPTIMIZER, EmitError
-from .serve import KV_VLLM
+from .serve import FLAGS, KV_VLLM
 
 _OPTIMIZER = {v: k for k, v in TORCH_OPTIMIZER.items()}
 
@@ -142,13 +142,9 @@ def check_expected(path: str, best_layout, expected: dict, n_layers: int) -> Non
                        f"file's degrees has {got!r} ({lay.short()})")
 
 
-#: vllm serve flag -> plan infer option (the inverse of emit.serve.vllm's flags)
-VLLM_FLAGS = {"--tensor-parallel-size": "tp", "--pipeline-parallel-size": "pp",
-              "--data-parallel-size": "replicas", "--max-model-len": "max_model_len",
-              "--max-num-batched-tokens": "max_num_batched_tokens",
-              "--gpu-memory-utilization": "gpu_memory_utilization",
-              "--block-size": "block_size", "--kv-cache-dtype": "kv_dtype", "--dtype": "precision",
-              "--quantization": "weights", "--max-num-seqs": None}
+#: vllm serve flag -> plan infer option (the inverse of emit.serve.FLAGS' vLLM column; None:
+#: read and left alone)
+VLLM_FLAGS = {flags[0]: k for k, flags in FLAGS.items()} | {"--max-num-seqs": None}
 VLLM_SWITCHES = {"--enable-expert-parallel", "--enable-chunked-prefill",
                  "--enable-prefix-caching"}
 

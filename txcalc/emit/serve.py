@@ -29,6 +29,19 @@ from .common import SERVE_DTYPE, Emitted, comment, gib, header, refuse, shell_li
 QUANTIZATION = {"fp8": "fp8", "fp8-block": "fp8", "awq": "awq", "int4": "gptq",
                 "int8": "gptq", "nf4": "bitsandbytes", "mxfp4": "mxfp4",
                 "nvfp4": "modelopt_fp4", "gguf": "gguf"}
+#: the plan's serving quantities -> (vllm serve flag, sglang.launch_server flag)
+FLAGS = {"tp": ("--tensor-parallel-size", "--tp-size"),
+         "pp": ("--pipeline-parallel-size", "--pp-size"),
+         "replicas": ("--data-parallel-size", "--dp-size"),
+         "max_model_len": ("--max-model-len", "--context-length"),
+         "max_num_batched_tokens": ("--max-num-batched-tokens", "--chunked-prefill-size"),
+         "max_num_seqs": ("--max-num-seqs", "--max-running-requests"),
+         "gpu_memory_utilization": ("--gpu-memory-utilization", "--mem-fraction-static"),
+         "block_size": ("--block-size", "--page-size"),
+         "kv_dtype": ("--kv-cache-dtype", "--kv-cache-dtype"),
+         "precision": ("--dtype", "--dtype"),
+         "weights": ("--quantization", "--quantization")}
+VLLM, SGLANG = 0, 1  #: FLAGS' columns
 #: kv_dtype -> vLLM's --kv-cache-dtype and SGLang's (a 16-bit KV cache is "auto": the dtype's)
 KV_VLLM = {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8"}
 KV_SGLANG = {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8_e4m3"}
@@ -107,6 +120,17 @@ class ServeFacts:
                    f"{', '.join(sorted(table))}")
         return v
 
+    def common(self, column: int, kv_table: dict) -> list[tuple[str, object]]:
+        """The FLAGS both servers share, in ``column``'s spelling, with the plan's values."""
+        kv = self.kv
+        values = {"tp": self.tp, "pp": self.pp, "replicas": self.slo_replicas(),
+                  "kv_dtype": self.kv_map(kv_table), "precision": SERVE_DTYPE[self.precision],
+                  "weights": self.quantization(),
+                  **{k: kv[k] for k in ("max_model_len", "max_num_batched_tokens",
+                                        "max_num_seqs", "gpu_memory_utilization",
+                                        "block_size")}}
+        return [(flags[column], values[k]) for k, flags in FLAGS.items()]
+
     def slo_replicas(self) -> int | None:
         """Replicas as a data-parallel size: the SLO plan's; the capacity plan's replicas only
         scale throughput (a header line)."""
@@ -121,19 +145,9 @@ def vllm(ans, command: str, model: str) -> Emitted:
     if f.ep > 1 and (f.ep != f.tp or f.slo_replicas()):
         refuse("vllm", f"ep {f.ep} with tp {f.tp}", "vLLM's expert parallel size is tp x "
                "data-parallel size")
-    flags = [("--tensor-parallel-size", f.tp), ("--pipeline-parallel-size", f.pp),
-             ("--data-parallel-size", f.slo_replicas()),
-             ("--enable-expert-parallel", f.ep > 1),
-             ("--max-model-len", kv["max_model_len"]),
-             ("--max-num-batched-tokens", kv["max_num_batched_tokens"]),
-             ("--max-num-seqs", kv["max_num_seqs"]),
-             ("--gpu-memory-utilization", kv["gpu_memory_utilization"]),
-             ("--block-size", kv["block_size"]),
-             ("--kv-cache-dtype", f.kv_map(KV_VLLM)),
-             ("--dtype", SERVE_DTYPE[f.precision]),
-             ("--quantization", f.quantization()),
-             ("--enable-chunked-prefill", True),
-             ("--enable-prefix-caching", kv.get("prefix_hit_rate", 0) > 0)]
+    flags = f.common(VLLM, KV_VLLM) + [
+        ("--enable-expert-parallel", f.ep > 1), ("--enable-chunked-prefill", True),
+        ("--enable-prefix-caching", kv.get("prefix_hit_rate", 0) > 0)]
     text = "#!/bin/sh\n" + comment(header(command, f.figures())) + shell_line(
         ["vllm", "serve", model], flags)
     return Emitted("serve.sh", {"serve.sh": text})
@@ -146,17 +160,9 @@ def sglang(ans, command: str, model: str) -> Emitted:
     f = ServeFacts("sglang", ans, command, model)
     f.need_engine(("vllm",), "vllm (the KV pool is then pinned to its tokens)")
     kv = f.kv
-    flags = [("--model-path", model), ("--tp-size", f.tp), ("--pp-size", f.pp),
-             ("--ep-size", f.ep if f.ep > 1 else None), ("--dp-size", f.slo_replicas()),
-             ("--context-length", kv["max_model_len"]),
-             ("--chunked-prefill-size", kv["max_num_batched_tokens"]),
-             ("--max-running-requests", kv["max_num_seqs"]),
-             ("--mem-fraction-static", kv["gpu_memory_utilization"]),
+    flags = [("--model-path", model), *f.common(SGLANG, KV_SGLANG),
+             ("--ep-size", f.ep if f.ep > 1 else None),
              ("--max-total-tokens", kv["kv_tokens"]),
-             ("--page-size", kv["block_size"]),
-             ("--kv-cache-dtype", f.kv_map(KV_SGLANG)),
-             ("--dtype", SERVE_DTYPE[f.precision]),
-             ("--quantization", f.quantization()),
              ("--disable-radix-cache", kv.get("prefix_hit_rate", 0) == 0)]
     text = "#!/bin/sh\n" + comment(header(command, f.figures())) + shell_line(
         ["python", "-m", "sglang.launch_server"], flags)
