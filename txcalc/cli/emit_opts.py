@@ -18,9 +18,9 @@ def emit_option(command: str):
 
 OUT_OPT = typer.Option(None, "--out", help="With --emit: the file to write (atomically; "
                        "a second file, such as a launcher, lands beside it).")
-FROM_TRAIN = typer.Option(None, "--from-config", help="A torchtitan TOML (.toml) or a "
-                          "DeepSpeed JSON: its layout, batch and precision as pins (options "
-                          "given must agree).")
+FROM_TRAIN = typer.Option(None, "--from-config", help="A torchtitan 0.2 TOML or a DeepSpeed "
+                          "JSON: its layout, batch and precision as pins (options given must "
+                          "agree); a torchtitan run's steps give --tokens when it is not given.")
 FROM_INFER = typer.Option(None, "--from-config", help="A file holding a `vllm serve` line: "
                           "its layout and engine settings as options (options given must "
                           "agree).")
