@@ -22,7 +22,8 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     recipes run it; fine-tuning: ``recipe`` (None: recipes.DEFAULT_RECIPE) sets the optimizer,
     loss and offload left None (``apply_recipe``). Every default taken is listed in the
     answer's ``assumed`` (a list of sentences). ``safety``: GB (1e9 bytes) kept free on each
-    GPU. ``parts``: the FitResult, the ModelConfig, the GPU's label and memory words."""
+    GPU. ``parts``: the FitResult, the ModelConfig, the GPU's label and memory words, the
+    Finetune (None: full) and the optimizer kernel."""
     from ..engine.finetune import check_precision
     from ..engine.hardware import memory_words
     from ..engine.memory import OFFLOADS
@@ -65,4 +66,5 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     res = fit_one(setup, gpu_bytes, batch, seq, peak, int(safety * GB))
     return Answer(res.to_json() | {"gpu": label, "precision": precision,
                                    "recipe": rec["recipe"], "assumed": assumed},
-                  {"result": res, "cfg": cfg, "label": label, "words": words})
+                  {"result": res, "cfg": cfg, "label": label, "words": words,
+                   "finetune": rec["finetune"], "optimizer_kernel": rec["optimizer_kernel"]})

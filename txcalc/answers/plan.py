@@ -166,7 +166,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
     ans.json["assumed"] = said + serving_weights_note(ans.parts["served"], weights)
     if mode is None and ans.parts["mode"] == "slo" and ans.parts["plan"].disaggregation_tried:
         ans.json["assumed"].append(MODE_WORDS)
-    ans.parts.update(precision=precision, kv_dtype=kv_dtype)
+    ans.parts.update(precision=precision, kv_dtype=kv_dtype, weights=weights)
     return ans
 
 

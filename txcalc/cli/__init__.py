@@ -181,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     try:
         # txcalc.cli.app when set (a test may replace it), else the lazily loading app
-        rv = globals().get("app", _app)(args=argv, prog_name="txcalc", standalone_mode=False)
+        # obj: the words as typed, which --emit states in the files it writes
+        rv = globals().get("app", _app)(args=argv, prog_name="txcalc", standalone_mode=False,
+                                        obj={"argv": list(sys.argv[1:] if argv is None
+                                                          else argv)})
     except TxcalcError as e:
         _say(f"txcalc: error: {_one_line(str(e))}")
         return 2

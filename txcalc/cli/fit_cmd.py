@@ -9,10 +9,11 @@ from ..units import GB, GIB
 from .typer_app import app
 from .output import console, emit_json, print_assumed, table
 from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, RECIPE_OPTS, TRAIN_OPTS
+from .emit_opts import OUT_OPT, emit_option, need_out
 
 
 @app.command()
-def fit(model: str = typer.Argument(..., help=MODEL_HELP),
+def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
         gpu: str = typer.Option(None, "--gpu", help="GPU name from the catalog (rtx-4090, h100, ...)."),
         gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable GPU memory in GB (1e9), instead of --gpu: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off (a catalog GPU's is its datasheet's x 0.99)."),
         batch: int = typer.Option(None, "--batch", "-b", help="Micro-batch: find the longest sequence (default 1)."),
@@ -34,15 +35,23 @@ def fit(model: str = typer.Argument(..., help=MODEL_HELP),
         recipe: str = RECIPE_OPTS["recipe"],
         safety: float = typer.Option(0.0, "--safety", help="GB (1e9 bytes) to keep free on each GPU: the answer's bytes (reserved + CUDA context on one GPU) must stay within the GPU's memory less this margin."),
         gpu_file: str = COMMON_OPTS["gpu_file"],
+        emit: str = emit_option("fit"),
+        out_file: str = OUT_OPT,
         json_out: bool = COMMON_OPTS["json"]):
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of --gpus N under ZeRO-3."""
     from ..answers.fit import fit as answer
+    need_out(emit, out_file, "fit")
 
     ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
                  finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                  base_format, offload, loss, gpu_file, recipe, safety)
     out = ans.json
+    if emit is not None:
+        from .emit_opts import emit_answer
+        emit_answer(ctx, emit, "fit", ans, model, out_file, json_out)
+        if out_file is None:
+            return
     if json_out:
         emit_json(out)
         return

@@ -11,14 +11,15 @@ from .params_cmd import STACK_HELP
 from .options import (COMMON_OPTS, FT_OPTS, LAYOUT_OPTS, MODEL_HELP, RECIPE_OPTS, SERVE_OPTS,
                       TRAIN_OPTS)
 from .costs_cmd import GLOBAL_HELP
+from .emit_opts import FROM_INFER, FROM_TRAIN, OUT_OPT, emit_option, need_out as _need_out
 
 plan_app = typer.Typer(no_args_is_help=True, help="How many GPUs: training and serving plans.")
 app.add_typer(plan_app, name="plan")
 
 
 @plan_app.command("train")
-def train(model: str = typer.Argument(..., help=MODEL_HELP),
-          tokens: str = typer.Option(..., "--tokens", help="Training tokens: 15T, 300B, 2e12."),
+def train(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
+          tokens: str = typer.Option(None, "--tokens", help="Training tokens: 15T, 300B, 2e12 (required unless --from-config gives a torchtitan run's steps)."),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
           gpu_gb: float = typer.Option(None, "--gpu-gb", help="Usable memory of one GPU in GB (1e9) for every fit check: CUDA's total as torch.cuda.get_device_properties(0).total_memory reports it, nothing taken off; overrides the catalog's figure for --gpu (its speeds stay)."),
           days: float = typer.Option(None, "--days", help="Deadline in days."),
@@ -63,17 +64,45 @@ def train(model: str = typer.Argument(..., help=MODEL_HELP),
           recipe: str = RECIPE_OPTS["recipe"],
           rows: int = typer.Option(8, "--rows", help="Layouts to show."),
           global_tokens: str = typer.Option("0", "--global-tokens", help=GLOBAL_HELP),
+          emit: str = emit_option("plan train"),
+          out_file: str = OUT_OPT,
+          from_config: str = FROM_TRAIN,
           json_out: bool = COMMON_OPTS["json"]):
     """Fewest GPUs that fit, GPUs for a deadline, and the best layouts for a training run."""
     from ..answers.plan import plan_train as answer
 
-    ans = answer(model, tokens, gpu, days, max_gpus, gpus, seq, global_batch, precision,
-                 optimizer, price, achieved_tflops, gpu_file, context_gib, comm_gib,
-                 fragmentation, tp, pp, cp, ep, zero, micro_batch, recompute, recompute_layers,
+    v = {"tokens": tokens, "gpus": gpus, "seq": seq, "global_batch": global_batch,
+         "precision": precision, "optimizer": optimizer, "tp": tp, "pp": pp, "cp": cp,
+         "ep": ep, "zero": zero, "micro_batch": micro_batch, "recompute": recompute}
+    expected: dict = {}
+    if from_config is not None:
+        from ..emit.read import read_train
+        from .emit_opts import merged
+        opts, expected = read_train(from_config)
+        file_tokens = opts.pop("tokens", None)
+        v = merged(ctx, v, opts)
+        v["tokens"] = v["tokens"] or file_tokens
+    _need_out(emit, out_file, "plan train")
+    if v["tokens"] is None:
+        from ..errors import WorkloadError
+        raise WorkloadError("give --tokens (training tokens: 15T, 300B, 2e12)")
+    ans = answer(model, v["tokens"], gpu, days, max_gpus, v["gpus"], v["seq"],
+                 v["global_batch"], v["precision"], v["optimizer"], price, achieved_tflops,
+                 gpu_file, context_gib, comm_gib, fragmentation, v["tp"], v["pp"], v["cp"],
+                 v["ep"], v["zero"], v["micro_batch"], v["recompute"], recompute_layers,
                  offload_checkpoints, attn, stack, goodput, overlap, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, loss, rows,
                  global_tokens, max_global_batch, gpus_per_node, recipe, gpu_gb, offload)
     out = ans.json
+    if expected:
+        from ..emit.read import check_expected
+        p = ans.parts["plan"]
+        check_expected(from_config, p.best.layout, expected, p.setting.cfg.n_layers)
+    if emit is not None:
+        from .emit_opts import emit_answer
+        emit_answer(ctx, emit, "plan train", ans, model, out_file, json_out)
+        if out_file is None:
+            return
     if json_out:
         emit_json(out)
         return
@@ -175,7 +204,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
 
 
 @plan_app.command("infer")
-def infer(model: str = typer.Argument(..., help=MODEL_HELP),
+def infer(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
           gpu: str = typer.Option("h100", "--gpu", help="GPU name (see the catalog) or alias."),
           context: str = typer.Option(None, "--context", help="Tokens per sequence: 128k (=131072), 8192 (default with --input-len: input + output)."),
           concurrency: int = typer.Option(None, "--concurrency", help="Sequences served at once (default 1); with --input-len: clients of a closed loop."),
@@ -206,18 +235,49 @@ def infer(model: str = typer.Argument(..., help=MODEL_HELP),
           plot: str = typer.Option(None, "--plot", help="Folder for two PNGs (with --input-len): TTFT/ITL against load, and the layouts' throughput-latency Pareto front."),
           replicas: int = typer.Option(None, "--replicas", help="Pin the number of replicas (with --input-len)."),
           mode: str = typer.Option(None, "--mode", help="colocated | disaggregated | auto (with --input-len; default auto: prefill and decode on the same replicas, or on a prefill pool and a decode pool, whichever needs fewer GPUs, the other shown beside it)."),
+          emit: str = emit_option("plan infer"),
+          out_file: str = OUT_OPT,
+          from_config: str = FROM_INFER,
           json_out: bool = COMMON_OPTS["json"]):
     """GPUs per replica (TP x PP), replicas, KV-cache concurrency, prefill and decode speed;
     with --input-len/--output-len and --rate or --concurrency: the layout and replicas that
     meet latency SLOs, from a simulation of continuous batching (txcalc.serve.sim)."""
     from ..answers.plan import plan_infer as answer
 
-    ans = answer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precision, weights,
-                 gpu_file, context_gib, comm_gib, fragmentation, gpu_memory_utilization,
-                 block_size, max_model_len, max_num_batched_tokens, prefix_hit_rate,
-                 attention_kernel, engine, input_len, output_len, rate, ttft_p99, itl_p99,
-                 price, tp, pp, ep, plot, replicas, mode)
+    v = {"tp": tp, "pp": pp, "ep": ep, "replicas": replicas, "max_model_len": max_model_len,
+         "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size,
+         "gpu_memory_utilization": gpu_memory_utilization, "kv_dtype": kv_dtype,
+         "precision": precision, "weights": weights}
+    layout: dict = {}
+    _need_out(emit, out_file, "plan infer")
+    if from_config is not None:
+        from ..emit.read import read_vllm
+        from .emit_opts import merged
+        v = merged(ctx, v, read_vllm(from_config))
+        if input_len is None and output_len is None:
+            # a capacity answer picks its own layout: the file's is checked against it
+            layout = {k: v.pop(k) for k in ("tp", "pp", "ep", "replicas")
+                      if v.get(k) is not None}
+            v.update(dict.fromkeys(("tp", "pp", "ep", "replicas")))
+            context = context or v["max_model_len"]
+    ans = answer(model, gpu, context, concurrency, v["kv_dtype"], tokens_per_s, v["precision"],
+                 v["weights"], gpu_file, context_gib, comm_gib, fragmentation,
+                 v["gpu_memory_utilization"], v["block_size"], v["max_model_len"],
+                 v["max_num_batched_tokens"], prefix_hit_rate, attention_kernel, engine,
+                 input_len, output_len, rate, ttft_p99, itl_p99, price, v["tp"], v["pp"],
+                 v["ep"], plot, v["replicas"], mode)
     out, mode = ans.json, ans.parts["mode"]
+    for k, want in layout.items():
+        if k != "replicas" and (out.get(k) or 1) != want:
+            from ..emit import EmitError
+            raise EmitError(f"--from-config: the file's {k} {want} is not the layout plan "
+                            f"infer picks (tp {out['tp']} x pp {out['pp']}); give --input-len "
+                            "and --output-len to plan that layout")
+    if emit is not None:
+        from .emit_opts import emit_answer
+        emit_answer(ctx, emit, "plan infer", ans, model, out_file, json_out)
+        if out_file is None:
+            return
     if mode == "slo" and plot is not None:
         from ..report.serving_load import write_serving_plots
         from ..serve.load import serving_load_data

@@ -1,0 +1,137 @@
+"""Write the option tables the emit tests check against, read from each framework's own
+parser (run once per framework version, in a throwaway venv where the package installs:
+``python tests/data/emit_options/extract.py FRAMEWORK``). Each table cites its package version
+and the file that defines the options; the tests check emitted names and value types
+against it where the package cannot be installed in CI (txcalc/emit's docstrings name why).
+
+    framework     | package==version        | defined in
+    --------------|-------------------------|---------------------------------------------
+    torchtitan    | torchtitan==0.2.2       | torchtitan/config/job_config.py (JobConfig)
+    vllm          | vllm==0.33.0            | vllm/engine/arg_utils.py (EngineArgs parser)
+    sglang        | sglang==0.5.23          | python/sglang/srt/server_args.py (ServerArgs)
+    axolotl       | axolotl==0.19.0         | axolotl/utils/schemas/config.py
+    trl           | trl==1.16.0             | trl/trainer/sft_config.py, trl/trainer/model_config.py
+    llama-factory | llamafactory==0.9.5     | llamafactory/hparams/*.py (the four dataclasses)
+    megatron      | NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553
+                  |   megatron/training/arguments.py (add_megatron_arguments; a checkout on
+                  |   PYTHONPATH, Python 3.11 given typing.override from typing_extensions)
+"""
+
+import dataclasses
+import enum
+import json
+import sys
+import typing
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def kind(t) -> str:
+    """A JSON-able type name: int, float, bool, str, list, or choices."""
+    origin = typing.get_origin(t)
+    if origin is typing.Literal:
+        return "choice:" + "|".join(map(str, typing.get_args(t)))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        if len(args) == 1:
+            return kind(args[0])
+        kinds = [kind(a) for a in args]
+        if all(k.startswith("choice:") for k in kinds):  # one enum or another: any member
+            return "choice:" + "|".join(k[7:] for k in kinds)
+        if "str" in kinds:  # any text (a choice beside it only names common values)
+            return "str"
+        return "|".join(sorted(set(kinds)))
+    if origin in (list, tuple):
+        return "list"
+    if isinstance(t, type) and issubclass(t, enum.Enum):
+        return "choice:" + "|".join(str(m.value) for m in t)
+    return getattr(t, "__name__", str(t))
+
+
+def dc_fields(cls) -> dict:
+    hints = typing.get_type_hints(cls)
+    return {f.name: kind(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def parser_options(parser) -> dict:
+    out = {}
+    for a in parser._actions:
+        for s in a.option_strings:
+            if a.nargs == 0 or a.const is not None and a.type is None:
+                out[s] = "flag"
+            elif a.choices:
+                out[s] = "choice:" + "|".join(map(str, a.choices))
+            else:
+                out[s] = getattr(a.type, "__name__", "str") if a.type else "str"
+    return out
+
+
+def torchtitan():
+    from torchtitan.config.job_config import JobConfig
+    hints = typing.get_type_hints(JobConfig)
+    opts = {f"{f.name}.{k}": v for f in dataclasses.fields(JobConfig)
+            for k, v in dc_fields(hints[f.name]).items()}
+    return "torchtitan==0.2.2 torchtitan/config/job_config.py", opts
+
+
+def vllm():
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    return ("vllm==0.33.0 vllm/engine/arg_utils.py",
+            parser_options(AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())))
+
+
+def sglang():
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+    p = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(p)
+    return "sglang==0.5.23 python/sglang/srt/server_args.py", parser_options(p)
+
+
+def axolotl():
+    from axolotl.utils.schemas.config import AxolotlInputConfig
+    return ("axolotl==0.19.0 axolotl/utils/schemas/config.py",
+            {k: kind(f.annotation) for k, f in AxolotlInputConfig.model_fields.items()})
+
+
+def trl():
+    from trl import ModelConfig, SFTConfig
+    return ("trl==1.16.0 trl/trainer/sft_config.py, trl/trainer/model_config.py",
+            {"--" + k: v for k, v in (dc_fields(SFTConfig) | dc_fields(ModelConfig)).items()})
+
+
+def llamafactory():
+    from llamafactory.hparams import (
+        DataArguments,
+        FinetuningArguments,
+        ModelArguments,
+        TrainingArguments,
+    )
+    opts = {}
+    for cls in (ModelArguments, DataArguments, TrainingArguments, FinetuningArguments):
+        opts |= dc_fields(cls)
+    return "llamafactory==0.9.5 llamafactory/hparams/*.py", opts
+
+
+def megatron():
+    import argparse
+
+    import typing_extensions
+    typing.override = getattr(typing, "override", typing_extensions.override)
+    from megatron.training.arguments import add_megatron_arguments
+    p = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    source = ("NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 "
+              "megatron/training/arguments.py")
+    return source, parser_options(p)
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    source, options = globals()[name.replace("-", "")]()
+    (HERE / f"{name}.json").write_text(json.dumps(
+        {"source": source, "written_by": "tests/data/emit_options/extract.py",
+         "options": dict(sorted(options.items()))}, indent=1) + "\n")
+    print(name, len(options))
