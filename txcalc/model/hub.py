@@ -93,8 +93,10 @@ def config_path(repo_id: str) -> Path:
         raise HubError(f"model {repo_id!r}: config.json {where}, and huggingface_hub is not "
                        f"installed to download it (python3 -m pip install huggingface_hub); "
                        + how_to_get(repo_id)) from None
-    from huggingface_hub import constants
-    unreachable = _unreachable(constants.ENDPOINT)
+    import huggingface_hub
+    endpoint = getattr(getattr(huggingface_hub, "constants", None), "ENDPOINT", None)
+    unreachable = _unreachable(endpoint or os.environ.get("HF_ENDPOINT")
+                               or "https://huggingface.co")
     if unreachable:
         raise HubError(f"model {repo_id!r}: config.json {where} and {unreachable}; "
                        + how_to_get(repo_id))
