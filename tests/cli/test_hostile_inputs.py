@@ -160,3 +160,22 @@ def test_plan_train_with_one_token_sequences_answers_quickly(capsys):
     assert time.process_time() - t < 20
     assert rc == 0, err
     assert json.loads(out)["best"]["gpus"] >= 1
+
+
+def test_validate_on_meta_costs_the_same_at_any_sequence_length(tmp_path, capsys):
+    """``validate llama-3.1-405b --device meta --seq 10000000`` took over 30 s: on meta the
+    work is per module, not per token, so ten million tokens cost what 512 do (here on a
+    4-layer model, CPU seconds side by side; the 405B model is ~8 CPU s at any length)."""
+    pytest.importorskip("torch")
+    cfg = tmp_path / "config.json"
+    raw = json.loads((DATA / "llama-3.2-1b.json").read_text())
+    cfg.write_text(json.dumps(raw | {"num_hidden_layers": 4}))
+    cpu = {}
+    for seq in ("512", "10000000", "512"):  # the short run twice: the first pays imports
+        t = time.process_time()
+        rc, out, err = run(capsys, "validate", str(cfg), "--seq", seq, "--out",
+                           str(tmp_path / "v"), "--json")
+        cpu[seq] = time.process_time() - t
+        assert rc == 0, err
+        assert json.loads(out)["seq"] == int(seq)
+    assert cpu["10000000"] < 2 * cpu["512"] + 0.5, cpu
