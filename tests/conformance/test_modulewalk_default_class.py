@@ -8,6 +8,7 @@ built here by transformers on the meta device."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_an_encoder_without_architectures_stays_the_base_model(capsys, tmp_path)
                         num_attention_heads=4, intermediate_size=128, vocab_size=1000)
     got = run_json(capsys, ["params", path, "--json"])
     assert got["model_class"] == "BigBirdModel"
-    raw = json.loads(open(path).read())
+    raw = json.loads(Path(path).read_text())
     raw["is_decoder"] = True
-    open(path, "w").write(json.dumps(raw))
+    Path(path).write_text(json.dumps(raw))
     assert run_json(capsys, ["params", path, "--json"])["model_class"] == "BigBirdForCausalLM"
