@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import stat
 import tempfile
@@ -73,6 +74,25 @@ def check_name(path: str | os.PathLike, what: str) -> str:
             raise OutputPathError(f"{what} ({quoted(text)}): a path component is longer "
                                   f"than {NAME_MAX} bytes")
     return text
+
+
+#: characters kept in a file name made from a user's name (a model's, a GPU's); any other
+#: character (a slash, a space, a control character) becomes "_"
+_STEM_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def file_stem(name: str, what: str) -> str:
+    """A file name made from ``name`` (a model name may be a path, a Hub id or anything a
+    config.json's ``_name_or_path`` says): its last path component, every character outside
+    ``[A-Za-z0-9._+-]`` replaced by ``_``, no leading dot (no hidden file, no ``..``), at most
+    100 characters. A name with nothing left (``/``, ``..``) is an OutputPathError: without
+    it the files would be named ``-meta.json``."""
+    last = [p for p in str(name).replace("\\", "/").split("/") if p.strip()]
+    stem = _STEM_CHARS.sub("_", last[-1] if last else "").lstrip(".")[:100]
+    if not stem.strip("_"):
+        raise OutputPathError(f"{what} ({quoted(str(name))}) gives no file name: name the "
+                              "model (a config.json's _name_or_path) with a letter or digit")
+    return stem
 
 
 def quoted(text: str, n: int = 80) -> str:

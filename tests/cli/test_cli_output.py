@@ -13,10 +13,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_report_on_a_pipe_prints_its_two_lines_and_nothing_else(tmp_path):
-    """``txcalc report`` without ``--json`` on a pipe: the title and the files written, no
-    empty line first (rich's Progress ends with one on a console that is not a terminal,
-    where its transient bar shows nothing anyway)."""
+def test_report_on_a_pipe_prints_its_answer_and_nothing_else(tmp_path):
+    """``txcalc report`` without ``--json`` on a pipe: the title, the headline answer (the
+    report's first paragraph, issue 29) and the files written, no empty line first (rich's
+    Progress ends with one on a console that is not a terminal, where its transient bar
+    shows nothing anyway)."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "r"
     r = subprocess.run([sys.executable, "-m", "txcalc", "report", "gpt2", "--seq", "128",
@@ -24,9 +25,11 @@ def test_report_on_a_pipe_prints_its_two_lines_and_nothing_else(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"))
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == "Capacity report: training gpt2" and len(lines) == 2, r.stdout
+    assert lines[0] == "Capacity report: training gpt2", r.stdout
+    answer = (out / "report.md").read_text().split("## The answer", 1)[1].strip()
+    assert " ".join(lines[1:-1]) == " ".join(answer.split("\n\n")[0].replace("**", "").split())
     assert re.fullmatch(rf"  wrote {re.escape(str(out))}/: report.md, report.html, "
-                        r"report.json and \d+ plots?", lines[1]), r.stdout
+                        r"report.json and \d+ plots?", lines[-1]), r.stdout
 
 
 def test_validate_on_a_pipe_starts_with_its_table(tmp_path, capsys):

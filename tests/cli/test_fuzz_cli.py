@@ -168,7 +168,7 @@ EXAMPLES = {"presets": 5, "params": 120, "flops": 250, "memory": 300, "plan trai
             "plan infer": 250, "report": 60, "validate": 50, "calibrate": 40}
 DEFAULT_EXAMPLES = 100
 #: Where a command may write when its out option is not given (param default or documented).
-DEFAULT_OUT = {"validate": "validation", "calibrate": "profiles"}
+DEFAULT_OUT = {"validate": "validation"}  # calibrate writes nothing without --out
 
 
 def _calibration_input() -> str:

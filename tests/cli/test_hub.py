@@ -10,6 +10,7 @@ import pytest
 
 import txcalc
 from txcalc.cli import main
+from txcalc.model import hub as hub_module
 from txcalc.model.hub import HubError, cache_dir, cached_config, is_hub_id
 
 DATA = Path(__file__).parents[1] / "data" / "hf"
@@ -95,6 +96,7 @@ def test_download_failure_is_one_error(hub, monkeypatch):
 
     def refuse(*args, **kwargs):
         raise OSError("We couldn't connect to 'https://huggingface.co'")
+    monkeypatch.setattr(hub_module, "_unreachable", lambda endpoint: "")  # the host answers
     monkeypatch.setitem(sys.modules, "huggingface_hub",
                         types.SimpleNamespace(hf_hub_download=refuse))
     with pytest.raises(HubError, match=r"download failed \(OSError: We couldn't connect"):
@@ -106,8 +108,10 @@ def test_download_lands_in_the_cache_and_is_read(hub, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     calls = []
+    monkeypatch.setattr(hub_module, "_unreachable", lambda endpoint: "")  # the host answers
 
-    def download(repo_id, filename, cache_dir):
+    def download(repo_id, filename, cache_dir, etag_timeout):
+        assert etag_timeout == hub_module.HUB_TIMEOUT_S
         calls.append((repo_id, filename))
         return str(lay_out(Path(cache_dir), repo_id, DATA / "llama-3.2-3b.json"))
     monkeypatch.setitem(sys.modules, "huggingface_hub",

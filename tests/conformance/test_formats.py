@@ -219,6 +219,21 @@ def test_deepseek_v3_fp8_block():
     assert within(pred, 688_586_727_753)
 
 
+def test_the_deepseek_v3_preset_counts_its_stored_mtp_layer(capsys):
+    """The preset's checkpoint (what `txcalc params deepseek-v3` states) is the published files'
+    688,586,727,753 bytes (test_deepseek_v3_fp8_block's source) with the multi-token-
+    prediction module the checkpoint stores (config.json num_nextn_predict_layers 1): without
+    it the answer was 2.2 % under."""
+    from txcalc.cli import main
+    assert main(["params", "deepseek-v3", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["weights"] == "fp8-block"
+    assert abs(got["checkpoint_bytes"] / 688_586_727_753 - 1) < 0.001
+    cfg = load("deepseek-v3")
+    assert got["checkpoint_bytes"] == model_checkpoint_bytes(cfg, scheme("fp8-block"), 1) > \
+        model_checkpoint_bytes(cfg, scheme("fp8-block"), 0) * 1.02
+
+
 @pytest.mark.parametrize("recipe,published", [("Q4_K_M", 4.08e9), ("Q5_K_M", 4.78e9),
                                               ("Q4_0", 3.83e9)])
 def test_llama_2_7b_gguf(recipe, published):

@@ -87,20 +87,62 @@ def test_params_equal_mllama_for_conditional_generation_and_causal_lm(text, visi
 @SETTINGS.__class__(parent=SETTINGS, max_examples=max(3, SETTINGS.max_examples // 3))
 @given(text=text_config(), data=st.data())
 def test_training_step_flops_equal_flopcountermode(text, data):
-    from torch.utils.flop_counter import FlopCounterMode
     cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 12), label="seq")
     src = data.draw(st.integers(1, 20), label="vision rows")
+    f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
+    assert f.forward + f.backward == hf_step_flops(text, batch, seq, src)
+
+
+def hf_step_flops(text: dict, batch: int, seq: int, src: int) -> int:
+    """FlopCounterMode's FLOPs of one training step of MllamaForCausalLM on meta, given
+    ``src`` rows of vision states (0: none, text-only input)."""
+    from torch.utils.flop_counter import FlopCounterMode
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = hf(transformers.MllamaForCausalLM, transformers.MllamaTextConfig(**text))
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    states = torch.zeros(batch, src, cfg.d_model, device="meta")
+    states = (torch.zeros(batch, src, model.config.hidden_size, device="meta") if src
+              else None)
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, labels=ids, cross_attention_states=states).loss.backward()
-    f = count_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src))
-    assert f.forward + f.backward == counter.get_total_flops()
+    return counter.get_total_flops()
+
+
+@SETTINGS.__class__(parent=SETTINGS, max_examples=max(3, SETTINGS.max_examples // 3))
+@given(text=text_config(), data=st.data())
+def test_text_only_step_flops_equal_flopcountermode(text, data):
+    """Without vision states (``--images 0``) HF's MllamaTextModel skips the cross-attention
+    blocks: the engine's text-only ops (components.text_only) count what FlopCounterMode
+    counts on MllamaForCausalLM given no ``cross_attention_states``."""
+    from txcalc.engine.accounting import FlopCounts
+    from txcalc.engine.components import text_only
+    cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(1, 12), label="seq")
+    work = Workload(batch=batch, seq=seq)
+    f = FlopCounts(cfg, work, text_only(cfg, count_flops(cfg, work).ops))
+    assert f.forward + f.backward == hf_step_flops(text, batch, seq, 0)
+
+
+def test_flops_without_images_skip_the_cross_blocks():
+    """``txcalc flops llama-3.2-11b-vision`` (no --images): the 8 cross-attention blocks run
+    nothing, and the answer says so; with --images they read the vision rows."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    from txcalc.engine.accounting import FlopCounts
+    from txcalc.engine.components import text_only
+    run = lambda *a: json.loads(CliRunner().invoke(app, ["flops", "llama-3.2-11b-vision",  # noqa: E731
+                                                         "--seq", "100", *a, "--json"]).stdout)
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    work = Workload(batch=1, seq=100, attn_impl="flash")
+    want = FlopCounts(cfg, work, text_only(cfg, count_flops(cfg, work).ops))
+    out = run()
+    assert out["forward_flops"] == want.forward < count_flops(cfg, work).forward
+    assert any("cross-attention blocks do not run" in a for a in out["assumed"])
+    assert run("--images", "1")["forward_flops"] > count_flops(cfg, work).forward
 
 
 @st.composite

@@ -159,14 +159,16 @@ def test_tied_weights_counted_once(capsys, tmp_path):
 
 
 def test_hf_class_option_and_auto_model(capsys, tmp_path):
+    """Without architectures a decoder's config counts its causal LM (what
+    AutoModelForCausalLM loads, tests/conformance/test_modulewalk_default_class.py);
+    --hf-class AutoModel counts the base model."""
     path = write_config(tmp_path, "xlnet", None, d_model=64, n_layer=2, n_head=2, d_inner=128,
                         vocab_size=500)
-    base = run_json(capsys, ["params", path, "--json"])
-    assert base["model_class"] == "XLNetModel" and base["model_class_source"].startswith(
-        "AutoModel")
-    head = run_json(capsys, ["params", path, "--json", "--hf-class", "XLNetLMHeadModel"])
-    assert head["model_class"] == "XLNetLMHeadModel" and head["model_class_source"] == \
-        "--hf-class"
+    base = run_json(capsys, ["params", path, "--json", "--hf-class", "AutoModel"])
+    assert base["model_class"] == "XLNetModel" and base["model_class_source"] == "--hf-class"
+    head = run_json(capsys, ["params", path, "--json"])
+    assert head["model_class"] == "XLNetLMHeadModel" and head["model_class_source"].startswith(
+        "XLNetLMHeadModel: the causal LM AutoModelForCausalLM loads")
     # the LM head is tied to the word embedding: only its bias is new
     assert head["total_params"] == base["total_params"] + 500
     check_one_line_error(capsys, ["params", path, "--hf-class", "NoSuchModel"], "NoSuchModel",

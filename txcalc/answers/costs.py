@@ -126,6 +126,13 @@ def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str 
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     f = count_flops(cfg, work, ft)
+    if cfg.cross_layers and not src_seq:  # Mllama, text only: its cross blocks do not run
+        from ..engine.accounting import FlopCounts
+        from ..engine.components import text_only
+        f = FlopCounts(cfg, work, text_only(cfg, f.ops))
+        assumed = [*assumed, (f"text only (no --images): the {len(cfg.cross_layers)} "
+                              "cross-attention blocks do not run (HF's MllamaTextModel skips "
+                              "them without vision states); --images N feeds them")]
     out = f.to_json()
     if ft is not None:
         from ..engine.finetune import dequant_bytes_moved

@@ -97,7 +97,22 @@ class _GuardedStdout:
         return getattr(self._raw, name)
 
 
+#: set once the program's own run (``txcalc``, ``python -m txcalc``) has finished its command:
+#: a signal from then until the process exits still ends it with 128 + the signal and one line
+_FINISHING = [False]
+
+
+def _interrupted_line(signum: int) -> str:
+    name = "interrupted" if signum == signal.SIGINT else "terminated"
+    return f"txcalc: {name} ({signal.Signals(signum).name})"
+
+
 def _raise_interrupted(signum, frame):  # noqa: ARG001
+    if _FINISHING[0]:
+        # the command is done and its output flushed; Python's own handler would raise a
+        # KeyboardInterrupt into the interpreter's exit, where it is lost (exit 0, silent)
+        _say(_interrupted_line(signum))
+        os._exit(128 + signum)
     raise _Interrupted(signum)
 
 
@@ -155,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return rc
     except _Interrupted as e:
-        name = "interrupted" if e.signum == signal.SIGINT else "terminated"
-        _say(f"txcalc: {name} ({signal.Signals(e.signum).name})")
+        _say(_interrupted_line(e.signum))
         return 128 + e.signum
     except _OutputFailed as e:
         err = e.args[0] if e.args else None
@@ -165,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout(raw)
         return 1
     finally:
+        # the program's own run keeps its handlers until the process ends (a late Ctrl-C is
+        # 130 and one line, _raise_interrupted); a call from Python gets its handlers back
+        _FINISHING[0] = argv is None and bool(handlers)
         if gc_was_on:
             if argv is None:
                 # the program's own run (``python -m txcalc``, the ``txcalc`` script), which
@@ -175,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         if sys.stdout.__class__ is _GuardedStdout:
             sys.stdout = raw
         for sig, h in handlers.items():
-            signal.signal(sig, h)
+            if not _FINISHING[0]:
+                signal.signal(sig, h)
 
 
 def _run(argv: list[str] | None) -> int:

@@ -20,8 +20,8 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
                                             "--seq) or published runs (txcalc/data/training_runs.json)."),
               gpu: str = typer.Option("", "--gpu", help="GPU of the catalog whose peaks to use "
                                       "(default: the report's device name)."),
-              out: Path = typer.Option(None, "--out", help="Device profile to write "
-                                       "(default: profiles/<gpu>-calibrated.json)."),
+              out: Path = typer.Option(None, "--out", help="Device profile to write (a JSON "
+                                       "file; default: none, the fit is only printed)."),
               model: str = typer.Option(None, "--model", help="Trace: the model profiled "
                                         "(preset, HF config.json or model id)."),
               batch: int = typer.Option(None, "--batch", help="Trace: sequences per step."),
@@ -83,9 +83,9 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
         fitted, rows = C.fit(cases, DeviceProfile.from_gpu(g))
         memory = C.memory_errors(doc)
         what, unit = "step time", "s"
-    out = out or Path("profiles") / f"{g.name}-calibrated.json"
-    check_out_file(out, "--out")  # a folder, a device, a link or a pipe is refused
-    result = {"gpu": g.name, "input": kind, "profile": str(out),
+    if out is not None:  # nothing is written unless asked: no profiles/ in the current folder
+        check_out_file(out, "--out")  # a folder, a device, a link or a pipe is refused
+    result = {"gpu": g.name, "input": kind, "profile": None if out is None else str(out),
               "flop_efficiency": fitted.flop_efficiency, "bw_efficiency": fitted.bw_efficiency,
               "matmul_half_dim": fitted.matmul_half_dim,
               "cases": [{"case": k, "measured_s": m, "before_s": b, "after_s": a,
@@ -93,10 +93,11 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
                          "after_error_pct": error_pct(a, m) if m else None}
                         for k, (m, b, a) in rows.items()],
               "memory": memory}
-    text = strict_json(fitted.to_json(), indent=2)  # built before writing
-    from ..atomic import write_files
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_files(out.parent, {out.name: text}, "--out")  # a temporary file, then os.replace
+    if out is not None:
+        text = strict_json(fitted.to_json(), indent=2)  # built before writing
+        from ..atomic import write_files
+        # a temporary file, then os.replace; write_files makes the missing folders
+        write_files(out.parent, {out.name: text}, "--out")
     if json_out:
         emit_json(result)
         return
@@ -115,4 +116,5 @@ def calibrate(report: Path = typer.Argument(..., help="A GPU validation report "
                               f"{m['measured_bytes'] / 2**30:.2f}", f"{m['error_pct']:+.1f}")
                              for m in memory]))
     eff = ", ".join(f"{k} {v:.3f}" for k, v in fitted.flop_efficiency.items())
-    console.print(f"fitted: {eff}, bandwidth {fitted.bw_efficiency:.3f}; wrote {out}")
+    saved = f"wrote {out}" if out is not None else "not saved: --out FILE writes the profile"
+    console.print(f"fitted: {eff}, bandwidth {fitted.bw_efficiency:.3f}; {saved}")

@@ -91,7 +91,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
         emit_json({"title": rep["title"], "out": str(out),
                    "files": sorted(["report.md", "report.html", "report.json"]
                                    + [p["file"] for s in rep["sections"] for p in s["plots"]]),
-                   "answer": rep["data"]["answer"]})
+                   "answer": rep["data"]["answer"], "headline": headline(rep)})
         return
     # the bar only where it can be drawn and erased: on a pipe, a file or a dumb terminal a
     # transient bar shows nothing, and rich's Progress would end with an empty line
@@ -109,5 +109,14 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     files = [p["file"] for s in rep["sections"] for p in s["plots"]]
     # user strings (a model name, a path) are printed as plain text, never as rich markup
     console.print(Text(rep["title"], style="bold"))
+    console.print(Text(headline(rep)))  # the answer itself, not only where it went
     console.print(Text(f"  wrote {out}/: report.md, report.html, report.json and "
                        f"{len(files)} plot{'' if len(files) == 1 else 's'}"))
+
+
+def headline(rep: dict) -> str:
+    """The first paragraph of the report's "The answer" section as plain text (its Markdown
+    bold and code marks dropped): what ``report`` prints above the files it wrote."""
+    section = next((s for s in rep["sections"] if s.get("id") == "answer"), None)
+    paragraphs = (section or {}).get("paragraphs") or [""]
+    return paragraphs[0].replace("**", "").replace("`", "")

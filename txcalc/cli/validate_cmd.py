@@ -54,7 +54,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
     from .options import options
     from ..engine.memory import PRECISIONS, _check
     from ..engine.workload import Workload, check_fits
-    from ..atomic import check_out_folder, write_files
+    from ..atomic import check_out_folder, file_stem, write_files
 
     opts = options(device=device, batch=batch, seq=seq, src_seq=src_seq, attn=attn,
                    recompute=recompute, precision=precision, kv_tokens=kv_tokens, out=out)
@@ -78,6 +78,7 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
         _check_memory(cfg, work, precision, device, cuda_free_bytes(),
                       "free on the CUDA device")
     check_out_folder(out, "--out")  # before the run: a file or a device is refused at once
+    stem = f"{file_stem(cfg.name, 'the model name')}-{device}"
     # no bar for --json, nor where it cannot be drawn and erased (a pipe, a file, a dumb
     # terminal: rich's Progress would end with an empty line there)
     real = console.real()
@@ -89,8 +90,6 @@ def validate(model: str = typer.Argument(..., help=MODEL_HELP),
             progress.update(task, description=f"{cfg.name}: {name}", completed=STEPS.index(name))
         report = ref_validate.validate(cfg, work, device, precision, step, kv_tokens)
         progress.update(task, completed=len(STEPS))
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{Path(cfg.name).name}-{device}"
     json_text = strict_json(report, separators=(",", ":"))
     md_text = ref_validate.to_markdown(report)
     # both texts are built before writing; each file is replaced atomically

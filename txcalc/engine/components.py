@@ -355,6 +355,18 @@ def gated_cross_block(cfg: ModelConfig, stack: str, i: int) -> Iterator[Op]:
     yield _tanh_gate(p + "mlp_gate", where, "mlp_gate", D)
 
 
+def text_only(cfg: ModelConfig, ops) -> tuple[Op, ...]:
+    """``ops`` of a step without images: HF's MllamaTextModel skips each gated cross-attention
+    block entirely when it is given no vision states ("For text-only path we should skip cross
+    attention layers": ``if is_cross_attention_layer and cross_attention_states is None and
+    is_cross_attention_cache_empty: continue``), so the ops of ``cfg.cross_layers`` keep their
+    parameters and run nothing (stream SKIPPED: no rows, no FLOPs, nothing saved)."""
+    from .workload import SKIPPED
+    return tuple(dataclasses.replace(op, stream=SKIPPED, kv_stream=SKIPPED if op.kv_stream
+                                     else "") if op.layer in cfg.cross_layers else op
+                 for op in ops)
+
+
 def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:
     """Gemma 3n's inputs besides the token table (HF ``Gemma3nTextModel``): the per-layer
     embeddings (a table of per_layer_vocab rows of L x P, plus a projection of the token

@@ -616,9 +616,10 @@ def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
     if weights is not None:
         return scheme(weights), 0
     released = getattr(model, "released_weights", "")
+    released_mtp = getattr(model, "released_mtp_layers", 0)
     model = getattr(model, "loaded_from", model) or None
     if not isinstance(model, (str, os.PathLike)):
-        return (scheme(released) if released else None), 0
+        return (scheme(released) if released else None), released_mtp
     try:
         p = Path(model)
         if isinstance(model, str) and not p.exists() and "/" in model:  # a Hub id, once loaded
@@ -627,19 +628,22 @@ def resolve(model, weights: str | None = None) -> tuple[Scheme | None, int]:
         if p.is_dir():
             p = p / "config.json"
         if not (str(p).endswith(".json") and p.is_file()):
-            return _released(model), 0
+            return _released(model)
     except (OSError, ValueError):
         return None, 0
     return scheme_from_config_file(p)
 
 
-def _released(name) -> Scheme | None:
-    """The released format of a preset named ``name`` (``resolve`` given a name, not a
-    ModelConfig), or None."""
+def _released(name) -> tuple[Scheme | None, int]:
+    """(the released format or None, the multi-token-prediction modules its checkpoint
+    stores) of a preset named ``name`` (``resolve`` given a name, not a ModelConfig)."""
     from ..model.presets import PRESETS
     key = name.strip().lower() if isinstance(name, str) else None
     cfg = PRESETS[key] if key in PRESETS else None
-    return scheme(cfg.released_weights) if cfg is not None and cfg.released_weights else None
+    if cfg is None:
+        return None, 0
+    return (scheme(cfg.released_weights) if cfg.released_weights else None,
+            cfg.released_mtp_layers)
 
 
 def compute_dtype(op: Op, peaks: dict[str, float], default: str = "bf16") -> str:

@@ -78,6 +78,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import TxcalcError
+from ..inputs import GPU_GB_RANGE
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 COLUMNS = ("name", "aliases", "memory", "memory_unit", "hbm_gb_per_s", "fp32_tflops",
@@ -145,6 +146,8 @@ class Gpu:
 MAX_CELL = {"memory": 10**6,  # GB or GiB: a petabyte per GPU
             "hbm_gb_per_s": 10**6, "tflops": 10**6, "link_gb_per_s": 10**6,
             "gpus_per_node": 2**16}
+#: the least device memory a row may give: --gpu-gb's lower bound (inputs.GPU_GB_RANGE)
+MIN_MEMORY_BYTES = int(GPU_GB_RANGE[0] * 1e9)
 MAX_NAME = 64  #: characters of a GPU name or alias
 MAX_TEXT = 1000  #: characters of any other cell (the source URL)
 
@@ -194,6 +197,9 @@ def _parse_row(row: dict, where: str) -> Gpu:
     if memory <= 0 or hbm <= 0:
         raise GpuError(f"{where}: memory ({row['memory']}) and hbm_gb_per_s "
                        f"({row['hbm_gb_per_s']}) must be positive")
+    if memory * UNITS[unit] < MIN_MEMORY_BYTES:  # 1e-12 GiB is 0 bytes: every share divides by it
+        raise GpuError(f"{where}: memory ({row['memory']} {unit}) must be at least "
+                       f"{MIN_MEMORY_BYTES / 1e9:g} GB, the least --gpu-gb takes")
     peaks = {d: float(_number(row[col], col, where)) * 1e12
              for d, col in ((d, f"{d}_tops" if d == "int8" else f"{d}_tflops") for d in DTYPES)}
     total_text = (row.get("cuda_total_gib") or "").strip()

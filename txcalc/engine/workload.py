@@ -118,6 +118,11 @@ def global_rows(stream: str) -> bool:
     return stream.startswith("global") and not stream.startswith("global_seq")
 
 
+#: the stream of an op that does not run in this step (components.text_only: Mllama's
+#: cross-attention blocks without images): no rows, so no FLOPs, saved bytes or time
+SKIPPED = "skipped"
+
+
 @dataclass(frozen=True)
 class Workload:
     """One training micro-batch (or one inference pass).
@@ -241,6 +246,8 @@ class Workload:
         """Rows (tokens) an op processes: ``seq`` tokens, ``src`` tokens, or one per sequence.
         ``pad_to``: the sequence is padded to a multiple of it first (Longformer pads its
         input to a multiple of attention_window, ``length``)."""
+        if stream == SKIPPED:
+            return 0
         if stream == "first":
             return self.batch
         if stream == "one":  # once per step, whatever the batch (DoRA's per-op norms)
@@ -259,6 +266,8 @@ class Workload:
         token, but only when some token has global attention; ``global``: those tokens."""
         if global_rows(stream):
             return self.global_count(stream)
+        if stream == SKIPPED:
+            return 0
         s = self.src_seq if stream in ("src", "src_pos") else self.seq
         if stream.startswith("global_seq") and not self.global_count(stream):
             return 0

@@ -254,6 +254,12 @@ class ModelConfig:
     #: fp8-block); serving's default weights (formats.resolve). "" = 16-bit weights. Not a
     #: shape: configs that differ only here are equal
     released_weights: str = field(default="", compare=False, repr=False)
+    #: multi-token-prediction modules the released checkpoint stores besides the model
+    #: (DeepSeek-V3's ``num_nextn_predict_layers``: its layer 61, with its own copies of the
+    #: token table and head): counted in the checkpoint's bytes (formats.model_checkpoint_bytes),
+    #: not in the model's parameters or FLOPs (HF and vLLM's plain decoding load and run
+    #: without it). A config.json gives its own (formats.scheme_from_config_file)
+    released_mtp_layers: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Derived values are resolved once, before validation, so that errors name real numbers.

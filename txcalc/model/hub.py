@@ -93,12 +93,56 @@ def config_path(repo_id: str) -> Path:
         raise HubError(f"model {repo_id!r}: config.json {where}, and huggingface_hub is not "
                        f"installed to download it (python3 -m pip install huggingface_hub); "
                        + how_to_get(repo_id)) from None
+    import huggingface_hub
+    endpoint = getattr(getattr(huggingface_hub, "constants", None), "ENDPOINT", None)
+    unreachable = _unreachable(endpoint or os.environ.get("HF_ENDPOINT")
+                               or "https://huggingface.co")
+    if unreachable:
+        raise HubError(f"model {repo_id!r}: config.json {where} and {unreachable}; "
+                       + how_to_get(repo_id))
     try:
-        return Path(hf_hub_download(repo_id, "config.json", cache_dir=str(cache_dir())))
+        return Path(hf_hub_download(repo_id, "config.json", cache_dir=str(cache_dir()),
+                                    etag_timeout=HUB_TIMEOUT_S))
     except Exception as e:  # noqa: BLE001 - offline, gated, missing repo: one line, never a trace
-        why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        why = " ".join(str(e).split()) or type(e).__name__  # whole, on one line
         raise HubError(f"model {repo_id!r}: config.json {where} and the download failed "
                        f"({type(e).__name__}: {why}); " + how_to_get(repo_id)) from None
+
+
+#: seconds to wait for the Hub's host (name lookup and TCP connection), and for its answer
+#: about config.json: without a network huggingface_hub retries with back-off for ~25 s
+HUB_TIMEOUT_S = 3.0
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _unreachable(endpoint: str, timeout_s: float = HUB_TIMEOUT_S) -> str:
+    """Why the Hub's host cannot be reached within ``timeout_s`` ("" when it can, or when a
+    proxy is set: then only the download itself can tell). The name lookup runs in a thread
+    (getaddrinfo has no timeout of its own)."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+    if any(os.environ.get(v) for v in _PROXY_VARS):
+        return ""
+    url = urlsplit(endpoint)
+    host, port = url.hostname or "", url.port or (80 if url.scheme == "http" else 443)
+    failure: list[str] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as e:
+            failure.append(e.strerror or str(e) or type(e).__name__)
+    t = threading.Thread(target=connect, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return (f"{host}:{port} did not answer within {timeout_s:g} s (no network? "
+                "HF_HUB_OFFLINE=1 skips the download)")
+    if failure:
+        return (f"{host}:{port} cannot be reached ({failure[0]}: no network? "
+                "HF_HUB_OFFLINE=1 skips the download)")
+    return ""
 
 
 def load_hub(repo_id: str, head: str | None = None):

@@ -46,8 +46,9 @@ other class that holds parameters (model-specific norms such as ``LlamaRMSNorm``
 stacks, state-space mixers, ...).
 
 The model class: the config's ``architectures[0]`` when transformers has it (the class the
-checkpoint was saved from, which ``from_pretrained`` builds), else ``AutoModel`` (the base
-model: no task head), unless the caller names one (``hf_class``).
+checkpoint was saved from, which ``from_pretrained`` builds), else the causal LM of a decoder's
+model_type (what ``AutoModelForCausalLM`` loads: the LM head counted), else ``AutoModel`` (the
+base model: no task head; an encoder's default), unless the caller names one (``hf_class``).
 
 ``torch`` and ``transformers`` are imported only inside the functions here, so txcalc's core
 imports and answers without them.
@@ -284,8 +285,20 @@ def _model_class(transformers, raw: dict[str, Any], model_type: str, hf_class: s
         obj = lookup(arch[0])
         if obj is not None:
             return obj, arch[0], "architectures[0]"
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+                                                        MODEL_MAPPING_NAMES)
 
+    # a decoder's config without architectures: the causal LM (with its LM head) that
+    # AutoModelForCausalLM.from_pretrained loads, not the headless base model. Encoder types
+    # (BERT, RoBERTa, ... which also map to a *LMHeadModel/*ForCausalLM used as a decoder)
+    # stay the base model unless the config says is_decoder.
+    lm_name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    encoder = model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and raw.get("is_decoder") is not True
+    lm = lookup(lm_name) if isinstance(lm_name, str) and not encoder else None
+    if lm is not None:
+        return lm, lm_name, (f"{lm_name}: the causal LM AutoModelForCausalLM loads (the config "
+                             "names no architectures[0] that transformers has)")
     if model_type in MODEL_MAPPING_NAMES:
         return transformers.AutoModel, "AutoModel", ("AutoModel: the config names no "
                                                      "architectures[0] that transformers has")
@@ -430,10 +443,21 @@ def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported
         check_bounds(raw, name)
         cls, cls_name, source = _model_class(transformers, raw, model_type, hf_class, name,
                                              type(cfg))
+        if cls_name == "AutoModel":  # the class AutoModel builds for this config
+            from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+            base_name = MODEL_MAPPING_NAMES[model_type]
+            cls = getattr(transformers, base_name, cls) if isinstance(base_name, str) else cls
+        parent = None if source in ("architectures[0]", "--hf-class") else _parent_lm(
+            transformers, type(cfg), cls)
         handle = torch.nn.modules.module.register_module_module_registration_hook(budget)
         try:
             with torch.device("meta"):
-                model = cls.from_config(cfg) if cls_name.startswith("AutoModel") else cls(cfg)
+                if parent is not None:  # the part inside the model that gives it an LM head
+                    parent_cls, parent_cfg_cls = parent
+                    model = parent_cls(parent_cfg_cls(text_config=cfg.to_dict()))
+                else:
+                    model = cls.from_config(cfg) if cls.__name__.startswith("AutoModel") \
+                        else cls(cfg)
         except _TooManyModules:
             raise ConfigError(f"{name}: this {model_type} config builds more than "
                               f"{MAX_MODULES:,} modules, txcalc's bound (the largest models in "
@@ -444,7 +468,41 @@ def build(raw: dict[str, Any], name: str, hf_class: str | None = None, supported
                               f"{model_type} config{hint}: {_brief(e)}") from None
         finally:
             handle.remove()
-    return model, type(model).__name__, source, transformers.__version__
+    if parent is not None:
+        paths = {id(m): p for p, m in model.named_modules()}
+        text = next(p for p, m in model.named_modules() if type(m) is cls)
+        head = paths[id(model.get_output_embeddings())]
+        source = (f"{type(model).__name__}'s {text} ({cls.__name__}) and {head}: the causal LM "
+                  f"of this text config (no class of transformers loads it alone with an LM "
+                  "head; the vision tower is not counted)")
+        return model, f"{type(model).__name__}[{text}, {head}]", source, \
+            transformers.__version__, (text, head)
+    return model, type(model).__name__, source, transformers.__version__, None
+
+
+def _parent_lm(transformers, cfg_class: type, part: type):
+    """(model class, config class) of the multimodal model whose ``text_config`` is exactly
+    ``cfg_class`` and which holds ``part`` with an LM head (Qwen2VLForConditionalGeneration
+    for qwen2_vl_text: ``lm_head`` over ``model.language_model``), found in the config's own
+    module; None when there is none (the config is not a VLM's text part)."""
+    import importlib
+
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+    if "For" in part.__name__ or not isinstance(getattr(part, "config_class", None), type):
+        return None
+    module = importlib.import_module(cfg_class.__module__)
+    for obj in vars(module).values():
+        subs = getattr(obj, "sub_configs", None) if isinstance(obj, type) else None
+        if not isinstance(subs, dict) or subs.get("text_config") is not cfg_class:
+            continue
+        mt = getattr(obj, "model_type", None)
+        name = (MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(mt)
+                or MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(mt))
+        cls = getattr(transformers, name, None) if isinstance(name, str) else None
+        if isinstance(cls, type):
+            return cls, obj
+    return None
 
 
 def walk_hf_dict(raw: dict[str, Any], name: str, hf_class: str | None = None,
@@ -457,9 +515,14 @@ def walk_hf_dict(raw: dict[str, Any], name: str, hf_class: str | None = None,
         raise ConfigError(f"{name}: unsupported model_type {model_type!r}: no txcalc converter, "
                           f"and transformers {transformers.__version__} does not know it either"
                           + (f"; supported: {supported}" if supported else ""))
-    model, cls_name, source, version = built
+    model, cls_name, source, version, keep = built
     import torch
     rows, buffers = walk(model, torch)
+    if keep is not None:  # a VLM's text part and its LM head, not the vision tower
+        mods = dict(model.named_modules())
+        rows = tuple(r for r in rows if any(r.path == k or r.path.startswith(k + ".")
+                                            for k in keep))
+        buffers = sum(int(b.numel()) for k in keep for b in mods[k].buffers())
     return ModuleWalk(name=name, model_type=model_type, model_class=cls_name,
                       class_source=source, transformers_version=version, rows=rows,
                       buffers=buffers)

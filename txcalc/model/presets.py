@@ -165,7 +165,7 @@ PRESETS: dict[str, ModelConfig] = _Presets({
                           max_position=163840, q_lora_rank=1536, kv_lora_rank=512,
                           qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_experts=256,
                           top_k=8, moe_d_ff=2048, n_shared_experts=1, first_k_dense=3,
-                          released_weights="fp8-block"),
+                          released_weights="fp8-block", released_mtp_layers=1),
     # ibm-granite/granite-3.3-8b-instruct config.json (Granite's four multipliers are
     # elementwise: no parameters, no matmul FLOPs)
     "granite-3.3-8b": _llama(name="granite-3.3-8b", hf_architecture="GraniteForCausalLM",

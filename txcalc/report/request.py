@@ -73,25 +73,7 @@ class ReportRequest:
     def __post_init__(self) -> None:
         if (self.model is None) == (self.params is None):
             raise WorkloadError("give either MODEL or --params N, not both or neither")
-        problems = []
-        for name in ("batch", "seq", "concurrency"):
-            v = getattr(self, name)
-            if name == "seq" and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                problems.append(f"--{name} ({v!r}) must be a positive integer")
-        for name in ("src_seq", "context", "input_len", "output_len"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                problems.append(f"--{name.replace('_', '-')} ({v!r}) must be a non-negative integer")
-        for name in ("gpu_gb", "days", "max_gpus", "global_batch", "tokens_per_s"):
-            v = getattr(self, name)
-            if v is not None and not v > 0:
-                problems.append(f"--{name.replace('_', '-')} ({v!r}) must be positive")
-        if self.price is not None and not self.price >= 0:
-            problems.append(f"--price ({self.price!r}) must be non-negative")
-        if problems:
-            raise WorkloadError("; ".join(problems))
+        self._check_values()
         if (self.input_len == 0) != (self.output_len == 0):
             raise WorkloadError(f"give both --input-len ({self.input_len}) and --output-len "
                                 f"({self.output_len}), or neither")
@@ -119,6 +101,30 @@ class ReportRequest:
         if self.ft is not None and self.model is None:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
                                 "and frozen parts depend on its modules")
+
+    def _check_values(self) -> None:
+        """Each field's type and bounds, checked as the CLI checks its option (answers.checks:
+        the same one-line InputError naming the option and the value): a library caller's
+        ``gpu_gb=inf`` or ``days="3"`` is refused here, not met as a TypeError or an
+        infinite figure deep in the report."""
+        from .. import inputs as I
+        from ..answers.checks import checked
+        if not isinstance(self.inference, bool):
+            raise I.InputError(f"inference ({I.show(self.inference)}) must be True or False")
+        for name in ("model", "weights", "compare"):
+            I.text(f"--{name}" if name != "model" else "MODEL", getattr(self, name), none=True)
+        for name in ("finetune", "lora_targets", "trainable", "base_format", "loss"):
+            I.text("--" + name.replace("_", "-"), getattr(self, name))
+        I.integer("--seq", self.seq, 1, I.MAX_SEQ, none=True)
+        for name in ("src_seq", "context", "input_len", "output_len"):
+            I.integer("--" + name.replace("_", "-"), getattr(self, name), 0, I.MAX_SEQ)
+        I.integer("--lora-rank", self.lora_rank, 1, 2**20)
+        I.number("--lora-alpha", self.lora_alpha, 0, 1e6, none=True)
+        I.number("--lora-dropout", self.lora_dropout, 0, 1, lo_open=False, hi_open=True)
+        checked(**{name: getattr(self, name) for name in (
+            "batch", "concurrency", "global_batch", "max_gpus", "days", "price", "tokens_per_s",
+            "gpu_gb", "attn", "recompute", "precision", "optimizer", "kv_dtype", "tokens",
+            "params", "gpu", "gpu_file")})
 
     @property
     def serve_context(self) -> int:

@@ -213,10 +213,20 @@ def pending_reason(run: Run) -> str:
 
 
 # --- predictions --------------------------------------------------------------------------------
-def setting_and_layout(run: Run, profile=None):
+def setting_and_layout(run: Run, profile=None, cache: dict | None = None):
     """The planner's TrainSetting and Layout of the run (flags applied; a FEWEST_THAT_FIT
     recompute_layers resolved to the smallest N whose every stage fits the GPU, else every
-    block)."""
+    block). ``cache`` (run id -> setting on the catalog profile, layout): a fit's many
+    profiles reuse the run's ops and per-group costs (``setting.with_profile``); neither the
+    layout nor those costs depend on the profile."""
+    if cache is not None:
+        from .setting import with_profile
+        if run.id not in cache:
+            cache[run.id] = setting_and_layout(run)
+            from .evaluate import evaluate_layouts
+            evaluate_layouts(*cache[run.id][:1], cache[run.id][1:])  # fills its group_memo
+        setting, layout = cache[run.id]
+        return with_profile(setting, profile), layout
     from ..engine.hardware import get_gpu
     from .setting import TrainSetting
     from .evaluate import evaluate_layouts
@@ -249,7 +259,7 @@ def setting_and_layout(run: Run, profile=None):
 MEASURED_STAGES = {"max": None, "first": lambda pp: [0], "last": lambda pp: [pp - 1]}
 
 
-def predict(run: Run, profile=None) -> dict:
+def predict(run: Run, profile=None, cache: dict | None = None) -> dict:
     """The planner's step time, tokens/s per GPU, MFU and peak bytes per GPU for the run.
 
     ``peak_bytes`` is the planner's per-GPU total (what it checks against the GPU's usable
@@ -259,7 +269,7 @@ def predict(run: Run, profile=None) -> dict:
     buffers outside PyTorch's allocator and fragmentation is reserved, not allocated bytes, so
     a measured peak is compared with this one (``Row.memory_error``)."""
     from .evaluate import evaluate_layouts
-    setting, layout = setting_and_layout(run, profile)
+    setting, layout = setting_and_layout(run, profile, cache)
     r = evaluate_layouts(setting, [layout])
     step = float(r["step_time_s"][0])
     total = int(r["total_bytes"][0])
@@ -396,9 +406,9 @@ def _golden(f, lo: float, hi: float, iters: int = 14) -> float:
     return (a + b) / 2
 
 
-def _loss(runs: list[Run], measured: dict, prof) -> float:
+def _loss(runs: list[Run], measured: dict, prof, cache: dict | None = None) -> float:
     """Mean squared log ratio of predicted to measured step time."""
-    return sum(math.log(predict(r, prof)["step_time_s"] / measured[r.id]) ** 2
+    return sum(math.log(predict(r, prof, cache)["step_time_s"] / measured[r.id]) ** 2
                for r in runs) / len(runs)
 
 
@@ -418,9 +428,9 @@ def fit_efficiencies(runs: list[Run]) -> dict:
            and r.measured["kind"] != "memory_only"]
     if not fit:
         raise RunsError("no fit runs with a measured time")
-    measured = {}
+    measured, cache = {}, {}
     for r in fit:
-        measured[r.id] = measured_step_time_s(r, None, predict(r)["model_flops_step"])
+        measured[r.id] = measured_step_time_s(r, None, predict(r, None, cache)["model_flops_step"])
     by_gpu: dict[str, list[Run]] = {}
     for r in fit:
         by_gpu.setdefault(r.gpu, []).append(r)
@@ -428,9 +438,10 @@ def fit_efficiencies(runs: list[Run]) -> dict:
     for half in HALF_DIM_GRID:
         effs, total = {}, 0.0
         for gpu, rs in sorted(by_gpu.items()):
-            e = _golden(lambda x: _loss(rs, measured, profile_with(gpu, x, half)), *MATMUL_RANGE)
+            e = _golden(lambda x: _loss(rs, measured, profile_with(gpu, x, half), cache),
+                        *MATMUL_RANGE)
             effs[gpu] = e
-            total += _loss(rs, measured, profile_with(gpu, e, half)) * len(rs)
+            total += _loss(rs, measured, profile_with(gpu, e, half), cache) * len(rs)
         if best is None or total < best["loss"] - 1e-12:
             best = {"matmul": effs, "matmul_half_dim": half, "loss": total / len(fit),
                     "runs": len(fit)}

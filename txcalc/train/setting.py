@@ -150,6 +150,17 @@ def with_batch(s: TrainSetting, global_batch: int) -> TrainSetting:
     return out
 
 
+def with_profile(s: TrainSetting, profile) -> TrainSetting:
+    """``s`` timed on another DeviceProfile, keeping its ops, their grouping and the per-group
+    costs that do not depend on the profile (every one but ``group_times``): a calibration
+    fit evaluates each published run under some 200 candidate profiles."""
+    out = dataclasses.replace(s, profile=profile)
+    out.__dict__.update(ops=s.ops, n_blocks=s.n_blocks, grouped=s.grouped)
+    out.__dict__["group_memo"] = {k: v for k, v in s.group_memo.items()
+                                  if k[0] != group_times.__name__}
+    return out
+
+
 # --- per group of ops: the costs, computed once ------------------------------------------------
 def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False) -> dict:
     """Local params (dense, expert), optimizer-state bytes, trainable parameter tensors, the
