@@ -145,11 +145,20 @@ class Measurement:
                         double_quant=bool(q.get("double_quant", True)))
 
     def setup(self):
-        """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row."""
+        """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row, with the
+        row's recipe where ``engine.recipes`` declares it (``recipe_effects``) and the row's GPU
+        (its cuBLAS workspace, engine.device)."""
+        import dataclasses
+
         from ..model.presets import get_preset
         from .fit import Setup
+        ft = self.finetune()
+        upcast, kernel = recipe_effects(self.recipe)
+        if ft is not None and ft.mode == "qlora":
+            ft = dataclasses.replace(ft, upcast=upcast)
         return Setup(get_preset(self.model), self.precision, self.optimizer, self.attn,
-                     self.recompute, self.finetune(), loss=self.loss)
+                     self.recompute, ft, loss=self.loss, optimizer_kernel=kernel,
+                     gpu_name=self.gpu)
 
     def describe_method(self) -> str:
         if self.method == "full":
@@ -159,6 +168,17 @@ class Measurement:
         if self.quant:
             base = f", {self.quant['format']}{' dq' if self.quant.get('double_quant') else ''}"
         return f"{self.method} r={lora['rank']} {lora['targets']}{base}"
+
+
+def recipe_effects(recipe: str) -> tuple[bool, str]:
+    """(QLoRA's fp32 upcast, the optimizer step's kernel) of a row's recipe: what
+    ``engine.recipes.RECIPES`` declares for it, as ``answers.common.apply_recipe`` applies it
+    (the row states its own optimizer, loss and checkpointing). A recipe outside that table
+    (litgpt: Fabric's bitsandbytes plugin, no upcast; torch.optim.AdamW, foreach by default)
+    takes no upcast and the foreach kernel."""
+    from ..engine.recipes import RECIPES
+    r = RECIPES.get(recipe)
+    return (r.upcast, r.optimizer_kernel) if r is not None else (False, "foreach")
 
 
 def measurements_path() -> Path:
@@ -239,7 +259,10 @@ def predict(m: Measurement) -> dict:
         return {"max_seq": res.max_seq, "need_bytes": res.total_bytes,
                 "gpu_bytes": g.usable_bytes}
     mem = s.memory(m.batch, m.seq)
-    return {"allocated_bytes": mem.total, "peak_phase": mem.peak_phase}
+    d = s.device(m.batch, m.seq)
+    return {"tensor_bytes": mem.total, "allocated_bytes": d.allocated_bytes,
+            "reserved_bytes": d.reserved_bytes, "device_bytes": d.device_bytes,
+            "peak_phase": mem.peak_phase}
 
 
 #: the predicted figure each measured statistic is compared with, best first: the first key
