@@ -142,7 +142,8 @@ class Measurement:
         return Finetune(self.method, rank=int(lora["rank"]), alpha=float(lora["alpha"]),
                         targets=lora["targets"], lora_dropout=float(lora.get("dropout", 0.0)),
                         base_format=q.get("format", "nf4"), block=int(q.get("block", 64)),
-                        double_quant=bool(q.get("double_quant", True)))
+                        double_quant=bool(q.get("double_quant", True)),
+                        bnb_saves_input=bool(q.get("bnb_saves_input", False)))
 
     def setup(self):
         """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row, with the
@@ -167,6 +168,8 @@ class Measurement:
         base = ""
         if self.quant:
             base = f", {self.quant['format']}{' dq' if self.quant.get('double_quant') else ''}"
+            if self.quant.get("bnb_saves_input"):
+                base += " (bnb < 0.43.2: inputs kept)"
         return f"{self.method} r={lora['rank']} {lora['targets']}{base}"
 
 
