@@ -158,3 +158,21 @@ def test_a_bad_row_is_refused_naming_each_problem(tmp_path):
     for part in ("split 'fit' but the split rule gives 'test'", "'no-such-gpu'",
                  "quote is empty", "statistic 'oom_boundary'"):
         assert part in msg
+
+
+def test_fitted_slack_is_the_fit_rows_answer_and_no_test_row_enters_it():
+    """engine.recipes.FITTED_SLACK is what fit_reserved_slack answers from the fit rows; the
+    answer does not move when every test row is changed (their measured figures doubled)."""
+    from txcalc.engine.recipes import FITTED_SLACK, RECIPES
+    from txcalc.train.finetune_runs import fit_reserved_slack
+    runs = load_measurements()
+    for recipe, slack in FITTED_SLACK.items():
+        assert RECIPES[recipe].reserved_slack == slack
+        assert fit_reserved_slack(recipe, runs) == slack, recipe
+        moved = [m if m.split == "fit" else dataclasses.replace(
+            m, measured={**m.measured, "value": 2 * m.measured["value"]}) for m in runs]
+        assert fit_reserved_slack(recipe, moved) == slack, recipe
+    # the recipes not fitted keep the device's default slack
+    from txcalc.engine.device import FRAGMENTATION
+    assert all(r.reserved_slack == FRAGMENTATION for k, r in RECIPES.items()
+               if k not in FITTED_SLACK)

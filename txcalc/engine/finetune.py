@@ -396,13 +396,24 @@ def _upcast(ops: list[Op]) -> list[Op]:
     """QLoRA under a recipe that upcasts (engine.recipes): every frozen parameter that is not
     quantised in fp32 (PEFT's prepare_model_for_kbit_training casts each float16/bfloat16
     parameter but Params4bit), and the embedding's fp32 output makes the residual stream, so
-    each block input a checkpoint keeps, fp32."""
+    each block input a checkpoint keeps, fp32. Under autocast (the Trainer's bf16 / fp16) an
+    upcast Linear that is not quantised (the lm_head, which bitsandbytes skips) computes in 16
+    bits: autocast casts its fp32 weight for each call (its cast cache holds only leaves that
+    require grad: a frozen weight is cast anew) and the matmul saves that 16-bit copy for the
+    input gradient, d_in x d_out in the activation dtype once per forward (``saved_once``)."""
     table = any(op.kind == "embedding" and op.params and not op.trainable for op in ops)
     out = []
     for op in ops:
         if op.params and not op.trainable and not op.tied and (op.weight_format is None
                                                                or op.bias):
             op = dataclasses.replace(op, upcast=True)
+            if op.kind == "linear" and op.weight_format is None and op.input_grad:
+                op = dataclasses.replace(op, saved_once=op.saved_once + (
+                    (op.d_in * op.d_out * op.instances, "a"),))
+        elif table and op.tied and op.kind == "linear" and op.input_grad:
+            # a tied head reads the upcast fp32 table: the same 16-bit copy
+            op = dataclasses.replace(op, saved_once=op.saved_once + (
+                (op.d_in * op.d_out * op.instances, "a"),))
         elif table and op.kind == "checkpoint" and op.component == "checkpoint.input":
             op = dataclasses.replace(op, saved=tuple((n, "f32") if t == "a" else (n, t)
                                                      for n, t in op.saved))

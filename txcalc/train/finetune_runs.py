@@ -154,12 +154,12 @@ class Measurement:
         from ..model.presets import get_preset
         from .fit import Setup
         ft = self.finetune()
-        upcast, kernel = recipe_effects(self.recipe)
+        upcast, kernel, slack = recipe_effects(self.recipe)
         if ft is not None and ft.mode == "qlora":
             ft = dataclasses.replace(ft, upcast=upcast)
         return Setup(get_preset(self.model), self.precision, self.optimizer, self.attn,
                      self.recompute, ft, loss=self.loss, optimizer_kernel=kernel,
-                     gpu_name=self.gpu)
+                     gpu_name=self.gpu, fragmentation=slack)
 
     def describe_method(self) -> str:
         if self.method == "full":
@@ -173,15 +173,19 @@ class Measurement:
         return f"{self.method} r={lora['rank']} {lora['targets']}{base}"
 
 
-def recipe_effects(recipe: str) -> tuple[bool, str]:
-    """(QLoRA's fp32 upcast, the optimizer step's kernel) of a row's recipe: what
-    ``engine.recipes.RECIPES`` declares for it, as ``answers.common.apply_recipe`` applies it
-    (the row states its own optimizer, loss and checkpointing). A recipe outside that table
-    (litgpt: Fabric's bitsandbytes plugin, no upcast; torch.optim.AdamW, foreach by default)
-    takes no upcast and the foreach kernel."""
+def recipe_effects(recipe: str) -> tuple[bool, str, float]:
+    """(QLoRA's fp32 upcast, the optimizer step's kernel, the allocator's reserved slack) of a
+    row's recipe: what ``engine.recipes.RECIPES`` declares for it, as ``answers.common.
+    apply_recipe`` applies it (the row states its own optimizer, loss and checkpointing). A
+    recipe outside that table (litgpt: Fabric's bitsandbytes plugin, no upcast;
+    torch.optim.AdamW, foreach by default) takes no upcast, the foreach kernel and
+    device.FRAGMENTATION."""
+    from ..engine.device import FRAGMENTATION
     from ..engine.recipes import RECIPES
     r = RECIPES.get(recipe)
-    return (r.upcast, r.optimizer_kernel) if r is not None else (False, "foreach")
+    if r is None:
+        return False, "foreach", FRAGMENTATION
+    return r.upcast, r.optimizer_kernel, r.reserved_slack
 
 
 def measurements_path() -> Path:
@@ -250,12 +254,13 @@ def load_measurements(path: str | Path | None = None) -> list[Measurement]:
     return out
 
 
-def predict(m: Measurement) -> dict:
-    """txcalc's figures for one row: a peak's allocated bytes (the engine's peak over the
-    step's phases), or ``fit``'s longest sequence on the row's GPU with the bytes it needed."""
+def predict(m: Measurement, setup=None) -> dict:
+    """txcalc's figures for one row: a peak's tensor, allocated, reserved and device bytes
+    (the engine's peak over the step's phases, engine.device), or ``fit``'s longest sequence
+    on the row's GPU with the bytes it needed. ``setup``: another than the row's own."""
     from ..engine.hardware import get_gpu
     from .fit import fit
-    s = m.setup()
+    s = m.setup() if setup is None else setup
     if m.is_length:
         g = get_gpu(m.gpu)
         res = fit(s, g.usable_bytes, batch=m.batch)
@@ -339,3 +344,33 @@ def dumps(rows: list[Row]) -> str:
                         "statistic": r.run.statistic, "measured": r.measured_value,
                         "predicted": r.figure, "compared": r.compared,
                         "error": round(r.error, 6)} for r in rows], indent=1)
+
+
+#: the slacks ``fit_reserved_slack`` tries: 0 to 40 % in steps of 1 %
+SLACK_GRID = tuple(i / 100 for i in range(41))
+
+
+def fit_reserved_slack(recipe: str, runs: list[Measurement] | None = None) -> float | None:
+    """The allocator's reserved-over-allocated slack (engine.device.device_memory's
+    ``fragmentation``) that fits ``recipe``'s fit rows best: least squares of their errors over
+    ``SLACK_GRID`` (the smallest slack on a tie), from the rows whose figure the slack moves (a
+    reserved or nvidia-smi peak, a longest length); None when the recipe has none. Test rows
+    never enter it. ``engine.recipes.FITTED_SLACK`` holds its answers."""
+    import dataclasses
+    runs = load_measurements() if runs is None else runs
+    rows = [m for m in runs if m.split == "fit" and m.recipe == recipe
+            and m.statistic != "max_memory_allocated"]
+    if not rows:
+        return None
+    setups = [(m, m.setup()) for m in rows]
+
+    def sse(f: float) -> float:
+        total = 0.0
+        for m, s in setups:
+            fig, _ = predicted_figure(m, predict(m, dataclasses.replace(s, fragmentation=f)))
+            total += (fig / (m.measured["value"] if m.is_length else m.measured_bytes) - 1) ** 2
+        return total
+    # the error is unimodal in the slack: every 5 %, then every 1 % around the best
+    coarse = min(SLACK_GRID[::5], key=lambda f: (sse(f), f))
+    return min((f for f in SLACK_GRID if abs(f - coarse) < 0.05 + 1e-9),
+               key=lambda f: (sse(f), f))
