@@ -107,6 +107,8 @@ class Measurement:
     assumptions: str = ""
     lora: dict | None = field(default=None, hash=False)
     quant: dict | None = field(default=None, hash=False)
+    #: the run compiled its loss (torch.compile of the cross-entropy: Workload.fused "loss")
+    compiled_loss: bool | None = None
 
     @property
     def kind(self) -> str:
@@ -159,7 +161,8 @@ class Measurement:
             ft = dataclasses.replace(ft, upcast=upcast)
         return Setup(get_preset(self.model), self.precision, self.optimizer, self.attn,
                      self.recompute, ft, loss=self.loss, optimizer_kernel=kernel,
-                     gpu_name=self.gpu, fragmentation=slack)
+                     gpu_name=self.gpu, fragmentation=slack,
+                     fused=("loss",) if self.compiled_loss else ())
 
     def describe_method(self) -> str:
         if self.method == "full":

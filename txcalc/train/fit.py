@@ -71,10 +71,12 @@ class Setup:
     gpu_name: str | None = None
     #: the caching allocator's slack over the tensors' peak (engine.device.device_memory)
     fragmentation: float = 0.05
+    #: fused / compiled kernels (Workload.fused: "loss" compiles the cross-entropy)
+    fused: tuple[str, ...] = ()
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
-                        loss=self.loss)
+                        loss=self.loss, fused=self.fused)
         return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
                               self.offload, self.optimizer_kernel)
 
