@@ -15,7 +15,7 @@ from txcalc.engine.workload import Workload
 from txcalc.model.config import ModelConfig
 
 torch = pytest.importorskip("torch")
-from reference.train import memory_by_phase  # noqa: E402
+from reference.train import memory_by_phase
 
 CFG = ModelConfig(name="llama-small", n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=160,
                   vocab_size=300, activation="swiglu", norm_type="rmsnorm",

@@ -137,5 +137,5 @@ def tail_saved(ops, work: Workload, act_bytes: int) -> int:
     before the last block's backward starts (``recompute_transient``)."""
     ops = tuple(ops)
     last = max((i for i, op in enumerate(ops) if op.layer >= 0), default=len(ops))
-    after = set(id(op) for op in ops[last + 1:])
+    after = {id(op) for op in ops[last + 1:]}
     return sum(b for _, op, b in saved_rows(ops, work, act_bytes) if id(op) in after)

@@ -1,5 +1,5 @@
 """Published, measured fine-tuning memory peaks and maximum sequence lengths, and txcalc's
-prediction for each (issue 28, item 5: the "before" errors).
+prediction for each (issue 28, item 5).
 
 The rows live in ``txcalc/data/finetune_measurements.json``: each has its source (a URL at a
 commit), the exact table row (``quote``: the header, then the row), what the source states
@@ -19,24 +19,20 @@ figure and its ``split``.
                   |   (tokens, at the stated batch)      |   ran out of memory
 
 Predictions use the engine as ``txcalc memory`` and ``txcalc fit`` do (``train.fit.Setup``:
-the same TrainingMemory, the same search): a peak is ``Setup.memory(batch, seq).total``, the
-bytes of live tensors at the step's peak; a maximum length is ``train.fit.fit``'s answer on
-the row's GPU (``Gpu.usable_bytes``), which already charges ``parallel.overheads.Overheads``
-(1 GiB CUDA context and 5 % fragmentation over the tensors' peak). Going through ``Setup``
-rather than the answers layer lets a row state what the options cannot (bitsandbytes nf4
-without double quantisation, litgpt's ``bnb.nf4``).
-
-``predicted_figure`` picks the predicted figure that matches the measured statistic
+the same TrainingMemory, the same search), with the row's recipe where ``engine.recipes``
+declares it (``recipe_effects``: QLoRA's fp32 upcast, the optimizer kernel, the allocator's
+reserved slack) and what the row states beyond the options (bitsandbytes nf4 without double
+quantisation, bitsandbytes < 0.43.2 keeping quantised Linears' inputs, a compiled loss). A
+peak is the engine's tensors' peak with ``engine.device``'s allocated, reserved and device
+bytes (``predict``); ``predicted_figure`` compares the one the measured statistic names
 (``COMPARED``: allocated for max_memory_allocated, reserved for max_memory_reserved, reserved
-plus the CUDA context for nvidia-smi). Today txcalc predicts allocated bytes only, so every
-memory statistic falls back to the allocated peak and the row says so; when ``predict`` also
-returns reserved and context bytes (issue 28, item 2: ``memory --json``'s
-``reserved_bytes``) every row follows with no other change.
+plus the CUDA context for nvidia-smi). A maximum length is ``train.fit.fit``'s answer on the
+row's GPU (``Gpu.usable_bytes``), which compares reserved plus the CUDA context.
 
 Split rule (``SPLIT_RULE``, fixed before any error was looked at): within each source
 document (the row's ``table``), in the order its rows appear there (``order``), every third
 row from the first (order % 3 == 0) is a fit row and the others are test rows, so about a
-third fit. Nothing is fitted yet; the fit rows are where item 1-2's constants may be fitted.
+third fit. Constants are fitted on fit rows only (``fit_reserved_slack``).
 """
 
 from __future__ import annotations
@@ -277,10 +273,8 @@ def predict(m: Measurement, setup=None) -> dict:
 
 
 #: the predicted figure each measured statistic is compared with, best first: the first key
-#: present in ``predict``'s answer is used. Today ``predict`` gives allocated bytes only, so
-#: reserved and nvidia-smi figures fall back to them; once ``predict`` also returns
-#: ``reserved_bytes`` (and ``device_bytes``: reserved plus the CUDA context), those rows
-#: compare like with like with no other change.
+#: present in ``predict``'s answer is used (``predict`` gives all three, so each statistic
+#: meets its own figure; the fallbacks name what they stand in for).
 COMPARED = {"max_memory_allocated": ("allocated_bytes",),
             "max_memory_reserved": ("reserved_bytes", "allocated_bytes"),
             "nvidia-smi": ("device_bytes", "reserved_bytes", "allocated_bytes"),
