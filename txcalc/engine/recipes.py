@@ -76,7 +76,8 @@ class Recipe(NamedTuple):
         up = ("QLoRA's unquantised parameters upcast to fp32" if self.upcast else
               "no fp32 upcast")
         return (f"recipe {self.name}: {up}, loss {self.loss}, {self.checkpointing} gradient "
-                f"checkpointing, {self.optimizer_name}")
+                f"checkpointing, {self.optimizer_name}, allocator slack "
+                f"{100 * self.reserved_slack:g} %")
 
     def to_json(self) -> dict:
         return {"name": self.name, "upcast_fp32": self.upcast, "loss": self.loss,
