@@ -92,9 +92,13 @@ def hf_qlora(tmp_path_factory):
         layer._gradient_checkpointing_func = recording
     model.train()
     ids = torch.randint(0, RAW["vocab_size"], (BATCH, SEQ))
+    saved = []  # what autograd saves outside the checkpoints (the head, the loss)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the Trainer's bf16=True
-        model(input_ids=ids, labels=ids).loss.backward()
-    return before, after, kept, txcalc.load(str(d / "config.json"))
+        with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: saved.append((tuple(t.shape), t.dtype)) or t, lambda t: t):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    return before, after, kept, txcalc.load(str(d / "config.json")), saved
 
 
 def _memory(cfg, upcast: bool, recompute: str = "full") -> TrainingMemory:
@@ -106,7 +110,7 @@ def _memory(cfg, upcast: bool, recompute: str = "full") -> TrainingMemory:
 def test_prepare_model_for_kbit_training_bytes_equal_the_upcast(hf_qlora):
     """The 4-bit model's parameters and quant states, before and after PEFT's upcast, are the
     engine's frozen weights without and with ``upcast`` (adapters excluded on both sides)."""
-    before, after, _, cfg = hf_qlora
+    before, after, _, cfg, _ = hf_qlora
     plain, up = _memory(cfg, False), _memory(cfg, True)
     assert before == plain.weights - plain.adapter_bytes
     assert after == up.weights - up.adapter_bytes
@@ -117,7 +121,7 @@ def test_checkpointed_block_inputs_are_fp32_and_their_bytes(hf_qlora):
     """The fp32 embedding makes the residual stream fp32: every block input the checkpoint
     keeps is fp32 under autocast, and the engine's checkpoint rows hold those bytes (in the
     policy's 16 bits without the upcast)."""
-    _, _, kept, cfg = hf_qlora
+    _, _, kept, cfg, _ = hf_qlora
     hidden = [t for t in kept if t.dim() == 3]
     assert len(hidden) == RAW["num_hidden_layers"]
     assert {t.dtype for t in hidden} == {torch.float32}
@@ -129,6 +133,23 @@ def test_checkpointed_block_inputs_are_fp32_and_their_bytes(hf_qlora):
     assert up == measured == 2 * plain
 
 
+def test_the_upcast_heads_16_bit_weight_copy_is_saved_once(hf_qlora):
+    """Under autocast the fp32 lm_head computes in bf16: autocast casts its frozen weight for
+    the matmul (no cast cache for a weight that needs no gradient) and the matmul saves that
+    copy for the input gradient, V x d in bf16, once a forward: the engine's ``saved_once`` row
+    of the upcast head (none without the upcast, whose head weight is already bf16)."""
+    *_, cfg, saved = hf_qlora
+    V, d = RAW["vocab_size"], RAW["hidden_size"]
+    copies = [s for s in saved if s[1] == torch.bfloat16 and sorted(s[0]) == sorted((V, d))]
+    assert len(copies) == 1
+    head = {q: next(op for op in _memory(cfg, q).ops if op.path == "lm_head")
+            for q in (True, False)}
+    assert head[True].saved_once == ((V * d, "a"),) and head[False].saved_once == ()
+    # the activation bytes differ by exactly that copy (2 bytes a weight under bf16 autocast)
+    assert _memory(cfg, True, "none").activations - _memory(cfg, False, "none").activations \
+        == 2 * V * d
+
+
 def test_lora_and_full_recompute_none_are_untouched():
     """The upcast is QLoRA's (a k-bit base): LoRA on a 16-bit base and recompute none keep
     their bytes; every recipe names a source for each item."""
@@ -138,7 +159,10 @@ def test_lora_and_full_recompute_none_are_untouched():
     lora = [TrainingMemory(cfg, w, finetune=Finetune("lora", upcast=u)) for u in (False, True)]
     assert lora[0].total == lora[1].total
     q = [TrainingMemory(cfg, w, finetune=Finetune("qlora", upcast=u)) for u in (False, True)]
-    assert q[0].activations == q[1].activations  # no checkpoints kept under recompute none
+    # under recompute none no checkpoint is kept: only the head's 16-bit copy of the fp32
+    # weight differs (here the tied table's)
+    assert cfg.tie_embeddings
+    assert q[1].activations - q[0].activations == cfg.d_model * cfg.vocab_size * 2
     assert q[1].weights > q[0].weights
     for r in RECIPES.values():
         assert {k for k, _ in r.sources} == {"upcast", "checkpointing", "loss", "optimizer"}

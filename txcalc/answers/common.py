@@ -84,7 +84,8 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
                  offload: str | None) -> dict:
     """What a fine-tuning recipe (txcalc.engine.recipes) sets where the options leave it:
     {finetune (with the recipe's fp32 upcast), optimizer, loss, offload, optimizer_kernel,
-    recipe (its JSON, None for full training), assumed (the defaults taken, in words)}.
+    reserved_slack (the allocator's, engine.device), recipe (its JSON, None for full
+    training), assumed (the defaults taken, in words)}.
     Full training (``ft`` None) takes no recipe: adamw, the full loss, no offload, foreach."""
     import dataclasses
 
@@ -95,9 +96,11 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
             raise WorkloadError(f"--recipe ({recipe!r:.60}) applies to fine-tuning (--finetune "
                                 "lora, qlora, dora or freeze), not to full training")
         given = {"optimizer": optimizer, "loss": loss, "offload": offload}
+        from ..engine.device import FRAGMENTATION
         return {"finetune": None, **{k: FULL_TRAINING[k] if v is None else v
                                      for k, v in given.items()},
-                "optimizer_kernel": "foreach", "recipe": None, "assumed": []}
+                "optimizer_kernel": "foreach", "reserved_slack": FRAGMENTATION,
+                "recipe": None, "assumed": []}
     r = get_recipe(DEFAULT_RECIPE if recipe is None else recipe)
     assumed = [] if recipe is not None else [
         f"recipe {r.name} ({r.describe().partition(': ')[2]}; --recipe to change)"]
@@ -114,7 +117,7 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
             "optimizer": r.optimizer if optimizer is None else optimizer,
             "loss": r.loss if loss is None else loss,
             "offload": r.offload if offload is None else offload,
-            "optimizer_kernel": r.optimizer_kernel,
+            "optimizer_kernel": r.optimizer_kernel, "reserved_slack": r.reserved_slack,
             "recipe": r.to_json(), "assumed": assumed}
 
 

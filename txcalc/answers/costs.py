@@ -190,6 +190,8 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         else None
     gpu_bytes, gpu_label, _ = gpu_memory(row, opts["gpu_gb"], gpu_file)
     precision, said = half_precision(precision, row if gpu is not None else None)
+    from ..engine.device import FRAGMENTATION
+    slack = FRAGMENTATION  # the allocator's slack: a fine-tuning recipe's own (engine.recipes)
     if (model is None) == (params is None):
         raise WorkloadError("give either MODEL or --params N, not both or neither")
     if params is not None and inference:
@@ -231,6 +233,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
                         dropout, rec["finetune"], rec["offload"], stack, recompute_method,
                         recompute_layers, rec["loss"], global_tokens,
                         None if stack else rec["optimizer_kernel"])
+        slack = rec["reserved_slack"]
         if rec["recipe"] is not None:
             out["recipe"] = rec["recipe"]
         said += assumed + rec["assumed"]
@@ -241,7 +244,8 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     need = out["total_bytes"]
     if not inference:  # what the allocator and nvidia-smi show (engine.device)
         from ..engine.device import device_memory
-        out.update(device_memory(need, row.name if row is not None else None).to_json())
+        out.update(device_memory(need, row.name if row is not None else None,
+                                 slack).to_json())
         need = out["device_bytes"]
     out["fits_one_gpu"] = need <= gpu_bytes
     out["assumed"] = said

@@ -61,7 +61,8 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     cfg = load_model(model)
     setup = Setup(cfg, precision, rec["optimizer"], attn, recompute, rec["finetune"],
                   rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"],
-                  g.name if gpu is not None else None)
+                  g.name if gpu is not None else None,
+                  fragmentation=rec["reserved_slack"])
     setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
     res = fit_one(setup, gpu_bytes, batch, seq, peak, int(safety * GB))
     return Answer(res.to_json() | {"gpu": label, "precision": precision,

@@ -96,8 +96,14 @@ class DeviceMemory:
                 "device_bytes": self.device_bytes}
 
 
+#: the allocator's slack over the tensors' peak where nothing better is known
+#: (parallel.overheads.Overheads' default); a recipe may state its own
+#: (engine.recipes.Recipe.reserved_slack)
+FRAGMENTATION = 0.05
+
+
 def device_memory(tensor_bytes: int, gpu_name: str | None = None,
-                  fragmentation: float = 0.05) -> DeviceMemory:
+                  fragmentation: float = FRAGMENTATION) -> DeviceMemory:
     """``DeviceMemory`` of a training step whose tensors peak at ``tensor_bytes``:
     ``fragmentation`` the allocator's slack as a fraction of the tensors (``Overheads``'
     default, 5 %), the cuBLAS workspaces of ``gpu_name`` (``cublas_workspace_bytes``), the

@@ -139,6 +139,12 @@ class Finetune:
     #: qlora: the recipe keeps the frozen parameters that are not quantised in fp32
     #: (engine.recipes; PEFT's prepare_model_for_kbit_training), and so the residual stream
     upcast: bool = False
+    #: qlora: bitsandbytes before 0.43.2 keeps each quantised Linear's input for backward,
+    #: which its backward never reads (``MatMul4Bit.forward``: ``ctx.tensors = (A, B)`` when
+    #: an input needs a gradient; bitsandbytes-foundation/bitsandbytes PR #1270, merged
+    #: 2024-07-16, released in 0.43.2: ``ctx.tensors = (None, B)``): the frozen base saves what
+    #: a trained Linear saves (its input, once per input shared by q/k/v and gate/up)
+    bnb_saves_input: bool = False
 
     def __post_init__(self) -> None:
         from ..inputs import choice, integer, number
@@ -268,10 +274,17 @@ def _trainable_paths(cfg: ModelConfig, ops, spec: str) -> set[str]:
     return out
 
 
-def _frozen(cfg: ModelConfig, op: Op, fmt: Format | None) -> Op:
-    """The op with frozen parameters: what only its weight gradient needed is not saved."""
+def _frozen(cfg: ModelConfig, op: Op, fmt: Format | None, keeps_input: bool = False) -> Op:
+    """The op with frozen parameters: what only its weight gradient needed is not saved (but
+    a quantised Linear of bitsandbytes < 0.43.2 keeps its input: ``keeps_input``,
+    ``Finetune.bnb_saves_input``)."""
     saved = op.saved
-    if op.kind == "linear" and saved[:1] == ((op.d_in * op.active, "a"),):
+    # bitsandbytes replaces every nn.Linear but the output layer (llm_int8_skip_modules)
+    quantize = fmt is not None and op.kind == "linear" and not op.tied and op.params and \
+        _name(op) != "lm_head"
+    if quantize and keeps_input:
+        pass  # MatMul4Bit's ctx.tensors holds the input a trained Linear saves
+    elif op.kind == "linear" and saved[:1] == ((op.d_in * op.active, "a"),):
         # a ReLU saves its output, which is down_proj's input: it stays (unless a dropout
         # sits between them, whose ``extra`` keeps the ReLU output)
         relu_input = cfg.activation == "relu" and _name(op) == "down_proj" and not \
@@ -285,9 +298,6 @@ def _frozen(cfg: ModelConfig, op: Op, fmt: Format | None) -> Op:
         saved = saved[:-1]  # RMSNorm: the normalised input, for the scale's gradient
     elif op.kind in ("embedding", "token_ids"):
         saved = tuple(s for s in saved if s[1] != "i64")
-    # bitsandbytes replaces every nn.Linear but the output layer (llm_int8_skip_modules)
-    quantize = fmt is not None and op.kind == "linear" and not op.tied and op.params and \
-        _name(op) != "lm_head"
     return dataclasses.replace(op, trainable=False, saved=saved,
                                weight_format=fmt if quantize else None)
 
@@ -365,7 +375,8 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
     seen: set[tuple] = set()
     fmt = ft.base
     for op in ops:
-        out.append(_frozen(cfg, op, fmt) if _has_weights(op) else op)
+        out.append(_frozen(cfg, op, fmt, ft.mode == "qlora" and ft.bnb_saves_input)
+                   if _has_weights(op) else op)
         if op.path in targets:
             key = _input_key(cfg, op)
             # the input is saved already: by an adapter on the same input, or still by the
@@ -385,13 +396,24 @@ def _upcast(ops: list[Op]) -> list[Op]:
     """QLoRA under a recipe that upcasts (engine.recipes): every frozen parameter that is not
     quantised in fp32 (PEFT's prepare_model_for_kbit_training casts each float16/bfloat16
     parameter but Params4bit), and the embedding's fp32 output makes the residual stream, so
-    each block input a checkpoint keeps, fp32."""
+    each block input a checkpoint keeps, fp32. Under autocast (the Trainer's bf16 / fp16) an
+    upcast Linear that is not quantised (the lm_head, which bitsandbytes skips) computes in 16
+    bits: autocast casts its fp32 weight for each call (its cast cache holds only leaves that
+    require grad: a frozen weight is cast anew) and the matmul saves that 16-bit copy for the
+    input gradient, d_in x d_out in the activation dtype once per forward (``saved_once``)."""
     table = any(op.kind == "embedding" and op.params and not op.trainable for op in ops)
     out = []
     for op in ops:
         if op.params and not op.trainable and not op.tied and (op.weight_format is None
                                                                or op.bias):
             op = dataclasses.replace(op, upcast=True)
+            if op.kind == "linear" and op.weight_format is None and op.input_grad:
+                op = dataclasses.replace(op, saved_once=op.saved_once + (
+                    (op.d_in * op.d_out * op.instances, "a"),))
+        elif table and op.tied and op.kind == "linear" and op.input_grad:
+            # a tied head reads the upcast fp32 table: the same 16-bit copy
+            op = dataclasses.replace(op, saved_once=op.saved_once + (
+                (op.d_in * op.d_out * op.instances, "a"),))
         elif table and op.kind == "checkpoint" and op.component == "checkpoint.input":
             op = dataclasses.replace(op, saved=tuple((n, "f32") if t == "a" else (n, t)
                                                      for n, t in op.saved))

@@ -103,6 +103,8 @@ def forward_peak_extra(work: Workload, vocab: int, d: int, a: int) -> int:
     copy = 4 if a != 4 else 0  # logits.float() is the tensor itself in fp32
     if work.loss == "full":
         return full_loss_extra(loss_kernel(work), t, vocab, a)[0]
+    if "loss" in work.fused:  # each chunk's cross-entropy compiled (``compiled_chunks``)
+        return max(full_loss_extra("compiled", r, vocab, a)[0] for _, r in chunk_runs(work))
     n, best = loss_chunks(work.loss), None
     for i, rows in chunk_runs(work):
         later = t - _rows_through(work, i)  # rows of chunks not yet run: nothing saved
@@ -166,6 +168,8 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
         return 0
     if work.loss == "full":  # the kernel's (HF's: two fp32 T x V gradients)
         return full_loss_extra(loss_kernel(work), t, vocab, a)[1]
+    if "loss" in work.fused:
+        return compiled_chunks_backward(work, vocab, d, a, grad)
     b, sizes = work.batch, _sizes(work)
     n = len(sizes)
     rows = [b * s for s in sizes]
@@ -188,6 +192,22 @@ def backward_early(work: Workload, vocab: int, d: int, a: int, grad: int = 0) ->
             freed = d * a * copied + (d * a * t if views and i <= views[0] else 0)
             best = max(best, done + 3 * vocab * d * grad + 4 + (d * a - a * vocab) * later
                        - freed)
+    return best
+
+
+def compiled_chunks_backward(work: Workload, vocab: int, d: int, a: int, grad: int) -> int:
+    """Chunked loss with each chunk's cross-entropy compiled (torchtune's compile_loss:
+    ``torch.compile(loss.compute_cross_entropy)``; Workload.fused "loss"): every chunk is the
+    compiled kernel of ``full_loss_extra`` on its rows. Its forward makes only per-row
+    buffers and saves the chunk's logits (already alive: the output projection made every
+    chunk before the loss), so nothing T x V is transient there; in backward each chunk's
+    kernel writes its logits' gradient in their dtype (a V r_i) beside its saved logits, which
+    its node then frees: the gradients of the chunks done replace their saved logits one for
+    one, and the largest chunk's gradient is the transient. A trained head then sums its
+    chunks' weight gradients as the eager chunks do (old + new -> sum: three V x D)."""
+    best = max(full_loss_extra("compiled", r, vocab, a)[1] for _, r in chunk_runs(work))
+    if grad and loss_chunks(work.loss) > 1:
+        best = max(best, 3 * vocab * d * grad + 4)
     return best
 
 

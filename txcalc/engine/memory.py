@@ -40,7 +40,7 @@ from ..model.config import ModelConfig
 from ..errors import WorkloadError
 from .finetune import Finetune, check_precision, finetuned_ops, op_weight_bytes
 from .fp8 import FP8_RECIPE, fp8_saved_delta, fp8_weight_bytes
-from .saved import saved_bytes, saved_rows
+from .saved import recompute_transient, saved_bytes, saved_rows, tail_saved
 from .held import (HeldInputs, frozen_table_inputs, held_inputs, leaf_saved,
                    step_held_inputs)
 from .ops import Op
@@ -484,6 +484,30 @@ class TrainingMemory:
         return loss_transient(self.cfg, self.ops, self.work, self.precision)
 
     @cached_property
+    def recompute_bytes(self) -> int:
+        """Full recompute: the block rerun in backward above the saved tensors
+        (saved.recompute_transient), with a quantised weight dequantised for its matmuls
+        (``dequant_bytes``); 0 otherwise. The loss's and head's saved tensors are freed by
+        then (``phases`` takes saved.tail_saved away)."""
+        rc = recompute_transient(self.ops, self.work, self._bytes.act, self.precision)
+        return rc + self.dequant_bytes if rc else 0
+
+    @cached_property
+    def _rerun_ends(self) -> tuple[int, int, int]:
+        """(gradients of the ops after the last block, gradients of the first block and the
+        ops before it, the first block's checkpoint): ``phases``' two ends of the reruns."""
+        ops, g = self.ops, self._bytes.grad
+        blocks = [i for i, op in enumerate(ops) if op.layer >= 0]
+        first = min((op.layer for op in ops if op.layer >= 0), default=0)
+        head = sum(op.params_total * g for op in ops[blocks[-1] + 1:] if op.trainable) \
+            if blocks else 0
+        lead = sum(op.params_total * g for i, op in enumerate(ops) if op.trainable and (
+            op.layer == first if op.layer >= 0 else blocks and i < blocks[0]))
+        ckpt = sum(b for _, op, b in saved_rows(ops, self.work, self._bytes.act)
+                   if op.layer == first and op.kind == "checkpoint")
+        return head, lead, ckpt
+
+    @cached_property
     def held(self) -> HeldInputs:
         """The batch and the loss beside the saved activations (``held_inputs``)."""
         return held_inputs(self.cfg, self.ops, self.work, self._bytes.act,
@@ -577,8 +601,10 @@ class TrainingMemory:
                            |   and its fp32 copy (4, absent in fp32) beside the saved fp32
                            |   log-probabilities
             after_backward | gradients, the batch and the loss (activations are freed)
-            peak_backward  | the larger end of backward (gradients grow while activations
-                           |   shrink, both about linearly): at the start all activations
+            peak_backward  | the largest point of backward (gradients grow while activations
+                           |   shrink, both about linearly): under full recompute the last
+                           |   block rerun beside every checkpoint (recompute_bytes); at
+                           |   the start all activations
                            |   and the loss kernel's gradients (HF's: two fp32 T x V, the
                            |   loss's and log-softmax's; lm_loss.full_loss_extra); at
                            |   the end all gradients and the embedding's input gradient
@@ -627,7 +653,18 @@ class TrainingMemory:
         # quantised weight dequantised for the last block's input gradient, whichever is larger
         early = phase(act=act, temp=max(self._loss_temp("backward"), self.dequant_bytes))
         late = phase(grad=self.gradients, act=self.inputs + leaf, temp=emb_grad)
-        out["peak_backward"] = max(early, late, key=lambda c: c["total"])
+        # full recompute: a block rerun (recompute_bytes) at either end of the blocks' backward
+        # (blocks alike: what is alive grows or shrinks linearly between): the last block,
+        # beside every checkpoint and the head's gradients, or the first, beside its own
+        # checkpoint and every gradient but its own and the embeddings'
+        peaks = [early, late]
+        if self.recompute_bytes:
+            head_grad, first_grad, first_ckpt = self._rerun_ends
+            peaks.append(phase(grad=head_grad, act=act - tail_saved(self.ops, w, a),
+                               temp=self.recompute_bytes))
+            peaks.append(phase(grad=self.gradients - first_grad,
+                               act=self.inputs + leaf + first_ckpt, temp=self.recompute_bytes))
+        out["peak_backward"] = max(peaks, key=lambda c: c["total"])
         steady = base | {"opt": 0 if self._offload_opt else
                          self.optimizer_states + self.step_counters}
         out["after_step"] = dict(steady, grad=self.gradients, act=done)

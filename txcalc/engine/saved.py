@@ -86,3 +86,56 @@ def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int
     (``precision``: fp8 training keeps block Linears' inputs in fp8, ``fp8_saved_delta``)."""
     return sum(b + fp8_saved_delta(op, b, act_bytes, precision)
                for _, op, b in saved_rows(ops, work, act_bytes))
+
+
+def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = "") -> int:
+    """Full recompute's transient in backward, above what the step keeps (``saved_bytes``).
+
+    A checkpointed block keeps only its input in forward; in backward it runs its forward
+    again and its backward at once (torch.utils.checkpoint: the reentrant ``CheckpointFunction
+    .backward`` reruns the block under enable_grad then calls torch.autograd.backward on its
+    outputs; the non-reentrant one reruns it at the first unpack of a saved tensor, refilling
+    every saved tensor of the block). So while the last block's backward runs, every
+    checkpoint is still alive and that block holds everything it would save with no
+    recompute. The bytes above the step's saved tensors are
+
+        largest over recomputed blocks of  saved(block, none) - saved(block, full)
+        + the gradient arriving at the block's output (the block input's bytes)
+
+    (uniform method: N consecutive blocks are rerun as one, so N times a block). Blocks of
+    one model are alike, so the largest is any. Selective recompute reruns only the attention
+    core (no S x S kept: nothing above it is modelled); op-level keeps the named outputs. The
+    loss's saved tensors and the head's are freed by then: ``tail_saved`` is what the caller
+    takes away. Measured against MemTracker on the reference model with checkpointing in
+    tests/conformance/test_recompute_transient.py."""
+    if work.recompute != "full":
+        return 0
+    ops = tuple(ops)
+    none = dataclasses.replace(work, recompute="none", recompute_method="block",
+                               recompute_layers=0)
+    per_none: dict = {}
+    per_full: dict = {}
+    for rows, into in ((saved_rows(ops, none, act_bytes), per_none),
+                       (saved_rows(ops, work, act_bytes), per_full)):
+        for _, op, b in rows:
+            if op.layer >= 0 and work.block_mode(op.layer) == "full":
+                key = (op.stack, op.layer)
+                into[key] = into.get(key, 0) + b + fp8_saved_delta(op, b, act_bytes, precision)
+    if not per_none:
+        return 0
+    block = max(per_none[k] - per_full.get(k, 0) for k in per_none)
+    group = work.recompute_layers if work.recompute_method == "uniform" and \
+        work.recompute_layers else 1
+    # the gradient arriving at the block's output: the residual stream, the checkpointed
+    # input's shape and dtype (fp32 under a recipe's upcast)
+    grad_out = max(per_full.values(), default=0)
+    return max(0, block) * group + grad_out
+
+
+def tail_saved(ops, work: Workload, act_bytes: int) -> int:
+    """What the ops after the last block keep for backward (final norm, head, loss): freed
+    before the last block's backward starts (``recompute_transient``)."""
+    ops = tuple(ops)
+    last = max((i for i, op in enumerate(ops) if op.layer >= 0), default=len(ops))
+    after = {id(op) for op in ops[last + 1:]}
+    return sum(b for _, op, b in saved_rows(ops, work, act_bytes) if id(op) in after)

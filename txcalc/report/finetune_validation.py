@@ -1,6 +1,6 @@
 """reports/finetune-validation.md: txcalc's fine-tuning memory peaks and longest sequences
 against published measured ones (txcalc/data/finetune_measurements.json), with the fit/test
-split and each row's error: the "before" table of issue 28.
+split and each row's error (issue 28).
 
     python3 -m txcalc.report.finetune_validation            # rewrite the report
     python3 -m txcalc.report.finetune_validation --check    # exit 1 if the file is stale
@@ -56,23 +56,21 @@ def render(rows: list[Row]) -> str:
            "table row, the setup the source states and what was assumed are listed below). Do "
            "not edit by hand; `tests/published/test_finetune_validation.py` checks that this "
            "file is current.", "",
-           "These are the **before** errors of issue 28: txcalc as it is today, nothing fitted. "
-           "Error = predicted / measured - 1. A memory peak is predicted as the bytes of live "
-           "tensors at the step's peak (`train.fit.Setup.memory(batch, seq).total`, what "
-           "`txcalc memory` reports as `total_bytes`); a maximum length is `txcalc fit`'s "
-           "longest sequence on the row's GPU (`train.fit.fit`, which charges a 1 GiB CUDA "
-           "context and 5 % fragmentation over the tensors' peak against CUDA's total).", "",
-           "Like with like: the measured statistic of every row is named. txcalc predicts "
-           "allocated bytes only, so today a reserved or nvidia-smi figure is compared with "
-           "the allocated prediction too, and its row says so (`finetune_runs."
-           "predicted_figure` is the one place that will pick the reserved or nvidia-smi "
-           "figure once those are modelled). A reserved peak is above the allocated one by "
-           "the allocator's slack, so on those rows a negative error is expected even for an "
-           "exact tensor model.", "",
+           "Error = predicted / measured - 1. Each row is predicted as `txcalc memory` and "
+           "`txcalc fit` answer it (`train.fit.Setup`, the row's recipe from "
+           "`engine.recipes` where declared: QLoRA's fp32 upcast, the optimizer kernel, the "
+           "allocator's slack; the row's GPU). A memory peak is compared with the figure its "
+           "statistic names (`finetune_runs.COMPARED`, from `engine.device`): "
+           "max_memory_allocated with the tensors' peak plus the cuBLAS workspaces, "
+           "max_memory_reserved with that plus the allocator's slack rounded to its "
+           "segments, nvidia-smi with reserved plus the CUDA context; a maximum length is "
+           "`fit`'s longest sequence on the row's GPU (reserved plus the context against "
+           "CUDA's total).", "",
            f"Split rule, fixed before any error was looked at: {SPLIT_RULE}. "
-           f"Fit rows: {sum(r.run.split == 'fit' for r in rows)} of {len(rows)}. Nothing is "
-           "fitted yet: the fit rows are where later constants (recipe upcasts, reserved "
-           "slack, context) may be fitted; test rows never are.", "",
+           f"Fit rows: {sum(r.run.split == 'fit' for r in rows)} of {len(rows)}. One constant is "
+           "fitted, on fit rows only: hf-peft's reserved slack (`engine.recipes.FITTED_SLACK`,"
+           " least squares over its two fit lengths, `finetune_runs.fit_reserved_slack`); "
+           "test rows never enter a fit.", "",
            "Statistics: " + "; ".join(f"`{k}` = {v}" for k, v in STATISTIC_WORDS.items()) + ".",
            "", "## Summary", "",
            "| split | kind | rows | median abs error | max abs error | mean error | "
@@ -125,14 +123,15 @@ def render(rows: list[Row]) -> str:
         errs = sorted(r.error for r in rs)
         out.append(f"| {recipe} | {method} | {stat} | {len(rs)} | "
                    f"{', '.join(_pct(e) for e in errs)} |")
-    out += ["", "Reading: a negative error on an allocated row is bytes txcalc does not model "
-            "(issue 28 lists the recipe's upcasts, loss path and dequantisation buffers); on a "
-            "reserved row it also holds the allocator's slack. A positive error on a "
-            "maximum length is an answer longer than what ran. torchtune's full fine-tune "
-            "applies the optimizer inside the backward pass (`optimizer_in_bwd`: no "
-            "gradients held), which txcalc cannot state yet, so that row is predicted with "
-            "every gradient held; its LoRA and QLoRA rows ran with torch.compile and torchao's "
-            "NF4, and why they are predicted above a reserved figure is not traced yet.", "",
+    out += ["", "Reading: a negative error is bytes txcalc does not model, a positive one on a "
+            "maximum length an answer longer than what ran. Not explained: litgpt's QLoRA "
+            "rows stay about 2 GiB under (bitsandbytes 0.42.0's kept inputs are modelled; the "
+            "rest is not traced); torchtune's full fine-tune applies the optimizer inside the "
+            "backward pass (`optimizer_in_bwd`: one parameter's gradient at a time) with paged "
+            "8-bit Adam states outside PyTorch's allocator, which txcalc cannot state, so that "
+            "fit row is predicted with every gradient and state held; torchtune's statistic "
+            "is assumed reserved from an older README (allocated would put its LoRA row at "
+            "+6 %).", "",
             "## Sources, quotes and assumptions", ""]
     seen, said = set(), None
     for r in rows:

@@ -1,5 +1,5 @@
 """Published, measured fine-tuning memory peaks and maximum sequence lengths, and txcalc's
-prediction for each (issue 28, item 5: the "before" errors).
+prediction for each (issue 28, item 5).
 
 The rows live in ``txcalc/data/finetune_measurements.json``: each has its source (a URL at a
 commit), the exact table row (``quote``: the header, then the row), what the source states
@@ -19,24 +19,20 @@ figure and its ``split``.
                   |   (tokens, at the stated batch)      |   ran out of memory
 
 Predictions use the engine as ``txcalc memory`` and ``txcalc fit`` do (``train.fit.Setup``:
-the same TrainingMemory, the same search): a peak is ``Setup.memory(batch, seq).total``, the
-bytes of live tensors at the step's peak; a maximum length is ``train.fit.fit``'s answer on
-the row's GPU (``Gpu.usable_bytes``), which already charges ``parallel.overheads.Overheads``
-(1 GiB CUDA context and 5 % fragmentation over the tensors' peak). Going through ``Setup``
-rather than the answers layer lets a row state what the options cannot (bitsandbytes nf4
-without double quantisation, litgpt's ``bnb.nf4``).
-
-``predicted_figure`` picks the predicted figure that matches the measured statistic
+the same TrainingMemory, the same search), with the row's recipe where ``engine.recipes``
+declares it (``recipe_effects``: QLoRA's fp32 upcast, the optimizer kernel, the allocator's
+reserved slack) and what the row states beyond the options (bitsandbytes nf4 without double
+quantisation, bitsandbytes < 0.43.2 keeping quantised Linears' inputs, a compiled loss). A
+peak is the engine's tensors' peak with ``engine.device``'s allocated, reserved and device
+bytes (``predict``); ``predicted_figure`` compares the one the measured statistic names
 (``COMPARED``: allocated for max_memory_allocated, reserved for max_memory_reserved, reserved
-plus the CUDA context for nvidia-smi). Today txcalc predicts allocated bytes only, so every
-memory statistic falls back to the allocated peak and the row says so; when ``predict`` also
-returns reserved and context bytes (issue 28, item 2: ``memory --json``'s
-``reserved_bytes``) every row follows with no other change.
+plus the CUDA context for nvidia-smi). A maximum length is ``train.fit.fit``'s answer on the
+row's GPU (``Gpu.usable_bytes``), which compares reserved plus the CUDA context.
 
 Split rule (``SPLIT_RULE``, fixed before any error was looked at): within each source
 document (the row's ``table``), in the order its rows appear there (``order``), every third
 row from the first (order % 3 == 0) is a fit row and the others are test rows, so about a
-third fit. Nothing is fitted yet; the fit rows are where item 1-2's constants may be fitted.
+third fit. Constants are fitted on fit rows only (``fit_reserved_slack``).
 """
 
 from __future__ import annotations
@@ -107,6 +103,8 @@ class Measurement:
     assumptions: str = ""
     lora: dict | None = field(default=None, hash=False)
     quant: dict | None = field(default=None, hash=False)
+    #: the run compiled its loss (torch.compile of the cross-entropy: Workload.fused "loss")
+    compiled_loss: bool | None = None
 
     @property
     def kind(self) -> str:
@@ -142,14 +140,25 @@ class Measurement:
         return Finetune(self.method, rank=int(lora["rank"]), alpha=float(lora["alpha"]),
                         targets=lora["targets"], lora_dropout=float(lora.get("dropout", 0.0)),
                         base_format=q.get("format", "nf4"), block=int(q.get("block", 64)),
-                        double_quant=bool(q.get("double_quant", True)))
+                        double_quant=bool(q.get("double_quant", True)),
+                        bnb_saves_input=bool(q.get("bnb_saves_input", False)))
 
     def setup(self):
-        """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row."""
+        """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row, with the
+        row's recipe where ``engine.recipes`` declares it (``recipe_effects``) and the row's GPU
+        (its cuBLAS workspace, engine.device)."""
+        import dataclasses
+
         from ..model.presets import get_preset
         from .fit import Setup
+        ft = self.finetune()
+        upcast, kernel, slack = recipe_effects(self.recipe)
+        if ft is not None and ft.mode == "qlora":
+            ft = dataclasses.replace(ft, upcast=upcast)
         return Setup(get_preset(self.model), self.precision, self.optimizer, self.attn,
-                     self.recompute, self.finetune(), loss=self.loss)
+                     self.recompute, ft, loss=self.loss, optimizer_kernel=kernel,
+                     gpu_name=self.gpu, fragmentation=slack,
+                     fused=("loss",) if self.compiled_loss else ())
 
     def describe_method(self) -> str:
         if self.method == "full":
@@ -158,7 +167,24 @@ class Measurement:
         base = ""
         if self.quant:
             base = f", {self.quant['format']}{' dq' if self.quant.get('double_quant') else ''}"
+            if self.quant.get("bnb_saves_input"):
+                base += " (bnb < 0.43.2: inputs kept)"
         return f"{self.method} r={lora['rank']} {lora['targets']}{base}"
+
+
+def recipe_effects(recipe: str) -> tuple[bool, str, float]:
+    """(QLoRA's fp32 upcast, the optimizer step's kernel, the allocator's reserved slack) of a
+    row's recipe: what ``engine.recipes.RECIPES`` declares for it, as ``answers.common.
+    apply_recipe`` applies it (the row states its own optimizer, loss and checkpointing). A
+    recipe outside that table (litgpt: Fabric's bitsandbytes plugin, no upcast;
+    torch.optim.AdamW, foreach by default) takes no upcast, the foreach kernel and
+    device.FRAGMENTATION."""
+    from ..engine.device import FRAGMENTATION
+    from ..engine.recipes import RECIPES
+    r = RECIPES.get(recipe)
+    if r is None:
+        return False, "foreach", FRAGMENTATION
+    return r.upcast, r.optimizer_kernel, r.reserved_slack
 
 
 def measurements_path() -> Path:
@@ -227,26 +253,28 @@ def load_measurements(path: str | Path | None = None) -> list[Measurement]:
     return out
 
 
-def predict(m: Measurement) -> dict:
-    """txcalc's figures for one row: a peak's allocated bytes (the engine's peak over the
-    step's phases), or ``fit``'s longest sequence on the row's GPU with the bytes it needed."""
+def predict(m: Measurement, setup=None) -> dict:
+    """txcalc's figures for one row: a peak's tensor, allocated, reserved and device bytes
+    (the engine's peak over the step's phases, engine.device), or ``fit``'s longest sequence
+    on the row's GPU with the bytes it needed. ``setup``: another than the row's own."""
     from ..engine.hardware import get_gpu
     from .fit import fit
-    s = m.setup()
+    s = m.setup() if setup is None else setup
     if m.is_length:
         g = get_gpu(m.gpu)
         res = fit(s, g.usable_bytes, batch=m.batch)
         return {"max_seq": res.max_seq, "need_bytes": res.total_bytes,
                 "gpu_bytes": g.usable_bytes}
     mem = s.memory(m.batch, m.seq)
-    return {"allocated_bytes": mem.total, "peak_phase": mem.peak_phase}
+    d = s.device(m.batch, m.seq)
+    return {"tensor_bytes": mem.total, "allocated_bytes": d.allocated_bytes,
+            "reserved_bytes": d.reserved_bytes, "device_bytes": d.device_bytes,
+            "peak_phase": mem.peak_phase}
 
 
 #: the predicted figure each measured statistic is compared with, best first: the first key
-#: present in ``predict``'s answer is used. Today ``predict`` gives allocated bytes only, so
-#: reserved and nvidia-smi figures fall back to them; once ``predict`` also returns
-#: ``reserved_bytes`` (and ``device_bytes``: reserved plus the CUDA context), those rows
-#: compare like with like with no other change.
+#: present in ``predict``'s answer is used (``predict`` gives all three, so each statistic
+#: meets its own figure; the fallbacks name what they stand in for).
 COMPARED = {"max_memory_allocated": ("allocated_bytes",),
             "max_memory_reserved": ("reserved_bytes", "allocated_bytes"),
             "nvidia-smi": ("device_bytes", "reserved_bytes", "allocated_bytes"),
@@ -313,3 +341,33 @@ def dumps(rows: list[Row]) -> str:
                         "statistic": r.run.statistic, "measured": r.measured_value,
                         "predicted": r.figure, "compared": r.compared,
                         "error": round(r.error, 6)} for r in rows], indent=1)
+
+
+#: the slacks ``fit_reserved_slack`` tries: 0 to 40 % in steps of 1 %
+SLACK_GRID = tuple(i / 100 for i in range(41))
+
+
+def fit_reserved_slack(recipe: str, runs: list[Measurement] | None = None) -> float | None:
+    """The allocator's reserved-over-allocated slack (engine.device.device_memory's
+    ``fragmentation``) that fits ``recipe``'s fit rows best: least squares of their errors over
+    ``SLACK_GRID`` (the smallest slack on a tie), from the rows whose figure the slack moves (a
+    reserved or nvidia-smi peak, a longest length); None when the recipe has none. Test rows
+    never enter it. ``engine.recipes.FITTED_SLACK`` holds its answers."""
+    import dataclasses
+    runs = load_measurements() if runs is None else runs
+    rows = [m for m in runs if m.split == "fit" and m.recipe == recipe
+            and m.statistic != "max_memory_allocated"]
+    if not rows:
+        return None
+    setups = [(m, m.setup()) for m in rows]
+
+    def sse(f: float) -> float:
+        total = 0.0
+        for m, s in setups:
+            fig, _ = predicted_figure(m, predict(m, dataclasses.replace(s, fragmentation=f)))
+            total += (fig / (m.measured["value"] if m.is_length else m.measured_bytes) - 1) ** 2
+        return total
+    # the error is unimodal in the slack: every 5 %, then every 1 % around the best
+    coarse = min(SLACK_GRID[::5], key=lambda f: (sse(f), f))
+    return min((f for f in SLACK_GRID if abs(f - coarse) < 0.05 + 1e-9),
+               key=lambda f: (sse(f), f))

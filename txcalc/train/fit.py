@@ -69,10 +69,14 @@ class Setup:
     #: the catalog GPU (its cuBLAS workspace: overheads.cublas_workspace_bytes); None: a
     #: GPU given by its memory only
     gpu_name: str | None = None
+    #: the caching allocator's slack over the tensors' peak (engine.device.device_memory)
+    fragmentation: float = 0.05
+    #: fused / compiled kernels (Workload.fused: "loss" compiles the cross-entropy)
+    fused: tuple[str, ...] = ()
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
-                        loss=self.loss)
+                        loss=self.loss, fused=self.fused)
         return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
                               self.offload, self.optimizer_kernel)
 
@@ -94,7 +98,7 @@ class Setup:
     def device(self, batch: int, seq: int):
         """One GPU: allocated, reserved and device bytes of the step
         (engine.device.device_memory)."""
-        return device_memory(self.memory(batch, seq).total, self.gpu_name)
+        return device_memory(self.memory(batch, seq).total, self.gpu_name, self.fragmentation)
 
     def planner_bytes(self, batch: int, seq: int) -> dict:
         """The planner's evaluation (``train.evaluate.evaluate_layouts``, every category,

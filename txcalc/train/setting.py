@@ -8,6 +8,7 @@ of layouts (its module docstring has the tables of the categories and the step t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -270,13 +271,21 @@ def group_counts(ops) -> dict:
 
 def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], list[Op]]:
     """Blocks grouped by identical ops: (groups' ops of one block, group of each block,
-    ops before the blocks (stage 0), ops after them (last stage))."""
+    ops before the blocks (stage 0), ops after them (last stage)). They depend on the
+    config and its ops only, so a search over lengths (fit's bisection over ZeRO-3 ranks:
+    a new setting at every probe) groups once (``_group_ops``, read-only lists)."""
+    return _group_ops(s.cfg, s.ops)
+
+
+@functools.lru_cache(maxsize=32)
+def _group_ops(cfg, ops) -> tuple[list[list[Op]], list[int], list[Op], list[Op]]:
     per_block: dict[int, list[Op]] = {}
     first, last = [], []
-    stage_of = assign_stages(s.cfg, s.ops, 1)[0]
+    n_blocks = sum(depth for _, depth in cfg.stacks)
+    stage_of = assign_stages(cfg, ops, 1)[0]
     for op in stage_of:
         if op.placement == "block":
-            per_block.setdefault(block_index(s.cfg, op), []).append(op)
+            per_block.setdefault(block_index(cfg, op), []).append(op)
         elif op.placement == "pre":
             first.append(op)
         else:
@@ -284,11 +293,11 @@ def group_ops(s: TrainSetting) -> tuple[list[list[Op]], list[int], list[Op], lis
     keys: dict[tuple, int] = {}
     groups: list[list[Op]] = []
     block_group = []
-    for g in range(s.n_blocks):
-        ops = per_block.get(g, [])
-        key = tuple(dataclasses.replace(op, path="", layer=0) for op in ops)
+    for g in range(n_blocks):
+        block = per_block.get(g, [])
+        key = tuple(dataclasses.replace(op, path="", layer=0) for op in block)
         if key not in keys:
             keys[key] = len(groups)
-            groups.append(ops)
+            groups.append(block)
         block_group.append(keys[key])
     return groups, block_group, first, last
