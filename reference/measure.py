@@ -134,6 +134,29 @@ def flops_by_module(model: ReferenceModel, inputs) -> tuple[dict[str, int], int,
             fwd.get_total_flops(), bwd.get_total_flops())
 
 
+def flops_and_saved_by_module(model: ReferenceModel, inputs) -> tuple[
+        dict[str, int], int, int, dict[str, int]]:
+    """``flops_by_module`` and ``saved_by_module``'s bytes from one forward instead of two:
+    FlopCounterMode is a dispatch mode, below autograd, so the tensors autograd saves (and the
+    saved_tensors_hooks see) are the same with it as without. Returns (FLOPs per module,
+    forward total, backward total, {module path: unique saved bytes})."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    run = run_forward(model, inputs)
+    out = {}
+
+    def counted():
+        with FlopCounterMode(display=False, custom_mapping=flop_mapping()) as fwd:
+            out["loss"] = run()
+        out["fwd"] = fwd
+    saved, _ = saved_bytes_by_module(model, counted)
+    fwd = out["fwd"]
+    with FlopCounterMode(display=False, custom_mapping=flop_mapping()) as bwd:
+        out.pop("loss").backward()
+    return (exclusive_flops(fwd.get_flop_counts(), type(model).__name__),
+            fwd.get_total_flops(), bwd.get_total_flops(), saved)
+
+
 def cpu_flash_flops() -> dict:
     """FlopCounterMode counts the CUDA flash kernels but not the CPU one (MEASURING.md): map
     the CPU kernel and its backward to torch's own SDPA formulas (backward 2.5x forward)."""
@@ -218,6 +241,11 @@ def saved_under_fake(cfg, work, dtype, softmax_fp32: bool = True):
 def flops_under_fake(cfg, work, dtype, softmax_fp32: bool = True):
     """flops_by_module under FakeTensorMode (the fused kernels run and are counted)."""
     return _under_fake(flops_by_module, cfg, work, dtype, softmax_fp32)
+
+
+def flops_and_saved_under_fake(cfg, work, dtype, softmax_fp32: bool = True):
+    """flops_and_saved_by_module under FakeTensorMode: one build and one forward for both."""
+    return _under_fake(flops_and_saved_by_module, cfg, work, dtype, softmax_fp32)
 
 
 # --- KV cache -----------------------------------------------------------------------------------

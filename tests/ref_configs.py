@@ -84,7 +84,8 @@ def assert_reference_equals_engine(cfg: ModelConfig, batch: int, seq: int) -> No
 
     import torch
 
-    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
+    from reference.measure import (by_layer, flops_and_saved_by_module, make_inputs,
+                                   saved_by_module)
     from reference.model import build
     from txcalc.engine.accounting import count_flops, count_params
     from txcalc.engine.memory import TrainingMemory
@@ -93,13 +94,17 @@ def assert_reference_equals_engine(cfg: ModelConfig, batch: int, seq: int) -> No
     work = Workload(batch=batch, seq=seq)
     model = build(cfg, torch.bfloat16, "meta")
     assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
-    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq))
+    # the FLOPs' forward also measures the bytes saved in bf16 without recompute
+    _, fwd, bwd, saved_bf16 = flops_and_saved_by_module(model, make_inputs(model, batch, seq))
     f = count_flops(cfg, work)
     assert (fwd, bwd) == (f.forward, f.backward)
     for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16-mixed")):
         for recompute in ("none", "full"):
-            model = build(cfg, dtype, "meta", recompute=recompute)
-            measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
+            if (dtype, recompute) == (torch.bfloat16, "none"):
+                measured = saved_bf16
+            else:
+                model = build(cfg, dtype, "meta", recompute=recompute)
+                measured, _ = saved_by_module(model, make_inputs(model, batch, seq))
             w = dataclasses.replace(work, recompute=recompute)
             predicted = TrainingMemory(cfg, w, precision).activations_by_layer()
             assert predicted == by_layer(measured), (precision, recompute)

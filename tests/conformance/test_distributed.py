@@ -1,6 +1,6 @@
 """A real distributed engine on CPU: per-rank bytes equal the planner's per-GPU prediction.
 
-Two gloo ranks (spawned here) train a tiny Llama (HF LlamaForCausalLM, vocab 1001 so that
+Two gloo ranks (forked here) train a tiny Llama (HF LlamaForCausalLM, vocab 1001 so that
 every split is uneven) for one AdamW step, sharded two ways:
 
 - FSDP2 ``fully_shard`` (each block, then the root): ZeRO-3 over dp = 2. FSDP2 splits dim 0
@@ -116,6 +116,25 @@ def _step(rank: int, world: int, mode: str, out_dir: str) -> None:
         json.dump(result, f)
 
 
+def forked(fn, args: tuple, nprocs: int) -> None:
+    """Run ``fn(i, *args)`` in ``nprocs`` child processes forked from this one (each its own
+    process group, as under ``mp.spawn``), joined; a child's exception fails the caller.
+    Forked, not spawned: a spawned child imports torch, transformers and the test module again
+    (6-9 CPU s a child); a forked one starts with what this process imported (imported here
+    first). One intra-op thread a child: the tiny models gain nothing from more, and the
+    children never enter an OpenMP team the parent may have left behind."""
+    import torch.distributed.fsdp  # noqa: F401 (imported once, before the fork)
+    import torch.multiprocessing as mp
+    import transformers.models.llama.modeling_llama  # noqa: F401
+    mp.start_processes(_one_thread, args=(fn, args), nprocs=nprocs, join=True,
+                       start_method="fork")
+
+
+def _one_thread(i: int, fn, args: tuple) -> None:
+    torch.set_num_threads(1)
+    fn(i, *args)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,10 +143,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict:
-    """Both shardings, one spawn of two gloo ranks: {mode: [rank 0, rank 1]}."""
-    import torch.multiprocessing as mp
+    """Both shardings, one fork of two gloo ranks: {mode: [rank 0, rank 1]}."""
     out = tmp_path_factory.mktemp("ranks")
-    mp.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    forked(_worker, (2, _free_port(), str(out)), nprocs=2)
     return {mode: [json.loads((out / f"{mode}-{r}.json").read_text()) for r in range(2)]
             for mode in ("fsdp", "tp")}
 
@@ -213,9 +231,8 @@ def test_fsdp_fake_pg_llama3_8b_peak_within_3_percent(tmp_path):
     category: exact for the states (bf16-mixed's 2 + 2 + 12 bytes per parameter equal FSDP2's
     fp32 shards, fp32 gradients and AdamW's two fp32 moments, 16 bytes), within 0.01% for the
     activations."""
-    import torch.multiprocessing as mp
     pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
-    mp.spawn(_fake_rank, args=(str(tmp_path),), nprocs=1, join=True)
+    forked(_fake_rank, (str(tmp_path),), nprocs=1)
     peak = json.loads((tmp_path / "fake.json").read_text())
 
     import txcalc

@@ -191,7 +191,8 @@ def reference_matches(cfg, batch: int, seq: int, src: int = 0, recomputes=("none
     from ``cfg`` equal the engine's, under each recompute mode."""
     import dataclasses
 
-    from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module
+    from reference.measure import (by_layer, flops_and_saved_by_module, make_inputs,
+                                   saved_by_module)
     from reference.model import build
     from txcalc.engine.accounting import count_params
     from txcalc.engine.memory import TrainingMemory
@@ -199,13 +200,17 @@ def reference_matches(cfg, batch: int, seq: int, src: int = 0, recomputes=("none
     work = Workload(batch=batch, seq=seq, src_seq=src)
     model = build(cfg, torch.bfloat16, "meta")
     assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
-    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq, src))
+    # the FLOPs' forward also measures the bytes saved without recompute (the same build)
+    _, fwd, bwd, saved = flops_and_saved_by_module(model, make_inputs(model, batch, seq, src))
     f = count_flops(cfg, work)
     assert (fwd, bwd) == (f.forward, f.backward)
     for recompute in recomputes:
         w = dataclasses.replace(work, recompute=recompute)
-        m = build(cfg, torch.bfloat16, "meta", recompute=recompute)
-        measured, _ = saved_by_module(m, make_inputs(m, batch, seq, src))
+        if recompute == "none":
+            measured = saved
+        else:
+            m = build(cfg, torch.bfloat16, "meta", recompute=recompute)
+            measured, _ = saved_by_module(m, make_inputs(m, batch, seq, src))
         predicted = TrainingMemory(cfg, w, "bf16-mixed").activations_by_layer()
         # a stack whose outside-block ops save nothing (Marian) has no measured row
         assert {k: v for k, v in predicted.items() if v} == by_layer(measured), recompute

@@ -28,7 +28,8 @@ from ..ref_configs import configs
 
 torch = pytest.importorskip("torch")
 from reference.lora import finetune  # noqa: E402
-from reference.measure import by_layer, flops_by_module, make_inputs, saved_by_module  # noqa: E402
+from reference.measure import (by_layer, flops_and_saved_by_module,  # noqa: E402
+                               make_inputs, saved_by_module)
 from reference.model import build  # noqa: E402
 
 SETTINGS = dict(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
@@ -96,15 +97,19 @@ def test_trainable_flops_and_saved_bytes_exact_against_the_reference(cfg, data):
     assert sum(p.numel() for p in model.parameters()) == mem.n_params
     # gradients: one bf16 gradient per trainable parameter, none for frozen ones
     inputs = make_inputs(model, batch, seq, src)
-    _, fwd, bwd = flops_by_module(model, inputs)
+    # one forward for the FLOPs and the bytes saved without recompute
+    _, fwd, bwd, saved = flops_and_saved_by_module(model, inputs)
     assert all((p.grad is not None) == p.requires_grad for p in model.parameters())
     assert sum(p.grad.untyped_storage().nbytes() for p in trainable) == mem.gradients
     f = count_flops(cfg, work, ft)
     assert (fwd, bwd) == (f.forward, f.backward)
     for recompute in ("none", "selective", "full"):
         w = dataclasses.replace(work, recompute=recompute)
-        model = reference(cfg, ft, recompute)
-        measured, _ = saved_by_module(model, make_inputs(model, batch, seq, src))
+        if recompute == "none":
+            measured = saved
+        else:
+            model = reference(cfg, ft, recompute)
+            measured, _ = saved_by_module(model, make_inputs(model, batch, seq, src))
         predicted = TrainingMemory(cfg, w, "bf16-mixed", "adamw", ft).activations_by_layer()
         assert nonzero(predicted) == by_layer(measured), recompute
 

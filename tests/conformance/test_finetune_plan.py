@@ -2,7 +2,7 @@
 model with frozen blocks) equal ``plan_train``'s per-GPU prediction, and the CLI takes the
 fine-tuning flags.
 
-Two gloo ranks (spawned here) train the tiny Llama of tests/conformance/test_distributed.py (vocab 1001:
+Two gloo ranks (forked here) train the tiny Llama of tests/conformance/test_distributed.py (vocab 1001:
 every split uneven) for one AdamW step in fp32, ``fully_shard`` on each block then the root
 (ZeRO-3 over dp = 2):
 
@@ -28,7 +28,8 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 pytest.importorskip("transformers")
 
-from tests.conformance.test_distributed import TINY, _free_port, _local, _storages_bytes  # noqa: E402
+from tests.conformance.test_distributed import (TINY, _free_port, _local,  # noqa: E402
+                                                _storages_bytes, forked)
 
 RANK = 4
 MODES = ("lora", "freeze")
@@ -80,9 +81,9 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict:
-    import torch.multiprocessing as mp
+    pytest.importorskip("peft")  # imported once here, not in each forked rank
     out = tmp_path_factory.mktemp("ft_ranks")
-    mp.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    forked(_worker, (2, _free_port(), str(out)), nprocs=2)
     return {mode: [json.loads((out / f"{mode}-{r}.json").read_text()) for r in range(2)]
             for mode in MODES}
 

@@ -74,11 +74,11 @@ def _fake_rank(_: int, out_dir: str) -> None:
 def test_torchao_float8_fsdp2_states_per_gpu(tmp_path):
     import importlib.util
 
-    import torch.multiprocessing as mp
+    from .test_distributed import forked  # a forked rank: no second import of torch
     if importlib.util.find_spec("torchao") is None:
         pytest.skip(TORCHAO_MISSING)
     pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
-    mp.spawn(_fake_rank, args=(str(tmp_path),), nprocs=1, join=True)
+    forked(_fake_rank, (str(tmp_path),), nprocs=1)
     peak = json.loads((tmp_path / "fp8.json").read_text())
 
     from txcalc.engine.hardware import get_gpu

@@ -21,9 +21,9 @@ from txcalc.engine.workload import Workload
 from ..ref_configs import configs
 
 torch = pytest.importorskip("torch")
-from reference.measure import (by_layer, flops_by_module, flops_under_fake,  # noqa: E402
-                               kv_cache_after_generate, make_inputs, saved_by_module,
-                               saved_under_fake)
+from reference.measure import (by_layer, flops_and_saved_by_module,  # noqa: E402
+                               flops_and_saved_under_fake, kv_cache_after_generate, make_inputs,
+                               saved_by_module)
 from reference.model import build, generate, sample_next  # noqa: E402
 
 SETTINGS = dict(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
@@ -50,12 +50,14 @@ def saved_per_layer(cfg, work, dtype=None):
 def test_params_flops_and_saved_bytes_exact_for_drawn_configs(cfg, data):
     batch, seq, src = lengths(data, cfg)
     work = Workload(batch=batch, seq=seq, src_seq=src)
-    model = build(cfg, torch.bfloat16, "meta")
+    model = build(cfg, torch.bfloat16, "meta")  # saved_per_layer's model without recompute
     assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
-    _, fwd, bwd = flops_by_module(model, make_inputs(model, batch, seq, src))
+    # one forward for the FLOPs and the bytes saved without recompute
+    _, fwd, bwd, saved = flops_and_saved_by_module(model, make_inputs(model, batch, seq, src))
     f = count_flops(cfg, work)
     assert (fwd, bwd) == (f.forward, f.backward)
-    for recompute in ("none", "selective", "full"):
+    assert TrainingMemory(cfg, work, "bf16-mixed").activations_by_layer() == by_layer(saved)
+    for recompute in ("selective", "full"):
         predicted, measured = saved_per_layer(cfg, dataclasses.replace(work, recompute=recompute))
         assert predicted == measured, recompute
 
@@ -112,11 +114,10 @@ def test_fused_sdpa_saved_bytes_exact_under_fake_tensors(cfg, data, recompute):
     assume(fused_ok(cfg, seq) and cfg.n_heads > 1 and not cfg.is_mla)
     work = Workload(batch=batch, seq=seq, src_seq=src, attn_impl="flash", recompute=recompute)
     dtype = torch.float32 if cfg.norm_type == "layernorm" else torch.bfloat16
-    measured, _ = saved_under_fake(cfg, work, dtype)
+    _, fwd, bwd, measured = flops_and_saved_under_fake(cfg, work, dtype)  # one build, forward
     precision = "fp32" if dtype == torch.float32 else "bf16-mixed"
     assert TrainingMemory(cfg, work, precision).activations_by_layer() == by_layer(measured)
     # executed FLOPs of the fused kernel: backward 2.5x forward, recompute inside backward
-    _, fwd, bwd = flops_under_fake(cfg, work, dtype)
     f = count_flops(cfg, work)
     assert (fwd, bwd) == (f.forward, f.backward + f.recompute)
 

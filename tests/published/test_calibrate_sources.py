@@ -10,7 +10,6 @@ import pytest
 
 from txcalc.train import calibrate as C
 from txcalc import load
-from txcalc.engine import timing
 from txcalc.cli import main
 from txcalc.engine.hardware import get_gpu
 from txcalc.engine.timing import DeviceProfile
@@ -143,17 +142,3 @@ def test_dry_run_report_has_no_memory_rows():
     report = {"cases": [{"model": "m", "predicted": {"peak_forward": 10}, "measured": {},
                          "step_time_s": 1.0}]}
     assert C.memory_errors(report) == []
-
-
-def test_calibrate_from_the_published_runs(capsys, tmp_path):
-    from txcalc.train.published_runs import runs_path
-    assert main(["calibrate", str(runs_path()), "--gpu", "a100", "--json",
-                 "--out", str(tmp_path / "tval-a100-calibrated.json")]) == 0
-    r = json.loads(capsys.readouterr().out)
-    assert r["input"] == "runs"
-    assert r["flop_efficiency"]["matmul"] == pytest.approx(
-        timing.GPU_EFFICIENCY["a100-80gb"]["matmul"], abs=0.01)
-    assert len(r["cases"]) >= 5
-    assert main(["calibrate", str(runs_path()), "--gpu", "l4", "--out",
-                 str(tmp_path / "tval-l4.json")]) == 2
-    assert "no fit runs on l4" in capsys.readouterr().err

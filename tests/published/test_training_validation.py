@@ -126,6 +126,26 @@ def test_fitted_constants_are_the_fit_sets_answer():
         assert timing.GPU_EFFICIENCY[gpu]["matmul"] == pytest.approx(eff, abs=0.01), gpu
 
 
+def test_calibrate_from_the_published_runs(capsys, tmp_path):
+    """txcalc calibrate on the runs file recovers timing.GPU_EFFICIENCY from the fit runs (here,
+    next to the test above: both ask fit_efficiencies_cached for the same file, one fit of tens
+    of CPU seconds a process, and pytest --dist loadfile keeps a file in one process)."""
+    import json
+
+    from txcalc.cli import main
+    from txcalc.train.published_runs import runs_path
+    assert main(["calibrate", str(runs_path()), "--gpu", "a100", "--json",
+                 "--out", str(tmp_path / "tval-a100-calibrated.json")]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["input"] == "runs"
+    assert r["flop_efficiency"]["matmul"] == pytest.approx(
+        timing.GPU_EFFICIENCY["a100-80gb"]["matmul"], abs=0.01)
+    assert len(r["cases"]) >= 5
+    assert main(["calibrate", str(runs_path()), "--gpu", "l4", "--out",
+                 str(tmp_path / "tval-l4.json")]) == 2
+    assert "no fit runs on l4" in capsys.readouterr().err
+
+
 def test_the_two_runs_issue_17_names_are_in_the_table(data):
     """Llama 3 405B (Table 4) and Llama 2 13B without checkpointing under FSDP: in the table
     with the setup features they need as flags (a stack, partial recompute), expressible now:
