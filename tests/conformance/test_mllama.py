@@ -209,7 +209,8 @@ def test_plan_train_text_only_times_the_self_attention_blocks_alone():
 def test_memory_without_images_saves_nothing_in_the_cross_blocks():
     """``txcalc memory llama-3.2-11b-vision`` (training, no --images): the 8 cross-attention
     blocks save nothing, so the activations are those of the step with --src-seq rows less
-    the cross blocks' share; weights, gradients and optimizer states stay; the answer says so."""
+    the cross blocks' share; weights, gradients and optimizer states stay; the answer says so,
+    as ``fit`` (which takes no images) does."""
     from typer.testing import CliRunner
 
     from txcalc.cli import app
@@ -226,6 +227,9 @@ def test_memory_without_images_saves_nothing_in_the_cross_blocks():
         assert text[key] == fed[key]
     assert any("8 cross-attention blocks do not run" in a for a in text["assumed"])
     assert not any("cross-attention" in a for a in fed["assumed"])
+    fit = json.loads(CliRunner().invoke(app, ["fit", "llama-3.2-11b-vision", "--gpu", "h200",
+                                              "--finetune", "lora", "--json"]).stdout)
+    assert any("8 cross-attention blocks do not run" in a for a in fit["assumed"])
 
 
 def test_flops_without_images_skip_the_cross_blocks():
