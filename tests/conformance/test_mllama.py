@@ -114,16 +114,122 @@ def hf_step_flops(text: dict, batch: int, seq: int, src: int) -> int:
 @given(text=text_config(), data=st.data())
 def test_text_only_step_flops_equal_flopcountermode(text, data):
     """Without vision states (``--images 0``) HF's MllamaTextModel skips the cross-attention
-    blocks: the engine's text-only ops (components.text_only) count what FlopCounterMode
-    counts on MllamaForCausalLM given no ``cross_attention_states``."""
-    from txcalc.engine.accounting import FlopCounts
-    from txcalc.engine.components import text_only
+    blocks: a text-only step (Workload.text_only, components.step_ops) counts what
+    FlopCounterMode counts on MllamaForCausalLM given no ``cross_attention_states``."""
     cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
     batch = data.draw(st.integers(1, 2), label="batch")
     seq = data.draw(st.integers(1, 12), label="seq")
-    work = Workload(batch=batch, seq=seq)
-    f = FlopCounts(cfg, work, text_only(cfg, count_flops(cfg, work).ops))
+    f = count_flops(cfg, Workload(batch=batch, seq=seq, text_only=True))
     assert f.forward + f.backward == hf_step_flops(text, batch, seq, 0)
+
+
+def hf_saved_bytes(text: dict, batch: int, seq: int, dtype) -> tuple[int, dict[int, int]]:
+    """Bytes one text-only training step of MllamaForCausalLM (eager, on meta, in ``dtype``)
+    saves for backward (saved_tensors_hooks, unique storages): (total, {block: bytes})."""
+    import re
+
+    from reference.saved import saved_bytes_by_module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = hf(transformers.MllamaForCausalLM, transformers.MllamaTextConfig(**text))
+        model = model.to(dtype)
+        ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+        per, _ = saved_bytes_by_module(model, lambda: model(input_ids=ids, labels=ids).loss)
+    blocks: dict[int, int] = {}
+    for path, b in per.items():
+        if m := re.match(r"model\.layers\.(\d+)\.", path):
+            blocks[int(m[1])] = blocks.get(int(m[1]), 0) + b
+    return sum(per.values()), blocks
+
+
+def one_gpu_plan(cfg, batch: int, seq: int, precision: str):
+    """``plan train``'s row for one GPU, one micro-batch of ``batch`` sequences of ``seq``
+    tokens, eager attention, no recompute: a single step (tokens = batch x seq)."""
+    from txcalc.train.planner import plan_train
+    only = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "micro_batch": batch,
+            "recompute": "none"}
+    return plan_train(cfg, "h100", batch * seq, seq=seq, global_batch=batch, gpus=1,
+                      attn_impl="eager", precision=precision, only=only, n_rows=1)
+
+
+@settings(max_examples=6, **REF)
+@given(text=text_config(), data=st.data(), fp32=st.booleans())
+def test_text_only_training_step_saved_bytes_and_flops_equal_hf(text, data, fp32):
+    """A text-only training step (no images: ``memory`` without --images, ``plan train``):
+    the bytes saved for backward equal saved_tensors_hooks on MllamaForCausalLM given no
+    ``cross_attention_states`` (its cross-attention blocks save nothing, the engine's neither),
+    in ``memory`` (TrainingMemory) and in ``plan train``'s row; the planner's step FLOPs equal
+    FlopCounterMode on the same step. Two sequences: at batch 1 HF's loss keeps a view of its
+    padded labels and GQA's expand stays a view, which the engine (modelled on copies, as at
+    any larger batch) does not count: a gap of every text model, not of the cross blocks."""
+    cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
+    batch = 2
+    seq = data.draw(st.integers(2, 10), label="seq")
+    dtype, precision = (torch.float32, "fp32") if fp32 else (torch.bfloat16, "bf16-mixed")
+    total, blocks = hf_saved_bytes(text, batch, seq, dtype)
+    work = Workload(batch=batch, seq=seq, text_only=True)
+    mem = TrainingMemory(cfg, work, precision)
+    assert mem.activations == total
+    per_layer = {layer: b for (_, layer), b in mem.activations_by_layer().items() if layer >= 0}
+    assert all(per_layer[i] == 0 and i not in blocks for i in cfg.cross_layers)
+    row = one_gpu_plan(cfg, batch, seq, precision).rows[0]
+    assert row.memory["activations"] == total
+    assert row.hardware_flops_step == hf_step_flops(text, batch, seq, 0)
+
+
+def test_plan_train_text_only_times_the_self_attention_blocks_alone():
+    """``plan train`` on Mllama (it takes no images): each cross-attention block runs for no
+    time, and the blocks' compute time is that of a Llama model of the self-attention layers
+    alone (HF LlamaConfig, same widths); the answer says the cross blocks do not run."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    from txcalc.train.setting import group_times
+    text = {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 3, "intermediate_size": 24, "vocab_size": 50,
+            "cross_attention_layers": [1], "pad_token_id": 0, "bos_token_id": 0,
+            "eos_token_id": 0}
+    llama = {"model_type": "llama", "hidden_size": 16, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 24,
+             "vocab_size": 50, "tie_word_embeddings": False}
+
+    def block_times(raw):
+        s = one_gpu_plan(from_hf_dict(raw), 2, 7, "bf16-mixed").setting
+        groups, of_block, _, _ = s.grouped
+        return [group_times(s, groups[g], 1, False, 1, "none", 2) for g in of_block]
+    mllama = block_times(text | {"model_type": "mllama_text_model"})
+    assert mllama[1] == (0.0, 0.0, 0.0)
+    assert [t for i, t in enumerate(mllama) if i != 1] == block_times(llama)
+    out = json.loads(CliRunner().invoke(app, ["plan", "train", "llama-3.2-11b-vision",
+                                              "--tokens", "1B", "--gpu", "h100",
+                                              "--json"]).stdout)
+    assert any("8 cross-attention blocks do not run" in a for a in out["assumed"])
+
+
+def test_memory_without_images_saves_nothing_in_the_cross_blocks():
+    """``txcalc memory llama-3.2-11b-vision`` (training, no --images): the 8 cross-attention
+    blocks save nothing, so the activations are those of the step with --src-seq rows less
+    the cross blocks' share; weights, gradients and optimizer states stay; the answer says so,
+    as ``fit`` (which takes no images) does."""
+    from typer.testing import CliRunner
+
+    from txcalc.cli import app
+    def run(*a):
+        return json.loads(CliRunner().invoke(app, ["memory", "llama-3.2-11b-vision", "--seq",
+                                                   "256", *a, "--json"]).stdout)
+    text, fed = run(), run("--src-seq", "256")
+    cfg = txcalc.load("llama-3.2-11b-vision")
+    per_layer = TrainingMemory(cfg, Workload(batch=1, seq=256, attn_impl="flash"),
+                               "bf16-mixed").activations_by_layer()
+    cross = sum(b for (_, layer), b in per_layer.items() if layer in cfg.cross_layers)
+    assert text["activations_bytes"] == fed["activations_bytes"] - cross
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+        assert text[key] == fed[key]
+    assert any("8 cross-attention blocks do not run" in a for a in text["assumed"])
+    assert not any("cross-attention" in a for a in fed["assumed"])
+    fit = json.loads(CliRunner().invoke(app, ["fit", "llama-3.2-11b-vision", "--gpu", "h200",
+                                              "--finetune", "lora", "--json"]).stdout)
+    assert any("8 cross-attention blocks do not run" in a for a in fit["assumed"])
 
 
 def test_flops_without_images_skip_the_cross_blocks():
@@ -132,13 +238,11 @@ def test_flops_without_images_skip_the_cross_blocks():
     from typer.testing import CliRunner
 
     from txcalc.cli import app
-    from txcalc.engine.accounting import FlopCounts
-    from txcalc.engine.components import text_only
     run = lambda *a: json.loads(CliRunner().invoke(app, ["flops", "llama-3.2-11b-vision",  # noqa: E731
                                                          "--seq", "100", *a, "--json"]).stdout)
     cfg = txcalc.load("llama-3.2-11b-vision")
     work = Workload(batch=1, seq=100, attn_impl="flash")
-    want = FlopCounts(cfg, work, text_only(cfg, count_flops(cfg, work).ops))
+    want = count_flops(cfg, dataclasses.replace(work, text_only=True))
     out = run()
     assert out["forward_flops"] == want.forward < count_flops(cfg, work).forward
     assert any("cross-attention blocks do not run" in a for a in out["assumed"])

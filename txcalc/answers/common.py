@@ -40,7 +40,8 @@ def load_model(model, head: str | None = None):
 def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
              recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
     """The workload of flops / memory; ``stack`` (txcalc.engine.stacks) sets the fused kernels
-    and, when ``attn`` is None, the attention kernel (else flash)."""
+    and, when ``attn`` is None, the attention kernel (else flash). No ``src_seq`` (neither
+    --images nor --src-seq): the batch is text (Workload.text_only)."""
     from ..engine.workload import Workload
     prof = None
     if stack is not None:
@@ -53,7 +54,19 @@ def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
                     loss_kernel=prof.loss_kernel if prof else "hf",
                     softmax_fp32=prof.softmax_fp32 if prof else True,
                     recompute_method=recompute_method, recompute_layers=recompute_layers,
-                    loss=loss, global_tokens=global_tokens)
+                    loss=loss, global_tokens=global_tokens, text_only=not src_seq)
+
+
+def text_only_said(cfg, work, images_option: bool = True) -> list[str]:
+    """The sentence an answer assumes when Mllama's cross-attention blocks do not run
+    (Workload.text_only); none for other models or with images. ``images_option``: the
+    command takes --images (plan train does not)."""
+    if not (cfg.cross_layers and work.text_only):
+        return []
+    return [f"text only (no --images): the {len(cfg.cross_layers)} cross-attention blocks do "
+            "not run (HF's MllamaTextModel skips them without vision states; their weights, "
+            "gradients and optimizer states are still counted)"
+            + ("; --images N feeds them" if images_option else "")]
 
 
 #: what fine-tuning and ``fit`` assume when --recompute is not given: gradient checkpointing,

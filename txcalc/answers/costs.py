@@ -4,7 +4,7 @@ component)."""
 from __future__ import annotations
 
 from .common import (Answer, apply_recipe, cross_rows, default_recompute, half_precision,
-                     image_tokens, load_model, make_finetune, workload)
+                     image_tokens, load_model, make_finetune, text_only_said, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
@@ -125,14 +125,8 @@ def flops(model: str, batch: int = 1, seq: int | str = 2048, src_seq: int | str 
     check_fits(cfg, work)
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
-    f = count_flops(cfg, work, ft)
-    if cfg.cross_layers and not src_seq:  # Mllama, text only: its cross blocks do not run
-        from ..engine.accounting import FlopCounts
-        from ..engine.components import text_only
-        f = FlopCounts(cfg, work, text_only(cfg, f.ops))
-        assumed = [*assumed, (f"text only (no --images): the {len(cfg.cross_layers)} "
-                              "cross-attention blocks do not run (HF's MllamaTextModel skips "
-                              "them without vision states); --images N feeds them")]
+    f = count_flops(cfg, work, ft)  # text only: Mllama's cross blocks do not run
+    assumed = [*assumed, *text_only_said(cfg, work)]
     out = f.to_json()
     if ft is not None:
         from ..engine.finetune import dequant_bytes_moved
@@ -236,7 +230,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         slack = rec["reserved_slack"]
         if rec["recipe"] is not None:
             out["recipe"] = rec["recipe"]
-        said += assumed + rec["assumed"]
+        said += assumed + rec["assumed"] + out.pop("assumed")
     if images:
         out["image_tokens"] = extra
     out["gpu"] = gpu_label
@@ -271,7 +265,8 @@ def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
     # which the peak's categories file under temp and opt; on the host when offloaded
     step = 0 if offload in ("optimizer", "all") else \
         m.master_grad_copies + m.optimizer_temporaries
-    return m.to_json() | {"step_temporaries_bytes": step} | m.finetune_json()
+    return m.to_json() | {"step_temporaries_bytes": step} | m.finetune_json() | \
+        {"assumed": text_only_said(cfg, work)}
 
 
 def _inference(model, cfg, context, concurrency, kv_dtype, precision, weights=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..units import GB
 from .common import (Answer, apply_recipe, default_recompute, half_precision, load_model,
-                     make_finetune)
+                     make_finetune, text_only_said)
 
 
 def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
@@ -63,7 +63,9 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
                   rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"],
                   g.name if gpu is not None else None,
                   fragmentation=rec["reserved_slack"])
-    setup.memory(1, 1).ops  # refuses bad targets and ranks before the search
+    probe = setup.memory(1, 1)
+    probe.ops  # refuses bad targets and ranks before the search
+    assumed += text_only_said(cfg, probe.work, images_option=False)
     res = fit_one(setup, gpu_bytes, batch, seq, peak, int(safety * GB))
     return Answer(res.to_json() | {"gpu": label, "precision": precision,
                                    "recipe": rec["recipe"], "assumed": assumed},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .common import (Answer, apply_recipe, half_precision, load_model, make_finetune,
-                     overheads, serving_weights_note)
+                     overheads, serving_weights_note, text_only_said)
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -99,6 +99,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
                only=only, gpus_per_node=gpus_per_node,
                offload_optimizer=offload in ("optimizer", "all"), **ceiling)
+    said = said + text_only_said(cfg, p.setting.work(1), images_option=False)
     return Answer(p.to_json() | {"offload": offload, "assumed": said},
                   {"plan": p, "finetune": ft})
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from .components import model_ops, model_ops_tuple
+from .components import model_ops, model_ops_tuple, step_ops
 from ..model.config import ModelConfig
 from .ops import FLOP_KINDS, Op, rerun_ops
 
@@ -328,12 +328,13 @@ def recompute_flops(ops, work) -> int:
 
 def count_flops(cfg: ModelConfig, work, finetune=None) -> FlopCounts:
     """FLOPs of one training step; ``finetune`` (txcalc.engine.finetune.Finetune): frozen Linears
-    run no weight gradient, adapters add their forward and full backward."""
+    run no weight gradient, adapters add their forward and full backward; a text-only batch
+    (``work.text_only``) skips Mllama's cross-attention blocks (components.step_ops)."""
     from .finetune import Finetune, finetuned_ops
     from ..inputs import CONFIG_HINT, instance
     from .workload import Workload
     instance("cfg", cfg, ModelConfig, CONFIG_HINT)
     if finetune is not None:
         instance("finetune", finetune, Finetune)
-    return FlopCounts(cfg, instance("work", work, Workload),
-                      finetuned_ops(cfg, finetune))
+    work = instance("work", work, Workload)
+    return FlopCounts(cfg, work, step_ops(cfg, finetuned_ops(cfg, finetune), work))

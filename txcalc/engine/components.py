@@ -360,11 +360,21 @@ def text_only(cfg: ModelConfig, ops) -> tuple[Op, ...]:
     block entirely when it is given no vision states ("For text-only path we should skip cross
     attention layers": ``if is_cross_attention_layer and cross_attention_states is None and
     is_cross_attention_cache_empty: continue``), so the ops of ``cfg.cross_layers`` keep their
-    parameters and run nothing (stream SKIPPED: no rows, no FLOPs, nothing saved)."""
+    parameters and run nothing (stream SKIPPED: no rows, no FLOPs, no time; nothing saved,
+    not even what an op saves once per forward, the gates' tanh(g))."""
     from .workload import SKIPPED
     return tuple(dataclasses.replace(op, stream=SKIPPED, kv_stream=SKIPPED if op.kv_stream
-                                     else "") if op.layer in cfg.cross_layers else op
-                 for op in ops)
+                                     else "", saved_once=()) if op.layer in cfg.cross_layers
+                 else op for op in ops)
+
+
+def step_ops(cfg: ModelConfig, ops, work) -> tuple[Op, ...]:
+    """The ops that run in a step of ``work``: all of them, but ``text_only`` ones when the
+    batch holds no vision states (``Workload.text_only``) on a model with cross-attention
+    blocks. Every count of a step reads its ops through here (count_flops, TrainingMemory,
+    the planner's TrainSetting): FLOPs, bytes saved for backward and time skip the blocks; the
+    blocks' parameters, gradients and optimizer states stay (their ``trainable`` as given)."""
+    return text_only(cfg, ops) if work.text_only and cfg.cross_layers else tuple(ops)
 
 
 def gemma3n_inputs(cfg: ModelConfig) -> Iterator[Op]:

@@ -391,7 +391,9 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return unreached_untrained(finetuned_ops(self.cfg, self.finetune), self.work)
+        from .components import step_ops
+        return step_ops(self.cfg, unreached_untrained(finetuned_ops(self.cfg, self.finetune),
+                                                      self.work), self.work)
 
     @cached_property
     def trainable_params(self) -> int:

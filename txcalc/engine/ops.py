@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .workload import Workload, global_rows, loss_chunks
+from .workload import SKIPPED, Workload, global_rows, loss_chunks
 
 #: where an op sits: (stack, block index), ("", -1) outside the blocks
 Where = tuple[str, int]
@@ -256,8 +256,9 @@ class Op:
         min(context, window) keys for self-attention, all source tokens for cross-attention.
         ``model=False`` ignores the window (a kernel that scans the whole cache).
         """
-        # encoder ops, the pooler, DoRA's product, Whisper's audio stem do not decode
-        if self.stream in ("src", "first", "one", "mel"):
+        # encoder ops, the pooler, DoRA's product, Whisper's audio stem do not decode, nor a
+        # block that does not run (SKIPPED: Mllama's cross blocks, text only, cache empty)
+        if self.stream in ("src", "first", "one", "mel", SKIPPED):
             return 0
         if self.kind == "conv1d":  # the k cached inputs and the new one: two outputs (HF's
             return self._matmul(batch, 2)  # causal_conv1d_update keeps the last)

@@ -64,7 +64,7 @@ from pathlib import Path
 from ..errors import TxcalcError
 from .hardware import Gpu
 from .ops import Op, rerun_ops
-from .workload import Workload
+from .workload import SKIPPED, Workload
 
 #: GPUs with no published runs in the fit set: large bf16 GEMMs reach 70-80% of peak in
 #: isolation (cuBLAS); 0.55 leaves room for launch gaps and stragglers at scale. Attention:
@@ -370,6 +370,8 @@ def op_times(op: Op, w: Workload, prof: DeviceProfile, dtype: str, act_bytes: in
              weight_bytes: int, split: int = 1, tp: int = 1) -> tuple[float, float]:
     """(forward, backward) seconds of one op whose work is split ``split`` ways, ``tp`` of them
     by tensor parallelism (which shrinks its GEMM: ``op_efficiency``)."""
+    if op.stream == SKIPPED:  # a block that does not run (components.text_only) moves nothing
+        return 0.0, 0.0
     cls = op_class(op)
     if dtype == "fp8" and not _runs_fp8(op):  # fp8 recipes: only the blocks' Linears
         dtype = "bf16"

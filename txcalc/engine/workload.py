@@ -166,6 +166,12 @@ class Workload:
     #: the sequence classifier gives the first token global attention when none is given, so
     #: its ops read at least 1: ``global_count``)
     global_tokens: int = 0
+    #: the batch holds no vision states (no images): Mllama's gated cross-attention blocks do
+    #: not run (components.step_ops), as HF's MllamaTextModel skips them given no
+    #: cross_attention_states; no effect on models without them. Set where a command's batch
+    #: is text: flops and memory given neither --images nor --src-seq (answers.common.workload),
+    #: plan train and fit (they take no images)
+    text_only: bool = False
 
     def __post_init__(self) -> None:
         from ..inputs import MAX_BATCH, MAX_SEQ, show
@@ -175,7 +181,7 @@ class Workload:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 problems.append(f"{name} ({show(v)}) must be an integer between {lo} and {hi:,}")
-        for name in ("softmax_fp32", "dropout", "fused_qkv"):
+        for name in ("softmax_fp32", "dropout", "fused_qkv", "text_only"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} ({show(getattr(self, name))}) must be True or False")
         if self.attn_impl not in ATTN_IMPLS:

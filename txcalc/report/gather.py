@@ -114,7 +114,8 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     from ..engine.workload import Workload, check_fits, parse_count
 
     work = Workload(batch=req.batch, seq=req.seq, src_seq=req.src_seq, attn_impl=req.attn,
-                    recompute=req.recompute, loss=req.loss)
+                    recompute=req.recompute, loss=req.loss,
+                    text_only=not req.src_seq)  # as flops and memory: no source rows, no images
     check_fits(cfg, work)
     progress("parameters and FLOPs by component")
     ft = req.ft
@@ -185,7 +186,8 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
     progress("parameters and FLOPs by component")
     ctx = req.serve_context
     p = count_params(cfg)
-    prompt = Workload(batch=1, seq=ctx, src_seq=req.src_seq, attn_impl=req.attn)
+    prompt = Workload(batch=1, seq=ctx, src_seq=req.src_seq, attn_impl=req.attn,
+                      text_only=not req.src_seq)
     f = count_flops(cfg, prompt)
     rows: dict[str, dict] = {}  # the same op sums, grouped by component
     for op in f.ops:

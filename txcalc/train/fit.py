@@ -76,7 +76,7 @@ class Setup:
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
-                        loss=self.loss, fused=self.fused)
+                        loss=self.loss, fused=self.fused, text_only=True)  # fit takes no images
         return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
                               self.offload, self.optimizer_kernel)
 

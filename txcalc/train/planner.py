@@ -789,8 +789,8 @@ def _check_int64(cfg: ModelConfig, seq: int, micro_batch: int, precision: str,
     """Refuse a model and sequence so large that a layout's bytes could wrap in int64."""
     from ..engine.memory import TrainingMemory
     from ..engine.workload import Workload
-    total = TrainingMemory(cfg, Workload(batch=micro_batch, seq=seq, attn_impl=attn_impl),
-                           precision, optimizer).total
+    total = TrainingMemory(cfg, Workload(batch=micro_batch, seq=seq, attn_impl=attn_impl,
+                                         text_only=True), precision, optimizer).total
     if total > INT64_SAFE_BYTES:
         raise PlanError(f"{cfg.name} at seq {seq:,} and micro-batch {micro_batch} needs "
                         f"{total / 1e18:.3g} EB on one GPU, over the planner's bound of "

@@ -113,13 +113,16 @@ class TrainSetting:
                         recompute=recompute, dropout=self.dropout,
                         softmax_fp32=self.softmax_fp32, fused=self.fused, keeps=self.keeps,
                         loss=self.loss, loss_kernel=self.loss_kernel,
-                        global_tokens=self.global_tokens)
+                        global_tokens=self.global_tokens, text_only=True)  # no images
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
+        from ..engine.components import step_ops
         from ..engine.finetune import finetuned_ops
         from ..engine.memory import unreached_untrained
-        return unreached_untrained(finetuned_ops(self.cfg, self.finetune), self.work(1))
+        work = self.work(1)
+        return step_ops(self.cfg, unreached_untrained(finetuned_ops(self.cfg, self.finetune),
+                                                      work), work)
 
     @cached_property
     def n_blocks(self) -> int:
@@ -262,6 +265,8 @@ def group_flops(s: TrainSetting, ops) -> tuple[int, list[int]]:
 def group_counts(ops) -> dict:
     """Collectives per micro-batch forward: TP reductions (rowwise Linears and the
     vocab-parallel embedding), MoE layers (all-to-all), attention layers (CP ring)."""
+    from ..engine.workload import SKIPPED
+    ops = [op for op in ops if op.stream != SKIPPED]  # blocks that do not run reduce nothing
     tp_coll = sum(1 for op in ops if op.tp in ("rowwise", "vocab"))
     moe = sum(1 for op in ops if op.kind == "linear" and op.instances > 1
               and op.component.endswith("down_proj"))
