@@ -21,7 +21,7 @@ PY
 if [ "${#cmds[@]}" -ne 2 ]; then echo "readme_check: expected two commands in README.md"; exit 1; fi
 echo "readme_check: $ ${cmds[0]}"
 out=$(bash -c "${cmds[0]}")
-echo "$out" | head -4
+head -4 <<<"$out"  # (not a pipe: echo would die of SIGPIPE once head has its lines)
 grep -q "fewest GPUs on which training fits: " <<<"$out"
 [ "$(command -v txcalc)" = "$work/venv/bin/txcalc" ]  # the venv's own entry point ran
 second=${cmds[1]%python3 -m pytest}

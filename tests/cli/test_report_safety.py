@@ -303,8 +303,8 @@ def test_a_writer_that_holds_the_lock_too_long_is_one_line(tmp_path, monkeypatch
 
 # --- SIGINT and SIGTERM at random moments of a real run ------------------------------------------
 #: the program's own run (main() reads sys.argv, as ``txcalc`` and ``python -m txcalc`` do)
-CHILD = ("import os, sys\nfrom txcalc.cli import main\nfd = int(os.environ['READY_FD'])\n"
-         "os.write(fd, b'r')\nos.close(fd)\nsys.exit(main())")
+CHILD = ("import os, sys\nfrom txcalc.cli import run\nfd = int(os.environ['READY_FD'])\n"
+         "os.write(fd, b'r')\nos.close(fd)\nrun()")
 
 
 def _start(out: Path, params: str):
