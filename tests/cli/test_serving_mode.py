@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from txcalc import load
+from txcalc.units import plural
 from txcalc.answers.plan import plan_infer
 from txcalc.serve import plan as P
 from txcalc.serve.setting import serve_setting
@@ -38,7 +39,7 @@ def words(r: dict) -> str:
     if r["mode"] == "disaggregated":
         return (f"{r['replicas']} replicas: {r['prefill_replicas']} prefill TP{r['tp']} + "
                 f"{r['decode_replicas']} decode TP{r['tp']}")
-    return f"{r['replicas']} replica(s) of tp {r['tp']} x pp {r['pp']}"
+    return f"{plural(r['replicas'], 'replica')} of tp {r['tp']} x pp {r['pp']}"
 
 
 def test_disaggregated_headline_names_the_mode_and_the_colocated_alternative(capsys):
@@ -52,8 +53,8 @@ def test_disaggregated_headline_names_the_mode_and_the_colocated_alternative(cap
     rc, out, err = run(capsys, "plan", "infer", *DISAGG)
     assert rc == 0, err
     flat = " ".join(out.split())
-    assert f"{d['total_gpus']} GPUs: {words(d)}, disaggregated;" in flat
-    assert (f"best colocated: {alt['total_gpus']} GPUs "
+    assert f"{plural(d['total_gpus'], 'GPU')}: {words(d)}, disaggregated;" in flat
+    assert (f"best colocated: {plural(alt['total_gpus'], 'GPU')} "
             f"(+{alt['total_gpus'] - d['total_gpus']} GPUs), {words(alt)}; "
             f"{alt['cost_per_million_tokens']:,.3f} per million tokens") in flat
     assert "Assumed: mode auto" in flat
@@ -77,8 +78,9 @@ def test_colocated_best_names_its_mode_and_the_disaggregated_plan_tried(capsys):
     assert d["mode"] == "colocated" and d["alternative"]["mode"] == "disaggregated"
     rc, out, _ = run(capsys, "plan", "infer", *COLO)
     flat = " ".join(out.split())
-    assert rc == 0 and f"{d['total_gpus']} GPUs: {words(d)}, colocated;" in flat
-    assert (f"best disaggregated of the layouts tried: {d['alternative']['total_gpus']} GPUs"
+    assert rc == 0 and f"{plural(d['total_gpus'], 'GPU')}: {words(d)}, colocated;" in flat
+    assert (f"best disaggregated of the layouts tried: "
+            f"{plural(d['alternative']['total_gpus'], 'GPU')}"
             in flat)
 
 

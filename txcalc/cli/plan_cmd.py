@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..units import GIB
+from ..units import GIB, plural
 from .typer_app import app
 from .output import console, emit_json, print_assumed
 from .params_cmd import STACK_HELP
@@ -163,7 +163,7 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     cost = [f"cost {b.cost:,.0f}"] if b.cost is not None else []
     say(console, [f"{b.days:,.1f} days", f"{b.gpu_hours:,.0f} GPU-hours", *cost,
                   f"MFU {b.mfu:.1%}", f"{b.tokens_per_s:,.0f} tokens/s"],
-        first=f"  best: {b.layout.short()} on {b.gpus:,} GPUs: ")
+        first=f"  best: {b.layout.short()} on {plural(b.gpus, 'GPU')}: ")
     say(console, (f"days and GPU-hours at goodput {s.goodput:.0%} (the wall-clock time spent "
                   "training; MFU and tokens/s are throughput)").split(" "), first="  ", sep=" ")
     (d_lo, d_hi), (h_lo, h_hi), (m_lo, m_hi) = b.days_band, b.gpu_hours_band, b.mfu_band
@@ -303,14 +303,15 @@ def _print_infer(p, kv) -> None:
     """plan infer's capacity answer for people."""
     b = p.best
     from .narrow import fit_table, say
-    say(console, [f"{p.concurrency} sequences of {p.context:,} tokens,",
+    say(console, [f"{plural(p.concurrency, 'sequence')} of {p.context:,} tokens,",
                   f"KV cache {p.kv_dtype},", f"weights {p.weights}"],
         first=f"{p.cfg.name} on {p.gpu.name}: ", sep=" ")
     say(console, [f"up to {b.max_concurrency:,} sequences fit in the KV cache;",
                   f"prefill {b.prefill_latency_s:.2f} s;",
                   f"decode {b.decode_tokens_per_s:,.0f} tokens/s",
                   f"({b.decode_tokens_per_s_per_seq:,.1f} per sequence)"],
-        first=f"  {b.total_gpus} GPUs: {b.replicas} replica(s) of tp {b.tp} x pp {b.pp}; ",
+        first=f"  {plural(b.total_gpus, 'GPU')}: {plural(b.replicas, 'replica')} of tp {b.tp} "
+              f"x pp {b.pp}; ",
         sep=" ")
     fit_table(console, "replica layouts", ["tp x pp", "replicas", "GPUs", "weights GiB/GPU",
                                            "KV GiB/seq per GPU", "max seqs per replica", "prefill s",
@@ -349,13 +350,13 @@ def _print_max_throughput(out: dict, kv_dtype: str) -> None:
 
 
 def _replicas_words(r, mode: bool = True) -> str:
-    """A serving row's replicas and how it serves: '5 replica(s) of tp 4 x pp 1, colocated',
+    """A serving row's replicas and how it serves: '5 replicas of tp 4 x pp 1, colocated',
     '6 replicas: 4 prefill TP4 + 2 decode TP4, disaggregated' (``mode``: the mode's name)."""
     if r.mode == "disaggregated":
         words = (f"{r.replicas} replicas: {r.prefill_replicas} prefill TP{r.tp} + "
                  f"{r.decode_replicas} decode TP{r.tp}")
     else:
-        words = f"{r.replicas} replica(s) of tp {r.tp} x pp {r.pp}" + (
+        words = f"{plural(r.replicas, 'replica')} of tp {r.tp} x pp {r.pp}" + (
             f" ep {r.ep}" if r.ep > 1 else "")
     return words + (f", {r.mode}" if mode else "")
 
@@ -378,7 +379,7 @@ def _print_serve_plan(p, out: dict) -> None:
                   f"ITL p50/p99 {b.itl_p50_s * 1e3:.1f}/{b.itl_p99_s * 1e3:.1f} ms;",
                   f"{b.output_tokens_per_s:,.0f} output tokens/s" + (";" if cost else ""),
                   *cost],
-        first=f"  {b.total_gpus} GPUs: {_replicas_words(b)}; ", sep=" ")
+        first=f"  {plural(b.total_gpus, 'GPU')}: {_replicas_words(b)}; ", sep=" ")
     if b.load is not None:
         ld = b.load
         off = ld["offered_requests_per_s"]
@@ -399,7 +400,7 @@ def _print_serve_plan(p, out: dict) -> None:
         other = ("best colocated" if a.mode == "colocated"
                  else "best disaggregated of the layouts tried")
         more = a.total_gpus - b.total_gpus
-        say(console, [f"{a.total_gpus} GPUs" + (f" ({more:+,} GPUs)" if more else "") + ",",
+        say(console, [plural(a.total_gpus, "GPU") + (f" ({more:+,} GPUs)" if more else "") + ",",
                       _replicas_words(a, mode=False) + (";" if a.cost_per_million_tokens
                                                         is not None else "")]
             + ([f"{a.cost_per_million_tokens:,.3f} per million tokens"]

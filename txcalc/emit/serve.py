@@ -23,6 +23,7 @@ run it as planned:
 
 from __future__ import annotations
 
+from ..units import plural
 from .common import SERVE_DTYPE, Emitted, comment, gib, header, refuse, shell_line, yaml
 
 #: txcalc's --weights scheme family -> the --quantization name of vLLM and SGLang
@@ -92,7 +93,7 @@ class ServeFacts:
     def figures(self) -> list[str]:
         j, kv = self.json, self.kv
         out = [f"tp {self.tp} x pp {self.pp}" + (f" ep {self.ep}" if self.ep > 1 else "")
-               + f", {self.replicas} replica(s), {j['total_gpus']} GPUs",
+               + f", {plural(self.replicas, 'replica')}, {plural(j['total_gpus'], 'GPU')}",
                (f"memory per GPU {gib(kv['budget_bytes'])} budget: weights "
                f"{gib(kv['weights_bytes'])}, KV cache {gib(kv['kv_cache_bytes'])} "
                f"({kv['kv_tokens']:,} tokens)")]
