@@ -35,7 +35,8 @@ FORMATS = {"torchtitan": ("plan train", "train", "torchtitan"),
            "sglang": ("plan infer", "serve", "sglang"),
            "trtllm": ("plan infer", "serve", "trtllm")}
 
-__all__ = ["FORMATS", "EmitError", "Emitted", "check_format", "emit", "rendered", "write"]
+__all__ = ["FORMATS", "EmitError", "Emitted", "check_format", "emit", "launch_files", "rendered",
+           "write"]
 
 
 def emit(fmt: str, command: str, ans, argv: str, model: str) -> Emitted:
@@ -46,6 +47,26 @@ def emit(fmt: str, command: str, ans, argv: str, model: str) -> Emitted:
     _, module, fn = FORMATS[fmt]
     make = getattr(importlib.import_module(f".{module}", __name__), fn)
     return make(ans, argv) if module == "train" else make(ans, argv, model)
+
+
+def launch_files(plan, command: str, finetune=None) -> list[dict]:
+    """What each ``plan train`` format would write for a planner answer (``plan``: a
+    train.planner TrainPlan, the report's): ``{"format", "main", "files": {name: text}}``, or
+    ``{"format", "refused": the one-line refusal}`` where the framework cannot express the
+    plan. ``command`` is stated in each file's header."""
+    from types import SimpleNamespace
+    ans = SimpleNamespace(parts={"plan": plan, "finetune": finetune}, json={})
+    out = []
+    for fmt, (cmd, _, _) in FORMATS.items():
+        if cmd != "plan train":
+            continue
+        try:
+            e = emit(fmt, cmd, ans, command, "")
+        except EmitError as err:
+            out.append({"format": fmt, "refused": str(err)})
+            continue
+        out.append({"format": fmt, "main": e.main, "files": dict(e.files)})
+    return out
 
 
 def check_format(fmt: str, command: str) -> None:

@@ -230,3 +230,27 @@ def frontier_section(data: dict, no_plan: str) -> dict:
                                                            "GPU-hours", "MFU",
                                                            "memory per GPU"],
                           frontier_rows(plan))], plots)
+
+
+def launch_section(plan: dict) -> dict:
+    """The files that launch the plan's best layout, as ``txcalc plan train --emit FORMAT``
+    writes them (txcalc.emit), or the one line saying why a framework cannot express it."""
+    launch = plan.get("launch", [])
+    rows, files = [], []
+    for e in launch:
+        if "refused" in e:
+            rows.append([e["format"], "-", e["refused"]])
+            continue
+        rows.append([e["format"], ", ".join(e["files"]), "written below"])
+        files += [{"name": f"{e['format']}: {name}", "text": text}
+                  for name, text in e["files"].items()]
+    best = plan["best"]
+    text = (f"The configuration each framework needs to run the best layout "
+            f"({best['layout']} on {best['gpus']:,} GPUs), as `txcalc plan train --emit "
+            "FORMAT --out FILE` writes it from the same plan; each file's header states the "
+            "figures this report expects (peak memory per GPU, tokens/s, MFU, days). Where a "
+            "framework cannot express what the plan assumed, the row says which setting, and "
+            "no file is given.")
+    return section("launch", "Launch: the files that run this plan", [text],
+                   [table("Each framework's files", ["format", "files", "status"], rows)],
+                   files=files)

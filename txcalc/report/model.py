@@ -33,7 +33,8 @@ def _quiet(_: str) -> None:
     pass
 
 
-def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None, str]:
+def _plan(req: ReportRequest, cfg, gpu, progress: Progress,
+          command: str) -> tuple[dict | None, str]:
     """The planner's answer, or None and the reason there is none (said in the report)."""
     if cfg is None:
         return None, ("Planning (layouts, days, cost) needs the model's shapes: give MODEL, "
@@ -53,7 +54,7 @@ def _plan(req: ReportRequest, cfg, gpu, progress: Progress) -> tuple[dict | None
         return None, ("Planning (GPUs, layout, days, cost) needs the training token budget: "
                       "give --tokens N.")
     from ..engine.workload import parse_count
-    return planning.train_plan(req, cfg, parse_count(req.tokens), gpu, progress), ""
+    return planning.train_plan(req, cfg, parse_count(req.tokens), gpu, progress, command), ""
 
 
 def _serving_load(req: ReportRequest, cfg) -> dict:
@@ -110,7 +111,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         if not req.inference:
             progress("KV cache against context and concurrency")
             data["kv_cache"] = kv_data(req, cfg)
-    plan, no_plan = _plan(req, cfg, gpu_spec, progress)
+    plan, no_plan = _plan(req, cfg, gpu_spec, progress, req.command(out_dir))
     request = dataclasses.asdict(req)
     if request.get("weights") is None:  # reports without a weight format read as before
         request.pop("weights", None)
@@ -163,6 +164,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         sections.append(adapters_section(data))
     if not req.inference and plan is not None:  # no plan: the answer says why, once
         sections.append(text.frontier_section(data, no_plan))
+        sections.append(text.launch_section(plan))
     if cfg is not None:
         sections.append(validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",

@@ -31,9 +31,12 @@ def _row(r) -> dict:
                if k.rsplit("_", 1)[0] in ("days", "gpu_hours", "cost", "mfu")}}
 
 
-def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> dict:
+def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
+               command: str = "txcalc report") -> dict:
     """The planner's answer for a training request, its GPUs-days frontier included (one
-    search: ``TrainPlan.frontier`` reads the same screen as ``best``)."""
+    search: ``TrainPlan.frontier`` reads the same screen as ``best``), and the files that
+    launch its best layout (txcalc.emit; ``command``, the report's, heads each file)."""
+    from ..emit import launch_files
     from ..engine.hardware import memory_words
     from ..train.planner import plan_train
 
@@ -58,6 +61,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None]) -> d
                                "time_s": r6(c["time_s"]), "exposed_s": r6(c["exposed_s"])}
                               for g, c in p.best.communication.items()],
             "frontier": frontier, "notes": list(p.notes),
+            "launch": launch_files(p, command, req.ft),
             "assumptions": plan_assumptions(s.gpu, {"layouts_evaluated": p.layouts_evaluated,
                                                     "global_batch": s.global_batch,
                                                     "seq": s.seq}, serving=False)}

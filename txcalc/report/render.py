@@ -193,6 +193,11 @@ def to_markdown(report: dict, extra=()) -> str:
         for p in s["plots"]:
             lines += [f"![{_md(p['alt'], k)}]({p['file']})", "", f"*{_md(p['title'], k)}*",
                       ""]
+        for f in s.get("files", ()):
+            # a fence longer than any run of backticks in the text, which cannot end it
+            fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", f["text"])),
+                                         default=0))
+            lines += [f"*{_md(f['name'], k)}*", "", fence, f["text"].rstrip("\n"), fence, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -239,6 +244,9 @@ def to_html(report: dict, pngs: dict[str, bytes], extra=()) -> str:
                     f'<img src="data:image/png;base64,{data}" width="{w}" height="{h}" '
                     f'alt="{_h(p["alt"], k)}" data-file="{html.escape(p["file"])}">',
                     f"<figcaption>{_h(p['title'], k)}</figcaption>", "</figure>"]
+        for f in s.get("files", ()):
+            out += [f"<details><summary>{html.escape(f['name'])}</summary>",
+                    f"<pre>{html.escape(f['text'])}</pre></details>"]
         out.append("</section>")
     out += ["</main>", "</body>", "</html>"]
     return "\n".join(out) + "\n"

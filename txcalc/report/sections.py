@@ -10,11 +10,16 @@ from ..answers.costs import MEMORY_PARTS, memory_words
 CATEGORY_LABELS = {k: memory_words(k, short=True) for k in MEMORY_PARTS}
 
 
-def section(sid: str, title: str, paragraphs=(), tables=(), plots=(), bullets=()) -> dict:
+def section(sid: str, title: str, paragraphs=(), tables=(), plots=(), bullets=(),
+            files=()) -> dict:
     """A report section. Paragraph and cell strings are plain text (escaped by the renderers);
-    ``**bold**`` spans are the only markup."""
-    return {"id": sid, "title": title, "paragraphs": list(paragraphs), "bullets": list(bullets),
-            "tables": list(tables), "plots": list(plots)}
+    ``**bold**`` spans are the only markup. ``files``: ``{"name", "text"}`` shown verbatim (a
+    fenced block in Markdown, a folded <pre> in HTML)."""
+    d = {"id": sid, "title": title, "paragraphs": list(paragraphs), "bullets": list(bullets),
+         "tables": list(tables), "plots": list(plots)}
+    if files:
+        d["files"] = list(files)
+    return d
 
 
 def table(caption: str, columns: list[str], rows: list[list]) -> dict:
