@@ -129,6 +129,15 @@ def test_deepspeed_json_values(capsys, tmp_path_factory, d):
     assert cfg["train_micro_batch_size_per_gpu"] == lay["micro_batch"]
     assert cfg["train_batch_size"] == lay["micro_batch"] * lay["dp"] * cfg["gradient_accumulation_steps"]
     assert "--deepspeed ds.json" in (folder / "launch.sh").read_text()
+    # every key is one DeepSpeed 0.19.8 reads (its constants, config.py's lookups, ZeRO's
+    # fields: tests/data/emit_options/deepspeed.json), optimizer params aside (torch's names)
+    known = table("deepspeed")
+    for key, value in cfg.items():
+        assert key in known, key
+        if isinstance(value, dict) and key != "optimizer":
+            for sub in value:
+                assert (f"{key}.{sub}" if key == "zero_optimization" else sub) in known, sub
+    assert set(cfg["optimizer"]) <= known.keys()
     try:  # DeepSpeed's own parser where it is installed: not in the test extra (an sdist
         import deepspeed.runtime.config as ds  # build of ~15 s, with ninja and hjson)
     except ImportError:

@@ -12,6 +12,10 @@ against it where the package cannot be installed in CI (txcalc/emit's docstrings
     axolotl       | axolotl==0.19.0         | axolotl/utils/schemas/config.py
     trl           | trl==1.16.0             | trl/trainer/sft_config.py, trl/trainer/model_config.py
     llama-factory | llamafactory==0.9.5     | llamafactory/hparams/*.py (the four dataclasses)
+    deepspeed     | deepspeed==0.19.8 sdist | deepspeed/runtime/constants.py (the config's keys),
+                  |   deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig's fields), read
+                  |   with ast from the unpacked sdist (``extract.py deepspeed SRC_DIR``): its
+                  |   build needs ninja and hjson, ~15 s, so CI does not install it
     megatron      | NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553
                   |   megatron/training/arguments.py (add_megatron_arguments; a checkout on
                   |   PYTHONPATH, Python 3.11 given typing.override from typing_extensions)
@@ -126,6 +130,42 @@ def megatron():
     source = ("NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 "
               "megatron/training/arguments.py")
     return source, parser_options(p)
+
+
+def deepspeed():
+    """The key names DeepSpeed's config reader looks up: every lower-case string constant of
+    runtime/constants.py and runtime/activation_checkpointing/config.py (train_batch_size,
+    bf16, enabled, partition_activations, ...) and every key runtime/config.py reads by name
+    (``param_dict.get("zero_optimization")``) as "key", and
+    DeepSpeedZeroConfig's fields (and their pydantic aliases) as "zero_optimization.NAME"."""
+    import ast
+    src = Path(sys.argv[2])
+    options = {}
+    nodes = []
+    for f in ("runtime/constants.py", "runtime/activation_checkpointing/config.py"):
+        nodes += ast.parse((src / "deepspeed" / f).read_text()).body
+    for node in ast.walk(ast.parse((src / "deepspeed/runtime/config.py").read_text())):
+        # param_dict.get("zero_optimization"): a key read by name, with no constant for it
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            options[node.args[0].value] = "key"
+    for node in nodes:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str) and node.value.value.isidentifier()
+                and node.value.value.islower() and node.targets[0].id.isupper()):
+            options[node.value.value] = "key"
+    tree = ast.parse((src / "deepspeed/runtime/zero/config.py").read_text())
+    zero = next(n for n in tree.body if isinstance(n, ast.ClassDef)
+                and n.name == "DeepSpeedZeroConfig")
+    for node in zero.body:
+        if isinstance(node, ast.AnnAssign):
+            options[f"zero_optimization.{node.target.id}"] = "field"
+            for kw in getattr(node.value, "keywords", []):
+                if kw.arg == "alias" and isinstance(kw.value, ast.Constant):
+                    options[f"zero_optimization.{kw.value.value}"] = "field"
+    return ("deepspeed==0.19.8 (sdist) deepspeed/runtime/constants.py, runtime/config.py, "
+            "runtime/activation_checkpointing/config.py, runtime/zero/config.py"), options
 
 
 if __name__ == "__main__":
