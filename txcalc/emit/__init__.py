@@ -54,8 +54,8 @@ def launch_files(plan, command: str, finetune=None) -> list[dict]:
     train.planner TrainPlan, the report's): ``{"format", "main", "files": {name: text}}``, or
     ``{"format", "refused": the one-line refusal}`` where the framework cannot express the
     plan. ``command`` is stated in each file's header."""
-    from types import SimpleNamespace
-    ans = SimpleNamespace(parts={"plan": plan, "finetune": finetune}, json={})
+    from ..answers.common import Answer
+    ans = Answer({}, {"plan": plan, "finetune": finetune})
     out = []
     for fmt, (cmd, _, _) in FORMATS.items():
         if cmd != "plan train":

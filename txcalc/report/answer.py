@@ -242,8 +242,8 @@ def launch_section(plan: dict) -> dict:
             rows.append([e["format"], "-", e["refused"]])
             continue
         rows.append([e["format"], ", ".join(e["files"]), "written below"])
-        files += [{"name": f"{e['format']}: {name}", "text": text}
-                  for name, text in e["files"].items()]
+        files += [{"name": f"{e['format']}: {name}", "text": body}
+                  for name, body in e["files"].items()]
     best = plan["best"]
     text = (f"The configuration each framework needs to run the best layout "
             f"({best['layout']} on {best['gpus']:,} GPUs), as `txcalc plan train --emit "
