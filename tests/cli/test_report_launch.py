@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests.cli.cli_run import run, run_json
+from tests.cli.test_emit_formats import flags
 from txcalc.emit import FORMATS
 
 REPORT = Path(__file__).parents[2] / "reports" / "llama-3.1-405b-train-h100"
@@ -17,8 +19,10 @@ ASK = ["llama-3.1-405b", "--gpu", "h100", "--tokens", "15.6T", "--seq", "8192", 
 
 
 def _body(text: str) -> str:
-    """A file without its first header line (the command that wrote it differs)."""
-    return text.split("\n", 1)[1]
+    """A file without its header line naming the command that wrote it (which differs)."""
+    lines = text.splitlines(keepends=True)
+    assert sum("written by txcalc" in x for x in lines) == 1, text[:200]
+    return "".join(x for x in lines if "written by txcalc" not in x)
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +70,63 @@ def test_the_markdown_shows_the_files(launch):
     for fmt, e in by_format.items():
         for name, text in e.get("files", {}).items():
             assert f"*{fmt}: {name}*" in md and text.rstrip("\n") in md
+
+
+# --- a serving report: plan infer's files --------------------------------------------------
+SERVE_REPORT = Path(__file__).parents[2] / "reports" / "llama-3.1-70b-serve-h200-128k"
+SERVE_ASK = ["llama-3.1-70b", "--gpu", "h200", "--context", "131072", "--concurrency", "16"]
+
+
+@pytest.fixture(scope="module")
+def serve_launch():
+    rep = json.loads((SERVE_REPORT / "report.json").read_text())
+    return rep, {e["format"]: e for e in rep["data"]["plan"]["launch"]}
+
+
+def test_every_serving_format_has_a_file_or_a_one_line_refusal(serve_launch):
+    _, by_format = serve_launch
+    assert set(by_format) == {f for f, (c, _, _) in FORMATS.items() if c == "plan infer"}
+    for fmt, e in by_format.items():
+        if "refused" in e:
+            assert e["refused"].startswith(f"--emit {fmt}: ") and "\n" not in e["refused"]
+    assert {"vllm", "sglang"} <= {f for f, e in by_format.items() if "files" in e}
+    md = (SERVE_REPORT / "report.md").read_text()
+    assert "## Launch: the files that run this plan" in md and "plan infer --emit" in md
+    for fmt, e in by_format.items():
+        for name, text in e.get("files", {}).items():
+            assert f"*{fmt}: {name}*" in md and text.rstrip("\n") in md
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang", "trtllm"])
+def test_a_serving_reports_file_is_what_plan_infer_emits(capsys, serve_launch, fmt):
+    """The same question asked of plan infer --emit: the same file (header line aside), or
+    the same one-line refusal."""
+    _, by_format = serve_launch
+    rc, out, err = run(capsys, "plan", "infer", *SERVE_ASK, "--emit", fmt)
+    e = by_format[fmt]
+    if "refused" in e:
+        assert rc == 2 and e["refused"] in err
+    else:
+        assert rc == 0, err
+        assert _body(out) == _body(e["files"][e["main"]])
+
+
+def test_a_serving_reports_vllm_line_reads_back_to_its_plan(capsys, serve_launch, tmp_path):
+    """plan infer --from-config reads the report's vllm line (txcalc.emit.read.read_vllm)
+    back to the report's layout and engine settings."""
+    rep, by_format = serve_launch
+    e = by_format["vllm"]
+    path = tmp_path / "serve.sh"
+    path.write_text(e["files"][e["main"]])
+    back = run_json(capsys, "plan", "infer", "llama-3.1-70b", "--gpu", "h200", "--concurrency",
+                    "16", "--from-config", str(path))
+    best, req = rep["data"]["plan"]["best"], rep["data"]["request"]
+    assert (back["tp"], back["pp"], back["replicas"]) == (best["tp"], best["pp"],
+                                                          best["replicas"])
+    kv = back["kv_capacity"]
+    assert kv["max_model_len"] == req["context"] == back["context"]
+    words = flags(e["files"][e["main"]], "llama-3.1-70b")
+    assert int(words["--max-num-batched-tokens"]) == kv["max_num_batched_tokens"]
+    assert int(words["--max-num-seqs"]) == kv["max_num_seqs"]
+    assert float(words["--gpu-memory-utilization"]) == kv["gpu_memory_utilization"]
+    assert int(words["--block-size"]) == kv["block_size"]

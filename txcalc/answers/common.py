@@ -160,6 +160,13 @@ def overheads(context_gib, comm_gib, fragmentation):
     return Overheads.from_gib(context_gib, comm_gib, fragmentation)
 
 
+#: a training precision -> the serving precision of the same weights: the dtype they are held
+#: and run in (mixed precision's fp32 master copy, gradients and optimizer are training
+#: states). A serving report takes the training default (bf16-mixed) and asks plan infer
+#: with this (txcalc.report.request.ReportRequest.serve_precision).
+SERVING_PRECISION = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}
+
+
 def half_precision(precision: str | None, gpu, gpu_file=None, *, serving: bool = False
                    ) -> tuple[str, list[str]]:
     """(precision, the defaults assumed in words) of an answer: ``precision`` when given, else

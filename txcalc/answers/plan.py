@@ -199,16 +199,32 @@ def _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precis
                              "--output-len for a serving plan")
     concurrency = 1 if concurrency is None else concurrency
     from ..engine.hardware import get_gpu
-    from ..serve.infer import plan_infer as search
     from .checks import checked
 
     opts = checked(gpu=gpu, required_context=context, concurrency=concurrency,
                    kv_dtype=kv_dtype, tokens_per_s=tokens_per_s, precision=precision,
                    gpu_file=gpu_file, cuda_context_gib=cuda_context_gib,
                    comm_buffer_gib=comm_buffer_gib, fragmentation=fragmentation)
-    cfg = load_model(model)
-    g = get_gpu(gpu, gpu_file)
-    p = search(cfg, g, opts["required_context"], concurrency, kv_dtype=kv_dtype,
+    return capacity_answer(load_model(model), get_gpu(gpu, gpu_file), opts["required_context"],
+                           concurrency, kv_dtype=kv_dtype, precision=precision,
+                           weights=weights, tokens_per_s=tokens_per_s, gpu_file=gpu_file,
+                           cuda_context_gib=cuda_context_gib, comm_buffer_gib=comm_buffer_gib,
+                           fragmentation=fragmentation, kv_opts=kv_opts)
+
+
+def capacity_answer(cfg, g, context: int, concurrency: int, *, kv_dtype: str, precision: str,
+                    weights: str | None = None, tokens_per_s: float | None = None,
+                    gpu_file: str | None = None, cuda_context_gib: float | None = None,
+                    comm_buffer_gib: float | None = None, fragmentation: float | None = None,
+                    kv_opts: dict | None = None) -> Answer:
+    """plan infer's capacity mode on a loaded model ``cfg`` and GPU ``g`` (a Gpu): the layouts
+    (serve.infer) and the best one's paged KV cache (serve.kv), what --emit reads. A serving
+    report answers with this too, so its Launch files are plan infer's (txcalc.report)."""
+    from ..serve import kv as S
+    from ..serve.infer import plan_infer as search
+
+    kv_opts = kv_opts or {}
+    p = search(cfg, g, context, concurrency, kv_dtype=kv_dtype,
                tokens_per_s=tokens_per_s, precision=precision, gpu_file=gpu_file,
                overheads=overheads(cuda_context_gib, comm_buffer_gib, fragmentation),
                weights=weights)
@@ -225,7 +241,8 @@ def _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precis
                                comm_buffer_bytes=comm_alone,
                                **{"max_model_len": p.context, **kv_opts})
     out.update(S.kv_json(kv))
-    return Answer(out, {"mode": "capacity", "plan": p, "kv": kv, "served": cfg})
+    return Answer(out, {"mode": "capacity", "plan": p, "kv": kv, "served": cfg,
+                        "precision": precision, "kv_dtype": kv_dtype, "weights": weights})
 
 
 def _max_throughput(served, g, n_in, n_out, tp, pp, kv_dtype, precision, weights,

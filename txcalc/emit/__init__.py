@@ -36,7 +36,7 @@ FORMATS = {"torchtitan": ("plan train", "train", "torchtitan"),
            "trtllm": ("plan infer", "serve", "trtllm")}
 
 __all__ = ["FORMATS", "EmitError", "Emitted", "check_format", "emit", "launch_files", "rendered",
-           "write"]
+           "serve_launch_files", "write"]
 
 
 def emit(fmt: str, command: str, ans, argv: str, model: str) -> Emitted:
@@ -55,13 +55,23 @@ def launch_files(plan, command: str, finetune=None) -> list[dict]:
     ``{"format", "refused": the one-line refusal}`` where the framework cannot express the
     plan. ``command`` is stated in each file's header."""
     from ..answers.common import Answer
-    ans = Answer({}, {"plan": plan, "finetune": finetune})
+    return _launch("plan train", Answer({}, {"plan": plan, "finetune": finetune}), command, "")
+
+
+def serve_launch_files(ans, command: str, model: str) -> list[dict]:
+    """``launch_files`` of a ``plan infer`` answer (``ans``: answers.plan's capacity_answer,
+    the serving report's): each ``plan infer`` format's files for ``model`` as
+    ``plan infer --emit FORMAT`` writes them, or its one-line refusal."""
+    return _launch("plan infer", ans, command, model)
+
+
+def _launch(of: str, ans, command: str, model: str) -> list[dict]:
     out = []
     for fmt, (cmd, _, _) in FORMATS.items():
-        if cmd != "plan train":
+        if cmd != of:
             continue
         try:
-            e = emit(fmt, cmd, ans, command, "")
+            e = emit(fmt, cmd, ans, command, model)
         except EmitError as err:
             out.append({"format": fmt, "refused": str(err)})
             continue

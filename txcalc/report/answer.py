@@ -83,7 +83,7 @@ def answer_serving(data: dict, req: ReportRequest, gpu: dict, name: str,
                                           "kv cache": kv["bytes_at_request"]}, "total": total}]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
     memory = (f"On one {gpu['name']} ({gpu['words']}) with no parallelism it "
-              f"{verdict}: weights {gib(data['weights_bytes'])} ({req.weights_format or req.precision}) + KV cache "
+              f"{verdict}: weights {gib(data['weights_bytes'])} ({req.weights_format or req.serve_precision}) + KV cache "
               f"{gib(kv['bytes_at_request'])} ({req.kv_dtype}, {gib(kv['bytes_per_sequence'])} "
               f"per sequence) = {gib(total)}.")
     fl = data["flops"]
@@ -232,9 +232,10 @@ def frontier_section(data: dict, no_plan: str) -> dict:
                           frontier_rows(plan))], plots)
 
 
-def launch_section(plan: dict) -> dict:
+def launch_section(plan: dict, serving: bool = False) -> dict:
     """The files that launch the plan's best layout, as ``txcalc plan train --emit FORMAT``
-    writes them (txcalc.emit), or the one line saying why a framework cannot express it."""
+    (a serving plan: ``plan infer --emit FORMAT``) writes them (txcalc.emit), or the one line
+    saying why a framework cannot express it."""
     launch = plan.get("launch", [])
     rows, files = [], []
     for e in launch:
@@ -245,10 +246,16 @@ def launch_section(plan: dict) -> dict:
         files += [{"name": f"{e['format']}: {name}", "text": body}
                   for name, body in e["files"].items()]
     best = plan["best"]
-    text = (f"The configuration each framework needs to run the best layout "
-            f"({best['layout']} on {best['gpus']:,} GPUs), as `txcalc plan train --emit "
-            "FORMAT --out FILE` writes it from the same plan; each file's header states the "
-            "figures this report expects (peak memory per GPU, tokens/s, MFU, days). Where a "
+    if serving:
+        layout = (f"TP {best['tp']} x PP {best['pp']}, {plural(best['replicas'], 'replica')} "
+                  f"on {plural(best['total_gpus'], 'GPU')}")
+        command, figures = "plan infer", "memory per GPU, KV cache tokens, prefill and decode"
+    else:
+        layout = f"{best['layout']} on {best['gpus']:,} GPUs"
+        command, figures = "plan train", "peak memory per GPU, tokens/s, MFU, days"
+    text = (f"The configuration each framework needs to run the best layout ({layout}), as "
+            f"`txcalc {command} --emit FORMAT --out FILE` writes it from the same plan; each "
+            f"file's header states the figures this report expects ({figures}). Where a "
             "framework cannot express what the plan assumed, the row says which setting, and "
             "no file is given.")
     return section("launch", "Launch: the files that run this plan", [text],

@@ -49,8 +49,8 @@ def sources(inference: bool = False) -> list[str]:
 def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
     out = [f"GPU: {gpu['name']}, {gpu['words']}"
            + ("." if gpu["source"] == "--gpu-gb" else f" ({gpu['source']})."),
-           f"Precision {req.precision}" + ("." if req.inference else
-                                           f", optimizer {req.optimizer}.")]
+           f"Precision {req.serve_precision if req.inference else req.precision}"
+           + ("." if req.inference else f", optimizer {req.optimizer}.")]
     from ..engine.fp8 import FP8_RECIPE
     if req.precision in FP8_RECIPE and not req.inference:
         r = FP8_RECIPE[req.precision]

@@ -235,8 +235,10 @@ def compared_command(req) -> tuple[list[str], list[str]]:
             continue
         if name == "context" and req.inference:
             v = req.serve_context
-        if name == "precision" and req.inference and v == f.default:
-            continue  # plan infer's weights default (bf16) is the report's bf16-mixed weights
+        if name == "precision" and req.inference:
+            if v == f.default:
+                continue  # plan infer's default (bf16) is the report's bf16-mixed weights
+            v = req.serve_precision  # plan infer's answer serves them in this
         if name not in takes:
             if v != f.default and not (cmd[0] == "plan" and name in _NOT_PLAN):
                 lacks.append("--" + name.replace("_", "-"))

@@ -49,7 +49,7 @@ def _plan(req: ReportRequest, cfg, gpu, progress: Progress,
                       "--gpu NAME.")
     if req.inference:
         progress("planner: serving layouts")
-        return planning.infer_plan(req, cfg, gpu), ""
+        return planning.infer_plan(req, cfg, gpu, command), ""
     if req.tokens is None:
         return None, ("Planning (GPUs, layout, days, cost) needs the training token budget: "
                       "give --tokens N.")
@@ -64,7 +64,7 @@ def _serving_load(req: ReportRequest, cfg) -> dict:
     from ..serve.plan import plan_serving
     from ..serve.load import serving_load_data
     kw = dict(weights=req.weights, kv_dtype=req.kv_dtype, gpu_file=req.gpu_file,
-              precision=req.precision)
+              precision=req.serve_precision)
     best = plan_serving(cfg, req.gpu, req.input_len, req.output_len,
                         concurrency=req.concurrency, **kw).best
     d = serving_load_data(cfg, req.gpu, req.input_len, req.output_len, tp=best.tp,
@@ -164,7 +164,8 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         sections.append(adapters_section(data))
     if not req.inference and plan is not None:  # no plan: the answer says why, once
         sections.append(text.frontier_section(data, no_plan))
-        sections.append(text.launch_section(plan))
+    if plan is not None:
+        sections.append(text.launch_section(plan, req.inference))
     if cfg is not None:
         sections.append(validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",

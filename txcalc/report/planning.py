@@ -67,13 +67,19 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
                                                     "seq": s.seq}, serving=False)}
 
 
-def infer_plan(req, cfg, gpu) -> dict:
+def infer_plan(req, cfg, gpu, command: str = "txcalc report") -> dict:
+    """The planner's answer for a serving request: plan infer's own (answers.plan's
+    capacity_answer, the serving precision of the request's), and the files that launch its
+    best layout, as ``plan infer --emit FORMAT`` writes them (txcalc.emit; ``command``, the
+    report's, heads each file)."""
+    from ..answers.plan import capacity_answer
+    from ..emit import serve_launch_files
     from ..engine.hardware import memory_words
-    from ..serve.infer import plan_infer
 
-    p = plan_infer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
-                   tokens_per_s=req.tokens_per_s, precision=req.precision,
-                   weights=req.weights_format)
+    ans = capacity_answer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
+                          precision=req.serve_precision, weights=req.weights,
+                          tokens_per_s=req.tokens_per_s, gpu_file=req.gpu_file)
+    p = ans.parts["plan"]
     rows = []
     for r in p.rows:
         d = r.to_json()
@@ -87,6 +93,7 @@ def infer_plan(req, cfg, gpu) -> dict:
     return {"gpu": p.gpu.name, "gpu_memory_bytes": int(p.gpu.memory_bytes),
             "gpu_usable_bytes": p.gpu.usable_bytes, "gpu_memory_words": memory_words(p.gpu, "GiB"),
             "best": rows[0], "options": rows,
+            "launch": serve_launch_files(ans, command, req.model),
             "assumptions": plan_assumptions(p.gpu, {}, serving=True)}
 
 

@@ -131,6 +131,13 @@ class ReportRequest:
         """--context, else a request's input + output, else the sequence."""
         return self.context or (self.input_len + self.output_len) or self.seq
 
+    @property
+    def serve_precision(self) -> str:
+        """The precision plan infer serves the weights in: bf16-mixed -> bf16, fp16-mixed ->
+        fp16 (answers.common.SERVING_PRECISION), any other as given."""
+        from ..answers.common import SERVING_PRECISION
+        return SERVING_PRECISION.get(self.precision, self.precision)
+
     def argv(self) -> list[str]:
         """The options of ``txcalc report`` that reproduce this request (defaults omitted)."""
         out = [self.model] if self.model is not None else []
