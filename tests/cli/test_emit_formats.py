@@ -197,6 +197,48 @@ def test_serving_flags_in_the_parser(capsys, tmp_path_factory, fmt, table_name, 
     assert int(got[chunk]) == j["max_num_batched_tokens"]
 
 
+def dotted(d: dict, prefix: str = "") -> dict:
+    """A nested mapping's leaves by dotted key: {"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(dotted(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+@FEW
+@given(d=SERVE, capacity=st.booleans())
+def test_trtllm_line_and_yaml_keys_in_its_source(capsys, tmp_path_factory, d, capacity):
+    """Every trtllm-serve flag and every --extra_llm_api_options YAML key (nested ones as
+    kv_cache_config.NAME) is one TensorRT-LLM defines (tests/data/emit_options/trtllm.json:
+    serve.py's click options, llm_args.py's pydantic fields, cited commits), with a value of
+    its type, and the values are the plan's."""
+    load = (["--context", d["in"], "--concurrency", d["rate"]] if capacity else
+            ["--input-len", d["in"], "--output-len", "256", "--rate", d["rate"]])
+    argv = ["plan", "infer", "llama-3-8b", *load, "--kv-dtype", d["kv"], "--engine", "trtllm",
+            "--emit", "trtllm"]
+    folder = tmp_path_factory.mktemp("t")
+    rc, out, j, err = emitted(capsys, folder, "serve.sh", *argv)
+    assert rc == 0, err
+    known, got = table("trtllm"), flags(out, "llama-3-8b")
+    extra = dotted(yaml.safe_load((folder / got["--extra_llm_api_options"]).read_text()))
+    for key, v in [*got.items(), *extra.items()]:
+        assert key in known, key
+        assert accepts(known[key], v), (key, v, known[key])
+    kv = j["kv_capacity"]
+    assert (int(got["--tp_size"]), int(got["--pp_size"])) == (j["tp"], j["pp"])
+    assert int(got["--max_seq_len"]) == kv["max_model_len"]
+    assert int(got["--max_num_tokens"]) == kv["max_num_batched_tokens"]
+    assert int(got["--max_batch_size"]) == kv["max_num_seqs"]
+    fraction = kv["kv_cache_free_gpu_mem_fraction"]
+    assert float(got["--kv_cache_free_gpu_memory_fraction"]) == fraction
+    assert extra["kv_cache_config.free_gpu_memory_fraction"] == fraction
+    assert extra["kv_cache_config.tokens_per_block"] == kv["block_size"]
+    assert extra.get("kv_cache_config.dtype", "auto") == ("fp8" if d["kv"] == "fp8" else "auto")
+
+
 @pytest.mark.parametrize("fmt,recipe", [("trl", "trl-sft"), ("axolotl", "axolotl"),
                                         ("llama-factory", "llama-factory")])
 @FEW

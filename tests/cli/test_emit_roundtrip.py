@@ -86,7 +86,18 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize("argv,fmt,setting", REFUSED, ids=[f for _, f, _ in REFUSED])
+#: the serving emitters' other refusals (ids named by the setting)
+SERVE_REFUSED = {
+    "sglang-kv-int8": (["plan", "infer", "llama-3-8b", "--context", "8k", "--kv-dtype", "int8"],
+                       "sglang", "kv dtype int8"),
+    "trtllm-weights-int4": (["plan", "infer", "llama-3-8b", "--context", "8k", "--engine",
+                             "trtllm", "--weights", "int4"], "trtllm", "weights int4"),
+    "trtllm-offline": (["plan", "infer", "llama-3-8b", "--input-len", "1k", "--output-len",
+                        "128", "--rate", "inf"], "trtllm", "--rate inf")}
+
+
+@pytest.mark.parametrize("argv,fmt,setting", REFUSED + list(SERVE_REFUSED.values()),
+                         ids=[f for _, f, _ in REFUSED] + list(SERVE_REFUSED))
 def test_refusal_names_the_setting_and_writes_nothing(capsys, tmp_path, argv, fmt, setting):
     out = tmp_path / "sub" / "file"
     rc, stdout, err = run(capsys, *argv, "--emit", fmt, "--out", str(out))

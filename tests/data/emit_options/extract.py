@@ -19,6 +19,11 @@ against it where the package cannot be installed in CI (txcalc/emit's docstrings
     megatron      | NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553
                   |   megatron/training/arguments.py (add_megatron_arguments; a checkout on
                   |   PYTHONPATH, Python 3.11 given typing.override from typing_extensions)
+    trtllm        | NVIDIA/TensorRT-LLM     | tensorrt_llm/commands/serve.py@4c05a748 (serve's
+                  |   click options), tensorrt_llm/llmapi/llm_args.py@00043967 (BaseLlmArgs,
+                  |   TorchLlmArgs, KvCacheConfig: the --extra_llm_api_options YAML's keys);
+                  |   recorded by hand (trtllm.json says which fields): no reader here, as
+                  |   neither the 2.5 GB repository nor the CUDA wheel comes to this machine
 """
 
 import dataclasses
