@@ -31,14 +31,28 @@ def launch():
     return rep["data"]["plan"], {e["format"]: e for e in rep["data"]["plan"]["launch"]}
 
 
-def test_every_training_format_has_a_file_or_a_one_line_refusal(launch):
-    _, by_format = launch
-    assert set(by_format) == {f for f, (c, _, _) in FORMATS.items() if c == "plan train"}
+def _files_or_refusals(by_format: dict, command: str) -> None:
+    """Each of ``command``'s formats has its files (the main one among them) or a one-line
+    refusal naming the format."""
+    assert set(by_format) == {f for f, (c, _, _) in FORMATS.items() if c == command}
     for fmt, e in by_format.items():
         if "refused" in e:
             assert e["refused"].startswith(f"--emit {fmt}: ") and "\n" not in e["refused"]
         else:
             assert e["main"] in e["files"]
+
+
+def _shown(md: str, by_format: dict) -> None:
+    """The Markdown has the Launch section and every file, under its format and name."""
+    assert "## Launch: the files that run this plan" in md
+    for fmt, e in by_format.items():
+        for name, text in e.get("files", {}).items():
+            assert f"*{fmt}: {name}*" in md and text.rstrip("\n") in md
+
+
+def test_every_training_format_has_a_file_or_a_one_line_refusal(launch):
+    _, by_format = launch
+    _files_or_refusals(by_format, "plan train")
     assert any("files" in e for e in by_format.values())
 
 
@@ -64,12 +78,7 @@ def test_the_torchtitan_file_is_the_plans_layout_and_what_plan_train_emits(launc
 
 
 def test_the_markdown_shows_the_files(launch):
-    _, by_format = launch
-    md = (REPORT / "report.md").read_text()
-    assert "## Launch: the files that run this plan" in md
-    for fmt, e in by_format.items():
-        for name, text in e.get("files", {}).items():
-            assert f"*{fmt}: {name}*" in md and text.rstrip("\n") in md
+    _shown((REPORT / "report.md").read_text(), launch[1])
 
 
 # --- a serving report: plan infer's files --------------------------------------------------
@@ -85,16 +94,11 @@ def serve_launch():
 
 def test_every_serving_format_has_a_file_or_a_one_line_refusal(serve_launch):
     _, by_format = serve_launch
-    assert set(by_format) == {f for f, (c, _, _) in FORMATS.items() if c == "plan infer"}
-    for fmt, e in by_format.items():
-        if "refused" in e:
-            assert e["refused"].startswith(f"--emit {fmt}: ") and "\n" not in e["refused"]
+    _files_or_refusals(by_format, "plan infer")
     assert {"vllm", "sglang"} <= {f for f, e in by_format.items() if "files" in e}
     md = (SERVE_REPORT / "report.md").read_text()
-    assert "## Launch: the files that run this plan" in md and "plan infer --emit" in md
-    for fmt, e in by_format.items():
-        for name, text in e.get("files", {}).items():
-            assert f"*{fmt}: {name}*" in md and text.rstrip("\n") in md
+    _shown(md, by_format)
+    assert "plan infer --emit" in md
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "sglang", "trtllm"])
