@@ -134,3 +134,17 @@ def test_a_serving_reports_vllm_line_reads_back_to_its_plan(capsys, serve_launch
     assert int(words["--max-num-seqs"]) == kv["max_num_seqs"]
     assert float(words["--gpu-memory-utilization"]) == kv["gpu_memory_utilization"]
     assert int(words["--block-size"]) == kv["block_size"]
+
+
+def test_a_serving_report_on_a_gpu_without_bf16_serves_what_plan_infer_does(capsys):
+    """On a V100 the report's defaults (txcalc report: fp16-mixed, and then an fp16 KV cache)
+    are plan infer's (fp16 weights and KV cache): the same vllm line, header aside."""
+    from txcalc.report.model import build_report
+    from txcalc.report.request import ReportRequest
+    rep = build_report(ReportRequest(model="llama-3-8b", inference=True, gpu="v100",
+                                     context=2048, precision="fp16-mixed", kv_dtype="fp16"))
+    e = {e["format"]: e for e in rep["data"]["plan"]["launch"]}["vllm"]
+    rc, out, err = run(capsys, "plan", "infer", "llama-3-8b", "--gpu", "v100", "--context",
+                       "2k", "--emit", "vllm")
+    assert rc == 0, err
+    assert "--dtype float16" in out and _body(out) == _body(e["files"]["serve.sh"])

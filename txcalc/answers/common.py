@@ -167,6 +167,12 @@ def overheads(context_gib, comm_gib, fragmentation):
 SERVING_PRECISION = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}
 
 
+def serving_kv_dtype(precision: str) -> str:
+    """The KV cache dtype a serving answer assumes when none is given: the weights' 16-bit
+    dtype (fp16 with fp16 weights, else bf16), as vLLM's kv_cache_dtype auto keeps it."""
+    return "fp16" if SERVING_PRECISION.get(precision, precision) == "fp16" else "bf16"
+
+
 def half_precision(precision: str | None, gpu, gpu_file=None, *, serving: bool = False
                    ) -> tuple[str, list[str]]:
     """(precision, the defaults assumed in words) of an answer: ``precision`` when given, else

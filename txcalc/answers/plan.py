@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .common import (Answer, apply_recipe, half_precision, load_model, make_finetune,
-                     overheads, serving_weights_note, text_only_said)
+                     overheads, serving_kv_dtype, serving_weights_note, text_only_said)
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -157,7 +157,7 @@ def plan_infer(model: str, gpu: str = "h100", context: str | None = None,
     if precision is None:
         precision, said = half_precision(None, gpu, gpu_file, serving=True)
     if kv_dtype is None:
-        kv_dtype = "fp16" if precision == "fp16" else "bf16"
+        kv_dtype = serving_kv_dtype(precision)
     ans = _plan_infer(model, gpu, context, concurrency, kv_dtype, tokens_per_s, precision,
                       weights, gpu_file, cuda_context_gib, comm_buffer_gib, fragmentation,
                       gpu_memory_utilization, block_size, max_model_len,

@@ -32,7 +32,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            price: float = typer.Option(None, "--price", help="Price of one GPU-hour, for the cost (training run or serving per hour)."),
            context: str = typer.Option("0", "--context", help="Serving: tokens per sequence, 128k = 131072 (0 = seq)."),
            concurrency: int = typer.Option(1, "--concurrency", help="Serving: sequences at once."),
-           kv_dtype: str = SERVE_OPTS["kv_dtype"],
+           kv_dtype: str = typer.Option(None, "--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32 (default bf16; a serving report's: the weights' 16-bit dtype, as plan infer's)."),
            tokens_per_s: float = typer.Option(None, "--tokens-per-s", help="Serving: decode tokens/s required (planner)."),
            input_len: str = typer.Option("0", "--input-len", help="Serving: prompt tokens per request; with --output-len adds TTFT/ITL against load and the layouts' throughput-latency Pareto front (simulated)."),
            output_len: str = typer.Option("0", "--output-len", help="Serving: output tokens per request (with --input-len)."),
@@ -61,6 +61,9 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     if precision is None:  # bf16-mixed, fp16-mixed on a GPU without bf16 (T4, V100)
         from ..answers.common import half_precision
         precision = half_precision(None, gpu, gpu_file)[0]
+    if kv_dtype is None:  # a serving report's is plan infer's: fp16 with fp16 weights (V100, T4)
+        from ..answers.common import serving_kv_dtype
+        kv_dtype = serving_kv_dtype(precision) if inference else "bf16"
     n_in = I.parse_context(input_len, "--input-len")
     n_out = I.parse_context(output_len, "--output-len")
     opts = options(out=out, params=params, gpu=gpu, gpu_gb=gpu_gb, gpu_file=gpu_file,
