@@ -1,8 +1,10 @@
 """The report's launch section (issue 31): the files that run the plan's best layout, the same
-as ``txcalc plan train --emit FORMAT`` writes for the same question, parsed back by TOML, and
-a one-line refusal for a framework that cannot express the plan."""
+as ``txcalc plan train --emit FORMAT`` (a serving report: ``plan infer --emit FORMAT``) writes
+for the same question, parsed back (TOML; the vllm line by plan infer --from-config), and a
+one-line refusal for a framework that cannot express the plan."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +150,22 @@ def test_a_serving_report_on_a_gpu_without_bf16_serves_what_plan_infer_does(caps
                        "2k", "--emit", "vllm")
     assert rc == 0, err
     assert "--dtype float16" in out and _body(out) == _body(e["files"]["serve.sh"])
+
+
+def test_a_serving_report_with_engine_trtllm_gives_trtllms_files(capsys):
+    """--engine trtllm (TRT-LLM's KV rule, plan infer's --engine): the report's trtllm line
+    and extra options YAML are plan infer --emit trtllm's, and vLLM's line is refused."""
+    from txcalc.report.model import build_report
+    from txcalc.report.request import ReportRequest
+    rep = build_report(ReportRequest(model="llama-3-8b", inference=True, gpu="h100",
+                                     context=4096, concurrency=8, engine="trtllm"))
+    by_format = {e["format"]: e for e in rep["data"]["plan"]["launch"]}
+    assert "engine trtllm" in by_format["vllm"]["refused"]
+    rc, out, err = run(capsys, "plan", "infer", "llama-3-8b", "--gpu", "h100", "--context",
+                       "4k", "--concurrency", "8", "--engine", "trtllm", "--emit", "trtllm")
+    assert rc == 0, err
+    files = by_format["trtllm"]["files"]
+    assert set(files) == {"serve.sh", "extra_llm_api_options.yaml"}
+    # plan infer prints both files, each under a '==> name <==' line (emit.rendered)
+    printed = dict(zip(re.findall(r"==> (\S+) <==\n", out), re.split(r"==> \S+ <==\n", out)[1:]))
+    assert {k: _body(v) for k, v in printed.items()} == {k: _body(v) for k, v in files.items()}

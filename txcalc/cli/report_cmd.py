@@ -15,6 +15,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            params: str = typer.Option(None, "--params", help="Only a parameter count (80e9, 70B): model states only."),
            inference: bool = typer.Option(False, "--inference", help="A serving report (weights + KV cache) instead of training."),
            weights: str = SERVE_OPTS["weights"],
+           engine: str = typer.Option(None, "--engine", help="Serving: the engine whose rule sizes the KV cache of the Launch files, as plan infer's --engine: vllm (default), vllm-0.6.5, vllm-0.6, vllm-0.2, trtllm (TensorRT-LLM's files need it)."),
            gpu: str = typer.Option(None, "--gpu", help="GPU name (h100, h200, ...)."),
            gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
            gpu_file: str = COMMON_OPTS["gpu_file"],
@@ -84,7 +85,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         global_batch=global_batch, price=price,
                         context=opts["context"],
                         concurrency=concurrency, kv_dtype=kv_dtype, tokens_per_s=tokens_per_s,
-                        input_len=n_in, output_len=n_out, weights=weights, finetune=finetune, lora_rank=lora_rank,
+                        input_len=n_in, output_len=n_out, weights=weights, engine=engine,
+                        finetune=finetune, lora_rank=lora_rank,
                         lora_alpha=lora_alpha, lora_targets=lora_targets,
                         lora_dropout=lora_dropout, trainable=trainable,
                         base_format=base_format, loss=loss, compare=compare)

@@ -191,7 +191,7 @@ _TAKES = {
     "plan train": ("tokens", "gpu", "days", "max_gpus", "global_batch", "price", "seq",
                    "precision", "optimizer", "gpu_file", "attn", "loss", *_FT),
     "plan infer": ("gpu", "context", "concurrency", "kv_dtype", "tokens_per_s", "weights",
-                   "gpu_file", "price", "precision"),
+                   "gpu_file", "price", "precision", "engine"),
 }
 _NOT_PLAN = ("batch", "recompute")
 

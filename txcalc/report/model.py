@@ -117,6 +117,8 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         request.pop("weights", None)
     if request.get("compare") is None:  # and reports without --compare
         request.pop("compare", None)
+    if request.get("engine") is None:  # and reports without --engine
+        request.pop("engine", None)
     if not request.get("input_len"):  # serving reports without the load section read as before
         request.pop("input_len", None)
         request.pop("output_len", None)

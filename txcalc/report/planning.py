@@ -75,10 +75,12 @@ def infer_plan(req, cfg, gpu, command: str = "txcalc report") -> dict:
     from ..answers.plan import capacity_answer
     from ..emit import serve_launch_files
     from ..engine.hardware import memory_words
+    from ..serve.kv import kv_options
 
     ans = capacity_answer(cfg, gpu, req.serve_context, req.concurrency, kv_dtype=req.kv_dtype,
                           precision=req.serve_precision, weights=req.weights,
-                          tokens_per_s=req.tokens_per_s, gpu_file=req.gpu_file)
+                          tokens_per_s=req.tokens_per_s, gpu_file=req.gpu_file,
+                          kv_opts=kv_options(engine=req.engine))
     p = ans.parts["plan"]
     rows = []
     for r in p.rows:

@@ -45,6 +45,9 @@ class ReportRequest:
     output_len: int = 0
     weights: str | None = None  #: serving: weight format (formats.scheme; None: the
     #: config.json's quantization_config, else the precision's dtype)
+    #: serving: the engine whose rule sizes the KV cache of the Launch files (plan infer's
+    #: --engine: vllm, its older releases, trtllm; None: vLLM's)
+    engine: str | None = None
     finetune: str = "full"  #: training: full | lora | qlora | dora | freeze (txcalc.engine.finetune)
     lora_rank: int = 16  #: adapters' rank
     lora_alpha: float | None = None  #: adapters' alpha (None: the rank)
@@ -86,6 +89,12 @@ class ReportRequest:
                                     "reports")
             from ..engine.formats import scheme
             scheme(self.weights)  # an unknown format fails here, before any work
+        if self.engine is not None:
+            if not self.inference:
+                raise WorkloadError(f"--engine ({self.engine!r:.60}) applies to --inference "
+                                    "reports")
+            from ..serve.kv import kv_options
+            kv_options(engine=self.engine)  # an unknown engine fails here, naming it
         if self.finetune != "full" and self.inference:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) applies to training "
                                 "reports, not --inference")
@@ -111,7 +120,7 @@ class ReportRequest:
         from ..answers.checks import checked
         if not isinstance(self.inference, bool):
             raise I.InputError(f"inference ({I.show(self.inference)}) must be True or False")
-        for name in ("model", "weights", "compare"):
+        for name in ("model", "weights", "compare", "engine"):
             I.text(f"--{name}" if name != "model" else "MODEL", getattr(self, name), none=True)
         for name in ("finetune", "lora_targets", "trainable", "base_format", "loss"):
             I.text("--" + name.replace("_", "-"), getattr(self, name))
