@@ -26,15 +26,9 @@ from txcalc.engine.finetune import Finetune, bnb_ctx_input_bytes
 from txcalc.engine.memory import TrainingMemory
 from txcalc.engine.workload import Workload
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-# the head (100 x 64) is the largest Linear, the MLP's (96 x 64) the largest in the blocks
-RAW = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-       "vocab_size": 100, "max_position_embeddings": 128, "tie_word_embeddings": False,
-       "architectures": ["LlamaForCausalLM"]}
-BATCH, SEQ = 2, 16
+# test_recipes' tiny Llama: the head (100 x 64) is the largest Linear, the MLP's (96 x 64)
+# the largest in the blocks
+from .test_recipes import BATCH, RAW, SEQ, torch, transformers
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +102,41 @@ def test_context_held_inputs_are_the_quantised_linears_inputs(hf_llama, quantize
     # peak; a first step has none
     assert mem.phases()["after_forward"]["act"] - mem.phases(first_step=True)[
         "after_forward"]["act"] == sum(held.values())
+
+
+def test_a_context_attribute_outlives_backward_while_the_loss_is_bound():
+    """The premise of ``keeps_previous`` with bitsandbytes < 0.43.2: PyTorch frees what
+    save_for_backward kept when backward has run, not a tensor held as an attribute of the
+    context (MatMul4Bit's ``ctx.tensors = (A, B)``), which lives as long as the graph, i.e.
+    as long as the loop keeps its loss bound."""
+    import gc
+    import weakref
+
+    class Held(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, w, attribute: bool):
+            if attribute:
+                ctx.tensors = (a, w)
+            else:
+                ctx.save_for_backward(a, w)
+            ctx.attribute = attribute
+            return a @ w
+
+        @staticmethod
+        def backward(ctx, g):
+            _, w = ctx.tensors if ctx.attribute else ctx.saved_tensors
+            return g @ w.t(), None, None
+
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(8, 8)
+    for attribute in (True, False):
+        h = x * 2
+        ref = weakref.ref(h)
+        loss = Held.apply(h, w, attribute).sum()
+        del h
+        loss.backward()
+        gc.collect()
+        assert (ref() is not None) == attribute
+        del loss
+        gc.collect()
+        assert ref() is None

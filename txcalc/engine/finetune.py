@@ -555,7 +555,9 @@ def head_forward_peak(cfg: ModelConfig, ops, work, act_bytes: int, cast_from: in
     dequantised for the matmul (``cast_from``: the copy it is cast from, alive during the
     cast, ``Finetune.cast_from_bytes``). The loss's own peak (``memory.loss_temp``) holds
     every piece and comes after: this one is larger only with a quantised head or a
-    previous step's logits beside it."""
+    previous step's logits beside it, where ``memory.TrainingMemory.phases`` asks for it.
+    The pieces' logits are taken as not saved (an eager chunked or full loss saves its fp32
+    copy, not them; a compiled one saves them: counted as activations)."""
     from .lm_loss import chunk_runs
     head = _vocab_head(cfg, ops, work)
     if head is None:

@@ -653,10 +653,12 @@ class TrainingMemory:
         # a loop that keeps the previous micro-batch's names (Finetune.keeps_previous): its
         # graph's context-held inputs through this forward and loss, its logits through this
         # forward (to the head's last piece, head_forward_peak); this step's graph after it
-        graph, logits = previous_step_bytes(self.cfg, self.ops, w, a, self.finetune)
+        ft = self.finetune
+        graph, logits = previous_step_bytes(self.cfg, self.ops, w, a, ft)
         prev = 0 if first_step else graph
-        head = head_forward_peak(self.cfg, self.ops, w, a, self.finetune.cast_from_bytes(
-            self.precision) if self.finetune else 0) + (0 if first_step else logits)
+        head = head_forward_peak(self.cfg, self.ops, w, a, ft.cast_from_bytes(
+            self.precision)) + (0 if first_step else logits) \
+            if ft is not None and (ft.quantize_head or ft.keeps_previous) else 0
         out = {
             "after_forward": phase(act=act + prev),
             "peak_forward": phase(act=act + prev, temp=max(self._loss_temp("forward"), head)),
