@@ -92,11 +92,12 @@ QUANTIZERS = ("transformers", "fabric")
 #: the sources of the quantizer table and of the loop (litgpt's pins at the commit that
 #: produced its config hub's figures: pyproject.toml lightning==2.3.0.dev20240328,
 #: bitsandbytes==0.42.0)
-FABRIC = ("Lightning-AI/pytorch-lightning@438f29f (2024-03-28) src/lightning/fabric/plugins/"
+FABRIC = ("Lightning-AI/pytorch-lightning@527d071 (2024-03-04: the file as it stood for "
+          "litgpt's pins b19c3a96 and 2.3.0.dev20240328) src/lightning/fabric/plugins/"
           "precision/bitsandbytes.py: module_init_context replaces torch.nn.Linear with the "
           "bnb class (_ClassReplacementContextManager), ignore_modules empty by default; "
           "_Linear4bit.quantize: w = weight.contiguous().to(device=device, dtype=torch.half)")
-BNB_042 = ("bitsandbytes 0.42.0 autograd/_functions.py MatMul4Bit.forward: "
+BNB_042 = ("bitsandbytes 0.41.0 and 0.42.0 autograd/_functions.py MatMul4Bit.forward: "
            "F.dequantize_4bit(B, quant_state).to(A.dtype) (dequantize_4bit allocates "
            "quant_state.dtype, functional.py); ctx.tensors = (A, B)")
 LITGPT_LOOP = ("Lightning-AI/litgpt@43c4432 (2024-04-24, the config hub table's figures) "
