@@ -44,7 +44,24 @@ op the norm, m and m - 1 (3 d_out).
 QLoRA (Dettmers et al. 2023, arXiv:2305.14314): the frozen base in 4 bits; storage in
 ``quantized_weight_bytes``, the sum over ``formats.bnb_4bit_tensors``, the one layout of a
 bitsandbytes 4-bit weight (NF4/FP4 with or without double quantisation) that quantised
-checkpoints (``formats.Format.tensors``) read too.
+checkpoints (``formats.Format.tensors``) read too. Who quantises (``Finetune.quantizer``):
+
+    quantizer    | quantised Linears             | quantised from     | a dequantised weight
+    -------------|-------------------------------|--------------------|------------------------
+    transformers | every nn.Linear but the head  | the weight's dtype | one copy in the compute
+     (default)   |  (llm_int8_skip_modules)      |                    |  dtype
+    fabric       | every nn.Linear, the head too | fp16               | fp16 (the quant state's
+                 |  (``FABRIC``: ignore_modules  |  (``FABRIC``:      |  dtype), then its cast to
+                 |  empty, litgpt passes none)   |  .to(torch.half))  |  bf16: both during the cast
+
+bitsandbytes before 0.43.2 (``Finetune.bnb_saves_input``) holds each quantised Linear's input
+on the autograd context as a Python attribute (``ctx.tensors = (A, B)``; ``BNB_042``), which
+backward does not free (it frees save_for_backward's tensors): those inputs live as long as the
+graph, and a training loop that keeps its loss bound keeps them (``Finetune.keeps_previous``:
+litgpt's ``fit`` rebinds ``logits`` and ``loss`` only when the next micro-batch's are computed,
+``LITGPT_LOOP``), so the previous micro-batch's inputs (``bnb_ctx_input_bytes``) are alive
+through the next forward and its loss, and its logits until that forward returns
+(``previous_step_bytes``, ``head_forward_peak``; ``memory.TrainingMemory.phases``).
 """
 
 from __future__ import annotations
@@ -70,6 +87,25 @@ ADAPTABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv
              "kv_b_proj", "gate_proj", "up_proj", "down_proj", "proj_in", "proj_out", "lm_head")
 TARGET_GROUPS = ("all-linear", "attn", "mlp")
 TRAINABLE_PARTS = ("head", "norms", "embeddings")  #: plus last:N (the last N blocks)
+#: who quantises a QLoRA base (the module doc's table)
+QUANTIZERS = ("transformers", "fabric")
+#: the sources of the quantizer table and of the loop (litgpt's pins at the commit that
+#: produced its config hub's figures: pyproject.toml lightning==2.3.0.dev20240328,
+#: bitsandbytes==0.42.0)
+FABRIC = ("Lightning-AI/pytorch-lightning@527d071 (2024-03-04: the file as it stood for "
+          "litgpt's pins b19c3a96 and 2.3.0.dev20240328) src/lightning/fabric/plugins/"
+          "precision/bitsandbytes.py: module_init_context replaces torch.nn.Linear with the "
+          "bnb class (_ClassReplacementContextManager), ignore_modules empty by default; "
+          "_Linear4bit.quantize: w = weight.contiguous().to(device=device, dtype=torch.half)")
+BNB_042 = ("bitsandbytes 0.41.0 and 0.42.0 autograd/_functions.py MatMul4Bit.forward: "
+           "F.dequantize_4bit(B, quant_state).to(A.dtype) (dequantize_4bit allocates "
+           "quant_state.dtype, functional.py); ctx.tensors = (A, B)")
+LITGPT_LOOP = ("Lightning-AI/litgpt@43c4432 (2024-04-24, the config hub table's figures) "
+               "litgpt/finetune/lora.py fit(): logits = model(input_ids, lm_head_chunk_size=128)"
+               "; loss = chunked_cross_entropy(...); fabric.backward(loss / ...), the names "
+               "kept to the next iteration; GPT(config) under fabric.init_module with the "
+               "BitsandbytesPrecision plugin (litgpt/lora.py: lm_head = LoRALinear, an "
+               "nn.Linear inside)")
 
 # --- bitsandbytes storage --------------------------------------------------------------------
 def quantized_weight_bytes(d_out: int, d_in: int, fmt: str, block: int = 64,
@@ -145,6 +181,11 @@ class Finetune:
     #: 2024-07-16, released in 0.43.2: ``ctx.tensors = (None, B)``): the frozen base saves what
     #: a trained Linear saves (its input, once per input shared by q/k/v and gate/up)
     bnb_saves_input: bool = False
+    #: qlora: who quantises the base (``QUANTIZERS``, the module doc's table)
+    quantizer: str = "transformers"
+    #: the training loop keeps the previous micro-batch's logits and loss bound through the
+    #: next forward (litgpt, ``LITGPT_LOOP``; the module doc)
+    keeps_previous: bool = False
 
     def __post_init__(self) -> None:
         from ..inputs import choice, integer, number
@@ -153,6 +194,7 @@ class Finetune:
         number("--lora-alpha", self.alpha, 0, 1e6)
         number("--lora-dropout", self.lora_dropout, 0, 1, lo_open=False, hi_open=True)
         choice("--base-format", self.base_format, BASE_FORMATS)
+        choice("quantizer", self.quantizer, QUANTIZERS)
         integer("--quant-block", self.block, 16, 4096)
         if not isinstance(self.targets, str) or not self.targets.strip():
             raise WorkloadError(f"--lora-targets ({self.targets!r:.60}) must name modules")
@@ -169,6 +211,18 @@ class Finetune:
             return None
         return bnb_format(self.base_format, self.block, self.double_quant)
 
+    @property
+    def quantize_head(self) -> bool:
+        """The output layer is quantised too (Fabric's plugin: every nn.Linear)."""
+        return self.mode == "qlora" and self.quantizer == "fabric"
+
+    def cast_from_bytes(self, precision: str) -> int:
+        """Bytes an element of the copy a dequantised weight is made in before its cast to
+        the compute dtype, alive beside it during the cast (0: dequantised in the compute dtype
+        itself): Fabric quantises from fp16, so under bf16 the fp16 copy (2)."""
+        fabric = self.mode == "qlora" and self.quantizer == "fabric"
+        return 2 if fabric and not precision.startswith("fp16") else 0
+
     def describe(self) -> str:
         if self.mode == "full":
             return "full fine-tuning"
@@ -177,6 +231,8 @@ class Finetune:
         base = f", base {self.base.name}" if self.mode == "qlora" else ""
         if self.mode == "qlora" and self.upcast:
             base += ", unquantised parameters in fp32"
+        if self.quantize_head:
+            base += ", quantised by Fabric (head too, from fp16)"
         drop = f", dropout {self.lora_dropout:g}" if self.lora_dropout else ""
         return f"{self.mode} r={self.rank} alpha={self.alpha:g} on {self.targets}{base}{drop}"
 
@@ -274,14 +330,16 @@ def _trainable_paths(cfg: ModelConfig, ops, spec: str) -> set[str]:
     return out
 
 
-def _frozen(cfg: ModelConfig, op: Op, fmt: Format | None, keeps_input: bool = False) -> Op:
+def _frozen(cfg: ModelConfig, op: Op, fmt: Format | None, keeps_input: bool = False,
+            head: bool = False) -> Op:
     """The op with frozen parameters: what only its weight gradient needed is not saved (but
     a quantised Linear of bitsandbytes < 0.43.2 keeps its input: ``keeps_input``,
     ``Finetune.bnb_saves_input``)."""
     saved = op.saved
-    # bitsandbytes replaces every nn.Linear but the output layer (llm_int8_skip_modules)
+    # transformers replaces every nn.Linear but the output layer (llm_int8_skip_modules),
+    # Fabric every one (``head``: Finetune.quantize_head)
     quantize = fmt is not None and op.kind == "linear" and not op.tied and op.params and \
-        _name(op) != "lm_head"
+        (head or _name(op) != "lm_head")
     if quantize and keeps_input:
         pass  # MatMul4Bit's ctx.tensors holds the input a trained Linear saves
     elif op.kind == "linear" and saved[:1] == ((op.d_in * op.active, "a"),):
@@ -375,8 +433,8 @@ def apply_finetune(cfg: ModelConfig, ops, ft: Finetune | None) -> tuple[Op, ...]
     seen: set[tuple] = set()
     fmt = ft.base
     for op in ops:
-        out.append(_frozen(cfg, op, fmt, ft.mode == "qlora" and ft.bnb_saves_input)
-                   if _has_weights(op) else op)
+        out.append(_frozen(cfg, op, fmt, ft.mode == "qlora" and ft.bnb_saves_input,
+                           ft.quantize_head) if _has_weights(op) else op)
         if op.path in targets:
             key = _input_key(cfg, op)
             # the input is saved already: by an adapter on the same input, or still by the
@@ -451,3 +509,65 @@ def dequant_bytes_moved(ops, act_bytes: int, recompute: str = "none") -> int:
             out += per * op.instances * (3 if op.reruns(recompute) else 2)
     return out
 
+
+
+# --- what a training loop keeps of the previous micro-batch (the module doc) ------------------
+def bnb_ctx_input_bytes(cfg: ModelConfig, ops, work, act_bytes: int) -> int:
+    """The inputs bitsandbytes < 0.43.2's MatMul4Bit holds on its autograd context
+    (``BNB_042``: ``ctx.tensors = (A, B)``, which backward does not free): one per distinct
+    input of the quantised Linears (q, k and v share theirs, gate and up theirs:
+    ``_input_key``), rows x d_in in the activation dtype. Alive as long as the graph is."""
+    seen: set[tuple] = set()
+    out = 0
+    for op in ops:
+        if op.kind == "linear" and op.weight_format is not None:
+            key = _input_key(cfg, op)
+            if key not in seen:
+                seen.add(key)
+                out += work.rows(op.stream) * op.d_in * op.active * act_bytes
+    return out
+
+
+def _vocab_head(cfg: ModelConfig, ops, work) -> Op | None:
+    """The lm_head op when it computes T x V logits (not under the fused linear loss)."""
+    from ..model.checks import VOCAB_HEADS
+    if cfg.head not in VOCAB_HEADS or work.loss == "fused-linear":
+        return None
+    return next((op for op in ops if op.path == "lm_head"), None)
+
+
+def previous_step_bytes(cfg: ModelConfig, ops, work, act_bytes: int,
+                        ft: Finetune | None) -> tuple[int, int]:
+    """(graph, logits): what a loop that keeps the previous micro-batch's names
+    (``Finetune.keeps_previous``) holds of it in the next step: its graph's context-held
+    inputs (bitsandbytes < 0.43.2, ``bnb_ctx_input_bytes``) until the next loss is computed,
+    and its logits (T x V, the activation dtype) until the next forward returns."""
+    if ft is None or not ft.keeps_previous:
+        return 0, 0
+    graph = bnb_ctx_input_bytes(cfg, ops, work, act_bytes) if ft.bnb_saves_input else 0
+    head = _vocab_head(cfg, ops, work)
+    return graph, (work.rows("seq") * cfg.vocab_size * act_bytes if head is not None else 0)
+
+
+def head_forward_peak(cfg: ModelConfig, ops, work, act_bytes: int, cast_from: int) -> int:
+    """Bytes above the saved activations as the head computes its last piece of logits
+    (litgpt's head runs in pieces, ``Workload.loss`` chunked:N's): the earlier pieces' logits,
+    then the last piece's output beside the head's weight when it is quantised and
+    dequantised for the matmul (``cast_from``: the copy it is cast from, alive during the
+    cast, ``Finetune.cast_from_bytes``). The loss's own peak (``memory.loss_temp``) holds
+    every piece and comes after: this one is larger only with a quantised head or a
+    previous step's logits beside it, where ``memory.TrainingMemory.phases`` asks for it.
+    The pieces' logits are taken as not saved (an eager chunked or full loss saves its fp32
+    copy, not them; a compiled one saves them: counted as activations)."""
+    from .lm_loss import chunk_runs
+    head = _vocab_head(cfg, ops, work)
+    if head is None:
+        return 0
+    t, v = work.rows("seq"), cfg.vocab_size
+    last = chunk_runs(work)[-1][1] if work.loss.startswith("chunked") else t
+    # a compiled loss saves its pieces' logits: activations already, not counted here
+    a = 0 if "loss" in work.fused else act_bytes
+    if head.weight_format is None:
+        return t * v * a
+    w = head.d_in * head.d_out
+    return (t - last) * v * a + w * act_bytes + max(w * cast_from, last * v * a)

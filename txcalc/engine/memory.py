@@ -38,7 +38,8 @@ from .accounting import by_layer_type
 from ..model.checks import VOCAB_HEADS
 from ..model.config import ModelConfig
 from ..errors import WorkloadError
-from .finetune import Finetune, check_precision, finetuned_ops, op_weight_bytes
+from .finetune import (Finetune, check_precision, finetuned_ops, head_forward_peak,
+                       op_weight_bytes, previous_step_bytes)
 from .fp8 import FP8_RECIPE, fp8_saved_delta, fp8_weight_bytes
 from .saved import recompute_transient, saved_bytes, saved_rows, tail_saved
 from .held import (HeldInputs, frozen_table_inputs, held_inputs, leaf_saved,
@@ -290,15 +291,17 @@ def optimizer_bytes(ops, precision: str, optimizer: str) -> int:
             + master_bytes(ops, precision, optimizer) + step_counter_bytes(ops, optimizer))
 
 
-def dequant_buffer_bytes(ops, act_bytes: int) -> int:
+def dequant_buffer_bytes(ops, act_bytes: int, cast_from: int = 0) -> int:
     """The largest transient weight a step builds over the ops: a quantised base weight
-    dequantised to 16 bits for its matmul (bitsandbytes, forward and again in backward), DoRA's
-    merged weight W + s B A and B A (two d_out x d_in copies) beside PEFT's d_in x d_in
-    identity. Alive one op at a time (the planner passes one stage's sharded ops)."""
+    dequantised to 16 bits for its matmul (bitsandbytes, forward and again in backward; with
+    the copy it is cast from beside it, ``cast_from`` bytes an element: Finetune.
+    cast_from_bytes), DoRA's merged weight W + s B A and B A (two d_out x d_in copies) beside
+    PEFT's d_in x d_in identity. Alive one op at a time (the planner passes one stage's
+    sharded ops)."""
     out = 0
     for op in ops:
         if op.weight_format is not None and op.kind == "linear":
-            out = max(out, op.d_in * op.d_out * op.instances * act_bytes)
+            out = max(out, op.d_in * op.d_out * op.instances * (act_bytes + cast_from))
         elif op.kind == "weight_product":  # + PEFT's d_in x d_in identity
             out = max(out, (2 * op.d_out + op.d_in) * op.d_in * act_bytes)
     return out
@@ -412,7 +415,8 @@ class TrainingMemory:
     @cached_property
     def dequant_bytes(self) -> int:
         """The largest transient weight a step builds (``dequant_buffer_bytes``)."""
-        return dequant_buffer_bytes(self.ops, self._bytes.act)
+        return dequant_buffer_bytes(self.ops, self._bytes.act, self.finetune.cast_from_bytes(
+            self.precision) if self.finetune else 0)
 
     @property
     def _bytes(self):
@@ -646,10 +650,19 @@ class TrainingMemory:
         # the frozen table's leaf and, from backward on, its gradient: the graph holds both
         # until the loss goes (after the step)
         done = self.step_held.first + self.step_held.last
+        # a loop that keeps the previous micro-batch's names (Finetune.keeps_previous): its
+        # graph's context-held inputs through this forward and loss, its logits through this
+        # forward (to the head's last piece, head_forward_peak); this step's graph after it
+        ft = self.finetune
+        graph, logits = previous_step_bytes(self.cfg, self.ops, w, a, ft)
+        prev = 0 if first_step else graph
+        head = head_forward_peak(self.cfg, self.ops, w, a, ft.cast_from_bytes(
+            self.precision)) + (0 if first_step else logits) \
+            if ft is not None and (ft.quantize_head or ft.keeps_previous) else 0
         out = {
-            "after_forward": phase(act=act),
-            "peak_forward": phase(act=act, temp=self._loss_temp("forward")),
-            "after_backward": phase(grad=self.gradients, act=done),
+            "after_forward": phase(act=act + prev),
+            "peak_forward": phase(act=act + prev, temp=max(self._loss_temp("forward"), head)),
+            "after_backward": phase(grad=self.gradients, act=done + graph),
         }
         # the first backward ops: the loss kernel's gradients (HF: two fp32 T x V), or a
         # quantised weight dequantised for the last block's input gradient, whichever is larger
@@ -669,7 +682,7 @@ class TrainingMemory:
         out["peak_backward"] = max(peaks, key=lambda c: c["total"])
         steady = base | {"opt": 0 if self._offload_opt else
                          self.optimizer_states + self.step_counters}
-        out["after_step"] = dict(steady, grad=self.gradients, act=done)
+        out["after_step"] = dict(steady, grad=self.gradients, act=done + graph)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
         # offloaded: the step and its temporaries run on the host
         temps = (0, 0) if self._offload_opt else (self.master_grad_copies,

@@ -105,6 +105,9 @@ class Measurement:
     quant: dict | None = field(default=None, hash=False)
     #: the run compiled its loss (torch.compile of the cross-entropy: Workload.fused "loss")
     compiled_loss: bool | None = None
+    #: the run's loop keeps the previous micro-batch's logits and loss bound through the next
+    #: forward (engine.finetune's Finetune.keeps_previous: litgpt's fit())
+    keeps_previous: bool | None = None
 
     @property
     def kind(self) -> str:
@@ -141,7 +144,9 @@ class Measurement:
                         targets=lora["targets"], lora_dropout=float(lora.get("dropout", 0.0)),
                         base_format=q.get("format", "nf4"), block=int(q.get("block", 64)),
                         double_quant=bool(q.get("double_quant", True)),
-                        bnb_saves_input=bool(q.get("bnb_saves_input", False)))
+                        bnb_saves_input=bool(q.get("bnb_saves_input", False)),
+                        quantizer=q.get("quantizer", "transformers"),
+                        keeps_previous=bool(self.keeps_previous))
 
     def setup(self):
         """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row, with the
@@ -169,6 +174,10 @@ class Measurement:
             base = f", {self.quant['format']}{' dq' if self.quant.get('double_quant') else ''}"
             if self.quant.get("bnb_saves_input"):
                 base += " (bnb < 0.43.2: inputs kept)"
+            if self.quant.get("quantizer", "transformers") != "transformers":
+                base += f", {self.quant['quantizer']} quantizer"
+        if self.keeps_previous:
+            base += "; previous step kept"
         return f"{self.method} r={lora['rank']} {lora['targets']}{base}"
 
 

@@ -190,7 +190,8 @@ def group_states(s: TrainSetting, ops, tp: int, ep: int, tied_copy: bool = False
 def group_dequant(s: TrainSetting, ops, tp: int, ep: int) -> int:
     """The largest weight one GPU dequantises (or DoRA merges) in the group: the engine's
     ``dequant_buffer_bytes`` over the sharded ops."""
-    return dequant_buffer_bytes([shard_op(op, tp, ep) for op in ops], s.bytes.act)
+    return dequant_buffer_bytes([shard_op(op, tp, ep) for op in ops], s.bytes.act,
+                                s.finetune.cast_from_bytes(s.precision) if s.finetune else 0)
 
 
 def group_shapes(ops, tp: int, ep: int, tied_copy: bool = False,
