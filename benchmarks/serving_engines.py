@@ -36,8 +36,15 @@ import numpy as np
 
 import txcalc
 from txcalc.model.hf import from_hf_dict
+from txcalc.serve.plan import SIM_MIN
 from txcalc.serve.sched import ENGINE_PROFILES
-from txcalc.serve.sim import STEP_OVERHEAD_S, closed_loop_means, simulate, step_model
+from txcalc.serve.sim import (
+    STEP_OVERHEAD_S,
+    closed_loop_means,
+    saturation_requests_per_s,
+    simulate,
+    step_model,
+)
 
 _DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 _NIM = json.loads((_DATA / "nim_llama33_70b_h100_tp2.json").read_text())
@@ -74,30 +81,39 @@ def _model(sweep: str):
     return from_hf_dict(_L4["config"], "qwen2.5-0.5b-instruct")
 
 
+def step_model_of(sweep: str, engine, consts: tuple):
+    """The sweep's replica under ``engine``'s KV rule with the overheads ``consts`` = (step,
+    per sequence, per request)."""
+    d = SWEEPS[sweep]["data"]
+    ov, seq, req = consts
+    kw = {"overhead_s": ov, "seq_overhead_s": seq, "request_overhead_s": req,
+          "max_model_len": d.get("max_model_len", d["input_len"] + d["output_len"]),
+          "engine": engine or "vllm"}
+    if sweep == "nim":
+        return step_model(_model(sweep), d["gpu"], tp=d["tp"], weights=d["weights"],
+                          kv_dtype="fp8", max_num_batched_tokens=MAX_NUM_TOKENS, **kw)
+    if sweep == "sglang-h200":
+        return step_model(_model(sweep), d["gpu"], tp=d["tp"], weights=d["weights"],
+                          kv_dtype=d["kv_dtype"],
+                          gpu_memory_utilization=d["gpu_memory_utilization"], **kw)
+    return step_model(_model(sweep), d["gpu"],
+                      gpu_memory_utilization=d["gpu_memory_utilization"], **kw)
+
+
 def predict(sweep: str, engine, c: int, consts: tuple, cache: dict) -> dict:
     """The sweep's three figures at concurrency ``c`` under ``engine`` with the overheads
     ``consts`` = (step, per sequence, per request)."""
     key = (sweep, engine, c, consts)
     if key not in cache:
         d = SWEEPS[sweep]["data"]
-        ov, seq, req = consts
-        kw = {"overhead_s": ov, "seq_overhead_s": seq, "request_overhead_s": req,
-                  "max_model_len": d.get("max_model_len", d["input_len"] + d["output_len"]),
-                  "engine": engine or "vllm"}
+        sm = step_model_of(sweep, engine, consts)
         if sweep == "nim":
-            sm = step_model(_model(sweep), d["gpu"], tp=d["tp"], weights=d["weights"],
-                            kv_dtype="fp8", max_num_batched_tokens=MAX_NUM_TOKENS, **kw)
             cache[key] = closed_loop_means(sm, c, d["input_len"], d["output_len"],
                                            max_num_batched_tokens=MAX_NUM_TOKENS,
                                            engine=engine)
         elif sweep == "sglang-h200":
-            sm = step_model(_model(sweep), d["gpu"], tp=d["tp"], weights=d["weights"],
-                            kv_dtype=d["kv_dtype"],
-                            gpu_memory_utilization=d["gpu_memory_utilization"], **kw)
             cache[key] = inferencex_means(sm, c, engine)
         else:  # vllm bench serve: p50 over every request of the run (20 per client)
-            sm = step_model(_model(sweep), d["gpu"],
-                            gpu_memory_utilization=d["gpu_memory_utilization"], **kw)
             r = simulate(sm, max(200, 20 * c), d["input_len"], d["output_len"],
                          concurrency=c, engine=engine)
             cache[key] = {"ttft_s": float(np.median(r.ttft_s)), "itl_s": r.itl(50),
@@ -203,6 +219,157 @@ READING = ("Reading. NIM (TensorRT-LLM, 5,000-token prompts): the default schedu
            "points; two test rows cannot tell the schedulers apart.")
 
 
+
+# --- saturation: the sustainable request rate --------------------------------------------------
+#: a closed-loop sweep has plateaued when at least two rows' output tokens/s lie within this
+#: share of its highest: adding clients adds no throughput, so the engine completes requests at
+#: its sustainable rate, plateau tokens/s / output length (the rate an open loop can offer
+#: before its queue grows without bound)
+PLATEAU_WITHIN = 0.01
+#: requests of the simulator's own saturation figure: plan_serving's (serve.plan SIM_MIN x 2)
+SAT_REQUESTS = 2 * SIM_MIN
+#: open-loop checks of the simulator's `saturated` flag, as multiples of the measured rate
+FLAG_AT = (0.75, 1.25)
+
+
+def mean_output_len(sweep: str) -> float:
+    """The sweep's mean output length (SGLang's: uniform over the integers [819, 1024])."""
+    d = SWEEPS[sweep]["data"]
+    lo = int(d["output_len"] * d.get("range_ratio", 1.0))
+    return (lo + d["output_len"]) / 2
+
+
+def _tok_s(sweep: str) -> tuple[int, float]:
+    """(column of the published output tokens/s, its scale to the whole replica's tokens/s)."""
+    _, i, _, scale = next(m for m in SWEEPS[sweep]["metrics"] if m[2] == "output_tokens_per_s")
+    return i, 1 / scale
+
+
+def measured_saturation(sweep: str) -> dict:
+    """The sweep's sustainable requests/s: with a plateau, the mean tokens/s of its test rows
+    (and, apart, of all its rows) / the mean output length; without one, the highest
+    requests/s measured, a lower bound (the engine was not yet saturated)."""
+    sw = SWEEPS[sweep]
+    i, scale = _tok_s(sweep)
+    rows = [(r[0], r[i] * scale) for r in sw["data"]["rows"]]
+    top = max(v for _, v in rows)
+    flat = [(c, v) for c, v in rows if v >= (1 - PLATEAU_WITHIN) * top]
+    out = mean_output_len(sweep)
+    if len(flat) < 2:
+        c, v = max(rows, key=lambda cv: cv[1])
+        return {"plateau": None, "rate": v / out, "lower_bound": True, "row": c}
+    test = [(c, v) for c, v in flat if c not in sw["fit"]]
+    # Little's law past saturation: c clients wait c / rate each, so every further client
+    # adds 1 / rate to the mean TTFT (decoding, at the batch cap, takes as long as before)
+    j = next(k for _, k, key, _ in sw["metrics"] if key == "ttft_s")
+    ttft = {r[0]: r[j] / 1e3 for r in sw["data"]["rows"]}
+    cs = [c for c, _ in flat]
+    return {"plateau": cs, "test_rows": [c for c, _ in test],
+            "rate": statistics.mean(v for _, v in test) / out,
+            "rate_all_rows": statistics.mean(v for _, v in flat) / out, "lower_bound": False,
+            "rate_from_ttft": statistics.mean((b - a) / (ttft[b] - ttft[a])
+                                              for a, b in zip(cs, cs[1:]))}
+
+
+def simulated_saturation(sweep: str, engine, consts: tuple, cache: dict) -> float:
+    """The simulator's own saturation figure (``serve.sim.saturation_requests_per_s``, as
+    ``plan_serving`` finds it: an offline run of SAT_REQUESTS requests) for the sweep's
+    replica and lengths."""
+    key = ("sat", sweep, engine, consts)
+    if key not in cache:
+        d = SWEEPS[sweep]["data"]
+        sm = step_model_of(sweep, engine, consts)
+        if sweep == "nim":
+            kw = {"max_num_batched_tokens": MAX_NUM_TOKENS}
+            ins, outs = d["input_len"], d["output_len"]
+        elif sweep == "sglang-h200":
+            kw = {"max_num_batched_tokens": d["max_num_batched_tokens"],
+                  "max_num_seqs": d["max_num_seqs"]}
+            ins, outs = inferencex_lengths(SAT_REQUESTS)
+        else:
+            kw, ins, outs = {}, d["input_len"], d["output_len"]
+        cache[key] = saturation_requests_per_s(sm, SAT_REQUESTS, ins, outs, engine=engine,
+                                               **kw)
+    return cache[key]
+
+
+def saturated_flags(engine, consts: tuple, rate: float, cache: dict) -> list[bool]:
+    """The NIM replica's `saturated` flag on open-loop runs (Poisson, SAT_REQUESTS x 2
+    requests) offered FLAG_AT x ``rate``."""
+    key = ("flags", engine, consts, rate)
+    if key not in cache:
+        d = _NIM
+        sm = step_model_of("nim", engine, consts)
+        cache[key] = [simulate(sm, 2 * SAT_REQUESTS, d["input_len"], d["output_len"],
+                               rate=k * rate, engine=engine,
+                               max_num_batched_tokens=MAX_NUM_TOKENS).saturated
+                      for k in FLAG_AT]
+    return cache[key]
+
+
+def saturation_section(cache: dict, quick: bool = False) -> list[str]:
+    """Per sweep and profile: the simulator's saturation rate against the measured one, and
+    the NIM plateau rows' throughput (the achieved tokens/s at and beyond saturation)."""
+    lines = ["### Saturation: the sustainable request rate", "",
+             ("A closed loop whose output tokens/s stop rising with the clients has saturated "
+              "the engine: it completes requests at its sustainable rate, plateau tokens/s / "
+              f"output length (a plateau: two or more rows within {PLATEAU_WITHIN:.0%} of the "
+              "sweep's highest tokens/s). The simulator's figure is its own "
+              "(`serve.sim.saturation_requests_per_s`, as `plan_serving` reports it: "
+              f"{SAT_REQUESTS} requests queued at once, completed requests/s, the last "
+              "batch's drain included). Before: uncalibrated; after: the sweep's fitted "
+              "overheads (fit rows only)."), ""]
+    meas = {sw: measured_saturation(sw) for sw in SWEEPS}
+    for sw, m in meas.items():
+        if m["lower_bound"]:
+            lines.append(f"- {sw}: no plateau (the highest tokens/s is at the top concurrency, "
+                         f"c={m['row']}): the engine was never saturated; the highest rate "
+                         f"measured, {m['rate']:.3g} requests/s, is a lower bound.")
+        else:
+            lines.append(f"- {sw}: plateau at c={', '.join(map(str, m['plateau']))}; from "
+                         f"its test rows (c={', '.join(map(str, m['test_rows']))}) "
+                         f"{m['rate']:.4g} requests/s ({m['rate_all_rows']:.4g} with the fit "
+                         "rows too). Little's law agrees: past saturation each further client "
+                         "adds 1 / rate to the mean TTFT, and the plateau rows' TTFT rises by "
+                         f"one second per {m['rate_from_ttft']:.4g} clients.")
+    lines += ["", ("| sweep | engine | measured requests/s | simulated before | error | "
+                   "simulated after | error |"), "|---|---|---|---|---|---|---|"]
+    for sw, m in meas.items():
+        for engine in ENGINES:
+            after = fit(sw, engine, cache, quick)
+            cells = []
+            for cs in (BEFORE, after):
+                v = simulated_saturation(sw, engine, cs, cache)
+                err = v / m["rate"] - 1
+                cells += [f"{v:.4g}", (f"{'holds' if err >= 0 else 'fails'} ({err:+.0%})"
+                                       if m["lower_bound"] else f"{err:+.1%}")]
+            bound = ">= " if m["lower_bound"] else ""
+            lines.append(f"| {sw} | {engine or 'default'} | {bound}{m['rate']:.4g} | "
+                         + " | ".join(cells) + " |")
+    nim = meas["nim"]
+    plateau = nim["plateau"]
+    i = [k for _, k, key, _ in SWEEPS["nim"]["metrics"]].index(_tok_s("nim")[0])
+    lines += ["", ("NIM at and beyond saturation: output tokens/s error on the plateau rows "
+                   f"(c={', '.join(map(str, plateau))}; fit rows marked *), and the "
+                   "`saturated` flag of an open loop (Poisson, "
+                   f"{2 * SAT_REQUESTS} requests) offered "
+                   + " / ".join(f"{k:g}x" for k in FLAG_AT)
+                   + f" the measured {nim['rate']:.3g} requests/s (after calibration)."), "",
+              "| engine | set | " + " | ".join(
+                  f"c={c}{'*' if c in SWEEPS['nim']['fit'] else ''}" for c in plateau)
+              + " | test max abs | saturated |", "|---|---|" + "---|" * len(plateau) + "---|---|"]
+    rows = [r for r in _NIM["rows"] if r[0] in plateau]
+    for engine in ENGINES:
+        after = fit("nim", engine, cache, quick)
+        for tag, cs in (("before", BEFORE), ("after", after)):
+            errs = [errors("nim", engine, r, cs, cache)[i] for r in rows]
+            worst = max(abs(e) for r, e in zip(rows, errs) if r[0] not in SWEEPS["nim"]["fit"])
+            flags = " / ".join("yes" if f else "no" for f in saturated_flags(
+                engine, after, nim["rate"], cache)) if tag == "after" else ""
+            lines.append(f"| {engine or 'default'} | {tag} | "
+                         + " | ".join(f"{e:+.1%}" for e in errs) + f" | {worst:.1%} | {flags} |")
+    return [*lines, ""]
+
 def engines_section(cache: dict, quick: bool = False) -> list[str]:
     """The report section: per sweep and profile, the test rows before and after calibration."""
     lines = ["## Engine scheduler profiles on three concurrency sweeps", "",
@@ -213,4 +380,4 @@ def engines_section(cache: dict, quick: bool = False) -> list[str]:
               "its fit rows, minimising the worst log error."), ""]
     for sweep in SWEEPS:
         lines += _sweep_table(sweep, cache, quick)
-    return [*lines, READING, ""]
+    return [*lines, READING, "", *saturation_section(cache, quick)]

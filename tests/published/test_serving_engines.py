@@ -137,3 +137,65 @@ def test_sglang_reading_holds():
     for name in ("sglang", "vllm-v0"):
         gaps = [abs(a - b) for a, b in zip(tpot[name], tpot["default"])]
         assert 0.005 <= min(gaps) and max(gaps) <= 0.035
+
+
+def _saturation_tables() -> tuple[dict, dict]:
+    """The saturation section: (sweep, engine) -> (measured, before, after) requests/s, and
+    engine -> {before|after: (plateau row errors, saturated flags)}."""
+    text = REPORT.read_text()
+    section = text[text.index("### Saturation: "):]
+    rates, nim = {}, {}
+    for line in section.splitlines():
+        m = re.match(r"\| (\S+) \| (\S+) \| (?:>= )?([\d.]+) \| ([\d.]+) \| [^|]+ \| ([\d.]+) \|"
+                     r" [^|]+ \|$", line)
+        if m:
+            rates[(m.group(1), m.group(2))] = tuple(float(m.group(k)) for k in (3, 4, 5))
+        m = re.match(r"\| (\S+) \| (before|after) \| (.*) \| ([\d.]+)% \| (.*) \|$", line)
+        if m:
+            errs = [float(x.strip().rstrip("%")) / 100 for x in m.group(3).split("|")]
+            nim.setdefault(m.group(1), {})[m.group(2)] = (errs, m.group(5).strip())
+    return rates, nim
+
+
+def test_measured_saturation_from_the_published_sweeps():
+    """NIM plateaus (c=100..250 within 1 % of 920.9 tokens/s): 919.3 tokens/s over its test
+    rows / 500 output tokens = 1.839 requests/s, and Little's law on its TTFT column gives
+    the same rate within 2 % (each further client past saturation adds 1 / rate to TTFT).
+    The vLLM-L4 and SGLang sweeps still rise at their top concurrency: lower bounds only."""
+    nim = E.measured_saturation("nim")
+    assert nim["plateau"] == [100, 150, 200, 250] and nim["test_rows"] == [100, 200, 250]
+    assert nim["rate"] == pytest.approx((917.26 + 920.54 + 920.12) / 3 / 500)
+    assert nim["rate_from_ttft"] == pytest.approx(nim["rate"], rel=0.02)
+    l4, sgl = E.measured_saturation("vllm-l4"), E.measured_saturation("sglang-h200")
+    assert l4["lower_bound"] and l4["row"] == 32 and l4["rate"] == pytest.approx(29.5, rel=0.01)
+    assert sgl["lower_bound"] and sgl["rate"] == pytest.approx(223.6 * 8 / 921.5)
+
+
+def test_saturation_rate_within_20_percent_and_bounds_hold():
+    """Issue 30's acceptance: the saturation rate within 20 % (NIM, every profile, before
+    and after calibration); on the sweeps without a plateau every simulated rate is at least
+    the highest measured one. Two cells recomputed with the simulator."""
+    rates, _ = _saturation_tables()
+    assert sorted(rates) == sorted((sw, n) for sw in E.SWEEPS for n in NAMES)
+    for (sweep, name), (meas, before, after) in rates.items():
+        if sweep == "nim":
+            assert abs(before / meas - 1) <= 0.20 and abs(after / meas - 1) <= 0.20
+        else:
+            assert before >= meas and after >= meas
+    consts = _table("nim")[("trtllm", "after")][0]
+    for cs, k in ((E.BEFORE, 1), (consts, 2)):
+        got = E.simulated_saturation("nim", "trtllm", cs, {})
+        assert got == pytest.approx(rates[("nim", "trtllm")][k], rel=0.001)
+
+
+def test_throughput_at_and_beyond_saturation_within_15_percent():
+    """Issue 30's acceptance: achieved tokens/s within 15 % on NIM's plateau test rows for
+    every profile, calibrated or not; the open loop's `saturated` flag is off at 0.75x the
+    measured rate and on at 1.25x it."""
+    _, nim = _saturation_tables()
+    assert sorted(nim) == sorted(NAMES)
+    fit = [c in E.SWEEPS["nim"]["fit"] for c in E.measured_saturation("nim")["plateau"]]
+    for name, by in nim.items():
+        for tag, (errs, flags) in by.items():
+            assert max(abs(e) for e, f in zip(errs, fit) if not f) <= 0.15
+        assert by["after"][1] == "no / yes"
