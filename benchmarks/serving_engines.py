@@ -21,6 +21,14 @@ overhead (``request_overhead_s``, the API server's share of TTFT) on the fit row
 minimising the worst log error of their figures; the other rows are the test rows. Each profile
 runs its own max_num_seqs and, for whole-prompt profiles, its token budget.
 
+Two more parts follow the tables. Saturation: the sustainable request rate a sweep shows
+when its tokens/s plateau (NIM: c=100..250; the vLLM-L4 and SGLang sweeps never plateau and
+give lower bounds) against the simulator's own figure (``serve.sim.saturation_requests_per_s``,
+as ``plan_serving`` reports it), the NIM plateau rows' throughput and the ``saturated`` flag of
+an open loop either side of the measured rate. Phase: NIM's TTFT at low concurrency against
+the per-request overhead (identical requests lock the simulated closed loop into one phase)
+and with AIPerf's opening burst counted.
+
 Run: python3 benchmarks/serving_validation.py (this section is part of it).
 """
 
@@ -268,7 +276,7 @@ def measured_saturation(sweep: str) -> dict:
             "rate": statistics.mean(v for _, v in test) / out,
             "rate_all_rows": statistics.mean(v for _, v in flat) / out, "lower_bound": False,
             "rate_from_ttft": statistics.mean((b - a) / (ttft[b] - ttft[a])
-                                              for a, b in zip(cs, cs[1:]))}
+                                              for a, b in itertools.pairwise(cs))}
 
 
 def simulated_saturation(sweep: str, engine, consts: tuple, cache: dict) -> float:
@@ -370,6 +378,56 @@ def saturation_section(cache: dict, quick: bool = False) -> list[str]:
                          + " | ".join(f"{e:+.1%}" for e in errs) + f" | {worst:.1%} | {flags} |")
     return [*lines, ""]
 
+
+# --- TTFT below saturation: the closed loop's phase -----------------------------------------
+#: per-request overheads (s) around the fitted point, and the concurrencies shown
+PHASE_OVERHEADS = (0.0, 0.005, 0.01, 0.02)
+PHASE_ROWS = (1, 5, 25, 50)
+
+
+def burst_ttft(engine, consts: tuple, c: int) -> float:
+    """Mean TTFT when the measured requests include the opening burst: AIPerf's profiling
+    phase starts after every warm-up response is back (an idle server) with all c clients
+    at once (--concurrency alone: "burst mode"); 10 x c requests, every one measured."""
+    d = _NIM
+    sm = step_model_of("nim", engine, consts)
+    r = simulate(sm, 10 * c, d["input_len"], d["output_len"], concurrency=c, engine=engine,
+                 max_num_batched_tokens=MAX_NUM_TOKENS)
+    return float(r.ttft_s.mean())
+
+
+def phase_section(cache: dict, quick: bool = False) -> list[str]:
+    """NIM's TTFT at low concurrency against the per-request overhead: every request of the
+    sweep has the same lengths, so the simulated closed loop locks into one phase against the
+    steps, and a few milliseconds flip it."""
+    fit_rows = SWEEPS["nim"]["fit"]
+    lines = ["### NIM TTFT below saturation: the closed loop's phase", "",
+             ("Every NIM request has 5,000 prompt and 500 output tokens, so the simulated "
+              "clients lock into one phase against the steps: with no per-request overhead "
+              "a client's next prompt is queued when its last token's step ends and runs in "
+              "the next step, alone; a few milliseconds later it lands behind another "
+              "client's prompt and waits a whole prefill. Mean TTFT error per concurrency "
+              "(fit rows marked *), the fitted step and per-sequence overheads kept, the "
+              "per-request overhead varied; the last row of each engine counts the opening "
+              "burst AIPerf's profiling phase starts with (all clients at once on an idle "
+              "server, 10 x c requests, all measured), with no per-request overhead."), "",
+             "| engine | per-request overhead | "
+             + " | ".join(f"c={c}{'*' if c in fit_rows else ''}" for c in PHASE_ROWS) + " |",
+             "|---|---|" + "---|" * len(PHASE_ROWS)]
+    rows = {r[0]: r for r in _NIM["rows"]}
+    for engine in (None, "trtllm"):
+        step, seq, _ = fit("nim", engine, cache, quick)
+        for req in PHASE_OVERHEADS:
+            errs = [predict("nim", engine, c, (step, seq, req), cache)["ttft_s"] * 1e3
+                    / rows[c][1] - 1 for c in PHASE_ROWS]
+            lines.append(f"| {engine or 'default'} | {req * 1e3:g} ms | "
+                         + " | ".join(f"{e:+.0%}" for e in errs) + " |")
+        errs = [burst_ttft(engine, (step, seq, 0.0), c) * 1e3 / rows[c][1] - 1
+                for c in PHASE_ROWS]
+        lines.append(f"| {engine or 'default'} | 0 ms, opening burst counted | "
+                     + " | ".join(f"{e:+.0%}" for e in errs) + " |")
+    return [*lines, ""]
+
 def engines_section(cache: dict, quick: bool = False) -> list[str]:
     """The report section: per sweep and profile, the test rows before and after calibration."""
     lines = ["## Engine scheduler profiles on three concurrency sweeps", "",
@@ -380,4 +438,5 @@ def engines_section(cache: dict, quick: bool = False) -> list[str]:
               "its fit rows, minimising the worst log error."), ""]
     for sweep in SWEEPS:
         lines += _sweep_table(sweep, cache, quick)
-    return [*lines, READING, "", *saturation_section(cache, quick)]
+    return [*lines, READING, "", *saturation_section(cache, quick),
+            *phase_section(cache, quick)]
