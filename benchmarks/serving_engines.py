@@ -475,11 +475,10 @@ def phase_section(cache: dict, quick: bool = False) -> list[str]:
     return [*lines, "", *l4_burst_paragraph(cache, quick), ""]
 
 
-def l4_burst_increments(cache: dict, quick: bool = False) -> dict:
+def l4_burst_increments(consts: tuple, cache: dict) -> dict:
     """vLLM-L4's p50 TTFT rise per added prompt token of a round's burst, measured and as the
-    vllm profile (after calibration) simulates it, from c=8 to 16 and from 16 to 32."""
+    vllm profile simulates it with the overheads ``consts``, from c=8 to 16 and 16 to 32."""
     d = _L4
-    consts = fit("vllm-l4", "vllm", cache, quick)
     meas = {r[0]: r[3] / 1e3 for r in d["rows"]}
     sim = {c: predict("vllm-l4", "vllm", c, consts, cache)["ttft_s"] for c in (8, 16, 32)}
     per = {}
@@ -490,10 +489,11 @@ def l4_burst_increments(cache: dict, quick: bool = False) -> dict:
 
 def l4_burst_paragraph(cache: dict, quick: bool = False) -> list[str]:
     """Why vLLM-L4's c=16 TTFT stays low with c=8 and c=32 fitted."""
-    per = l4_burst_increments(cache, quick)
+    consts = fit("vllm-l4", "vllm", cache, quick)
+    per = l4_burst_increments(consts, cache)
     m, s = per["measured"], per["simulated"]
     row = next(r for r in _L4["rows"] if r[0] == 16)
-    low = errors("vllm-l4", "vllm", row, fit("vllm-l4", "vllm", cache, quick), cache)[0]
+    low = errors("vllm-l4", "vllm", row, consts, cache)[0]
     return [("vLLM-L4 (vllm bench serve: fixed lengths, ignore_eos, every client sent at "
              "once): requests admitted in one step decode in the same steps and finish in the "
              "same one, in vLLM as in the simulator, so the loop stays synchronized: each "

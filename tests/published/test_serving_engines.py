@@ -255,7 +255,7 @@ def test_l4_burst_paragraph():
     16 to 32 (the published rows); the calibrated vllm profile's rise does not fall (its
     compute-bound prefill steps), so the fit cannot follow it; the committed paragraph is
     what the simulator gives."""
-    per = E.l4_burst_increments({})
+    per = E.l4_burst_increments(_table("vllm-l4")[("vllm", "after")][0], {})
     m, s = per["measured"], per["simulated"]
     assert m == pytest.approx([(103.8 - 60.9) / 1e3 / 2048, (135.3 - 103.8) / 1e3 / 4096])
     assert m[1] / m[0] < 0.4 and s[1] / s[0] >= 0.95
