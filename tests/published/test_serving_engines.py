@@ -137,3 +137,127 @@ def test_sglang_reading_holds():
     for name in ("sglang", "vllm-v0"):
         gaps = [abs(a - b) for a, b in zip(tpot[name], tpot["default"])]
         assert 0.005 <= min(gaps) and max(gaps) <= 0.035
+
+
+def _matches(start: str, pattern: str) -> list:
+    """The regex matches of the report's lines from the first that begins ``start`` on."""
+    text = REPORT.read_text()
+    return [m for m in map(re.compile(pattern).match, text[text.index(start):].splitlines())
+            if m]
+
+
+def _saturation_tables() -> tuple[dict, dict]:
+    """The saturation section: (sweep, engine) -> (measured, before, after) requests/s, and
+    engine -> {before|after: (plateau row errors, saturated flags)}."""
+    rates, nim = {}, {}
+    for m in _matches("### Saturation: ", r"\| (\S+) \| (\S+) \| (?:>= )?([\d.]+) \| "
+                      r"([\d.]+) \| [^|]+ \| ([\d.]+) \| [^|]+ \|$"):
+        rates[(m.group(1), m.group(2))] = tuple(float(m.group(k)) for k in (3, 4, 5))
+    for m in _matches("### Saturation: ", r"\| (\S+) \| (before|after) \| (.*) \| ([\d.]+)% "
+                      r"\| (.*) \|$"):
+        errs = [float(x.strip().rstrip("%")) / 100 for x in m.group(3).split("|")]
+        nim.setdefault(m.group(1), {})[m.group(2)] = (errs, m.group(5).strip())
+    return rates, nim
+
+
+def test_measured_saturation_from_the_published_sweeps():
+    """NIM plateaus (c=100..250 within 1 % of 920.9 tokens/s): 919.3 tokens/s over its test
+    rows / 500 output tokens = 1.839 requests/s, and Little's law on its TTFT column gives
+    the same rate within 2 % (each further client past saturation adds 1 / rate to TTFT).
+    The vLLM-L4 and SGLang sweeps still rise at their top concurrency: lower bounds only."""
+    nim = E.measured_saturation("nim")
+    assert nim["plateau"] == [100, 150, 200, 250] and nim["test_rows"] == [100, 200, 250]
+    assert nim["rate"] == pytest.approx((917.26 + 920.54 + 920.12) / 3 / 500)
+    assert nim["rate_from_ttft"] == pytest.approx(nim["rate"], rel=0.02)
+    l4, sgl = E.measured_saturation("vllm-l4"), E.measured_saturation("sglang-h200")
+    assert l4["lower_bound"] and l4["row"] == 32 and l4["rate"] == pytest.approx(29.5, rel=0.01)
+    assert sgl["lower_bound"] and sgl["rate"] == pytest.approx(223.6 * 8 / 921.5)
+
+
+def test_saturation_rate_within_20_percent_and_bounds_hold():
+    """Issue 30's acceptance: the saturation rate within 20 % (NIM, every profile, before
+    and after calibration); on the sweeps without a plateau every simulated rate is at least
+    the highest measured one. Two cells recomputed with the simulator."""
+    rates, _ = _saturation_tables()
+    assert sorted(rates) == sorted((sw, n) for sw in E.SWEEPS for n in NAMES)
+    for (sweep, name), (meas, before, after) in rates.items():
+        if sweep == "nim":
+            assert abs(before / meas - 1) <= 0.20 and abs(after / meas - 1) <= 0.20
+        else:
+            assert before >= meas and after >= meas
+    consts = _table("nim")[("trtllm", "after")][0]
+    for cs, k in ((E.BEFORE, 1), (consts, 2)):
+        got = E.simulated_saturation("nim", "trtllm", cs, {})
+        assert got == pytest.approx(rates[("nim", "trtllm")][k], rel=0.001)
+
+
+def test_throughput_at_and_beyond_saturation_within_15_percent():
+    """Issue 30's acceptance: achieved tokens/s within 15 % on NIM's plateau test rows for
+    every profile, calibrated or not; the open loop's `saturated` flag is off at 0.75x the
+    measured rate and on at 1.25x it."""
+    _, nim = _saturation_tables()
+    assert sorted(nim) == sorted(NAMES)
+    fit = [c in E.SWEEPS["nim"]["fit"] for c in E.measured_saturation("nim")["plateau"]]
+    for by in nim.values():
+        for errs, _ in by.values():
+            assert max(abs(e) for e, f in zip(errs, fit) if not f) <= 0.15
+        assert by["after"][1] == "no / yes"
+
+
+def _phase_table() -> dict:
+    """The phase section: (engine, overhead label) -> TTFT errors at E.PHASE_ROWS."""
+    return {(m.group(1), m.group(2).strip()): [float(x.strip().rstrip("%")) / 100
+                                               for x in m.group(3).split("|")]
+            for m in _matches("### NIM TTFT below saturation: ",
+                              r"\| (default|trtllm) \| ([^|]+) \| (.*) \|$")}
+
+
+def test_phase_section():
+    """NIM's c=5 TTFT lies between the two phases the simulated closed loop locks into (no
+    per-request overhead: every prompt alone in its step, TTFT low; 5 ms or more: prompts
+    queue behind one another, TTFT high), for the default and the trtllm scheduler; counting
+    AIPerf's opening burst instead puts the c=25 fit row 26-78 % high, so the burst does not
+    explain c=5 either. One cell recomputed."""
+    t = _phase_table()
+    cols = list(E.PHASE_ROWS)
+    assert len(t) == 2 * (len(E.PHASE_OVERHEADS) + 1)
+    for name in ("default", "trtllm"):
+        low, high = t[(name, "0 ms")], t[(name, "5 ms")]
+        assert low[cols.index(5)] < -0.2 and high[cols.index(5)] > 0.25
+        assert t[(name, "0 ms, opening burst counted")][cols.index(25)] > 0.25
+    step, seq, _ = _table("nim")[("trtllm", "after")][0]
+    got = E.predict("nim", "trtllm", 5, (step, seq, 0.005), {})["ttft_s"] * 1e3
+    row = next(r for r in E.SWEEPS["nim"]["data"]["rows"] if r[0] == 5)
+    assert round(got / row[1] - 1, 2) == pytest.approx(t[("trtllm", "5 ms")][1], abs=0.006)
+
+
+def test_held_out_rate_sweep():
+    """vLLM V1 on an H100 (Qwen3-0.6B, kvcached's H100_results.md): offered 16 requests/s it
+    completed 15.87 and every profile completes within 15 % of the same share of what its
+    trace offered, unsaturated; offered everything at once it completed 94.91 requests/s and
+    every profile's saturation rate lies above it (txcalc has no API-server stage: an upper
+    bound, committed as such). One cell recomputed."""
+    d = E._RATE
+    assert d["rows"][0][:2] == ["inf", 94.91] and d["rows"][1][:2] == [16, 15.87]
+    got = {m.group(1): (float(m.group(2)), float(m.group(4)) / 100, m.group(5))
+           for m in _matches("Held out, a request-rate sweep: ",
+                             r"\| (\S+) \| ([\d.]+) \| ([+-]\d+)% \| ([\d.]+)% \| (yes|no) \|$")}
+    assert sorted(got) == sorted(NAMES)
+    share = 15.87 / 16
+    for sat, sh, flag in got.values():
+        assert sat > 94.91 and abs(sh / share - 1) <= 0.15 and flag == "no"
+    x = E.rate_sweep("vllm", {})
+    assert x["saturation"] == pytest.approx(got["vllm"][0], rel=0.001)
+
+
+def test_l4_burst_paragraph():
+    """vLLM-L4's p50 TTFT rises 20.9 us per added burst token from c=8 to 16 and 7.7 us from
+    16 to 32 (the published rows); the calibrated vllm profile's rise does not fall (its
+    compute-bound prefill steps), so the fit cannot follow it; the committed paragraph is
+    what the simulator gives."""
+    per = E.l4_burst_increments(_table("vllm-l4")[("vllm", "after")][0], {})
+    m, s = per["measured"], per["simulated"]
+    assert m == pytest.approx([(103.8 - 60.9) / 1e3 / 2048, (135.3 - 103.8) / 1e3 / 4096])
+    assert m[1] / m[0] < 0.4 and s[1] / s[0] >= 0.95
+    text = REPORT.read_text()
+    assert f"({m[1] / m[0]:.2f}x)" in text and "c=16's TTFT is left -27%." in text

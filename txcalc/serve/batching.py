@@ -239,6 +239,15 @@ def simulate(sm, n_requests: int, input_len, output_len, *,
                      sch.name)
 
 
+
+def saturation_requests_per_s(sm, n_requests: int, input_len, output_len, **kw) -> float:
+    """The offered requests/s past which one replica's queue grows without bound: the
+    completed requests/s of an offline run (every request queued at t = 0, the engine's
+    batch as full as its seats, KV cache and token budget allow), the drain of the last
+    batch included (so a little below the steady rate: n_requests sets how little).
+    ``kw``: ``simulate``'s (engine, max_num_seqs, max_num_batched_tokens, ...)."""
+    return simulate(sm, n_requests, input_len, output_len, rate=math.inf, **kw).requests_per_s
+
 class _Loop:
     """The step loop of ``simulate`` (module table): one object so the profile's rules read
     as methods; the state is plain numbers and lists for speed."""

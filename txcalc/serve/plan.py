@@ -205,7 +205,8 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
     from . import screen as S
     from .setting import serve_setting
     from .sched import default_budget, scheduler
-    from .sim import STEP_OVERHEAD_S, prefix_savings, replica_steps, simulate
+    from .sim import (STEP_OVERHEAD_S, prefix_savings, replica_steps,
+                      saturation_requests_per_s, simulate)
     engine = kv_kw.get("engine")
     sch = scheduler(engine) if engine is not None else None
     if max_num_seqs is None:
@@ -503,10 +504,10 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                             max_num_batched_tokens=b.max_num_batched_tokens,
                             max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate,
                             ep=b.ep, **kv_kw)
-        sat = b.replicas * simulate(smb, SIM_MIN * 2, input_len, output_len, rate=math.inf,
-                                    max_num_batched_tokens=b.max_num_batched_tokens,
-                                    max_num_seqs=max_num_seqs, seed=seed, engine=sch,
-                                    **prefix).requests_per_s
+        sat = b.replicas * saturation_requests_per_s(
+            smb, SIM_MIN * 2, input_len, output_len,
+            max_num_batched_tokens=b.max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            seed=seed, engine=sch, **prefix)
     return ServePlan(cfg.name, g.name, input_len, output_len, rate, concurrency, ttft_p99_s,
                      itl_p99_s, price_per_gpu_hour, rows, notes, saved, cp_rows, mode,
                      alternative, disagg, sat,

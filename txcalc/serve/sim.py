@@ -49,6 +49,7 @@ from .batching import (  # noqa: F401  (re-exported: the batching loop's names)
     SimError,
     SimResult,
     lengths,
+    saturation_requests_per_s,
     simulate,
 )
 from .kv import cached_prefix_tokens
