@@ -36,6 +36,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
     """The planner's answer for a training request, its GPUs-days frontier included (one
     search: ``TrainPlan.frontier`` reads the same screen as ``best``), and the files that
     launch its best layout (txcalc.emit; ``command``, the report's, heads each file)."""
+    from ..answers.common import FULL_TRAINING  # plan train's defaults (answers.plan)
     from ..emit import launch_files
     from ..engine.hardware import memory_words
     from ..train.planner import plan_train
@@ -43,8 +44,9 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
     progress("planner: searching layouts")
     p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus, n_rows=N_LAYOUTS,
                    seq=req.seq, global_batch=req.global_batch, precision=req.precision,
-                   optimizer=req.optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn,
-                   finetune=req.ft, loss=req.loss)
+                   optimizer=req.optimizer or FULL_TRAINING["optimizer"],
+                   price_per_gpu_hour=req.price, attn_impl=req.attn, finetune=req.ft,
+                   loss=req.loss or FULL_TRAINING["loss"])
     progress("planner: fastest layout per GPU count")
     frontier = [_row(r) for r in p.frontier]
     s = p.setting
