@@ -28,7 +28,7 @@ SMALL = ["gpt2", "--seq", "512", "--gpu", "a100-40gb"]
 #: seed keeps the test ids stable; the grid holds every combination.
 GRID = list(itertools.product(["lora", "qlora"], [None, "none", "selective"],
                               [None, "hf-peft", "unsloth", "torchtune", "trl-sft"]))
-DRAWN = random.Random(28).sample(GRID, 4)
+DRAWN = random.Random(28).sample(GRID, 4) + [("lora", None, None)]  # and every default
 #: what the report's answer must share with memory --json
 SAME = ("total_bytes", "allocated_bytes", "reserved_bytes", "cuda_context_bytes",
         "cublas_workspace_bytes", "device_bytes", "gpu_bytes", "fits_one_gpu", "recompute",

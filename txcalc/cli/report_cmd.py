@@ -56,6 +56,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
     from ..report.request import ReportRequest
     from ..report.writer import write_report
+    from .narrow import say
     from ..errors import WorkloadError
     from .options import options
     from .. import inputs as I
@@ -115,7 +116,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     files = [p["file"] for s in rep["sections"] for p in s["plots"]]
     # user strings (a model name, a path) are printed as plain text, never as rich markup
     console.print(Text(rep["title"], style="bold"))
-    console.print(Text(headline(rep)))  # the answer itself, not only where it went
+    # the answer itself, not only where it went; broken between words (no trailing spaces)
+    say(console, headline(rep).split(" "), indent="", sep=" ")
     console.print(Text(f"  wrote {out}/: report.md, report.html, report.json and "
                        f"{len(files)} plot{'' if len(files) == 1 else 's'}"))
 

@@ -59,7 +59,7 @@ def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
                 if "activations_vs_seq" in data else "")
              + f"): {gib(fit['total_bytes'])} of tensors at the peak, plus the allocator's "
              "reserved slack, the cuBLAS workspaces and the CUDA context (what nvidia-smi "
-             "shows, and what `txcalc memory` compares with the GPU)."]
+             "shows, and what txcalc memory compares with the GPU)."]
     if not fit["fits_one_gpu"]:
         paras.append(f"By memory alone it needs at least **{fit['min_gpus_by_memory']:,} such "
                      "GPUs** (every byte spread evenly, nothing replicated): training must be "
