@@ -120,8 +120,9 @@ class ReportRequest:
         if self.ft is not None and self.model is None:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
                                 "and frozen parts depend on its modules")
-        if self.recipe is not None:
-            self.setup  # an unknown recipe, or one for full training, fails here, naming it
+        if self.recipe is not None:  # an unknown one, or one for full training, fails here
+            from ..answers.common import apply_recipe
+            apply_recipe(self.ft, self.recipe, None, None, None)
 
     @property
     def setup(self) -> dict:
