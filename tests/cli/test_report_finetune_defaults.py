@@ -150,3 +150,16 @@ def test_compare_runs_memory_with_the_reports_setting(tmp_path):
     ans = rep["data"]["answer"]
     assert same["device_bytes"] == ans["device_bytes"]
     assert same["fits_one_gpu"] == ans["fits_one_gpu"]
+
+
+def test_planned_fine_tuning_report_plans_as_plan_train(tmp_path):
+    """With --tokens the report's plan is plan train's for the same options: a --recipe's
+    upcast and optimizer kernel, the optimizer and loss as given (plan train's defaults)."""
+    ask = ["gpt2", "--seq", "512", "--gpu", "h100", "--tokens", "100M", "--finetune", "qlora",
+           "--recipe", "hf-peft"]  # its fp32 upcast changes the plan's memory
+    rep, _ = _report(tmp_path, ask)
+    plan = json.loads(_invoke(["plan", "train", *ask, "--json"]).stdout)
+    ans = rep["data"]["answer"]
+    assert ans["planner"] and ans["total_gpus"] == plan["total_gpus"]
+    assert rep["data"]["plan"]["best"]["layout"] == plan["best"]["layout_name"]
+    assert rep["data"]["plan"]["best"]["memory"] == plan["best"]["memory_bytes"]
