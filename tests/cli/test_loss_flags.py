@@ -99,7 +99,7 @@ def test_report_single_gpu_and_adapters_equal_memory(loss, tmp_path):
     memory --json's; the report's command line carries the loss (its provenance)."""
     mem = _memory(loss)
     out = _json(["report", MODEL, "--batch", "2", "--seq", "1024", "--loss", loss, *LORA,
-                 "-o", str(tmp_path), "--json"])
+                 "--recompute", "none", "-o", str(tmp_path), "--json"])
     assert out["answer"]["total_bytes"] == mem["total_bytes"]
     data = json.loads((tmp_path / "report.json").read_text())["data"]
     assert data["request"]["loss"] == loss

@@ -403,9 +403,11 @@ def test_fine_tuning_links_a_fine_tuning_report(server):
     _, _, body = get(server, "/api/commands?" + urlencode(form))
     link = json.loads(body)["report"]
     assert "--finetune lora" in link["command"] and "--tokens" not in link["command"]
-    assert "--recompute full" in link["command"]  # auto: the memory and fit panels' default
+    # auto: the report's own default, the memory and fit panels' (gradient checkpointing)
+    assert "--recompute" not in link["command"]
     status, _, body = get(server, link["url"])
     assert status == 200 and b"Fine-tuning: adapters and the frozen base" in body
+    assert b"Assumed (not given): recompute full" in body
 
 
 def test_a_serving_mode_is_refused_where_plan_infer_has_none():

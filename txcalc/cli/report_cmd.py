@@ -6,7 +6,7 @@ import typer
 
 from .typer_app import app
 from .output import console, emit_json
-from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, SERVE_OPTS, TRAIN_OPTS
+from .options import COMMON_OPTS, FT_OPTS, MODEL_HELP, RECIPE_OPTS, SERVE_OPTS, TRAIN_OPTS
 
 
 @app.command()
@@ -20,12 +20,12 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            gpu_gb: float = typer.Option(None, "--gpu-gb", help="GPU memory in GB (1e9); overrides the catalog."),
            gpu_file: str = COMMON_OPTS["gpu_file"],
            precision: str = TRAIN_OPTS["precision"],
-           optimizer: str = TRAIN_OPTS["optimizer"],
+           optimizer: str = RECIPE_OPTS["optimizer"],
            batch: int = typer.Option(1, "--batch", "-b", help="Micro-batch (sequences) of the single-GPU figures."),
            seq: str = typer.Option(None, "--seq", "-s", help="Training sequence length (default 4096, or the model's learned-position limit)."),
            src_seq: str = typer.Option("0", "--src-seq", help="Encoder length (enc-dec; 0 = seq)."),
            attn: str = typer.Option("flash", help="Attention kernel: eager | sdpa | flash."),
-           recompute: str = typer.Option("none", help="none | selective | full (single-GPU figures)."),
+           recompute: str = typer.Option(None, help="none | selective | full (single-GPU figures; default none, fine-tuning: full, gradient checkpointing as the recipes run it)."),
            tokens: str = typer.Option(None, "--tokens", help="Training token budget (15T, 1e12)."),
            days: float = typer.Option(None, "--days", help="Deadline in days (planner)."),
            max_gpus: int = typer.Option(None, "--max-gpus", help="Most GPUs allowed (planner)."),
@@ -44,7 +44,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            lora_dropout: float = FT_OPTS["lora_dropout"],
            trainable: str = FT_OPTS["trainable"],
            base_format: str = FT_OPTS["base_format"],
-           loss: str = FT_OPTS["loss"],
+           loss: str = RECIPE_OPTS["loss"],
+           recipe: str = RECIPE_OPTS["recipe"],
            compare: str = typer.Option(None, "--compare", help="A section with options side by side: KEY=V1,V2,... (gpu=h100,h200; precision=bf16-mixed,fp8-mixed; model=a,b; 2 to 6 values), each the report's command (plan infer, plan train with --tokens, else memory) run as txcalc compare runs it."),
            validation_dir: str = typer.Option("reports/validation", "--validation-dir", help="Where to look for validation reports."),
            json_out: bool = typer.Option(False, "--json", help="Print the answer and the files written as JSON (no progress bar).")):
@@ -55,6 +56,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
 
     from ..report.request import ReportRequest
     from ..report.writer import write_report
+    from .narrow import say
     from ..errors import WorkloadError
     from .options import options
     from .. import inputs as I
@@ -89,7 +91,7 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                         finetune=finetune, lora_rank=lora_rank,
                         lora_alpha=lora_alpha, lora_targets=lora_targets,
                         lora_dropout=lora_dropout, trainable=trainable,
-                        base_format=base_format, loss=loss, compare=compare)
+                        base_format=base_format, loss=loss, recipe=recipe, compare=compare)
     from .compare_cmd import run_option
     if json_out:
         rep = write_report(req, out, validation_dir=validation_dir, runner=run_option)
@@ -114,7 +116,8 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     files = [p["file"] for s in rep["sections"] for p in s["plots"]]
     # user strings (a model name, a path) are printed as plain text, never as rich markup
     console.print(Text(rep["title"], style="bold"))
-    console.print(Text(headline(rep)))  # the answer itself, not only where it went
+    # the answer itself, not only where it went; broken between words (no trailing spaces)
+    say(console, headline(rep).split(" "), indent="", sep=" ")
     console.print(Text(f"  wrote {out}/: report.md, report.html, report.json and "
                        f"{len(files)} plot{'' if len(files) == 1 else 's'}"))
 

@@ -20,10 +20,22 @@ def _key_figures(rows: list[list[str]]) -> dict:
     return table("Key figures", ["quantity", "value"], rows)
 
 
+def training_fit(chosen: dict, gpu: dict, request: dict) -> dict:
+    """The one-GPU answer of a training report, as ``memory --json`` gives it for the same
+    options: ``total_bytes`` the tensors at the peak, ``device_bytes`` (reserved + CUDA
+    context, engine.device) what is compared with the GPU; ``min_gpus_by_memory`` spreads
+    the tensors alone (a lower bound: every GPU adds its own context and slack)."""
+    dev = chosen["device"]
+    return {**_fit(chosen["total"], gpu), **dev,
+            "fits_one_gpu": dev["device_bytes"] <= gpu["usable_bytes"],
+            **{k: request[k] for k in ("recompute", "optimizer", "recipe") if k in request}}
+
+
 def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
                      no_plan: str) -> dict:
-    chosen = next(m for m in data["single_gpu"] if m["recompute"] == req.recompute)
-    fit = _fit(chosen["total"], gpu)
+    request = data["request"]
+    chosen = next(m for m in data["single_gpu"] if m["recompute"] == request["recompute"])
+    fit = training_fit(chosen, gpu, request)
     plan = data.get("plan")
     data["answer"] = dict(fit, planner=plan is not None)
     if plan is not None:
@@ -38,11 +50,16 @@ def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
                        [_key_figures(rows)] + ([comm] if comm else []))
     c = chosen["categories"]
     verdict = "fits" if fit["fits_one_gpu"] else "does NOT fit"
+    setting = ", ".join([req.precision] + ([f"recipe {fit['recipe']}"] if "recipe" in fit
+                                           else []) + [fit["optimizer"]])
     paras = [f"**{name[:1].upper() + name[1:]} {verdict} on one {gpu['name']} "
              f"({gpu['words']})**: one training step needs "
-             f"{gib(fit['total_bytes'])} ({req.precision}, {req.optimizer}"
-             + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {req.recompute}"
-                if "activations_vs_seq" in data else "") + ")."]
+             f"{gib(fit['device_bytes'])} on the device ({setting}"
+             + (f", micro-batch {req.batch} x {req.seq} tokens, recompute {fit['recompute']}"
+                if "activations_vs_seq" in data else "")
+             + f"): {gib(fit['total_bytes'])} of tensors at the peak, plus the allocator's "
+             "reserved slack, the cuBLAS workspaces and the CUDA context (what nvidia-smi "
+             "shows, and what txcalc memory compares with the GPU)."]
     if not fit["fits_one_gpu"]:
         paras.append(f"By memory alone it needs at least **{fit['min_gpus_by_memory']:,} such "
                      "GPUs** (every byte spread evenly, nothing replicated): training must be "
@@ -62,7 +79,13 @@ def answer_training(data: dict, req: ReportRequest, gpu: dict, name: str,
                   gib(c["activations"])],
                  ["temporaries (logits buffers, optimizer step)", f"{c['temporaries']:,}",
                   gib(c["temporaries"])]]
-    rows.append(["total", f"{fit['total_bytes']:,}", gib(fit["total_bytes"])])
+    framework = [["allocator slack and cuBLAS workspaces (reserved - tensors)",
+                  fit["reserved_bytes"] - fit["total_bytes"]],
+                 ["CUDA context", fit["cuda_context_bytes"]],
+                 ["on the device (reserved + context: compared with the GPU)",
+                  fit["device_bytes"]]]
+    rows += [["total of tensors (the peak)", f"{fit['total_bytes']:,}",
+              gib(fit["total_bytes"])]] + [[k, f"{v:,}", gib(v)] for k, v in framework]
     return section("answer", "The answer", paras,
                    [table("Memory of one training step on one GPU", ["category", "bytes",
                                                                      "GiB (2^30)"], rows)])
@@ -154,8 +177,9 @@ def components_section(data: dict, inference: bool) -> dict:
 
 def memory_section(data: dict, gpu: dict) -> dict:
     cats = list(data["memory"][0]["categories"])
+    device = all("device" in m for m in data["memory"])  # one GPU: what memory compares
     rows = [[m["label"], *(gib(m["categories"][c]) for c in cats), gib(m["total"])]
-            for m in data["memory"]]
+            + ([gib(m["device"]["device_bytes"])] if device else []) for m in data["memory"]]
     if data.get("plan") is not None:
         text = (f"Per GPU (the fullest pipeline stage) for the best layouts the planner found; "
                 f"the dashed line is one {gpu['name']} ({gpu['words']})."
@@ -169,10 +193,14 @@ def memory_section(data: dict, gpu: dict) -> dict:
         what = ("for each activation recompute mode" if len(rows) > 1
                 else "serving the asked load" if "kv cache" in cats else "model states only")
         text = (f"Without a plan the layout shown is one GPU with no parallelism, {what}; the "
-                f"dashed line is one {gpu['name']} ({gpu['words']}).")
+                f"dashed line is one {gpu['name']} ({gpu['words']})."
+                + (" The last column adds the framework (the allocator's reserved slack, the "
+                   "cuBLAS workspaces, the CUDA context: the grey bar): what nvidia-smi shows, "
+                   "and what is compared with the GPU." if device else ""))
     return section("memory", "Memory per GPU by category", [text],
                    [table("Bytes per GPU (GiB = 2^30)",
-                          ["layout", *(CATEGORY_LABELS.get(c, c) for c in cats), "total"], rows)],
+                          ["layout", *(CATEGORY_LABELS.get(c, c) for c in cats), "total"]
+                          + (["on the device"] if device else []), rows)],
                    [plot("memory.png", "memory", "Memory per GPU by category",
                          "Stacked bars of memory per GPU by category")])
 

@@ -46,11 +46,18 @@ def sources(inference: bool = False) -> list[str]:
     return [s for s in SOURCES if not (inference and s.startswith(_TRAINING_ONLY))]
 
 
-def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
+def assumptions(req: ReportRequest, gpu: dict, plan: dict | None,
+                data: dict | None = None) -> list[str]:
+    """The report's assumptions in words; ``data`` (the report's) gives the training setting
+    taken (``request``) and the defaults assumed (``assumed``: the answers' sentences)."""
+    data = data or {}
+    request = data.get("request") or {"recompute": req.recompute or "none",
+                                      "optimizer": req.optimizer or "adamw"}
     out = [f"GPU: {gpu['name']}, {gpu['words']}"
            + ("." if gpu["source"] == "--gpu-gb" else f" ({gpu['source']})."),
            f"Precision {req.serve_precision if req.inference else req.precision}"
-           + ("." if req.inference else f", optimizer {req.optimizer}.")]
+           + ("." if req.inference else f", optimizer {request['optimizer']}.")]
+    out += [f"Assumed (not given): {s}." for s in data.get("assumed", [])]
     from ..engine.fp8 import FP8_RECIPE
     if req.precision in FP8_RECIPE and not req.inference:
         r = FP8_RECIPE[req.precision]
@@ -67,7 +74,7 @@ def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
                    + "; no activation memory beyond the KV cache.")
     elif req.model is not None:
         out.append(f"Single-GPU figures: micro-batch {req.batch} x {req.seq} tokens, attention "
-                   f"kernel {req.attn}, recompute {req.recompute}, dropout off (no masks "
+                   f"kernel {req.attn}, recompute {request['recompute']}, dropout off (no masks "
                    "saved); memory is shown at the peak of the step, the largest of: the end of "
                    "forward (with the logits buffers), either end of backward, and the optimizer "
                    "step (with its temporaries); categories not alive there show 0.")
@@ -75,7 +82,20 @@ def assumptions(req: ReportRequest, gpu: dict, plan: dict | None) -> list[str]:
         out.append("Only the parameter count is known: model states (weights, gradients, "
                    "optimizer) only, no activations.")
     if plan is None:
-        out.append("Not included (no plan): CUDA context, communication buffers, allocator "
-                   "fragmentation.")
+        dev = next((m["device"] for m in data.get("single_gpu", []) if "device" in m), None)
+        if dev is None:
+            out.append("Not included (no plan): CUDA context, communication buffers, allocator "
+                       "fragmentation.")
+        else:
+            from ..engine.device import TRAIN_CUBLAS_HANDLES
+            out.append(f"One GPU's framework memory, as txcalc memory counts it "
+                       f"(txcalc/engine/device.py): the caching allocator's reserved slack "
+                       f"({req.setup['reserved_slack']:.0%} of the tensors, rounded to its "
+                       f"2 MiB segments), {TRAIN_CUBLAS_HANDLES} cuBLAS workspaces "
+                       f"({dev['cublas_workspace_bytes'] / 2**20:,.1f} MiB together) and the "
+                       f"CUDA context ({dev['cuda_context_bytes'] // 2**20:,} MiB); the "
+                       "answer compares the tensors plus these (reserved + context, what "
+                       "nvidia-smi shows) with the GPU. Not included: communication buffers "
+                       "(one GPU has none).")
         return out
     return out + plan["assumptions"]

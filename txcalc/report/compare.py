@@ -185,11 +185,11 @@ _FT = ("finetune", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "t
 #: the ReportRequest fields each compared command takes (as --field-name)
 _TAKES = {
     "memory": ("params", "batch", "seq", "src_seq", "precision", "optimizer", "attn",
-               "recompute", "gpu", "gpu_gb", "gpu_file", "loss", *_FT),
+               "recompute", "gpu", "gpu_gb", "gpu_file", "loss", "recipe", *_FT),
     # the planner searches the micro-batch and recompute: the report's single-GPU batch and
     # recompute are not the plan's (left out, as the report's own plan leaves them out)
     "plan train": ("tokens", "gpu", "days", "max_gpus", "global_batch", "price", "seq",
-                   "precision", "optimizer", "gpu_file", "attn", "loss", *_FT),
+                   "precision", "optimizer", "gpu_file", "attn", "loss", "recipe", *_FT),
     "plan infer": ("gpu", "context", "concurrency", "kv_dtype", "tokens_per_s", "weights",
                    "gpu_file", "price", "precision", "engine"),
 }

@@ -108,17 +108,35 @@ def categories(mem) -> dict:
             "temporaries": peak["temp"]}
 
 
-def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
+def device_name(req: ReportRequest, gpu: dict) -> str | None:
+    """The catalog name whose cuBLAS workspace ``memory`` counts for this request: the GPU's
+    (the default's when none is given), None for a GPU known only by --gpu-gb."""
+    return None if req.gpu is None and req.gpu_gb is not None else gpu["name"]
+
+
+def device_figures(total: int, setup: dict, gpu_name: str | None) -> dict:
+    """memory --json's allocated, reserved and device bytes of a step whose tensors peak at
+    ``total`` (engine.device.device_memory with the setting's allocator slack)."""
+    from ..engine.device import device_memory
+    return device_memory(total, gpu_name, setup["reserved_slack"]).to_json()
+
+
+def training_data(req: ReportRequest, cfg, progress: Progress, gpu: dict) -> dict:
+    """The engine's numbers of a training report: parameters and FLOPs by component, the
+    single-GPU memory of each recompute mode (tensors, and what ``memory`` compares with the
+    GPU: ``device_bytes``), activations against the sequence. The setting is the one
+    ``memory`` takes for the same options (``ReportRequest.setup``: recompute, recipe)."""
+    from ..answers.common import text_only_said, workload
     from ..engine.accounting import count_flops, count_params
     from ..engine.memory import TrainingMemory
-    from ..engine.workload import Workload, check_fits, parse_count
+    from ..engine.workload import check_fits, parse_count
 
-    work = Workload(batch=req.batch, seq=req.seq, src_seq=req.src_seq, attn_impl=req.attn,
-                    recompute=req.recompute, loss=req.loss,
-                    text_only=not req.src_seq)  # as flops and memory: no source rows, no images
+    setup = req.setup
+    work = workload(req.batch, req.seq, req.src_seq, req.attn, setup["recompute"],
+                    loss=setup["loss"])  # as flops and memory: no source rows, no images
     check_fits(cfg, work)
     progress("parameters and FLOPs by component")
-    ft = req.ft
+    ft = setup["finetune"]
     p = count_params(cfg)
     f = count_flops(cfg, work, ft)
     d = {"params": {"total": p.total, "active": p.active, "embedding": p.embedding},
@@ -133,27 +151,32 @@ def training_data(req: ReportRequest, cfg, progress: Progress) -> dict:
         d["flops"]["train_model_flops"] = d["flops"]["train_steps"] * f.model
         d["flops"]["train_executed_flops"] = d["flops"]["train_steps"] * (f.forward + f.backward)
     progress("memory by category for each recompute mode")
+
+    def memory(w):  # the TrainingMemory of answers.costs._training, as memory builds it
+        return TrainingMemory(cfg, w, req.precision, setup["optimizer"], ft, setup["offload"],
+                              setup["optimizer_kernel"])
+
     d["single_gpu"] = []
+    name = device_name(req, gpu)
     for mode in RECOMPUTE_MODES:
-        m = TrainingMemory(cfg, dataclasses.replace(work, recompute=mode), req.precision,
-                           req.optimizer, ft)
-        if ft is not None and mode == req.recompute:  # the adapters section's figures
+        m = memory(dataclasses.replace(work, recompute=mode))
+        if ft is not None and mode == setup["recompute"]:  # the adapters section's figures
             d["finetune"] = m.finetune_json() | {"weights_bytes": m.weights,
                                                  "gradients_bytes": m.gradients,
                                                  "optimizer_bytes": m.optimizer_total}
         cats = categories(m)
         d["single_gpu"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
-                                "categories": cats, "total": sum(cats.values())})
+                                "categories": cats, "total": sum(cats.values()),
+                                "device": device_figures(m.total, setup, name)})
     progress("activation memory against sequence length")
     limit = cfg.max_position if cfg.pos_type == "learned" else SEQ_SWEEP[-1]
     seqs = sorted({s for s in SEQ_SWEEP if s <= limit} | {req.seq})
     act: dict = {"seq": seqs, "batch": req.batch, "attn": req.attn}
     for mode in RECOMPUTE_MODES:
-        act[mode] = [TrainingMemory(cfg, dataclasses.replace(work, seq=s, src_seq=0,
-                                                             recompute=mode),
-                                    req.precision, req.optimizer, ft).activations
-                     for s in seqs]
+        act[mode] = [memory(dataclasses.replace(work, seq=s, src_seq=0, recompute=mode)
+                            ).activations for s in seqs]
     d["activations_vs_seq"] = act
+    d["assumed"] = setup["assumed"] + text_only_said(cfg, work)
     return d
 
 

@@ -20,8 +20,8 @@ from .. import __version__
 from ..errors import WorkloadError
 from . import answer as text
 from .assumptions import assumptions, conventions, sources
-from .gather import (Progress, categories, kv_data, resolve_gpu, serving_data,
-                     training_data)
+from .gather import (Progress, categories, device_figures, device_name, kv_data, resolve_gpu,
+                     serving_data, training_data)
 from .request import ReportRequest
 from .sections import CATEGORY_LABELS, section  # noqa: F401 (CATEGORY_LABELS: plots.py)
 from .validation import validation_rows, validation_section  # noqa: F401 (tests)
@@ -94,20 +94,26 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         from ..engine.memory import model_states
         if req.inference:
             raise WorkloadError("a serving report needs MODEL (the KV cache needs its shapes)")
-        states = model_states(parse_count(req.params), req.precision, req.optimizer)
+        setup = req.setup
+        states = model_states(parse_count(req.params), req.precision, setup["optimizer"])
         name = f"{states['params']:,}-parameter model"
         model = {"name": name, "params": states["params"]}
         cats = categories(states)
+        total = sum(cats.values())
         data = {"params": {"total": states["params"]},
-                "single_gpu": [{"label": "1 GPU", "recompute": req.recompute,
-                                "categories": cats, "total": sum(cats.values())}]}
+                "single_gpu": [{"label": "1 GPU", "recompute": setup["recompute"],
+                                "categories": cats, "total": total,
+                                "device": device_figures(total, setup,
+                                                         device_name(req, gpu))}],
+                "assumed": setup["assumed"]}
     else:
         name = cfg.name
         model = {"name": cfg.name, "source": cfg.source, "family": cfg.family,
                  "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
                  "n_kv_heads": cfg.n_kv_heads, "vocab_size": cfg.vocab_size,
                  "n_experts": cfg.n_experts, "top_k": cfg.top_k}
-        data = (serving_data if req.inference else training_data)(req, cfg, progress)
+        data = serving_data(req, cfg, progress) if req.inference else \
+            training_data(req, cfg, progress, gpu)
         if not req.inference:
             progress("KV cache against context and concurrency")
             data["kv_cache"] = kv_data(req, cfg)
@@ -122,6 +128,17 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     if not request.get("input_len"):  # serving reports without the load section read as before
         request.pop("input_len", None)
         request.pop("output_len", None)
+    if not req.inference:  # the setting the figures assumed (memory's defaults), as given
+        setup = req.setup  # before these options defaulted to None
+        request.update(recompute=setup["recompute"], optimizer=setup["optimizer"],
+                       loss=setup["loss"])
+    else:
+        request.update(recompute=req.recompute or "none", optimizer=req.optimizer or "adamw",
+                       loss=req.loss or "full")
+    if not req.inference and req.setup["recipe"] is not None:  # fine-tuning: the recipe's name
+        request["recipe"] = req.setup["recipe"]["name"]
+    if request.get("recipe") is None:  # and reports without fine-tuning read as before
+        request.pop("recipe", None)
     if request.get("loss") == "full":  # and training reports with the full loss
         request.pop("loss")
     if request.get("finetune") == "full":  # and training reports without fine-tuning too
@@ -171,7 +188,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
     if cfg is not None:
         sections.append(validation_section(data, name, validation_dir))
     sections.append(section("assumptions", "Assumptions, conventions and sources",
-                            bullets=assumptions(req, gpu, plan)
+                            bullets=assumptions(req, gpu, plan, data)
                             + conventions(req.inference) + sources(req.inference)))
     command = req.command(out_dir)
     sections.append(section("provenance", "How this report was made",

@@ -36,15 +36,24 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
     """The planner's answer for a training request, its GPUs-days frontier included (one
     search: ``TrainPlan.frontier`` reads the same screen as ``best``), and the files that
     launch its best layout (txcalc.emit; ``command``, the report's, heads each file)."""
+    from ..answers.common import FULL_TRAINING, apply_recipe
     from ..emit import launch_files
     from ..engine.hardware import memory_words
     from ..train.planner import plan_train
 
     progress("planner: searching layouts")
+    # plan train's setting for the same options (answers.plan): the optimizer and loss as
+    # given (else full training's), a --recipe's fp32 upcast and optimizer kernel
+    optimizer = req.optimizer or FULL_TRAINING["optimizer"]
+    loss = req.loss or FULL_TRAINING["loss"]
+    ft, kernel = req.ft, None
+    if req.recipe is not None:
+        rec = apply_recipe(ft, req.recipe, optimizer, loss, "none")
+        ft, kernel = rec["finetune"], rec["optimizer_kernel"]
     p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus, n_rows=N_LAYOUTS,
                    seq=req.seq, global_batch=req.global_batch, precision=req.precision,
-                   optimizer=req.optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn,
-                   finetune=req.ft, loss=req.loss)
+                   optimizer=optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn,
+                   finetune=ft, loss=loss, optimizer_kernel=kernel)
     progress("planner: fastest layout per GPU count")
     frontier = [_row(r) for r in p.frontier]
     s = p.setting
@@ -61,7 +70,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
                                "time_s": r6(c["time_s"]), "exposed_s": r6(c["exposed_s"])}
                               for g, c in p.best.communication.items()],
             "frontier": frontier, "notes": list(p.notes),
-            "launch": launch_files(p, command, req.ft),
+            "launch": launch_files(p, command, ft),
             "assumptions": plan_assumptions(s.gpu, {"layouts_evaluated": p.layouts_evaluated,
                                                     "global_batch": s.global_batch,
                                                     "seq": s.seq}, serving=False)}

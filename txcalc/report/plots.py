@@ -176,8 +176,12 @@ def _memory(report: dict):
     ax = fig.subplots()
     labels = [_wrap(m["label"]) for m in data["memory"]]
     bottom = [0.0] * len(labels)
+    # one GPU: the framework (reserved slack, workspaces, context) on top of the tensors, up
+    # to the device bytes compared with the GPU
+    stacks = [m["categories"] | ({"framework": m["device"]["device_bytes"] - m["total"]}
+                                 if "device" in m else {}) for m in data["memory"]]
     for cat, colour in CATEGORY_COLOURS.items():
-        vals = [m["categories"].get(cat, 0) / GIB for m in data["memory"]]
+        vals = [c.get(cat, 0) / GIB for c in stacks]
         if not any(vals):
             continue
         ax.bar(labels, vals, bottom=bottom, color=colour, label=CATEGORY_LABELS.get(cat, cat),

@@ -24,12 +24,16 @@ class ReportRequest:
     gpu_gb: float | None = None  #: GPU memory in GB (1e9); overrides the catalog
     gpu_file: str | None = None  #: CSV of extra GPUs (the catalog's columns)
     precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
-    optimizer: str = "adamw"  #: adamw | adam | adam8bit | sgd | adafactor | none
+    #: adamw | adam | adam8bit | sgd | adafactor | none (None: adamw; fine-tuning: the
+    #: recipe's, ``setup``)
+    optimizer: str | None = None
     batch: int = 1  #: micro-batch (sequences) of the single-GPU figures
     seq: int | None = None  #: training sequence length (None: the planner's default_seq)
     src_seq: int = 0  #: encoder length of encoder-decoder models (0 = seq)
     attn: str = "flash"  #: attention kernel: eager | sdpa | flash
-    recompute: str = "none"  #: activation recompute of the single-GPU figures
+    #: activation recompute of the single-GPU figures (None: "none"; fine-tuning: "full",
+    #: gradient checkpointing as the recipes run it, answers.common.default_recompute)
+    recompute: str | None = None
     tokens: str | None = None  #: training token budget (15T, 1e12)
     days: float | None = None  #: deadline in days (planner)
     max_gpus: int | None = None  #: most GPUs allowed (planner)
@@ -55,7 +59,13 @@ class ReportRequest:
     lora_dropout: float = 0.0  #: adapters' dropout
     trainable: str = "head"  #: freeze: what trains (last:N, head, norms, embeddings)
     base_format: str = "nf4"  #: qlora: the frozen base's format
-    loss: str = "full"  #: training: the LM loss, full | chunked[:N] | fused-linear (lm_loss)
+    #: training: the LM loss, full | chunked[:N] | fused-linear (lm_loss); None: full, or
+    #: the recipe's when fine-tuning
+    loss: str | None = None
+    #: fine-tuning: the recipe whose code path is modelled (engine.recipes; None: the default
+    #: recipe when fine-tuning): its fp32 upcasts, optimizer and kernel, loss, checkpoints'
+    #: place and allocator slack, as memory and fit take it (answers.common.apply_recipe)
+    recipe: str | None = None
     compare: str | None = None  #: KEY=V1,V2,...: a section with these options side by side
     #: (txcalc.report.compare: the command of the report's answer run once per value)
 
@@ -101,7 +111,7 @@ class ReportRequest:
         if self.compare is not None:
             from .compare import compare_options
             compare_options(self.compare)  # a malformed --compare fails here, before any work
-        if self.loss != "full":
+        if self.loss not in (None, "full"):
             from ..engine.workload import loss_chunks
             loss_chunks(self.loss)  # a malformed loss fails here, naming it
             if self.inference or self.model is None:
@@ -110,6 +120,21 @@ class ReportRequest:
         if self.ft is not None and self.model is None:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
                                 "and frozen parts depend on its modules")
+        if self.recipe is not None:  # an unknown one, or one for full training, fails here
+            from ..answers.common import apply_recipe
+            apply_recipe(self.ft, self.recipe, None, None, None)
+
+    @property
+    def setup(self) -> dict:
+        """The training setting of the single-GPU figures, as ``memory`` and ``fit`` resolve
+        the same options (answers.common): {recompute, optimizer, loss, offload, finetune
+        (with the recipe's fp32 upcast), optimizer_kernel, reserved_slack (the allocator's,
+        engine.device), recipe (its JSON, None for full training), assumed (the defaults
+        taken, in the answers' words)}. Full training: recompute none, adamw, the full loss."""
+        from ..answers.common import apply_recipe, default_recompute
+        recompute, assumed = default_recompute(self.recompute, self.finetune)
+        rec = apply_recipe(self.ft, self.recipe, self.optimizer, self.loss, None)
+        return rec | {"recompute": recompute, "assumed": assumed + rec["assumed"]}
 
     def _check_values(self) -> None:
         """Each field's type and bounds, checked as the CLI checks its option (answers.checks:
@@ -120,9 +145,9 @@ class ReportRequest:
         from ..answers.checks import checked
         if not isinstance(self.inference, bool):
             raise I.InputError(f"inference ({I.show(self.inference)}) must be True or False")
-        for name in ("model", "weights", "compare", "engine"):
+        for name in ("model", "weights", "compare", "engine", "recipe", "loss"):
             I.text(f"--{name}" if name != "model" else "MODEL", getattr(self, name), none=True)
-        for name in ("finetune", "lora_targets", "trainable", "base_format", "loss"):
+        for name in ("finetune", "lora_targets", "trainable", "base_format"):
             I.text("--" + name.replace("_", "-"), getattr(self, name))
         I.integer("--seq", self.seq, 1, I.MAX_SEQ, none=True)
         for name in ("src_seq", "context", "input_len", "output_len"):

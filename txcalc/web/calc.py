@@ -186,8 +186,9 @@ def commands(form: dict) -> dict[str, list[str]]:
 def report_command(form: dict, out_dir: str) -> list[str]:
     """``txcalc report`` for the form: a serving report for serve; a fine-tuning report (the
     page's --finetune options, no token budget: fine-tuning has no planner run) for finetune,
-    with gradient checkpointing where the page's recompute is auto, as the memory and fit
-    panels assume (answers.common.default_recompute); else a training report."""
+    whose recompute, where the page's is auto, is the report's own default: gradient
+    checkpointing, as the memory and fit panels assume (answers.common.default_recompute),
+    said among its assumptions; else a training report."""
     m = form["model"]
     common = ["report", m, "--out", out_dir, "--gpu", form["gpu"], *_opts(form, ("--price", "price"))]
     if form["task"] == "serve":
@@ -197,7 +198,7 @@ def report_command(form: dict, out_dir: str) -> list[str]:
     step = [*_opts(form, ("--precision", "precision"), ("--optimizer", "optimizer"),
                    ("--batch", "batch"), ("--seq", "seq"), ("--attn", "attn"))]
     if form["task"] == "finetune":
-        return [*common, *step, "--recompute", form["recompute"] or "full",
+        return [*common, *step, *_opts(form, ("--recompute", "recompute")),
                 *_finetune_opts(form)]
     return [*common, *step, *_opts(form, ("--recompute", "recompute"), ("--tokens", "tokens"),
                                    ("--days", "days"), ("--global-batch", "global_batch"))]
