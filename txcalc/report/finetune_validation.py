@@ -35,8 +35,9 @@ def _gib(b: float) -> str:
 def _setup(r: Row) -> str:
     m = r.run
     ck = "on" if m.gradient_checkpointing else "off"
-    return (f"{m.describe_method()}; {m.precision}, {m.optimizer}, ckpt {ck}, loss {m.loss}, "
-            f"attn {m.attn}")
+    bwd = " in backward" if m.optimizer_in_backward else ""
+    return (f"{m.describe_method()}; {m.precision}, {m.optimizer}{bwd}, ckpt {ck}, "
+            f"loss {m.loss}, attn {m.attn}")
 
 
 def summary(rows: list[Row], split: str, length: bool) -> dict:
