@@ -26,8 +26,8 @@ from txcalc.engine.workload import Workload
 from txcalc.model.config import ModelConfig
 
 torch = pytest.importorskip("torch")
-from reference.measure import make_inputs  # noqa: E402
-from reference.model import DTYPES, build  # noqa: E402
+from reference.measure import make_inputs
+from reference.model import DTYPES, build
 
 LLAMA = ModelConfig(name="llama-small", n_layers=2, d_model=64, n_heads=4, n_kv_heads=2,
                     d_ff=96, vocab_size=300, activation="swiglu", norm_type="rmsnorm",
