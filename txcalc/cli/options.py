@@ -70,7 +70,9 @@ RECIPE_HELP = ("Fine-tuning recipe whose code path is modelled: hf-peft (default
                "PEFT, QLoRA via prepare_model_for_kbit_training: unquantised parameters in fp32) | "
                "trl-sft | unsloth | llama-factory | axolotl | torchtune. It sets the fp32 "
                "upcasts, the optimizer and its kernel, the loss and where checkpoints live, "
-               "unless given (txcalc.engine.recipes).")
+               "unless given (txcalc.engine.recipes). Full fine-tuning takes a recipe's full "
+               "config where it declares one (torchtune: bf16, bitsandbytes PagedAdamW8bit, "
+               "the optimizer in backward, gradient checkpointing).")
 #: a fine-tuning recipe, and the options whose default is the recipe's when fine-tuning
 RECIPE_OPTS = {
     "recipe": typer.Option(None, "--recipe", help=RECIPE_HELP),

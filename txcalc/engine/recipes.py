@@ -120,8 +120,9 @@ class Recipe(NamedTuple):
 #: two Unsloth "Hugging Face + FA2" longest lengths (16 and 48 GB cards). What it stands for:
 #: the caching allocator's cached, split and rounded blocks under gradient checkpointing with
 #: T x V loss buffers of alternating sizes (2 and 4 bytes a logit), not traced block by block.
-#: torchtune's one fit row is a full fine-tune run with optimizer_in_bwd and paged 8-bit Adam,
-#: which txcalc cannot state: nothing is fitted on it
+#: torchtune's one fit row, a full fine-tune run with optimizer_in_bwd and paged 8-bit Adam, is
+#: stated since those two are modelled (engine.optimizers; the recipe's full config); no slack
+#: is fitted on it yet (one row, and the fit would move its LoRA and QLoRA test rows too)
 FITTED_SLACK = {"hf-peft": 0.13}
 
 #: the one table of fine-tuning recipes

@@ -24,7 +24,7 @@ class ReportRequest:
     gpu_gb: float | None = None  #: GPU memory in GB (1e9); overrides the catalog
     gpu_file: str | None = None  #: CSV of extra GPUs (the catalog's columns)
     precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
-    optimizer: str = "adamw"  #: adamw | adam | adam8bit | sgd | adafactor | none
+    optimizer: str = "adamw"  #: adamw | adam | adam8bit | paged-adam8bit | sgd | adafactor | none
     batch: int = 1  #: micro-batch (sequences) of the single-GPU figures
     seq: int | None = None  #: training sequence length (None: the planner's default_seq)
     src_seq: int = 0  #: encoder length of encoder-decoder models (0 = seq)
