@@ -73,6 +73,9 @@ def _memory_rows(out: dict) -> list[tuple[str, str, str]]:
             heading = None
         rows.append(row("  " + words, v))
     labels = _LABELS if out.get("peak_phase") else _LABELS | {"total_bytes": "total"}
+    if out.get("paged_optimizer_bytes"):  # managed memory: nvidia-smi counts it when resident
+        labels = labels | {"device_bytes": "device (reserved + CUDA context + paged optimizer "
+                                           "states: nvidia-smi)"}
     for k in ("total_bytes", "allocated_bytes", "reserved_bytes", "device_bytes"):
         if k in out:
             rows.append(row(labels[k], out[k]))

@@ -28,7 +28,8 @@ to the host and the next prefetch brings them back, so only the tensor being upd
 its states on the GPU (``paged_working_bytes``): a run needs that much beside the allocator's
 reserved bytes, and nvidia-smi shows up to all of them (``paged_state_bytes``) when they fit
 (torchtune's README runs Llama 3.1 8B's full fine-tune, 15 GiB of paged states, on a 24 GB
-RTX 4090 at 18.9 GiB peak).
+RTX 4090 at 18.9 GiB peak). ``plan train`` books them as resident states (its per-GPU totals
+are the device's).
 
 Optimizer in backward (torchtune ``optimizer_in_bwd: True``; pytorch/torchtune@30b8519e
 recipes/full_finetune_single_device.py ``_setup_optimizer``: one optimizer per parameter,
