@@ -94,26 +94,27 @@ FULL_TRAINING = {"optimizer": "adamw", "loss": "full", "offload": "none"}
 
 
 def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None,
-                 offload: str | None) -> dict:
+                 offload: str | None, in_backward: bool | None = None) -> dict:
     """What a fine-tuning recipe (txcalc.engine.recipes) sets where the options leave it:
     {finetune (with the recipe's fp32 upcast), optimizer, loss, offload, optimizer_kernel,
-    reserved_slack (the allocator's, engine.device), recipe (its JSON, None for full
-    training), assumed (the defaults taken, in words)}.
-    Full training (``ft`` None) takes no recipe: adamw, the full loss, no offload, foreach."""
+    optimizer_in_backward, reserved_slack (the allocator's, engine.device), recipe (its JSON,
+    None for full training), assumed (the defaults taken, in words)}.
+    Full training (``ft`` None) takes no recipe unless one is named that declares a full
+    fine-tune config (``Recipe.full_optimizer``: ``full_recipe``); without one: adamw, the
+    full loss, no offload, foreach, the optimizer after backward."""
     import dataclasses
 
     from ..engine.recipes import DEFAULT_RECIPE, get_recipe
-    from ..errors import WorkloadError
     if ft is None:
         if recipe is not None:
-            raise WorkloadError(f"--recipe ({recipe!r:.60}) applies to fine-tuning (--finetune "
-                                "lora, qlora, dora or freeze), not to full training")
+            return full_recipe(get_recipe(recipe), optimizer, loss, offload, in_backward)
         given = {"optimizer": optimizer, "loss": loss, "offload": offload}
         from ..engine.device import FRAGMENTATION
         return {"finetune": None, **{k: FULL_TRAINING[k] if v is None else v
                                      for k, v in given.items()},
-                "optimizer_kernel": "foreach", "reserved_slack": FRAGMENTATION,
-                "recipe": None, "assumed": []}
+                "optimizer_kernel": "foreach", "optimizer_in_backward": bool(in_backward),
+                "reserved_slack": FRAGMENTATION, "recipe": None, "precision": None,
+                "assumed": []}
     r = get_recipe(DEFAULT_RECIPE if recipe is None else recipe)
     assumed = [] if recipe is not None else [
         f"recipe {r.name} ({r.describe().partition(': ')[2]}; --recipe to change)"]
@@ -130,8 +131,50 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
             "optimizer": r.optimizer if optimizer is None else optimizer,
             "loss": r.loss if loss is None else loss,
             "offload": r.offload if offload is None else offload,
-            "optimizer_kernel": r.optimizer_kernel, "reserved_slack": r.reserved_slack,
-            "recipe": r.to_json(), "assumed": assumed}
+            "optimizer_kernel": r.optimizer_kernel, "optimizer_in_backward": bool(in_backward),
+            "reserved_slack": r.reserved_slack, "recipe": r.to_json(), "precision": None,
+            "assumed": assumed}
+
+
+def full_recipe(r, optimizer: str | None, loss: str | None, offload: str | None,
+                in_backward: bool | None) -> dict:
+    """``apply_recipe`` for full fine-tuning under the recipe ``r``: its full config's
+    optimizer and optimizer-in-backward, its loss and kernel, where the options leave them,
+    and its precision (``precision``: for the caller to take where --precision is not
+    given, ``recipe_precision``); a recipe that declares no full config is refused."""
+    from ..engine.recipes import RECIPES
+    from ..errors import WorkloadError
+    if r.full_optimizer is None:
+        with_full = [k for k, v in RECIPES.items() if v.full_optimizer is not None]
+        raise WorkloadError(f"--recipe {r.name} declares no full fine-tune config: give "
+                            f"--finetune lora, qlora, dora or freeze, or a recipe that does "
+                            f"({', '.join(with_full)})")
+    assumed = [r.describe_full() + " (--recipe)"]
+    for name, given, own in (("optimizer", optimizer, r.full_optimizer), ("loss", loss, r.loss),
+                             ("offload", offload, r.offload)):
+        if given is None:
+            assumed.append(f"{name} {own} (the recipe's)")
+    bwd = r.full_in_backward if in_backward is None else in_backward
+    if in_backward is None and bwd:
+        assumed.append("optimizer in backward: each parameter stepped, and its gradient "
+                       "freed, as soon as it is accumulated (the recipe's; "
+                       "--no-optimizer-in-backward to step after backward)")
+    return {"finetune": None, "optimizer": optimizer or r.full_optimizer,
+            "loss": loss or r.loss, "offload": offload or r.offload,
+            "optimizer_kernel": r.optimizer_kernel, "optimizer_in_backward": bwd,
+            "reserved_slack": r.reserved_slack, "recipe": r.to_json(),
+            "precision": r.full_precision, "assumed": assumed}
+
+
+def recipe_precision(given: str | None, default: str, said: list[str], rec: dict
+                     ) -> tuple[str, list[str]]:
+    """(precision, the defaults assumed in words): the recipe's (``rec["precision"]``) where
+    --precision was not ``given`` and the GPU took the plain default (``said`` empty: a GPU
+    without bf16 keeps half_precision's fp16), else ``default`` and ``said``."""
+    if given is not None or not rec["precision"] or said:
+        return default, said
+    words = f"precision {rec['precision']} (the recipe's dtype; --precision to change)"
+    return rec["precision"], [words]
 
 
 def make_finetune(mode: str, rank: int, alpha: float | None, targets: str, dropout: float,

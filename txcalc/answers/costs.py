@@ -4,7 +4,8 @@ component)."""
 from __future__ import annotations
 
 from .common import (Answer, apply_recipe, cross_rows, default_recompute, half_precision,
-                     image_tokens, load_model, make_finetune, text_only_said, workload)
+                     image_tokens, load_model, make_finetune, recipe_precision,
+                     text_only_said, workload)
 
 #: the memory answer's peak categories in words (the CLI's sentence and the page's bars)
 PEAK_LABELS = {"param": "weights", "grad": "gradients", "opt": "optimizer states",
@@ -28,6 +29,7 @@ MEMORY_ROWS = (
     (0, "gradients_bytes", "gradients"),
     (0, "optimizer_bytes", "optimizer states"),
     (1, "master_weights_bytes", "of which fp32 master weights"),
+    (1, "paged_optimizer_bytes", "of which paged (managed memory, outside the allocator)"),
     (0, "activations_bytes", "activations (saved for backward)"),
     (1, "inputs_bytes", "plus the batch and the loss beside them"),
     (0, None, "transients (each at its own largest)"),
@@ -158,15 +160,18 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
            offload: str | None = None, loss: str | None = None, head: str | None = None,
            images: int = 0, image_size: int = 0, global_tokens: int | str = 0,
-           recipe: str | None = None) -> Answer:
+           recipe: str | None = None, optimizer_in_backward: bool | None = None) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
-    and whether they fit one GPU: training's ``device_bytes`` (reserved + CUDA context,
+    and whether they fit one GPU: training's ``need_bytes`` (reserved + CUDA context,
     engine.device.device_memory, with ``allocated_bytes`` and ``reserved_bytes``),
     serving's ``total_bytes``. ``precision`` None: bf16-mixed, or fp16-mixed on a GPU
     without bf16 (``gpu`` T4, V100). ``recompute`` None: "full" when fine-tuning
     (``default_recompute``), else "none"; fine-tuning: ``recipe`` (None: the default recipe)
-    sets the optimizer, loss and offload left None (``apply_recipe``). Every default taken is
-    listed in the answer's ``assumed`` (a list of sentences, empty when none)."""
+    sets the optimizer, loss and offload left None (``apply_recipe``); full training with a
+    ``recipe`` that declares a full config takes its optimizer, loss and checkpointing.
+    ``optimizer_in_backward`` None: the recipe's (torchtune's full config: each parameter
+    stepped inside backward), else after backward. Every default taken is listed in the
+    answer's ``assumed`` (a list of sentences, empty when none)."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -206,6 +211,9 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         src_seq = src_seq or cross_rows(cfg, images)
         seq = checked(seq=seq + extra)["seq"]
         context = checked(context=str(context + extra))["context"] if context else 0
+    if (params is not None or inference) and optimizer_in_backward:
+        raise WorkloadError("--optimizer-in-backward needs a training step of MODEL (not "
+                            "--params or --inference)")
     if params is not None:
         from ..engine.memory import model_states
         out = model_states(opts["params"], precision, optimizer or "adamw")
@@ -221,12 +229,14 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout,
                            trainable, base_format)
         cfg = cfg or load_model(model, head)
-        recompute, assumed = default_recompute(recompute, finetune)
-        rec = apply_recipe(ft, recipe, optimizer, loss, offload)
+        recompute, assumed = default_recompute(recompute, finetune, recipe is not None)
+        rec = apply_recipe(ft, recipe, optimizer, loss, offload, optimizer_in_backward)
+        precision, said = recipe_precision(opts["precision"], precision, said, rec)
         out = _training(cfg, batch, seq, src_seq, attn, recompute, precision, rec["optimizer"],
                         dropout, rec["finetune"], rec["offload"], stack, recompute_method,
                         recompute_layers, rec["loss"], global_tokens,
-                        None if stack else rec["optimizer_kernel"])
+                        None if stack else rec["optimizer_kernel"],
+                        rec["optimizer_in_backward"])
         slack = rec["reserved_slack"]
         if rec["recipe"] is not None:
             out["recipe"] = rec["recipe"]
@@ -239,8 +249,9 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     if not inference:  # what the allocator and nvidia-smi show (engine.device)
         from ..engine.device import device_memory
         out.update(device_memory(need, row.name if row is not None else None,
-                                 slack).to_json())
-        need = out["device_bytes"]
+                                 slack, out.get("paged_optimizer_bytes", 0),
+                                 out.get("paged_working_bytes", 0)).to_json())
+        need = out["need_bytes"]
     out["fits_one_gpu"] = need <= gpu_bytes
     out["assumed"] = said
     return Answer(out, {"gpu_row": row, "gpu_gb": opts["gpu_gb"]})
@@ -249,7 +260,7 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
 def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
               dropout=False, ft=None, offload="none", stack=None,
               recompute_method="block", recompute_layers=0, loss="full",
-              global_tokens=0, kernel=None) -> dict:
+              global_tokens=0, kernel=None, in_backward=False) -> dict:
     from ..engine.memory import TrainingMemory
     from ..engine.workload import check_fits
 
@@ -260,11 +271,12 @@ def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
     if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train
         from ..engine.stacks import get_stack
         kernel = get_stack(stack).optimizer_kernel
-    m = TrainingMemory(cfg, work, precision, optimizer, ft, offload, kernel)
+    m = TrainingMemory(cfg, work, precision, optimizer, ft, offload, kernel, in_backward)
     # the step's temporaries (fp32 gradient copies for the masters, the update's scratch),
-    # which the peak's categories file under temp and opt; on the host when offloaded
-    step = 0 if offload in ("optimizer", "all") else \
-        m.master_grad_copies + m.optimizer_temporaries
+    # which the peak's categories file under temp and opt; on the host when offloaded; in
+    # backward, one tensor's
+    step = 0 if offload in ("optimizer", "all") else sum(m.in_backward_bytes[1:]) \
+        if in_backward else m.master_grad_copies + m.optimizer_temporaries
     return m.to_json() | {"step_temporaries_bytes": step} | m.finetune_json() | \
         {"assumed": text_only_said(cfg, work)}
 

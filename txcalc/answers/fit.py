@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..units import GB
 from .common import (Answer, apply_recipe, default_recompute, half_precision, load_model,
-                     make_finetune, text_only_said)
+                     make_finetune, recipe_precision, text_only_said)
 
 
 def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
@@ -15,12 +15,15 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
         lora_alpha: float | None = None, lora_targets: str = "all-linear",
         lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
         offload: str | None = None, loss: str | None = None, gpu_file: str | None = None,
-        recipe: str | None = None, safety: float = 0.0) -> Answer:
+        recipe: str | None = None, safety: float = 0.0,
+        optimizer_in_backward: bool | None = None) -> Answer:
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of ``gpus`` under ZeRO-3. ``precision`` None: bf16-mixed, or fp16-mixed on a
     GPU without bf16 (T4, V100). ``recompute`` None: gradient checkpointing ("full"), as the
     recipes run it; fine-tuning: ``recipe`` (None: recipes.DEFAULT_RECIPE) sets the optimizer,
-    loss and offload left None (``apply_recipe``). Every default taken is listed in the
+    loss and offload left None (``apply_recipe``; full training: a recipe's full config, where
+    it declares one, and ``optimizer_in_backward`` None takes its choice). Every default taken
+    is listed in the
     answer's ``assumed`` (a list of sentences). ``safety``: GB (1e9 bytes) kept free on each
     GPU. ``parts``: the FitResult, the ModelConfig, the GPU's label and memory words, the
     Finetune (None: full) and the optimizer kernel."""
@@ -56,13 +59,16 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
     check_precision(ft, precision)
-    rec = apply_recipe(ft, recipe, optimizer, loss, offload)
+    rec = apply_recipe(ft, recipe, optimizer, loss, offload, optimizer_in_backward)
+    precision, said = recipe_precision(opts["precision"], precision, said, rec)
+    check_precision(ft, precision)
     assumed = said + assumed + rec["assumed"]
     cfg = load_model(model)
     setup = Setup(cfg, precision, rec["optimizer"], attn, recompute, rec["finetune"],
                   rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"],
                   g.name if gpu is not None else None,
-                  fragmentation=rec["reserved_slack"])
+                  fragmentation=rec["reserved_slack"],
+                  optimizer_in_backward=rec["optimizer_in_backward"])
     probe = setup.memory(1, 1)
     probe.ops  # refuses bad targets and ranks before the search
     assumed += text_only_said(cfg, probe.work, images_option=False)

@@ -73,6 +73,9 @@ def _memory_rows(out: dict) -> list[tuple[str, str, str]]:
             heading = None
         rows.append(row("  " + words, v))
     labels = _LABELS if out.get("peak_phase") else _LABELS | {"total_bytes": "total"}
+    if out.get("paged_optimizer_bytes"):  # managed memory: nvidia-smi counts it when resident
+        labels = labels | {"device_bytes": "device (reserved + CUDA context + paged optimizer "
+                                           "states: nvidia-smi)"}
     for k in ("total_bytes", "allocated_bytes", "reserved_bytes", "device_bytes"):
         if k in out:
             rows.append(row(labels[k], out[k]))
@@ -184,6 +187,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            offload: str = RECIPE_OPTS["offload"],
            loss: str = RECIPE_OPTS["loss"],
            recipe: str = RECIPE_OPTS["recipe"],
+           optimizer_in_backward: bool = RECIPE_OPTS["optimizer_in_backward"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -196,7 +200,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                  recompute_method, recompute_layers, stack, dropout, inference, weights,
                  context, concurrency, kv_dtype, gpu, gpu_gb, gpu_file, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, offload, loss,
-                 head, images, image_size, global_tokens, recipe)
+                 head, images, image_size, global_tokens, recipe, optimizer_in_backward)
     out = ans.json
     if json_out:
         emit_json(out)
@@ -220,8 +224,11 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from ..engine.hardware import memory_words
     words = memory_words(gpu if ans.parts["gpu_gb"] is not None else ans.parts["gpu_row"],
                          "GiB")
-    shown = out.get("device_bytes", out["total_bytes"])
-    what = "On the device (reserved + CUDA context)" if "device_bytes" in out else "Total"
+    shown = out.get("need_bytes", out["total_bytes"])
+    paged = " + the largest tensor's paged optimizer states" \
+        if out.get("paged_optimizer_bytes") else ""
+    what = f"On the device (reserved + CUDA context{paged})" if "need_bytes" in out \
+        else "Total"
     console.print(f"{what} {shown / GIB:,.1f} GiB: {verdict} on one {gpu_label} ({words})"
                   + ("" if out["fits_one_gpu"] else
                      f"; needs at least {-(-shown // gpu)} such GPUs by memory alone,"

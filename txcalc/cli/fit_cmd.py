@@ -33,6 +33,7 @@ def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
         offload: str = RECIPE_OPTS["offload"],
         loss: str = RECIPE_OPTS["loss"],
         recipe: str = RECIPE_OPTS["recipe"],
+        optimizer_in_backward: bool = RECIPE_OPTS["optimizer_in_backward"],
         safety: float = typer.Option(0.0, "--safety", help="GB (1e9 bytes) to keep free on each GPU: the answer's bytes (reserved + CUDA context on one GPU) must stay within the GPU's memory less this margin."),
         gpu_file: str = COMMON_OPTS["gpu_file"],
         emit: str = emit_option("fit"),
@@ -45,7 +46,7 @@ def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
 
     ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
                  finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
-                 base_format, offload, loss, gpu_file, recipe, safety)
+                 base_format, offload, loss, gpu_file, recipe, safety, optimizer_in_backward)
     out = ans.json
     if emit is not None:
         from .emit_opts import emit_answer
@@ -68,6 +69,8 @@ def _print_fit(ans, gpus, loss, optimizer, attn, recompute) -> None:
         label, words = f"{gpus:,} x {label}", f"each {words}; ZeRO-3"
     lossword = "" if out["loss"] == "full" else f", loss {out['loss']}"
     recompute, optimizer = out["recompute"], out["optimizer"]
+    if out.get("optimizer_in_backward"):
+        optimizer += " in backward"
     if res.fits:
         console.print(f"[bold]{cfg.name}[/bold] on {label} ({words}), {what}, "
                       f"{out['precision']}, {optimizer}, attention {attn}, recompute {recompute}"

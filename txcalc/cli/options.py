@@ -70,12 +70,23 @@ RECIPE_HELP = ("Fine-tuning recipe whose code path is modelled: hf-peft (default
                "PEFT, QLoRA via prepare_model_for_kbit_training: unquantised parameters in fp32) | "
                "trl-sft | unsloth | llama-factory | axolotl | torchtune. It sets the fp32 "
                "upcasts, the optimizer and its kernel, the loss and where checkpoints live, "
-               "unless given (txcalc.engine.recipes).")
+               "unless given (txcalc.engine.recipes). Full fine-tuning takes a recipe's full "
+               "config where it declares one (torchtune: bf16, bitsandbytes PagedAdamW8bit, "
+               "the optimizer in backward, gradient checkpointing).")
 #: a fine-tuning recipe, and the options whose default is the recipe's when fine-tuning
 RECIPE_OPTS = {
     "recipe": typer.Option(None, "--recipe", help=RECIPE_HELP),
-    "optimizer": typer.Option(None, help="adamw | adam | adam8bit | sgd | adafactor | none "
-                              "(default adamw; fine-tuning: the recipe's)."),
+    "optimizer": typer.Option(None, help="adamw | adam | adam8bit | paged-adam8bit "
+                              "(bitsandbytes PagedAdamW8bit: states of tensors of 1e5 elements or "
+                              "more in CUDA managed memory, outside allocated/reserved, counted "
+                              "on the device) | sgd | adafactor | none (default adamw; "
+                              "fine-tuning: the recipe's)."),
+    "optimizer_in_backward": typer.Option(
+        None, "--optimizer-in-backward/--no-optimizer-in-backward",
+        help="Step each parameter inside backward as soon as its gradient is accumulated, "
+             "freeing it (torchtune's optimizer_in_bwd, torch register_post_accumulate_grad_"
+             "hook): one gradient alive, not all; one GPU only. Default off; --recipe "
+             "torchtune with full fine-tuning: on, as its full config."),
     "loss": typer.Option(None, "--loss", help=FT_HELP["loss"] + " Default full; fine-tuning: "
                          "the recipe's."),
     "offload": typer.Option(None, "--offload", help=FT_HELP["offload"] + " Default none; "
@@ -87,7 +98,8 @@ TRAIN_OPTS = {
     "precision": typer.Option(None, help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp16 | "
                               "fp8-mixed (TransformerEngine fp8); default bf16-mixed, "
                               "fp16-mixed on a GPU without bf16 (T4, V100)."),
-    "optimizer": typer.Option("adamw", help="adamw | adam | adam8bit | sgd | adafactor | none."),
+    "optimizer": typer.Option("adamw", help="adamw | adam | adam8bit | paged-adam8bit | sgd | "
+                              "adafactor | none."),
 }
 
 #: serving: the KV cache's dtype and the weights' stored format

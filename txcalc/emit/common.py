@@ -48,6 +48,7 @@ TORCH_OPTIMIZER = {"adamw": "AdamW", "adam": "Adam"}
 #: txcalc's optimizer with its kernel -> HF TrainingArguments.optim (fine-tuning formats)
 HF_OPTIM = {("adamw", "foreach"): "adamw_torch", ("adamw", "fused"): "adamw_torch_fused",
             ("adam8bit", "foreach"): "adamw_bnb_8bit", ("adam8bit", "fused"): "adamw_bnb_8bit",
+            ("paged-adam8bit", "foreach"): "paged_adamw_8bit",
             ("sgd", "foreach"): "sgd", ("adafactor", "foreach"): "adafactor"}
 #: --lora-targets words -> the module names of a Llama-style decoder (HF names)
 LORA_TARGETS = {"attn": ["q_proj", "k_proj", "v_proj", "o_proj"],

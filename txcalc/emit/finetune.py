@@ -70,6 +70,9 @@ class FitFacts:
                    "checkpointing recomputes every block")
         if j["offload"] != "none":
             refuse(fmt, f"offload {j['offload']}", "not among this format's options")
+        if j.get("optimizer_in_backward"):
+            refuse(fmt, "--optimizer-in-backward", "the HF Trainer steps after backward; "
+                   "fit with --no-optimizer-in-backward")
         if j["loss"] not in ("full", "fused-linear"):
             refuse(fmt, f"loss {j['loss']}", "the HF loss or Liger's fused linear "
                    "cross-entropy")

@@ -16,7 +16,14 @@ device bytes, what fit compares with the GPU). Plans keep parallel.overheads.Ove
                     |  20 MiB segment), rounded to kRoundLarge 2 MiB |
     context_bytes   | the CUDA context: driver, kernels loaded       | mem_get_info() used
                     |  lazily (CUDA >= 11.7), outside the allocator  |  before the first tensor
-    device_bytes    | reserved + context                             | nvidia-smi (the process)
+    paged_bytes     | optimizer states in CUDA managed memory        | nvidia-smi only (when
+                    |  (bitsandbytes' paged optimizers, outside the  |  resident)
+                    |  allocator: optimizers.paged_state_bytes)      |
+    device_bytes    | reserved + context + paged                     | nvidia-smi (the process)
+    need_bytes      | reserved + context + the paged states that     | what must fit the GPU
+                    |  must be resident at once (the largest         |  (fit's figure); the
+                    |  tensor's: optimizers.paged_working_bytes)     |  other paged states
+                    |                                                |  wait on the host
 
 The per-tensor 512-byte rounding of small requests (kMinBlockSize) adds under 1e-4 of a
 training step's bytes and is left out of allocated_bytes.
@@ -83,17 +90,31 @@ class DeviceMemory:
     reserved_bytes: int
     context_bytes: int
     workspace_bytes: int  #: the cuBLAS workspaces (in allocated_bytes)
+    #: optimizer states in managed memory, outside the allocator (TrainingMemory.
+    #: paged_optimizer_bytes), counted resident: what nvidia-smi shows when they fit
+    paged_bytes: int = 0
+    #: of those, what must be on the GPU at once (TrainingMemory.paged_working_bytes)
+    paged_working_bytes: int = 0
 
     @property
     def device_bytes(self) -> int:
-        """What nvidia-smi shows for the process: reserved + the CUDA context."""
-        return self.reserved_bytes + self.context_bytes
+        """What nvidia-smi shows for the process: reserved + the CUDA context + the paged
+        optimizer states (all resident: the GPU has room for them)."""
+        return self.reserved_bytes + self.context_bytes + self.paged_bytes
+
+    @property
+    def need_bytes(self) -> int:
+        """What must fit the GPU: ``device_bytes`` with only the paged states that must be
+        resident at once (the others are paged to the host when the GPU is full)."""
+        return self.reserved_bytes + self.context_bytes + self.paged_working_bytes
 
     def to_json(self) -> dict:
         return {"allocated_bytes": self.allocated_bytes, "reserved_bytes": self.reserved_bytes,
                 "cuda_context_bytes": self.context_bytes,
                 "cublas_workspace_bytes": self.workspace_bytes,
-                "device_bytes": self.device_bytes}
+                "paged_optimizer_bytes": self.paged_bytes,
+                "paged_working_bytes": self.paged_working_bytes,
+                "device_bytes": self.device_bytes, "need_bytes": self.need_bytes}
 
 
 #: the allocator's slack over the tensors' peak where nothing better is known
@@ -103,15 +124,18 @@ FRAGMENTATION = 0.05
 
 
 def device_memory(tensor_bytes: int, gpu_name: str | None = None,
-                  fragmentation: float = FRAGMENTATION) -> DeviceMemory:
+                  fragmentation: float = FRAGMENTATION, paged_bytes: int = 0,
+                  paged_working_bytes: int = 0) -> DeviceMemory:
     """``DeviceMemory`` of a training step whose tensors peak at ``tensor_bytes``:
     ``fragmentation`` the allocator's slack as a fraction of the tensors (``Overheads``'
     default, 5 %), the cuBLAS workspaces of ``gpu_name`` (``cublas_workspace_bytes``), the
-    CUDA context (``CUDA_CONTEXT_BYTES``)."""
+    CUDA context (``CUDA_CONTEXT_BYTES``); ``paged_bytes``: managed memory outside the allocator
+    (paged optimizer states), on the device only, ``paged_working_bytes`` of it resident at
+    once."""
     ws = cublas_workspace_bytes(gpu_name)
     workspaces = TRAIN_CUBLAS_HANDLES * ws
     slack = int(tensor_bytes * fragmentation)
     reserved = -(-(tensor_bytes + slack) // ALLOC_ROUND_LARGE) * ALLOC_ROUND_LARGE \
         + TRAIN_CUBLAS_HANDLES * segment_bytes(ws)
     return DeviceMemory(tensor_bytes, tensor_bytes + workspaces, reserved, CUDA_CONTEXT_BYTES,
-                        workspaces)
+                        workspaces, paged_bytes, paged_working_bytes)

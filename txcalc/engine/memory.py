@@ -17,20 +17,14 @@ Precision policies (bytes per parameter):
 Pure bf16 and fp16 are serving's precisions (weights and activations in 16 bits); fp16 is
 what a GPU without bf16 (T4, V100: ``Gpu.half_dtype``) runs, as fp16-mixed is its training's.
 
-Optimizers (states per parameter): adamw/adam 2 (first and second moments); adam8bit 2 at
-1 byte each plus one fp32 absmax per 2048-element block and state (bitsandbytes blockwise
-quantisation, Dettmers et al. 2021, arXiv:2110.02861); sgd (momentum) 1; adafactor: factored
-second moment, rows + columns per matrix and the full size for vectors (Shazeer and Stern
-2018, arXiv:1804.04235; no momentum); none 0. As in the chapter's 80B example, the fp32
-master copy of mixed precision is reported with the optimizer (2 + 2 + 12 = 16 bytes/param
-for Adam).
+Optimizers (their states, step kernels, paged states and the optimizer run inside
+backward): ``optimizers``, whose names this module re-exports.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
 
@@ -45,7 +39,10 @@ from .saved import recompute_transient, saved_bytes, saved_rows, tail_saved
 from .held import (HeldInputs, frozen_table_inputs, held_inputs, leaf_saved,
                    step_held_inputs)
 from .ops import Op
-from ..units import cdiv
+from .optimizers import (  # noqa: F401  (re-exported: memory's optimizer names)
+    ADAM8BIT_BLOCK, ADAM8BIT_OPTIMIZERS, OPTIMIZER_KERNELS, OPTIMIZER_SPECS, OPTIMIZER_STEPS,
+    OPTIMIZERS, PAGED_MIN_NUMEL, STATES_PER_PARAM, Optimizer, OptimizerSpec, OptimizerStep,
+    in_backward_grad_tensor, optimizer_state_bytes, paged_state_bytes, paged_working_bytes)
 from .workload import Workload
 
 class Precision(NamedTuple):
@@ -118,35 +115,6 @@ def zero_bytes(precision: str, optimizer: str) -> ZeroBytes:
     return ZERO_BYTES[precision]
 
 
-class OptimizerSpec(NamedTuple):
-    """One optimizer's memory: full-size states per parameter (None: shaped by the tensors,
-    see ``optimizer_state_bytes``) and bytes of its step counter per parameter tensor (torch's
-    Adam, AdamW and Adafactor keep a 4-byte fp32 ``step`` tensor per parameter; bitsandbytes'
-    8-bit Adam keeps a Python int; SGD none)."""
-    states: int | None
-    step_bytes: int
-
-
-class Optimizer(StrEnum):
-    ADAMW = "adamw"
-    ADAM = "adam"
-    ADAM8BIT = "adam8bit"
-    SGD = "sgd"
-    ADAFACTOR = "adafactor"
-    NONE = "none"
-
-
-#: the one table of optimizer memory (states per parameter, step counter per tensor)
-OPTIMIZER_SPECS = {
-    "adamw": OptimizerSpec(2, 4),
-    "adam": OptimizerSpec(2, 4),
-    "adam8bit": OptimizerSpec(None, 0),
-    "sgd": OptimizerSpec(1, 0),
-    "adafactor": OptimizerSpec(None, 4),
-    "none": OptimizerSpec(0, 0),
-}
-OPTIMIZERS = tuple(o.value for o in Optimizer)
-ADAM8BIT_BLOCK = 2048
 OFFLOADS = ("none", "optimizer", "activations", "all")
 
 
@@ -155,42 +123,6 @@ def _check(name: str, value: str, choices) -> str:
         from ..inputs import show
         raise WorkloadError(f"unknown {name} {show(value)}; choose one of {', '.join(choices)}")
     return value
-
-
-class OptimizerStep(NamedTuple):
-    """What one optimizer-step kernel allocates beyond the resident states, for the step only
-    (``optimizer_step_extra``)."""
-    temporaries: bool  #: a state-sized temporary (Adam/AdamW: the second moment's sqrt)
-    grad_copy: bool  #: an fp32 copy of low-precision gradients handed to the fp32 master
-
-
-#: the one table of optimizer-step kernels (``Stack.optimizer_kernel``), each by its source:
-#:
-#:     kernel    | temporaries | fp32 grad copy | who, source
-#:     ----------|-------------|----------------|--------------------------------------------
-#:     foreach   | Adam/AdamW: | mixed: 4 B per | torch.optim's default on CUDA
-#:               |   1 state   |   parameter    |   (_default_to_fused_or_foreach: foreach);
-#:               |             |                |   _multi_tensor_adam's torch._foreach_sqrt(
-#:               |             |                |   exp_avg_sqs) for all tensors at once;
-#:               |             |                |   reference/train.py (master.grad =
-#:               |             |                |   grad.float()); MemTracker, test_memory_phases
-#:     fused     | none        | mixed: 4 B per | torch fused=True (_fused_adamw_: one kernel
-#:               |             |   parameter    |   per tensor list, measured on CPU in
-#:               |             |                |   tests/conformance/test_optimizer_step.py), Apex/
-#:               |             |                |   DeepSpeed FusedAdam (multi_tensor_apply,
-#:               |             |                |   in place); DeepSpeed's ZeRO casts the
-#:               |             |                |   gradients it steps on to fp32
-#:     main_grad | none        | none           | Megatron-LM: TE/Apex FusedAdam on fp32
-#:               |             |                |   main_grad buffers (the gradients accumulate
-#:               |             |                |   in fp32, the step reads them in place);
-#:               |             |                |   torchtitan: fused AdamW on FSDP2's fp32
-#:               |             |                |   sharded parameters and gradients
-OPTIMIZER_STEPS = {
-    "foreach": OptimizerStep(True, True),
-    "fused": OptimizerStep(False, True),
-    "main_grad": OptimizerStep(False, False),
-}
-OPTIMIZER_KERNELS = tuple(OPTIMIZER_STEPS)
 
 
 def optimizer_step_extra(kernel: str, optimizer: str, precision: str,
@@ -208,27 +140,6 @@ def optimizer_step_extra(kernel: str, optimizer: str, precision: str,
     copy = trainable * 4 if step.grad_copy and p.master else 0
     temps = trainable * p.state if step.temporaries and optimizer in ("adamw", "adam") else 0
     return copy, temps
-
-
-#: full-size states per parameter of the optimizers whose state does not depend on shapes
-STATES_PER_PARAM = {k: v.states for k, v in OPTIMIZER_SPECS.items() if v.states is not None}
-
-
-def optimizer_state_bytes(op: Op, optimizer: str, state_bytes: int) -> int:
-    """Optimizer state of one op's parameters (all instances), step counters excluded."""
-    n = op.params
-    if n == 0 or not op.trainable or optimizer == "none":
-        return 0
-    if optimizer in STATES_PER_PARAM:
-        per = STATES_PER_PARAM[optimizer] * n * state_bytes
-    elif optimizer == "adam8bit":
-        per = 2 * n + 2 * 4 * cdiv(n, ADAM8BIT_BLOCK)
-    else:  # adafactor: factored second moment (rows + columns, fp32) for every matrix
-        # (embedding tables too, as in torch.optim.Adafactor and the paper), the full size
-        # for vectors (biases, norm scales); a tied head owns only its bias
-        per = sum(((d0 + rest) if ndim == 2 else d0 * rest) * 4
-                  for d0, rest, ndim in op.tensors())
-    return per * op.instances
 
 
 # --- the engine: one function per quantity, over any iterable of ops ---------------------------
@@ -377,6 +288,10 @@ class TrainingMemory:
     #: the optimizer step's kernel (OPTIMIZER_STEPS: foreach, fused, main_grad; a stack's
     #: ``Stack.optimizer_kernel``): what the step allocates above the states
     optimizer_kernel: str = "foreach"
+    #: each parameter's optimizer step runs inside backward as soon as its gradient is
+    #: accumulated, which then frees it (optimizers.in_backward_grad_tensor; torchtune's
+    #: optimizer_in_bwd): backward holds one gradient, not all, and no step follows
+    optimizer_in_backward: bool = False
 
     def __post_init__(self) -> None:
         from ..inputs import CONFIG_HINT, instance
@@ -385,6 +300,13 @@ class TrainingMemory:
         _check("optimizer", self.optimizer, OPTIMIZERS)
         _check("offload", self.offload, OFFLOADS)
         _check("optimizer kernel", self.optimizer_kernel, OPTIMIZER_STEPS)
+        if self.optimizer_in_backward not in (True, False):
+            raise WorkloadError(f"optimizer_in_backward ({self.optimizer_in_backward!r:.40}) "
+                                "must be true or false")
+        if self.optimizer_in_backward and (self.optimizer == "none" or self._offload_opt):
+            raise WorkloadError(f"--optimizer-in-backward steps each parameter on the GPU inside "
+                                f"backward: not with --optimizer {self.optimizer} and --offload "
+                                f"{self.offload}")
         if self.finetune is not None:
             instance("finetune", self.finetune, Finetune)
             check_precision(self.finetune, self.precision)
@@ -447,6 +369,42 @@ class TrainingMemory:
         """Everything the optimizer holds: states, the fp32 master weights (the chapter's 12
         bytes per parameter for Adam) and the step counters (``optimizer_bytes``)."""
         return self.optimizer_states + self.master + self.step_counters
+
+    @cached_property
+    def paged_optimizer_bytes(self) -> int:
+        """Optimizer states outside PyTorch's allocator (paged-adam8bit's, optimizers.
+        paged_state_bytes; none when offloaded): in ``optimizer_total``, not in the phases'
+        "opt" (allocated and reserved do not count them; engine.device adds them to the
+        device's bytes)."""
+        return 0 if self._offload_opt else paged_state_bytes(self.ops, self.optimizer)
+
+    @cached_property
+    def paged_working_bytes(self) -> int:
+        """Of ``paged_optimizer_bytes``, what must be on the GPU at once (optimizers.
+        paged_working_bytes: the largest tensor's, prefetched for its update)."""
+        return 0 if self._offload_opt else paged_working_bytes(self.ops, self.optimizer)
+
+    @cached_property
+    def in_backward_bytes(self) -> tuple[int, int, int]:
+        """Optimizer in backward (``optimizer_in_backward``): (the most gradient bytes alive at
+        once, and that step's fp32 gradient copy and temporaries), the larger of
+        ``_in_backward_at``'s through the blocks and after them; zeros otherwise."""
+        if not self.optimizer_in_backward:
+            return 0, 0, 0
+        return max(self._in_backward_at(True), self._in_backward_at(False))
+
+    def _in_backward_at(self, blocks: bool) -> tuple[int, int, int]:
+        """(gradient bytes alive, the step's fp32 copy, its temporaries) under the optimizer in
+        backward while backward runs through the blocks (``blocks``: their largest tensor's
+        and a trained tied table's waiting head gradient) or through any op (the largest
+        trainable tensor's): optimizers.in_backward_grad_tensor, optimizer_step_extra for
+        that many parameters."""
+        tied = self.cfg.tie_embeddings and self._table_trains and self.cfg.head in VOCAB_HEADS
+        wait = self.cfg.vocab_size * self.cfg.embed_dim if blocks and tied else 0
+        n = in_backward_grad_tensor([op for op in self.ops if op.layer >= 0 or not blocks],
+                                    wait)
+        return (n * self._bytes.grad, *optimizer_step_extra(
+            self.optimizer_kernel, self.optimizer, self.precision, n - wait))
 
     def op_activations(self, op: Op) -> int:
         return op.saved_bytes(self.work, self._bytes.act)
@@ -622,13 +580,19 @@ class TrainingMemory:
 
         ``first_step``: optimizer state is created lazily inside the first step, so forward and
         backward run without it (the step's peak is the same).
+        Optimizer in backward (``optimizer_in_backward``): each backward point that holds
+        gradients holds at most ``in_backward_bytes``' (one tensor's, with that tensor's step
+        transients: its fp32 copy under temp, its temporaries under opt), and a trained head
+        is stepped as backward leaves the loss, beside every activation; none after
+        backward, and the step adds nothing. Paged optimizer states (``paged_optimizer_bytes``) are
+        outside the allocator: not in "opt".
         Categories: param, grad, opt (states, step counters; temporaries at the step's peak),
         master (fp32 master weights), act (saved activations, the batch, the loss), temp.
         """
         w = self.work
-        opt = 0 if first_step else self.optimizer_states + self.step_counters
-        if self._offload_opt:
-            opt = 0
+        resident_opt = 0 if self._offload_opt else \
+            self.optimizer_states + self.step_counters - self.paged_optimizer_bytes
+        opt = 0 if first_step else resident_opt
         base = {"param": self.weights, "grad": 0, "opt": opt,
                 "master": 0 if self._offload_opt else self.master, "act": 0, "temp": 0}
 
@@ -636,6 +600,16 @@ class TrainingMemory:
             out = base | cats
             out["total"] = sum(out.values())
             return out
+        def backward(grad: int, act: int, temp: int, blocks: bool = False):
+            """A backward point holding ``grad`` bytes of gradients without the optimizer in
+            backward; with it, at most one tensor's and its step's transients (``blocks``:
+            inside the blocks' backward, ``_in_backward_at``)."""
+            if not self.optimizer_in_backward or not grad:
+                return phase(grad=grad, act=act, temp=temp)
+            ib_grad, ib_copy, ib_temps = self._in_backward_at(blocks)
+            return phase(grad=min(grad, ib_grad), act=act, temp=temp + ib_copy,
+                         opt=base["opt"] + ib_temps)
+        grads = 0 if self.optimizer_in_backward else self.gradients  # after backward
         a = self._bytes.act
         # + the batch and the loss beside them: labels the loss does not save, a frozen
         # table's ids and leaf, the returned loss (held_inputs)
@@ -662,31 +636,37 @@ class TrainingMemory:
         out = {
             "after_forward": phase(act=act + prev),
             "peak_forward": phase(act=act + prev, temp=max(self._loss_temp("forward"), head)),
-            "after_backward": phase(grad=self.gradients, act=done + graph),
+            "after_backward": phase(grad=grads, act=done + graph),
         }
         # the first backward ops: the loss kernel's gradients (HF: two fp32 T x V), or a
         # quantised weight dequantised for the last block's input gradient, whichever is larger
         early = phase(act=act, temp=max(self._loss_temp("backward"), self.dequant_bytes))
-        late = phase(grad=self.gradients, act=self.inputs + leaf, temp=emb_grad)
+        late = backward(self.gradients, self.inputs + leaf, emb_grad)
         # full recompute: a block rerun (recompute_bytes) at either end of the blocks' backward
         # (blocks alike: what is alive grows or shrinks linearly between): the last block,
         # beside every checkpoint and the head's gradients, or the first, beside its own
         # checkpoint and every gradient but its own and the embeddings'
         peaks = [early, late]
+        own_head = sum(op.params_total for op in self.ops
+                       if op.path == "lm_head" and op.trainable) * self._bytes.grad
+        if self.optimizer_in_backward and own_head:
+            # the head's own step, as backward leaves the head: beside every activation but
+            # the loss's and the head's saved tensors (tail_saved), and the hidden states'
+            # gradient
+            peaks.append(backward(own_head, act - tail_saved(self.ops, w, a),
+                                  w.rows("seq") * self.cfg.embed_dim * a))
         if self.recompute_bytes:
             head_grad, first_grad, first_ckpt = self._rerun_ends
-            peaks.append(phase(grad=head_grad, act=act - tail_saved(self.ops, w, a),
-                               temp=self.recompute_bytes))
-            peaks.append(phase(grad=self.gradients - first_grad,
-                               act=self.inputs + leaf + first_ckpt, temp=self.recompute_bytes))
+            peaks.append(backward(head_grad, act - tail_saved(self.ops, w, a),
+                                  self.recompute_bytes, blocks=True))
+            peaks.append(backward(self.gradients - first_grad, self.inputs + leaf + first_ckpt,
+                                  self.recompute_bytes, blocks=True))
         out["peak_backward"] = max(peaks, key=lambda c: c["total"])
-        steady = base | {"opt": 0 if self._offload_opt else
-                         self.optimizer_states + self.step_counters}
-        out["after_step"] = dict(steady, grad=self.gradients, act=done + graph)
+        out["after_step"] = dict(base, opt=resident_opt, grad=grads, act=done + graph)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")
-        # offloaded: the step and its temporaries run on the host
-        temps = (0, 0) if self._offload_opt else (self.master_grad_copies,
-                                                  self.optimizer_temporaries)
+        # offloaded: the step and its temporaries run on the host; in backward: done there
+        temps = (0, 0) if self._offload_opt or self.optimizer_in_backward else (
+            self.master_grad_copies, self.optimizer_temporaries)
         out["peak_step"] = dict(out["after_step"], temp=temps[0],
                                 opt=out["after_step"]["opt"] + temps[1])
         out["peak_step"]["total"] += sum(temps)
@@ -762,6 +742,9 @@ class TrainingMemory:
                 "weights_bytes": self.weights, "gradients_bytes": self.gradients,
                 "fp8_weight_copies_bytes": fp8_weight_bytes(self.ops, self.precision),
                 "optimizer_bytes": self.optimizer_total, "master_weights_bytes": self.master,
+                "paged_optimizer_bytes": self.paged_optimizer_bytes,
+                "paged_working_bytes": self.paged_working_bytes,
+                "optimizer_in_backward": self.optimizer_in_backward,
                 "activations_bytes": self.activations, "inputs_bytes": self.held_inputs_bytes,
                 "logits_bytes": self.logits_transient,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,

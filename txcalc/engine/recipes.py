@@ -29,6 +29,12 @@ PEFT's and most trainers' QLoRA examples). What each row changes in the accounti
                  |  (bitsandbytes' paged 32-bit AdamW: fp32     |
                  |  states, one fused kernel; paging to host    |
                  |  under pressure is not modelled)             |
+    full         | a recipe's full fine-tune config, where it   | full_optimizer,
+                 |  declares one: its optimizer (torchtune:     |  full_in_backward;
+                 |  bitsandbytes' PagedAdamW8bit, paged states  |  engine.optimizers
+                 |  outside the allocator) and whether it steps |
+                 |  each parameter inside backward (torchtune's |
+                 |  optimizer_in_bwd: one gradient alive)       |
 
 Under autocast (the HF Trainer's bf16=True) the upcast lm_head still computes bf16 logits
 (F.linear autocasts to bf16), which HF's loss then casts to fp32: the same bytes as without
@@ -71,6 +77,23 @@ class Recipe(NamedTuple):
     #: the caching allocator's reserved-over-allocated slack, a fraction of the tensors' peak
     #: (engine.device.device_memory): ``FITTED_SLACK`` where fitted, else device.FRAGMENTATION
     reserved_slack: float = 0.05
+    #: the recipe's full fine-tune config (None: it declares none, and full training takes no
+    #: recipe): its optimizer (memory.OPTIMIZERS), that optimizer's own name, and whether it
+    #: steps each parameter inside backward (TrainingMemory.optimizer_in_backward)
+    full_optimizer: str | None = None
+    full_optimizer_name: str = ""
+    full_in_backward: bool = False
+    #: the full config's precision where the options give none (memory.PRECISIONS)
+    full_precision: str | None = None
+
+    def describe_full(self) -> str:
+        """The full fine-tune config in words (``full_optimizer`` set)."""
+        bwd = ", stepped inside backward (one gradient at a time)" if self.full_in_backward \
+            else ""
+        return (f"recipe {self.name} (full fine-tune): precision {self.full_precision}, "
+                f"loss {self.loss}, {self.checkpointing} "
+                f"gradient checkpointing, {self.full_optimizer_name}{bwd}, allocator slack "
+                f"{100 * self.reserved_slack:g} %")
 
     def describe(self) -> str:
         up = ("QLoRA's unquantised parameters upcast to fp32" if self.upcast else
@@ -84,7 +107,10 @@ class Recipe(NamedTuple):
                 "reserved_slack": self.reserved_slack,
                 "checkpointing": self.checkpointing, "offload": self.offload,
                 "optimizer": self.optimizer, "optimizer_kernel": self.optimizer_kernel,
-                "optimizer_name": self.optimizer_name, "sources": dict(self.sources)}
+                "optimizer_name": self.optimizer_name, "full_optimizer": self.full_optimizer,
+                "full_optimizer_in_backward": self.full_in_backward,
+                "full_precision": self.full_precision,
+                "sources": dict(self.sources)}
 
 
 #: reserved-over-allocated slack fitted on the fit rows of reports/finetune-validation.md
@@ -94,8 +120,9 @@ class Recipe(NamedTuple):
 #: two Unsloth "Hugging Face + FA2" longest lengths (16 and 48 GB cards). What it stands for:
 #: the caching allocator's cached, split and rounded blocks under gradient checkpointing with
 #: T x V loss buffers of alternating sizes (2 and 4 bytes a logit), not traced block by block.
-#: torchtune's one fit row is a full fine-tune run with optimizer_in_bwd and paged 8-bit Adam,
-#: which txcalc cannot state: nothing is fitted on it
+#: torchtune's one fit row, a full fine-tune run with optimizer_in_bwd and paged 8-bit Adam, is
+#: stated since those two are modelled (engine.optimizers; the recipe's full config); no slack
+#: is fitted on it yet (one row, and the fit would move its LoRA and QLoRA test rows too)
 FITTED_SLACK = {"hf-peft": 0.13}
 
 #: the one table of fine-tuning recipes
@@ -156,7 +183,18 @@ RECIPES = {r.name: r for r in (
             ("checkpointing", "same file: enable_activation_checkpointing: True (torch "
                               "distributed checkpoint_wrapper, non-reentrant)"),
             ("loss", "same file: CEWithChunkedOutputLoss (8 chunks)"),
-            ("optimizer", "same file: torch.optim.AdamW fused: True"))),
+            ("optimizer", "same file: torch.optim.AdamW fused: True"),
+            ("full", "pytorch/torchtune@30b8519e recipes/configs/llama3_1/"
+                     "8B_full_single_device.yaml optimizer bitsandbytes.optim.PagedAdamW8bit, "
+                     "optimizer_in_bwd: True, enable_activation_checkpointing: True, dtype: "
+                     "bf16 (weights, gradients and states in bf16, no fp32 master); "
+                     "recipes/full_finetune_single_device.py _setup_optimizer (one optimizer "
+                     "per parameter) and torchtune/training/memory.py "
+                     "register_optim_in_bwd_hooks (step, then zero_grad, in each parameter's "
+                     "post-accumulate-grad hook)")),
+           full_optimizer="paged-adam8bit",
+           full_optimizer_name="bitsandbytes.optim.PagedAdamW8bit", full_in_backward=True,
+           full_precision="bf16"),
 )}
 RECIPES = {k: r._replace(reserved_slack=FITTED_SLACK.get(k, r.reserved_slack))
            for k, r in RECIPES.items()}

@@ -35,8 +35,33 @@ def _gib(b: float) -> str:
 def _setup(r: Row) -> str:
     m = r.run
     ck = "on" if m.gradient_checkpointing else "off"
-    return (f"{m.describe_method()}; {m.precision}, {m.optimizer}, ckpt {ck}, loss {m.loss}, "
-            f"attn {m.attn}")
+    bwd = " in backward" if m.optimizer_in_backward else ""
+    return (f"{m.describe_method()}; {m.precision}, {m.optimizer}{bwd}, ckpt {ck}, "
+            f"loss {m.loss}, attn {m.attn}")
+
+
+def _torchtune_reading(rows: list[Row]) -> str:
+    """The torchtune full fine-tune row in words: its optimizer in backward and paged states,
+    with the figures they take away (each predicted without them)."""
+    import dataclasses
+
+    from ..train.finetune_runs import predict, predicted_figure
+    full = next((r for r in rows if r.run.recipe == "torchtune" and r.run.method == "full"),
+                None)
+    if full is None or not full.run.optimizer_in_backward:
+        return ""
+    m, s = full.run, full.run.setup()
+    after = predicted_figure(m, predict(m, dataclasses.replace(
+        s, optimizer_in_backward=False)))[0]
+    plain = predicted_figure(m, predict(m, dataclasses.replace(
+        s, optimizer_in_backward=False, optimizer="adam8bit")))[0]
+    return (f"torchtune's full fine-tune ({m.id}) steps each parameter inside backward "
+            f"(`optimizer_in_bwd`: one gradient alive, engine.optimizers) with bitsandbytes' "
+            f"PagedAdamW8bit, whose states live in CUDA managed memory outside the allocator: "
+            f"{_gib(full.figure)} GiB ({_pct(full.error)}) against {_gib(after)} GiB "
+            f"({_pct(after / full.measured_value - 1)}) with the optimizer after backward and "
+            f"{_gib(plain)} GiB ({_pct(plain / full.measured_value - 1)}) with the states in "
+            f"the allocator too.")
 
 
 def summary(rows: list[Row], split: str, length: bool) -> dict:
@@ -129,14 +154,13 @@ def render(rows: list[Row]) -> str:
             "bf16), and litgpt's loop keeps the previous micro-batch's graph, with the inputs "
             "bitsandbytes 0.42.0 holds on its autograd context, through the next forward "
             "(engine.finetune: quantizer fabric, keeps_previous); not modelled there: the "
-            "paged optimizer's states outside the allocator (booked, 0.05-0.06 GiB). Not "
-            "explained: the litgpt rows' last 2-6 %; torchtune's full fine-tune applies the "
-            "optimizer inside the "
-            "backward pass (`optimizer_in_bwd`: one parameter's gradient at a time) with paged "
-            "8-bit Adam states outside PyTorch's allocator, which txcalc cannot state, so that "
-            "fit row is predicted with every gradient and state held; torchtune's statistic "
-            "is assumed reserved from an older README (allocated would put its LoRA row at "
-            "+6 %).", "",
+            "paged optimizer's states outside the allocator (booked, 0.05-0.06 GiB). "
+            + _torchtune_reading(rows) + " Not explained: the litgpt rows' last 2-6 %; "
+            "torchtune's rows all sit above what ran, and its statistic is assumed reserved "
+            "from an older README (allocated would put them at "
+            + ", ".join(f"{_pct(r.predicted['allocated_bytes'] / r.measured_value - 1)} "
+                        f"({r.run.method})" for r in rows if r.run.recipe == "torchtune")
+            + ").", "",
             "## Sources, quotes and assumptions", ""]
     seen, said = set(), None
     for r in rows:

@@ -24,7 +24,7 @@ class ReportRequest:
     gpu_gb: float | None = None  #: GPU memory in GB (1e9); overrides the catalog
     gpu_file: str | None = None  #: CSV of extra GPUs (the catalog's columns)
     precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
-    #: adamw | adam | adam8bit | sgd | adafactor | none (None: adamw; fine-tuning: the
+    #: adamw | adam | adam8bit | paged-adam8bit | sgd | adafactor | none (None: adamw; fine-tuning: the
     #: recipe's, ``setup``)
     optimizer: str | None = None
     batch: int = 1  #: micro-batch (sequences) of the single-GPU figures

@@ -22,7 +22,8 @@ Predictions use the engine as ``txcalc memory`` and ``txcalc fit`` do (``train.f
 the same TrainingMemory, the same search), with the row's recipe where ``engine.recipes``
 declares it (``recipe_effects``: QLoRA's fp32 upcast, the optimizer kernel, the allocator's
 reserved slack) and what the row states beyond the options (bitsandbytes nf4 without double
-quantisation, bitsandbytes < 0.43.2 keeping quantised Linears' inputs, a compiled loss). A
+quantisation, bitsandbytes < 0.43.2 keeping quantised Linears' inputs, a compiled loss, the
+optimizer stepped inside backward). A
 peak is the engine's tensors' peak with ``engine.device``'s allocated, reserved and device
 bytes (``predict``); ``predicted_figure`` compares the one the measured statistic names
 (``COMPARED``: allocated for max_memory_allocated, reserved for max_memory_reserved, reserved
@@ -108,6 +109,9 @@ class Measurement:
     #: the run's loop keeps the previous micro-batch's logits and loss bound through the next
     #: forward (engine.finetune's Finetune.keeps_previous: litgpt's fit())
     keeps_previous: bool | None = None
+    #: the run steps each parameter inside backward (torchtune's optimizer_in_bwd:
+    #: TrainingMemory.optimizer_in_backward)
+    optimizer_in_backward: bool | None = None
 
     @property
     def kind(self) -> str:
@@ -163,7 +167,8 @@ class Measurement:
         return Setup(get_preset(self.model), self.precision, self.optimizer, self.attn,
                      self.recompute, ft, loss=self.loss, optimizer_kernel=kernel,
                      gpu_name=self.gpu, fragmentation=slack,
-                     fused=("loss",) if self.compiled_loss else ())
+                     fused=("loss",) if self.compiled_loss else (),
+                     optimizer_in_backward=bool(self.optimizer_in_backward))
 
     def describe_method(self) -> str:
         if self.method == "full":

@@ -2,9 +2,12 @@
 sequence length, and when nothing fits, the cheapest changes that make it fit.
 
 A setup fits on one GPU when what nvidia-smi would show for the process fits the GPU:
-engine.device.device_memory(peak).device_bytes <= GPU memory, i.e. the allocator's
+engine.device.device_memory(peak).need_bytes <= GPU memory, i.e. the allocator's
 reserved bytes (the step's peak, TrainingMemory.total, + 5 % slack, rounded to 2 MiB segments,
-+ the cuBLAS workspaces' segments) + the CUDA context (400 MiB). The peak grows with the
++ the cuBLAS workspaces' segments) + the CUDA context (400 MiB) + of paged optimizer states
+(paged-adam8bit's, in CUDA managed memory) the largest tensor's, prefetched for its update:
+the others are paged to the host when the GPU is full (``DeviceMemory.need_bytes``;
+nvidia-smi shows them all when they fit, ``device_bytes``). The peak grows with the
 sequence and the batch, so both are found by bisection.
 
 Over N > 1 GPUs (``Setup.gpus``: ZeRO-3, data parallel N, TP = PP = 1) the bytes are the
@@ -73,12 +76,20 @@ class Setup:
     fragmentation: float = 0.05
     #: fused / compiled kernels (Workload.fused: "loss" compiles the cross-entropy)
     fused: tuple[str, ...] = ()
+    #: each parameter's optimizer step inside backward (TrainingMemory.optimizer_in_backward):
+    #: modelled on one GPU (the planner has no such mode)
+    optimizer_in_backward: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optimizer_in_backward and self.gpus > 1:
+            raise WorkloadError(f"--optimizer-in-backward is modelled on one GPU, not --gpus "
+                                f"{self.gpus} (plan train's ZeRO-3 has no such mode)")
 
     def memory(self, batch: int, seq: int) -> TrainingMemory:
         work = Workload(batch=batch, seq=seq, attn_impl=self.attn, recompute=self.recompute,
                         loss=self.loss, fused=self.fused, text_only=True)  # fit takes no images
         return TrainingMemory(self.cfg, work, self.precision, self.optimizer, self.finetune,
-                              self.offload, self.optimizer_kernel)
+                              self.offload, self.optimizer_kernel, self.optimizer_in_backward)
 
     def need(self, batch: int, seq: int) -> int:
         """GPU bytes with the framework's share: on one GPU what nvidia-smi shows (``device``:
@@ -93,12 +104,14 @@ class Setup:
             if worst.activations > PLANNER_MAX_BYTES:
                 return worst.activations
             return int(self.planner_bytes(batch, seq)["total_bytes"][0])
-        return self.device(batch, seq).device_bytes
+        return self.device(batch, seq).need_bytes
 
     def device(self, batch: int, seq: int):
         """One GPU: allocated, reserved and device bytes of the step
-        (engine.device.device_memory)."""
-        return device_memory(self.memory(batch, seq).total, self.gpu_name, self.fragmentation)
+        (engine.device.device_memory, with the paged optimizer states)."""
+        m = self.memory(batch, seq)
+        return device_memory(m.total, self.gpu_name, self.fragmentation,
+                             m.paged_optimizer_bytes, m.paged_working_bytes)
 
     def planner_bytes(self, batch: int, seq: int) -> dict:
         """The planner's evaluation (``train.evaluate.evaluate_layouts``, every category,
@@ -153,6 +166,10 @@ class FitResult:
         if self.setup.gpus > 1:
             return ("plan train's per-GPU total under ZeRO-3 (tensors, CUDA context, "
                     "communication buffers, allocator slack: parallel.overheads.Overheads)")
+        if self.device.get("paged_optimizer_bytes"):
+            return ("reserved + CUDA context + the largest tensor's paged optimizer states "
+                    "(the other paged states wait on the host when the GPU is full; "
+                    "engine.device.device_memory need_bytes)")
         return "reserved + CUDA context: what nvidia-smi shows (engine.device.device_memory)"
 
     def to_json(self) -> dict:
@@ -165,7 +182,8 @@ class FitResult:
                 "limit_bytes": self.gpu_bytes - self.safety_bytes,
                 "headroom_bytes": self.gpu_bytes - self.safety_bytes - self.total_bytes,
                 "precision": s.precision,
-                "optimizer": s.optimizer, "attn_impl": s.attn, "recompute": s.recompute,
+                "optimizer": s.optimizer, "optimizer_in_backward": s.optimizer_in_backward,
+                "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
                 "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
                 "suggestions": self.suggestions}
@@ -212,7 +230,8 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
     if setup.gpus == 1:
         d = setup.device(*at).to_json()
         res.device = {k: d[k] for k in ("allocated_bytes", "reserved_bytes",
-                                        "cuda_context_bytes")}
+                                        "cuda_context_bytes", "paged_optimizer_bytes",
+                                        "paged_working_bytes")}
     if not fits:
         res.suggestions = suggestions(setup, gpu_bytes, *at, peak_flops)
     return res
@@ -262,10 +281,12 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
     need = last
     # more GPUs: ZeRO-3 splits the model states
     for n in (n for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n > setup.gpus):
-        more = dataclasses.replace(cur, gpus=n)
+        # the planner has no optimizer in backward: ZeRO-3 steps after backward
+        more = dataclasses.replace(cur, gpus=n, optimizer_in_backward=False)
         need = more.need(batch, seq)
         if need <= gpu_bytes:
-            out.append(_row(f"{n} GPUs (ZeRO-3)", more, need, gpu_bytes, batch, seq,
+            after = ", the optimizer after backward" if cur.optimizer_in_backward else ""
+            out.append(_row(f"{n} GPUs (ZeRO-3{after})", more, need, gpu_bytes, batch, seq,
                             peak_flops, base_s))
             return out
     out.append({"change": f"more than {max(1024, setup.gpus)} GPUs, or a shorter sequence",
