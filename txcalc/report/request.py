@@ -120,7 +120,13 @@ class ReportRequest:
         if self.ft is not None and self.model is None:
             raise WorkloadError(f"--finetune ({self.finetune!r:.60}) needs MODEL: adapters "
                                 "and frozen parts depend on its modules")
-        if self.recipe is not None:  # an unknown one, or one for full training, fails here
+        if self.recipe is not None and self.ft is None:
+            # a recipe's full config (torchtune's: optimizer in backward, paged states) is
+            # memory's and fit's to answer; a report's recipe is a fine-tuning one
+            raise WorkloadError(f"--recipe ({self.recipe!r:.60}) applies to fine-tuning reports "
+                                "(--finetune lora, qlora, dora or freeze), not to full training: "
+                                "txcalc memory and fit take a recipe's full config")
+        if self.recipe is not None:  # an unknown one fails here, naming it
             from ..answers.common import apply_recipe
             apply_recipe(self.ft, self.recipe, None, None, None)
 
