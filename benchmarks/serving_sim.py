@@ -2,7 +2,8 @@
 requests/s (180,000 requests) on one replica of Llama-3-8B on an H100 (a load it sustains),
 prompts of exponentially distributed length (mean 500 tokens, at most 4,000) and outputs of
 mean 100 tokens (at most 2,000), under txcalc's default scheduler and each engine profile
-(serve/sched.py).
+(serve/sched.py), and once more under vllm with a front-end stage (FRONT: the API server's
+serial per-request and per-token costs, serve/batching.py).
 
 Run: python3 benchmarks/serving_sim.py. Prints the CPU seconds of each run (target < 5 s on one
 core; CPU time, not wall time, so a loaded machine does not inflate it) and the requests
@@ -20,6 +21,8 @@ from txcalc.serve.sim import simulate, step_model
 HOUR_S = 3600
 RATE = 50.0
 TARGET_CPU_S = 5.0
+#: front-end costs for the last run (seconds per request, per output token): illustrative
+FRONT = (0.001, 5e-5)
 
 
 def trace(n: int, seed: int = 0):
@@ -29,9 +32,11 @@ def trace(n: int, seed: int = 0):
     return np.minimum(ins, 4000), np.minimum(outs, 2000)
 
 
-def run(engine=None):
-    """(the SimResult, CPU seconds) of the hour under ``engine``."""
-    sm = step_model(txcalc.load("llama-3-8b"), "h100", max_model_len=8192)
+def run(engine=None, front=(0.0, 0.0)):
+    """(the SimResult, CPU seconds) of the hour under ``engine``, with the front-end costs
+    ``front`` (per request, per output token)."""
+    sm = step_model(txcalc.load("llama-3-8b"), "h100", max_model_len=8192,
+                    front_request_s=front[0], front_token_s=front[1])
     n = int(HOUR_S * RATE)
     ins, outs = trace(n)
     t = time.process_time()
@@ -40,9 +45,11 @@ def run(engine=None):
 
 
 if __name__ == "__main__":
-    for engine in (None, *ENGINE_PROFILES):
-        r, cpu = run(engine)
-        print(f"{engine or 'default'}: {r.n_requests:,} requests ({r.duration_s / 3600:.2f} h "
+    for engine, front in ((None, (0.0, 0.0)), *((e, (0.0, 0.0)) for e in ENGINE_PROFILES),
+                          ("vllm", FRONT)):
+        r, cpu = run(engine, front)
+        tag = f" + front end {front[0] * 1e3:g} ms / {front[1] * 1e6:g} us" if any(front) else ""
+        print(f"{engine or 'default'}{tag}: {r.n_requests:,} requests ({r.duration_s / 3600:.2f} h "
               f"simulated, {r.steps:,} steps) in {cpu:.2f} CPU s: "
               f"{r.n_requests / cpu:,.0f} requests per CPU second; target < {TARGET_CPU_S:g} s: "
               f"{'ok' if cpu < TARGET_CPU_S else 'MISSED'}")

@@ -25,6 +25,15 @@ before the profiles, ``sched.DEFAULT``):
     first token     | at the end of the step that runs a request's last prompt token (TTFT,
                     |   from the client's send: it reaches the queue ``request_overhead_s``
                     |   later, the API server's share)
+    front end       | profiles with one (``sched.Scheduler.front_end``): a single worker, in
+                    |   parallel with the steps, takes each request when it is sent
+                    |   (``sm.front_request_s``: tokenising, setup; it reaches the queue when
+                    |   done) and each step's output tokens when the step ends
+                    |   (``sm.front_token_s`` a token: detokenising, streaming), first come
+                    |   first served; a token reaches the client when its step is processed,
+                    |   and TTFT, ITL, end-to-end latency, a closed loop's next send and the
+                    |   run's duration count from there (throughput: the slower stage's);
+                    |   decode_only instances have none
     later tokens    | one per decode step; each gap (ITL) runs from the request's previous
                     |   token to this one, prefill stalls and preemptions included
     step time       | ``sm.step_s`` of the step's tokens, logit rows, attended pairs, cached
@@ -263,6 +272,11 @@ class _Loop:
         #: the API server's time from a client's send to the scheduler's queue (tokenising,
         #: the hop to the engine core): StepModel.request_overhead_s
         self.front = getattr(sm, "request_overhead_s", 0.0)
+        #: the front end's serial host-CPU seconds per request and per output token (one
+        #: worker pipelined with the steps; both 0: no front-end stage, the loop as before)
+        has_front = bool(sch.front_end)
+        self.fe_req = getattr(sm, "front_request_s", 0.0) if has_front else 0.0
+        self.fe_tok = getattr(sm, "front_token_s", 0.0) if has_front else 0.0
 
     def run(self, n, arrive_l, ins_l, outs_l, cached_l, closed):
         sch, budget, max_seqs = self.sch, self.budget, self.max_seqs
@@ -292,18 +306,39 @@ class _Loop:
         t = 0.0
         last_dec_end = 0.0  # when the last step that carried decodes ended
         step = dsteps = done = out_tokens = max_running = preemptions = 0
+        # the front end (module table): fe, when its worker is next free; ready[r], when it
+        # has set request r up (tokenised); tokens of a step reach the client at `deliver`
+        fe_req, fe_tok = self.fe_req, self.fe_tok
+        serial = bool(fe_req or fe_tok) and not decode_only
+        fe = 0.0
+        ready = [0.0] * n if serial else None
+        fe_next = 0  # requests the front end has taken, in arrival order
+        deliver = 0.0
+
+        def tokenise_until(when):  # the front end takes every request sent by `when`
+            nonlocal fe, fe_next
+            while fe_next < n and arrive_l[fe_next] <= when:
+                fe = max(fe, arrive_l[fe_next]) + fe_req
+                ready[fe_next] = fe
+                fe_next += 1
 
         def release(r):  # closed loop: the client of a finished request sends its next one
             nonlocal sent
             if closed and sent < n:
-                arrive_l[sent] = t
+                arrive_l[sent] = deliver  # once the last token has reached the client
                 sent += 1
 
         front = self.front
         while done < n:
-            while next_arrival < n and arrive_l[next_arrival] + front <= t:
-                waiting.append(next_arrival)
-                next_arrival += 1
+            if serial:
+                tokenise_until(t)
+                while next_arrival < fe_next and ready[next_arrival] + front <= t:
+                    waiting.append(next_arrival)
+                    next_arrival += 1
+            else:
+                while next_arrival < n and arrive_l[next_arrival] + front <= t:
+                    waiting.append(next_arrival)
+                    next_arrival += 1
             # vLLM V1 schedules the running requests first: their decodes need a free slot
             if incremental and mixed and decoding > free:
                 free, decoding, ctx_sum, rem_out = self._preempt(
@@ -356,7 +391,11 @@ class _Loop:
             max_running = max(max_running, running)
             if not prefill and not decoding:  # idle until the next arrival
                 if next_arrival < n and arrive_l[next_arrival] < math.inf:
-                    t = max(t, arrive_l[next_arrival] + front)
+                    if serial:
+                        tokenise_until(max(t, arrive_l[next_arrival]))
+                        t = max(t, ready[next_arrival] + front)
+                    else:
+                        t = max(t, arrive_l[next_arrival] + front)
                     continue
                 raise SimError("the simulation stalled (no request can be admitted)")
             with_dec = decoding and (mixed or not prefill)
@@ -399,18 +438,27 @@ class _Loop:
             t_before = t
             t += dt
             step += 1
+            if serial:  # the step's tokens queue at the front end behind what it holds
+                tokenise_until(t)
+                fe = max(fe, t) + fe_tok * ((decoding if with_dec else 0)
+                                            + len(finished_prefill))
+                deliver = fe
+            else:
+                deliver = t
             if with_dec:
                 # each gap runs from the request's previous token: the last decode step's end,
-                # or the step where it began decoding (a prefill stall lies in between)
+                # or the step where it began decoding (a prefill stall lies in between); times
+                # are deliveries to the client (the step's end without a front end)
                 old = decoding - len(fresh)
                 if old:
-                    g = dt if last_dec_end == t_before else t - last_dec_end
+                    g = dt if last_dec_end == t_before and deliver == t \
+                        else deliver - last_dec_end
                     gaps[g] = gaps.get(g, 0) + old
                 for tj in fresh.values():
-                    g = dt if tj == t_before else t - tj
+                    g = dt if tj == t_before and deliver == t else deliver - tj
                     gaps[g] = gaps.get(g, 0) + 1
                 fresh.clear()
-                last_dec_end = t
+                last_dec_end = deliver
                 dsteps += 1
                 out_tokens += decoding
                 ctx_sum += decoding
@@ -432,8 +480,8 @@ class _Loop:
                         free += ins_l[r] + outs_l[r] - cached_l[r]
                     decoding -= 1
                     ctx_sum -= ins_l[r] + outs_l[r]
-                    tpot[r] = (t - first_t[r]) / max(1, outs_l[r] - 1)
-                    e2e[r] = t - arrive_l[r]
+                    tpot[r] = (deliver - first_t[r]) / max(1, outs_l[r] - 1)
+                    e2e[r] = deliver - arrive_l[r]
                     done += 1
                     release(r)
             # requests whose prompt completed produce a token now (the first, or the next one
@@ -444,11 +492,11 @@ class _Loop:
                     g = gen_pre[r] + 1
                     out_tokens += 1
                     if gen_pre[r]:
-                        gap = t - last_tok[r]
+                        gap = deliver - last_tok[r]
                         gaps[gap] = gaps.get(gap, 0) + 1
                     else:
-                        ttft[r] = t - arrive_l[r]
-                        first_t[r] = t
+                        ttft[r] = deliver - arrive_l[r]
+                        first_t[r] = deliver
                     if incremental:
                         rem_out -= 1
                     if g == outs_l[r]:
@@ -456,19 +504,20 @@ class _Loop:
                             - cached_l[r]
                         if incremental:
                             del order[r]
-                        tpot[r] = (t - first_t[r]) / max(1, outs_l[r] - 1)
-                        e2e[r] = t - arrive_l[r]
+                        tpot[r] = (deliver - first_t[r]) / max(1, outs_l[r] - 1)
+                        e2e[r] = deliver - arrive_l[r]
                         done += 1
                         release(r)
                         continue
                     decoding += 1
                     ctx_sum += ins_l[r] + g
-                    fresh[r] = t
+                    fresh[r] = deliver
                     key = dsteps + outs_l[r] - g
                     if incremental:
                         dec[r] = (dsteps, g, key)
                     heapq.heappush(finish_at, (key, r))
-        return ttft, tpot, e2e, gaps, out_tokens, t, step, max_running, preemptions
+        return ttft, tpot, e2e, gaps, out_tokens, max(t, deliver), step, max_running, \
+            preemptions
 
     def _step_s(self, tokens, logits, pairs, kv_read, with_dec, decoding, n_pf) -> float:
         """The step's seconds: a decode-only step within the captured CUDA-graph sizes is

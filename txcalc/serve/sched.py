@@ -45,6 +45,29 @@ Sources:
   when the blocks of its whole sequence, prompt + max new tokens, are free after the running
   requests' remaining blocks: nothing is ever evicted).
 
+The front end (``front_end``): the process between the client and the scheduler, one worker
+that runs in parallel with the steps (a pipeline: the engine does not wait for it). It spends
+host CPU per request (tokenising, request setup) and per output token (detokenising,
+streaming); a token reaches the client once the front end has processed its step
+(serve.batching). Its two costs are ``StepModel.front_request_s`` and ``front_token_s``,
+calibrated per host on fit rows; a profile without a front end ignores them.
+
+- vllm: vllm-project/vllm ``vllm/v1/engine/async_llm.py`` @ 8ef0b5f5. The API server process
+  (AsyncLLM) tokenises each prompt in ``add_request`` (``InputProcessor.process_inputs``) and
+  sends it to EngineCore, a separate process; its ``output_handler`` task pulls each step's
+  outputs and runs ``OutputProcessor.process_outputs`` (incremental detokenising, one
+  RequestOutput per request and step) in chunks on the same asyncio loop that runs every
+  request's streaming generator: one Python thread, serial, pipelined with EngineCore.
+- sglang: sgl-project/sglang ``python/sglang/srt/managers/detokenizer_manager.py`` @ 1e890341
+  (a separate process detokenises each batch's outputs) and ``tokenizer_manager.py`` (the
+  server's process: tokenises prompts, streams the detokenised outputs): two serial workers,
+  modelled as one.
+- trtllm: NVIDIA/TensorRT-LLM ``tensorrt_llm/serve/openai_server.py`` @ e7f7345e: trtllm-serve
+  detokenises and streams in its own process unless ``num_postprocess_workers`` > 0 (default
+  0): one worker.
+- vllm-v0: none (V0 detokenised inside its engine loop, in the step; not sourced here), and
+  txcalc's default scheduler none: their front-end costs are zero.
+
 Defaults (max_num_seqs, max_num_batched_tokens), used when the caller pins none: vLLM V1's
 ``get_batch_defaults`` for the API server on a >= 70 GiB GPU other than A100 (1,024 sequences,
 8,192 tokens; vllm/engine/arg_utils.py); V0's 256 sequences and, with chunked prefill off,
@@ -96,6 +119,9 @@ class Scheduler:
     max_num_batched_tokens: int = 8192
     cuda_graph_sizes: tuple[int, ...] = ()  #: decode batch sizes captured (padded up to one)
     source: str = ""
+    #: the front end's source (module text), "" for none: the serial per-request and
+    #: per-token host costs of the StepModel apply only to a profile that has one
+    front_end: str = ""
 
     def graph_batch(self, batch: int) -> int | None:
         """The captured size a decode-only step of ``batch`` sequences is padded to, or None
@@ -117,7 +143,8 @@ ENGINE_PROFILES = {
     "vllm": Scheduler("vllm", chunked=True, mixed=True, kv="incremental", admit_in_budget=True,
                       max_num_seqs=1024, max_num_batched_tokens=8192,
                       cuda_graph_sizes=_VLLM_V1_GRAPHS,
-                      source="vllm-project/vllm vllm/v1/core/sched/scheduler.py@b4622cf9"),
+                      source="vllm-project/vllm vllm/v1/core/sched/scheduler.py@b4622cf9",
+                      front_end="vllm-project/vllm vllm/v1/engine/async_llm.py@8ef0b5f5"),
     "vllm-v0": Scheduler("vllm-v0", chunked=False, mixed=False, kv="incremental",
                          admit_in_budget=True, watermark=0.01, max_num_seqs=256,
                          max_num_batched_tokens=0,  # 0: max(max_model_len, 2048)
@@ -130,13 +157,17 @@ ENGINE_PROFILES = {
                         max_num_seqs=4096, max_num_batched_tokens=8192,
                         cuda_graph_sizes=_SGLANG_GRAPHS,
                         source="sgl-project/sglang python/sglang/srt/managers/scheduler.py"
-                               "@d51c1c21, schedule_policy.py@ad0119fd"),
+                               "@d51c1c21, schedule_policy.py@ad0119fd",
+                        front_end="sgl-project/sglang python/sglang/srt/managers/"
+                                  "detokenizer_manager.py@1e890341, tokenizer_manager.py"),
     "trtllm": Scheduler("trtllm", chunked=False, mixed=True, kv="reserve",
                         admit_in_budget=False, max_num_seqs=2048,
                         max_num_batched_tokens=8192, cuda_graph_sizes=_TRTLLM_GRAPHS,
                         source="NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/"
                                "microBatchScheduler.cpp@0a949d31, capacityScheduler.cpp"
-                               "@cf6abc45"),
+                               "@cf6abc45",
+                        front_end="NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_server.py"
+                                  "@e7f7345e"),
 }
 ALIASES = {"vllm-v1": "vllm", "vllm-0.6.5": "vllm-v0", "vllm-0.6": "vllm-v0",
            "vllm-0.2": "vllm-v0"}

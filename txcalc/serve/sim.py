@@ -28,6 +28,9 @@ engine's scheduler profile, ``serve.sched``); it is re-exported here.
                     |   per-request bookkeeping), and ``eager_overhead_s`` more for a step
                     |   launched kernel by kernel rather than as a captured CUDA graph, and
                     |   per request ``request_overhead_s`` before it reaches the scheduler
+    front end       | the API server's serial host-CPU work, per request ``front_request_s``
+                    |   and per output token ``front_token_s``, on one worker pipelined with
+                    |   the steps (serve.batching; the profile's ``front_end`` names it)
     not modelled    | sliding windows (every layer attends to the whole context), network;
                     |   speculative decoding is a separate estimate (``speculative``)
 
@@ -99,6 +102,12 @@ class StepModel:
     #: per request, from the client's send to the scheduler's queue (the API server:
     #: tokenising, the hop to the engine core); adds to TTFT and end-to-end latency
     request_overhead_s: float = 0.0
+    #: the engine's front end (its API-server process, ``sched.Scheduler.front_end``): one
+    #: worker, in parallel with the steps, spending host CPU seconds serially per request
+    #: (tokenising, request setup) and per output token (detokenising, streaming); a token
+    #: reaches the client when the front end has processed it (serve.batching)
+    front_request_s: float = 0.0
+    front_token_s: float = 0.0
 
     def step_s(self, tokens: int, logit_rows: int, pairs: int, kv_read_tokens: int,
                kv_read_bytes: int | None = None, *, seqs: int = 0,
@@ -177,7 +186,8 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                kv_capacity_tokens: int | None = None, ep: int = 1,
                attention_dtype: str | None = None, seq_overhead_s: float = 0.0,
                eager_overhead_s: float = 0.0,
-               request_overhead_s: float = 0.0, **kv_kw) -> StepModel:
+               request_overhead_s: float = 0.0, front_request_s: float = 0.0,
+               front_token_s: float = 0.0, **kv_kw) -> StepModel:
     """The step coefficients of a tp x pp replica of ``model`` on ``gpu`` (see the module
     table). ``kv_capacity_tokens``: default ``serving.kv_capacity``'s kv_tokens (``kv_kw``
     go to it). ``ep``: expert parallelism over the same tp GPUs (ep == tp; vLLM's
@@ -194,14 +204,17 @@ def step_model(model, gpu, *, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
                          kv_capacity_tokens=kv_capacity_tokens, ep=ep,
                          attention_dtype=attention_dtype, seq_overhead_s=seq_overhead_s,
                          eager_overhead_s=eager_overhead_s,
-                         request_overhead_s=request_overhead_s, **kv_kw)
+                         request_overhead_s=request_overhead_s,
+                         front_request_s=front_request_s, front_token_s=front_token_s,
+                         **kv_kw)
 
 
 def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERHEAD_S,
                   kv_capacity_tokens: int | None = None, ep: int = 1,
                   attention_dtype: str | None = None, seq_overhead_s: float = 0.0,
                   eager_overhead_s: float = 0.0,
-                  request_overhead_s: float = 0.0, **kv_kw) -> StepModel:
+                  request_overhead_s: float = 0.0, front_request_s: float = 0.0,
+                  front_token_s: float = 0.0, **kv_kw) -> StepModel:
     """``step_model`` of a resolved ``serve.setting.ServeSetting`` (the search of a plan
     builds one setting and calls this for each layout)."""
     from .. import inputs as I
@@ -219,6 +232,8 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
     eager_overhead_s = I.number("eager_overhead_s", eager_overhead_s, 0, 10, lo_open=False)
     request_overhead_s = I.number("request_overhead_s", request_overhead_s, 0, 10,
                                   lo_open=False)
+    front_request_s = I.number("front_request_s", front_request_s, 0, 10, lo_open=False)
+    front_token_s = I.number("front_token_s", front_token_s, 0, 1, lo_open=False)
     cfg, g, prof, prec, ops = s.cfg, s.gpu, s.prof, s.prec, s.ops
     kv_dtype, precision, weights = s.kv_dtype, s.precision, s.weights
     dtype = COMPUTE_DTYPE.get(precision, "bf16")
@@ -286,7 +301,7 @@ def replica_steps(s, *, tp: int = 1, pp: int = 1, overhead_s: float = STEP_OVERH
                      prof.bytes_per_s, peak, prof.hbm_bytes_per_s, lat, slope, 2 * n_blocks,
                      overhead_s, int(kv_capacity_tokens) * pp, ep, n_moe, a2a_lat, a2a_slope,
                      cfg.vocab_size * 4 // tp, floor, seq_overhead_s, eager_overhead_s,
-                     request_overhead_s)
+                     request_overhead_s, front_request_s, front_token_s)
 
 
 def _matmul_dtype(sch, cfg, ops, prof, dtype: str) -> tuple[str, bool]:
