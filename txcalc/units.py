@@ -49,6 +49,38 @@ def first_true(pred, lo: int, hi: int, *, cut: int | None = None) -> int | None:
     return None if cut is not None and lo >= cut else hi
 
 
+def largest_within(f, limit: int, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with ``f(n) <= limit``, for a non-decreasing ``f`` (bytes
+    against a sequence length or a batch); lo - 1 when f(lo) exceeds it. Regula falsi on the
+    integers, safeguarded: each guess interpolates f linearly between the bracket's ends (a
+    step's bytes are close to affine in its tokens, so two or three guesses land next to the
+    answer), and a guess that did not halve the bracket is followed by a bisection step, so
+    f is evaluated at most about 2 log2(hi - lo) + 2 times, and about 6 times on affine bytes
+    where ``first_true``'s bisection takes log2(hi - lo) (24 for a 2^24-token range). The
+    answer is the same as the bisection's whenever f is monotone."""
+    f_lo = f(lo)
+    if f_lo > limit:
+        return lo - 1
+    f_hi = f(hi)
+    if f_hi <= limit:
+        return hi
+    bisect = False
+    while hi - lo > 1:
+        if bisect or f_hi <= f_lo:
+            x = (lo + hi) // 2
+        else:  # where the chord from (lo, f_lo) to (hi, f_hi) crosses the limit
+            x = lo + (limit - f_lo) * (hi - lo) // (f_hi - f_lo)
+            x = min(max(x, lo + 1), hi - 1)
+        width = hi - lo
+        fx = f(x)
+        if fx <= limit:
+            lo, f_lo = x, fx
+        else:
+            hi, f_hi = x, fx
+        bisect = not bisect and 2 * (hi - lo) > width
+    return lo
+
+
 def fewest(pred, hi: int, *, cut: int | None = None) -> int | None:
     """The smallest n in [1, hi] with ``pred(n)``, for a monotone ``pred`` (False, then True):
     pred(1), pred(2), pred(4), ... (hi last) until one holds, then ``first_true`` between it and

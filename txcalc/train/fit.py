@@ -42,7 +42,7 @@ from ..errors import WorkloadError
 from ..engine.finetune import Finetune
 from ..engine.memory import TrainingMemory
 from ..engine.workload import Workload
-from ..units import first_true
+from ..units import largest_within
 
 from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
 from ..engine.device import device_memory  # noqa: E402  (the framework's bytes, one rule)
@@ -189,13 +189,6 @@ class FitResult:
                 "suggestions": self.suggestions}
 
 
-def _largest(ok, lo: int, hi: int) -> int:
-    """The largest x in [lo, hi] with ok(x), ok monotone (True then False); lo - 1 if none."""
-    if not ok(lo):
-        return lo - 1
-    return first_true(lambda x: not ok(x), lo, hi + 1) - 1  # the first x that fails, less 1
-
-
 def _seq_limit(cfg: ModelConfig) -> int:
     from ..inputs import MAX_SEQ
     return min(MAX_SEQ, cfg.max_position) if cfg.pos_type == "learned" else MAX_SEQ
@@ -215,7 +208,7 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
                             "the other")
     if seq is None:
         b = batch or 1
-        best = _largest(lambda s: setup.need(b, s) <= gpu_bytes, 1, _seq_limit(setup.cfg))
+        best = largest_within(lambda s: setup.need(b, s), gpu_bytes, 1, _seq_limit(setup.cfg))
         fits, at = best >= 1, (b, max(best, 1))
         res = FitResult(fits, best if fits else None, b if fits else None,
                         setup.need(*at), full, setup, safety_bytes=safety_bytes)
@@ -223,7 +216,7 @@ def fit(setup: Setup, gpu_bytes: int, batch: int | None = None, seq: int | None 
         if seq > _seq_limit(setup.cfg):
             raise WorkloadError(f"--seq ({seq}) exceeds {setup.cfg.name}'s learned position "
                                 f"table (max_position {setup.cfg.max_position})")
-        best = _largest(lambda b: setup.need(b, seq) <= gpu_bytes, 1, MAX_BATCH)
+        best = largest_within(lambda b: setup.need(b, seq), gpu_bytes, 1, MAX_BATCH)
         fits, at = best >= 1, (max(best, 1), seq)
         res = FitResult(fits, seq if fits else None, best if fits else None,
                         setup.need(*at), full, setup, safety_bytes=safety_bytes)
