@@ -31,8 +31,8 @@ GRID = list(itertools.product(["lora", "qlora"], [None, "none", "selective"],
 DRAWN = random.Random(28).sample(GRID, 4) + [("lora", None, None)]  # and every default
 #: what the report's answer must share with memory --json
 SAME = ("total_bytes", "allocated_bytes", "reserved_bytes", "cuda_context_bytes",
-        "cublas_workspace_bytes", "device_bytes", "gpu_bytes", "fits_one_gpu", "recompute",
-        "optimizer")
+        "cublas_workspace_bytes", "device_bytes", "need_bytes", "paged_optimizer_bytes",
+        "paged_working_bytes", "gpu_bytes", "fits_one_gpu", "recompute", "optimizer")
 
 
 def _invoke(argv):
@@ -81,6 +81,20 @@ def test_fine_tuning_report_answers_as_memory(method, recompute, recipe, tmp_pat
     ft = rep["data"]["finetune"]
     assert ft["finetune_setup"] == mem["finetune_setup"]
     assert ft["optimizer_bytes"] == mem["optimizer_bytes"]
+
+
+def test_paged_optimizer_states_are_memorys(tmp_path):
+    """--optimizer paged-adam8bit: its states live outside the allocator, on the device
+    (engine.optimizers); the report counts them where memory does, and decides on the bytes
+    memory decides on (need_bytes: the resident share), not the reserved figure alone."""
+    # rank 256: gpt2's adapters reach bitsandbytes' 1e5-element paging threshold
+    argv = [*SMALL, "--finetune", "lora", "--lora-rank", "256", "--optimizer",
+            "paged-adam8bit"]
+    rep, md = _report(tmp_path, argv)
+    _same_as_memory(rep, md, argv)
+    ans = rep["data"]["answer"]
+    assert ans["paged_optimizer_bytes"] > 0
+    assert ans["device_bytes"] > ans["need_bytes"] > ans["reserved_bytes"]
 
 
 def test_defaults_differ_from_full_training_defaults(tmp_path):

@@ -384,6 +384,14 @@ class TrainingMemory:
         paged_working_bytes: the largest tensor's, prefetched for its update)."""
         return 0 if self._offload_opt else paged_working_bytes(self.ops, self.optimizer)
 
+    def device(self, gpu_name: str | None, fragmentation: float):
+        """What the allocator and nvidia-smi show for this step (engine.device.device_memory):
+        the tensors' peak with the allocator's ``fragmentation`` slack, ``gpu_name``'s cuBLAS
+        workspaces, the CUDA context and the paged optimizer states outside the allocator."""
+        from .device import device_memory
+        return device_memory(self.total, gpu_name, fragmentation, self.paged_optimizer_bytes,
+                             self.paged_working_bytes)
+
     @cached_property
     def in_backward_bytes(self) -> tuple[int, int, int]:
         """Optimizer in backward (``optimizer_in_backward``): (the most gradient bytes alive at

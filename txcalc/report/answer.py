@@ -22,12 +22,13 @@ def _key_figures(rows: list[list[str]]) -> dict:
 
 def training_fit(chosen: dict, gpu: dict, request: dict) -> dict:
     """The one-GPU answer of a training report, as ``memory --json`` gives it for the same
-    options: ``total_bytes`` the tensors at the peak, ``device_bytes`` (reserved + CUDA
-    context, engine.device) what is compared with the GPU; ``min_gpus_by_memory`` spreads
-    the tensors alone (a lower bound: every GPU adds its own context and slack)."""
+    options: ``total_bytes`` the tensors at the peak, ``need_bytes`` (reserved + CUDA
+    context + the paged optimizer states resident at once, engine.device; ``device_bytes``
+    where there are none) what is compared with the GPU; ``min_gpus_by_memory`` spreads the
+    tensors alone (a lower bound: every GPU adds its own context and slack)."""
     dev = chosen["device"]
     return {**_fit(chosen["total"], gpu), **dev,
-            "fits_one_gpu": dev["device_bytes"] <= gpu["usable_bytes"],
+            "fits_one_gpu": dev["need_bytes"] <= gpu["usable_bytes"],
             **{k: request[k] for k in ("recompute", "optimizer", "recipe") if k in request}}
 
 

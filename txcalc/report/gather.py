@@ -115,8 +115,9 @@ def device_name(req: ReportRequest, gpu: dict) -> str | None:
 
 
 def device_figures(total: int, setup: dict, gpu_name: str | None) -> dict:
-    """memory --json's allocated, reserved and device bytes of a step whose tensors peak at
-    ``total`` (engine.device.device_memory with the setting's allocator slack)."""
+    """memory --json's allocated, reserved and device bytes of model states alone whose
+    tensors total ``total`` bytes (engine.device.device_memory with the setting's allocator
+    slack; a step's own: ``TrainingMemory.device``)."""
     from ..engine.device import device_memory
     return device_memory(total, gpu_name, setup["reserved_slack"]).to_json()
 
@@ -167,7 +168,7 @@ def training_data(req: ReportRequest, cfg, progress: Progress, gpu: dict) -> dic
         cats = categories(m)
         d["single_gpu"].append({"label": f"1 GPU, recompute {mode}", "recompute": mode,
                                 "categories": cats, "total": sum(cats.values()),
-                                "device": device_figures(m.total, setup, name)})
+                                "device": m.device(name, setup["reserved_slack"]).to_json()})
     progress("activation memory against sequence length")
     limit = cfg.max_position if cfg.pos_type == "learned" else SEQ_SWEEP[-1]
     seqs = sorted({s for s in SEQ_SWEEP if s <= limit} | {req.seq})

@@ -132,11 +132,11 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         setup = req.setup  # before these options defaulted to None
         request.update(recompute=setup["recompute"], optimizer=setup["optimizer"],
                        loss=setup["loss"])
+        if setup["recipe"] is not None:  # fine-tuning: the recipe's name
+            request["recipe"] = setup["recipe"]["name"]
     else:
         request.update(recompute=req.recompute or "none", optimizer=req.optimizer or "adamw",
                        loss=req.loss or "full")
-    if not req.inference and req.setup["recipe"] is not None:  # fine-tuning: the recipe's name
-        request["recipe"] = req.setup["recipe"]["name"]
     if request.get("recipe") is None:  # and reports without fine-tuning read as before
         request.pop("recipe", None)
     if request.get("loss") == "full":  # and training reports with the full loss

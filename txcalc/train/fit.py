@@ -45,7 +45,6 @@ from ..engine.workload import Workload
 from ..units import largest_within
 
 from ..parallel.comm import PCIE_BYTES_PER_S  # noqa: E402,F401  (the host link, one place)
-from ..engine.device import device_memory  # noqa: E402  (the framework's bytes, one rule)
 
 
 #: the most activation bytes the planner's int64 tables hold with room for the other terms
@@ -109,9 +108,7 @@ class Setup:
     def device(self, batch: int, seq: int):
         """One GPU: allocated, reserved and device bytes of the step
         (engine.device.device_memory, with the paged optimizer states)."""
-        m = self.memory(batch, seq)
-        return device_memory(m.total, self.gpu_name, self.fragmentation,
-                             m.paged_optimizer_bytes, m.paged_working_bytes)
+        return self.memory(batch, seq).device(self.gpu_name, self.fragmentation)
 
     def planner_bytes(self, batch: int, seq: int) -> dict:
         """The planner's evaluation (``train.evaluate.evaluate_layouts``, every category,
