@@ -248,7 +248,6 @@ def simulate(sm, n_requests: int, input_len, output_len, *,
                      sch.name)
 
 
-
 def saturation_requests_per_s(sm, n_requests: int, input_len, output_len, **kw) -> float:
     """The offered requests/s past which one replica's queue grows without bound: the
     completed requests/s of an offline run (every request queued at t = 0, the engine's
@@ -256,6 +255,7 @@ def saturation_requests_per_s(sm, n_requests: int, input_len, output_len, **kw) 
     batch included (so a little below the steady rate: n_requests sets how little).
     ``kw``: ``simulate``'s (engine, max_num_seqs, max_num_batched_tokens, ...)."""
     return simulate(sm, n_requests, input_len, output_len, rate=math.inf, **kw).requests_per_s
+
 
 class _Loop:
     """The step loop of ``simulate`` (module table): one object so the profile's rules read
@@ -311,7 +311,7 @@ class _Loop:
         fe_req, fe_tok = self.fe_req, self.fe_tok
         serial = bool(fe_req or fe_tok) and not decode_only
         fe = 0.0
-        ready = [0.0] * n if serial else None
+        ready = [0.0] * n if serial else arrive_l  # when each request can reach the queue
         fe_next = 0  # requests the front end has taken, in arrival order
         deliver = 0.0
 
@@ -332,13 +332,10 @@ class _Loop:
         while done < n:
             if serial:
                 tokenise_until(t)
-                while next_arrival < fe_next and ready[next_arrival] + front <= t:
-                    waiting.append(next_arrival)
-                    next_arrival += 1
-            else:
-                while next_arrival < n and arrive_l[next_arrival] + front <= t:
-                    waiting.append(next_arrival)
-                    next_arrival += 1
+            sent_by = fe_next if serial else n  # the requests the queue can hold by now
+            while next_arrival < sent_by and ready[next_arrival] + front <= t:
+                waiting.append(next_arrival)
+                next_arrival += 1
             # vLLM V1 schedules the running requests first: their decodes need a free slot
             if incremental and mixed and decoding > free:
                 free, decoding, ctx_sum, rem_out = self._preempt(
@@ -393,9 +390,7 @@ class _Loop:
                 if next_arrival < n and arrive_l[next_arrival] < math.inf:
                     if serial:
                         tokenise_until(max(t, arrive_l[next_arrival]))
-                        t = max(t, ready[next_arrival] + front)
-                    else:
-                        t = max(t, arrive_l[next_arrival] + front)
+                    t = max(t, ready[next_arrival] + front)
                     continue
                 raise SimError("the simulation stalled (no request can be admitted)")
             with_dec = decoding and (mixed or not prefill)
