@@ -136,6 +136,17 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
             "assumed": assumed}
 
 
+def planner_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None,
+                   stack: str | None = None) -> tuple:
+    """(finetune, optimizer kernel) plan train takes from a --recipe: its fp32 upcast and its
+    optimizer kernel (None: the planner's own; a stack's kernel wins, as in memory); without
+    a recipe ``ft`` and None. The planner keeps its own optimizer and loss defaults."""
+    if recipe is None:
+        return ft, None
+    rec = apply_recipe(ft, recipe, optimizer, loss, "none")
+    return rec["finetune"], None if stack else rec["optimizer_kernel"]
+
+
 def full_recipe(r, optimizer: str | None, loss: str | None, offload: str | None,
                 in_backward: bool | None) -> dict:
     """``apply_recipe`` for full fine-tuning under the recipe ``r``: its full config's

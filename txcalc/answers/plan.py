@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .common import (Answer, apply_recipe, half_precision, load_model, make_finetune,
-                     overheads, serving_kv_dtype, serving_weights_note, text_only_said)
+from .common import (Answer, half_precision, load_model, make_finetune, overheads,
+                     planner_recipe, serving_kv_dtype, serving_weights_note, text_only_said)
 
 #: plan infer's offline mode: the note its --json carries
 OFFLINE_NOTE = ("every request queued at once (trtllm-bench throughput); batch = "
@@ -75,11 +75,7 @@ def plan_train(model: str, tokens: str, gpu: str = "h100", days: float | None = 
         ceiling = {"max_global_batch_tokens" if in_tokens else "max_global_batch": value}
     ft = make_finetune(finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
                        base_format)
-    kernel = None
-    if recipe is not None:
-        rec = apply_recipe(ft, recipe, optimizer, loss, "none")
-        # a stack's optimizer kernel wins, as in memory
-        ft, kernel = rec["finetune"], None if stack else rec["optimizer_kernel"]
+    ft, kernel = planner_recipe(ft, recipe, optimizer, loss, stack)
     g = with_usable_gb(get_gpu(gpu, gpu_file), opts["gpu_gb"])
     precision, said = half_precision(precision, g)
     said = said + _offload_words(offload, offload_checkpoints)

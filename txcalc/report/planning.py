@@ -36,7 +36,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
     """The planner's answer for a training request, its GPUs-days frontier included (one
     search: ``TrainPlan.frontier`` reads the same screen as ``best``), and the files that
     launch its best layout (txcalc.emit; ``command``, the report's, heads each file)."""
-    from ..answers.common import FULL_TRAINING, apply_recipe
+    from ..answers.common import FULL_TRAINING, planner_recipe
     from ..emit import launch_files
     from ..engine.hardware import memory_words
     from ..train.planner import plan_train
@@ -46,10 +46,7 @@ def train_plan(req, cfg, tokens: int, gpu, progress: Callable[[str], None],
     # given (else full training's), a --recipe's fp32 upcast and optimizer kernel
     optimizer = req.optimizer or FULL_TRAINING["optimizer"]
     loss = req.loss or FULL_TRAINING["loss"]
-    ft, kernel = req.ft, None
-    if req.recipe is not None:
-        rec = apply_recipe(ft, req.recipe, optimizer, loss, "none")
-        ft, kernel = rec["finetune"], rec["optimizer_kernel"]
+    ft, kernel = planner_recipe(req.ft, req.recipe, optimizer, loss)
     p = plan_train(cfg, gpu, tokens, days=req.days, max_gpus=req.max_gpus, n_rows=N_LAYOUTS,
                    seq=req.seq, global_batch=req.global_batch, precision=req.precision,
                    optimizer=optimizer, price_per_gpu_hour=req.price, attn_impl=req.attn,
