@@ -588,3 +588,31 @@ def test_validation_reads_parallel_predicted_and_measured_trees(tmp_path):
     assert rows == {"after_forward act": ("bytes by phase", 98, 100),
                     "after_forward param": ("bytes by phase", 7, 7),
                     "totals.after_forward": ("after_forward", 105, 107)}
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_report_on_a_gpu_without_bf16_says_it_took_fp16(inference):
+    """A report asked without --precision on a T4 runs in fp16 as memory and fit do, and says
+    so among its assumptions; the same precision given is not 'assumed', and an H100 report
+    says nothing about precision. The GPU's lack of bf16 is the catalog's (Gpu.half_dtype),
+    the words are the answers' (answers.common.half_precision), not typed here."""
+    from txcalc.answers.common import half_precision
+    from txcalc.engine.hardware import get_gpu
+    assert get_gpu("t4").half_dtype == "fp16" and get_gpu("h100").half_dtype != "fp16"
+    words = half_precision(None, "t4", serving=inference)[1]
+    assert len(words) == 1 and "fp16" in words[0]
+
+    def bullets(**kw):
+        rep = build_report(ReportRequest(model="llama-3.2-1b", inference=inference, seq=512,
+                                         **kw))
+        sec = next(s for s in rep["sections"] if s["title"].startswith("Assumptions"))
+        return rep, [b for b in sec["bullets"] if b.startswith("Assumed (not given): ")]
+
+    rep, said = bullets(gpu="t4")
+    assert f"Assumed (not given): {words[0]}." in said
+    assert rep["data"]["request"]["precision"] == "fp16-mixed"
+    assert "--precision" not in rep["command"]  # the command without it gives the same report
+    _, given = bullets(gpu="t4", precision="fp16-mixed")
+    assert not any("fp16" in b for b in given)
+    _, h100 = bullets(gpu="h100")
+    assert not any("precision" in b or "fp16" in b for b in h100)

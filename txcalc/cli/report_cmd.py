@@ -61,12 +61,12 @@ def report(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
     from .options import options
     from .. import inputs as I
 
-    if precision is None:  # bf16-mixed, fp16-mixed on a GPU without bf16 (T4, V100)
-        from ..answers.common import half_precision
-        precision = half_precision(None, gpu, gpu_file)[0]
     if kv_dtype is None:  # a serving report's is plan infer's: fp16 with fp16 weights (V100, T4)
-        from ..answers.common import serving_kv_dtype
-        kv_dtype = serving_kv_dtype(precision) if inference else "bf16"
+        from ..answers.common import half_precision, serving_kv_dtype
+        # precision None: the request takes bf16-mixed, or fp16-mixed on a GPU without bf16
+        # (T4, V100), and says so (ReportRequest.setup)
+        kv_dtype = serving_kv_dtype(precision or half_precision(None, gpu, gpu_file)[0]) \
+            if inference else "bf16"
     n_in = I.parse_context(input_len, "--input-len")
     n_out = I.parse_context(output_len, "--output-len")
     opts = options(out=out, params=params, gpu=gpu, gpu_gb=gpu_gb, gpu_file=gpu_file,

@@ -231,4 +231,6 @@ def serving_data(req: ReportRequest, cfg, progress: Progress) -> dict:
         d["weights_bytes"] = model_checkpoint_bytes(cfg, scheme(req.weights_format))
     progress("KV cache against context and concurrency")
     d["kv_cache"] = kv_data(req, cfg)
+    if req.precision_assumed:  # fp16 on a GPU without bf16 (T4, V100)
+        d["assumed"] = req.precision_assumed
     return d

@@ -88,7 +88,7 @@ def build_report(req: ReportRequest, out_dir: str = "DIR", validation_dir=None,
         # the planner's default sequence, recorded in the command (serving needs it only as
         # the context when none is given)
         from ..train.planner import default_seq
-        req = dataclasses.replace(req, seq=default_seq(cfg))
+        req = req.replaced(seq=default_seq(cfg))
     gpu, gpu_spec = resolve_gpu(req)
     if cfg is None:
         from ..engine.memory import model_states

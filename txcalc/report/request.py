@@ -23,7 +23,10 @@ class ReportRequest:
     gpu: str | None = None  #: GPU name in the catalog (h100, h200, ...)
     gpu_gb: float | None = None  #: GPU memory in GB (1e9); overrides the catalog
     gpu_file: str | None = None  #: CSV of extra GPUs (the catalog's columns)
-    precision: str = "bf16-mixed"  #: fp32 | bf16-mixed | fp16-mixed | bf16
+    #: fp32 | bf16-mixed | fp16-mixed | bf16; None: bf16-mixed, or fp16-mixed on a GPU without
+    #: bf16 tensor cores (T4, V100), as memory and fit take it (answers.common.half_precision),
+    #: resolved when the request is made and stated in ``setup``'s assumed
+    precision: str | None = None
     #: adamw | adam | adam8bit | paged-adam8bit | sgd | adafactor | none (None: adamw; fine-tuning: the
     #: recipe's, ``setup``)
     optimizer: str | None = None
@@ -86,6 +89,20 @@ class ReportRequest:
     def __post_init__(self) -> None:
         if (self.model is None) == (self.params is None):
             raise WorkloadError("give either MODEL or --params N, not both or neither")
+        from ..answers.checks import checked
+        from ..answers.common import half_precision
+        checked(gpu=self.gpu, gpu_file=self.gpu_file)
+        default, said = half_precision(None, self.gpu, self.gpu_file)
+        if self.inference:  # the same default, in serving's words (weights and KV in fp16)
+            said = half_precision(None, self.gpu, self.gpu_file, serving=True)[1]
+        if self.precision is None:
+            object.__setattr__(self, "precision", default)
+        else:
+            said = []
+        # not fields: the precision a request without one takes on its GPU (argv omits it
+        # then, as before) and, when this request took it, the words saying so (``setup``)
+        object.__setattr__(self, "_default_precision", default)
+        object.__setattr__(self, "_precision_said", said)
         self._check_values()
         if (self.input_len == 0) != (self.output_len == 0):
             raise WorkloadError(f"give both --input-len ({self.input_len}) and --output-len "
@@ -140,7 +157,23 @@ class ReportRequest:
         from ..answers.common import apply_recipe, default_recompute
         recompute, assumed = default_recompute(self.recompute, self.finetune)
         rec = apply_recipe(self.ft, self.recipe, self.optimizer, self.loss, None)
-        return rec | {"recompute": recompute, "assumed": assumed + rec["assumed"]}
+        return rec | {"recompute": recompute,
+                      "assumed": self.precision_assumed + assumed + rec["assumed"]}
+
+    def replaced(self, **changes) -> ReportRequest:
+        """dataclasses.replace, keeping the words of a precision this request took (the copy
+        is given the precision the original resolved, which the copy alone would read as the
+        user's)."""
+        new = dataclasses.replace(self, **changes)
+        if "precision" not in changes:
+            object.__setattr__(new, "_precision_said", self._precision_said)
+        return new
+
+    @property
+    def precision_assumed(self) -> list[str]:
+        """The precision this request took because none was given, in words (empty when the
+        user gave one, or when it is the plain bf16 default)."""
+        return list(self._precision_said)
 
     def _check_values(self) -> None:
         """Each field's type and bounds, checked as the CLI checks its option (answers.checks:
@@ -183,7 +216,8 @@ class ReportRequest:
         out = [self.model] if self.model is not None else []
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "model" or v == f.default:
+            if f.name == "model" or v == f.default or (f.name == "precision"
+                                                       and v == self._default_precision):
                 continue
             flag = "--" + f.name.replace("_", "-")
             out += [flag] if v is True else [flag, f"{v:g}" if isinstance(v, float) else str(v)]
