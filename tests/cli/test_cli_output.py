@@ -43,3 +43,20 @@ def test_validate_on_a_pipe_starts_with_its_table(tmp_path, capsys):
                  str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.strip() and not out.startswith("\n") and "\n\n" not in out[:200], out[:300]
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_plan_train_band_line_reads_as_a_list(columns, capsys, monkeypatch):
+    """The README's answer (plan train with --price): the band's items are one comma list,
+    wrapped at any width without a comma opening a line or a space before a comma (the cost
+    item used to carry its own leading comma: 'MFU 41.0%-50.6%\\n    , cost ...')."""
+    from txcalc.cli import main
+
+    monkeypatch.setenv("COLUMNS", columns)
+    capsys.readouterr()
+    assert main(["plan", "train", "llama-3.1-405b", "--tokens", "15T", "--gpu", "h100",
+                 "--days", "90", "--price", "2.5"]) == 0
+    out = capsys.readouterr().out
+    band = out[out.index("  band ("):out.index("  note:")]
+    assert " ," not in band and not re.search(r"^\s*,", band, re.M), band
+    assert re.search(r"MFU [\d.]+%-[\d.]+%,\s+cost [\d,]+-[\d,]+\s*$", band), band

@@ -169,8 +169,8 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     (d_lo, d_hi), (h_lo, h_hi), (m_lo, m_hi) = b.days_band, b.gpu_hours_band, b.mfu_band
     if band["runs"]:
         say(console, [f"{d_lo:,.1f}-{d_hi:,.1f} days,", f"{h_lo:,.0f}-{h_hi:,.0f} GPU-hours,",
-                      f"MFU {m_lo:.1%}-{m_hi:.1%}"]
-            + ([f", cost {b.cost_band[0]:,.0f}-{b.cost_band[1]:,.0f}"]
+                      f"MFU {m_lo:.1%}-{m_hi:.1%}" + ("," if b.cost is not None else "")]
+            + ([f"cost {b.cost_band[0]:,.0f}-{b.cost_band[1]:,.0f}"]
                if b.cost is not None else []),
             first=f"  band ({band['coverage']:.0%} of {band['runs']} published test runs "
                   f"fell inside): ", sep=" ")
