@@ -34,7 +34,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from txcalc.serve.batching import simulate
+from txcalc.serve.batching import poisson_arrivals, simulate
 from txcalc.serve.sched import ENGINE_PROFILES, scheduler
 
 
@@ -228,14 +228,13 @@ SCENARIOS = [("vllm", 6000, 40.0, 512, 64, 120), ("vllm-v0", 6000, 40.0, 2048, 6
 def _trace(rate, outs_hi, n=60):
     rng = np.random.default_rng(7)
     ins, outs = rng.integers(50, 1000, n), rng.integers(1, outs_hi, n)
-    return ins, outs, np.cumsum(np.random.default_rng(3).exponential(1.0 / rate, n))
+    return ins, outs, poisson_arrivals(n, rate, np.random.default_rng(3))
 
 
 @pytest.mark.parametrize("name,cap,rate,budget,max_seqs,outs_hi", SCENARIOS)
 def test_profile_matches_its_engines_scheduler_loop(name, cap, rate, budget, max_seqs, outs_hi):
     n = 60
     ins, outs, arrive = _trace(rate, outs_hi, n)
-    arrive = np.cumsum(np.random.default_rng(3).exponential(1.0 / rate, n))
     sm = Cost(cap)
     res = simulate(sm, n, ins, outs, rate=rate, seed=3, engine=name,
                    max_num_batched_tokens=budget, max_num_seqs=max_seqs)
@@ -347,3 +346,22 @@ def test_plan_json_reports_load_and_saturation(capsys):
                "--rate", "6", "--engine", "tgi"])
     err = capsys.readouterr().err
     assert rc == 2 and "--engine ('tgi')" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("n", [2, 50, 300, 3000])
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_a_poisson_trace_offers_the_rate_asked(n, seed):
+    """simulate's open-loop trace offers exactly the rate asked ((n - 1) / span, the figure a
+    run's offered_requests_per_s reports), while its gaps keep a Poisson trace's spread: they
+    are the draws of numpy's exponential scaled by one factor (checked against the raw draws
+    of the same generator), whose coefficient of variation is near 1 for a long trace."""
+    rate = 5 / 3
+    a = poisson_arrivals(n, rate, np.random.default_rng(seed))
+    assert (n - 1) / (a[-1] - a[0]) == pytest.approx(rate, rel=1e-12)
+    raw = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n))
+    np.testing.assert_allclose(a / a[-1], raw / raw[-1], rtol=1e-12)  # one factor
+    res = simulate(Cost(10**6), n, 100, 10, rate=rate, seed=seed)
+    assert res.offered_rate == pytest.approx(rate, rel=1e-12)
+    if n >= 3000:
+        gaps = np.diff(a)
+        assert 0.9 < gaps.std() / gaps.mean() < 1.1

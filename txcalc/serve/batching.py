@@ -7,7 +7,8 @@ before the profiles, ``sched.DEFAULT``):
 
     what            | model
     ----------------|----------------------------------------------------------------------------
-    arrivals        | Poisson at ``rate`` requests/s (``rate=inf``: all at t = 0, the offline
+    arrivals        | Poisson at ``rate`` requests/s, the trace spanning exactly (n - 1) / rate
+                    |   (``poisson_arrivals``; ``rate=inf``: all at t = 0, the offline
                     |   mode of trtllm-bench / vLLM's benchmark_throughput), or a closed loop of
                     |   ``concurrency`` clients each sending its next request when one finishes
     admission       | FCFS while max_num_seqs and the KV cache allow (the profile's KV rule:
@@ -171,6 +172,22 @@ class SimResult:
                 "saturated": self.saturated, "preemptions": self.preemptions}
 
 
+def poisson_arrivals(n: int, rate: float, rng) -> np.ndarray:
+    """``n`` arrival times of a Poisson process at ``rate`` requests/s, conditioned on its
+    trace spanning (n - 1) / rate from the first arrival to the last: the process's gaps
+    (``n`` exponential draws, the first one the start) scaled by one factor. Given their sum,
+    a Poisson process's gaps are uniform spacings (Dirichlet(1, ..., 1) times the sum), so
+    the scaled trace is Poisson in shape and offers exactly the rate asked. Unscaled, a short
+    trace offers what its draws happen to: (n - 1) / span has a relative spread of about
+    1 / sqrt(n - 1), 5.8 % at the 300 requests a serving plan simulates per replica, and
+    seed 0's 300 draws offered 1.44 requests/s when 1.67 was asked (14 % light: latencies
+    answered for a lighter load than the user's)."""
+    arrive = np.cumsum(rng.exponential(1.0 / rate, n))
+    if n > 1:
+        arrive *= (n - 1) / rate / float(arrive[-1] - arrive[0])
+    return arrive
+
+
 def lengths(name: str, value, n: int, rng) -> np.ndarray:
     """``n`` token counts: an int (every request the same), or an array of n counts."""
     from .. import inputs as I
@@ -225,8 +242,7 @@ def simulate(sm, n_requests: int, input_len, output_len, *,
     if rate is not None:
         if not (isinstance(rate, (int, float)) and not isinstance(rate, bool)) or not rate > 0:
             raise SimError(f"rate ({I.show(rate)}) must be a positive number or inf")
-        arrive = np.zeros(n) if math.isinf(rate) else \
-            np.cumsum(rng.exponential(1.0 / rate, n))
+        arrive = np.zeros(n) if math.isinf(rate) else poisson_arrivals(n, rate, rng)
         closed = 0
     else:
         closed = I.integer("concurrency", concurrency, 1, I.MAX_BATCH)

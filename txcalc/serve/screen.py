@@ -109,7 +109,8 @@ def offered_rate(n: int, rate: float, seed: int) -> float:
     same draws: fixed lengths take none before the arrivals)."""
     if n < 2:
         return math.inf
-    arrive = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n))
+    from .batching import poisson_arrivals
+    arrive = poisson_arrivals(n, rate, np.random.default_rng(seed))
     span = float(arrive[-1] - arrive[0])
     return (n - 1) / span if span > 0 else math.inf
 
