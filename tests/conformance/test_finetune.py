@@ -412,6 +412,34 @@ def test_fit_suggests_changes_in_order_until_one_fits(capsys):
     assert s[-1]["change"].startswith("offload recompute checkpoints")
 
 
+def test_fit_keeps_a_full_fine_tune_with_torchtunes_single_gpu_settings(capsys):
+    """A full fine-tune of Llama 3.1 8B on a 24 GB card: torchtune's README runs it on one
+    RTX 4090 (18.9 GiB; torchtune@30b8519e, its 8B_full_single_device config: dtype bf16,
+    PagedAdamW8bit, optimizer_in_bwd, the finetune-validation fit row). fit's ladder reaches
+    a fit with those settings, full fine-tuning kept (no adapters), and the last row's bytes
+    are memory's need for the same options. At 32k tokens they cannot make it fit: they are
+    not shown, and LoRA follows 8-bit Adam as before."""
+    import json
+
+    from txcalc.cli import main
+    assert main(["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--seq", "2048", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["suggestions"]
+    flags = [x["change"].split("(")[-1].rstrip(")") for x in s]
+    assert flags[-3:] == ["--precision bf16", "--optimizer-in-backward",
+                          "--optimizer paged-adam8bit"]
+    assert s[-1]["fits"] and not any(x["fits"] for x in s[:-1])
+    assert not any("LoRA" in x["change"] for x in s)
+    assert main(["memory", "llama-3.1-8b", "--gpu", "rtx-4090", "--seq", "2048", "--recompute",
+                 "full", "--loss", "fused-linear", "--precision", "bf16", "--optimizer",
+                 "paged-adam8bit", "--optimizer-in-backward", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert s[-1]["total_bytes"] == mem["need_bytes"] <= mem["gpu_bytes"]
+    assert main(["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--seq", "32768", "--json"]) == 0
+    long = [x["change"] for x in json.loads(capsys.readouterr().out)["suggestions"]]
+    assert not any("--precision bf16" in c or "backward" in c or "paged" in c for c in long)
+    assert long[long.index("8-bit Adam (--optimizer adam8bit)") + 1].startswith("LoRA")
+
+
 def test_offload_moves_optimizer_and_master_to_the_host():
     import txcalc
     cfg = txcalc.load("llama-2-7b")

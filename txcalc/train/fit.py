@@ -24,8 +24,11 @@ the phases, which is not the planner's sum of categories (the planner is not bui
 Suggestions, tried cumulatively in this order (each on top of the ones before it; one that
 adds bytes is skipped), until one fits: fused attention, the fused linear cross-entropy
 (Liger's: no T x V logits, the same FLOPs; for a bias-free causal LM head), selective then
-full recompute, 8-bit Adam, LoRA, QLoRA, optimizer offload, checkpoint offload, then more
-GPUs (ZeRO-3 over N GPUs: the planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
+full recompute, 8-bit Adam; for a full fine-tune on one GPU, torchtune's single-GPU full
+settings (bf16 without an fp32 master, the optimizer step inside backward, paged 8-bit AdamW),
+shown only when together they make it fit (they change the numerics; otherwise the adapters
+are tried from the setup before them); LoRA, QLoRA, optimizer offload, checkpoint offload,
+then more GPUs (ZeRO-3 over N GPUs: the planner's per-rank bytes, as above). Each comes with its peak bytes and its step-time factor:
 (hardware FLOPs at the GPU's bf16 peak + PCIe traffic at ``PCIE_BYTES_PER_S``) over the same
 for the setup asked, which states compute and transfer at their peaks (an estimate of the
 slowdown, not a measured time).
@@ -246,28 +249,65 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
         steps.append(("full recompute", {"recompute": "full"}))
     if setup.optimizer in ("adamw", "adam"):
         steps.append(("8-bit Adam (--optimizer adam8bit)", {"optimizer": "adam8bit"}))
+    # full fine-tuning kept, as torchtune's single-GPU full recipes run it (an 8B model on a
+    # 24 GB card: engine.recipes' torchtune full config): bf16 weights and states with no
+    # fp32 master, each parameter stepped inside backward (one gradient alive), bitsandbytes'
+    # paged 8-bit AdamW (its states in CUDA managed memory). They change the training's
+    # numerics, so they are shown only when together they make it fit; else the adapters
+    # below are tried from the setup before them
+    keep_full: list[tuple[str, dict]] = []
+    if (ft is None or ft.mode == "full") and setup.gpus == 1:
+        if setup.precision == "bf16-mixed":
+            keep_full.append(("bf16 weights and states, no fp32 master (--precision bf16)",
+                              {"precision": "bf16"}))
+        if not setup.optimizer_in_backward:
+            keep_full.append(("optimizer step inside backward (--optimizer-in-backward)",
+                              {"optimizer_in_backward": True}))
+        if setup.optimizer in ("adamw", "adam", "adam8bit"):
+            keep_full.append(("paged 8-bit Adam (--optimizer paged-adam8bit)",
+                              {"optimizer": "paged-adam8bit"}))
+    adapters: list[tuple[str, dict]] = []
     if ft is None or ft.mode in ("full", "freeze"):
-        steps.append(("LoRA r=16 on all linear layers", {"finetune": Finetune("lora")}))
+        adapters.append(("LoRA r=16 on all linear layers", {"finetune": Finetune("lora")}))
     if ft is None or ft.mode != "qlora":
-        steps.append(("QLoRA (NF4 base, double quant)",
-                      {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
-                       else Finetune("qlora", upcast=_default_upcast()),
-                       "precision": "bf16-mixed"
-                       if setup.precision == "fp32" else setup.precision}))
+        adapters.append(("QLoRA (NF4 base, double quant)",
+                         {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
+                          else Finetune("qlora", upcast=_default_upcast()),
+                          "precision": "bf16-mixed"
+                          if setup.precision == "fp32" else setup.precision}))
     if setup.offload in ("none", "activations"):
-        steps.append(("offload optimizer states and master weights to CPU",
-                      {"offload": "optimizer" if setup.offload == "none" else "all"}))
-    steps.append(("offload recompute checkpoints to CPU", {"offload": "all"}))
-    out, cur, last = [], setup, setup.need(batch, seq)
-    for label, change in steps:
-        trial = dataclasses.replace(cur, **change)
-        need = trial.need(batch, seq)
-        if need > last:  # it costs bytes here (QLoRA's fp32 upcasts can outweigh its 4-bit
-            continue     # base at long sequences): not suggested, not kept for the next
-        cur, last = trial, need
-        out.append(_row(label, cur, need, gpu_bytes, batch, seq, peak_flops, base_s))
-        if need <= gpu_bytes:
-            return out
+        adapters.append(("offload optimizer states and master weights to CPU",
+                         {"offload": "optimizer" if setup.offload == "none" else "all"}))
+    adapters.append(("offload recompute checkpoints to CPU", {"offload": "all"}))
+
+    def walk(changes, cur, last, out):
+        """Apply ``changes`` cumulatively from ``cur`` (bytes ``last``), each one kept only
+        when it does not cost bytes here (QLoRA's fp32 upcasts can outweigh its 4-bit base at
+        long sequences), its row added to ``out``, until one fits; returns (setup, bytes,
+        fits)."""
+        for label, change in changes:
+            trial = dataclasses.replace(cur, **change)
+            need = trial.need(batch, seq)
+            if need > last:
+                continue
+            cur, last = trial, need
+            out.append(_row(label, cur, need, gpu_bytes, batch, seq, peak_flops, base_s))
+            if need <= gpu_bytes:
+                return cur, last, True
+        return cur, last, False
+
+    out: list[dict] = []
+    cur, last, done = walk(steps, setup, setup.need(batch, seq), out)
+    if done:
+        return out
+    if keep_full:
+        kept = list(out)
+        _, _, done = walk(keep_full, cur, last, kept)
+        if done:
+            return kept
+    cur, last, done = walk(adapters, cur, last, out)
+    if done:
+        return out
     need = last
     # more GPUs: ZeRO-3 splits the model states
     for n in (n for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n > setup.gpus):
