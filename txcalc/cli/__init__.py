@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     if gc_was_on and _gc_free(sys.argv[1:] if argv is None else argv):
         gc.disable()
     unraisable = sys.unraisablehook
-    _RECEIVED.clear()
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread():  # signals reach this thread only
+        _RECEIVED.clear()
         sys.unraisablehook = _quiet_unraisable(unraisable)
         for sig in (signal.SIGINT, signal.SIGTERM):
             handlers[sig] = signal.signal(sig, _raise_interrupted)
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         _load()
         rc = _run(argv)
         sys.stdout.flush()
-        if _RECEIVED:  # a signal whose _Interrupted was dropped (see _RECEIVED)
+        if handlers and _RECEIVED:  # a signal whose _Interrupted was dropped (_RECEIVED)
             raise _Interrupted(_RECEIVED[0])
         return rc
     except _Interrupted as e:
