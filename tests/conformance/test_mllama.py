@@ -177,6 +177,61 @@ def test_text_only_training_step_saved_bytes_and_flops_equal_hf(text, data, fp32
     assert row.hardware_flops_step == hf_step_flops(text, batch, seq, 0)
 
 
+def hf_text_only_step_states(text: dict, batch: int, seq: int) -> tuple[dict, int, set]:
+    """One steady text-only training step of MllamaForCausalLM on the CPU (fp32, eager,
+    torch.optim.AdamW foreach; the second step, the states made by the first) under MemTracker:
+    ({"grad": bytes after backward, "opt": bytes after the step}, the numel of the parameters
+    whose .grad is not None, the names of those with no .grad or no optimizer state)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.MllamaTextConfig(**text)
+        config._attn_implementation = "eager"
+        torch.manual_seed(0)
+        model = transformers.MllamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    tracker = MemTracker()
+    tracker.track_external(model, opt)
+    ids = torch.randint(1, config.vocab_size, (batch, seq))
+    snap = lambda: {str(k).rpartition(".")[2].lower(): v  # noqa: E731
+                    for k, v in next(iter(tracker.get_tracker_snapshot().values())).items()}
+    with tracker:
+        for step in range(2):
+            if step:
+                tracker.reset_mod_stats()
+            model(input_ids=ids, labels=ids).loss.backward()
+            grad = snap()["grad"]
+            opt.step()
+            if step == 1:
+                out = {"grad": grad, "opt": snap()["opt"]}
+                with_grad = sum(p.numel() for p in model.parameters() if p.grad is not None)
+                idle = {n for n, p in model.named_parameters()
+                        if p.grad is None or p not in opt.state}
+            opt.zero_grad(set_to_none=True)
+    return out, with_grad, idle
+
+
+@settings(max_examples=5, **REF)
+@given(text=text_config(), data=st.data())
+def test_text_only_step_gradients_and_optimizer_states_equal_memtracker(text, data):
+    """A text-only training step (fp32, AdamW): HF's MllamaTextModel skips the cross-attention
+    blocks, so torch leaves their parameters' .grad None and AdamW makes no state for them
+    (torch/optim/adam.py, Adam._init_group: only ``if p.grad is not None`` gets a state;
+    AdamW is Adam's subclass). TrainingMemory's gradients and optimizer bytes (states and step
+    counters) equal MemTracker's after backward and after the step, and its trainable
+    parameters the numel of those with a gradient; the parameter count is unchanged."""
+    cfg = from_hf_dict(text | {"model_type": "mllama_text_model"})
+    batch = data.draw(st.integers(1, 2), label="batch")
+    seq = data.draw(st.integers(2, 8), label="seq")
+    measured, with_grad, idle = hf_text_only_step_states(text, batch, seq)
+    cross = {i for i in cfg.cross_layers if i < text["num_hidden_layers"]}
+    assert {int(n.split(".")[2]) for n in idle} == cross  # every block param, and only them
+    mem = TrainingMemory(cfg, Workload(batch=batch, seq=seq, text_only=True), "fp32", "adamw")
+    assert mem.trainable_params == with_grad
+    assert (mem.gradients, mem.optimizer_total) == (measured["grad"], measured["opt"])
+    assert mem.n_params == txcalc.params(cfg).total
+
+
 def test_plan_train_text_only_times_the_self_attention_blocks_alone():
     """``plan train`` on Mllama (it takes no images): each cross-attention block runs for no
     time, and the blocks' compute time is that of a Llama model of the self-attention layers
@@ -209,8 +264,10 @@ def test_plan_train_text_only_times_the_self_attention_blocks_alone():
 def test_memory_without_images_saves_nothing_in_the_cross_blocks():
     """``txcalc memory llama-3.2-11b-vision`` (training, no --images): the 8 cross-attention
     blocks save nothing, so the activations are those of the step with --src-seq rows less
-    the cross blocks' share; weights, gradients and optimizer states stay; the answer says so,
-    as ``fit`` (which takes no images) does."""
+    the cross blocks' share; the weights stay; the blocks' parameters (numel of HF's
+    MllamaForCausalLM cross layers on meta) get no gradient (bf16, 2 B), no AdamW states (2 x
+    fp32), fp32 master or step counter (4 B a tensor); the answer says so, as ``fit`` (which
+    takes no images) does."""
     from typer.testing import CliRunner
 
     from txcalc.cli import app
@@ -223,8 +280,18 @@ def test_memory_without_images_saves_nothing_in_the_cross_blocks():
                                "bf16-mixed").activations_by_layer()
     cross = sum(b for (_, layer), b in per_layer.items() if layer in cfg.cross_layers)
     assert text["activations_bytes"] == fed["activations_bytes"] - cross
-    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
-        assert text[key] == fed[key]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_text = transformers.MllamaTextConfig(
+            hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+            intermediate_size=14336, num_hidden_layers=40, vocab_size=128256 + 8,
+            cross_attention_layers=list(range(3, 40, 5)))
+    model = hf(transformers.MllamaForCausalLM, hf_text)
+    blocks = [p for i in cfg.cross_layers for p in model.model.layers[i].parameters()]
+    n = sum(p.numel() for p in blocks)
+    assert text["weights_bytes"] == fed["weights_bytes"]
+    assert text["gradients_bytes"] == fed["gradients_bytes"] - 2 * n
+    assert text["optimizer_bytes"] == fed["optimizer_bytes"] - (8 + 4) * n - 4 * len(blocks)
     assert any("8 cross-attention blocks do not run" in a for a in text["assumed"])
     assert not any("cross-attention" in a for a in fed["assumed"])
     fit = json.loads(CliRunner().invoke(app, ["fit", "llama-3.2-11b-vision", "--gpu", "h200",

@@ -373,7 +373,8 @@ def step_ops(cfg: ModelConfig, ops, work) -> tuple[Op, ...]:
     batch holds no vision states (``Workload.text_only``) on a model with cross-attention
     blocks. Every count of a step reads its ops through here (count_flops, TrainingMemory,
     the planner's TrainSetting): FLOPs, bytes saved for backward and time skip the blocks; the
-    blocks' parameters, gradients and optimizer states stay (their ``trainable`` as given)."""
+    blocks' parameters stay, with no gradient or optimizer state in the step (torch leaves a
+    parameter that takes no part in it .grad None: memory.unreached_untrained)."""
     return text_only(cfg, ops) if work.text_only and cfg.cross_layers else tuple(ops)
 
 
