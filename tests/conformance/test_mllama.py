@@ -187,8 +187,10 @@ def text_only_step_states(model, batch: int, seq: int) -> tuple[dict, int, set]:
     tracker = MemTracker()
     tracker.track_external(model, opt)
     ids = torch.randint(1, model.config.get_text_config().vocab_size, (batch, seq))
-    snap = lambda: {str(k).rpartition(".")[2].lower(): v  # noqa: E731
-                    for k, v in next(iter(tracker.get_tracker_snapshot().values())).items()}
+
+    def snap():
+        cats = next(iter(tracker.get_tracker_snapshot().values()))
+        return {str(k).rpartition(".")[2].lower(): v for k, v in cats.items()}
     with tracker:
         for step in range(2):
             if step:
@@ -216,11 +218,15 @@ def cpu_model(cls, config):
 def assert_text_only_states(cfg, model, batch: int, seq: int) -> set:
     """TrainingMemory's gradients, optimizer bytes (states and step counters) and trainable
     parameters of a text-only step (fp32, AdamW) equal ``text_only_step_states``' on
-    ``model``; the parameter count is unchanged. Returns the parameters left idle."""
+    ``model``, as do ``plan train``'s on one GPU; the parameter count is unchanged. Returns
+    the parameters left idle."""
     measured, with_grad, idle = text_only_step_states(model, batch, seq)
     mem = TrainingMemory(cfg, Workload(batch=batch, seq=seq, text_only=True), "fp32", "adamw")
     assert mem.trainable_params == with_grad
     assert (mem.gradients, mem.optimizer_total) == (measured["grad"], measured["opt"])
+    row = one_gpu_plan(cfg, batch, seq, "fp32").rows[0]
+    assert (row.memory["gradients"], row.memory["optimizer"]) == (measured["grad"],
+                                                                   measured["opt"])
     assert mem.n_params == txcalc.params(cfg).total == numel(model)
     return idle
 
