@@ -64,8 +64,9 @@ def text_only_said(cfg, work, images_option: bool = True) -> list[str]:
     if not (cfg.cross_layers and work.text_only):
         return []
     return [f"text only (no --images): the {len(cfg.cross_layers)} cross-attention blocks do "
-            "not run (HF's MllamaTextModel skips them without vision states; their weights, "
-            "gradients and optimizer states are still counted)"
+            "not run (HF's MllamaTextModel skips them without vision states, and the vision "
+            "tower without images; their weights are counted, their gradients and optimizer "
+            "states are not: torch leaves their .grad None and AdamW makes them no state)"
             + ("; --images N feeds them" if images_option else "")]
 
 

@@ -361,11 +361,13 @@ def text_only(cfg: ModelConfig, ops) -> tuple[Op, ...]:
     attention layers": ``if is_cross_attention_layer and cross_attention_states is None and
     is_cross_attention_cache_empty: continue``), so the ops of ``cfg.cross_layers`` keep their
     parameters and run nothing (stream SKIPPED: no rows, no FLOPs, no time; nothing saved,
-    not even what an op saves once per forward, the gates' tanh(g))."""
+    not even what an op saves once per forward, the gates' tanh(g)); nor does the ``vision``
+    op (MllamaModel runs its vision tower and projector only ``if pixel_values is not
+    None``). None of their parameters gets a gradient (memory.unreached_untrained)."""
     from .workload import SKIPPED
     return tuple(dataclasses.replace(op, stream=SKIPPED, kv_stream=SKIPPED if op.kv_stream
                                      else "", saved_once=()) if op.layer in cfg.cross_layers
-                 else op for op in ops)
+                 or op.path == "vision" else op for op in ops)
 
 
 def step_ops(cfg: ModelConfig, ops, work) -> tuple[Op, ...]:
@@ -373,7 +375,8 @@ def step_ops(cfg: ModelConfig, ops, work) -> tuple[Op, ...]:
     batch holds no vision states (``Workload.text_only``) on a model with cross-attention
     blocks. Every count of a step reads its ops through here (count_flops, TrainingMemory,
     the planner's TrainSetting): FLOPs, bytes saved for backward and time skip the blocks; the
-    blocks' parameters, gradients and optimizer states stay (their ``trainable`` as given)."""
+    blocks' parameters stay, with no gradient or optimizer state in the step (torch leaves a
+    parameter that takes no part in it .grad None: memory.unreached_untrained)."""
     return text_only(cfg, ops) if work.text_only and cfg.cross_layers else tuple(ops)
 
 

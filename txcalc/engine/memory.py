@@ -43,7 +43,7 @@ from .optimizers import (  # noqa: F401  (re-exported: memory's optimizer names)
     ADAM8BIT_BLOCK, ADAM8BIT_OPTIMIZERS, OPTIMIZER_KERNELS, OPTIMIZER_SPECS, OPTIMIZER_STEPS,
     OPTIMIZERS, PAGED_MIN_NUMEL, STATES_PER_PARAM, Optimizer, OptimizerSpec, OptimizerStep,
     in_backward_grad_tensor, optimizer_state_bytes, paged_state_bytes, paged_working_bytes)
-from .workload import Workload
+from .workload import SKIPPED, Workload
 
 class Precision(NamedTuple):
     """Bytes per element of one precision policy (the table above)."""
@@ -162,11 +162,21 @@ def weight_bytes(ops, precision: str) -> int:
 
 
 def unreached_untrained(ops, work: Workload) -> tuple[Op, ...]:
-    """The ops, a Linear that no row reaches under ``work`` marked untrained: torch leaves its
-    .grad None and the optimizer keeps no state for it (Longformer's global projections
-    when no token has global attention)."""
-    return tuple(dataclasses.replace(op, trainable=False) if op.kind == "linear" and op.params
-                 and op.trainable and not work.rows(op.stream) else op for op in ops)
+    """The ops of a step (after components.step_ops), those whose parameters take no part in
+    it marked untrained: a Linear that no row reaches under ``work`` (Longformer's global
+    projections when no token has global attention) and every op that does not run (stream
+    SKIPPED: Mllama's cross-attention blocks in a text-only step, norms and gates included).
+    Backward leaves such a parameter's .grad None, and torch's optimizers make no state for
+    it: torch/optim/adamw.py's AdamW is Adam's subclass, whose Adam._init_group
+    (torch/optim/adam.py) takes a parameter only ``if p.grad is not None`` and creates its
+    state (step, exp_avg, exp_avg_sq) lazily there; SGD and Adafactor skip it alike. So no
+    gradient, optimizer state, step counter or step temporary, and (counted per trainable
+    parameter) no fp32 master; the parameters and their weights stay. Measured: a text-only
+    step of MllamaForCausalLM under MemTracker (tests/conformance/test_mllama.py). States made
+    by an earlier step with images would stay: not modelled (a step is text-only throughout)."""
+    return tuple(dataclasses.replace(op, trainable=False) if op.params and op.trainable and (
+        op.stream == SKIPPED or op.kind == "linear" and not work.rows(op.stream)) else op
+        for op in ops)
 
 
 def trainable_count(ops) -> int:
@@ -317,8 +327,8 @@ class TrainingMemory:
     @cached_property
     def ops(self) -> tuple[Op, ...]:
         from .components import step_ops
-        return step_ops(self.cfg, unreached_untrained(finetuned_ops(self.cfg, self.finetune),
-                                                      self.work), self.work)
+        return unreached_untrained(step_ops(self.cfg, finetuned_ops(self.cfg, self.finetune),
+                                            self.work), self.work)
 
     @cached_property
     def trainable_params(self) -> int:

@@ -121,8 +121,8 @@ class TrainSetting:
         from ..engine.finetune import finetuned_ops
         from ..engine.memory import unreached_untrained
         work = self.work(1)
-        return step_ops(self.cfg, unreached_untrained(finetuned_ops(self.cfg, self.finetune),
-                                                      work), work)
+        return unreached_untrained(step_ops(self.cfg, finetuned_ops(self.cfg, self.finetune),
+                                            work), work)
 
     @cached_property
     def n_blocks(self) -> int:
