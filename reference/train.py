@@ -62,11 +62,16 @@ class Trainer:
             unscale = 1.0 / FP16_LOSS_SCALE if self.precision == "fp16-mixed" else 1.0
             trained = [p for p in self.model.parameters() if p.requires_grad]
             for p, m in zip(trained, self.masters):
-                m.grad = p.grad.float() if unscale == 1.0 else p.grad.float() * unscale
+                # a parameter the step did not reach has no gradient (Longformer's global
+                # projections without global tokens): its master stays without one, and the
+                # optimizer skips it as it would the weight itself
+                m.grad = None if p.grad is None else p.grad.float() if unscale == 1.0 \
+                    else p.grad.float() * unscale
             self.optimizer.step()
             with torch.no_grad():
                 for p, m in zip(trained, self.masters):
-                    p.copy_(m)
+                    if m.grad is not None:
+                        p.copy_(m)
                     m.grad = None
         else:
             self.optimizer.step()

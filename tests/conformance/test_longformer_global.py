@@ -310,3 +310,24 @@ def test_memory_by_phase_equals_memtracker(head, seq, g):
     for phase in ("after_forward",) if head == "mlm" else ("after_forward", "after_backward",
                                                             "after_step"):
         assert measured[phase]["total"] == predicted[phase]["total"], phase
+
+
+def test_mixed_precision_step_without_global_tokens_runs_and_matches_grads_and_states():
+    """reference/train.py's mixed-precision step on a Longformer with no global token (its
+    global projections get no gradient): the step runs (it raised on the None gradient,
+    copying it to the fp32 master) and its gradients and optimizer states after the step are
+    the engine's. The fp32 masters differ by design: the reference builds one for every
+    trainable parameter before the first step, the engine counts masters per parameter that
+    trains in the step (engine.memory.unreached_untrained)."""
+    from reference.train import memory_by_phase
+    from txcalc.engine.memory import TrainingMemory
+    raw = {"model_type": "longformer", "hidden_size": 16, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 30, "intermediate_size": 8,
+           "attention_window": 4, "max_position_embeddings": 64, "hidden_dropout_prob": 0.0,
+           "attention_probs_dropout_prob": 0.0}
+    cfg = from_hf_dict(raw, head="none")
+    work = Workload(batch=2, seq=8, global_tokens=0)
+    measured = memory_by_phase(cfg, work, "bf16-mixed", "adamw")["after_step"]
+    predicted = TrainingMemory(cfg, work, "bf16-mixed", "adamw").phases()["after_step"]
+    assert [measured[k] for k in ("param", "grad", "opt")] == \
+        [predicted[k] for k in ("param", "grad", "opt")]
