@@ -57,6 +57,9 @@ def test_plan_train_band_line_reads_as_a_list(columns, capsys, monkeypatch):
     assert main(["plan", "train", "llama-3.1-405b", "--tokens", "15T", "--gpu", "h100",
                  "--days", "90", "--price", "2.5"]) == 0
     out = capsys.readouterr().out
+    # the headline's first line carries the GPU, not "MODEL on" alone (its phrase breaks
+    # between words)
+    assert out.splitlines()[0].startswith("llama-3.1-405b on h100-sxm (each"), out[:200]
     band = out[out.index("  band ("):out.index("  note:")]
     assert " ," not in band and not re.search(r"^\s*,", band, re.M), band
     assert re.search(r"MFU [\d.]+%-[\d.]+%,\s+cost [\d,]+-[\d,]+\s*$", band), band

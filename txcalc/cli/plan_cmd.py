@@ -138,7 +138,9 @@ def _print_train(p, pins: dict, ft=None, band=None) -> None:
     from .narrow import fit_table, say
     s, b = p.setting, p.best
     from ..engine.hardware import memory_words
-    say(console, [f"{s.gpu.name} (each {memory_words(s.gpu, 'GiB')}):",
+    # the GPU's words break between words (a long phrase alone would leave "MODEL on" by
+    # itself on the first line)
+    say(console, [*f"{s.gpu.name} (each {memory_words(s.gpu, 'GiB')}):".split(" "),
                   f"{p.tokens:,} tokens,", f"seq {s.seq},", f"global batch {s.global_batch:,}",
                   f"({_batch_words(p)}),", f"{s.precision},",
                   s.optimizer + ("," if ft is not None else "")]
