@@ -179,6 +179,15 @@ def unreached_untrained(ops, work: Workload) -> tuple[Op, ...]:
         for op in ops)
 
 
+def training_step_ops(cfg: ModelConfig, finetune, work: Workload) -> tuple[Op, ...]:
+    """The ops of one training step of ``work``, the one composition TrainingMemory and the
+    planner's TrainSetting read: the fine-tuned model's ops (finetune.finetuned_ops), those
+    the step does not run skipped (components.step_ops), then the parameters the step does
+    not reach marked untrained (``unreached_untrained``, which needs the skipped ops)."""
+    from .components import step_ops
+    return unreached_untrained(step_ops(cfg, finetuned_ops(cfg, finetune), work), work)
+
+
 def trainable_count(ops) -> int:
     """Parameters that train (all instances): gradients, master weights and states follow."""
     return sum(op.params_total for op in ops if op.trainable)
@@ -326,9 +335,7 @@ class TrainingMemory:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        from .components import step_ops
-        return unreached_untrained(step_ops(self.cfg, finetuned_ops(self.cfg, self.finetune),
-                                            self.work), self.work)
+        return training_step_ops(self.cfg, self.finetune, self.work)
 
     @cached_property
     def trainable_params(self) -> int:

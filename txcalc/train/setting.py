@@ -117,12 +117,8 @@ class TrainSetting:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        from ..engine.components import step_ops
-        from ..engine.finetune import finetuned_ops
-        from ..engine.memory import unreached_untrained
-        work = self.work(1)
-        return unreached_untrained(step_ops(self.cfg, finetuned_ops(self.cfg, self.finetune),
-                                            work), work)
+        from ..engine.memory import training_step_ops
+        return training_step_ops(self.cfg, self.finetune, self.work(1))
 
     @cached_property
     def n_blocks(self) -> int:
