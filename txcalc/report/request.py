@@ -89,9 +89,8 @@ class ReportRequest:
     def __post_init__(self) -> None:
         if (self.model is None) == (self.params is None):
             raise WorkloadError("give either MODEL or --params N, not both or neither")
-        from ..answers.checks import checked
         from ..answers.common import half_precision
-        checked(gpu=self.gpu, gpu_file=self.gpu_file)
+        # (half_precision checks --gpu and --gpu-file as the CLI does, in one line)
         default, said = half_precision(None, self.gpu, self.gpu_file)
         if self.inference:  # the same default, in serving's words (weights and KV in fp16)
             said = half_precision(None, self.gpu, self.gpu_file, serving=True)[1]
