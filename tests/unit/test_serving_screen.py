@@ -10,6 +10,7 @@ import pytest
 
 from txcalc import load
 from txcalc.serve import screen as S
+from txcalc.serve.batching import offered_rate
 from txcalc.serve.plan import KEEP_UP, plan_serving
 from txcalc.serve.sim import simulate, step_model
 
@@ -29,7 +30,7 @@ def test_floors_lie_below_the_simulation(model, gpu, tp, ep, n_in, n_out, chunk,
     for out, decode_only in ((n_out, False), (1, False), (n_out, True)):
         r = simulate(sm, n, n_in, out, rate=rate, max_num_batched_tokens=chunk, seed=3,
                      decode_only=decode_only)
-        assert S.offered_rate(n, rate, 3) == r.offered_rate
+        assert offered_rate(n, rate) == r.offered_rate
         floor = S.duration_floor_s(sm, n, n_in, out, chunk, 256, decode_only)
         # the screen compares with a margin of MARGIN (rounding: a lone prompt's TTFT equals
         # its floor up to the order of the sums)
@@ -43,7 +44,7 @@ def test_floors_lie_below_the_simulation(model, gpu, tp, ep, n_in, n_out, chunk,
     r = simulate(sm, n, n_in, n_out, rate=math.inf, max_num_batched_tokens=chunk)
     assert S.duration_floor_s(sm, n, n_in, n_out, chunk, 256) <= r.duration_s * (1 + S.MARGIN)
     cap = r.requests_per_s
-    assert S.cannot_keep_up(sm, n, n_in, n_out, 20 * cap, chunk, 256, 0, KEEP_UP)
+    assert S.cannot_keep_up(sm, n, n_in, n_out, 20 * cap, chunk, 256, KEEP_UP)
     res = simulate(sm, n, n_in, n_out, rate=20 * cap, max_num_batched_tokens=chunk)
     assert res.requests_per_s < KEEP_UP * min(20 * cap, res.offered_rate)
 

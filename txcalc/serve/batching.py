@@ -188,6 +188,15 @@ def poisson_arrivals(n: int, rate: float, rng) -> np.ndarray:
     return arrive
 
 
+def offered_rate(n: int, rate: float | None) -> float:
+    """The requests/s a trace of ``n`` requests offers: ``rate`` itself for a Poisson trace
+    (``poisson_arrivals`` spans (n - 1) / rate by construction), inf for an offline run or
+    a lone request, 0 for a closed loop (``rate`` None: it offers what it is served)."""
+    if rate is None:
+        return 0.0
+    return math.inf if math.isinf(rate) or n < 2 else float(rate)
+
+
 def lengths(name: str, value, n: int, rng) -> np.ndarray:
     """``n`` token counts: an int (every request the same), or an array of n counts."""
     from .. import inputs as I
@@ -256,10 +265,8 @@ def simulate(sm, n_requests: int, input_len, output_len, *,
     start = float(np.min(arrive)) if rate is not None else 0.0
     vals = np.fromiter(gaps.keys(), dtype=float, count=len(gaps))
     wts = np.fromiter(gaps.values(), dtype=np.int64, count=len(gaps))
-    span = float(arrive[-1] - arrive[0]) if rate is not None and n > 1 else 0.0
-    offered = (n - 1) / span if span > 0 else (math.inf if rate is not None else 0.0)
     return SimResult(n, t - start, np.asarray(ttft), np.asarray(tpot), vals, wts,
-                     out_tokens, int(ins.sum()), step, max_running, offered,
+                     out_tokens, int(ins.sum()), step, max_running, offered_rate(n, rate),
                      int(cached.sum()), -(-shared // block_size), np.asarray(e2e), pre,
                      sch.name)
 

@@ -290,7 +290,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
             for r in range(1, MAX_REPLICAS + 1):
                 n = int(min(SIM_MAX, max(SIM_MIN, rate / r * SIM_SECONDS)))
                 if not S.cannot_keep_up(smf, n, input_len, output_len, rate / r, chunks[-1],
-                                        max_num_seqs, seed, KEEP_UP):
+                                        max_num_seqs, KEEP_UP):
                     return r * lay[0] * lay[1]
             return math.inf
         layouts.sort(key=lambda lay: (lay[1], floor_gpus(lay), -lay[0]))
@@ -322,7 +322,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         def hopeless(r: int) -> bool:  # the screen: r replicas provably fail to keep up
             per, n = per_rate_n(r)
             return S.cannot_keep_up(sm, n, input_len, output_len, per, chunk, max_num_seqs,
-                                    seed, KEEP_UP)
+                                    KEEP_UP)
 
         def run(r: int):
             if screening and hopeless(r):
@@ -357,7 +357,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
         try_disagg = disagg and p == 1 and e == 1 and chunk == chunks[-1]
         n_disagg = int(min(SIM_MAX, max(SIM_MIN, rate * SIM_SECONDS))) if disagg else 0
         pool_fails = _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs,
-                                  seed, n_disagg, ttft_p99_s, itl_p99_s, g) \
+                                  n_disagg, ttft_p99_s, itl_p99_s, g) \
             if screening and try_disagg else None
         if colocated:
             if screening and S.slo_unreachable(sm, input_len, chunk, ttft_p99_s, itl_p99_s,
@@ -514,7 +514,7 @@ def plan_serving(model, gpu, input_len, output_len, *, rate: float | None = None
                      None if sch is None else sch.name)
 
 
-def _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs, seed, n,
+def _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs, n,
                  ttft_p99_s, itl_p99_s, gpu) -> dict:
     """The screen of a disaggregated plan's two pools (``plan_disaggregated``'s simulations:
     n requests at rate / r each): pool -> r -> True when r replicas provably fail."""
@@ -523,12 +523,12 @@ def _pool_screen(S, sm, input_len, output_len, rate, chunk, max_num_seqs, seed, 
 
     def prefill(r: int) -> bool:
         return S.slo_unreachable(sm, input_len, chunk, ttft_p99_s, None, exposed) or \
-            S.cannot_keep_up(sm, n, input_len, 1, rate / r, chunk, max_num_seqs, seed, KEEP_UP)
+            S.cannot_keep_up(sm, n, input_len, 1, rate / r, chunk, max_num_seqs, KEEP_UP)
 
     def decode(r: int) -> bool:
         return S.slo_unreachable(sm, input_len, chunk, None, itl_p99_s,
                                  decode=output_len > 1) or \
-            S.cannot_keep_up(sm, n, input_len, output_len, rate / r, chunk, max_num_seqs, seed,
+            S.cannot_keep_up(sm, n, input_len, output_len, rate / r, chunk, max_num_seqs,
                              KEEP_UP, decode_only=True)
     return {"prefill": prefill, "decode": decode}
 

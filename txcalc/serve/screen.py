@@ -27,18 +27,14 @@ reads I + j cached tokens). A step costs at least its compute or its reads (``st
 max), so the sum is at least the larger of the two sums. The simulated duration starts at the
 first arrival and covers every step, so completed requests/s <= n / duration_floor_s, and a
 replica whose bound is below serving_plan.KEEP_UP of what the trace offers fails the keep-up
-test without being simulated. The trace's offered rate is recomputed from the same seeded
-generator (``offered_rate``; the test checks it against ``simulate``).
+test without being simulated. The trace's offered rate is ``simulate``'s
+(serve.batching.offered_rate: the rate asked, which its Poisson trace spans exactly).
 
 Not screened: prefix caching (shared blocks change the admission), closed loops and the
 offline mode (no keep-up test).
 """
 
 from __future__ import annotations
-
-import math
-
-import numpy as np
 
 #: a floor must beat its threshold by this relative margin before it screens anything out
 #: (the floors sum in another order than the simulator: rounding must never flip an answer)
@@ -104,25 +100,14 @@ def duration_floor_s(sm, n: int, input_len: int, output_len: int, chunk: int,
     return steps * _fixed_s(sm) + max(compute, reads)
 
 
-def offered_rate(n: int, rate: float, seed: int) -> float:
-    """(n - 1) / (last - first arrival) of the trace ``simulate`` draws (same generator,
-    same draws: fixed lengths take none before the arrivals)."""
-    if n < 2:
-        return math.inf
-    from .batching import poisson_arrivals
-    arrive = poisson_arrivals(n, rate, np.random.default_rng(seed))
-    span = float(arrive[-1] - arrive[0])
-    return (n - 1) / span if span > 0 else math.inf
-
-
 def cannot_keep_up(sm, n: int, input_len: int, output_len: int, rate: float, chunk: int,
-                   max_num_seqs: int, seed: int, keep_up: float,
-                   decode_only: bool = False) -> bool:
+                   max_num_seqs: int, keep_up: float, decode_only: bool = False) -> bool:
     """True when ``simulate`` at ``rate`` must fail the keep-up test (its completed
     requests/s below keep_up x min(rate, the trace's offered rate))."""
+    from .batching import offered_rate
     most = n / duration_floor_s(sm, n, input_len, output_len, chunk, max_num_seqs,
                                 decode_only)
-    return most * (1 + MARGIN) < keep_up * min(rate, offered_rate(n, rate, seed))
+    return most * (1 + MARGIN) < keep_up * min(rate, offered_rate(n, rate))
 
 
 def slo_unreachable(sm, input_len: int, chunk: int, ttft_p99_s: float | None,
