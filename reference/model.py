@@ -397,7 +397,12 @@ class ReferenceModel(nn.Module):
 def use_kernels(model: nn.Module, fused) -> nn.Module:
     """Run the kernels a framework profile fuses (txcalc.engine.workload.FUSED_KERNELS): "norm" the
     RMSNorms, "act" the gated MLP product (and gelu_new), "loss" the cross-entropy, each as
-    the single kernel torch.compile builds from the same code."""
+    the single kernel torch.compile builds from the same code; "layers" compiles each block
+    whole (torchtune's compile_model: ``TransformerSelfAttentionLayer.compile()`` per layer)."""
+    if "layers" in fused:
+        for stack, _ in model.cfg.stacks:
+            for blk in model._owner(stack).layers:
+                blk.compile()
     for mod in model.modules():
         if isinstance(mod, RMSNorm):
             mod.fused = "norm" in fused

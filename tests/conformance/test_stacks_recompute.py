@@ -71,6 +71,23 @@ def test_fused_kernels_saved_bytes_exact(cfg, fused):
     assert engine(cfg, work) < engine(cfg, W())
 
 
+@pytest.mark.parametrize("fused,recompute", [
+    (("layers",), "none"), (("layers",), "full"), (("layers", "loss"), "none")])
+def test_blocks_compiled_whole_keep_what_the_fused_kernels_keep(cfg, fused, recompute):
+    """torchtune's compile_model compiles each decoder layer whole (Inductor partitions the
+    block's forward and backward itself): what the compiled blocks keep for backward equals
+    the engine's blocks with their norms and gated products fused ("layers"), the final norm
+    eager, byte for byte; fewer bytes than eager blocks, more than fusing the final norm too
+    (its eager fp32 copy and normalised input)."""
+    work = W(fused=fused, recompute=recompute)
+    assert engine(cfg, work) == hooked(cfg, work)
+    if recompute == "none":
+        D = TINY["hidden_size"]
+        assert engine(cfg, W(fused=tuple(k for k in fused if k != "layers"))) > \
+            engine(cfg, work) > engine(cfg, W(fused=fused + ("norm",)))
+        assert engine(cfg, work) - engine(cfg, W(fused=fused + ("norm",))) == B * S * D * 4
+
+
 def test_fused_norm_saves_two_bytes_a_unit_instead_of_six(cfg):
     """The issue's rule of thumb, on the engine: per norm and token, 4 x D bytes fewer (an
     fp32 RMSNorm saves ~6 B per unit, a fused one ~2); 2 L + 1 norms."""

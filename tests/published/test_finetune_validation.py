@@ -141,7 +141,8 @@ def test_memory_rows_predict_what_txcalc_memory_answers():
                  recipe=m.recipe, offload="none")  # the row's recipe, not the default (issue 28)
     # the CLI has no option for torchtune's compiled loss: the row without it is what memory
     # answers, and the compiled loss only takes bytes away
-    pred = predict(dataclasses.replace(m, compiled_loss=False))
+    pred = predict(dataclasses.replace(m, compiled_loss=False, compiled_layers=False,
+                                        deduced=None))
     assert ans.json["total_bytes"] == pred["tensor_bytes"] > predict(m)["tensor_bytes"]
     for k in ("allocated_bytes", "reserved_bytes", "device_bytes"):  # engine.device, same GPU
         assert ans.json[k] == pred[k], k
@@ -178,3 +179,69 @@ def test_fitted_slack_is_the_fit_rows_answer_and_no_test_row_enters_it():
     from txcalc.engine.device import FRAGMENTATION
     assert all(r.reserved_slack == FRAGMENTATION for k, r in RECIPES.items()
                if k not in FITTED_SLACK)
+
+
+def test_every_deduced_setting_is_forced_by_the_rows_floor():
+    """A row deduces a setting only where its recipe offers it and its measured peak is below
+    what its stated setup holds when the forward ends; a memory row below that floor without
+    a deduction would be an impossible setup. Holds on every row."""
+    from txcalc.train.finetune_runs import deduction_problems
+    runs = load_measurements()
+    assert [p for m in runs for p in deduction_problems(m)] == []
+    assert any(m.deduced for m in runs)
+
+
+def test_the_deduction_rule_refuses_what_the_floor_does_not_force():
+    from txcalc.train.finetune_runs import deduction_problems, stated_floor_bytes
+    runs = {m.id: m for m in load_measurements()}
+    lora = runs["torchtune-llama-3.1-8b-lora-4090"]
+    # the floor: what the stated setup keeps at the forward's end, above the measured figure
+    floor = stated_floor_bytes(lora)
+    assert floor > lora.measured_bytes
+    assert floor == lora.setup(stated=True).memory(lora.batch, lora.seq).phases()[
+        "after_forward"]["total"]
+    # without its deduction the row states an impossible setup
+    assert deduction_problems(dataclasses.replace(lora, deduced=None)) == [
+        f"{lora.id}: measured below what its stated setup holds when the forward ends, "
+        "with nothing deduced"]
+    # a deduction the figure does not force (the full row sits above its floor), with a flag
+    # the full recipe does not offer
+    full = runs["torchtune-llama-3.1-8b-full-4090"]
+    assert full.measured_bytes > stated_floor_bytes(full)
+    probs = deduction_problems(dataclasses.replace(full, deduced={"offload": "activations"}))
+    assert len(probs) == 2 and "does not offer" in probs[0] and "not below" in probs[1]
+    # a setting the recipe does not offer, on a row the floor does force
+    probs = deduction_problems(dataclasses.replace(lora, deduced={"offload": "all"}))
+    assert probs == [f"{lora.id}: deduced offload 'all', which recipe torchtune (lora) does "
+                     "not offer"]
+
+
+def test_deduced_offload_moves_the_checkpoints_to_the_host():
+    """The deduced setting is the engine's offload 'activations': the prediction drops by
+    exactly the checkpoints' bytes (every block's input under full recompute), which the
+    stated setup keeps on the GPU."""
+    from txcalc.train.finetune_runs import predict
+    m = next(r for r in load_measurements() if r.id == "torchtune-llama-3.1-8b-lora-4090")
+    with_, without = m.setup(), m.setup(stated=True)
+    assert (with_.offload, without.offload) == ("activations", "none")
+    mem = with_.memory(m.batch, m.seq)
+    cfg = with_.cfg
+    checkpoints = cfg.n_layers * m.batch * m.seq * cfg.d_model * 2  # bf16 block inputs
+    assert mem.offloaded_activations == checkpoints
+    assert predict(m, without)["tensor_bytes"] - predict(m)["tensor_bytes"] == checkpoints
+
+
+def test_compiled_layers_fuse_the_blocks_norms_and_products_not_the_final_norm():
+    from txcalc.engine.ops import LAYER_FUSED
+    m = next(r for r in load_measurements() if r.id == "torchtune-llama-3.1-8b-lora-4090")
+    s = m.setup()
+    assert "layers" in s.fused and "loss" in s.fused and LAYER_FUSED == ("norm", "act")
+    plain = dataclasses.replace(m, compiled_layers=False).setup()
+    w = s.memory(m.batch, m.seq).work
+    ops = s.memory(m.batch, m.seq).ops
+    fused_norms = {op.path for op in ops if op.kind == "norm" and op.runs_fused(w)}
+    assert "final_norm" not in fused_norms and len(fused_norms) == 2 * s.cfg.n_layers
+    # what the recomputed block keeps in backward, and everything without recompute, shrink
+    assert s.memory(m.batch, m.seq).recompute_bytes < plain.memory(m.batch, m.seq).recompute_bytes
+    none, plain_none = (dataclasses.replace(x, recompute="none") for x in (s, plain))
+    assert none.memory(m.batch, m.seq).activations < plain_none.memory(m.batch, m.seq).activations

@@ -45,7 +45,7 @@ def leaf_saved(cfg: ModelConfig, ops, work: Workload, act_bytes: int) -> bool:
                   op.kind != "checkpoint"), None)
     if first is None or first.kind != "norm" or not first.saved:
         return False
-    saved = first.saved_fused if first.saved_fused is not None and "norm" in work.fused \
+    saved = first.saved_fused if first.saved_fused is not None and first.runs_fused(work) \
         else first.saved
     return saved[0][1] == "a" or (saved[0][1] == "f32" and act_bytes == 4)
 

@@ -310,7 +310,7 @@ class Op:
         if self.kind == "dropout" and not w.dropout:
             return 0
         saved = self.saved
-        if self.saved_fused is not None and FUSED_KIND.get(self.kind) in w.fused:
+        if self.saved_fused is not None and self.runs_fused(w):
             saved = self.saved_fused
         if self.grad_in_forward(w):  # Liger keeps grad_input, its input's size, trained or not
             saved = ((self.d_in, "a"),)
@@ -423,6 +423,15 @@ class Op:
         if self.kind == "attn_scores" and self.fused_attn(w):
             return rows * self.heads * (self.d_out * act_bytes + 4)
         return 0
+
+    def runs_fused(self, w: Workload) -> bool:
+        """Whether this op runs as its fused kernel: its kernel is in ``Workload.fused``
+        (FUSED_KIND), or it is a norm or gated activation inside a block and the blocks are
+        compiled whole ("layers": torchtune's compile_model; the final norm, outside the
+        blocks, stays eager)."""
+        kernel = FUSED_KIND.get(self.kind)
+        return kernel in w.fused or (
+            "layers" in w.fused and kernel in LAYER_FUSED and self.layer >= 0)
 
     def fused_attn(self, w: Workload) -> bool:
         """Whether this op runs under a fused attention kernel: ``attn_impl`` flash, but not
@@ -644,6 +653,10 @@ def causal_pairs(s: int, window: int = 0, chunk: int = 0) -> int:
 
 #: op kind -> the fused kernel (``Workload.fused``) that swaps its ``saved`` for ``saved_fused``
 FUSED_KIND = {"norm": "norm", "activation": "act", "loss": "loss"}
+#: the kernels a block compiled whole runs fused (``Workload.fused`` "layers"): what Inductor
+#: keeps for a whole compiled block equals these two fused inside it, byte for byte
+#: (tests/conformance/test_stacks_recompute.py, the reference's blocks under torch.compile)
+LAYER_FUSED = ("norm", "act")
 
 
 def op_level_kept(ops, w: Workload) -> set[str]:

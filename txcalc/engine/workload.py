@@ -54,8 +54,10 @@ class RecomputeMethod(StrEnum):
 #: kernels a framework may fuse (txcalc.engine.stacks): what each changes is declared per op
 #: (``Op.saved_fused``): norm (RMSNorm keeping its input and 1/rms), act (the gated MLP's
 #: act(gate) * up keeping gate and up only), loss (cross-entropy keeping the logits in the
-#: activation dtype and two fp32 statistics per row, not fp32 log-probabilities)
-FUSED_KERNELS = ("norm", "act", "loss")
+#: activation dtype and two fp32 statistics per row, not fp32 log-probabilities); layers (each
+#: block compiled whole, torchtune's compile_model: the norms and gated products inside the
+#: blocks as norm and act, the final norm eager; ops.LAYER_FUSED)
+FUSED_KERNELS = ("norm", "act", "loss", "layers")
 
 #: tensors a framework's own code keeps for backward beyond the ops' (``Stack.keeps`` ->
 #: ``Workload.keeps``; counted by the engine's ``saved.saved_rows``, so ``memory``, ``plan

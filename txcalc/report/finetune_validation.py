@@ -36,8 +36,10 @@ def _setup(r: Row) -> str:
     m = r.run
     ck = "on" if m.gradient_checkpointing else "off"
     bwd = " in backward" if m.optimizer_in_backward else ""
-    return (f"{m.describe_method()}; {m.precision}, {m.optimizer}{bwd}, ckpt {ck}, "
-            f"loss {m.loss}, attn {m.attn}")
+    ded = "".join(f", {k} {v} (deduced)" for k, v in (m.deduced or {}).items())
+    comp = ", compiled layers" if m.compiled_layers else ""
+    return (f"{m.describe_method()}; {m.precision}, {m.optimizer}{bwd}, ckpt {ck}{ded}, "
+            f"loss {m.loss}, attn {m.attn}{comp}")
 
 
 def _torchtune_reading(rows: list[Row]) -> str:
@@ -62,6 +64,29 @@ def _torchtune_reading(rows: list[Row]) -> str:
             f"({_pct(after / full.measured_value - 1)}) with the optimizer after backward and "
             f"{_gib(plain)} GiB ({_pct(plain / full.measured_value - 1)}) with the states in "
             f"the allocator too.")
+
+
+def _deduced_reading(rows: list[Row]) -> str:
+    """Each row with ``deduced`` settings in words: the floor its stated setup must hold,
+    the figure it measured, and txcalc's figure with and without the deduction."""
+    from ..train.finetune_runs import predict, predicted_figure, stated_floor_bytes
+    parts = []
+    for r in rows:
+        m = r.run
+        if not m.deduced:
+            continue
+        stated = predicted_figure(m, predict(m, m.setup(stated=True)))[0]
+        parts.append(f"{m.id}: {_gib(r.measured_value)} GiB measured, below the "
+                     f"{_gib(stated_floor_bytes(m))} GiB its stated setup holds when the "
+                     f"forward ends; {_gib(r.figure)} GiB ({_pct(r.error)}) with "
+                     + ", ".join(f"{k} {v}" for k, v in m.deduced.items())
+                     + f", {_gib(stated)} GiB ({_pct(stated / r.measured_value - 1)}) without")
+    if not parts:
+        return ""
+    return ("Deduced settings (`finetune_runs.deduction_problems`: only where the source is "
+            "silent, the recipe offers the flag and the figure is below what the setup as "
+            "stated must hold when its forward ends, `stated_floor_bytes`): "
+            + "; ".join(parts) + ".")
 
 
 def summary(rows: list[Row], split: str, length: bool) -> dict:
@@ -155,9 +180,10 @@ def render(rows: list[Row]) -> str:
             "bitsandbytes 0.42.0 holds on its autograd context, through the next forward "
             "(engine.finetune: quantizer fabric, keeps_previous); not modelled there: the "
             "paged optimizer's states outside the allocator (booked, 0.05-0.06 GiB). "
-            + _torchtune_reading(rows) + " Not explained: the litgpt rows' last 2-6 %; "
-            "torchtune's rows all sit above what ran, and its statistic is assumed reserved "
-            "from an older README (allocated would put them at "
+            + _torchtune_reading(rows) + " " + _deduced_reading(rows)
+            + " Not explained: the litgpt rows' last 2-6 %; torchtune's full row sits above "
+            "what ran, and torchtune's statistic is assumed reserved from an older README "
+            "(allocated would put its rows at "
             + ", ".join(f"{_pct(r.predicted['allocated_bytes'] / r.measured_value - 1)} "
                         f"({r.run.method})" for r in rows if r.run.recipe == "torchtune")
             + ").", "",

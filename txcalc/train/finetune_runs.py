@@ -112,6 +112,16 @@ class Measurement:
     #: the run steps each parameter inside backward (torchtune's optimizer_in_bwd:
     #: TrainingMemory.optimizer_in_backward)
     optimizer_in_backward: bool | None = None
+    #: the run compiled each decoder layer (torchtune's compile_model: torch.compile of every
+    #: TransformerSelfAttentionLayer), so the norms and gated activations inside the blocks
+    #: run as the kernels Inductor fuses (Workload.fused "layers"; the reference model's
+    #: blocks compiled on CPU keep the same bytes, tests/conformance/test_stacks_recompute.py)
+    compiled_layers: bool | None = None
+    #: settings the source does not state but its figure forces (``DEDUCIBLE``): the row's
+    #: measured peak lies below ``stated_floor_bytes``, what its stated setup must hold when
+    #: the forward ends, and the row's recipe has a flag that takes those bytes away; the
+    #: row's ``assumptions`` say why. ``deductions_hold`` checks both conditions.
+    deduced: dict | None = field(default=None, hash=False)
 
     @property
     def kind(self) -> str:
@@ -152,10 +162,11 @@ class Measurement:
                         quantizer=q.get("quantizer", "transformers"),
                         keeps_previous=bool(self.keeps_previous))
 
-    def setup(self):
+    def setup(self, stated: bool = False):
         """The one-GPU setup ``txcalc memory`` / ``fit`` would build for this row, with the
         row's recipe where ``engine.recipes`` declares it (``recipe_effects``) and the row's GPU
-        (its cuBLAS workspace, engine.device)."""
+        (its cuBLAS workspace, engine.device); with its ``deduced`` settings unless ``stated``
+        (the setup as the source states it)."""
         import dataclasses
 
         from ..model.presets import get_preset
@@ -164,10 +175,13 @@ class Measurement:
         upcast, kernel, slack = recipe_effects(self.recipe)
         if ft is not None and ft.mode == "qlora":
             ft = dataclasses.replace(ft, upcast=upcast)
+        fused = (("layers",) if self.compiled_layers else ()) + \
+            (("loss",) if self.compiled_loss else ())
+        deduced = {} if stated else (self.deduced or {})
         return Setup(get_preset(self.model), self.precision, self.optimizer, self.attn,
-                     self.recompute, ft, loss=self.loss, optimizer_kernel=kernel,
-                     gpu_name=self.gpu, fragmentation=slack,
-                     fused=("loss",) if self.compiled_loss else (),
+                     self.recompute, ft, offload=deduced.get("offload", "none"),
+                     loss=self.loss, optimizer_kernel=kernel,
+                     gpu_name=self.gpu, fragmentation=slack, fused=fused,
                      optimizer_in_backward=bool(self.optimizer_in_backward))
 
     def describe_method(self) -> str:
@@ -199,6 +213,48 @@ def recipe_effects(recipe: str) -> tuple[bool, str, float]:
     if r is None:
         return False, "foreach", FRAGMENTATION
     return r.upcast, r.optimizer_kernel, r.reserved_slack
+
+
+#: (recipe, method) -> the settings a row of that recipe may have ``deduced`` and the values
+#: its code offers: torchtune's lora_finetune_single_device.py takes
+#: ``enable_activation_offloading`` (OffloadActivations, since #1443, 7045e965d, 2024-09-16:
+#: every tensor the model's forward saves goes to host memory, the checkpoints under
+#: activation checkpointing; txcalc's offload "activations"); its full_finetune_single_device.py
+#: has no such flag at 30b8519e8 (the README table's commit)
+DEDUCIBLE = {("torchtune", "lora"): {"offload": ("activations",)},
+             ("torchtune", "qlora"): {"offload": ("activations",)}}
+
+
+def stated_floor_bytes(m: Measurement) -> int:
+    """What the row's setup as its source states it (no ``deduced`` settings) must hold when
+    its forward ends: the engine's ``after_forward`` tensors (weights, optimizer states,
+    every tensor saved for backward, each count exact against PyTorch on CPU), no transient,
+    workspace or allocator slack. Any measured peak (allocated, reserved or nvidia-smi) of
+    that setup is at least this."""
+    return m.setup(stated=True).memory(m.batch, m.seq).phases()["after_forward"]["total"]
+
+
+def deduction_problems(m: Measurement) -> list[str]:
+    """Why a row's ``deduced`` settings are not allowed, or why a row needs one, in words: a
+    setting is deduced only where the source is silent, the recipe offers it (``DEDUCIBLE``)
+    and the measured peak is below ``stated_floor_bytes``; a memory row below that floor
+    without a deduction states an impossible setup."""
+    if m.is_length:
+        return [f"{m.id}: a maximum length cannot deduce settings"] if m.deduced else []
+    below = m.measured_bytes < stated_floor_bytes(m)
+    if not m.deduced:
+        return [f"{m.id}: measured below what its stated setup holds when the forward ends, "
+                f"with nothing deduced"] if below else []
+    bad = []
+    allowed = DEDUCIBLE.get((m.recipe, m.method), {})
+    for k, v in m.deduced.items():
+        if v not in allowed.get(k, ()):
+            bad.append(f"{m.id}: deduced {k} {v!r}, which recipe {m.recipe} ({m.method}) does "
+                       f"not offer")
+    if not below:
+        bad.append(f"{m.id}: deduces {', '.join(m.deduced)} but its measured peak is not "
+                   f"below its stated setup's floor")
+    return bad
 
 
 def measurements_path() -> Path:
