@@ -48,9 +48,15 @@ def test_memory_answers_the_published_row_and_the_options_undo_the_recipe():
     from txcalc.train.finetune_runs import load_measurements, predict
     m = next(r for r in load_measurements() if r.id == "torchtune-llama-3.1-8b-full-4090")
     out = _json(["memory", *FULL, "--batch", "2", "--seq", "2048"])
-    # the CLI has no option for the compiled loss: the row without it is what memory answers
-    pred = predict(dataclasses.replace(m, compiled_loss=False, compiled_layers=False,
-                                        deduced=None))
+    # the row ran compiled (its blocks and its loss): --compile answers it exactly
+    comp = _json(["memory", *FULL, "--batch", "2", "--seq", "2048", "--compile"])
+    pred = predict(m)
+    assert comp["total_bytes"] == pred["tensor_bytes"] != out["total_bytes"]
+    assert comp["fused"] == ["layers", "loss"] and out["fused"] == []
+    for k in ("allocated_bytes", "reserved_bytes", "device_bytes"):
+        assert comp[k] == pred[k], k
+    # without it, the same row uncompiled
+    pred = predict(dataclasses.replace(m, compiled_loss=False, compiled_layers=False))
     assert out["total_bytes"] == pred["tensor_bytes"]
     for k in ("allocated_bytes", "reserved_bytes", "device_bytes"):
         assert out[k] == pred[k], k

@@ -130,22 +130,33 @@ def test_a_reserved_prediction_is_picked_for_a_reserved_row_once_predict_gives_o
 
 def test_memory_rows_predict_what_txcalc_memory_answers():
     """The report's figures are the CLI's for the same options: ``total_bytes`` (the
-    tensors' peak) and the allocated, reserved and device bytes it compares."""
+    tensors' peak) and the allocated, reserved and device bytes it compares. torchtune's rows
+    ran compiled (--compile: its blocks and its loss); the deduced offload is --offload."""
     from txcalc.answers.costs import memory
-    m = next(r for r in load_measurements() if r.id == "torchtune-llama-3.1-8b-qlora-4090")
     from txcalc.train.finetune_runs import predict
-    ans = memory(m.model, batch=m.batch, seq=m.seq, precision=m.precision,
-                 optimizer=m.optimizer, attn=m.attn, recompute=m.recompute,
-                 finetune=m.method, lora_rank=m.lora["rank"], lora_alpha=m.lora["alpha"],
-                 lora_targets=m.lora["targets"], loss=m.loss, gpu=m.gpu,
-                 recipe=m.recipe, offload="none")  # the row's recipe, not the default (issue 28)
-    # the CLI has no option for torchtune's compiled loss: the row without it is what memory
-    # answers, and the compiled loss only takes bytes away
-    pred = predict(dataclasses.replace(m, compiled_loss=False, compiled_layers=False,
-                                        deduced=None))
-    assert ans.json["total_bytes"] == pred["tensor_bytes"] > predict(m)["tensor_bytes"]
-    for k in ("allocated_bytes", "reserved_bytes", "device_bytes"):  # engine.device, same GPU
-        assert ans.json[k] == pred[k], k
+    m = next(r for r in load_measurements() if r.id == "torchtune-llama-3.1-8b-qlora-4090")
+    for offload, setup in (("none", m.setup(stated=True)), (m.deduced["offload"], m.setup())):
+        ans = memory(m.model, batch=m.batch, seq=m.seq, precision=m.precision,
+                     optimizer=m.optimizer, attn=m.attn, recompute=m.recompute,
+                     finetune=m.method, lora_rank=m.lora["rank"], lora_alpha=m.lora["alpha"],
+                     lora_targets=m.lora["targets"], loss=m.loss, gpu=m.gpu,
+                     recipe=m.recipe, offload=offload, compile=True)
+        pred = predict(m, setup)
+        assert ans.json["total_bytes"] == pred["tensor_bytes"]
+        for k in ("allocated_bytes", "reserved_bytes", "device_bytes"):  # same GPU
+            assert ans.json[k] == pred[k], k
+        assert ans.json["fused"] == ["layers", "loss"]
+    # without --compile: the row without its compiled blocks and loss, more bytes
+    plain = memory(m.model, batch=m.batch, seq=m.seq, precision=m.precision,
+                   optimizer=m.optimizer, attn=m.attn, recompute=m.recompute,
+                   finetune=m.method, lora_rank=m.lora["rank"], lora_alpha=m.lora["alpha"],
+                   lora_targets=m.lora["targets"], loss=m.loss, gpu=m.gpu, recipe=m.recipe,
+                   offload="none")
+    pred = predict(dataclasses.replace(m, compiled_loss=False, compiled_layers=False),
+                   dataclasses.replace(m, compiled_loss=False, compiled_layers=False).setup(
+                       stated=True))
+    assert plain.json["total_bytes"] == pred["tensor_bytes"] > predict(
+        m, m.setup(stated=True))["tensor_bytes"]
 
 
 def test_a_bad_row_is_refused_naming_each_problem(tmp_path):

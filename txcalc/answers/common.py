@@ -38,10 +38,12 @@ def load_model(model, head: str | None = None):
 
 
 def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
-             recompute_method="block", recompute_layers=0, loss="full", global_tokens=0):
+             recompute_method="block", recompute_layers=0, loss="full", global_tokens=0,
+             compiled=()):
     """The workload of flops / memory; ``stack`` (txcalc.engine.stacks) sets the fused kernels
-    and, when ``attn`` is None, the attention kernel (else flash). No ``src_seq`` (neither
-    --images nor --src-seq): the batch is text (Workload.text_only)."""
+    and, when ``attn`` is None, the attention kernel (else flash); ``compiled``: kernels
+    torch.compile fuses beyond the stack's (--compile: ``apply_recipe``'s "compiled"). No
+    ``src_seq`` (neither --images nor --src-seq): the batch is text (Workload.text_only)."""
     from ..engine.workload import Workload
     prof = None
     if stack is not None:
@@ -49,7 +51,8 @@ def workload(batch, seq, src_seq, attn, recompute, dropout=False, stack=None,
         prof = get_stack(stack)
     attn = attn or (prof.attn_impl if prof else "flash")
     return Workload(batch=batch, seq=seq, src_seq=src_seq, attn_impl=attn, recompute=recompute,
-                    dropout=dropout, fused=prof.fused if prof else (),
+                    dropout=dropout,
+                    fused=tuple(dict.fromkeys((prof.fused if prof else ()) + tuple(compiled))),
                     keeps=prof.keeps if prof else (),
                     loss_kernel=prof.loss_kernel if prof else "hf",
                     softmax_fp32=prof.softmax_fp32 if prof else True,
@@ -115,7 +118,7 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
                                      for k, v in given.items()},
                 "optimizer_kernel": "foreach", "optimizer_in_backward": bool(in_backward),
                 "reserved_slack": FRAGMENTATION, "recipe": None, "precision": None,
-                "assumed": []}
+                "compiled": ("layers",), "assumed": []}
     r = get_recipe(DEFAULT_RECIPE if recipe is None else recipe)
     assumed = [] if recipe is not None else [
         f"recipe {r.name} ({r.describe().partition(': ')[2]}; --recipe to change)"]
@@ -134,7 +137,7 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
             "offload": r.offload if offload is None else offload,
             "optimizer_kernel": r.optimizer_kernel, "optimizer_in_backward": bool(in_backward),
             "reserved_slack": r.reserved_slack, "recipe": r.to_json(), "precision": None,
-            "assumed": assumed}
+            "compiled": r.compiled, "assumed": assumed}
 
 
 def planner_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None,
@@ -175,7 +178,16 @@ def full_recipe(r, optimizer: str | None, loss: str | None, offload: str | None,
             "loss": loss or r.loss, "offload": offload or r.offload,
             "optimizer_kernel": r.optimizer_kernel, "optimizer_in_backward": bwd,
             "reserved_slack": r.reserved_slack, "recipe": r.to_json(),
-            "precision": r.full_precision, "assumed": assumed}
+            "precision": r.full_precision, "compiled": r.compiled, "assumed": assumed}
+
+
+def compile_said(compiled: tuple) -> str:
+    """--compile in words: what the compiled model runs fused (``apply_recipe``'s
+    "compiled")."""
+    loss = " and the loss (the recipe's compile_loss)" if "loss" in compiled else ""
+    return ("torch.compile (--compile): each block compiled whole, its norms and gated "
+            f"activations fused (what Inductor keeps for backward){loss}; the final norm "
+            "eager")
 
 
 def recipe_precision(given: str | None, default: str, said: list[str], rec: dict

@@ -160,7 +160,8 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
            lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
            offload: str | None = None, loss: str | None = None, head: str | None = None,
            images: int = 0, image_size: int = 0, global_tokens: int | str = 0,
-           recipe: str | None = None, optimizer_in_backward: bool | None = None) -> Answer:
+           recipe: str | None = None, optimizer_in_backward: bool | None = None,
+           compile: bool = False) -> Answer:
     """Bytes of training (weights, gradients, optimizer, activations) or serving (KV cache),
     and whether they fit one GPU: training's ``need_bytes`` (reserved + CUDA context,
     engine.device.device_memory, with ``allocated_bytes`` and ``reserved_bytes``),
@@ -170,8 +171,10 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
     sets the optimizer, loss and offload left None (``apply_recipe``); full training with a
     ``recipe`` that declares a full config takes its optimizer, loss and checkpointing.
     ``optimizer_in_backward`` None: the recipe's (torchtune's full config: each parameter
-    stepped inside backward), else after backward. Every default taken is listed in the
-    answer's ``assumed`` (a list of sentences, empty when none)."""
+    stepped inside backward), else after backward. ``compile``: the model under torch.compile
+    (each block compiled whole; the recipe's loss too where it compiles it: ``Recipe.
+    compiled``). Every default taken is listed in the answer's ``assumed`` (a list of
+    sentences, empty when none)."""
     from ..engine.hardware import get_gpu, gpu_memory
     from ..errors import WorkloadError
     from .checks import checked
@@ -211,6 +214,9 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
         src_seq = src_seq or cross_rows(cfg, images)
         seq = checked(seq=seq + extra)["seq"]
         context = checked(context=str(context + extra))["context"] if context else 0
+    if (params is not None or inference) and compile:
+        raise WorkloadError("--compile needs a training step of MODEL (not --params or "
+                            "--inference)")
     if (params is not None or inference) and optimizer_in_backward:
         raise WorkloadError("--optimizer-in-backward needs a training step of MODEL (not "
                             "--params or --inference)")
@@ -236,8 +242,11 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
                         dropout, rec["finetune"], rec["offload"], stack, recompute_method,
                         recompute_layers, rec["loss"], global_tokens,
                         None if stack else rec["optimizer_kernel"],
-                        rec["optimizer_in_backward"])
+                        rec["optimizer_in_backward"], rec["compiled"] if compile else ())
         slack = rec["reserved_slack"]
+        if compile:
+            from .common import compile_said
+            said = said + [compile_said(rec["compiled"])]
         if rec["recipe"] is not None:
             out["recipe"] = rec["recipe"]
         said += assumed + rec["assumed"] + out.pop("assumed")
@@ -260,12 +269,12 @@ def memory(model: str | None = None, params: str | None = None, batch: int = 1,
 def _training(cfg, batch, seq, src_seq, attn, recompute, precision, optimizer,
               dropout=False, ft=None, offload="none", stack=None,
               recompute_method="block", recompute_layers=0, loss="full",
-              global_tokens=0, kernel=None, in_backward=False) -> dict:
+              global_tokens=0, kernel=None, in_backward=False, compiled=()) -> dict:
     from ..engine.memory import TrainingMemory
     from ..engine.workload import check_fits
 
     work = workload(batch, seq, src_seq, attn, recompute, dropout, stack, recompute_method,
-                    recompute_layers, loss, global_tokens)
+                    recompute_layers, loss, global_tokens, compiled)
     check_fits(cfg, work)
     kernel = kernel or "foreach"
     if stack is not None:  # the stack's optimizer step (memory.OPTIMIZER_STEPS), as plan train

@@ -16,7 +16,7 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
         lora_dropout: float = 0.0, trainable: str = "head", base_format: str = "nf4",
         offload: str | None = None, loss: str | None = None, gpu_file: str | None = None,
         recipe: str | None = None, safety: float = 0.0,
-        optimizer_in_backward: bool | None = None) -> Answer:
+        optimizer_in_backward: bool | None = None, compile: bool = False) -> Answer:
     """Longest sequence at a micro-batch (or largest micro-batch at a sequence) on one GPU,
     or on each of ``gpus`` under ZeRO-3. ``precision`` None: bf16-mixed, or fp16-mixed on a
     GPU without bf16 (T4, V100). ``recompute`` None: gradient checkpointing ("full"), as the
@@ -25,7 +25,8 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     it declares one, and ``optimizer_in_backward`` None takes its choice). Every default taken
     is listed in the
     answer's ``assumed`` (a list of sentences). ``safety``: GB (1e9 bytes) kept free on each
-    GPU. ``parts``: the FitResult, the ModelConfig, the GPU's label and memory words, the
+    GPU. ``compile``: the model under torch.compile (``Recipe.compiled``: each block compiled
+    whole, the recipe's loss too where it compiles it). ``parts``: the FitResult, the ModelConfig, the GPU's label and memory words, the
     Finetune (None: full) and the optimizer kernel."""
     from ..engine.finetune import check_precision
     from ..engine.hardware import memory_words
@@ -63,11 +64,15 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     precision, said = recipe_precision(opts["precision"], precision, said, rec)
     check_precision(ft, precision)
     assumed = said + assumed + rec["assumed"]
+    if compile:
+        from .common import compile_said
+        assumed.append(compile_said(rec["compiled"]))
     cfg = load_model(model)
     setup = Setup(cfg, precision, rec["optimizer"], attn, recompute, rec["finetune"],
                   rec["offload"], gpus, rec["loss"], rec["optimizer_kernel"],
                   g.name if gpu is not None else None,
                   fragmentation=rec["reserved_slack"],
+                  fused=tuple(rec["compiled"]) if compile else (),
                   optimizer_in_backward=rec["optimizer_in_backward"])
     probe = setup.memory(1, 1)
     probe.ops  # refuses bad targets and ranks before the search

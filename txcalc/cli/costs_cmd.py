@@ -188,6 +188,7 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
            loss: str = RECIPE_OPTS["loss"],
            recipe: str = RECIPE_OPTS["recipe"],
            optimizer_in_backward: bool = RECIPE_OPTS["optimizer_in_backward"],
+           compile: bool = RECIPE_OPTS["compile"],
            head: str = typer.Option(None, "--head", help=HEAD_HELP),
            images: int = typer.Option(0, "--images", help=IMAGES_HELP),
            image_size: int = typer.Option(0, "--image-size", help=IMAGE_SIZE_HELP),
@@ -200,7 +201,8 @@ def memory(model: str = typer.Argument(None, help=MODEL_HELP + " Omit with --par
                  recompute_method, recompute_layers, stack, dropout, inference, weights,
                  context, concurrency, kv_dtype, gpu, gpu_gb, gpu_file, finetune, lora_rank,
                  lora_alpha, lora_targets, lora_dropout, trainable, base_format, offload, loss,
-                 head, images, image_size, global_tokens, recipe, optimizer_in_backward)
+                 head, images, image_size, global_tokens, recipe, optimizer_in_backward,
+                 compile)
     out = ans.json
     if json_out:
         emit_json(out)

@@ -34,6 +34,7 @@ def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
         loss: str = RECIPE_OPTS["loss"],
         recipe: str = RECIPE_OPTS["recipe"],
         optimizer_in_backward: bool = RECIPE_OPTS["optimizer_in_backward"],
+        compile: bool = RECIPE_OPTS["compile"],
         safety: float = typer.Option(0.0, "--safety", help="GB (1e9 bytes) to keep free on each GPU: the answer's bytes (reserved + CUDA context on one GPU) must stay within the GPU's memory less this margin."),
         gpu_file: str = COMMON_OPTS["gpu_file"],
         emit: str = emit_option("fit"),
@@ -46,7 +47,8 @@ def fit(ctx: typer.Context, model: str = typer.Argument(..., help=MODEL_HELP),
 
     ans = answer(model, gpu, gpu_gb, batch, seq, gpus, precision, optimizer, attn, recompute,
                  finetune, lora_rank, lora_alpha, lora_targets, lora_dropout, trainable,
-                 base_format, offload, loss, gpu_file, recipe, safety, optimizer_in_backward)
+                 base_format, offload, loss, gpu_file, recipe, safety, optimizer_in_backward,
+                 compile)
     out = ans.json
     if emit is not None:
         from .emit_opts import emit_answer

@@ -89,6 +89,12 @@ RECIPE_OPTS = {
              "torchtune with full fine-tuning: on, as its full config."),
     "loss": typer.Option(None, "--loss", help=FT_HELP["loss"] + " Default full; fine-tuning: "
                          "the recipe's."),
+    "compile": typer.Option(
+        False, "--compile/--no-compile",
+        help="The model under torch.compile: each block compiled whole, its norms and gated "
+             "activations fused as Inductor runs them (torchtune's compile: True, per-layer "
+             "compile); --recipe torchtune also compiles its loss (compile_loss). Default "
+             "off."),
     "offload": typer.Option(None, "--offload", help=FT_HELP["offload"] + " Default none; "
                             "fine-tuning: the recipe's."),
 }

@@ -29,6 +29,10 @@ PEFT's and most trainers' QLoRA examples). What each row changes in the accounti
                  |  (bitsandbytes' paged 32-bit AdamW: fp32     |
                  |  states, one fused kernel; paging to host    |
                  |  under pressure is not modelled)             |
+    compiled     | what --compile fuses under the recipe: each  | Workload.fused "layers"
+                 |  block compiled whole (norms, gated          |  (+ "loss": torchtune's
+                 |  activations); torchtune compiles its loss   |  compile_loss)
+                 |  too                                         |
     full         | a recipe's full fine-tune config, where it   | full_optimizer,
                  |  declares one: its optimizer (torchtune:     |  full_in_backward;
                  |  bitsandbytes' PagedAdamW8bit, paged states  |  engine.optimizers
@@ -85,6 +89,10 @@ class Recipe(NamedTuple):
     full_in_backward: bool = False
     #: the full config's precision where the options give none (memory.PRECISIONS)
     full_precision: str | None = None
+    #: what the recipe's torch.compile switch (txcalc's --compile) runs fused
+    #: (Workload.fused): the blocks compiled whole ("layers": their norms and gated
+    #: activations), and the loss where the recipe compiles it too
+    compiled: tuple[str, ...] = ("layers",)
 
     def describe_full(self) -> str:
         """The full fine-tune config in words (``full_optimizer`` set)."""
@@ -109,7 +117,7 @@ class Recipe(NamedTuple):
                 "optimizer": self.optimizer, "optimizer_kernel": self.optimizer_kernel,
                 "optimizer_name": self.optimizer_name, "full_optimizer": self.full_optimizer,
                 "full_optimizer_in_backward": self.full_in_backward,
-                "full_precision": self.full_precision,
+                "full_precision": self.full_precision, "compiled": list(self.compiled),
                 "sources": dict(self.sources)}
 
 
@@ -191,10 +199,15 @@ RECIPES = {r.name: r for r in (
                      "recipes/full_finetune_single_device.py _setup_optimizer (one optimizer "
                      "per parameter) and torchtune/training/memory.py "
                      "register_optim_in_bwd_hooks (step, then zero_grad, in each parameter's "
-                     "post-accumulate-grad hook)")),
+                     "post-accumulate-grad hook)"),
+            ("compile", "pytorch/torchtune@30b8519e torchtune/training/_compile.py "
+                        "compile_model (each TransformerSelfAttentionLayer compiled, the "
+                        "whole model before PyTorch 2.5) and compile_loss "
+                        "(CEWithChunkedOutputLoss.compute_cross_entropy compiled), both "
+                        "called by the recipes when compile: True")),
            full_optimizer="paged-adam8bit",
            full_optimizer_name="bitsandbytes.optim.PagedAdamW8bit", full_in_backward=True,
-           full_precision="bf16"),
+           full_precision="bf16", compiled=("layers", "loss")),
 )}
 RECIPES = {k: r._replace(reserved_slack=FITTED_SLACK.get(k, r.reserved_slack))
            for k, r in RECIPES.items()}

@@ -243,8 +243,8 @@ def deduction_problems(m: Measurement) -> list[str]:
         return [f"{m.id}: a maximum length cannot deduce settings"] if m.deduced else []
     below = m.measured_bytes < stated_floor_bytes(m)
     if not m.deduced:
-        return [f"{m.id}: measured below what its stated setup holds when the forward ends, "
-                f"with nothing deduced"] if below else []
+        return [(f"{m.id}: measured below what its stated setup holds when the forward "
+                 f"ends, with nothing deduced")] if below else []
     bad = []
     allowed = DEDUCIBLE.get((m.recipe, m.method), {})
     for k, v in m.deduced.items():

@@ -126,7 +126,7 @@ class Setup:
         s = TrainSetting(self.cfg, _planner_gpu(), seq, batch * self.gpus, self.precision,
                          self.optimizer, self.attn, finetune=self.finetune, loss=self.loss,
                          offload_optimizer=self.offload in ("optimizer", "all"),
-                         optimizer_kernel=self.optimizer_kernel)
+                         optimizer_kernel=self.optimizer_kernel, fused=self.fused)
         lay = Layout(dp=self.gpus, zero=3, micro_batch=batch, recompute=self.recompute,
                      offload_checkpoints=self.recompute == "full"
                      and self.offload in ("activations", "all"))
