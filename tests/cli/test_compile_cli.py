@@ -58,3 +58,16 @@ def test_compile_without_a_training_step_is_refused_in_one_line():
     for argv in (["memory", "--params", "8e9", "--compile"],
                  ["memory", "llama-3.2-1b", "--inference", "--compile"]):
         _one_line_exit_2(argv, "--compile needs a training step of MODEL")
+
+
+def test_an_emitted_config_refuses_a_compiled_plan():
+    """The HF-Trainer formats do not compile each block on its own: a plan made with
+    --compile would promise them lengths their runs do not reach."""
+    from .test_loss_flags import _one_line_exit_2
+    argv = ["fit", "llama-3.2-1b", "--gpu", "rtx-4090", "--finetune", "lora", "--recipe",
+            "trl-sft", "--emit", "trl"]
+    out = _json(argv[:-2])
+    assert out["fused"] == []
+    assert _json([*argv[:-2], "--compile"])["fused"] == ["layers"]
+    _one_line_exit_2([*argv, "--compile"], "--emit trl: --compile: the plan modelled each "
+                                           "block compiled on its own")

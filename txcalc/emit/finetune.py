@@ -70,6 +70,10 @@ class FitFacts:
                    "checkpointing recomputes every block")
         if j["offload"] != "none":
             refuse(fmt, f"offload {j['offload']}", "not among this format's options")
+        if j.get("fused"):
+            refuse(fmt, "--compile", "the plan modelled each block compiled on its own "
+                   "(torchtune's per-layer compile); fit without --compile to plan what "
+                   f"{fmt} runs")
         if j.get("optimizer_in_backward"):
             refuse(fmt, "--optimizer-in-backward", "the HF Trainer steps after backward; "
                    "fit with --no-optimizer-in-backward")

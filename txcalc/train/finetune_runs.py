@@ -228,9 +228,11 @@ DEDUCIBLE = {("torchtune", "lora"): {"offload": ("activations",)},
 def stated_floor_bytes(m: Measurement) -> int:
     """What the row's setup as its source states it (no ``deduced`` settings) must hold when
     its forward ends: the engine's ``after_forward`` tensors (weights, optimizer states,
-    every tensor saved for backward, each count exact against PyTorch on CPU), no transient,
-    workspace or allocator slack. Any measured peak (allocated, reserved or nvidia-smi) of
-    that setup is at least this."""
+    every tensor saved for backward, each count exact against PyTorch on CPU; a QLoRA base
+    in the engine's nf4 layout: torchao's NF4Tensor keeps the same 4-bit codes and int8
+    per-64 scales, its second-level factors differing by under a megabyte at 8B), no
+    transient, workspace or allocator slack. Any measured peak (allocated, reserved or
+    nvidia-smi) of that setup is at least this."""
     return m.setup(stated=True).memory(m.batch, m.seq).phases()["after_forward"]["total"]
 
 

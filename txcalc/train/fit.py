@@ -186,7 +186,7 @@ class FitResult:
                 "attn_impl": s.attn, "recompute": s.recompute,
                 "finetune": s.finetune.describe() if s.finetune else "full fine-tuning",
                 "offload": s.offload, "loss": s.loss, "gpus": s.gpus,
-                "suggestions": self.suggestions}
+                "fused": list(s.fused), "suggestions": self.suggestions}
 
 
 def _seq_limit(cfg: ModelConfig) -> int:
