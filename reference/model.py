@@ -400,6 +400,12 @@ def use_kernels(model: nn.Module, fused) -> nn.Module:
     the single kernel torch.compile builds from the same code; "layers" compiles each block
     whole (torchtune's compile_model: ``TransformerSelfAttentionLayer.compile()`` per layer)."""
     if "layers" in fused:
+        import torch._dynamo.config as dynamo
+        # every block is compiled on its own (dynamo guards on the module), so many models'
+        # blocks in one process pass dynamo's default limit of 8 compiles per code object,
+        # past which it runs them eager without a word: measure compiled blocks, always
+        dynamo.recompile_limit = max(dynamo.recompile_limit, 1 << 16)
+        dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 1 << 16)
         for stack, _ in model.cfg.stacks:
             for blk in model._owner(stack).layers:
                 blk.compile()

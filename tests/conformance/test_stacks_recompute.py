@@ -307,3 +307,18 @@ def test_one_gpu_plan_activations_equal_memory_for_every_stack(stack, model):
                                              softmax_fp32=st.softmax_fp32, fused=st.fused))
         per_block = 1024 * cfg.d_model * 2 * (1 + (model == "llama-2-7b") * 2)
         assert m.activations - plain.activations == cfg.n_layers * per_block
+
+
+@pytest.mark.parametrize("name,config", [
+    ("gpt2", dict(model_type="gpt2", n_embd=128, n_layer=2, n_head=4, vocab_size=512,
+                  n_positions=1024)),
+    ("gemma", dict(model_type="gemma", hidden_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                   intermediate_size=256, vocab_size=512, max_position_embeddings=4096))])
+def test_blocks_compiled_whole_save_what_the_engine_takes_off(name, config):
+    """Beyond Llama's blocks: GPT-2's (LayerNorm, gelu_new, learned positions) and Gemma's
+    (a (1 + w) RMSNorm, GeGLU, MQA) compiled whole keep exactly the bytes fewer that the
+    engine's "layers" takes off their eager blocks."""
+    c = from_hf_dict(config, f"tiny-{name}")
+    eager, comp = W(), W(fused=("layers",))
+    assert hooked(c, eager) - hooked(c, comp) == engine(c, eager) - engine(c, comp) > 0
