@@ -26,8 +26,9 @@ def fit(model: str, gpu: str | None = None, gpu_gb: float | None = None,
     is listed in the
     answer's ``assumed`` (a list of sentences). ``safety``: GB (1e9 bytes) kept free on each
     GPU. ``compile``: the model under torch.compile (``Recipe.compiled``: each block compiled
-    whole, the recipe's loss too where it compiles it). ``parts``: the FitResult, the ModelConfig, the GPU's label and memory words, the
-    Finetune (None: full) and the optimizer kernel."""
+    whole, the recipe's loss too where it compiles it). ``parts``: the FitResult, the
+    ModelConfig, the GPU's label and memory words, the Finetune (None: full) and the
+    optimizer kernel."""
     from ..engine.finetune import check_precision
     from ..engine.hardware import memory_words
     from ..engine.memory import OFFLOADS

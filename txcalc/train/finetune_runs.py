@@ -21,11 +21,12 @@ figure and its ``split``.
 Predictions use the engine as ``txcalc memory`` and ``txcalc fit`` do (``train.fit.Setup``:
 the same TrainingMemory, the same search), with the row's recipe where ``engine.recipes``
 declares it (``recipe_effects``: QLoRA's fp32 upcast, the optimizer kernel, the allocator's
-reserved slack) and what the row states beyond the options (bitsandbytes nf4 without double
-quantisation, bitsandbytes < 0.43.2 keeping quantised Linears' inputs, a compiled loss, the
-optimizer stepped inside backward). A
-peak is the engine's tensors' peak with ``engine.device``'s allocated, reserved and device
-bytes (``predict``); ``predicted_figure`` compares the one the measured statistic names
+reserved slack), what the row states beyond the recipe's defaults (bitsandbytes nf4 without
+double quantisation, bitsandbytes < 0.43.2 keeping quantised Linears' inputs, compiled blocks
+and loss, the optimizer stepped inside backward) and the settings its figure forces where the
+source is silent (``deduced``, ``deduction_problems``). A peak is the engine's tensors' peak
+with ``engine.device``'s allocated, reserved and device bytes (``predict``);
+``predicted_figure`` compares the one the measured statistic names
 (``COMPARED``: allocated for max_memory_allocated, reserved for max_memory_reserved, reserved
 plus the CUDA context for nvidia-smi). A maximum length is ``train.fit.fit``'s answer on the
 row's GPU (``Gpu.usable_bytes``), which compares reserved plus the CUDA context.
@@ -120,7 +121,7 @@ class Measurement:
     #: settings the source does not state but its figure forces (``DEDUCIBLE``): the row's
     #: measured peak lies below ``stated_floor_bytes``, what its stated setup must hold when
     #: the forward ends, and the row's recipe has a flag that takes those bytes away; the
-    #: row's ``assumptions`` say why. ``deductions_hold`` checks both conditions.
+    #: row's ``assumptions`` say why. ``deduction_problems`` checks both conditions.
     deduced: dict | None = field(default=None, hash=False)
 
     @property
