@@ -36,6 +36,7 @@ MEMORY_ROWS = (
     (1, "step_temporaries_bytes", "the optimizer step's temporaries"),
     (1, "logits_bytes", "the loss's logits (T x V)"),
     (1, "dequant_bytes", "a quantised weight dequantised"),
+    (1, "recompute_bytes", "a block rerun in backward (full recompute)"),
     (0, "kv_cache_bytes", "KV cache"),
     (0, None, "framework"),
     (1, "cuda_context_bytes", "CUDA context"),
@@ -59,6 +60,7 @@ MEMORY_PARTS = {
     "activations": ("activations", "activations saved for backward"),
     "inputs": ("activations", "the batch"),
     "logits": ("transients", "the loss's logits (T x V)"),
+    "recompute": ("transients", "a recomputed block rerun in backward, above the logits"),
     "zero3_buffers": ("transients", "ZeRO-3 gather buffers"),
     "step": ("transients", "the optimizer step's temporaries"),
     "framework": ("framework", "CUDA context, allocator, communication buffers"),
@@ -78,7 +80,8 @@ MEMORY_PARTS = {
 #: a category's words where space is short (a report's table columns and plot legends): its
 #: group's words, then a word or two of its own where the group has several
 MEMORY_SHORT = {"optimizer": "fp32 master inside", "activations": "", "act": "",
-                "inputs": "the batch", "logits": "logits", "temporaries": "",
+                "inputs": "the batch", "logits": "logits", "recompute": "block rerun",
+                "temporaries": "",
                 "zero3_buffers": "ZeRO-3 gathers", "step": "optimizer step",
                 "framework": "", "non_torch_bytes": "", "prefill workspace": "prefill",
                 "temp": "", "opt": "moments", "master": "fp32 master"}

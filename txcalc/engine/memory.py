@@ -771,7 +771,7 @@ class TrainingMemory:
                 "paged_working_bytes": self.paged_working_bytes,
                 "optimizer_in_backward": self.optimizer_in_backward,
                 "activations_bytes": self.activations, "inputs_bytes": self.held_inputs_bytes,
-                "logits_bytes": self.logits_transient,
+                "logits_bytes": self.logits_transient, "recompute_bytes": self.recompute_bytes,
                 "kv_cache_bytes": 0, "total_bytes": self.total, "peak_phase": self.peak_phase,
                 "peak_by_category": self.steady_phases["peak"], "dropout": self.work.dropout,
                 "activations_by_layer_type": self.activations_by_layer_type(),

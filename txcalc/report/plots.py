@@ -20,6 +20,7 @@ SIZE = (9.0, 5.0)
 #: one colour per memory category, reused by every plot that shows categories
 CATEGORY_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
                     "activations": "#8172B2", "inputs": "#937860", "logits": "#C4AD66",
+                    "recompute": "#B07AA1",
                     "temporaries": "#CCB974", "kv cache": "#64B5CD",
                     "zero3_buffers": "#DD8452", "prefill workspace": "#DA8BC3",
                     "step": "#E377C2", "framework": "#8C8C8C"}

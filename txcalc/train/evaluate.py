@@ -33,6 +33,11 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   vocab-parallel one a T V; lm_loss.full_loss_extra),  |
                   |   or the stage's largest dequantised weight (the       |
                   |   engine's dequant_buffer_bytes), the larger of the two|
+    recompute     | full recompute: the block rerun in backward beside     | TP/SP, CP (as
+                  |   every checkpoint (saved.recompute_transient: one     |   the block's
+                  |   block's saved bytes with no recompute) and its       |   saved bytes)
+                  |   dequantised weight, less the head's and loss's saved |
+                  |   tensors (freed by then, last stage), above "logits"  |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |
@@ -342,6 +347,22 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
         a1, a2 = act_stage[..., 0], act_stage[..., 1]
         arrays[name] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
                          // cp_arr)
+    # full recompute's rerun in backward (saved.recompute_transient): a block runs its forward
+    # again beside every checkpoint, holding what it saves with no recompute (its saved bytes
+    # above the checkpoint plus the gradient arriving at its output, the checkpoint's shape);
+    # the head's and the loss's saved tensors are freed by the last block's rerun (tail_saved)
+    # [p, slot, tp, sp, policy, mb, cp]
+    present = np.stack([C_rec[rl][:, :, :G - 2] > 0 for _, rl, _ in policies], axis=-1)
+    full = np.array([RECOMPUTE[mi] == "full" for mi, _, _ in policies])
+    blk = np.max(np.where(present[:, :, :, None, None, :, None],  # [p, s, g, t, x, pol, b]
+                          act[None, None, :G - 2, :, :, none, None, :], 0), axis=2)
+    tail = np.where(has_head[:, :, None, None, None, None],
+                    np.moveaxis(act[G - 1], 2, 3)[None, None], 0)  # [p, s, t, x, b, mode]
+    tail = np.stack([tail[..., mi] for mi, _, _ in policies], axis=-2)  # [p, s, t, x, pol, b]
+    rerun = np.where((present.any(axis=2) & full)[:, :, None, None, :, None], blk - tail, 0)
+    r1, r2 = rerun[..., 0], rerun[..., 1]
+    arrays["rerun"] = -(-(r1[..., None, None] + (r2 - r1)[..., None, None] * (mb_arr - 1))
+                        // cp_arr)
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = by_policy(times[i], "psg,gtxcm->pstxcm")
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
@@ -421,7 +442,7 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
                                           "t_attn", "o_dense", "o_exp", "tensors",
                                           "root_params", "fp8", "pad_tdense", "pad_texp",
                                           "wf_dense", "wf_exp", "w_all", "root_wbytes",
-                                          "act_host", "act_edge", "dequant")}
+                                          "act_host", "act_edge", "dequant", "rerun")}
     tuned = bool(A["wf_dense"].any() or A["wf_exp"].any())  # a frozen base (fine-tuning)
     shard_idx = {lvl: (np.where(zero >= lvl, si_d, one), np.where(zero >= lvl, si_e, one))
                  for lvl in (1, 2, 3)}
@@ -575,7 +596,13 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         head_k = A["has_head"][:, k].take(pi)
         cat["inputs"] = (np.where(A["stage"][:, k].take(pi) == 0, held_first, 0)
                          + np.where(head_k, held_last, 0)) * edge_chunks[k]
-        cat["logits"] = np.maximum(np.where(head_k, logits, 0), flat["dequant"].take(base))
+        dequant = flat["dequant"].take(base)
+        cat["logits"] = np.maximum(np.where(head_k, logits, 0), dequant)
+        # full recompute: the block rerun in backward, with its dequantised weight
+        # (TrainingMemory.recompute_bytes), above the loss's transient it comes after
+        rerun = flat["rerun"].take(act0 + k * s_act)
+        cat["recompute"] = np.where(rerun > 0, np.maximum(0, rerun + dequant - cat["logits"]),
+                                    0)
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
         cat["zero3_buffers"] = np.where(z3, np.minimum(

@@ -79,7 +79,7 @@ def train_days(tokens, batch, seq: int, step_s, goodput: float):
 #: the frontier's GPU counts stop at this power of two unless max_gpus is given
 FRONTIER_CAP = 16384
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "inputs", "logits",
-              "zero3_buffers", "step", "framework")
+              "recompute", "zero3_buffers", "step", "framework")
 
 
 def default_seq(cfg: ModelConfig) -> int:
