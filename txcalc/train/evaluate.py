@@ -341,12 +341,13 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     # "act_edge": the part of "act" outside the blocks (interleaving keeps fewer of them)
     mb_arr = np.array(mbs, dtype=np.int64)[:, None]
     cp_arr = np.array(cps, dtype=np.int64)[None, :]
+
+    def per_mb_cp(x):  # [..., mb=1|2] -> [..., mb, cp]: linear in the micro-batch, CP-split
+        x1, x2 = x[..., 0], x[..., 1]
+        return -(-(x1[..., None, None] + (x2 - x1)[..., None, None] * (mb_arr - 1)) // cp_arr)
     for name, part in (("act", "gpu"), ("act_host", "host"), ("act_edge", "edge")):
-        act_stage = np.moveaxis(by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb", part),
-                                -1, 4)
-        a1, a2 = act_stage[..., 0], act_stage[..., 1]
-        arrays[name] = -(-(a1[..., None, None] + (a2 - a1)[..., None, None] * (mb_arr - 1))
-                         // cp_arr)
+        arrays[name] = per_mb_cp(np.moveaxis(
+            by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb", part), -1, 4))
     # full recompute's rerun in backward (saved.recompute_transient): a block runs its forward
     # again beside every checkpoint, holding what it saves with no recompute (its saved bytes
     # above the checkpoint plus the gradient arriving at its output, the checkpoint's shape);
@@ -359,10 +360,8 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     tail = np.where(has_head[:, :, None, None, None, None],
                     np.moveaxis(act[G - 1], 2, 3)[None, None], 0)  # [p, s, t, x, b, mode]
     tail = np.stack([tail[..., mi] for mi, _, _ in policies], axis=-2)  # [p, s, t, x, pol, b]
-    rerun = np.where((present.any(axis=2) & full)[:, :, None, None, :, None], blk - tail, 0)
-    r1, r2 = rerun[..., 0], rerun[..., 1]
-    arrays["rerun"] = -(-(r1[..., None, None] + (r2 - r1)[..., None, None] * (mb_arr - 1))
-                        // cp_arr)
+    arrays["rerun"] = per_mb_cp(np.where(
+        (present.any(axis=2) & full)[:, :, None, None, :, None], blk - tail, 0))
     for i, k in enumerate(("t_compute", "t_bwd", "t_attn")):
         arrays[k] = by_policy(times[i], "psg,gtxcm->pstxcm")
     arrays["counts"] = np.einsum("psg,gk->psk", C, counts)
@@ -599,10 +598,10 @@ def evaluate(s: TrainSetting, t: Tables, g: dict, detail: bool = True) -> dict:
         dequant = flat["dequant"].take(base)
         cat["logits"] = np.maximum(np.where(head_k, logits, 0), dequant)
         # full recompute: the block rerun in backward, with its dequantised weight
-        # (TrainingMemory.recompute_bytes), above the loss's transient it comes after
-        rerun = flat["rerun"].take(act0 + k * s_act)
-        cat["recompute"] = np.where(rerun > 0, np.maximum(0, rerun + dequant - cat["logits"]),
-                                    0)
+        # (TrainingMemory.recompute_bytes), above the loss's transient it comes after (no
+        # rerun: 0, as logits >= dequant)
+        cat["recompute"] = np.maximum(
+            0, flat["rerun"].take(act0 + k * s_act) + dequant - cat["logits"])
         # all-gathered under ZeRO-3: the root unit (FSDP2 keeps it unsharded from forward to
         # backward) and the prefetched blocks, never more than the stage holds
         cat["zero3_buffers"] = np.where(z3, np.minimum(
