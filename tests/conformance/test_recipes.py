@@ -164,11 +164,12 @@ def test_lora_and_full_recompute_none_are_untouched():
     assert cfg.tie_embeddings
     assert q[1].activations - q[0].activations == cfg.d_model * cfg.vocab_size * 2
     assert q[1].weights > q[0].weights
-    for r in RECIPES.values():  # and its full fine-tune config where it declares one, and
-        # what its compile switch fuses beyond the blocks
+    for r in RECIPES.values():  # and its full fine-tune config where it declares one,
+        # what its compile switch fuses beyond the blocks and its in-place MLP kernel
         assert {k for k, _ in r.sources} == {"upcast", "checkpointing", "loss", "optimizer"} \
             | ({"full"} if r.full_optimizer is not None else set()) \
-            | ({"compile"} if r.compiled != ("layers",) else set())
+            | ({"compile"} if r.compiled != ("layers",) else set()) \
+            | ({"mlp"} if r.mlp_inplace else set())
 
 
 def test_unknown_recipe_is_refused_naming_the_choices():

@@ -131,7 +131,7 @@ def apply_recipe(ft, recipe: str | None, optimizer: str | None, loss: str | None
     if ft.mode == "qlora" and r.upcast:
         assumed.append("QLoRA's unquantised parameters (embeddings, norms, lm_head) in fp32, "
                        "and so the block inputs (PEFT's prepare_model_for_kbit_training)")
-    return {"finetune": dataclasses.replace(ft, upcast=r.upcast),
+    return {"finetune": dataclasses.replace(ft, upcast=r.upcast, mlp_inplace=r.mlp_inplace),
             "optimizer": r.optimizer if optimizer is None else optimizer,
             "loss": r.loss if loss is None else loss,
             "offload": r.offload if offload is None else offload,

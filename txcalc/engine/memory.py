@@ -35,7 +35,8 @@ from ..errors import WorkloadError
 from .finetune import (Finetune, check_precision, finetuned_ops, head_forward_peak,
                        op_weight_bytes, previous_step_bytes)
 from .fp8 import FP8_RECIPE, fp8_saved_delta, fp8_weight_bytes
-from .saved import recompute_transient, saved_bytes, saved_rows, tail_saved
+from .saved import (mlp_backward_transient, recompute_transient, saved_bytes, saved_rows,
+                    tail_saved)
 from .held import (HeldInputs, frozen_table_inputs, held_inputs, leaf_saved,
                    step_held_inputs)
 from .ops import Op
@@ -478,8 +479,22 @@ class TrainingMemory:
         (saved.recompute_transient), with a quantised weight dequantised for its matmuls
         (``dequant_bytes``); 0 otherwise. The loss's and head's saved tensors are freed by
         then (``phases`` takes saved.tail_saved away)."""
-        rc = recompute_transient(self.ops, self.work, self._bytes.act, self.precision)
+        rc = recompute_transient(self.ops, self.work, self._bytes.act, self.precision,
+                                 bool(self.finetune and self.finetune.mlp_inplace))
         return rc + self.dequant_bytes if rc else 0
+
+    @cached_property
+    def _mlp_transient(self) -> int:
+        """The part of ``recompute_bytes`` that is the rerun block's MLP backward transient
+        (saved.mlp_backward_transient; 0 without full recompute or with an in-place kernel)."""
+        if not self.recompute_bytes or (self.finetune and self.finetune.mlp_inplace):
+            return 0
+        ops = [op for op in self.ops if op.layer >= 0 and self.work.block_mode(op.layer) ==
+               "full"]
+        none = dataclasses.replace(self.work, recompute="none", recompute_method="block",
+                                   recompute_layers=0)
+        return max(mlp_backward_transient(ops, none, self._bytes.act, self.precision).values(),
+                   default=0)
 
     @cached_property
     def _rerun_ends(self) -> tuple[int, int, int]:
@@ -682,10 +697,16 @@ class TrainingMemory:
                                   w.rows("seq") * self.cfg.embed_dim * a))
         if self.recompute_bytes:
             head_grad, first_grad, first_ckpt = self._rerun_ends
-            peaks.append(backward(head_grad, act - tail_saved(self.ops, w, a),
-                                  self.recompute_bytes, blocks=True))
+            rerun = self.recompute_bytes
+            if self.optimizer_in_backward:
+                # a block weight's step (its gradient, copy and temporaries) runs when that
+                # gradient is accumulated, not while the MLP's activation gradients are alive
+                # (the rerun's MLP transient): the larger of the two, not both
+                rerun -= min(self._mlp_transient, sum(self._in_backward_at(True)))
+            peaks.append(backward(head_grad, act - tail_saved(self.ops, w, a), rerun,
+                                  blocks=True))
             peaks.append(backward(self.gradients - first_grad, self.inputs + leaf + first_ckpt,
-                                  self.recompute_bytes, blocks=True))
+                                  rerun, blocks=True))
         out["peak_backward"] = max(peaks, key=lambda c: c["total"])
         out["after_step"] = dict(base, opt=resident_opt, grad=grads, act=done + graph)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")

@@ -29,6 +29,9 @@ PEFT's and most trainers' QLoRA examples). What each row changes in the accounti
                  |  (bitsandbytes' paged 32-bit AdamW: fp32     |
                  |  states, one fused kernel; paging to host    |
                  |  under pressure is not modelled)             |
+    MLP kernel   | unsloth: its LoRA MLP kernel writes the     | Finetune.mlp_inplace
+                 |  activation's gradients into the buffers it  |  (saved.mlp_backward_
+                 |  saved: nothing above them in backward       |  transient: 0)
     compiled     | what --compile fuses under the recipe: each  | Workload.fused "layers"
                  |  block compiled whole (norms, gated          |  (+ "loss": torchtune's
                  |  activations); torchtune compiles its loss   |  compile_loss)
@@ -93,6 +96,9 @@ class Recipe(NamedTuple):
     #: (Workload.fused): the blocks compiled whole ("layers": their norms and gated
     #: activations), and the loss where the recipe compiles it too
     compiled: tuple[str, ...] = ("layers",)
+    #: the recipe's MLP kernel writes the activation's input gradients into the buffers it
+    #: saved (Finetune.mlp_inplace: no MLP backward transient, saved.mlp_backward_transient)
+    mlp_inplace: bool = False
 
     def describe_full(self) -> str:
         """The full fine-tune config in words (``full_optimizer`` set)."""
@@ -118,6 +124,7 @@ class Recipe(NamedTuple):
                 "optimizer_name": self.optimizer_name, "full_optimizer": self.full_optimizer,
                 "full_optimizer_in_backward": self.full_in_backward,
                 "full_precision": self.full_precision, "compiled": list(self.compiled),
+                "mlp_inplace": self.mlp_inplace,
                 "sources": dict(self.sources)}
 
 
@@ -165,7 +172,11 @@ RECIPES = {r.name: r for r in (
                               "the host"),
             ("loss", "unslothai/unsloth@015bdef unsloth/models/llama.py unsloth_fused_ce_loss "
                      "(lm_head and cross-entropy in chunks, no T x V logits kept)"),
-            ("optimizer", "unslothai/unsloth@015bdef notebooks and tests optim='adamw_8bit'"))),
+            ("optimizer", "unslothai/unsloth@015bdef notebooks and tests optim='adamw_8bit'"),
+            ("mlp", "unslothai/unsloth@0050c73e unsloth/kernels/swiglu.py _DWf_DW_dfg_kernel "
+                    "('Reuse input buffers to store outputs h, df, de'), called by "
+                    "fast_lora.py LoRA_MLP.backward")),
+           mlp_inplace=True),
     Recipe("llama-factory", False, "full", "reentrant", "none", "adamw", "fused",
            "adamw_torch_fused",
            (("upcast", "hiyouga/LlamaFactory@ff6d4d1 src/llamafactory/hparams/model_args.py "

@@ -88,7 +88,8 @@ def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int
                for _, op, b in saved_rows(ops, work, act_bytes))
 
 
-def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = "") -> int:
+def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = "",
+                        mlp_inplace: bool = False) -> int:
     """Full recompute's transient in backward, above what the step keeps (``saved_bytes``).
 
     A checkpointed block keeps only its input in forward; in backward it runs its forward
@@ -101,6 +102,9 @@ def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = ""
 
         largest over recomputed blocks of  saved(block, none) - saved(block, full)
         + the gradient arriving at the block's output (the block input's bytes)
+
+    + the MLP's backward transient (``mlp_backward_transient``; none with ``mlp_inplace``:
+      a recipe's kernel that writes its gradients into its saved buffers)
 
     (uniform method: N consecutive blocks are rerun as one, so N times a block). Blocks of
     one model are alike, so the largest is any. Selective recompute reruns only the attention
@@ -123,13 +127,69 @@ def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = ""
                 into[key] = into.get(key, 0) + b + fp8_saved_delta(op, b, act_bytes, precision)
     if not per_none:
         return 0
-    block = max(per_none[k] - per_full.get(k, 0) for k in per_none)
+    mlp = {} if mlp_inplace else mlp_backward_transient(
+        [op for op in ops if op.layer >= 0 and work.block_mode(op.layer) == "full"], none,
+        act_bytes, precision)
+    block = max(per_none[k] - per_full.get(k, 0) + mlp.get(k, 0) for k in per_none)
     group = work.recompute_layers if work.recompute_method == "uniform" and \
         work.recompute_layers else 1
     # the gradient arriving at the block's output: the residual stream, the checkpointed
     # input's shape and dtype (fp32 under a recipe's upcast)
     grad_out = max(per_full.values(), default=0)
     return max(0, block) * group + grad_out
+
+
+def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str = "",
+                           split=None) -> dict:
+    """Per block ((stack, layer) of ``ops``): the bytes its MLP's backward holds above the
+    block's saved tensors, at the activation's backward. By then the ops after the
+    activation (the down projection, its adapters, a dropout inside the MLP) have run their
+    backward and freed what they saved; alive beside the saved tensors of the ops before it
+    are the gradient arriving at the activation's output (F wide: the down projection's
+    input gradient) and those it makes for its inputs (2F gated: gate and up; F plain):
+
+        rows x (F + (2 | 1) F) x activation bytes  -  saved(ops after the activation)
+
+    e.g. 2F a bytes a token for SwiGLU (down keeps its F-wide input), F a for a plain GELU.
+    Fused kernels as txcalc's stacks run them make new gradient buffers too (torch.compile's
+    backward graph, Megatron's bias_swiglu returning one 2F tensor): the same. Not modelled:
+    a kernel that writes its input gradients into the inputs it saved (Liger's
+    LigerSiLUMulFunction, linkedin/Liger-Kernel src/liger_kernel/ops/swiglu.py@06e2af7d:
+    F - F, nothing above; Unsloth's LoRA MLP too: the unsloth recipe, Finetune.mlp_inplace,
+    where the callers take none); blocks with routed experts (each expert's MLP sees a share
+    of the rows): 0. The rerun block of full recompute
+    holds this on top of everything it saves (``recompute_transient``). ``work``: the block's
+    own recompute mode (the rerun block saves as with none); ``split(op, bytes)``: the share
+    one GPU holds (the planner's TP split, ``train.setting``), default all. Measured against
+    MemTracker on the reference model (tests/conformance/test_recompute_transient.py)."""
+    split = split or (lambda op, b: b)
+    blocks: dict = {}
+    for op in ops:
+        if op.layer >= 0:
+            blocks.setdefault((op.stack, op.layer), []).append(op)
+    saved: dict = {}
+    for _, op, b in saved_rows(tuple(ops), work, act_bytes):
+        saved[id(op)] = saved.get(id(op), 0) + split(op, b + fp8_saved_delta(
+            op, b, act_bytes, precision))
+    out = {}
+    for key, block in blocks.items():
+        if any(op.instances > 1 for op in block):
+            continue
+        best = 0
+        for i, act in enumerate(block):
+            if act.kind != "activation":
+                continue
+            prefix = act.component[:-len("act")] if act.component.endswith("act") else None
+            down = next((o for o in block[i + 1:] if o.kind == "linear"
+                         and o.component == f"{prefix}down_proj"), None)
+            if prefix is None or down is None:
+                continue
+            gated = any(o.component == f"{prefix}gate_proj" for o in block[:i])
+            grads = split(act, work.rows(act.stream) * (2 + gated) * down.d_in * act_bytes)
+            after = sum(saved.get(id(o), 0) for o in block[i + 1:])
+            best = max(best, grads - after)
+        out[key] = best
+    return out
 
 
 def tail_saved(ops, work: Workload, act_bytes: int) -> int:

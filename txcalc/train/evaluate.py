@@ -96,7 +96,8 @@ from ..parallel import comm
 from ..parallel.layout import RECOMPUTE, RECOMPUTE_POLICIES, Layout, check_layout
 from ..parallel.sharding import stage_blocks
 from .setting import (TrainSetting, group_activations, group_counts, group_dequant, group_flops,
-                      group_shapes, group_states, group_times, padded_params, shard_groups)
+                      group_mlp_transient, group_shapes, group_states, group_times,
+                      padded_params, shard_groups)
 
 GiB = 2**30
 
@@ -222,14 +223,18 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     NM = len(RECOMPUTE)
     policies = list(policies or RECOMPUTE_POLICIES)
     act = np.zeros((G, n_tp, 2, NM, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
+    mlpt = np.zeros((G, n_tp, 2, 2), dtype=np.int64)  # the MLP backward transient [.., mb]
     times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, NM))  # compute, backward, attention
     for gi in range(G):
         for ti, tp in enumerate(tps):
             for si, sp in enumerate((False, True)):
                 if sp and tp == 1:
                     act[gi, ti, 1] = act[gi, ti, 0]
+                    mlpt[gi, ti, 1] = mlpt[gi, ti, 0]
                     times[:, gi, ti, 1] = times[:, gi, ti, 0]
                     continue
+                for bi in (0, 1):
+                    mlpt[gi, ti, si, bi] = once(group_mlp_transient, gi, tp, sp, bi + 1)
                 for ri, rc in enumerate(RECOMPUTE):
                     for bi in (0, 1):
                         act[gi, ti, si, ri, bi] = once(group_activations, gi, tp, sp, rc, bi + 1)
@@ -350,13 +355,15 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
             by_policy(np.moveaxis(act, 3, -1), "psg,gtxb->pstxb", part), -1, 4))
     # full recompute's rerun in backward (saved.recompute_transient): a block runs its forward
     # again beside every checkpoint, holding what it saves with no recompute (its saved bytes
-    # above the checkpoint plus the gradient arriving at its output, the checkpoint's shape);
-    # the head's and the loss's saved tensors are freed by the last block's rerun (tail_saved)
+    # above the checkpoint plus the gradient arriving at its output, the checkpoint's shape)
+    # and, in its MLP's backward, the gradients above them (mlp_backward_transient); the
+    # head's and the loss's saved tensors are freed by the last block's rerun (tail_saved)
     # [p, slot, tp, sp, policy, mb, cp]
     present = np.stack([C_rec[rl][:, :, :G - 2] > 0 for _, rl, _ in policies], axis=-1)
     full = np.array([RECOMPUTE[mi] == "full" for mi, _, _ in policies])
+    rerun_blk = act[:G - 2, :, :, none] + mlpt[:G - 2]  # [g, t, x, b]
     blk = np.max(np.where(present[:, :, :, None, None, :, None],  # [p, s, g, t, x, pol, b]
-                          act[None, None, :G - 2, :, :, none, None, :], 0), axis=2)
+                          rerun_blk[None, None, :, :, :, None, :], 0), axis=2)
     tail = np.where(has_head[:, :, None, None, None, None],
                     np.moveaxis(act[G - 1], 2, 3)[None, None], 0)  # [p, s, t, x, b, mode]
     tail = np.stack([tail[..., mi] for mi, _, _ in policies], axis=-2)  # [p, s, t, x, pol, b]

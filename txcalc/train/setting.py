@@ -18,7 +18,7 @@ from ..engine.finetune import op_weight_bytes
 from ..engine.fp8 import fp8_saved_delta, fp8_weight_bytes
 from ..engine.memory import (PRECISIONS, dequant_buffer_bytes, optimizer_state_bytes,
                              param_tensor_count)
-from ..engine.saved import saved_rows
+from ..engine.saved import mlp_backward_transient, saved_rows
 from ..engine.ops import Op
 from ..engine.timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -234,12 +234,29 @@ def group_activations(s: TrainSetting, ops, tp: int, sp: bool, recompute: str,
     w = s.work(micro_batch, recompute)
     total = 0
     for _, op, b in saved_rows(ops, w, s.bytes.act):
-        b += fp8_saved_delta(op, b, s.bytes.act, s.precision)
-        split = op.act_split == "tp" or (op.act_split == "residual" and sp)
-        if "sp_gathered_input" in s.keeps and op.tp == "colwise" and op.kind == "linear":
-            split = op.act_split == "tp"  # its all-gathered input, whole
-        total += cdiv(b, tp) if split else b
+        total += _act_share(s, op, b + fp8_saved_delta(op, b, s.bytes.act, s.precision), tp, sp)
     return total
+
+
+def _act_share(s: TrainSetting, op, b: int, tp: int, sp: bool) -> int:
+    """One GPU's share of ``b`` activation bytes of ``op`` (``Op.act_split``: over t inside
+    a TP region, over t on the residual stream only with SP)."""
+    split = op.act_split == "tp" or (op.act_split == "residual" and sp)
+    if "sp_gathered_input" in s.keeps and op.tp == "colwise" and op.kind == "linear":
+        split = op.act_split == "tp"  # its all-gathered input, whole
+    return cdiv(b, tp) if split else b
+
+
+def group_mlp_transient(s: TrainSetting, ops, tp: int, sp: bool, micro_batch: int) -> int:
+    """The group's MLP backward transient on one GPU, one micro-batch (before CP): the engine's
+    ``saved.mlp_backward_transient`` of a block saving as with no recompute (the rerun of
+    full recompute), its gradients and saved tensors split as ``group_activations`` splits;
+    0 under a recipe whose MLP kernel works in place (Finetune.mlp_inplace)."""
+    if s.finetune is not None and s.finetune.mlp_inplace:
+        return 0
+    per = mlp_backward_transient(ops, s.work(micro_batch, "none"), s.bytes.act, s.precision,
+                                 lambda op, b: _act_share(s, op, b, tp, sp))
+    return max(per.values(), default=0)
 
 
 def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str,
