@@ -65,8 +65,9 @@ def test_import_txcalc_cli_is_light():
 @pytest.mark.parametrize("delay_s", [0.15, 0.25, 0.4, 0.6, 0.9])
 def test_sigint_at_a_few_moments_of_a_real_run(delay_s):
     """``python -m txcalc plan train`` (about a second here) sent SIGINT after ``delay_s``:
-    130 and one line, or 0 and the whole answer when it finished first, or death by SIGINT
-    during interpreter shut-down; never a traceback."""
+    130 and one line (with nothing, or the whole answer when it came while the process was
+    exiting), or 0 and the whole answer when it finished first, or death by SIGINT during
+    interpreter shut-down; never a traceback or a partial answer."""
     p = subprocess.Popen([sys.executable, "-m", "txcalc", "plan", "train", "llama-3.1-405b",
                           "--gpu", "h100", "--tokens", "15T", "--days", "100", "--json"],
                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -80,4 +81,8 @@ def test_sigint_at_a_few_moments_of_a_real_run(delay_s):
         # the interpreter shut down: death by SIGINT (a shell's $? is 130), still no traceback
         assert "Traceback" not in err and (out == "" or out.rstrip().endswith("}")), err
     else:
-        assert (p.returncode, err, out) == (130, ONE_LINE, "")
+        # interrupted before the answer, or (a loaded machine delaying this sleep past the
+        # run) after the whole answer was written, while the process was exiting: 130 and
+        # the one line either way, never a partial answer
+        assert (p.returncode, err) == (130, ONE_LINE), (p.returncode, err)
+        assert out == "" or out.rstrip().endswith("}"), out[-200:]
