@@ -38,17 +38,17 @@ def _section(head: str) -> str:
 
 def _offline(gpu: str) -> tuple[float, float, list[tuple], str]:
     """(fitted matmul efficiency, step overhead s, rows, section text) of one GPU's table; a
-    row: (model, tp, isl, osl, set, published, before, after)."""
+    row: (model, tp, isl, osl, set, published, before, after, before's error, after's)."""
     sec = _section(f"## {gpu.upper()}: fitted matmul efficiency ")
     m = re.match(r"## \S+: fitted matmul efficiency ([\d.]+), step overhead ([\d.]+) ms", sec)
     rows = []
     for line in sec.splitlines():
         r = re.match(r"\| (\S+) \| (\d+) \| (\d+)/(\d+) \| (fit|held out) \| ([\d,]+) \| "
-                     r"([\d,]+) \| [+-][\d.]+% \| ([\d,]+) \| [+-][\d.]+% \|$", line)
+                     r"([\d,]+) \| ([+-][\d.]+%) \| ([\d,]+) \| ([+-][\d.]+%) \|$", line)
         if r:
-            num = [int(r.group(k).replace(",", "")) for k in (6, 7, 8)]
+            num = [int(r.group(k).replace(",", "")) for k in (6, 7, 9)]
             rows.append((r.group(1), int(r.group(2)), int(r.group(3)), int(r.group(4)),
-                         r.group(5), *num))
+                         r.group(5), *num, r.group(8), r.group(10)))
     return float(m.group(1)), float(m.group(2)) / 1e3, rows, sec
 
 
@@ -71,10 +71,11 @@ def test_offline_cells_are_what_the_simulator_gives(gpu):
     mm, ov, rows, _ = _offline(gpu)
     assert mm in V.MATMUL_GRID and ov in V.OVERHEAD_GRID
     cache: dict = {}
-    for m, tp, i, o, _, _, before, after in rows:
+    for m, tp, i, o, _, pub, before, after, e_before, e_after in rows:
         b = V.predict(m, gpu, tp, i, o, _profile(gpu), V.STEP_OVERHEAD_S, cache)
         a = V.predict(m, gpu, tp, i, o, _profile(gpu, mm), ov, cache)
         assert (round(b), round(a)) == (before, after), (m, i, o, b, a)
+        assert (f"{b / pub - 1:+.1%}", f"{a / pub - 1:+.1%}") == (e_before, e_after)
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -123,22 +124,24 @@ def _nim() -> tuple[float, float, list[tuple], str]:
     rows = []
     for line in sec.splitlines():
         r = re.match(r"\| (\d+) \| (fit|held out) \| (TTFT ms|ITL ms|tok/s) \| ([\d,.]+) \| "
-                     r"([\d,.]+) \| [+-][\d.]+% \| ([\d,.]+) \| [+-][\d.]+% \|$", line)
+                     r"([\d,.]+) \| ([+-][\d.]+%) \| ([\d,.]+) \| ([+-][\d.]+%) \|$", line)
         if r:
             rows.append((int(r.group(1)), r.group(2), r.group(3),
-                         *(float(r.group(k).replace(",", "")) for k in (4, 5, 6))))
+                         *(float(r.group(k).replace(",", "")) for k in (4, 5, 7)),
+                         r.group(6), r.group(8)))
     return float(m.group(2)), float(m.group(3)) / 1e3, rows, sec
 
 
 def test_nim_cells_are_the_published_figures_and_what_the_simulator_gives():
-    mm, ov, rows, _ = _nim()
+    mm, ov, rows, sec = _nim()
     assert mm in V.MATMUL_GRID and ov in V.OVERHEAD_GRID
     data = {r[0]: r[1:] for r in V._NIM["rows"]}
     assert sorted({r[0] for r in rows}) == sorted(data) and len(rows) == 3 * len(data)
     base = _profile(V._NIM["gpu"])
     cal = _profile(V._NIM["gpu"], mm)
     cache: dict = {}
-    for c, tag, metric, pub, before, after in rows:
+    held_b, held_a, all_b = [], [], []
+    for c, tag, metric, pub, before, after, e_before, e_after in rows:
         assert tag == ("fit" if c in V.NIM_FIT else "held out")
         k = [n for n, _, _ in V.NIM_METRICS].index(metric)
         _, key, scale = V.NIM_METRICS[k]
@@ -146,6 +149,18 @@ def test_nim_cells_are_the_published_figures_and_what_the_simulator_gives():
         b = V.nim_predict(c, base, V.STEP_OVERHEAD_S, cache)[key] * scale
         a = V.nim_predict(c, cal, ov, cache)[key] * scale
         assert (round(b, 2), round(a, 2)) == (before, after), (c, metric, b, a)
+        assert (f"{b / pub - 1:+.1%}", f"{a / pub - 1:+.1%}") == (e_before, e_after)
+        all_b.append(abs(b / pub - 1))
+        if tag == "held out":
+            held_b.append(abs(b / pub - 1))
+            held_a.append(abs(a / pub - 1))
+    # the summary line, from the same figures
+    line = next(x for x in sec.splitlines() if x.startswith("Held-out median"))
+    assert line == (f"Held-out median |error| ({len(held_a)} figures): before "
+                    f"{statistics.median(held_b):.1%}, after {statistics.median(held_a):.1%}; "
+                    f"worst after {max(held_a):.1%}; within 20 %: "
+                    f"{sum(e <= 0.2 for e in held_a)} of {len(held_a)}. All {len(all_b)} "
+                    f"figures uncalibrated: median {statistics.median(all_b):.1%}.")
 
 
 def test_nim_constants_fit_no_worse_than_their_grid_neighbours():

@@ -30,6 +30,8 @@ kernel's (which keeps Megatron-LM's CI goldens in tests/published/test_training_
 10 %, where HF's rule put them up to +37 % over).
 """
 
+import dataclasses
+
 import pytest
 
 import txcalc
@@ -264,3 +266,40 @@ def test_the_rerun_holds_the_mlp_gradients_unless_the_kernel_works_in_place():
     for ft in (Finetune("lora", 16), Finetune("lora", 16, mlp_inplace=True)):
         planner, engine, _, _ = _both("llama-3-8b", ft, "fused-linear", "full")
         assert planner["recompute"] == engine["recompute"] > 0
+
+
+def test_the_mlp_transient_is_one_blocks_and_where_the_kernel_patches():
+    """Uniform recompute reruns N blocks at once (their saved tensors together) but runs one
+    MLP backward at a time: N x the saved part, the MLP transient once. The unsloth recipe's
+    kernel patches only a gated MLP with LoRA on gate, up and down and no dropout or DoRA
+    (unsloth's patch_peft_model): elsewhere the transient stays. A MoE block's shared MLP
+    keeps its transient; routed experts are not modelled."""
+    from txcalc.engine.saved import mlp_backward_transient, recompute_parts
+    cfg = txcalc.load("llama-3.2-1b")
+    base = dict(batch=1, seq=2048, attn_impl="flash", recompute="full")
+    ft = Finetune("lora", 16)
+    m = TrainingMemory(cfg, Workload(**base), finetune=ft)
+    block, mlp = recompute_parts(m.ops, m.work, 2)
+    grad_out = 2048 * cfg.d_model * 2
+    w4 = Workload(**base, recompute_method="uniform", recompute_layers=4)
+    uni = recompute_parts(m.ops, w4, 2)
+    # four blocks' saved tensors (a group's later blocks keep no checkpoint of their own),
+    # one MLP transient
+    assert mlp > 0 and uni[1] == mlp and (uni[0] - grad_out) % 4 == 0
+    assert uni[0] - grad_out >= 4 * (block - grad_out)
+    assert TrainingMemory(cfg, w4, finetune=ft).recompute_bytes == sum(uni)
+
+    def transient(finetune):
+        mem = TrainingMemory(cfg, Workload(**base), finetune=finetune)
+        return mem._recompute_parts[1]
+    assert transient(Finetune("lora", 16, mlp_inplace=True)) == 0
+    for kept in (Finetune("lora", 16, targets="q_proj,v_proj", mlp_inplace=True),
+                 Finetune("lora", 16, lora_dropout=0.05, mlp_inplace=True),
+                 Finetune("dora", 16, mlp_inplace=True)):
+        assert transient(kept) > 0, kept
+    scout = txcalc.load("llama-4-scout")
+    w = Workload(batch=1, seq=1024, attn_impl="flash")
+    ops = TrainingMemory(scout, dataclasses.replace(w, recompute="full")).ops
+    per = mlp_backward_transient(ops, w, 2)
+    # the shared expert's SwiGLU: 2 x its d_ff a token above its saved tensors
+    assert per and set(per.values()) == {1024 * 2 * scout.shared_d_ff * 2}

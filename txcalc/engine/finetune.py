@@ -186,9 +186,10 @@ class Finetune:
     #: the training loop keeps the previous micro-batch's logits and loss bound through the
     #: next forward (litgpt, ``LITGPT_LOOP``; the module doc)
     keeps_previous: bool = False
-    #: the recipe's MLP kernel writes the activation's input gradients into the buffers it
-    #: saved (Unsloth's LoRA_MLP, engine.recipes): no MLP backward transient
-    #: (saved.mlp_backward_transient)
+    #: the recipe runs an MLP kernel that writes the activation's input gradients into the
+    #: buffers it saved (Unsloth's LoRA_MLP, engine.recipes) wherever it patches the MLP (a
+    #: gated one with LoRA on gate, up and down, no bias, LoRA dropout or DoRA): no MLP
+    #: backward transient there (saved.mlp_backward_transient)
     mlp_inplace: bool = False
 
     def __post_init__(self) -> None:

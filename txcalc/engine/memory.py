@@ -35,8 +35,7 @@ from ..errors import WorkloadError
 from .finetune import (Finetune, check_precision, finetuned_ops, head_forward_peak,
                        op_weight_bytes, previous_step_bytes)
 from .fp8 import FP8_RECIPE, fp8_saved_delta, fp8_weight_bytes
-from .saved import (mlp_backward_transient, recompute_transient, saved_bytes, saved_rows,
-                    tail_saved)
+from .saved import recompute_parts, saved_bytes, saved_rows, tail_saved
 from .held import (HeldInputs, frozen_table_inputs, held_inputs, leaf_saved,
                    step_held_inputs)
 from .ops import Op
@@ -479,22 +478,15 @@ class TrainingMemory:
         (saved.recompute_transient), with a quantised weight dequantised for its matmuls
         (``dequant_bytes``); 0 otherwise. The loss's and head's saved tensors are freed by
         then (``phases`` takes saved.tail_saved away)."""
-        rc = recompute_transient(self.ops, self.work, self._bytes.act, self.precision,
-                                 bool(self.finetune and self.finetune.mlp_inplace))
+        rc = sum(self._recompute_parts)
         return rc + self.dequant_bytes if rc else 0
 
     @cached_property
-    def _mlp_transient(self) -> int:
-        """The part of ``recompute_bytes`` that is the rerun block's MLP backward transient
-        (saved.mlp_backward_transient; 0 without full recompute or with an in-place kernel)."""
-        if not self.recompute_bytes or (self.finetune and self.finetune.mlp_inplace):
-            return 0
-        ops = [op for op in self.ops if op.layer >= 0 and self.work.block_mode(op.layer) ==
-               "full"]
-        none = dataclasses.replace(self.work, recompute="none", recompute_method="block",
-                                   recompute_layers=0)
-        return max(mlp_backward_transient(ops, none, self._bytes.act, self.precision).values(),
-                   default=0)
+    def _recompute_parts(self) -> tuple[int, int]:
+        """``recompute_bytes`` before the dequantised weight, as (the rerun's saved tensors
+        and output gradient, its MLP's backward transient): saved.recompute_parts."""
+        return recompute_parts(self.ops, self.work, self._bytes.act, self.precision,
+                               bool(self.finetune and self.finetune.mlp_inplace))
 
     @cached_property
     def _rerun_ends(self) -> tuple[int, int, int]:
@@ -640,15 +632,19 @@ class TrainingMemory:
             out = base | cats
             out["total"] = sum(out.values())
             return out
-        def backward(grad: int, act: int, temp: int, blocks: bool = False):
+        def backward(grad: int, act: int, temp: int, blocks: bool = False, mlp: int = 0):
             """A backward point holding ``grad`` bytes of gradients without the optimizer in
             backward; with it, at most one tensor's and its step's transients (``blocks``:
-            inside the blocks' backward, ``_in_backward_at``)."""
+            inside the blocks' backward, ``_in_backward_at``). ``mlp``: a rerun block's MLP
+            backward transient, beside every accumulated gradient; under the optimizer in
+            backward not beside a weight's step (that runs when the weight's gradient is
+            accumulated, not inside the activation's backward): the larger of the two."""
             if not self.optimizer_in_backward or not grad:
-                return phase(grad=grad, act=act, temp=temp)
+                return phase(grad=grad, act=act, temp=temp + mlp)
             ib_grad, ib_copy, ib_temps = self._in_backward_at(blocks)
-            return phase(grad=min(grad, ib_grad), act=act, temp=temp + ib_copy,
-                         opt=base["opt"] + ib_temps)
+            g = min(grad, ib_grad)
+            return phase(grad=g, act=act, temp=temp + ib_copy + max(0, mlp - (
+                g + ib_copy + ib_temps)), opt=base["opt"] + ib_temps)
         grads = 0 if self.optimizer_in_backward else self.gradients  # after backward
         a = self._bytes.act
         # + the batch and the loss beside them: labels the loss does not save, a frozen
@@ -697,16 +693,12 @@ class TrainingMemory:
                                   w.rows("seq") * self.cfg.embed_dim * a))
         if self.recompute_bytes:
             head_grad, first_grad, first_ckpt = self._rerun_ends
-            rerun = self.recompute_bytes
-            if self.optimizer_in_backward:
-                # a block weight's step (its gradient, copy and temporaries) runs when that
-                # gradient is accumulated, not while the MLP's activation gradients are alive
-                # (the rerun's MLP transient): the larger of the two, not both
-                rerun -= min(self._mlp_transient, sum(self._in_backward_at(True)))
+            mlp = self._recompute_parts[1]
+            rerun = self.recompute_bytes - mlp
             peaks.append(backward(head_grad, act - tail_saved(self.ops, w, a), rerun,
-                                  blocks=True))
+                                  blocks=True, mlp=mlp))
             peaks.append(backward(self.gradients - first_grad, self.inputs + leaf + first_ckpt,
-                                  rerun, blocks=True))
+                                  rerun, blocks=True, mlp=mlp))
         out["peak_backward"] = max(peaks, key=lambda c: c["total"])
         out["after_step"] = dict(base, opt=resident_opt, grad=grads, act=done + graph)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")

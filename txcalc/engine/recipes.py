@@ -31,7 +31,9 @@ PEFT's and most trainers' QLoRA examples). What each row changes in the accounti
                  |  under pressure is not modelled)             |
     MLP kernel   | unsloth: its LoRA MLP kernel writes the     | Finetune.mlp_inplace
                  |  activation's gradients into the buffers it  |  (saved.mlp_backward_
-                 |  saved: nothing above them in backward       |  transient: 0)
+                 |  saved: nothing above them in backward, where|  transient: 0 where it
+                 |  it patches the MLP (LoRA on gate, up, down; |  patches)
+                 |  no bias, LoRA dropout or DoRA)              |
     compiled     | what --compile fuses under the recipe: each  | Workload.fused "layers"
                  |  block compiled whole (norms, gated          |  (+ "loss": torchtune's
                  |  activations); torchtune compiles its loss   |  compile_loss)

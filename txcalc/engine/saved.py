@@ -90,7 +90,16 @@ def saved_bytes(ops, work: Workload, act_bytes: int, precision: str = "") -> int
 
 def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = "",
                         mlp_inplace: bool = False) -> int:
-    """Full recompute's transient in backward, above what the step keeps (``saved_bytes``).
+    """Full recompute's transient in backward, above what the step keeps (``saved_bytes``):
+    the sum of ``recompute_parts``."""
+    return sum(recompute_parts(ops, work, act_bytes, precision, mlp_inplace))
+
+
+def recompute_parts(ops, work: Workload, act_bytes: int, precision: str = "",
+                    mlp_inplace: bool = False) -> tuple[int, int]:
+    """Full recompute's transient in backward, above what the step keeps (``saved_bytes``),
+    as (the rerun's saved tensors and the gradient at its output, its MLP's backward
+    transient).
 
     A checkpointed block keeps only its input in forward; in backward it runs its forward
     again and its backward at once (torch.utils.checkpoint: the reentrant ``CheckpointFunction
@@ -98,22 +107,22 @@ def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = ""
     outputs; the non-reentrant one reruns it at the first unpack of a saved tensor, refilling
     every saved tensor of the block). So while the last block's backward runs, every
     checkpoint is still alive and that block holds everything it would save with no
-    recompute. The bytes above the step's saved tensors are
+    recompute, and, inside its MLP's backward, the gradients ``mlp_backward_transient``
+    counts (none with ``mlp_inplace``: a recipe's kernel that writes them into its saved
+    buffers where it patches the MLP). Over the recomputed blocks, the largest of
 
-        largest over recomputed blocks of  saved(block, none) - saved(block, full)
-        + the gradient arriving at the block's output (the block input's bytes)
+        N x (saved(block, none) - saved(block, full))  +  its MLP transient
 
-    + the MLP's backward transient (``mlp_backward_transient``; none with ``mlp_inplace``:
-      a recipe's kernel that writes its gradients into its saved buffers)
-
-    (uniform method: N consecutive blocks are rerun as one, so N times a block). Blocks of
-    one model are alike, so the largest is any. Selective recompute reruns only the attention
-    core (no S x S kept: nothing above it is modelled); op-level keeps the named outputs. The
-    loss's saved tensors and the head's are freed by then: ``tail_saved`` is what the caller
-    takes away. Measured against MemTracker on the reference model with checkpointing in
-    tests/conformance/test_recompute_transient.py."""
+    (N: uniform method, N consecutive blocks rerun as one, their saved tensors alive at once
+    but one MLP backward at a time; else 1), plus the gradient arriving at the block's output
+    (the block input's bytes). Blocks differ in hybrid, MoE and vision models: the block that
+    sets the sum is the one both parts are taken from. Selective recompute reruns only the
+    attention core (no S x S kept: nothing above it is modelled); op-level keeps the named
+    outputs. The loss's saved tensors and the head's are freed by then: ``tail_saved`` is
+    what the caller takes away. Measured against MemTracker on the reference model with
+    checkpointing in tests/conformance/test_recompute_transient.py."""
     if work.recompute != "full":
-        return 0
+        return 0, 0
     ops = tuple(ops)
     none = dataclasses.replace(work, recompute="none", recompute_method="block",
                                recompute_layers=0)
@@ -126,21 +135,22 @@ def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = ""
                 key = (op.stack, op.layer)
                 into[key] = into.get(key, 0) + b + fp8_saved_delta(op, b, act_bytes, precision)
     if not per_none:
-        return 0
-    mlp = {} if mlp_inplace else mlp_backward_transient(
-        [op for op in ops if op.layer >= 0 and work.block_mode(op.layer) == "full"], none,
-        act_bytes, precision)
-    block = max(per_none[k] - per_full.get(k, 0) + mlp.get(k, 0) for k in per_none)
+        return 0, 0
     group = work.recompute_layers if work.recompute_method == "uniform" and \
         work.recompute_layers else 1
+    mlp = mlp_backward_transient(
+        [op for op in ops if op.layer >= 0 and work.block_mode(op.layer) == "full"], none,
+        act_bytes, precision, inplace_kernel=mlp_inplace)
+    key = max(per_none, key=lambda k: max(0, per_none[k] - per_full.get(k, 0)) * group
+              + mlp.get(k, 0))
     # the gradient arriving at the block's output: the residual stream, the checkpointed
     # input's shape and dtype (fp32 under a recipe's upcast)
     grad_out = max(per_full.values(), default=0)
-    return max(0, block) * group + grad_out
+    return max(0, per_none[key] - per_full.get(key, 0)) * group + grad_out, mlp.get(key, 0)
 
 
 def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str = "",
-                           split=None) -> dict:
+                           split=None, inplace_kernel: bool = False) -> dict:
     """Per block ((stack, layer) of ``ops``): the bytes its MLP's backward holds above the
     block's saved tensors, at the activation's backward. By then the ops after the
     activation (the down projection, its adapters, a dropout inside the MLP) have run their
@@ -152,16 +162,18 @@ def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str =
 
     e.g. 2F a bytes a token for SwiGLU (down keeps its F-wide input), F a for a plain GELU.
     Fused kernels as txcalc's stacks run them make new gradient buffers too (torch.compile's
-    backward graph, Megatron's bias_swiglu returning one 2F tensor): the same. Not modelled:
-    a kernel that writes its input gradients into the inputs it saved (Liger's
-    LigerSiLUMulFunction, linkedin/Liger-Kernel src/liger_kernel/ops/swiglu.py@06e2af7d:
-    F - F, nothing above; Unsloth's LoRA MLP too: the unsloth recipe, Finetune.mlp_inplace,
-    where the callers take none); blocks with routed experts (each expert's MLP sees a share
-    of the rows): 0. The rerun block of full recompute
-    holds this on top of everything it saves (``recompute_transient``). ``work``: the block's
-    own recompute mode (the rerun block saves as with none); ``split(op, bytes)``: the share
-    one GPU holds (the planner's TP split, ``train.setting``), default all. Measured against
-    MemTracker on the reference model (tests/conformance/test_recompute_transient.py)."""
+    backward graph, Megatron's bias_swiglu returning one 2F tensor): the same. A kernel that
+    writes its input gradients into the inputs it saved holds nothing above them (F - F):
+    ``inplace_kernel`` (the unsloth recipe, Finetune.mlp_inplace: Unsloth's LoRA_MLP,
+    unsloth/kernels/swiglu.py@0050c73e) where the recipe patches the MLP, a gated one whose
+    gate, up and down projections all carry LoRA adapters, without bias, LoRA dropout or
+    DoRA (unsloth's patch_peft_model conditions); Liger's LigerSiLUMulFunction works in place
+    too (linkedin/Liger-Kernel src/liger_kernel/ops/swiglu.py@06e2af7d), which no recipe here
+    runs. Routed experts (each expert's MLP sees a share of the rows) are not modelled (0); a
+    MoE block's shared MLP is. ``work``: the block's own recompute mode (the rerun block
+    saves as with none); ``split(op, bytes)``: the share one GPU holds (the planner's TP
+    split, ``train.setting``), default all. Measured against MemTracker on the reference
+    model (tests/conformance/test_recompute_transient.py)."""
     split = split or (lambda op, b: b)
     blocks: dict = {}
     for op in ops:
@@ -173,23 +185,35 @@ def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str =
             op, b, act_bytes, precision))
     out = {}
     for key, block in blocks.items():
-        if any(op.instances > 1 for op in block):
-            continue
         best = 0
+        names = {o.component for o in block}
         for i, act in enumerate(block):
-            if act.kind != "activation":
+            if act.kind != "activation" or act.instances > 1:
                 continue
             prefix = act.component[:-len("act")] if act.component.endswith("act") else None
             down = next((o for o in block[i + 1:] if o.kind == "linear"
                          and o.component == f"{prefix}down_proj"), None)
             if prefix is None or down is None:
                 continue
-            gated = any(o.component == f"{prefix}gate_proj" for o in block[:i])
+            gated = f"{prefix}gate_proj" in names
+            if inplace_kernel and gated and _patched_mlp(block, prefix, names):
+                continue
             grads = split(act, work.rows(act.stream) * (2 + gated) * down.d_in * act_bytes)
             after = sum(saved.get(id(o), 0) for o in block[i + 1:])
             best = max(best, grads - after)
         out[key] = best
     return out
+
+
+def _patched_mlp(block, prefix: str, names: set) -> bool:
+    """Whether an in-place MLP kernel runs this gated MLP (``mlp_backward_transient``): LoRA
+    adapters on its gate, up and down projections, none of them with a bias, no LoRA dropout
+    and no DoRA inside the MLP."""
+    projections = [f"{prefix}{n}" for n in ("gate_proj", "up_proj", "down_proj")]
+    mlp = [o for o in block if o.component.startswith(prefix)]
+    return all(f"{p}.lora_A" in names for p in projections) and \
+        not any(o.kind in ("lora_dropout", "dora") for o in mlp) and \
+        not any(o.bias for o in mlp if o.component in projections)
 
 
 def tail_saved(ops, work: Workload, act_bytes: int) -> int:

@@ -35,9 +35,10 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   engine's dequant_buffer_bytes), the larger of the two|
     recompute     | full recompute: the block rerun in backward beside     | TP/SP, CP (as
                   |   every checkpoint (saved.recompute_transient: one     |   the block's
-                  |   block's saved bytes with no recompute) and its       |   saved bytes)
-                  |   dequantised weight, less the head's and loss's saved |
-                  |   tensors (freed by then, last stage), above "logits"  |
+                  |   block's saved bytes with no recompute and its MLP's  |   saved bytes)
+                  |   backward gradients) and its dequantised weight, less |
+                  |   the head's and loss's saved tensors (freed by then,  |
+                  |   last stage), above "logits"                          |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
                   |   outside blocks (FSDP2's root unit stays unsharded     |
                   |   from forward to backward) + `prefetch` largest blocks |

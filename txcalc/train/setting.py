@@ -251,11 +251,10 @@ def group_mlp_transient(s: TrainSetting, ops, tp: int, sp: bool, micro_batch: in
     """The group's MLP backward transient on one GPU, one micro-batch (before CP): the engine's
     ``saved.mlp_backward_transient`` of a block saving as with no recompute (the rerun of
     full recompute), its gradients and saved tensors split as ``group_activations`` splits;
-    0 under a recipe whose MLP kernel works in place (Finetune.mlp_inplace)."""
-    if s.finetune is not None and s.finetune.mlp_inplace:
-        return 0
+    none where a recipe's in-place MLP kernel runs (Finetune.mlp_inplace)."""
     per = mlp_backward_transient(ops, s.work(micro_batch, "none"), s.bytes.act, s.precision,
-                                 lambda op, b: _act_share(s, op, b, tp, sp))
+                                 lambda op, b: _act_share(s, op, b, tp, sp),
+                                 bool(s.finetune is not None and s.finetune.mlp_inplace))
     return max(per.values(), default=0)
 
 
