@@ -98,8 +98,7 @@ def recompute_transient(ops, work: Workload, act_bytes: int, precision: str = ""
 def recompute_parts(ops, work: Workload, act_bytes: int, precision: str = "",
                     mlp_inplace: bool = False) -> tuple[int, int]:
     """Full recompute's transient in backward, above what the step keeps (``saved_bytes``),
-    as (the rerun's saved tensors and the gradient at its output, its MLP's backward
-    transient).
+    as (the rerun's saved tensors and the gradient at its output, its backward transient).
 
     A checkpointed block keeps only its input in forward; in backward it runs its forward
     again and its backward at once (torch.utils.checkpoint: the reentrant ``CheckpointFunction
@@ -107,14 +106,16 @@ def recompute_parts(ops, work: Workload, act_bytes: int, precision: str = "",
     outputs; the non-reentrant one reruns it at the first unpack of a saved tensor, refilling
     every saved tensor of the block). So while the last block's backward runs, every
     checkpoint is still alive and that block holds everything it would save with no
-    recompute, and, inside its MLP's backward, the gradients ``mlp_backward_transient``
-    counts (none with ``mlp_inplace``: a recipe's kernel that writes them into its saved
-    buffers where it patches the MLP). Over the recomputed blocks, the largest of
+    recompute, and, inside its backward, the gradients in flight: the larger of its MLP's
+    (``mlp_backward_transient``; none with ``mlp_inplace``: a recipe's kernel that writes
+    them into its saved buffers where it patches the MLP) and its eager attention core's
+    (``attention_backward_transient``: S x S gradients). Over the recomputed blocks, the
+    largest of
 
-        N x (saved(block, none) - saved(block, full))  +  its MLP transient
+        N x (saved(block, none) - saved(block, full))  +  its backward transient
 
     (N: uniform method, N consecutive blocks rerun as one, their saved tensors alive at once
-    but one MLP backward at a time; else 1), plus the gradient arriving at the block's output
+    but one block's backward at a time; else 1), plus the gradient arriving at the block's output
     (the block input's bytes). Blocks differ in hybrid, MoE and vision models: the block that
     sets the sum is the one both parts are taken from. Selective recompute reruns only the
     attention core (no S x S kept: nothing above it is modelled); op-level keeps the named
@@ -138,15 +139,16 @@ def recompute_parts(ops, work: Workload, act_bytes: int, precision: str = "",
         return 0, 0
     group = work.recompute_layers if work.recompute_method == "uniform" and \
         work.recompute_layers else 1
-    mlp = mlp_backward_transient(
-        [op for op in ops if op.layer >= 0 and work.block_mode(op.layer) == "full"], none,
-        act_bytes, precision, inplace_kernel=mlp_inplace)
+    rerun = [op for op in ops if op.layer >= 0 and work.block_mode(op.layer) == "full"]
+    mlp = mlp_backward_transient(rerun, none, act_bytes, precision, inplace_kernel=mlp_inplace)
+    attn = attention_backward_transient(rerun, none, act_bytes, precision)
+    trans = {k: max(mlp.get(k, 0), attn.get(k, 0)) for k in per_none}
     key = max(per_none, key=lambda k: max(0, per_none[k] - per_full.get(k, 0)) * group
-              + mlp.get(k, 0))
+              + trans[k])
     # the gradient arriving at the block's output: the residual stream, the checkpointed
     # input's shape and dtype (fp32 under a recipe's upcast)
     grad_out = max(per_full.values(), default=0)
-    return max(0, per_none[key] - per_full.get(key, 0)) * group + grad_out, mlp.get(key, 0)
+    return max(0, per_none[key] - per_full.get(key, 0)) * group + grad_out, trans[key]
 
 
 def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str = "",
@@ -175,14 +177,7 @@ def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str =
     split, ``train.setting``), default all. Measured against MemTracker on the reference
     model (tests/conformance/test_recompute_transient.py)."""
     split = split or (lambda op, b: b)
-    blocks: dict = {}
-    for op in ops:
-        if op.layer >= 0:
-            blocks.setdefault((op.stack, op.layer), []).append(op)
-    saved: dict = {}
-    for _, op, b in saved_rows(tuple(ops), work, act_bytes):
-        saved[id(op)] = saved.get(id(op), 0) + split(op, b + fp8_saved_delta(
-            op, b, act_bytes, precision))
+    blocks, saved = _blocks_and_saved(ops, work, act_bytes, precision, split)
     out = {}
     for key, block in blocks.items():
         best = 0
@@ -203,6 +198,61 @@ def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str =
             best = max(best, grads - after)
         out[key] = best
     return out
+
+
+def attention_backward_transient(ops, work: Workload, act_bytes: int, precision: str = "",
+                                 split=None) -> dict:
+    """Per block ((stack, layer) of ``ops``): the bytes an eager attention core's backward
+    holds above the block's saved tensors, at the softmax's backward. By then P V's backward
+    has run (its cast copy of the probabilities freed, or under dropout the mask and the
+    dropped probabilities) and so have the ops after the core (o_proj, the MLP: their saved
+    tensors freed); alive beside the softmax's saved output are the gradient arriving at it
+    and the one it makes for the scores, two per (query, key) pair and head, fp32 when the
+    softmax runs in fp32 (upcast, or an fp32 model), else the activation dtype:
+
+        2 x B x H x pairs x (4 | a)  -  freed (the copy or the dropout's, ops after the core)
+
+    (the reference's eager core, traced: the peak of a rerun block's backward at 256 tokens
+    and more is this point, where the engine's phase was 26-55 % below MemTracker without
+    it). A fused kernel (flash) keeps no S x S and makes none: 0, as for blocks without an
+    eager core. ``split``: as ``mlp_backward_transient``'s (the heads are split over TP)."""
+    split = split or (lambda op, b: b)
+    blocks, saved = _blocks_and_saved(ops, work, act_bytes, precision, split)
+    mask = 1 if work.dropout_mask == "bool" else act_bytes
+    out = {}
+    for key, block in blocks.items():
+        best = 0
+        for i, op in enumerate(block):
+            if op.kind != "attn_scores" or op.fused_attn(work) or op.overlap:
+                continue
+            ctx = next((j for j in range(i + 1, len(block)) if block[j].kind == "attn_context"),
+                       None)
+            if ctx is None:
+                continue
+            upcast = (work.softmax_fp32 or bool(op.pad_to)) and act_bytes != 4
+            cells = work.batch * op.heads * op.pairs(work)
+            freed = (mask + act_bytes) if op.dropout and work.dropout else \
+                (act_bytes if upcast else 0)
+            grads = split(op, 2 * cells * (4 if upcast else act_bytes))
+            after = split(op, cells * freed) + sum(saved.get(id(o), 0)
+                                                   for o in block[ctx + 1:])
+            best = max(best, grads - after)
+        out[key] = best
+    return out
+
+
+def _blocks_and_saved(ops, work: Workload, act_bytes: int, precision: str, split):
+    """({(stack, layer): the block's ops in order}, {id(op): its saved bytes, ``split``}) for
+    the backward-transient functions."""
+    blocks: dict = {}
+    for op in ops:
+        if op.layer >= 0:
+            blocks.setdefault((op.stack, op.layer), []).append(op)
+    saved: dict = {}
+    for _, op, b in saved_rows(tuple(ops), work, act_bytes):
+        saved[id(op)] = saved.get(id(op), 0) + split(op, b + fp8_saved_delta(
+            op, b, act_bytes, precision))
+    return blocks, saved
 
 
 def _patched_mlp(block, prefix: str, names: set) -> bool:

@@ -35,8 +35,9 @@ optimizer-state bytes of the precision policy; P: parameters on the GPU after TP
                   |   engine's dequant_buffer_bytes), the larger of the two|
     recompute     | full recompute: the block rerun in backward beside     | TP/SP, CP (as
                   |   every checkpoint (saved.recompute_transient: one     |   the block's
-                  |   block's saved bytes with no recompute and its MLP's  |   saved bytes)
-                  |   backward gradients) and its dequantised weight, less |
+                  |   block's saved bytes with no recompute and the        |   saved bytes)
+                  |   gradients in flight in its backward: MLP's or eager  |
+                  |   attention's) and its dequantised weight, less        |
                   |   the head's and loss's saved tensors (freed by then,  |
                   |   last stage), above "logits"                          |
     zero3 buffers | unsharded weights (weight dtype) of the stage's params | (ZeRO-3 only)
@@ -97,7 +98,7 @@ from ..parallel import comm
 from ..parallel.layout import RECOMPUTE, RECOMPUTE_POLICIES, Layout, check_layout
 from ..parallel.sharding import stage_blocks
 from .setting import (TrainSetting, group_activations, group_counts, group_dequant, group_flops,
-                      group_mlp_transient, group_shapes, group_states, group_times,
+                      group_backward_transient, group_shapes, group_states, group_times,
                       padded_params, shard_groups)
 
 GiB = 2**30
@@ -224,7 +225,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     NM = len(RECOMPUTE)
     policies = list(policies or RECOMPUTE_POLICIES)
     act = np.zeros((G, n_tp, 2, NM, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
-    mlpt = np.zeros((G, n_tp, 2, 2), dtype=np.int64)  # the MLP backward transient [.., mb]
+    mlpt = np.zeros((G, n_tp, 2, 2), dtype=np.int64)  # the block backward transient [.., mb]
     times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, NM))  # compute, backward, attention
     for gi in range(G):
         for ti, tp in enumerate(tps):
@@ -235,7 +236,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
                     times[:, gi, ti, 1] = times[:, gi, ti, 0]
                     continue
                 for bi in (0, 1):
-                    mlpt[gi, ti, si, bi] = once(group_mlp_transient, gi, tp, sp, bi + 1)
+                    mlpt[gi, ti, si, bi] = once(group_backward_transient, gi, tp, sp, bi + 1)
                 for ri, rc in enumerate(RECOMPUTE):
                     for bi in (0, 1):
                         act[gi, ti, si, ri, bi] = once(group_activations, gi, tp, sp, rc, bi + 1)
@@ -357,8 +358,9 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     # full recompute's rerun in backward (saved.recompute_transient): a block runs its forward
     # again beside every checkpoint, holding what it saves with no recompute (its saved bytes
     # above the checkpoint plus the gradient arriving at its output, the checkpoint's shape)
-    # and, in its MLP's backward, the gradients above them (mlp_backward_transient); the
-    # head's and the loss's saved tensors are freed by the last block's rerun (tail_saved)
+    # and, in its backward, the gradients above them (its MLP's or eager attention core's,
+    # setting.group_backward_transient); the head's and the loss's saved tensors are freed
+    # by the last block's rerun (tail_saved)
     # [p, slot, tp, sp, policy, mb, cp]
     present = np.stack([C_rec[rl][:, :, :G - 2] > 0 for _, rl, _ in policies], axis=-1)
     full = np.array([RECOMPUTE[mi] == "full" for mi, _, _ in policies])
