@@ -484,7 +484,8 @@ class TrainingMemory:
     @cached_property
     def _recompute_parts(self) -> tuple[int, int]:
         """``recompute_bytes`` before the dequantised weight, as (the rerun's saved tensors
-        and output gradient, its MLP's backward transient): saved.recompute_parts."""
+        and output gradient, its backward transient: the MLP's or an eager attention
+        core's gradients in flight): saved.recompute_parts."""
         return recompute_parts(self.ops, self.work, self._bytes.act, self.precision,
                                bool(self.finetune and self.finetune.mlp_inplace))
 
@@ -632,18 +633,20 @@ class TrainingMemory:
             out = base | cats
             out["total"] = sum(out.values())
             return out
-        def backward(grad: int, act: int, temp: int, blocks: bool = False, mlp: int = 0):
+        def backward(grad: int, act: int, temp: int, blocks: bool = False,
+                     transient: int = 0):
             """A backward point holding ``grad`` bytes of gradients without the optimizer in
             backward; with it, at most one tensor's and its step's transients (``blocks``:
-            inside the blocks' backward, ``_in_backward_at``). ``mlp``: a rerun block's MLP
-            backward transient, beside every accumulated gradient; under the optimizer in
-            backward not beside a weight's step (that runs when the weight's gradient is
-            accumulated, not inside the activation's backward): the larger of the two."""
+            inside the blocks' backward, ``_in_backward_at``). ``transient``: a rerun block's
+            backward transient (its MLP's or attention core's gradients in flight), beside
+            every accumulated gradient; under the optimizer in backward not beside a
+            weight's step (that runs when the weight's gradient is accumulated, not inside
+            an activation's or softmax's backward): the larger of the two."""
             if not self.optimizer_in_backward or not grad:
-                return phase(grad=grad, act=act, temp=temp + mlp)
+                return phase(grad=grad, act=act, temp=temp + transient)
             ib_grad, ib_copy, ib_temps = self._in_backward_at(blocks)
             g = min(grad, ib_grad)
-            return phase(grad=g, act=act, temp=temp + ib_copy + max(0, mlp - (
+            return phase(grad=g, act=act, temp=temp + ib_copy + max(0, transient - (
                 g + ib_copy + ib_temps)), opt=base["opt"] + ib_temps)
         grads = 0 if self.optimizer_in_backward else self.gradients  # after backward
         a = self._bytes.act
@@ -693,12 +696,12 @@ class TrainingMemory:
                                   w.rows("seq") * self.cfg.embed_dim * a))
         if self.recompute_bytes:
             head_grad, first_grad, first_ckpt = self._rerun_ends
-            mlp = self._recompute_parts[1]
-            rerun = self.recompute_bytes - mlp
+            transient = self._recompute_parts[1]
+            rerun = self.recompute_bytes - transient
             peaks.append(backward(head_grad, act - tail_saved(self.ops, w, a), rerun,
-                                  blocks=True, mlp=mlp))
+                                  blocks=True, transient=transient))
             peaks.append(backward(self.gradients - first_grad, self.inputs + leaf + first_ckpt,
-                                  rerun, blocks=True, mlp=mlp))
+                                  rerun, blocks=True, transient=transient))
         out["peak_backward"] = max(peaks, key=lambda c: c["total"])
         out["after_step"] = dict(base, opt=resident_opt, grad=grads, act=done + graph)
         out["after_step"]["total"] = sum(v for k, v in out["after_step"].items() if k != "total")

@@ -139,16 +139,15 @@ def recompute_parts(ops, work: Workload, act_bytes: int, precision: str = "",
         return 0, 0
     group = work.recompute_layers if work.recompute_method == "uniform" and \
         work.recompute_layers else 1
-    rerun = [op for op in ops if op.layer >= 0 and work.block_mode(op.layer) == "full"]
-    mlp = mlp_backward_transient(rerun, none, act_bytes, precision, inplace_kernel=mlp_inplace)
-    attn = attention_backward_transient(rerun, none, act_bytes, precision)
-    trans = {k: max(mlp.get(k, 0), attn.get(k, 0)) for k in per_none}
+    trans = backward_transient([op for op in ops if op.layer >= 0 and
+                                work.block_mode(op.layer) == "full"], none, act_bytes,
+                               precision, inplace_kernel=mlp_inplace)
     key = max(per_none, key=lambda k: max(0, per_none[k] - per_full.get(k, 0)) * group
-              + trans[k])
+              + trans.get(k, 0))
     # the gradient arriving at the block's output: the residual stream, the checkpointed
     # input's shape and dtype (fp32 under a recipe's upcast)
     grad_out = max(per_full.values(), default=0)
-    return max(0, per_none[key] - per_full.get(key, 0)) * group + grad_out, trans[key]
+    return max(0, per_none[key] - per_full.get(key, 0)) * group + grad_out, trans.get(key, 0)
 
 
 def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str = "",
@@ -178,26 +177,30 @@ def mlp_backward_transient(ops, work: Workload, act_bytes: int, precision: str =
     model (tests/conformance/test_recompute_transient.py)."""
     split = split or (lambda op, b: b)
     blocks, saved = _blocks_and_saved(ops, work, act_bytes, precision, split)
-    out = {}
-    for key, block in blocks.items():
-        best = 0
-        names = {o.component for o in block}
-        for i, act in enumerate(block):
-            if act.kind != "activation" or act.instances > 1:
-                continue
-            prefix = act.component[:-len("act")] if act.component.endswith("act") else None
-            down = next((o for o in block[i + 1:] if o.kind == "linear"
-                         and o.component == f"{prefix}down_proj"), None)
-            if prefix is None or down is None:
-                continue
-            gated = f"{prefix}gate_proj" in names
-            if inplace_kernel and gated and _patched_mlp(block, prefix, names):
-                continue
-            grads = split(act, work.rows(act.stream) * (2 + gated) * down.d_in * act_bytes)
-            after = sum(saved.get(id(o), 0) for o in block[i + 1:])
-            best = max(best, grads - after)
-        out[key] = best
-    return out
+    return {key: _mlp_point(block, saved, work, act_bytes, split, inplace_kernel)
+            for key, block in blocks.items()}
+
+
+def _mlp_point(block, saved: dict, work: Workload, act_bytes: int, split,
+               inplace_kernel: bool) -> int:
+    """One block's ``mlp_backward_transient`` (``saved``: its ops' split saved bytes)."""
+    best = 0
+    names = {o.component for o in block}
+    for i, act in enumerate(block):
+        if act.kind != "activation" or act.instances > 1:
+            continue
+        prefix = act.component[:-len("act")] if act.component.endswith("act") else None
+        down = next((o for o in block[i + 1:] if o.kind == "linear"
+                     and o.component == f"{prefix}down_proj"), None)
+        if prefix is None or down is None:
+            continue
+        gated = f"{prefix}gate_proj" in names
+        if inplace_kernel and gated and _patched_mlp(block, prefix, names):
+            continue
+        grads = split(act, work.rows(act.stream) * (2 + gated) * down.d_in * act_bytes)
+        after = sum(saved.get(id(o), 0) for o in block[i + 1:])
+        best = max(best, grads - after)
+    return best
 
 
 def attention_backward_transient(ops, work: Workload, act_bytes: int, precision: str = "",
@@ -218,27 +221,42 @@ def attention_backward_transient(ops, work: Workload, act_bytes: int, precision:
     eager core. ``split``: as ``mlp_backward_transient``'s (the heads are split over TP)."""
     split = split or (lambda op, b: b)
     blocks, saved = _blocks_and_saved(ops, work, act_bytes, precision, split)
+    return {key: _attention_point(block, saved, work, act_bytes, split)
+            for key, block in blocks.items()}
+
+
+def _attention_point(block, saved: dict, work: Workload, act_bytes: int, split) -> int:
+    """One block's ``attention_backward_transient`` (``saved``: its ops' split saved bytes)."""
     mask = 1 if work.dropout_mask == "bool" else act_bytes
-    out = {}
-    for key, block in blocks.items():
-        best = 0
-        for i, op in enumerate(block):
-            if op.kind != "attn_scores" or op.fused_attn(work) or op.overlap:
-                continue
-            ctx = next((j for j in range(i + 1, len(block)) if block[j].kind == "attn_context"),
-                       None)
-            if ctx is None:
-                continue
-            upcast = (work.softmax_fp32 or bool(op.pad_to)) and act_bytes != 4
-            cells = work.batch * op.heads * op.pairs(work)
-            freed = (mask + act_bytes) if op.dropout and work.dropout else \
-                (act_bytes if upcast else 0)
-            grads = split(op, 2 * cells * (4 if upcast else act_bytes))
-            after = split(op, cells * freed) + sum(saved.get(id(o), 0)
-                                                   for o in block[ctx + 1:])
-            best = max(best, grads - after)
-        out[key] = best
-    return out
+    best = 0
+    for i, op in enumerate(block):
+        if op.kind != "attn_scores" or op.fused_attn(work) or op.overlap:
+            continue
+        ctx = next((j for j in range(i + 1, len(block)) if block[j].kind == "attn_context"),
+                   None)
+        if ctx is None:
+            continue
+        upcast = (work.softmax_fp32 or bool(op.pad_to)) and act_bytes != 4
+        cells = work.batch * op.heads * op.pairs(work)
+        freed = (mask + act_bytes) if op.dropout and work.dropout else \
+            (act_bytes if upcast else 0)
+        grads = split(op, 2 * cells * (4 if upcast else act_bytes))
+        after = split(op, cells * freed) + sum(saved.get(id(o), 0) for o in block[ctx + 1:])
+        best = max(best, grads - after)
+    return best
+
+
+def backward_transient(ops, work: Workload, act_bytes: int, precision: str = "", split=None,
+                       inplace_kernel: bool = False) -> dict:
+    """Per block ((stack, layer) of ``ops``): what its backward holds above its saved
+    tensors, the larger of its MLP's (``mlp_backward_transient``) and its eager attention
+    core's (``attention_backward_transient``), their saved bytes read once. What the rerun
+    of full recompute adds (``recompute_parts``; the planner's group_backward_transient)."""
+    split = split or (lambda op, b: b)
+    blocks, saved = _blocks_and_saved(ops, work, act_bytes, precision, split)
+    return {key: max(_mlp_point(block, saved, work, act_bytes, split, inplace_kernel),
+                     _attention_point(block, saved, work, act_bytes, split))
+            for key, block in blocks.items()}
 
 
 def _blocks_and_saved(ops, work: Workload, act_bytes: int, precision: str, split):

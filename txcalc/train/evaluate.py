@@ -225,18 +225,18 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     NM = len(RECOMPUTE)
     policies = list(policies or RECOMPUTE_POLICIES)
     act = np.zeros((G, n_tp, 2, NM, 2), dtype=np.int64)  # [.., sp, rc, mb=1|2]
-    mlpt = np.zeros((G, n_tp, 2, 2), dtype=np.int64)  # the block backward transient [.., mb]
+    bwdt = np.zeros((G, n_tp, 2, 2), dtype=np.int64)  # the block backward transient [.., mb]
     times = np.zeros((3, G, n_tp, 2, n_cp, n_mb, NM))  # compute, backward, attention
     for gi in range(G):
         for ti, tp in enumerate(tps):
             for si, sp in enumerate((False, True)):
                 if sp and tp == 1:
                     act[gi, ti, 1] = act[gi, ti, 0]
-                    mlpt[gi, ti, 1] = mlpt[gi, ti, 0]
+                    bwdt[gi, ti, 1] = bwdt[gi, ti, 0]
                     times[:, gi, ti, 1] = times[:, gi, ti, 0]
                     continue
                 for bi in (0, 1):
-                    mlpt[gi, ti, si, bi] = once(group_backward_transient, gi, tp, sp, bi + 1)
+                    bwdt[gi, ti, si, bi] = once(group_backward_transient, gi, tp, sp, bi + 1)
                 for ri, rc in enumerate(RECOMPUTE):
                     for bi in (0, 1):
                         act[gi, ti, si, ri, bi] = once(group_activations, gi, tp, sp, rc, bi + 1)
@@ -364,7 +364,7 @@ def build_tables(s: TrainSetting, tps, eps, cps, mbs, pps, shards, slots_of=None
     # [p, slot, tp, sp, policy, mb, cp]
     present = np.stack([C_rec[rl][:, :, :G - 2] > 0 for _, rl, _ in policies], axis=-1)
     full = np.array([RECOMPUTE[mi] == "full" for mi, _, _ in policies])
-    rerun_blk = act[:G - 2, :, :, none] + mlpt[:G - 2]  # [g, t, x, b]
+    rerun_blk = act[:G - 2, :, :, none] + bwdt[:G - 2]  # [g, t, x, b]
     blk = np.max(np.where(present[:, :, :, None, None, :, None],  # [p, s, g, t, x, pol, b]
                           rerun_blk[None, None, :, :, :, None, :], 0), axis=2)
     tail = np.where(has_head[:, :, None, None, None, None],

@@ -267,16 +267,15 @@ def suggestions(setup: Setup, gpu_bytes: int, batch: int, seq: int,
             keep_full.append(("paged 8-bit Adam (--optimizer paged-adam8bit)",
                               {"optimizer": "paged-adam8bit"}))
     adapters: list[tuple[str, dict]] = []
+    # the recipe's in-place MLP kernel goes with the adapters it patches
+    inplace = bool(ft and ft.mlp_inplace)
     if ft is None or ft.mode in ("full", "freeze"):
-        # the recipe's in-place MLP kernel goes with the adapters it patches
-        inplace = bool(ft and ft.mlp_inplace)
         adapters.append(("LoRA r=16 on all linear layers",
                          {"finetune": Finetune("lora", mlp_inplace=inplace)}))
     if ft is None or ft.mode != "qlora":
         adapters.append(("QLoRA (NF4 base, double quant)",
                          {"finetune": dataclasses.replace(ft, mode="qlora") if ft and ft.adapters
-                          else Finetune("qlora", upcast=_default_upcast(),
-                                        mlp_inplace=bool(ft and ft.mlp_inplace)),
+                          else Finetune("qlora", upcast=_default_upcast(), mlp_inplace=inplace),
                           "precision": "bf16-mixed"
                           if setup.precision == "fp32" else setup.precision}))
     if setup.offload in ("none", "activations"):

@@ -18,7 +18,7 @@ from ..engine.finetune import op_weight_bytes
 from ..engine.fp8 import fp8_saved_delta, fp8_weight_bytes
 from ..engine.memory import (PRECISIONS, dequant_buffer_bytes, optimizer_state_bytes,
                              param_tensor_count)
-from ..engine.saved import attention_backward_transient, mlp_backward_transient, saved_rows
+from ..engine.saved import backward_transient, saved_rows
 from ..engine.ops import Op
 from ..engine.timing import COMPUTE_DTYPE, DeviceProfile, ops_times
 from ..units import cdiv
@@ -248,17 +248,14 @@ def _act_share(s: TrainSetting, op, b: int, tp: int, sp: bool) -> int:
 
 
 def group_backward_transient(s: TrainSetting, ops, tp: int, sp: bool, micro_batch: int) -> int:
-    """The group's backward transient on one GPU, one micro-batch (before CP): the larger of
-    the engine's ``saved.mlp_backward_transient`` (none where a recipe's in-place MLP kernel
-    runs, Finetune.mlp_inplace) and ``saved.attention_backward_transient`` of a block saving
-    as with no recompute (the rerun of full recompute), gradients and saved tensors split as
-    ``group_activations`` splits."""
-    w = s.work(micro_batch, "none")
-    share = lambda op, b: _act_share(s, op, b, tp, sp)  # noqa: E731
-    mlp = mlp_backward_transient(ops, w, s.bytes.act, s.precision, share,
-                                 bool(s.finetune is not None and s.finetune.mlp_inplace))
-    attn = attention_backward_transient(ops, w, s.bytes.act, s.precision, share)
-    return max([*mlp.values(), *attn.values(), 0])
+    """The group's backward transient on one GPU, one micro-batch (before CP): the engine's
+    ``saved.backward_transient`` of a block saving as with no recompute (the rerun of full
+    recompute; none for the MLP where a recipe's in-place kernel runs, Finetune.mlp_inplace),
+    gradients and saved tensors split as ``group_activations`` splits."""
+    per = backward_transient(ops, s.work(micro_batch, "none"), s.bytes.act, s.precision,
+                             lambda op, b: _act_share(s, op, b, tp, sp),
+                             bool(s.finetune is not None and s.finetune.mlp_inplace))
+    return max(per.values(), default=0)
 
 
 def group_times(s: TrainSetting, ops, tp: int, sp: bool, cp: int, recompute: str,
